@@ -1,0 +1,215 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Algorithm names a rate-limiting algorithm.
+type Algorithm string
+
+// The algorithms sluice implements. See the Decide functions in this package
+// for the exact semantics of each.
+const (
+	// TokenBucket holds up to Burst tokens, refilled continuously at
+	// Rate.Quota per Rate.Period; a request of cost c passes iff at least c
+	// tokens are present, and takes them.
+	TokenBucket Algorithm = "token_bucket"
+	// LeakyBucket shapes traffic like NGINX's limit_req without nodelay:
+	// requests leave at the constant rate; one that can leave within
+	// MaxDelay (and fits the queue of depth Burst) is admitted with that
+	// delay, any other is rejected.
+	LeakyBucket Algorithm = "leaky_bucket"
+	// FixedWindow counts cost per calendar-aligned window of length
+	// Rate.Period (aligned to the Unix epoch).
+	FixedWindow Algorithm = "fixed_window"
+	// SlidingWindowLog keeps the instant and cost of every admitted request
+	// of the last period: an exact moving count, at a memory cost
+	// proportional to the quota.
+	SlidingWindowLog Algorithm = "sliding_window_log"
+	// SlidingWindowCounter keeps the counts of the current and the previous
+	// window and weighs the previous one by its overlap with the last
+	// period.
+	SlidingWindowCounter Algorithm = "sliding_window_counter"
+)
+
+// Algorithms lists every algorithm, in documentation order.
+var Algorithms = []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindowLog, SlidingWindowCounter}
+
+// MaxLogQuota is the largest quota a SlidingWindowLog limit accepts. The log
+// keeps at most this many entries per key (16 bytes each), so one key costs
+// at most 160 KiB.
+const MaxLogQuota = 10000
+
+// MaxKeyLength is the longest raw key kept verbatim; longer keys are replaced
+// by a fixed-length digest (see [Limit.StoreKey]), so a 64 KiB header costs
+// no more memory than a short one.
+const MaxKeyLength = 128
+
+// Never is the RetryAfter of a decision that no amount of waiting can
+// change: the cost exceeds the limit's capacity.
+const Never = time.Duration(math.MaxInt64)
+
+// Rate is a quota of cost units per period.
+type Rate struct {
+	Quota  float64       // cost units admitted per Period; > 0
+	Period time.Duration // > 0
+}
+
+// ParseRate parses a rate written as "<quota>/<period>". The period is a
+// unit (s, m, h, d, or ms) meaning one of it, or a Go duration such as
+// "1m30s" or "10s": "100/m", "5/s", "1000/h", "10/1m30s", "2.5/s".
+func ParseRate(s string) (Rate, error) {
+	q, p, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return Rate{}, fmt.Errorf("rate %q: want <quota>/<period>, such as 100/m", s)
+	}
+	quota, err := strconv.ParseFloat(strings.TrimSpace(q), 64)
+	if err != nil || math.IsNaN(quota) || math.IsInf(quota, 0) {
+		return Rate{}, fmt.Errorf("rate %q: quota %q is not a number", s, q)
+	}
+	if quota <= 0 {
+		return Rate{}, fmt.Errorf("rate %q: quota must be positive", s)
+	}
+	p = strings.TrimSpace(p)
+	var period time.Duration
+	switch p {
+	case "ms":
+		period = time.Millisecond
+	case "s", "sec", "second":
+		period = time.Second
+	case "m", "min", "minute":
+		period = time.Minute
+	case "h", "hour":
+		period = time.Hour
+	case "d", "day":
+		period = 24 * time.Hour
+	default:
+		if p == "" || (p[0] < '0' || p[0] > '9') {
+			return Rate{}, fmt.Errorf("rate %q: unknown unit %q (use ms, s, m, h, d or a duration such as 1m30s)", s, p)
+		}
+		d, err := time.ParseDuration(p)
+		if err != nil {
+			return Rate{}, fmt.Errorf("rate %q: period %q: unknown unit or bad duration", s, p)
+		}
+		period = d
+	}
+	if period <= 0 {
+		return Rate{}, fmt.Errorf("rate %q: period must be positive", s)
+	}
+	return Rate{Quota: quota, Period: period}, nil
+}
+
+// String formats r so that ParseRate reads it back.
+func (r Rate) String() string {
+	return strconv.FormatFloat(r.Quota, 'f', -1, 64) + "/" + r.Period.String()
+}
+
+// PerSecond is the sustained rate in cost units per second.
+func (r Rate) PerSecond() float64 { return r.Quota / r.Period.Seconds() }
+
+// Limit is one named rate limit. A Limit must pass Validate (which also fills
+// in defaults) before it is used; after that it must not be modified.
+type Limit struct {
+	// Name identifies the limit in headers ("api" in RateLimit-Policy),
+	// metrics and store keys. Names are unique within a Limiter.
+	Name string
+	// Algorithm is one of Algorithms; empty means TokenBucket.
+	Algorithm Algorithm
+	// Rate is the quota per period.
+	Rate Rate
+	// Burst is the capacity, in cost units: for TokenBucket the bucket size,
+	// for LeakyBucket the queue depth (the request being served included).
+	// Zero means the quota (a full period's worth). Window algorithms take
+	// their capacity from the quota and reject a non-zero Burst.
+	Burst float64
+	// MaxDelay bounds the wait of a LeakyBucket request; zero means only the
+	// queue depth bounds it. Other algorithms reject a non-zero MaxDelay.
+	MaxDelay time.Duration
+
+	ns       string  // store namespace: name and algorithm
+	unit     float64 // nanoseconds of the period per cost unit
+	period   int64   // Rate.Period in nanoseconds
+	capacity float64 // effective burst
+}
+
+// Validate checks l, naming the offending field in its error, and fills in
+// defaults. It is idempotent.
+func (l *Limit) Validate() error {
+	if err := l.validate(); err != nil {
+		if l.Name == "" {
+			return err
+		}
+		return fmt.Errorf("limit %q: %w", l.Name, err)
+	}
+	return nil
+}
+
+func (l *Limit) validate() error {
+	if l.Name == "" {
+		return errors.New("name: must not be empty")
+	}
+	if strings.ContainsAny(l.Name, "\"\\:{}\r\n") {
+		return fmt.Errorf("name %q: must not contain quotes, backslashes, colons, braces or line breaks", l.Name)
+	}
+	if l.Algorithm == "" {
+		l.Algorithm = TokenBucket
+	}
+	known := false
+	for _, a := range Algorithms {
+		if a == l.Algorithm {
+			known = true
+		}
+	}
+	if !known {
+		return fmt.Errorf("algorithm %q: unknown (want token_bucket, leaky_bucket, fixed_window, sliding_window_log or sliding_window_counter)", l.Algorithm)
+	}
+	if !(l.Rate.Quota > 0) || math.IsInf(l.Rate.Quota, 0) {
+		return fmt.Errorf("rate: quota must be a positive number, got %v", l.Rate.Quota)
+	}
+	if l.Rate.Period <= 0 {
+		return fmt.Errorf("rate: period must be positive, got %v", l.Rate.Period)
+	}
+	if l.Burst < 0 || math.IsNaN(l.Burst) || math.IsInf(l.Burst, 0) {
+		return fmt.Errorf("burst: must be a non-negative number, got %v", l.Burst)
+	}
+	if l.MaxDelay < 0 {
+		return fmt.Errorf("max_delay: must not be negative, got %v", l.MaxDelay)
+	}
+	switch l.Algorithm {
+	case TokenBucket, LeakyBucket:
+		l.capacity = l.Burst
+		if l.capacity == 0 {
+			l.capacity = l.Rate.Quota
+		}
+	default:
+		if l.Burst != 0 {
+			return fmt.Errorf("burst: %s takes its capacity from the rate's quota; remove burst", l.Algorithm)
+		}
+		l.capacity = l.Rate.Quota
+	}
+	if l.MaxDelay != 0 && l.Algorithm != LeakyBucket {
+		return fmt.Errorf("max_delay: only leaky_bucket delays requests, not %s", l.Algorithm)
+	}
+	if l.Algorithm == SlidingWindowLog && l.Rate.Quota > MaxLogQuota {
+		return fmt.Errorf("rate: sliding_window_log keeps one entry per request and accepts a quota of at most %d, got %v (use sliding_window_counter)", MaxLogQuota, l.Rate.Quota)
+	}
+	l.period = int64(l.Rate.Period)
+	l.unit = float64(l.period) / l.Rate.Quota
+	l.ns = l.Name + ":" + string(l.Algorithm)
+	return nil
+}
+
+// Capacity is the most cost the limit can admit at once: Burst, or the quota
+// when Burst is zero. It is valid after Validate.
+func (l *Limit) Capacity() float64 { return l.capacity }
+
+// Namespace is the prefix that separates this limit's keys from every other
+// limit's in a shared store: the name and the algorithm. A changed rate keeps
+// the namespace (counters carry over and the new rate applies); a changed
+// algorithm does not. It is valid after Validate.
+func (l *Limit) Namespace() string { return l.ns }

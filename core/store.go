@@ -1,0 +1,46 @@
+package core
+
+import "context"
+
+// Ask is one limit's share of a request: charge Cost to Limit under Key.
+type Ask struct {
+	Limit *Limit
+	// Key identifies the client within the limit, as built by a [KeySpec]
+	// or a host's placeholders. Stores namespace it by the limit and bound
+	// its length, so it may be any string.
+	Key  string
+	Cost float64 // > 0
+}
+
+// Store keeps the state of every (limit, key) and applies decisions to it
+// atomically.
+type Store interface {
+	// Take decides every ask and writes the decisions to out[:len(asks)].
+	// If all of them allow, every cost is charged; if any rejects, nothing
+	// is charged (the other decisions then report what they would have
+	// done). Take returns an error only when it could not decide, in which
+	// case out is unspecified and nothing was charged.
+	Take(ctx context.Context, asks []Ask, out []Decision) error
+	// Refund gives back the costs of asks that Take charged but whose
+	// requests did not proceed, such as a leaky_bucket wait cancelled by
+	// the client.
+	Refund(ctx context.Context, asks []Ask) error
+}
+
+// Scripter runs Lua scripts on a Redis server or cluster. It is the whole of
+// what the Redis store needs from a client: core's stdlib RESP client
+// (package resp) implements it for the Traefik plugin, and the Caddy module
+// adapts go-redis to it, so script text and reply decoding exist once.
+//
+// Replies are decoded as: integer → int64, simple or bulk string → string,
+// array → []interface{}, nil bulk or nil array → nil. A Redis error reply is
+// returned as an error whose message is the reply text, starting with its
+// code ("NOSCRIPT No matching script...").
+type Scripter interface {
+	// EvalSha runs the script whose SHA-1 is sha with the given keys and
+	// arguments (EVALSHA). In a cluster, keys decide the node.
+	EvalSha(ctx context.Context, sha string, keys []string, args []string) (interface{}, error)
+	// ScriptLoad loads script (SCRIPT LOAD) on every node that may run it
+	// and returns its SHA-1.
+	ScriptLoad(ctx context.Context, script string) (string, error)
+}
