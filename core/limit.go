@@ -132,6 +132,7 @@ type Limit struct {
 	MaxDelay time.Duration
 
 	ns       string  // store namespace: name and algorithm
+	nsHash   uint64  // FNV-1a of ns, mixed into in-memory key hashes
 	unit     float64 // nanoseconds of the period per cost unit
 	period   int64   // Rate.Period in nanoseconds
 	capacity float64 // effective burst
@@ -201,6 +202,7 @@ func (l *Limit) validate() error {
 	l.period = int64(l.Rate.Period)
 	l.unit = float64(l.period) / l.Rate.Quota
 	l.ns = l.Name + ":" + string(l.Algorithm)
+	l.nsHash = fnv1a(l.ns)
 	return nil
 }
 
@@ -213,3 +215,13 @@ func (l *Limit) Capacity() float64 { return l.capacity }
 // the namespace (counters carry over and the new rate applies); a changed
 // algorithm does not. It is valid after Validate.
 func (l *Limit) Namespace() string { return l.ns }
+
+// fnv1a is the 64-bit FNV-1a hash of s.
+func fnv1a(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}

@@ -1,0 +1,112 @@
+package core
+
+import "time"
+
+// eps absorbs float rounding in comparisons of costs: a bucket refilled to
+// 2.9999999999999996 tokens still admits a cost of 3.
+const eps = 1e-9
+
+// Decide applies the limit's algorithm to s at instant now (nanoseconds) for
+// the given cost, and returns the next state and the decision. It is a pure
+// function: s is not modified, except that a sliding_window_log state's Log
+// may share its backing array with the returned state's, so the caller must
+// keep only one of the two. When the decision rejects, the returned state
+// charges nothing (it may differ from s only by bookkeeping that changes no
+// future decision, such as dropped expired log entries).
+//
+// The limit must have passed Validate; cost must be positive.
+func (l *Limit) Decide(s State, now int64, cost float64) (State, Decision) {
+	switch l.Algorithm {
+	case LeakyBucket:
+		return l.leakyBucket(s, now, cost)
+	case FixedWindow:
+		return l.fixedWindow(s, now, cost)
+	case SlidingWindowLog:
+		return l.slidingLog(s, now, cost)
+	case SlidingWindowCounter:
+		return l.slidingCounter(s, now, cost)
+	default:
+		return l.tokenBucket(s, now, cost)
+	}
+}
+
+// Refund returns s with cost given back, as if a request admitted at or
+// before now had not been. It never gives back more than was charged:
+// buckets do not overfill, counts do not go negative, and a window that has
+// since reset is left alone.
+func (l *Limit) Refund(s State, now int64, cost float64) State {
+	switch l.Algorithm {
+	case LeakyBucket:
+		if now < s.T {
+			s.T -= int64(cost * l.unit)
+			if s.T < now {
+				s.T = now
+			}
+		}
+	case FixedWindow, SlidingWindowCounter:
+		if s.T == now-mod(now, l.period) {
+			s.A = nonNegative(s.A - cost)
+		}
+	case SlidingWindowLog:
+		s = l.refundLog(s, cost)
+	default:
+		s.A = nonNegative(s.A - cost)
+	}
+	return s
+}
+
+// Expiry returns the instant from which s is equivalent to the zero State,
+// so that a store may forget it: the bucket is full, the queue drained, the
+// windows over, the log empty.
+func (l *Limit) Expiry(s State) int64 {
+	switch l.Algorithm {
+	case LeakyBucket:
+		return s.T
+	case FixedWindow:
+		return s.T + l.period
+	case SlidingWindowCounter:
+		if s.A > 0 {
+			return s.T + 2*l.period
+		}
+		return s.T + l.period
+	case SlidingWindowLog:
+		if len(s.Log) == 0 {
+			return 0
+		}
+		return s.Log[len(s.Log)-1].T + l.period
+	default:
+		return s.T + int64(s.A*l.unit)
+	}
+}
+
+// duration converts nanoseconds to a Duration, rounding up, so that waiting
+// RetryAfter is always enough.
+func duration(ns float64) time.Duration {
+	if ns <= 0 {
+		return 0
+	}
+	if ns >= float64(Never) {
+		return Never
+	}
+	d := time.Duration(ns)
+	if float64(d) < ns {
+		d++
+	}
+	return d
+}
+
+// mod is the non-negative remainder of a by b (b > 0).
+func mod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
+}
+
+func nonNegative(x float64) float64 {
+	if x < 0 {
+		return 0
+	}
+	return x
+}

@@ -1,0 +1,186 @@
+package core
+
+// fixedWindow counts cost per window [k·Period, (k+1)·Period) aligned to
+// instant zero (the Unix epoch for SystemClock), so every server agrees on
+// the boundaries. A request passes iff count + cost ≤ Quota. Its known flaw
+// is deliberate and tested: Quota requests at the end of one window and
+// Quota more at the start of the next all pass.
+func (l *Limit) fixedWindow(s State, now int64, cost float64) (State, Decision) {
+	if now < s.T {
+		now = s.T
+	}
+	start := now - mod(now, l.period)
+	if start != s.T {
+		s.T, s.A = start, 0
+	}
+	d := Decision{Limit: l, Quota: l.Rate.Quota}
+	reset := duration(float64(start + l.period - now))
+	switch {
+	case cost > l.capacity+eps:
+		d.RetryAfter = Never
+	case s.A+cost <= l.capacity+eps:
+		d.Allowed = true
+		s.A += cost
+	default:
+		d.RetryAfter = reset // the next window is empty and cost fits it
+	}
+	d.Remaining = nonNegative(l.capacity - s.A)
+	if s.A > 0 {
+		d.Reset = reset
+	}
+	return s, d
+}
+
+// slidingCounter approximates the count of the last Period by the current
+// window's count plus the previous window's, weighted by how much of the
+// previous window the last Period still overlaps:
+//
+//	estimate = prev·(1 − elapsed/Period) + cur
+//
+// (prev 80, cur 20, 30 % into the window: 80·0.7 + 20 = 76). A request
+// passes iff estimate + cost ≤ Quota. Windows are aligned as in fixedWindow.
+func (l *Limit) slidingCounter(s State, now int64, cost float64) (State, Decision) {
+	if now < s.T {
+		now = s.T
+	}
+	start := now - mod(now, l.period)
+	switch {
+	case start == s.T:
+	case start == s.T+l.period:
+		s.T, s.A, s.B = start, 0, s.A
+	default:
+		s.T, s.A, s.B = start, 0, 0
+	}
+	p := float64(l.period)
+	elapsed := float64(now - start)
+	estimate := s.B*(1-elapsed/p) + s.A
+	d := Decision{Limit: l, Quota: l.Rate.Quota}
+	switch {
+	case cost > l.capacity+eps:
+		d.RetryAfter = Never
+	case estimate+cost <= l.capacity+eps:
+		d.Allowed = true
+		s.A += cost
+		estimate += cost
+	case s.A+cost <= l.capacity+eps:
+		// Passes later in this window, once enough of prev has slid out:
+		// prev·(1 − f) + cur + cost ≤ Quota.
+		f := 1 - (l.capacity-s.A-cost)/s.B
+		d.RetryAfter = duration(f*p - elapsed)
+	default:
+		// Passes in the next window, where cur becomes prev:
+		// cur·(1 − g) + cost ≤ Quota.
+		g := 1 - (l.capacity-cost)/s.A
+		d.RetryAfter = duration(p - elapsed + g*p)
+	}
+	if d.RetryAfter == 0 && !d.Allowed {
+		d.RetryAfter = 1
+	}
+	d.Remaining = nonNegative(l.capacity - estimate)
+	switch {
+	case s.A > 0:
+		d.Reset = duration(2*p - elapsed)
+	case s.B > 0:
+		d.Reset = duration(p - elapsed)
+	}
+	return s, d
+}
+
+// slidingLog keeps every admitted request of the last Period as an entry
+// (instant, cost), oldest first, and their sum in s.A. An entry admitted at
+// t stops counting at t + Period. A request passes iff sum + cost ≤ Quota:
+// the moving count is exact.
+//
+// Memory is bounded: Validate refuses quotas above MaxLogQuota, and when
+// fractional costs would make the log longer than that, the newest entry
+// absorbs the one before it (the older cost then expires later than it
+// would have: conservative, never admitting more than Quota).
+func (l *Limit) slidingLog(s State, now int64, cost float64) (State, Decision) {
+	if now < s.T {
+		now = s.T
+	}
+	s.T = now
+	s = l.trimLog(s, now)
+	d := Decision{Limit: l, Quota: l.Rate.Quota}
+	switch {
+	case cost > l.capacity+eps:
+		d.RetryAfter = Never
+	case s.A+cost <= l.capacity+eps:
+		d.Allowed = true
+		if n := len(s.Log); n >= MaxLogQuota {
+			// The log is full: merge into the newest entry, moved to
+			// now. A copy keeps the caller's state intact.
+			log := make([]LogEntry, n)
+			copy(log, s.Log)
+			log[n-1] = LogEntry{T: now, Cost: log[n-1].Cost + cost}
+			s.Log = log
+		} else {
+			// Appending writes past the caller's length only, so the
+			// caller's state is intact too.
+			s.Log = append(s.Log, LogEntry{T: now, Cost: cost})
+		}
+		s.A += cost
+	default:
+		// Wait until enough of the oldest entries expire.
+		need := s.A + cost - l.capacity
+		for _, e := range s.Log {
+			need -= e.Cost
+			if need <= eps {
+				d.RetryAfter = duration(float64(e.T + l.period - now))
+				break
+			}
+		}
+		if d.RetryAfter == 0 {
+			d.RetryAfter = 1
+		}
+	}
+	d.Remaining = nonNegative(l.capacity - s.A)
+	if n := len(s.Log); n > 0 {
+		d.Reset = duration(float64(s.Log[n-1].T + l.period - now))
+	}
+	return s, d
+}
+
+// trimLog drops the entries that no longer count at now, by reslicing (the
+// caller's slice is left intact), and keeps the sum exact: it is recomputed
+// whenever the log empties, so float error cannot accumulate.
+func (l *Limit) trimLog(s State, now int64) State {
+	i := 0
+	for i < len(s.Log) && s.Log[i].T+l.period <= now {
+		s.A -= s.Log[i].Cost
+		i++
+	}
+	if i > 0 {
+		s.Log = s.Log[i:]
+	}
+	if len(s.Log) == 0 {
+		s.Log, s.A = nil, 0
+	}
+	return s
+}
+
+// refundLog removes cost from the newest entries.
+func (l *Limit) refundLog(s State, cost float64) State {
+	n := len(s.Log)
+	if n == 0 {
+		return s
+	}
+	log := make([]LogEntry, n)
+	copy(log, s.Log)
+	for n > 0 && cost > eps {
+		e := &log[n-1]
+		if e.Cost > cost+eps {
+			e.Cost -= cost
+			s.A -= cost
+			break
+		}
+		cost -= e.Cost
+		s.A -= e.Cost
+		n--
+	}
+	s.Log = log[:n]
+	if n == 0 {
+		s.Log, s.A = nil, 0
+	}
+	return s
+}
