@@ -1,0 +1,329 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// MaxForwardedHops is the most X-Forwarded-For entries [ClientIP] examines,
+// counted from the right. Entries further left are never looked at, so a
+// hostile header of any length costs the same bounded work and no
+// allocation proportional to its size. A chain of more than this many
+// trusted or excluded proxies is treated like a header that names no client.
+const MaxForwardedHops = 32
+
+// The forwarding headers ClientIP understands, in canonical form.
+const (
+	headerXFF    = "X-Forwarded-For"
+	headerRealIP = "X-Real-Ip" // canonical form of X-Real-IP
+)
+
+// maxHopLength is the longest X-Forwarded-For entry worth parsing: a
+// bracketed IPv6 address with an IPv4 tail, a zone and a port fits easily.
+// Longer entries are garbage and are rejected before parsing.
+const maxHopLength = 96
+
+// ClientIP derives the address of the client that sent a request.
+//
+// The direct peer (the IP of Request.RemoteAddr) is the client unless it is
+// one of TrustedProxies; only then is the forwarding header consulted, so a
+// header sent by an untrusted peer can never choose the address. When the
+// peer is trusted but the header is absent, malformed, names no client
+// within [MaxForwardedHops] entries, or is shorter than Depth, the peer's
+// own address is the client: every request relayed that way shares the
+// proxy's address rather than being attributed to an address the header
+// does not establish.
+//
+// Addresses are normalized: IPv4-mapped IPv6 addresses are unmapped and IPv6
+// zones are dropped. The zero ClientIP trusts no proxy and keys every
+// request by its peer's full address. A ClientIP must pass Validate before
+// use and must not be modified afterwards; it is then safe for concurrent
+// use.
+type ClientIP struct {
+	// TrustedProxies are the direct peers whose forwarding header is
+	// believed; when walking X-Forwarded-For from the right they are also
+	// skipped. Empty: the header is never believed.
+	TrustedProxies []netip.Prefix
+	// Header names the forwarding header: "X-Forwarded-For" (the default,
+	// when empty) or "X-Real-IP", in any letter case.
+	Header string
+	// Depth, like Traefik's ipStrategy.depth, selects the Depth-th
+	// X-Forwarded-For entry counted from the right (1 is the rightmost,
+	// the address the trusted peer itself appended); empty entries count
+	// as positions. Zero walks the entries from the right, skipping those
+	// in TrustedProxies or ExcludedIPs, and takes the first other address
+	// (the "rightmost untrusted" rule); if every entry is skipped, the
+	// leftmost one is the client, as with NGINX's real_ip_recursive.
+	// At most MaxForwardedHops. X-Forwarded-For only.
+	Depth int
+	// ExcludedIPs, like Traefik's ipStrategy.excludedIPs, are skipped, in
+	// addition to TrustedProxies, when walking X-Forwarded-For from the
+	// right. They are not trusted as peers. Only with Depth 0 and
+	// X-Forwarded-For.
+	ExcludedIPs []netip.Prefix
+	// IPv4Prefix and IPv6Prefix group client addresses by network for
+	// Key: 24 keys an IPv4 client by its /24, 64 an IPv6 client by its /64.
+	// Zero, or the full length (32 or 128), keys by the full address.
+	IPv4Prefix, IPv6Prefix int
+}
+
+// ParsePrefixes parses a list of CIDR prefixes ("10.0.0.0/8",
+// "2001:db8::/32") and bare addresses ("127.0.0.1" means 127.0.0.1/32,
+// "::1" means ::1/128). Surrounding spaces are ignored, host bits are
+// cleared, a zone on a bare address is dropped, and IPv4-mapped IPv6
+// prefixes ("::ffff:10.0.0.0/104") become the IPv4 prefixes they denote,
+// because [ClientIP] unmaps addresses before matching them. The error names
+// the first bad entry.
+func ParsePrefixes(list []string) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(list))
+	for _, raw := range list {
+		s := strings.TrimSpace(raw)
+		if s == "" {
+			return nil, fmt.Errorf("prefix %q: empty entry", raw)
+		}
+		var p netip.Prefix
+		if strings.IndexByte(s, '/') >= 0 {
+			var err error
+			p, err = netip.ParsePrefix(s)
+			if err != nil {
+				return nil, fmt.Errorf("prefix %q: not a CIDR prefix or an IP address", raw)
+			}
+		} else {
+			a, err := netip.ParseAddr(s)
+			if err != nil {
+				return nil, fmt.Errorf("prefix %q: not a CIDR prefix or an IP address", raw)
+			}
+			a = a.WithZone("")
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// Validate checks c, naming the offending field in its error. It does not
+// modify c.
+func (c *ClientIP) Validate() error {
+	for _, p := range c.TrustedProxies {
+		if !p.IsValid() {
+			return fmt.Errorf("trusted_proxies: invalid prefix %v", p)
+		}
+	}
+	for _, p := range c.ExcludedIPs {
+		if !p.IsValid() {
+			return fmt.Errorf("excluded_ips: invalid prefix %v", p)
+		}
+	}
+	realIP := false
+	switch {
+	case c.Header == "" || strings.EqualFold(c.Header, headerXFF):
+	case strings.EqualFold(c.Header, headerRealIP):
+		realIP = true
+	default:
+		return fmt.Errorf("header %q: unknown (want X-Forwarded-For or X-Real-IP)", c.Header)
+	}
+	if c.Depth < 0 || c.Depth > MaxForwardedHops {
+		return fmt.Errorf("depth: must be between 0 and %d, got %d", MaxForwardedHops, c.Depth)
+	}
+	if realIP && c.Depth != 0 {
+		return errors.New("depth: applies to X-Forwarded-For only, not X-Real-IP")
+	}
+	if len(c.ExcludedIPs) > 0 {
+		if realIP {
+			return errors.New("excluded_ips: apply to X-Forwarded-For only, not X-Real-IP")
+		}
+		if c.Depth != 0 {
+			return errors.New("excluded_ips: only apply when depth is 0 (Traefik silently ignores them when depth is set; sluice refuses)")
+		}
+	}
+	if c.IPv4Prefix < 0 || c.IPv4Prefix > 32 {
+		return fmt.Errorf("ipv4_prefix: must be between 0 and 32, got %d", c.IPv4Prefix)
+	}
+	if c.IPv6Prefix < 0 || c.IPv6Prefix > 128 {
+		return fmt.Errorf("ipv6_prefix: must be between 0 and 128, got %d", c.IPv6Prefix)
+	}
+	return nil
+}
+
+// Addr returns the client's full address (before IPv4Prefix/IPv6Prefix
+// grouping), unmapped and without zone. It reports false only when the
+// peer address, Request.RemoteAddr, is not an IP address (as for a Unix
+// socket listener); a forwarding header is never needed for an answer.
+func (c *ClientIP) Addr(r *http.Request) (netip.Addr, bool) {
+	a, _, ok := c.client(r)
+	return a, ok
+}
+
+// Key returns the client's address grouped by IPv4Prefix or IPv6Prefix, as
+// text: "203.0.113.0/24" for a group, "203.0.113.7" for a full address. It
+// reports false when Addr does. It allocates only the returned string, and
+// not even that for an IPv4 peer keyed by its full address.
+func (c *ClientIP) Key(r *http.Request) (string, bool) {
+	a, text, ok := c.client(r)
+	if !ok {
+		return "", false
+	}
+	bits, full := c.IPv6Prefix, 128
+	if a.Is4() {
+		bits, full = c.IPv4Prefix, 32
+	}
+	if bits > 0 && bits < full {
+		return formatAddr(a, bits), true
+	}
+	if text != "" {
+		return text, true
+	}
+	return formatAddr(a, full), true
+}
+
+// formatAddr formats a as a prefix of the given length, or as an address
+// when bits is its full length, allocating only the result.
+func formatAddr(a netip.Addr, bits int) string {
+	var buf [64]byte // fits any unzoned address or prefix
+	if bits == a.BitLen() {
+		return string(a.AppendTo(buf[:0]))
+	}
+	p, _ := a.Prefix(bits) // 0 < bits < a.BitLen()
+	return string(p.AppendTo(buf[:0]))
+}
+
+// client returns the client's address and, when it is at hand without
+// allocating, its canonical text (else "").
+func (c *ClientIP) client(r *http.Request) (netip.Addr, string, bool) {
+	peer, text, ok := parsePeer(r.RemoteAddr)
+	if !ok {
+		return netip.Addr{}, "", false
+	}
+	if len(c.TrustedProxies) == 0 || !containsAddr(c.TrustedProxies, peer) {
+		return peer, text, true
+	}
+	if c.Header == "" || c.Header == headerXFF || strings.EqualFold(c.Header, headerXFF) {
+		if a, ok := c.fromForwardedFor(r.Header[headerXFF]); ok {
+			return a, "", true
+		}
+	} else if strings.EqualFold(c.Header, headerRealIP) {
+		// A proxy sets X-Real-IP; if several lines arrive, the last one
+		// is the nearest proxy's.
+		if v := r.Header[headerRealIP]; len(v) > 0 {
+			if a, ok := parseHop(v[len(v)-1]); ok {
+				return a, "", true
+			}
+		}
+	}
+	return peer, text, true
+}
+
+// fromForwardedFor picks the client from the X-Forwarded-For lines, read as
+// one comma-separated list, examining at most MaxForwardedHops entries from
+// the right. It reports false when the header names no client.
+func (c *ClientIP) fromForwardedFor(lines []string) (netip.Addr, bool) {
+	var leftmost netip.Addr // last skipped entry, for Depth 0
+	n := 0                  // entries examined
+	for li := len(lines) - 1; li >= 0; li-- {
+		s := lines[li]
+		for {
+			if n == MaxForwardedHops {
+				return netip.Addr{}, false
+			}
+			n++
+			i := strings.LastIndexByte(s, ',')
+			if c.Depth > 0 {
+				if n == c.Depth {
+					return parseHop(s[i+1:])
+				}
+			} else {
+				a, ok := parseHop(s[i+1:])
+				if !ok {
+					return netip.Addr{}, false
+				}
+				// The prefix checks are written out: this loop may run
+				// MaxForwardedHops times, and under Yaegi every
+				// interpreted call costs about a microsecond.
+				skip := false
+				for _, p := range c.TrustedProxies {
+					if p.Contains(a) {
+						skip = true
+						break
+					}
+				}
+				for j := 0; !skip && j < len(c.ExcludedIPs); j++ {
+					skip = c.ExcludedIPs[j].Contains(a)
+				}
+				if !skip {
+					return a, true
+				}
+				leftmost = a
+			}
+			if i < 0 {
+				break
+			}
+			s = s[:i]
+		}
+	}
+	return leftmost, leftmost.IsValid()
+}
+
+// parsePeer parses Request.RemoteAddr, normally "ip:port", also accepting a
+// bare IP. text is the address's canonical form when RemoteAddr holds it
+// verbatim (an IPv4 peer), else "".
+func parsePeer(remote string) (netip.Addr, string, bool) {
+	if ap, err := netip.ParseAddrPort(remote); err == nil {
+		a := ap.Addr()
+		if a.Is4() {
+			// netip accepts only the canonical dotted quad, so the text
+			// before the port is the address's String.
+			return a, remote[:strings.LastIndexByte(remote, ':')], true
+		}
+		return a.Unmap().WithZone(""), "", true
+	}
+	a, err := netip.ParseAddr(remote)
+	if err != nil {
+		return netip.Addr{}, "", false
+	}
+	return a.Unmap().WithZone(""), "", true
+}
+
+// parseHop parses one forwarding-header entry: an IP address, optionally
+// with a port ("203.0.113.7:4711", "[2001:db8::1]:443") or in brackets,
+// surrounded by optional spaces or tabs. Anything else is garbage.
+func parseHop(s string) (netip.Addr, bool) {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	if s == "" || len(s) > maxHopLength {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		if s[0] == '[' && s[len(s)-1] == ']' {
+			a, err = netip.ParseAddr(s[1 : len(s)-1])
+		} else {
+			var ap netip.AddrPort
+			ap, err = netip.ParseAddrPort(s)
+			a = ap.Addr()
+		}
+		if err != nil {
+			return netip.Addr{}, false
+		}
+	}
+	return a.Unmap().WithZone(""), true
+}
+
+// containsAddr reports whether any of prefixes contains a.
+func containsAddr(prefixes []netip.Prefix, a netip.Addr) bool {
+	for _, p := range prefixes {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,405 @@
+package core
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// KeySpec builds a request's key from an ordered list of request parts. It
+// is built by ParseKeySpec and safe for concurrent use.
+type KeySpec struct {
+	parts []keyPart
+	ip    *ClientIP
+}
+
+// partKind is the kind of one key part.
+type partKind int
+
+const (
+	partClientIP partKind = iota
+	partHeader
+	partHost
+	partMethod
+	partPath
+	partQuery
+	partCookie
+	partConst
+)
+
+// keyPart is one parsed key part; arg is the canonical header name, the
+// query parameter or cookie name, or the constant value.
+type keyPart struct {
+	kind partKind
+	arg  string
+}
+
+// ParseKeySpec parses the parts of a key, in order:
+//
+//	client_ip       the client address, as derived by ip (see [ClientIP.Key])
+//	header:<Name>   the first value of request header Name
+//	host            the requested host, lowercased, without port or IPv6 brackets
+//	method          the request method
+//	path            the URL path, decoded but not cleaned ("/a//b" stays)
+//	query:<name>    the first value of query parameter name, decoded
+//	cookie:<name>   the value of cookie name
+//	const:<value>   value itself: a key shared by every request (a global limit)
+//
+// Kinds are lowercase; a header name is matched in any letter case, query
+// parameter and cookie names exactly. Surrounding spaces are ignored. An
+// empty or nil parts means client_ip alone. A nil ip means the zero
+// [ClientIP] (no trusted proxy); ip is validated here and must not be
+// modified afterwards. Errors name the offending part.
+func ParseKeySpec(parts []string, ip *ClientIP) (*KeySpec, error) {
+	if ip == nil {
+		ip = &ClientIP{}
+	}
+	if err := ip.Validate(); err != nil {
+		return nil, fmt.Errorf("client_ip: %w", err)
+	}
+	k := &KeySpec{ip: ip}
+	if len(parts) == 0 {
+		k.parts = []keyPart{{kind: partClientIP}}
+		return k, nil
+	}
+	k.parts = make([]keyPart, 0, len(parts))
+	for _, raw := range parts {
+		p, err := parseKeyPart(strings.TrimSpace(raw))
+		if err != nil {
+			return nil, fmt.Errorf("key part %q: %w", raw, err)
+		}
+		k.parts = append(k.parts, p)
+	}
+	return k, nil
+}
+
+func parseKeyPart(s string) (keyPart, error) {
+	kind, arg, hasArg := strings.Cut(s, ":")
+	noArg := func(p partKind) (keyPart, error) {
+		if hasArg {
+			return keyPart{}, fmt.Errorf("%s takes no argument", kind)
+		}
+		return keyPart{kind: p}, nil
+	}
+	named := func(p partKind, what string) (keyPart, error) {
+		if arg == "" {
+			return keyPart{}, fmt.Errorf("want %s:<%s>", kind, what)
+		}
+		return keyPart{kind: p, arg: arg}, nil
+	}
+	switch kind {
+	case "client_ip":
+		return noArg(partClientIP)
+	case "host":
+		return noArg(partHost)
+	case "method":
+		return noArg(partMethod)
+	case "path":
+		return noArg(partPath)
+	case "header":
+		if arg == "" {
+			return keyPart{}, fmt.Errorf("want header:<Name>")
+		}
+		if !isToken(arg) {
+			return keyPart{}, fmt.Errorf("header name %q: not a valid header name", arg)
+		}
+		name := http.CanonicalHeaderKey(arg)
+		if name == "Host" {
+			return keyPart{}, fmt.Errorf("use the host part: Go moves the Host header to Request.Host")
+		}
+		return keyPart{kind: partHeader, arg: name}, nil
+	case "query":
+		return named(partQuery, "name")
+	case "cookie":
+		if arg != "" && !isToken(arg) {
+			return keyPart{}, fmt.Errorf("cookie name %q: not a valid cookie name", arg)
+		}
+		return named(partCookie, "name")
+	case "const":
+		return named(partConst, "value")
+	}
+	return keyPart{}, fmt.Errorf("unknown kind %q (want client_ip, header:<Name>, host, method, path, query:<name>, cookie:<name> or const:<value>)", kind)
+}
+
+// isToken reports whether s is an RFC 9110 token, the syntax of header and
+// cookie names.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if strings.IndexByte("!#$%&'*+-.^_`|~", c) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Key returns r's key, bounded by [BoundKey]. It reports false when any part
+// is missing or empty (no such header, query parameter or cookie, no usable
+// client address); see [MissingKey] for what to do then.
+//
+// A single part's key is its value; one that begins with byte 0x00 or 0x01
+// gets a 0x01 prefix, so that no key begins with 0x00 (a prefix reserved for
+// [MissingKey.Resolve]). Several parts are encoded as
+// "<len>:<value>|<len>:<value>...", lengths in decimal bytes, so distinct
+// value lists never share a key. The key may share memory with the request;
+// a store that keeps it beyond the request should copy it.
+func (k *KeySpec) Key(r *http.Request) (string, bool) {
+	if len(k.parts) > 1 {
+		return k.composite(r)
+	}
+	// One part. The common kinds are handled inline: under Yaegi every
+	// interpreted call costs about a microsecond.
+	p := &k.parts[0]
+	var v string
+	switch p.kind {
+	case partClientIP:
+		// An address or prefix: short, and never begins with 0x00.
+		return k.ip.Key(r)
+	case partHeader:
+		if vs := r.Header[p.arg]; len(vs) > 0 {
+			v = vs[0]
+		}
+	default:
+		v = k.value(p, r)
+	}
+	if v == "" {
+		return "", false
+	}
+	if v[0] <= 1 {
+		v = "\x01" + v
+	}
+	if len(v) > MaxKeyLength {
+		v = digestKey(v)
+	}
+	return v, true
+}
+
+// composite builds the key of several parts. Plain concatenation costs
+// two allocations more than a strings.Builder when compiled, but under
+// Yaegi it takes half the time: the Builder's every method is a call.
+func (k *KeySpec) composite(r *http.Request) (string, bool) {
+	key := ""
+	for i := range k.parts {
+		v := k.value(&k.parts[i], r)
+		if v == "" {
+			return "", false
+		}
+		if i > 0 {
+			key += "|"
+		}
+		key += strconv.Itoa(len(v)) + ":" + v
+	}
+	return BoundKey(key), true
+}
+
+// value returns the value of one part for r, or "" when it is missing.
+func (k *KeySpec) value(p *keyPart, r *http.Request) string {
+	switch p.kind {
+	case partClientIP:
+		v, _ := k.ip.Key(r)
+		return v
+	case partHeader:
+		if vs := r.Header[p.arg]; len(vs) > 0 {
+			return vs[0]
+		}
+	case partHost:
+		return strings.ToLower(stripPort(r.Host))
+	case partMethod:
+		if r.Method == "" {
+			return http.MethodGet // Request.Method documents "" as GET
+		}
+		return r.Method
+	case partPath:
+		if r.URL != nil {
+			return r.URL.Path
+		}
+	case partQuery:
+		if r.URL != nil {
+			return queryValue(r.URL.RawQuery, p.arg)
+		}
+	case partCookie:
+		if c, err := r.Cookie(p.arg); err == nil {
+			return c.Value
+		}
+	case partConst:
+		return p.arg
+	}
+	return ""
+}
+
+// stripPort removes the port from a Host value and the brackets around an
+// IPv6 literal: "Example.com:8080" → "Example.com", "[::1]:443" → "::1".
+func stripPort(host string) string {
+	if len(host) > 0 && host[0] == '[' {
+		if end := strings.IndexByte(host, ']'); end > 0 {
+			return host[1:end]
+		}
+		return host
+	}
+	if i := strings.IndexByte(host, ':'); i >= 0 && strings.IndexByte(host[i+1:], ':') < 0 {
+		return host[:i]
+	}
+	return host
+}
+
+// queryValue returns the decoded value of the first parameter of the raw
+// query whose decoded name is name, like url.ParseQuery(raw).Get(name) but
+// without building the whole map: it allocates only to decode the value it
+// returns. Pairs with malformed escapes are skipped, as ParseQuery does;
+// pairs containing a semicolon, which ParseQuery rejects, are skipped too.
+func queryValue(raw, name string) string {
+	for raw != "" {
+		pair := raw
+		if i := strings.IndexByte(raw, '&'); i >= 0 {
+			pair, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = ""
+		}
+		if pair == "" || strings.IndexByte(pair, ';') >= 0 {
+			continue
+		}
+		key, val, _ := strings.Cut(pair, "=")
+		if !unescapedEquals(key, name) {
+			continue
+		}
+		if strings.IndexByte(val, '%') < 0 && strings.IndexByte(val, '+') < 0 {
+			return val
+		}
+		if v, err := url.QueryUnescape(val); err == nil {
+			return v
+		}
+	}
+	return ""
+}
+
+// unescapedEquals reports whether the query-escaped s decodes to name,
+// without allocating; a malformed escape never matches.
+func unescapedEquals(s, name string) bool {
+	j := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch c {
+		case '+':
+			c = ' '
+		case '%':
+			if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
+				return false
+			}
+			c = unhex(s[i+1])<<4 | unhex(s[i+2])
+			i += 2
+		}
+		if j >= len(name) || name[j] != c {
+			return false
+		}
+		j++
+	}
+	return j == len(name)
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c >= 'a':
+		return c - 'a' + 10
+	case c >= 'A':
+		return c - 'A' + 10
+	}
+	return c - '0'
+}
+
+// BoundKey returns key unchanged if it is at most MaxKeyLength bytes long,
+// else a 33-byte digest of it: "#" followed by the first 32 hexadecimal
+// digits (128 bits) of its SHA-256. It reads a long key in fixed-size
+// chunks, so a 64 KiB key costs no allocation proportional to its length.
+func BoundKey(key string) string {
+	if len(key) <= MaxKeyLength {
+		return key
+	}
+	return digestKey(key)
+}
+
+// digestKey returns BoundKey's digest of key. It is apart from BoundKey
+// because Yaegi allocates a function's local arrays on every call, even on
+// paths that do not use them.
+func digestKey(key string) string {
+	h := sha256.New()
+	var chunk [4096]byte
+	for off := 0; off < len(key); {
+		n := copy(chunk[:], key[off:])
+		h.Write(chunk[:n])
+		off += n
+	}
+	var sum [sha256.Size]byte
+	var out [33]byte
+	out[0] = '#'
+	hex.Encode(out[1:], h.Sum(sum[:0])[:16])
+	return string(out[:])
+}
+
+// MissingKey says what to do with a request whose key cannot be built
+// ([KeySpec.Key] reports false). The zero value is MissingSkip.
+type MissingKey int
+
+const (
+	// MissingSkip exempts the request from the limit.
+	MissingSkip MissingKey = iota
+	// MissingShared counts every request without a key in one bucket
+	// shared by all of them.
+	MissingShared
+)
+
+// missingSharedKey is MissingShared's key. Built keys never begin with 0x00
+// (see KeySpec.Key), so it collides with none of them.
+const missingSharedKey = "\x00missing"
+
+// ParseMissingKey parses a policy name: "skip" (also the empty string) or
+// "shared".
+func ParseMissingKey(s string) (MissingKey, error) {
+	switch s {
+	case "", "skip":
+		return MissingSkip, nil
+	case "shared":
+		return MissingShared, nil
+	}
+	return 0, fmt.Errorf("missing key policy %q: unknown (want skip or shared)", s)
+}
+
+// String returns the policy's name as ParseMissingKey reads it.
+func (m MissingKey) String() string {
+	switch m {
+	case MissingSkip:
+		return "skip"
+	case MissingShared:
+		return "shared"
+	}
+	return "MissingKey(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Resolve returns the key to charge for a request whose key is (key, ok),
+// as returned by [KeySpec.Key], and whether the limit applies at all. A
+// built key (ok and non-empty) is used as is. Otherwise MissingShared
+// charges the fixed key "\x00missing", which no built key can equal, and
+// MissingSkip (or an unknown policy) reports that the limit does not apply.
+// An empty key is treated as missing, never as a key.
+func (m MissingKey) Resolve(key string, ok bool) (string, bool) {
+	if ok && key != "" {
+		return key, true
+	}
+	if m == MissingShared {
+		return missingSharedKey, true
+	}
+	return "", false
+}
