@@ -46,7 +46,7 @@ var Algorithms = []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindo
 const MaxLogQuota = 10000
 
 // MaxKeyLength is the longest raw key kept verbatim; longer keys are replaced
-// by a fixed-length digest (see [Limit.StoreKey]), so a 64 KiB header costs
+// by a fixed-length digest (see [BoundKey]), so a 64 KiB header costs
 // no more memory than a short one.
 const MaxKeyLength = 128
 
@@ -136,6 +136,8 @@ type Limit struct {
 	unit     float64 // nanoseconds of the period per cost unit
 	period   int64   // Rate.Period in nanoseconds
 	capacity float64 // effective burst
+	// answer holds the constant strings of its HTTP answers (answer.go).
+	answer limitAnswer
 }
 
 // Validate checks l, naming the offending field in its error, and fills in
@@ -203,6 +205,7 @@ func (l *Limit) validate() error {
 	l.unit = float64(l.period) / l.Rate.Quota
 	l.ns = l.Name + ":" + string(l.Algorithm)
 	l.nsHash = fnv1a(l.ns)
+	l.answer = newLimitAnswer(l, l.Rate.Quota)
 	return nil
 }
 

@@ -1,0 +1,501 @@
+package core
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// HeaderSet selects the families of rate-limit response headers a
+// [Responder] writes. Sets combine with |.
+type HeaderSet uint8
+
+// The header families. Every value is the decision's: Remaining is floored
+// to whole cost units, Reset rounded up to whole seconds.
+const (
+	// HeadersIETF writes the two fields of draft-ietf-httpapi-ratelimit-headers-10:
+	//
+	//	RateLimit-Policy: "api";q=100;w=60
+	//	RateLimit: "api";r=42;t=17
+	//
+	// q is the quota, w the period in seconds (rounded up), r the remaining
+	// cost units, t the seconds until the limit is whole again. The draft
+	// makes q and r Integers, so a fractional quota is floored here (2.5
+	// becomes q=2). Both fields are omitted when the decision has no
+	// validated Limit, whose name they need.
+	HeadersIETF HeaderSet = 1 << iota
+	// HeadersLegacy writes the fields of the earlier drafts (up to -06):
+	// RateLimit-Limit (the quota, floored to an Integer as above),
+	// RateLimit-Remaining and RateLimit-Reset (delta seconds).
+	HeadersLegacy
+	// HeadersX writes the de-facto X-RateLimit-Limit (the quota, with up to
+	// three decimals when fractional: "2.5"), X-RateLimit-Remaining and
+	// X-RateLimit-Reset (Unix time in seconds, as GitHub does).
+	HeadersX
+
+	// HeadersOff writes no rate-limit headers; it is the zero HeaderSet.
+	HeadersOff HeaderSet = 0
+	// DefaultHeaders is the standard fields plus the X- fields most clients
+	// already read.
+	DefaultHeaders = HeadersIETF | HeadersX
+)
+
+// allHeaders is the union of every defined header family.
+const allHeaders = HeadersIETF | HeadersLegacy | HeadersX
+
+// ParseHeaderSet reads a header set from its names, case-insensitively:
+// "ietf", "legacy", "x", or "off" (which must stand alone). Blank names are
+// ignored; no name at all means [DefaultHeaders]. The error names the first
+// unknown value.
+func ParseHeaderSet(names []string) (HeaderSet, error) {
+	var set HeaderSet
+	given, off := false, false
+	for _, n := range names {
+		switch strings.ToLower(strings.TrimSpace(n)) {
+		case "":
+			continue
+		case "ietf":
+			set |= HeadersIETF
+		case "legacy":
+			set |= HeadersLegacy
+		case "x":
+			set |= HeadersX
+		case "off":
+			off = true
+		default:
+			return 0, fmt.Errorf("headers %q: unknown (want ietf, legacy, x or off)", n)
+		}
+		given = true
+	}
+	if off {
+		if set != HeadersOff {
+			return 0, fmt.Errorf("headers %q: off cannot be combined with other header sets", strings.Join(names, ","))
+		}
+		return HeadersOff, nil
+	}
+	if !given {
+		return DefaultHeaders, nil
+	}
+	return set, nil
+}
+
+// BodyFormat selects the body of a 429 answer.
+type BodyFormat uint8
+
+// The body formats. No body ever contains the request's key or the client's
+// address; the policy name is the only variable text besides the seconds.
+const (
+	// BodyJSON is application/json:
+	//
+	//	{"error":"rate_limited","retryable":true,"retry_after":5,"policy":"api"}
+	//
+	// retry_after (whole seconds, equal to Retry-After) is omitted and
+	// retryable is false when the cost exceeds the limit's capacity; policy
+	// is omitted when the decision has no validated Limit.
+	BodyJSON BodyFormat = iota
+	// BodyProblem is an RFC 9457 application/problem+json document of the
+	// quota-exceeded type of draft-ietf-httpapi-ratelimit-headers:
+	//
+	//	{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
+	//	 "title":"Request cannot be satisfied as assigned quota has been exceeded",
+	//	 "status":429,"detail":"Retry in 5 s.","violated-policies":["api"]}
+	//
+	// detail is "Retry in N s." with N equal to Retry-After, or, when the
+	// cost exceeds the limit's capacity, a sentence saying that retrying
+	// cannot succeed. violated-policies is omitted when the decision has no
+	// validated Limit.
+	BodyProblem
+	// BodyText is text/plain: "429 Too Many Requests: retry in 5 s\n".
+	BodyText
+	// BodyNone sends no body (Content-Length: 0).
+	BodyNone
+)
+
+// ParseBodyFormat reads a body format, case-insensitively: "json" (also the
+// meaning of ""), "problem", "text" or "none". The error names the value.
+func ParseBodyFormat(s string) (BodyFormat, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "json":
+		return BodyJSON, nil
+	case "problem":
+		return BodyProblem, nil
+	case "text":
+		return BodyText, nil
+	case "none":
+		return BodyNone, nil
+	}
+	return 0, fmt.Errorf("body %q: unknown (want json, problem, text or none)", s)
+}
+
+// Responder writes sluice's rate-limit headers and 429 answers. It is the
+// one place where both adapters turn a [Decision] into HTTP. Its zero value
+// writes no rate-limit headers and JSON bodies; set Headers to
+// [DefaultHeaders] for the usual fields. A Responder must pass Validate and
+// must not be modified afterwards; it is then safe for concurrent use.
+type Responder struct {
+	// Headers selects the rate-limit header families to write.
+	Headers HeaderSet
+	// Body selects the format of a 429 answer's body.
+	Body BodyFormat
+	// Jitter, between 0 and 1, lengthens each Retry-After by a random
+	// fraction of itself of at most Jitter (0.2: by 0 to 20%), so that
+	// clients rejected together do not all retry at the same second.
+	// Zero sends the exact time.
+	Jitter float64
+	// Rand returns numbers in [0, 1) for the jitter; values outside are
+	// clamped. Nil means math/rand's Float64. It must be safe for
+	// concurrent use.
+	Rand func() float64
+}
+
+// Validate reports the first field of r that is out of range.
+func (r *Responder) Validate() error {
+	if r.Headers&^allHeaders != 0 {
+		return fmt.Errorf("headers: unknown header set bits %#x", uint8(r.Headers&^allHeaders))
+	}
+	if r.Body > BodyNone {
+		return fmt.Errorf("body: unknown format %d", r.Body)
+	}
+	if !(r.Jitter >= 0 && r.Jitter <= 1) {
+		return fmt.Errorf("jitter: must be between 0 and 1, got %v", r.Jitter)
+	}
+	return nil
+}
+
+// Under Yaegi, entering a function costs about a microsecond plus tens of
+// nanoseconds for every variable and intermediate value in its whole body,
+// executed or not (measured: 36 arithmetic operations add about 4 µs), and every call into the standard library about a
+// microsecond. SetHeaders runs on every response and Reject on every
+// rejection, so both keep their bodies short, move rare cases into helpers
+// (answerFor, jittered, appendBody), inline the arithmetic of ceilSeconds
+// and floorUnits, format all numbers into one buffer that becomes one
+// string, give every header a window of one []string, and assign keys in
+// canonical form instead of calling http.Header.Set.
+
+// SetHeaders writes the rate-limit headers of r.Headers for d into h,
+// replacing any values they had; it writes each header once and nothing
+// else. Adapters call it on every response the limit decided, allowed ones
+// included. nowUnix is the wall clock in Unix seconds, used only for
+// X-RateLimit-Reset. A nil d, or r.Headers of HeadersOff, writes nothing;
+// a caller on the hot path may skip the call then, which under Yaegi saves
+// the several microseconds of entering it.
+func (r *Responder) SetHeaders(h http.Header, d *Decision, nowUnix int64) {
+	set := r.Headers
+	if set == HeadersOff || d == nil {
+		return
+	}
+	var a *limitAnswer
+	if d.Limit != nil && d.Limit.answer.ready && d.Limit.answer.quota == d.Quota {
+		a = &d.Limit.answer
+	} else {
+		a = answerFor(d)
+	}
+	ietf := set&HeadersIETF != 0 && a.ready
+	rem := int64(0) // floorUnits(d.Remaining)
+	if d.Remaining >= maxSFInteger {
+		rem = maxSFInteger
+	} else if d.Remaining > 0 {
+		rem = int64(d.Remaining)
+	}
+	reset := int64(d.Reset / time.Second) // ceilSeconds(d.Reset)
+	if d.Reset%time.Second > 0 {
+		reset++
+	} else if reset < 0 {
+		reset = 0
+	}
+
+	// b is ["api";r=]REM;t=RST[UNIX]; the RateLimit value is its prefix up
+	// to the end of RST.
+	var buf [64]byte
+	b := buf[:0]
+	if ietf {
+		b = append(b, a.ietfPrefix...)
+	}
+	remFrom := len(b)
+	b = strconv.AppendInt(b, rem, 10)
+	remTo := len(b)
+	b = append(b, ";t="...)
+	rstFrom := len(b)
+	b = strconv.AppendInt(b, reset, 10)
+	rstTo := len(b)
+	if set&HeadersX != 0 {
+		b = strconv.AppendInt(b, nowUnix+reset, 10)
+	}
+	s := string(b)
+
+	// Each value is a one-element window whose capacity ends with it, so an
+	// append to one header reallocates instead of overwriting the next.
+	vals := make([]string, 8)
+	if ietf {
+		vals[0], vals[1] = a.policy, s[:rstTo]
+		h["Ratelimit-Policy"] = vals[0:1:1]
+		h["Ratelimit"] = vals[1:2:2]
+	}
+	if set&HeadersLegacy != 0 {
+		vals[2], vals[3], vals[4] = a.qInt, s[remFrom:remTo], s[rstFrom:rstTo]
+		h["Ratelimit-Limit"] = vals[2:3:3]
+		h["Ratelimit-Remaining"] = vals[3:4:4]
+		h["Ratelimit-Reset"] = vals[4:5:5]
+	}
+	if set&HeadersX != 0 {
+		vals[5], vals[6], vals[7] = a.qText, s[remFrom:remTo], s[rstTo:]
+		h["X-Ratelimit-Limit"] = vals[5:6:6]
+		h["X-Ratelimit-Remaining"] = vals[6:7:7]
+		h["X-Ratelimit-Reset"] = vals[7:8:8]
+	}
+}
+
+// Reject writes a complete 429 Too Many Requests answer to w for the
+// rejecting decision d: the headers of SetHeaders, Retry-After (whole
+// seconds, rounded up after jitter, at least 1; absent when d.RetryAfter is
+// [Never]), Cache-Control: no-store, Content-Length and, with a body,
+// Content-Type and X-Content-Type-Options: nosniff, then the body of
+// r.Body. A nil d is answered as the zero Decision.
+func (r *Responder) Reject(w http.ResponseWriter, d *Decision, nowUnix int64) {
+	if d == nil {
+		d = &Decision{}
+	}
+	h := w.Header()
+	if r.Headers != HeadersOff {
+		r.SetHeaders(h, d, nowUnix)
+	}
+	retry := int64(-1)
+	if d.RetryAfter != Never {
+		ra := d.RetryAfter
+		if r.Jitter > 0 {
+			ra = r.jittered(ra)
+		}
+		retry = int64(ra / time.Second) // ceilSeconds(ra), at least 1
+		if ra%time.Second > 0 {
+			retry++
+		}
+		if retry < 1 {
+			retry = 1
+		}
+	}
+	var body []byte
+	ctype := ""
+	if r.Body < BodyNone {
+		tails := &noLimitTails
+		if d.Limit != nil && d.Limit.answer.ready {
+			tails = &d.Limit.answer.tails
+		}
+		body = appendBody(&bodyTexts[r.Body], retry, tails[r.Body])
+		ctype = bodyTexts[r.Body].contentType
+	}
+
+	// b is [RETRY]LENGTH.
+	var buf [32]byte
+	b := buf[:0]
+	if retry >= 0 {
+		b = strconv.AppendInt(b, retry, 10)
+	}
+	retryTo := len(b)
+	b = strconv.AppendInt(b, int64(len(body)), 10)
+	s := string(b)
+	vals := make([]string, 5)
+	vals[0], vals[1] = "no-store", s[retryTo:]
+	h["Cache-Control"] = vals[0:1:1]
+	h["Content-Length"] = vals[1:2:2]
+	if retry >= 0 {
+		vals[2] = s[:retryTo]
+		h["Retry-After"] = vals[2:3:3]
+	}
+	if ctype != "" {
+		vals[3], vals[4] = ctype, "nosniff"
+		h["Content-Type"] = vals[3:4:4]
+		h["X-Content-Type-Options"] = vals[4:5:5]
+	}
+	w.WriteHeader(http.StatusTooManyRequests)
+	if len(body) > 0 {
+		_, _ = w.Write(body) // a failed write means the client is gone
+	}
+}
+
+// jittered lengthens ra by ra*r.Jitter*u, u drawn from r.Rand (clamped to
+// [0, 1]) or math/rand, at nanosecond precision and at most to Never-1.
+func (r *Responder) jittered(ra time.Duration) time.Duration {
+	var u float64
+	if r.Rand != nil {
+		u = r.Rand()
+	} else {
+		u = rand.Float64()
+	}
+	if !(u >= 0) {
+		u = 0
+	} else if u > 1 {
+		u = 1
+	}
+	f := float64(ra) * (1 + r.Jitter*u)
+	if !(f < float64(Never)) {
+		return Never - 1
+	}
+	return time.Duration(f)
+}
+
+// bodyText is the constant text of one body format: a retryable answer is
+// retry, the seconds, retryEnd and the tail; the other is never and the
+// tail. The tail (see limitAnswer.tails) closes the document.
+type bodyText struct {
+	retry, retryEnd, never, contentType string
+}
+
+// problemStart opens every problem body, up to the value of "detail".
+const problemStart = `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"detail":`
+
+// bodyTexts holds the texts of each BodyFormat but BodyNone, by value.
+var bodyTexts = [3]bodyText{
+	BodyJSON: {
+		retry:       `{"error":"rate_limited","retryable":true,"retry_after":`,
+		never:       `{"error":"rate_limited","retryable":false`,
+		contentType: "application/json",
+	},
+	BodyProblem: {
+		retry:       problemStart + `"Retry in `,
+		retryEnd:    ` s."`,
+		never:       problemStart + `"The request costs more than the quota allows at once; retrying cannot succeed."`,
+		contentType: "application/problem+json",
+	},
+	BodyText: {
+		retry:       "429 Too Many Requests: retry in ",
+		retryEnd:    " s\n",
+		never:       "429 Too Many Requests: the request costs more than the limit allows at once; retrying cannot succeed\n",
+		contentType: "text/plain; charset=utf-8",
+	},
+}
+
+// noLimitTails close the bodies of a decision without a validated limit,
+// which name no policy.
+var noLimitTails = [3]string{BodyJSON: "}", BodyProblem: "}", BodyText: ""}
+
+// appendBody builds the body of t for retry seconds (-1: never), closed by
+// tail.
+func appendBody(t *bodyText, retry int64, tail string) []byte {
+	if retry < 0 {
+		b := make([]byte, 0, len(t.never)+len(tail))
+		b = append(b, t.never...)
+		return append(b, tail...)
+	}
+	b := make([]byte, 0, len(t.retry)+20+len(t.retryEnd)+len(tail))
+	b = append(b, t.retry...)
+	b = strconv.AppendInt(b, retry, 10)
+	b = append(b, t.retryEnd...)
+	return append(b, tail...)
+}
+
+// maxSFInteger is the largest Integer a structured field can carry (RFC
+// 9651, 15 digits); counts of cost units are clamped to it.
+const maxSFInteger = 999999999999999
+
+// floorUnits floors a non-negative count of cost units to an integer,
+// mapping negative and NaN counts to 0 and clamping at maxSFInteger.
+func floorUnits(x float64) int64 {
+	if !(x > 0) {
+		return 0
+	}
+	if x >= maxSFInteger {
+		return maxSFInteger
+	}
+	return int64(x)
+}
+
+// ceilSeconds rounds d up to whole seconds, 0 for d <= 0; the result, at
+// most 9223372037, fits a structured-field Integer.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	n := int64(d / time.Second)
+	if d%time.Second != 0 {
+		n++
+	}
+	return n
+}
+
+// quotaTexts formats a quota as an Integer (floored, for the structured
+// fields, whose drafts require Integers) and as text with at most three
+// decimals (for X-RateLimit-Limit): 100 → "100", "100"; 2.5 → "2", "2.5";
+// a positive quota under 0.0005 → "0", "0.001".
+func quotaTexts(q float64) (integer, text string) {
+	integer = strconv.FormatInt(floorUnits(q), 10)
+	if !(q > 0) || q >= 1e12 || q == float64(int64(q)) {
+		return integer, integer
+	}
+	text = strconv.FormatFloat(q, 'f', 3, 64)
+	text = strings.TrimRight(strings.TrimRight(text, "0"), ".")
+	if text == "0" {
+		text = "0.001"
+	}
+	return integer, text
+}
+
+// limitAnswer holds the constant strings of a limit's answers, computed
+// once by Validate so that the per-request path only formats numbers.
+type limitAnswer struct {
+	ready      bool      // the limit was validated: the IETF fields and tails name it
+	quota      float64   // the quota the strings were made for
+	policy     string    // RateLimit-Policy value: "api";q=100;w=60
+	ietfPrefix string    // start of the RateLimit value: "api";r=
+	qInt       string    // quota as an Integer (floored)
+	qText      string    // quota with up to three decimals
+	tails      [3]string // ends of the bodies by BodyFormat: ,"policy":"api"} ...
+}
+
+// newLimitAnswer precomputes the answer strings of l advertising quota;
+// l's name and period must be valid. Names are escaped defensively although
+// Validate already refuses quotes and backslashes: in the structured
+// fields, bytes outside printable ASCII become '?' (a String cannot carry
+// them); in bodies, the name is a JSON string as encoding/json writes it.
+func newLimitAnswer(l *Limit, quota float64) limitAnswer {
+	a := limitAnswer{ready: true, quota: quota}
+	a.qInt, a.qText = quotaTexts(quota)
+	sfName := sfString(l.Name)
+	a.policy = sfName + ";q=" + a.qInt + ";w=" + strconv.FormatInt(ceilSeconds(l.Rate.Period), 10)
+	a.ietfPrefix = sfName + ";r="
+	name, err := json.Marshal(l.Name)
+	if err != nil { // cannot happen for a string; keep the body well-formed anyway
+		name = []byte(`""`)
+	}
+	a.tails[BodyJSON] = `,"policy":` + string(name) + `}`
+	a.tails[BodyProblem] = `,"violated-policies":[` + string(name) + `]}`
+	return a
+}
+
+// answerFor makes the answer strings of a decision that SetHeaders cannot
+// take from its limit: without a validated limit, the quota texts alone
+// (no IETF fields, no policy in bodies); with a limit whose decision
+// advertises another quota than its Rate's, the limit's strings for that
+// quota.
+func answerFor(d *Decision) *limitAnswer {
+	var a limitAnswer
+	if d.Limit != nil && d.Limit.answer.ready {
+		a = newLimitAnswer(d.Limit, d.Quota)
+	} else {
+		a.quota, a.tails = d.Quota, noLimitTails
+		a.qInt, a.qText = quotaTexts(d.Quota)
+	}
+	return &a
+}
+
+// sfString quotes s as a structured-field String (RFC 9651): backslash
+// before '"' and '\', '?' for bytes outside printable ASCII.
+func sfString(s string) string {
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20 || c > 0x7e:
+			b = append(b, '?')
+		default:
+			b = append(b, c)
+		}
+	}
+	return string(append(b, '"'))
+}

@@ -1,0 +1,542 @@
+package core
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// answerNow is the wall clock of every answer test, in Unix seconds.
+const answerNow = 1700000000
+
+// validLimit returns a validated limit, failing t when it is not valid.
+func validLimit(t testing.TB, name string, quota float64, period time.Duration) *Limit {
+	t.Helper()
+	l := &Limit{Name: name, Rate: Rate{Quota: quota, Period: period}}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// answerDecisions are the decisions of the golden tests, by name.
+func answerDecisions(t testing.TB) map[string]Decision {
+	api := validLimit(t, "api", 100, time.Minute)
+	frac := validLimit(t, "frac", 2.5, 1500*time.Millisecond)
+	return map[string]Decision{
+		// r=42 (floored), t=18 (17.2 s rounded up).
+		"allowed": {Limit: api, Allowed: true, Quota: 100, Remaining: 42.7, Reset: 17200 * time.Millisecond},
+		// r=0, t=60, Retry-After 5 (4.2 s rounded up).
+		"rejected": {Limit: api, Quota: 100, Remaining: 0.4, Reset: 59500 * time.Millisecond, RetryAfter: 4200 * time.Millisecond},
+		// A cost above the capacity: full bucket, no Retry-After.
+		"never": {Limit: api, Quota: 100, Remaining: 100, RetryAfter: Never},
+		// q=2 (floored Integer), X-RateLimit-Limit 2.5, w=2 (1.5 s rounded up).
+		"frac-allowed":  {Limit: frac, Allowed: true, Quota: 2.5, Remaining: 1.5, Reset: 400 * time.Millisecond},
+		"frac-rejected": {Limit: frac, Quota: 2.5, Remaining: 0.5, Reset: 1 * time.Second, RetryAfter: 200 * time.Millisecond},
+		// No limit: no IETF fields, no policy in bodies.
+		"nolimit": {Quota: 10, Remaining: 3, Reset: 2 * time.Second, RetryAfter: 2 * time.Second},
+	}
+}
+
+// fixedRand returns a Rand that always returns u.
+func fixedRand(u float64) func() float64 { return func() float64 { return u } }
+
+// answerCases are the golden tests: each writes testdata/answer/<name>.golden.
+var answerCases = []struct {
+	name     string
+	r        Responder
+	decision string
+	reject   bool // Reject; otherwise SetHeaders on a 200 response
+}{
+	{"headers-ietf-allowed", Responder{Headers: HeadersIETF}, "allowed", false},
+	{"headers-legacy-allowed", Responder{Headers: HeadersLegacy}, "allowed", false},
+	{"headers-x-allowed", Responder{Headers: HeadersX}, "allowed", false},
+	{"headers-default-allowed", Responder{Headers: DefaultHeaders}, "allowed", false},
+	{"headers-all-allowed", Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX}, "allowed", false},
+	{"headers-off-allowed", Responder{Headers: HeadersOff}, "allowed", false},
+	{"headers-ietf-rejected", Responder{Headers: HeadersIETF}, "rejected", true},
+	{"headers-legacy-rejected", Responder{Headers: HeadersLegacy}, "rejected", true},
+	{"headers-x-rejected", Responder{Headers: HeadersX}, "rejected", true},
+	{"headers-all-rejected", Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX}, "rejected", true},
+	{"headers-off-rejected", Responder{Headers: HeadersOff}, "rejected", true},
+	{"body-json-rejected", Responder{Headers: DefaultHeaders, Body: BodyJSON}, "rejected", true},
+	{"body-json-never", Responder{Headers: DefaultHeaders, Body: BodyJSON}, "never", true},
+	{"body-problem-rejected", Responder{Headers: DefaultHeaders, Body: BodyProblem}, "rejected", true},
+	{"body-problem-never", Responder{Headers: DefaultHeaders, Body: BodyProblem}, "never", true},
+	{"body-text-rejected", Responder{Headers: DefaultHeaders, Body: BodyText}, "rejected", true},
+	{"body-text-never", Responder{Headers: DefaultHeaders, Body: BodyText}, "never", true},
+	{"body-none-rejected", Responder{Headers: DefaultHeaders, Body: BodyNone}, "rejected", true},
+	{"body-none-never", Responder{Headers: DefaultHeaders, Body: BodyNone}, "never", true},
+	{"fractional-allowed", Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX}, "frac-allowed", false},
+	{"fractional-rejected", Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX}, "frac-rejected", true},
+	// 4.2 s lengthened by 0.5*0.9 = 45%: 6.09 s, rounded up to 7.
+	{"jitter-rejected", Responder{Headers: DefaultHeaders, Jitter: 0.5, Rand: fixedRand(0.9)}, "rejected", true},
+	{"nolimit-allowed", Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX}, "nolimit", false},
+	{"nolimit-json", Responder{Headers: DefaultHeaders, Body: BodyJSON}, "nolimit", true},
+	{"nolimit-problem", Responder{Headers: DefaultHeaders, Body: BodyProblem}, "nolimit", true},
+}
+
+// renderAnswer prints a recorded response: status line, headers sorted by
+// name with their values in order, a blank line, the body.
+func renderAnswer(code int, h http.Header, body string) string {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString("HTTP " + strconv.Itoa(code) + "\n")
+	for _, k := range keys {
+		for _, v := range h[k] {
+			b.WriteString(k + ": " + v + "\n")
+		}
+	}
+	b.WriteString("\n")
+	b.WriteString(body)
+	return b.String()
+}
+
+// TestAnswerGolden compares each answer with its golden file. Run with
+// SLUICE_UPDATE_GOLDEN=1 to rewrite the files after an intended change.
+func TestAnswerGolden(t *testing.T) {
+	decisions := answerDecisions(t)
+	update := os.Getenv("SLUICE_UPDATE_GOLDEN") == "1"
+	for _, tc := range answerCases {
+		tc := tc
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.r.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			d, ok := decisions[tc.decision]
+			if !ok {
+				t.Fatalf("no decision %q", tc.decision)
+			}
+			rec := httptest.NewRecorder()
+			if tc.reject {
+				tc.r.Reject(rec, &d, answerNow)
+			} else {
+				tc.r.SetHeaders(rec.Header(), &d, answerNow)
+				rec.WriteHeader(http.StatusOK)
+			}
+			res := rec.Result()
+			got := renderAnswer(res.StatusCode, res.Header, rec.Body.String())
+			path := filepath.Join("testdata", "answer", tc.name+".golden")
+			if update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with SLUICE_UPDATE_GOLDEN=1 to create it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("answer differs from %s\n--- got\n%s\n--- want\n%s", path, got, want)
+			}
+		})
+	}
+}
+
+// TestRejectConsistentWithSetHeaders checks that Reject writes the same
+// rate-limit headers as SetHeaders for the same decision, and that the
+// numbers agree across header families and with the body.
+func TestRejectConsistentWithSetHeaders(t *testing.T) {
+	all := HeadersIETF | HeadersLegacy | HeadersX
+	for name, d := range answerDecisions(t) {
+		d := d
+		for _, body := range []BodyFormat{BodyJSON, BodyProblem, BodyText, BodyNone} {
+			r := Responder{Headers: all, Body: body}
+			h := http.Header{}
+			r.SetHeaders(h, &d, answerNow)
+			rec := httptest.NewRecorder()
+			r.Reject(rec, &d, answerNow)
+			got := rec.Result().Header
+			for k, v := range h {
+				if strings.Join(got[k], "|") != strings.Join(v, "|") {
+					t.Errorf("%s/%d: %s: Reject wrote %q, SetHeaders %q", name, body, k, got[k], v)
+				}
+			}
+			if got.Get("RateLimit-Remaining") != got.Get("X-RateLimit-Remaining") {
+				t.Errorf("%s: RateLimit-Remaining %q, X-RateLimit-Remaining %q", name, got.Get("RateLimit-Remaining"), got.Get("X-RateLimit-Remaining"))
+			}
+			reset, err1 := strconv.ParseInt(got.Get("RateLimit-Reset"), 10, 64)
+			unix, err2 := strconv.ParseInt(got.Get("X-RateLimit-Reset"), 10, 64)
+			if err1 != nil || err2 != nil || unix-reset != answerNow {
+				t.Errorf("%s: RateLimit-Reset %q and X-RateLimit-Reset %q differ by other than now", name, got.Get("RateLimit-Reset"), got.Get("X-RateLimit-Reset"))
+			}
+			if d.Limit != nil {
+				want := `"` + d.Limit.Name + `";r=` + got.Get("RateLimit-Remaining") + ";t=" + got.Get("RateLimit-Reset")
+				if got.Get("RateLimit") != want {
+					t.Errorf("%s: RateLimit %q, want %q", name, got.Get("RateLimit"), want)
+				}
+			}
+			if n, err := strconv.Atoi(got.Get("Content-Length")); err != nil || n != rec.Body.Len() {
+				t.Errorf("%s/%d: Content-Length %q for a body of %d bytes", name, body, got.Get("Content-Length"), rec.Body.Len())
+			}
+			if body != BodyJSON {
+				continue
+			}
+			var doc struct {
+				Retryable  bool   `json:"retryable"`
+				RetryAfter *int64 `json:"retry_after"`
+				Policy     string `json:"policy"`
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
+				t.Fatalf("%s: body %q: %v", name, rec.Body.String(), err)
+			}
+			ra := got.Get("Retry-After")
+			switch {
+			case d.RetryAfter == Never:
+				if doc.Retryable || doc.RetryAfter != nil || ra != "" {
+					t.Errorf("%s: never-retryable answer has Retry-After %q and body %s", name, ra, rec.Body.String())
+				}
+			case !doc.Retryable || doc.RetryAfter == nil || strconv.FormatInt(*doc.RetryAfter, 10) != ra:
+				t.Errorf("%s: Retry-After %q, body %s", name, ra, rec.Body.String())
+			}
+			if d.Limit != nil && doc.Policy != d.Limit.Name {
+				t.Errorf("%s: body policy %q, want %q", name, doc.Policy, d.Limit.Name)
+			}
+		}
+	}
+}
+
+// TestAnswerOddPolicyName checks that a name Validate accepts but that is
+// not plain ASCII still yields well-formed fields and JSON.
+func TestAnswerOddPolicyName(t *testing.T) {
+	name := "a<b>&\té"
+	l := validLimit(t, name, 10, time.Second)
+	d := Decision{Limit: l, Quota: 10, Remaining: 1, Reset: time.Second, RetryAfter: time.Second}
+	for _, body := range []BodyFormat{BodyJSON, BodyProblem} {
+		r := Responder{Headers: DefaultHeaders, Body: body}
+		rec := httptest.NewRecorder()
+		r.Reject(rec, &d, answerNow)
+		for k, vs := range rec.Result().Header {
+			for _, v := range vs {
+				for i := 0; i < len(v); i++ {
+					if v[i] < 0x20 || v[i] > 0x7e {
+						t.Errorf("%s: %q has byte %#x", k, v, v[i])
+					}
+				}
+			}
+		}
+		if got, want := rec.Result().Header.Get("RateLimit-Policy"), `"a<b>&???";q=10;w=1`; got != want {
+			t.Errorf("RateLimit-Policy %q, want %q", got, want)
+		}
+		var doc map[string]interface{}
+		if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
+			t.Fatalf("body %q: %v", rec.Body.String(), err)
+		}
+		var got interface{} = doc["policy"]
+		if body == BodyProblem {
+			list, _ := doc["violated-policies"].([]interface{})
+			if len(list) != 1 {
+				t.Fatalf("violated-policies %v", doc["violated-policies"])
+			}
+			got = list[0]
+		}
+		if got != name {
+			t.Errorf("body %d names the policy %v, want %q", body, got, name)
+		}
+	}
+}
+
+// TestAnswerWithoutLimit checks that decisions without a usable limit are
+// answered without policy and without panicking.
+func TestAnswerWithoutLimit(t *testing.T) {
+	r := Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX, Body: BodyProblem}
+	unvalidated := &Limit{Name: "api", Rate: Rate{Quota: 5, Period: time.Second}}
+	for name, d := range map[string]*Decision{
+		"nil":         nil,
+		"zero":        {},
+		"unvalidated": {Limit: unvalidated, Quota: 5, Remaining: 1, Reset: time.Second, RetryAfter: time.Second},
+	} {
+		h := http.Header{}
+		r.SetHeaders(h, d, answerNow)
+		if d == nil && len(h) != 0 {
+			t.Errorf("%s: SetHeaders wrote %v", name, h)
+		}
+		rec := httptest.NewRecorder()
+		r.Reject(rec, d, answerNow)
+		res := rec.Result()
+		if res.StatusCode != http.StatusTooManyRequests {
+			t.Errorf("%s: status %d", name, res.StatusCode)
+		}
+		if v := res.Header.Get("RateLimit-Policy") + res.Header.Get("RateLimit"); v != "" {
+			t.Errorf("%s: IETF fields without a policy: %q", name, v)
+		}
+		if strings.Contains(rec.Body.String(), "violated-policies") {
+			t.Errorf("%s: body names policies: %s", name, rec.Body.String())
+		}
+		if res.Header.Get("Retry-After") != "1" {
+			t.Errorf("%s: Retry-After %q, want 1", name, res.Header.Get("Retry-After"))
+		}
+	}
+}
+
+// TestSetHeadersOtherQuota checks a decision advertising another quota
+// than its limit's Rate: the fields follow the decision.
+func TestSetHeadersOtherQuota(t *testing.T) {
+	l := validLimit(t, "api", 100, time.Minute)
+	h := http.Header{}
+	d := Decision{Limit: l, Allowed: true, Quota: 12.5, Remaining: 3, Reset: time.Second}
+	(&Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX}).SetHeaders(h, &d, answerNow)
+	for k, want := range map[string]string{
+		"RateLimit-Policy":  `"api";q=12;w=60`,
+		"RateLimit":         `"api";r=3;t=1`,
+		"RateLimit-Limit":   "12",
+		"X-RateLimit-Limit": "12.5",
+	} {
+		if got := h.Get(k); got != want {
+			t.Errorf("%s: %q, want %q", k, got, want)
+		}
+	}
+}
+
+// TestSetHeadersReplaces checks that SetHeaders replaces stale values of
+// its own headers and leaves every other header alone.
+func TestSetHeadersReplaces(t *testing.T) {
+	d := answerDecisions(t)["allowed"]
+	h := http.Header{}
+	h.Set("RateLimit", "stale")
+	h.Add("X-RateLimit-Remaining", "1")
+	h.Add("X-RateLimit-Remaining", "2")
+	h.Set("Content-Type", "text/html")
+	(&Responder{Headers: DefaultHeaders}).SetHeaders(h, &d, answerNow)
+	if got := h.Values("RateLimit"); len(got) != 1 || got[0] != `"api";r=42;t=18` {
+		t.Errorf("RateLimit %q", got)
+	}
+	if got := h.Values("X-RateLimit-Remaining"); len(got) != 1 || got[0] != "42" {
+		t.Errorf("X-RateLimit-Remaining %q", got)
+	}
+	if h.Get("Content-Type") != "text/html" {
+		t.Errorf("Content-Type changed to %q", h.Get("Content-Type"))
+	}
+	// Appending to one header must not change another (values share an array).
+	h.Add("RateLimit-Policy", "extra")
+	if got := h.Values("RateLimit"); len(got) != 1 || got[0] != `"api";r=42;t=18` {
+		t.Errorf("after Add to RateLimit-Policy, RateLimit is %q", got)
+	}
+}
+
+// rejectRetryAfter returns the Retry-After of r's answer to a rejection
+// after ra.
+func rejectRetryAfter(r *Responder, ra time.Duration) string {
+	rec := httptest.NewRecorder()
+	r.Reject(rec, &Decision{RetryAfter: ra}, answerNow)
+	return rec.Result().Header.Get("Retry-After")
+}
+
+func TestRejectRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		ra     time.Duration
+		jitter float64
+		u      float64
+		want   string
+	}{
+		{Never, 0, 0, ""},
+		{Never, 1, 0.5, ""},
+		{-time.Second, 0, 0, "1"},
+		{0, 0, 0, "1"},
+		{1, 0, 0, "1"},
+		{time.Second, 0, 0, "1"},
+		{time.Second + 1, 0, 0, "2"},
+		{5 * time.Second, 0, 0, "5"},
+		{4200 * time.Millisecond, 0, 0, "5"},
+		{4 * time.Second, 0.5, 0, "4"},
+		{4 * time.Second, 0.5, 0.5, "5"},
+		{4 * time.Second, 0.5, 0.999, "6"},
+		{4 * time.Second, 0.5, 2, "6"},          // clamped to 1
+		{4 * time.Second, 0.5, -1, "4"},         // clamped to 0
+		{4 * time.Second, 0.5, math.NaN(), "4"}, // treated as 0
+		{4 * time.Second, 1, 0.999999, "8"},
+		{Never - 1, 0, 0, "9223372037"},
+		{Never - 1, 1, 0.9, "9223372037"}, // lengthened to at most Never-1
+	} {
+		r := Responder{Body: BodyNone, Jitter: tc.jitter, Rand: fixedRand(tc.u)}
+		if got := rejectRetryAfter(&r, tc.ra); got != tc.want {
+			t.Errorf("Retry-After for %v with jitter %v, u %v = %q, want %q", tc.ra, tc.jitter, tc.u, got, tc.want)
+		}
+	}
+}
+
+func TestRejectJitterDefaultRand(t *testing.T) {
+	r := Responder{Body: BodyNone, Jitter: 0.5}
+	for i := 0; i < 100; i++ {
+		got, err := strconv.Atoi(rejectRetryAfter(&r, 10*time.Second))
+		if err != nil || got < 10 || got > 15 {
+			t.Fatalf("Retry-After for 10s with jitter 0.5 = %d (%v), want 10..15", got, err)
+		}
+	}
+}
+
+func TestAnswerRounding(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want int64
+	}{
+		{-time.Second, 0}, {0, 0}, {1, 1}, {time.Second, 1}, {time.Second + 1, 2},
+		{17200 * time.Millisecond, 18}, {Never, 9223372037},
+	} {
+		if got := ceilSeconds(tc.d); got != tc.want {
+			t.Errorf("ceilSeconds(%v) = %d, want %d", tc.d, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		x    float64
+		want int64
+	}{
+		{-1, 0}, {math.NaN(), 0}, {0, 0}, {0.999, 0}, {42.7, 42}, {1e300, maxSFInteger}, {math.Inf(1), maxSFInteger},
+	} {
+		if got := floorUnits(tc.x); got != tc.want {
+			t.Errorf("floorUnits(%v) = %d, want %d", tc.x, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		q             float64
+		integer, text string
+	}{
+		{100, "100", "100"},
+		{2.5, "2", "2.5"},
+		{0.5, "0", "0.5"},
+		{1.0 / 3, "0", "0.333"},
+		{2.9999, "2", "3"},
+		{0.0001, "0", "0.001"},
+		{1e13 + 0.5, "10000000000000", "10000000000000"},
+	} {
+		integer, text := quotaTexts(tc.q)
+		if integer != tc.integer || text != tc.text {
+			t.Errorf("quotaTexts(%v) = %q, %q, want %q, %q", tc.q, integer, text, tc.integer, tc.text)
+		}
+	}
+}
+
+// TestSetHeadersRoundsLikeHelpers checks the arithmetic SetHeaders inlines
+// against floorUnits and ceilSeconds.
+func TestSetHeadersRoundsLikeHelpers(t *testing.T) {
+	r := Responder{Headers: HeadersLegacy}
+	for _, x := range []float64{-1, math.NaN(), 0, 0.999, 42.7, 1e300, math.Inf(1)} {
+		h := http.Header{}
+		r.SetHeaders(h, &Decision{Remaining: x}, answerNow)
+		if got, want := h.Get("RateLimit-Remaining"), strconv.FormatInt(floorUnits(x), 10); got != want {
+			t.Errorf("Remaining %v: RateLimit-Remaining %q, want %q", x, got, want)
+		}
+	}
+	for _, d := range []time.Duration{-1500 * time.Millisecond, -time.Second, -1, 0, 1, time.Second, 17200 * time.Millisecond, Never} {
+		h := http.Header{}
+		r.SetHeaders(h, &Decision{Reset: d}, answerNow)
+		if got, want := h.Get("RateLimit-Reset"), strconv.FormatInt(ceilSeconds(d), 10); got != want {
+			t.Errorf("Reset %v: RateLimit-Reset %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestParseHeaderSet(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want HeaderSet
+		err  string
+	}{
+		{nil, DefaultHeaders, ""},
+		{[]string{""}, DefaultHeaders, ""},
+		{[]string{"ietf"}, HeadersIETF, ""},
+		{[]string{"Legacy"}, HeadersLegacy, ""},
+		{[]string{" X "}, HeadersX, ""},
+		{[]string{"ietf", "legacy", "x"}, HeadersIETF | HeadersLegacy | HeadersX, ""},
+		{[]string{"x", "x"}, HeadersX, ""},
+		{[]string{"OFF"}, HeadersOff, ""},
+		{[]string{"off", "x"}, 0, "off cannot be combined"},
+		{[]string{"ietf", "github"}, 0, `"github"`},
+	} {
+		got, err := ParseHeaderSet(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseHeaderSet(%q) error %v, want one containing %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("ParseHeaderSet(%q) = %v, %v, want %v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestParseBodyFormat(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want BodyFormat
+		ok   bool
+	}{
+		{"", BodyJSON, true},
+		{"json", BodyJSON, true},
+		{"Problem", BodyProblem, true},
+		{" text", BodyText, true},
+		{"NONE", BodyNone, true},
+		{"html", 0, false},
+	} {
+		got, err := ParseBodyFormat(tc.in)
+		if !tc.ok {
+			if err == nil || !strings.Contains(err.Error(), strconv.Quote(tc.in)) {
+				t.Errorf("ParseBodyFormat(%q) error %v, want one naming the value", tc.in, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("ParseBodyFormat(%q) = %v, %v, want %v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestResponderValidate(t *testing.T) {
+	for _, tc := range []struct {
+		r   Responder
+		err string
+	}{
+		{Responder{}, ""},
+		{Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX, Body: BodyNone, Jitter: 1}, ""},
+		{Responder{Headers: 8}, "headers"},
+		{Responder{Body: BodyNone + 1}, "body"},
+		{Responder{Jitter: -0.1}, "jitter"},
+		{Responder{Jitter: 1.5}, "jitter"},
+		{Responder{Jitter: math.NaN()}, "jitter"},
+	} {
+		err := tc.r.Validate()
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.err)) {
+			t.Errorf("%+v.Validate() = %v, want error starting %q", tc.r, err, tc.err)
+		}
+	}
+}
+
+// discardWriter is a ResponseWriter that keeps headers and drops the rest.
+type discardWriter struct{ h http.Header }
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *discardWriter) WriteHeader(int)             {}
+
+func BenchmarkSetHeaders(b *testing.B) {
+	d := answerDecisions(b)["allowed"]
+	r := Responder{Headers: DefaultHeaders}
+	h := http.Header{}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		r.SetHeaders(h, &d, answerNow)
+	}
+}
+
+func BenchmarkReject(b *testing.B) {
+	d := answerDecisions(b)["rejected"]
+	r := Responder{Headers: DefaultHeaders, Body: BodyJSON}
+	w := &discardWriter{h: http.Header{}}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		r.Reject(w, &d, answerNow)
+	}
+}
