@@ -1,0 +1,302 @@
+// Package resp is a small Redis client speaking RESP2 over TCP or TLS,
+// written with the standard library only so that Traefik's Yaegi
+// interpreter can run it. It sends one command at a time per connection
+// (no pipelining, no pub/sub, no cluster redirections) from a bounded pool
+// and starts no goroutines.
+//
+// Replies are decoded as: integer → int64, simple or bulk string → string,
+// array → []interface{}, nil bulk string or nil array → nil, error reply →
+// [Error], returned as the error (an error nested in an array makes the
+// whole reply that error). A [Client] implements core.Scripter.
+package resp
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// Options configure a [Client]. The zero value of each optional field
+// selects its default.
+type Options struct {
+	// Addr is the server's "host:port". Required.
+	Addr string
+	// Username and Password authenticate each new connection: AUTH
+	// Username Password for an ACL user, or AUTH Password alone when
+	// Username is empty. No AUTH is sent when Password is empty; a
+	// Username without a Password is invalid.
+	Username, Password string
+	// DB is the database selected on each new connection (SELECT); 0, the
+	// default, sends no SELECT. Negative is invalid.
+	DB int
+	// TLS, when not nil, runs TLS over each connection with this
+	// configuration. An empty ServerName is set to Addr's host.
+	TLS *tls.Config
+	// PoolSize is the maximum number of open connections, default 10.
+	// Callers beyond it wait for a connection, until their context ends.
+	PoolSize int
+	// DialTimeout bounds opening a connection: TCP connect, TLS handshake,
+	// AUTH and SELECT together. Default 1s.
+	DialTimeout time.Duration
+	// WriteTimeout and ReadTimeout bound a command: it must be written and
+	// its reply read within WriteTimeout+ReadTimeout of its start (one
+	// deadline per command keeps the per-command cost low under Yaegi).
+	// Defaults 500ms each.
+	WriteTimeout, ReadTimeout time.Duration
+}
+
+// Defaults of [Options].
+const (
+	DefaultPoolSize     = 10
+	DefaultDialTimeout  = time.Second
+	DefaultReadTimeout  = 500 * time.Millisecond
+	DefaultWriteTimeout = 500 * time.Millisecond
+)
+
+// ErrClosed is returned by calls on a [Client] after Close.
+var ErrClosed = errors.New("resp: client closed")
+
+// Client is a pool of connections to one Redis server. It is safe for
+// concurrent use. A connection that saw an I/O or protocol error is closed,
+// never reused; the next call dials a new one, so a client recovers by
+// itself after the server restarts.
+//
+// A context's deadline bounds a call when earlier than the client's
+// timeouts; its cancellation is observed while waiting for a free
+// connection and while dialing, not during a command's round trip, which
+// the timeouts bound.
+type Client struct {
+	opts    Options
+	timeout time.Duration // WriteTimeout + ReadTimeout
+	// slots holds PoolSize entries, each an idle connection or nil for
+	// one not opened yet; a call takes an entry for its whole duration
+	// and gives one back, so at most PoolSize connections exist.
+	slots  chan *conn
+	closed int32 // atomic; 1 once Close has begun
+}
+
+// New validates opts and opens one connection, so that a wrong address,
+// TLS setting, password or DB index is reported now: the error then says
+// what failed, as in "resp: AUTH failed: WRONGPASS ..." or
+// "resp: SELECT 99 failed: ERR DB index is out of range". The connection
+// is kept in the pool. ctx bounds the connection attempt.
+func New(ctx context.Context, opts Options) (*Client, error) {
+	if err := opts.normalize(); err != nil {
+		return nil, err
+	}
+	c := &Client{
+		opts:    opts,
+		timeout: opts.WriteTimeout + opts.ReadTimeout,
+		slots:   make(chan *conn, opts.PoolSize),
+	}
+	cn, err := dial(ctx, &c.opts)
+	if err != nil {
+		return nil, err
+	}
+	// PING reports NOAUTH when the server wants a password none was
+	// given for, and garbage when a plain client reached a TLS port.
+	if err := cn.setup(c.deadline(ctx), []string{"PING"}, "PING"); err != nil {
+		return nil, err
+	}
+	c.slots <- cn
+	for i := 1; i < opts.PoolSize; i++ {
+		c.slots <- nil
+	}
+	return c, nil
+}
+
+// normalize validates o and fills in its defaults.
+func (o *Options) normalize() error {
+	host, _, err := net.SplitHostPort(o.Addr)
+	if err != nil {
+		return fmt.Errorf("resp: Addr %q: %w", o.Addr, err)
+	}
+	switch {
+	case o.Username != "" && o.Password == "":
+		return errors.New("resp: Username without Password")
+	case o.DB < 0:
+		return fmt.Errorf("resp: negative DB %d", o.DB)
+	case o.PoolSize < 0:
+		return fmt.Errorf("resp: negative PoolSize %d", o.PoolSize)
+	case o.DialTimeout < 0 || o.ReadTimeout < 0 || o.WriteTimeout < 0:
+		return errors.New("resp: negative timeout")
+	}
+	if o.PoolSize == 0 {
+		o.PoolSize = DefaultPoolSize
+	}
+	if o.DialTimeout == 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.ReadTimeout == 0 {
+		o.ReadTimeout = DefaultReadTimeout
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.TLS != nil && o.TLS.ServerName == "" {
+		o.TLS = o.TLS.Clone()
+		o.TLS.ServerName = host
+	}
+	return nil
+}
+
+// Do sends the command args (name first, as in "SET", "k", "v") and
+// returns its decoded reply. An error reply is returned as an [Error];
+// other errors are I/O, protocol, context or pool errors.
+func (c *Client) Do(ctx context.Context, args ...string) (interface{}, error) {
+	if len(args) == 0 {
+		return nil, errors.New("resp: Do without a command")
+	}
+	return c.exec(ctx, args, nil, nil)
+}
+
+// digits holds the decimal forms of 0 to 9, for the common small key counts.
+const digits = "0123456789"
+
+// EvalSha runs EVALSHA sha with keys and args and returns the script's
+// decoded reply. A script not loaded on the server yields an [Error]
+// starting with "NOSCRIPT"; reloading it is the caller's business.
+func (c *Client) EvalSha(ctx context.Context, sha string, keys []string, args []string) (interface{}, error) {
+	var n string
+	if len(keys) < 10 {
+		n = digits[len(keys) : len(keys)+1]
+	} else {
+		n = strconv.Itoa(len(keys))
+	}
+	head := [3]string{"EVALSHA", sha, n}
+	return c.exec(ctx, head[:], keys, args)
+}
+
+// ScriptLoad loads script into the server's script cache (SCRIPT LOAD)
+// and returns its SHA-1 in hexadecimal.
+func (c *Client) ScriptLoad(ctx context.Context, script string) (string, error) {
+	v, err := c.exec(ctx, []string{"SCRIPT", "LOAD", script}, nil, nil)
+	if err != nil {
+		return "", err
+	}
+	sha, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("resp: SCRIPT LOAD: unexpected reply %T", v)
+	}
+	return sha, nil
+}
+
+// Close closes the client's connections, waiting for calls in progress to
+// finish (each is bounded by its timeouts). Calls that start after Close
+// fail with ErrClosed. Close is idempotent and always returns nil.
+func (c *Client) Close() error {
+	if !atomic.CompareAndSwapInt32(&c.closed, 0, 1) {
+		return nil
+	}
+	for i := 0; i < c.opts.PoolSize; i++ {
+		if cn := <-c.slots; cn != nil {
+			cn.nc.Close()
+		}
+	}
+	// Empty slots let late callers see that the client is closed.
+	for i := 0; i < c.opts.PoolSize; i++ {
+		c.slots <- nil
+	}
+	return nil
+}
+
+// exec runs the command made of a, b and c on a pooled connection. When a
+// reused idle connection turns out to have been closed by the server (it
+// restarted, or dropped idle clients) before the command reached it, the
+// command is sent once more on a new connection; a command that may have
+// been executed is never resent.
+func (c *Client) exec(ctx context.Context, a, b, d []string) (interface{}, error) {
+	cn, err := c.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v, retry, err := c.attempt(ctx, cn, a, b, d)
+	if retry {
+		v, _, err = c.attempt(ctx, nil, a, b, d)
+	}
+	return v, err
+}
+
+// attempt runs the command on cn, or on a new connection when cn is nil,
+// and gives the pool entry back, except when it reports retry: cn was a
+// reused connection found closed before the command reached the server.
+func (c *Client) attempt(ctx context.Context, cn *conn, a, b, d []string) (v interface{}, retry bool, err error) {
+	reused := cn != nil
+	if !reused {
+		if cn, err = dial(ctx, &c.opts); err != nil {
+			c.slots <- nil
+			return nil, false, err
+		}
+	}
+	v, sent, err := cn.roundTrip(c.deadline(ctx), a, b, d)
+	if err == nil {
+		c.slots <- cn
+		return v, false, nil
+	}
+	if _, ok := err.(Error); ok {
+		c.slots <- cn
+		return nil, false, err
+	}
+	cn.nc.Close()
+	if reused && !sent {
+		return nil, true, nil
+	}
+	c.slots <- nil
+	return nil, false, ioError(ctx, a[0], err)
+}
+
+// get takes a pool entry, waiting until one is free or ctx ends. A nil
+// entry means the caller may open a new connection.
+func (c *Client) get(ctx context.Context) (*conn, error) {
+	// "case x := <-c.slots" then an assignment: Yaegi v0.16.1 panics on
+	// "case cn = <-c.slots", a receive assigned to an existing variable.
+	var cn *conn
+	select {
+	case x := <-c.slots:
+		cn = x
+	default:
+		select {
+		case x := <-c.slots:
+			cn = x
+		case <-ctx.Done():
+			return nil, fmt.Errorf("resp: waiting for a connection: %w", ctx.Err())
+		}
+	}
+	if cn == nil && atomic.LoadInt32(&c.closed) != 0 {
+		c.slots <- nil
+		return nil, ErrClosed
+	}
+	return cn, nil
+}
+
+// deadline returns the deadline of a command starting now: the client's
+// timeout, or ctx's deadline when earlier.
+func (c *Client) deadline(ctx context.Context) time.Time {
+	t := time.Now().Add(c.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(t) {
+		return d
+	}
+	return t
+}
+
+// ioError describes the failure of command name. When ctx has ended, or
+// the I/O deadline that expired was ctx's (whose timer may not have fired
+// yet), the context's error is the one wrapped.
+func ioError(ctx context.Context, name string, err error) error {
+	cerr := ctx.Err()
+	if cerr == nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+			cerr = context.DeadlineExceeded
+		}
+	}
+	if cerr != nil {
+		return fmt.Errorf("resp: %s: %w (%v)", name, cerr, err)
+	}
+	return fmt.Errorf("resp: %s: %w", name, err)
+}

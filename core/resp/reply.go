@@ -1,0 +1,194 @@
+package resp
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"strconv"
+)
+
+// Error is an error reply from Redis. Its text starts with the error code,
+// as in "NOSCRIPT No matching script. Please use EVAL." or
+// "WRONGPASS invalid username-password pair or user is disabled.".
+// An Error leaves the connection usable.
+//
+// Under Yaegi, test for an Error with a type assertion on the error
+// (err.(resp.Error)) or by its text (strings.HasPrefix(err.Error(),
+// "NOSCRIPT ")), not with errors.As, which panics there; and do not
+// compare two errors holding Errors with ==, which panics too.
+type Error string
+
+// Error returns the reply text.
+func (e Error) Error() string { return string(e) }
+
+// Limits on what readReply accepts, so that a hostile or corrupt stream
+// cannot make it allocate unboundedly or recurse deeply.
+const (
+	maxBulkLen  = 512 << 20 // bytes of a bulk string, Redis's own proto-max-bulk-len default
+	maxArrayLen = 1 << 24   // elements of an array
+	maxDepth    = 32        // nesting of arrays
+	maxLineLen  = 64 << 10  // bytes of a simple string, error or length line
+	// bulkChunk is the largest bulk string allocated at once; longer ones
+	// grow as their bytes arrive, so memory follows the data received,
+	// not the length announced.
+	bulkChunk = 64 << 10
+	// arrayHint is the largest array capacity allocated up front.
+	arrayHint = 64
+)
+
+// protocolError returns the error of a reply that breaks RESP2 as told.
+func protocolError(what string) error {
+	return errors.New("resp: protocol error: " + what)
+}
+
+// readReply reads one RESP2 reply from r, nested in depth arrays (0 for a
+// whole reply), and decodes it: an integer as int64, a simple or bulk
+// string as string, an array as []interface{}, a nil bulk string or nil
+// array as nil, and an error reply as an Error returned as the error. An
+// error reply nested in an array (from a script returning an error table
+// inside a table) makes the whole reply that Error, the first one, once
+// the array has been read: under Yaegi a value of a named string type
+// inside an interface{} cannot be told from a string, so errors are never
+// array elements.
+//
+// Any other error means the stream is unusable: io.EOF when it ended
+// before the reply's first byte, io.ErrUnexpectedEOF when it ended inside
+// it, or a protocol error.
+//
+// Under Yaegi every statement and call costs: the common case (a short
+// line, a one-digit number) takes few of them.
+func readReply(r *bufio.Reader, depth int) (interface{}, error) {
+	line, err := r.ReadSlice('\n')
+	n := len(line) - 2 // the line without its CRLF is line[:n]
+	if err != nil || n < 1 || line[n] != '\r' {
+		if line, err = checkLine(r, line, err); err != nil {
+			return nil, err
+		}
+		n = len(line) - 2
+	}
+	t := line[0]
+	if t == '+' {
+		return string(line[1:n]), nil
+	}
+	if t == '-' {
+		return nil, Error(string(line[1:n]))
+	}
+	if t != ':' && t != '$' && t != '*' {
+		return nil, protocolError("unknown reply type")
+	}
+	var k int64
+	if d := line[1] - '0'; n == 2 && d <= 9 {
+		k = int64(d)
+	} else if k, err = strconv.ParseInt(string(line[1:n]), 10, 64); err != nil {
+		return nil, protocolError("bad number")
+	}
+	if t == ':' {
+		return k, nil
+	}
+	if k < 0 {
+		if k == -1 {
+			return nil, nil // nil bulk string or nil array
+		}
+		return nil, protocolError("negative length")
+	}
+	if t == '$' {
+		if k > maxBulkLen {
+			return nil, protocolError("bulk string too long")
+		}
+		return readBulk(r, int(k))
+	}
+	if k > maxArrayLen {
+		return nil, protocolError("array too long")
+	}
+	if depth >= maxDepth {
+		return nil, protocolError("arrays nested too deep")
+	}
+	hint := k
+	if hint > arrayHint {
+		hint = arrayHint
+	}
+	a := make([]interface{}, 0, hint)
+	var replyErr error
+	for i := int64(0); i < k; i++ {
+		v, err := readReply(r, depth+1)
+		if err != nil {
+			// Read past error elements, to leave r at the next reply.
+			if _, ok := err.(Error); !ok {
+				return nil, unexpected(err)
+			}
+			if replyErr == nil {
+				replyErr = err
+			}
+		}
+		a = append(a, v)
+	}
+	if replyErr != nil {
+		return nil, replyErr
+	}
+	return a, nil
+}
+
+// checkLine handles what ReadSlice returned when it was not a short line
+// ending in CRLF: it reads the rest of a line longer than r's buffer (up to
+// maxLineLen bytes) and returns the whole line with its CRLF, or the error.
+func checkLine(r *bufio.Reader, line []byte, err error) ([]byte, error) {
+	if err == bufio.ErrBufferFull {
+		line = append([]byte(nil), line...)
+		for err == bufio.ErrBufferFull && len(line) <= maxLineLen {
+			var more []byte
+			more, err = r.ReadSlice('\n')
+			line = append(line, more...)
+		}
+		if len(line) > maxLineLen {
+			return nil, protocolError("line too long")
+		}
+	}
+	if err != nil {
+		if err == io.EOF && len(line) > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	n := len(line) - 2
+	if n < 0 || line[n] != '\r' {
+		return nil, protocolError("line not terminated by CRLF")
+	}
+	if n == 0 {
+		return nil, protocolError("empty line")
+	}
+	return line, nil
+}
+
+// readBulk reads a bulk string of n bytes and its CRLF.
+func readBulk(r *bufio.Reader, n int) (interface{}, error) {
+	var b []byte
+	if n <= bulkChunk {
+		b = make([]byte, n+2)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return nil, unexpected(err)
+		}
+	} else {
+		for len(b) < n+2 {
+			chunk := n + 2 - len(b)
+			if chunk > bulkChunk {
+				chunk = bulkChunk
+			}
+			b = append(b, make([]byte, chunk)...)
+			if _, err := io.ReadFull(r, b[len(b)-chunk:]); err != nil {
+				return nil, unexpected(err)
+			}
+		}
+	}
+	if b[n] != '\r' || b[n+1] != '\n' {
+		return nil, protocolError("bulk string not terminated by CRLF")
+	}
+	return string(b[:n]), nil
+}
+
+// unexpected turns io.EOF inside a reply into io.ErrUnexpectedEOF.
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
