@@ -38,7 +38,7 @@ func (l *Limit) Refund(s State, now int64, cost float64) State {
 	switch l.Algorithm {
 	case LeakyBucket:
 		if now < s.T {
-			s.T -= int64(cost * l.unit)
+			s.T -= int64(cost*l.unit + 0.5) // as leakyBucket charged it
 			if s.T < now {
 				s.T = now
 			}
@@ -75,7 +75,9 @@ func (l *Limit) Expiry(s State) int64 {
 		}
 		return s.Log[len(s.Log)-1].T + l.period
 	default:
-		return s.T + int64(s.A*l.unit)
+		// Rounded up: at the truncated instant up to one nanosecond's
+		// refill would still be missing.
+		return s.T + int64(duration(s.A*l.unit))
 	}
 }
 

@@ -154,7 +154,9 @@ func (l *Limit) trimLog(s State, now int64) State {
 		s.Log = s.Log[i:]
 	}
 	if len(s.Log) == 0 {
-		s.Log, s.A = nil, 0
+		// Two statements: Yaegi v0.16.1 panics on nil in a tuple assignment.
+		s.Log = nil
+		s.A = 0
 	}
 	return s
 }
@@ -180,7 +182,8 @@ func (l *Limit) refundLog(s State, cost float64) State {
 	}
 	s.Log = log[:n]
 	if n == 0 {
-		s.Log, s.A = nil, 0
+		s.Log = nil // apart from s.A: see trimLog
+		s.A = 0
 	}
 	return s
 }

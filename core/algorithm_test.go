@@ -1,0 +1,394 @@
+package core
+
+import (
+	"context"
+	"math"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// algLimit returns a validated limit.
+func algLimit(t testing.TB, alg Algorithm, rate string, burst float64, maxDelay time.Duration) *Limit {
+	t.Helper()
+	r, err := ParseRate(rate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &Limit{Name: "t", Algorithm: alg, Rate: r, Burst: burst, MaxDelay: maxDelay}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// decideStore is the simplest Store: a map of States under one mutex,
+// changed only by Limit.Decide and Limit.Refund. Running the conformance
+// suite against it tests the algorithms themselves, apart from any store's
+// bookkeeping.
+type decideStore struct {
+	mu     sync.Mutex
+	clock  Clock
+	states map[string]State
+}
+
+func (s *decideStore) Take(ctx context.Context, asks []Ask, out []Decision) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock()
+	next := make([]State, len(asks))
+	all := true
+	for i, a := range asks {
+		next[i], out[i] = a.Limit.Decide(s.states[a.Limit.Namespace()+"\n"+a.Key], now, a.Cost)
+		all = all && out[i].Allowed
+	}
+	if all {
+		for i, a := range asks {
+			s.states[a.Limit.Namespace()+"\n"+a.Key] = next[i]
+		}
+	}
+	return nil
+}
+
+func (s *decideStore) Refund(ctx context.Context, asks []Ask) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock()
+	for _, a := range asks {
+		k := a.Limit.Namespace() + "\n" + a.Key
+		if st, ok := s.states[k]; ok {
+			s.states[k] = a.Limit.Refund(st, now, a.Cost)
+		}
+	}
+	return nil
+}
+
+func TestDecideConformance(t *testing.T) {
+	testStoreConformance(t, func(t *testing.T, clock *fakeClock) Store {
+		return &decideStore{clock: clock.Now, states: make(map[string]State)}
+	})
+}
+
+func TestLimitValidateErrors(t *testing.T) {
+	perMin := Rate{Quota: 10, Period: time.Minute}
+	cases := []struct {
+		name  string
+		limit Limit
+		field string // the error must contain it
+	}{
+		{"empty name", Limit{Rate: perMin}, "name:"},
+		{"colon in name", Limit{Name: "a:b", Rate: perMin}, "name "},
+		{"zero quota", Limit{Name: "x", Rate: Rate{Period: time.Second}}, "rate:"},
+		{"negative quota", Limit{Name: "x", Rate: Rate{Quota: -1, Period: time.Second}}, "rate:"},
+		{"NaN quota", Limit{Name: "x", Rate: Rate{Quota: math.NaN(), Period: time.Second}}, "rate:"},
+		{"infinite quota", Limit{Name: "x", Rate: Rate{Quota: math.Inf(1), Period: time.Second}}, "rate:"},
+		{"zero period", Limit{Name: "x", Rate: Rate{Quota: 1}}, "rate:"},
+		{"unknown algorithm", Limit{Name: "x", Algorithm: "gcra", Rate: perMin}, "algorithm \"gcra\""},
+		{"negative burst", Limit{Name: "x", Rate: perMin, Burst: -1}, "burst:"},
+		{"NaN burst", Limit{Name: "x", Rate: perMin, Burst: math.NaN()}, "burst:"},
+		{"burst on fixed_window", Limit{Name: "x", Algorithm: FixedWindow, Rate: perMin, Burst: 5}, "burst:"},
+		{"burst on sliding_window_log", Limit{Name: "x", Algorithm: SlidingWindowLog, Rate: perMin, Burst: 5}, "burst:"},
+		{"burst on sliding_window_counter", Limit{Name: "x", Algorithm: SlidingWindowCounter, Rate: perMin, Burst: 5}, "burst:"},
+		{"max_delay on token_bucket", Limit{Name: "x", Rate: perMin, MaxDelay: time.Second}, "max_delay:"},
+		{"max_delay on fixed_window", Limit{Name: "x", Algorithm: FixedWindow, Rate: perMin, MaxDelay: time.Second}, "max_delay:"},
+		{"negative max_delay", Limit{Name: "x", Algorithm: LeakyBucket, Rate: perMin, MaxDelay: -time.Second}, "max_delay:"},
+		{"log quota above MaxLogQuota", Limit{Name: "x", Algorithm: SlidingWindowLog, Rate: Rate{Quota: MaxLogQuota + 1, Period: time.Hour}}, "rate:"},
+	}
+	for _, c := range cases {
+		l := c.limit
+		err := l.Validate()
+		if err == nil {
+			t.Errorf("%s: Validate accepted %+v", c.name, c.limit)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: error %q does not name %q", c.name, err, c.field)
+		}
+		if c.limit.Name != "" && !strings.Contains(err.Error(), `limit "`+c.limit.Name+`"`) {
+			t.Errorf("%s: error %q does not name the limit", c.name, err)
+		}
+	}
+}
+
+func TestLimitValidateDefaults(t *testing.T) {
+	cases := []struct {
+		limit    Limit
+		alg      Algorithm
+		capacity float64
+	}{
+		{Limit{Name: "a", Rate: Rate{Quota: 10, Period: time.Second}}, TokenBucket, 10},
+		{Limit{Name: "a", Rate: Rate{Quota: 10, Period: time.Second}, Burst: 3}, TokenBucket, 3},
+		{Limit{Name: "a", Algorithm: LeakyBucket, Rate: Rate{Quota: 10, Period: time.Second}, Burst: 2.5, MaxDelay: time.Second}, LeakyBucket, 2.5},
+		{Limit{Name: "a", Algorithm: FixedWindow, Rate: Rate{Quota: 7, Period: time.Minute}}, FixedWindow, 7},
+		{Limit{Name: "a", Algorithm: SlidingWindowLog, Rate: Rate{Quota: MaxLogQuota, Period: time.Minute}}, SlidingWindowLog, MaxLogQuota},
+		{Limit{Name: "a", Algorithm: SlidingWindowCounter, Rate: Rate{Quota: 1e9, Period: time.Minute}}, SlidingWindowCounter, 1e9},
+	}
+	for _, c := range cases {
+		l := c.limit
+		if err := l.Validate(); err != nil {
+			t.Errorf("%+v: %v", c.limit, err)
+			continue
+		}
+		if l.Algorithm != c.alg || l.Capacity() != c.capacity || l.Namespace() != "a:"+string(c.alg) {
+			t.Errorf("%+v: algorithm %q, capacity %v, namespace %q; want %q, %v, %q",
+				c.limit, l.Algorithm, l.Capacity(), l.Namespace(), c.alg, c.capacity, "a:"+string(c.alg))
+		}
+		again := l
+		if err := again.Validate(); err != nil || !reflect.DeepEqual(again, l) {
+			t.Errorf("%+v: Validate is not idempotent: %v", c.limit, err)
+		}
+	}
+}
+
+func TestParseRate(t *testing.T) {
+	cases := []struct {
+		in     string
+		want   Rate
+		errHas string // non-empty: an error containing it is expected
+	}{
+		{"100/m", Rate{100, time.Minute}, ""},
+		{"5/s", Rate{5, time.Second}, ""},
+		{"1000/h", Rate{1000, time.Hour}, ""},
+		{"10/1m30s", Rate{10, 90 * time.Second}, ""},
+		{"2.5/s", Rate{2.5, time.Second}, ""},
+		{"3/d", Rate{3, 24 * time.Hour}, ""},
+		{"50/ms", Rate{50, time.Millisecond}, ""},
+		{"1/min", Rate{1, time.Minute}, ""},
+		{" 7 / 10s ", Rate{7, 10 * time.Second}, ""},
+		{"100/x", Rate{}, "unknown unit"},
+		{"100/", Rate{}, "unknown unit"},
+		{"100/-1s", Rate{}, "unknown unit"},
+		{"100/1x", Rate{}, "unknown unit or bad duration"},
+		{"100", Rate{}, "<quota>/<period>"},
+		{"abc/s", Rate{}, "not a number"},
+		{"NaN/s", Rate{}, "not a number"},
+		{"Inf/s", Rate{}, "not a number"},
+		{"0/s", Rate{}, "quota must be positive"},
+		{"-1/s", Rate{}, "quota must be positive"},
+		{"1/0s", Rate{}, "period must be positive"},
+	}
+	for _, c := range cases {
+		got, err := ParseRate(c.in)
+		if c.errHas != "" {
+			if err == nil || !strings.Contains(err.Error(), c.errHas) {
+				t.Errorf("ParseRate(%q) = %v, %v; want an error containing %q", c.in, got, err, c.errHas)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("ParseRate(%q) = %v, %v; want %v", c.in, got, err, c.want)
+			continue
+		}
+		if back, err := ParseRate(got.String()); err != nil || back != got {
+			t.Errorf("ParseRate(%q.String() = %q) = %v, %v; want %v", c.in, got.String(), back, err, got)
+		}
+	}
+	if r, _ := ParseRate("120/m"); r.PerSecond() != 2 {
+		t.Errorf("120/m: PerSecond %v, want 2", r.PerSecond())
+	}
+}
+
+// algStep is one request of a trace: at confEpoch+at, for cost.
+type algStep struct {
+	at   time.Duration
+	cost float64
+}
+
+// algTraces builds states for the Expiry tests: each trace is applied from
+// the zero State, keeping the states of admitted requests.
+var algTraces = []struct {
+	alg   Algorithm
+	rate  string
+	burst float64
+	steps []algStep
+}{
+	{TokenBucket, "6/s", 0, []algStep{{0, 1}}}, // 1/6 s is not a whole number of ns
+	{TokenBucket, "7/s", 3, []algStep{{0, 2.5}, {100 * time.Millisecond, 0.25}}},
+	{TokenBucket, "100/m", 0, []algStep{{0, 100}}},
+	{LeakyBucket, "5/s", 5, []algStep{{0, 1}, {0, 1}, {10 * time.Millisecond, 2.5}}},
+	{LeakyBucket, "6/s", 0, []algStep{{0, 1}}},
+	{FixedWindow, "10/m", 0, []algStep{{59 * time.Second, 3}}},
+	{FixedWindow, "10/m", 0, []algStep{{0, 10}}},
+	{SlidingWindowLog, "10/m", 0, []algStep{{0, 1}, {30 * time.Second, 2.5}, {59 * time.Second, 1}}},
+	{SlidingWindowCounter, "10/m", 0, []algStep{{30 * time.Second, 4}}},
+	{SlidingWindowCounter, "10/m", 0, []algStep{{30 * time.Second, 4}, {70 * time.Second, 1}}},
+	{SlidingWindowCounter, "10/m", 0, []algStep{{30 * time.Second, 4}, {70 * time.Second, 1}, {130 * time.Second, 1}}},
+}
+
+// TestExpiry: a state at its Expiry, or later, decides exactly like the
+// zero State, so a store may forget it.
+func TestExpiry(t *testing.T) {
+	for i, tr := range algTraces {
+		l := algLimit(t, tr.alg, tr.rate, tr.burst, 0)
+		var s State
+		last := confEpoch
+		for _, st := range tr.steps {
+			last = confEpoch + int64(st.at)
+			next, d := l.Decide(s, last, st.cost)
+			if !d.Allowed {
+				t.Fatalf("trace %d (%s): step %+v rejected", i, tr.alg, st)
+			}
+			s = next
+		}
+		exp := l.Expiry(s)
+		if exp <= last {
+			t.Errorf("trace %d (%s): Expiry %d not after the last request %d", i, tr.alg, exp-confEpoch, last-confEpoch)
+		}
+		for _, at := range []int64{exp, exp + 1, exp + int64(time.Hour)} {
+			for _, cost := range []float64{1, 2.5, l.Capacity()} {
+				gotS, got := l.Decide(s, at, cost)
+				wantS, want := l.Decide(State{}, at, cost)
+				if got != want || !reflect.DeepEqual(gotS, wantS) {
+					t.Errorf("trace %d (%s %s), Expiry+%d, cost %v:\n got  %+v %+v\n want %+v %+v (the zero State's)",
+						i, tr.alg, tr.rate, at-exp, cost, gotS, got, wantS, want)
+				}
+			}
+		}
+	}
+	l := algLimit(t, SlidingWindowLog, "1/s", 0, 0)
+	if e := l.Expiry(State{}); e != 0 {
+		t.Errorf("sliding_window_log: Expiry of the empty state %d, want 0", e)
+	}
+}
+
+// TestDecidePure: Decide leaves its argument intact, and a rejection
+// charges nothing: deciding again from the returned state decides alike.
+func TestDecidePure(t *testing.T) {
+	for i, tr := range algTraces {
+		l := algLimit(t, tr.alg, tr.rate, tr.burst, 0)
+		var s State
+		for _, st := range tr.steps {
+			s, _ = l.Decide(s, confEpoch+int64(st.at), st.cost)
+		}
+		now := confEpoch + int64(tr.steps[len(tr.steps)-1].at)
+		before := copyState(s)
+		for _, cost := range []float64{0.5, 1, 2.5, 100} {
+			s1, d1 := l.Decide(s, now, cost)
+			if !reflect.DeepEqual(s, before) {
+				t.Fatalf("trace %d (%s): Decide(cost %v) modified its argument: %+v, was %+v", i, tr.alg, cost, s, before)
+			}
+			if d1.Limit != l || d1.Quota != l.Rate.Quota || d1.Remaining < 0 || d1.Reset < 0 || d1.Delay < 0 {
+				t.Errorf("trace %d (%s): cost %v: malformed decision %+v", i, tr.alg, cost, d1)
+			}
+			if d1.Allowed != (d1.RetryAfter == 0) || (tr.alg != LeakyBucket && d1.Delay != 0) {
+				t.Errorf("trace %d (%s): cost %v: inconsistent decision %+v", i, tr.alg, cost, d1)
+			}
+			if d1.Allowed {
+				continue
+			}
+			_, d2 := l.Decide(s1, now, cost)
+			if d2 != d1 {
+				t.Errorf("trace %d (%s): cost %v rejected, then decided differently from the returned state:\n %+v\n %+v", i, tr.alg, cost, d1, d2)
+			}
+		}
+	}
+}
+
+func copyState(s State) State {
+	if s.Log != nil {
+		s.Log = append([]LogEntry(nil), s.Log...)
+	}
+	return s
+}
+
+// TestSlidingLogBoundedByMaxLogQuota: fractional costs cannot make a log
+// longer than MaxLogQuota entries, and merging entries never admits more
+// than the quota in any period. The trace fills the log with one large and
+// MaxLogQuota−1 small entries, asks for more until the quota is reached
+// (each admission merges into the newest entry), then asks again once the
+// large entry has expired.
+func TestSlidingLogBoundedByMaxLogQuota(t *testing.T) {
+	l := algLimit(t, SlidingWindowLog, "10000/m", 0, 0)
+	var s State
+	var admitted []LogEntry
+	now := confEpoch
+	ask := func(cost float64) bool {
+		next, d := l.Decide(s, now, cost)
+		if !d.Allowed {
+			return false
+		}
+		s = next
+		admitted = append(admitted, LogEntry{T: now, Cost: cost})
+		if len(s.Log) > MaxLogQuota || s.A > l.Capacity()+eps {
+			t.Fatalf("at +%v: log of %d entries, sum %v", time.Duration(now-confEpoch), len(s.Log), s.A)
+		}
+		return true
+	}
+	ask(4990)
+	for i := 0; i < MaxLogQuota+200; i++ {
+		now += int64(time.Millisecond)
+		ask(0.5)
+	}
+	// 4990 + 0.5·k ≤ 10000: k = 10020 small requests pass, MaxLogQuota−1
+	// as entries of their own and 21 merged into the newest.
+	if len(admitted) != 1+10020 || len(s.Log) != MaxLogQuota {
+		t.Errorf("%d admitted, log of %d entries; want %d, %d", len(admitted), len(s.Log), 1+10020, MaxLogQuota)
+	}
+	now = confEpoch + l.period // the large entry expires
+	for i := 0; i < 500; i++ {
+		if !ask(0.5) {
+			t.Fatalf("request %d after the large entry expired: rejected", i)
+		}
+		now += int64(time.Millisecond)
+	}
+	if w := maxWindowSum(admitted, l.period); w > l.Capacity()+1e-6 {
+		t.Errorf("%v admitted within one period, above the quota %v", w, l.Capacity())
+	}
+}
+
+// maxWindowSum is the largest total cost of entries within any half-open
+// interval [t, t+period); entries must be in time order.
+func maxWindowSum(es []LogEntry, period int64) float64 {
+	best, sum := 0.0, 0.0
+	i := 0
+	for j := range es {
+		sum += es[j].Cost
+		for es[i].T+period <= es[j].T {
+			sum -= es[i].Cost
+			i++
+		}
+		if sum > best {
+			best = sum
+		}
+	}
+	return best
+}
+
+// TestLeakyBucketRefundExact: a request refunded right after it was
+// admitted leaves no trace, even when the rate's unit is not a whole number
+// of nanoseconds.
+func TestLeakyBucketRefundExact(t *testing.T) {
+	for _, rate := range []string{"6/s", "7/s", "3/s", "1000/h"} {
+		l := algLimit(t, LeakyBucket, rate, 0, 0)
+		s, _ := l.Decide(State{}, confEpoch, 1)
+		s2, d := l.Decide(s, confEpoch, 1.5)
+		if !d.Allowed {
+			t.Fatalf("%s: second request rejected", rate)
+		}
+		if r := l.Refund(s2, confEpoch, 1.5); !reflect.DeepEqual(r, s) {
+			t.Errorf("%s: refunding 1.5 gives %+v, want the state before it %+v", rate, r, s)
+		}
+		if r := l.Refund(s, confEpoch, 1); l.Expiry(r) > confEpoch {
+			t.Errorf("%s: refunding the only request leaves it draining until +%dns", rate, l.Expiry(r)-confEpoch)
+		}
+	}
+}
+
+// TestDecideDurationsRoundUp: RetryAfter, Delay and Reset round up to
+// the nanosecond, so that waiting them is always enough.
+func TestDecideDurationsRoundUp(t *testing.T) {
+	l := algLimit(t, TokenBucket, "3/s", 1, 0)
+	s, _ := l.Decide(State{}, confEpoch, 1)
+	_, d := l.Decide(s, confEpoch, 1)
+	if want := time.Duration(333333334); d.RetryAfter != want || d.Reset != want {
+		t.Errorf("3/s exhausted: RetryAfter %v, Reset %v; want %v (1/3 s rounded up)", d.RetryAfter, d.Reset, want)
+	}
+	if _, d := l.Decide(s, confEpoch+int64(d.RetryAfter), 1); !d.Allowed {
+		t.Errorf("rejected after waiting RetryAfter: %+v", d)
+	}
+	if duration(0.5) != 1 || duration(-3) != 0 || duration(2) != 2 || duration(1e300) != Never {
+		t.Errorf("duration rounding: %v %v %v %v", duration(0.5), duration(-3), duration(2), duration(1e300))
+	}
+}

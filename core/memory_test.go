@@ -1,0 +1,351 @@
+package core
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// memStore returns a MemoryStore on a fake clock at confEpoch.
+func memStore(t testing.TB, maxKeys int) (*MemoryStore, *fakeClock) {
+	t.Helper()
+	clock := &fakeClock{now: confEpoch}
+	s, err := NewMemoryStore(MemoryConfig{MaxKeys: maxKeys, Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, clock
+}
+
+func memTake(t testing.TB, s *MemoryStore, asks ...Ask) []Decision {
+	t.Helper()
+	out := make([]Decision, len(asks))
+	if err := s.Take(context.Background(), asks, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestNewMemoryStore(t *testing.T) {
+	if _, err := NewMemoryStore(MemoryConfig{MaxKeys: -1}); err == nil || !strings.Contains(err.Error(), "max_keys") {
+		t.Errorf("MaxKeys -1: error %v, want one naming max_keys", err)
+	}
+	cases := []struct{ maxKeys, cap int }{
+		{0, DefaultMaxKeys / (memShards * memWays) * memShards * memWays},
+		{1, memShards * memWays}, // at least one bucket per shard
+		{100000, 99840},
+		{memShards * memWays * 3, memShards * memWays * 3},
+	}
+	for _, c := range cases {
+		s, err := NewMemoryStore(MemoryConfig{MaxKeys: c.maxKeys})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Cap() != c.cap || s.Len() != 0 {
+			t.Errorf("MaxKeys %d: Cap %d, Len %d; want %d, 0", c.maxKeys, s.Cap(), s.Len(), c.cap)
+		}
+	}
+}
+
+// memRaceTrials is how many times each race is run: many compiled, fewer
+// with -short (and under Yaegi, where a goroutine costs far more).
+func memRaceTrials() int {
+	if testing.Short() {
+		return 30
+	}
+	return 1000
+}
+
+// memRace releases n goroutines together, each taking asks once, and
+// returns how many were admitted (by every ask).
+func memRace(s *MemoryStore, n int, asks []Ask) int {
+	var admitted int64
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < n; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := make([]Decision, len(asks))
+			<-start
+			if s.Take(context.Background(), asks, out) != nil {
+				return
+			}
+			for _, d := range out {
+				if !d.Allowed {
+					return
+				}
+			}
+			atomic.AddInt64(&admitted, 1)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return int(admitted)
+}
+
+// TestMemoryStoreRaceForLastToken: 32 requests released together for the
+// last unit of capacity: exactly one wins, every time; 32 for 16 units:
+// exactly 16 win.
+func TestMemoryStoreRaceForLastToken(t *testing.T) {
+	const racers, capacity = 32, 16
+	trials := memRaceTrials()
+	for _, alg := range Algorithms {
+		alg := alg
+		t.Run(string(alg), func(t *testing.T) {
+			s, _ := memStore(t, 1<<16)
+			l := algLimit(t, alg, strconv.Itoa(capacity)+"/h", 0, 0)
+			for i := 0; i < trials; i++ {
+				last := "last" + strconv.Itoa(i)
+				if d := memTake(t, s, Ask{Limit: l, Key: last, Cost: capacity - 1}); !d[0].Allowed {
+					t.Fatalf("trial %d: first request rejected", i)
+				}
+				if n := memRace(s, racers, []Ask{{Limit: l, Key: last, Cost: 1}}); n != 1 {
+					t.Fatalf("trial %d: %d racers won the last unit, want 1", i, n)
+				}
+				if n := memRace(s, 2*capacity, []Ask{{Limit: l, Key: "half" + strconv.Itoa(i), Cost: 1}}); n != capacity {
+					t.Fatalf("trial %d: %d of %d racers admitted for %d units, want %d", i, n, 2*capacity, capacity, capacity)
+				}
+			}
+		})
+	}
+}
+
+// TestMemoryStoreRaceMultiLimit: racing two-limit requests where the tight
+// limit has one unit left: one wins, and the other limit is charged once.
+func TestMemoryStoreRaceMultiLimit(t *testing.T) {
+	s, _ := memStore(t, 1<<16)
+	plenty := algLimit(t, SlidingWindowCounter, "1000/h", 0, 0)
+	tight := algLimit(t, TokenBucket, "2/h", 0, 0)
+	trials := memRaceTrials() / 4
+	for i := 0; i < trials; i++ {
+		k := "k" + strconv.Itoa(i)
+		memTake(t, s, Ask{Limit: tight, Key: k, Cost: 1})
+		if n := memRace(s, 32, []Ask{{Limit: plenty, Key: k, Cost: 1}, {Limit: tight, Key: k, Cost: 1}}); n != 1 {
+			t.Fatalf("trial %d: %d racers admitted, want 1", i, n)
+		}
+		if d := memTake(t, s, Ask{Limit: plenty, Key: k, Cost: 1}); d[0].Remaining != 998 {
+			t.Fatalf("trial %d: the plentiful limit has %v left, want 998 (charged once by the race)", i, d[0].Remaining)
+		}
+	}
+}
+
+// TestMemoryStoreKeyFlood: a million distinct keys never hold more states
+// than MaxKeys.
+func TestMemoryStoreKeyFlood(t *testing.T) {
+	keys, maxKeys := 1000000, 100000
+	if testing.Short() {
+		keys, maxKeys = 10000, 1024
+	}
+	s, clock := memStore(t, maxKeys)
+	ctx := context.Background()
+	asks := []Ask{{Limit: algLimit(t, TokenBucket, "10/h", 0, 0), Cost: 1}}
+	out := make([]Decision, 1)
+	buf := make([]byte, 0, 32)
+	for i := 0; i < keys; i++ {
+		buf = strconv.AppendInt(append(buf[:0], "flood-"...), int64(i), 10)
+		asks[0].Key = string(buf)
+		s.Take(ctx, asks, out)
+		if i%1024 == 0 {
+			clock.Advance(time.Millisecond)
+		}
+	}
+	if n, c := s.Len(), s.Cap(); n > c || c > maxKeys || n < c*9/10 {
+		t.Errorf("after %d keys: Len %d, Cap %d, MaxKeys %d; want 0.9·Cap ≤ Len ≤ Cap ≤ MaxKeys", keys, n, c, maxKeys)
+	}
+
+	// The logs of sliding_window_log states go with their slots.
+	asks[0].Limit = algLimit(t, SlidingWindowLog, "10/h", 0, 0)
+	for i := 0; i < keys/5; i++ {
+		buf = strconv.AppendInt(append(buf[:0], "logflood-"...), int64(i), 10)
+		asks[0].Key = string(buf)
+		s.Take(ctx, asks, out)
+	}
+	logs := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for h := range sh.logs {
+			if s.find(sh, h) < 0 {
+				t.Errorf("shard %d: a log without a slot", i)
+			}
+			logs++
+		}
+		sh.mu.Unlock()
+	}
+	if n := s.Len(); n > s.Cap() || logs > n {
+		t.Errorf("after %d log keys: Len %d, Cap %d, %d logs", keys/5, n, s.Cap(), logs)
+	}
+}
+
+// memKeysInShard returns n keys of l whose states fall in shard sh.
+func memKeysInShard(s *MemoryStore, l *Limit, prefix string, sh, n int) []string {
+	var keys []string
+	for i := 0; len(keys) < n && i < 1000000; i++ {
+		k := prefix + strconv.Itoa(i)
+		if s.shardOf(s.hash(l, k)) == sh {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+func memHeld(s *MemoryStore, l *Limit, key string) bool {
+	h := s.hash(l, key)
+	sh := &s.shards[s.shardOf(h)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return s.find(sh, h) >= 0
+}
+
+// TestMemoryStoreEviction: with one bucket of memWays slots per shard, a
+// new key takes the slot of an expired state rather than a live one, and
+// when every state is live, the slot of the one that expires first.
+func TestMemoryStoreEviction(t *testing.T) {
+	s, clock := memStore(t, 1)
+	if s.buckets != 1 {
+		t.Fatalf("%d buckets per shard, want 1", s.buckets)
+	}
+	live := algLimit(t, TokenBucket, "1/h", 10, 0) // cost c expires c·6 min later
+	short := algLimit(t, TokenBucket, "1/s", 1, 0) // expires a second later
+	const sh = 5
+	liveKeys := memKeysInShard(s, live, "live", sh, memWays+1)
+	shortKeys := memKeysInShard(s, short, "short", sh, 2)
+	if len(liveKeys) != memWays+1 || len(shortKeys) != 2 {
+		t.Fatal("not enough keys in one shard")
+	}
+
+	// Slots: live, short, live, live, short, live, live, live.
+	order := []Ask{
+		{live, liveKeys[0], 1}, {short, shortKeys[0], 1}, {live, liveKeys[1], 1}, {live, liveKeys[2], 1},
+		{short, shortKeys[1], 1}, {live, liveKeys[3], 1}, {live, liveKeys[4], 1}, {live, liveKeys[5], 1},
+	}
+	for _, a := range order {
+		memTake(t, s, a)
+	}
+	if n := s.Len(); n != memWays {
+		t.Fatalf("Len %d after filling one bucket, want %d", n, memWays)
+	}
+	clock.Advance(2 * time.Second) // both short states expire
+	memTake(t, s, Ask{live, liveKeys[6], 1})
+	memTake(t, s, Ask{live, liveKeys[7], 1})
+	for i := 0; i < 8; i++ {
+		if !memHeld(s, live, liveKeys[i]) {
+			t.Errorf("live key %d evicted while expired states were held", i)
+		}
+	}
+	for i, k := range shortKeys {
+		if memHeld(s, short, k) {
+			t.Errorf("expired key %d still held after two insertions", i)
+		}
+	}
+
+	// All live now; the next key replaces the one expiring first. Give it
+	// the most cost, so that it is not the oldest one: live key 3 (slot 5)
+	// has cost 1 and every other one gets 1 more.
+	for i := 0; i < 8; i++ {
+		if i != 3 {
+			memTake(t, s, Ask{live, liveKeys[i], 1})
+		}
+	}
+	memTake(t, s, Ask{live, liveKeys[8], 1})
+	for i := 0; i < 9; i++ {
+		if held := memHeld(s, live, liveKeys[i]); held != (i != 3) {
+			t.Errorf("live key %d: held %v, want %v (key 3 expires first)", i, held, i != 3)
+		}
+	}
+	if n := s.Len(); n != memWays {
+		t.Errorf("Len %d, want %d", n, memWays)
+	}
+}
+
+// TestMemoryStoreMultiLimitNoDeadlock: requests asking [A, B] and [B, A],
+// with A and B in different shards, race without deadlocking.
+func TestMemoryStoreMultiLimitNoDeadlock(t *testing.T) {
+	s, _ := memStore(t, 4096)
+	a := algLimit(t, TokenBucket, "1000000/s", 0, 0)
+	b := algLimit(t, FixedWindow, "1000000/s", 0, 0)
+	ka := memKeysInShard(s, a, "a", 3, 1)
+	kb := memKeysInShard(s, b, "b", 60, 1)
+	iters := 2000
+	if testing.Short() {
+		iters = 100
+	}
+	ab := []Ask{{a, ka[0], 1}, {b, kb[0], 1}}
+	ba := []Ask{{b, kb[0], 1}, {a, ka[0], 1}}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		asks := ab
+		if g%2 == 1 {
+			asks = ba
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := make([]Decision, 2)
+			for i := 0; i < iters; i++ {
+				s.Take(context.Background(), asks, out)
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("multi-limit requests in opposite orders deadlocked")
+	}
+}
+
+// TestMemoryStoreManyAsks: more asks than Take handles without allocating
+// are decided alike, all-or-nothing.
+func TestMemoryStoreManyAsks(t *testing.T) {
+	s, _ := memStore(t, 4096)
+	var asks []Ask
+	for i := 0; i < maxAsks+3; i++ {
+		asks = append(asks, Ask{algLimit(t, TokenBucket, "10/h", 0, 0), "k" + strconv.Itoa(i), 1})
+	}
+	tight := algLimit(t, FixedWindow, "1/h", 0, 0)
+	asks = append(asks, Ask{tight, "t", 1})
+	if d := memTake(t, s, asks...); !d[len(d)-1].Allowed || !d[0].Allowed {
+		t.Fatalf("first request: %+v", d)
+	}
+	d := memTake(t, s, asks...)
+	if d[len(d)-1].Allowed || !d[0].Allowed || !d[maxAsks+2].Allowed {
+		t.Fatalf("second request: tight %+v, first %+v, last plenty %+v", d[len(d)-1], d[0], d[maxAsks+2])
+	}
+	for i := 0; i < maxAsks+3; i++ {
+		if r := memTake(t, s, asks[i])[0].Remaining; r != 8 {
+			t.Errorf("ask %d: %v remaining after one admitted and one rejected request, want 8", i, r)
+		}
+	}
+}
+
+// TestMemoryStoreTakeAllocs: a decision allocates nothing (checked
+// compiled only: under an interpreter every call allocates).
+func TestMemoryStoreTakeAllocs(t *testing.T) {
+	if isInterpreted() {
+		t.Skip("allocation counts are meaningless under an interpreter")
+	}
+	s, clock := memStore(t, 4096)
+	tb := algLimit(t, TokenBucket, "1000000/s", 0, 0)
+	fw := algLimit(t, FixedWindow, "1000000/s", 0, 0)
+	one := []Ask{{tb, "client", 1}}
+	two := []Ask{{tb, "client", 1}, {fw, "client", 1}}
+	out := make([]Decision, 2)
+	ctx := context.Background()
+	for _, asks := range [][]Ask{one, two} {
+		asks := asks
+		n := testing.AllocsPerRun(1000, func() {
+			clock.Advance(time.Millisecond)
+			s.Take(ctx, asks, out)
+		})
+		if n != 0 {
+			t.Errorf("Take with %d asks: %v allocations, want 0", len(asks), n)
+		}
+	}
+}
