@@ -1,0 +1,157 @@
+package core
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Breaker defaults, used when the corresponding field is zero.
+const (
+	DefaultBreakerFailures = 5
+	DefaultBreakerBackoff  = time.Second
+)
+
+// BreakerState is the state of a [Breaker].
+type BreakerState int32
+
+const (
+	// BreakerClosed lets every call through and counts consecutive
+	// failures.
+	BreakerClosed BreakerState = iota
+	// BreakerOpen refuses every call until Backoff has passed since it
+	// opened.
+	BreakerOpen
+	// BreakerHalfOpen has let one probe call through and refuses the
+	// others until the probe reports.
+	BreakerHalfOpen
+)
+
+// String returns "closed", "open" or "half-open".
+func (s BreakerState) String() string {
+	switch s {
+	case BreakerClosed:
+		return "closed"
+	case BreakerOpen:
+		return "open"
+	case BreakerHalfOpen:
+		return "half-open"
+	}
+	return "BreakerState(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Breaker is a circuit breaker in front of a remote store. It starts closed
+// and lets calls through; Failures consecutive failures open it, and it then
+// refuses calls for Backoff. After that it lets exactly one probe call
+// through (half-open): the probe's success closes it, its failure opens it
+// for another Backoff. A probe that reports neither within Backoff is
+// presumed lost, and the next call becomes a new probe.
+//
+// Every call that Allow admits must report its outcome with Success or
+// Failure; outcomes reported while the breaker is open (calls admitted before
+// it opened) are ignored. Instants are nanoseconds on the caller's [Clock].
+//
+// The zero value is a closed breaker with the default settings. A Breaker is
+// safe for concurrent use; while closed, Allow and Success cost an atomic
+// load. It must not be copied after first use, and its fields must not change
+// after first use.
+type Breaker struct {
+	// Failures is the number of consecutive failures that opens the
+	// breaker; zero means DefaultBreakerFailures.
+	Failures int
+	// Backoff is how long the breaker stays open before it lets a probe
+	// through; zero means DefaultBreakerBackoff.
+	Backoff time.Duration
+
+	state int32 // a BreakerState; written under mu, read atomically
+	fails int32 // consecutive failures while closed; written under mu
+	mu    sync.Mutex
+	since int64 // instant the breaker opened, or let the probe through
+}
+
+// Allow reports whether a call may proceed at instant now. It is false while
+// the breaker is open and while a half-open probe is pending; the first call
+// at least Backoff after the breaker opened is the probe and gets true.
+func (b *Breaker) Allow(now int64) bool {
+	if atomic.LoadInt32(&b.state) == int32(BreakerClosed) {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch BreakerState(b.state) {
+	case BreakerClosed:
+		return true
+	case BreakerOpen, BreakerHalfOpen:
+		if now-b.since < int64(b.backoff()) {
+			return false
+		}
+		atomic.StoreInt32(&b.state, int32(BreakerHalfOpen))
+		b.since = now
+		return true
+	}
+	return false
+}
+
+// Success reports that an admitted call succeeded: it resets the failure
+// count, and a successful probe closes the breaker.
+func (b *Breaker) Success() {
+	if atomic.LoadInt32(&b.state) == int32(BreakerClosed) && atomic.LoadInt32(&b.fails) == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch BreakerState(b.state) {
+	case BreakerClosed:
+		atomic.StoreInt32(&b.fails, 0)
+	case BreakerHalfOpen:
+		atomic.StoreInt32(&b.fails, 0)
+		atomic.StoreInt32(&b.state, int32(BreakerClosed))
+	}
+}
+
+// Failure reports that an admitted call failed at instant now: the
+// Failures-th consecutive failure opens a closed breaker, and a failed probe
+// opens it again, for Backoff from now.
+func (b *Breaker) Failure(now int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch BreakerState(b.state) {
+	case BreakerClosed:
+		n := atomic.LoadInt32(&b.fails) + 1
+		if int(n) < b.threshold() {
+			atomic.StoreInt32(&b.fails, n)
+			return
+		}
+		b.open(now)
+	case BreakerHalfOpen:
+		b.open(now)
+	}
+}
+
+// State returns the breaker's current state. An open breaker whose Backoff
+// has passed reports BreakerOpen until Allow lets the probe through.
+func (b *Breaker) State() BreakerState {
+	return BreakerState(atomic.LoadInt32(&b.state))
+}
+
+// open moves the breaker to BreakerOpen at now; b.mu is held.
+func (b *Breaker) open(now int64) {
+	atomic.StoreInt32(&b.fails, 0)
+	atomic.StoreInt32(&b.state, int32(BreakerOpen))
+	b.since = now
+}
+
+func (b *Breaker) threshold() int {
+	if b.Failures <= 0 {
+		return DefaultBreakerFailures
+	}
+	return b.Failures
+}
+
+func (b *Breaker) backoff() time.Duration {
+	if b.Backoff <= 0 {
+		return DefaultBreakerBackoff
+	}
+	return b.Backoff
+}

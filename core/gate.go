@@ -1,0 +1,339 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// StoreErrorPolicy says what a Gate does with a request when its store
+// cannot decide (an outage, a timeout, an open circuit breaker) and no
+// fallback store is configured.
+type StoreErrorPolicy int
+
+const (
+	// FailOpen admits the request: availability over protection.
+	FailOpen StoreErrorPolicy = iota
+	// FailClosed rejects the request with 429: protection over availability.
+	FailClosed
+)
+
+// ParseStoreErrorPolicy reads "allow" (or "") as FailOpen and "deny" as
+// FailClosed.
+func ParseStoreErrorPolicy(s string) (StoreErrorPolicy, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "allow":
+		return FailOpen, nil
+	case "deny":
+		return FailClosed, nil
+	}
+	return FailOpen, fmt.Errorf("on_store_error %q: want allow or deny", s)
+}
+
+// Mode is how a Gate treats requests its limits reject.
+type Mode int
+
+const (
+	// Enforce rejects them with 429.
+	Enforce Mode = iota
+	// DryRun decides and counts as Enforce does but lets every request
+	// through, reporting OutcomeDryRunRejected for those it would have
+	// rejected, so hosts can log and count them before enforcing.
+	DryRun
+)
+
+// ParseMode reads "enforce" (or "") and "dry_run".
+func ParseMode(s string) (Mode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "enforce":
+		return Enforce, nil
+	case "dry_run", "dry-run", "dryrun":
+		return DryRun, nil
+	}
+	return Enforce, fmt.Errorf("mode %q: want enforce or dry_run", s)
+}
+
+// Outcome classifies a Gate's verdict, for metrics and logs.
+type Outcome int
+
+const (
+	OutcomeAllowed         Outcome = iota // every limit admitted the request
+	OutcomeRejected                       // a limit rejected it; answered 429
+	OutcomeDryRunRejected                 // a limit rejected it; passed in DryRun mode
+	OutcomeStoreErrorAllow                // the store failed; admitted by FailOpen
+	OutcomeStoreErrorDeny                 // the store failed; rejected by FailClosed
+	OutcomeCancelled                      // admitted with a delay, but the client left while waiting
+)
+
+var outcomeNames = [...]string{"allowed", "rejected", "dry_run_rejected", "store_error_allowed", "store_error_denied", "cancelled"}
+
+// String is the outcome's metric label value.
+func (o Outcome) String() string {
+	if o < 0 || int(o) >= len(outcomeNames) {
+		return "unknown"
+	}
+	return outcomeNames[o]
+}
+
+// Verdict is a Gate's answer for one request.
+type Verdict struct {
+	Outcome Outcome
+	// Decision is the one reported to the client: among rejecting limits
+	// the one asking for the longest wait; otherwise the limit closest to
+	// exhaustion (smallest Remaining/Quota). Its Limit is nil when no limit
+	// applied or when the store failed without fallback.
+	Decision Decision
+	// Delay is how long the request must wait before proceeding (the
+	// longest delay of its leaky_bucket limits).
+	Delay time.Duration
+	// Err is the store's error, if it failed; the verdict then comes from
+	// the fallback store (Fallback true) or from the StoreErrorPolicy.
+	Err      error
+	Fallback bool
+}
+
+// GateConfig configures a Gate.
+type GateConfig struct {
+	// Limits are every limit the gate may be asked about, validated. Asks
+	// must refer to these pointers.
+	Limits []*Limit
+	// Store decides; nil means a new MemoryStore with default settings.
+	Store Store
+	// Responder writes headers and 429 answers.
+	Responder Responder
+	// Mode is Enforce or DryRun.
+	Mode Mode
+	// OnStoreError applies when Store fails and there is no Fallback.
+	OnStoreError StoreErrorPolicy
+	// Timeout bounds each call to Store; zero means none (right for a
+	// MemoryStore, which never blocks on I/O).
+	Timeout time.Duration
+	// Breaker, if set, stops calling Store after consecutive failures and
+	// probes it again after a back-off; meanwhile requests are decided by
+	// Fallback or OnStoreError immediately.
+	Breaker *Breaker
+	// Fallback, if set, decides while Store fails, on limits whose quota
+	// and burst are divided by Instances (each instance enforces its share
+	// of the global quota locally).
+	Fallback  Store
+	Instances int
+	// Clock supplies the instant for the Unix-time headers; nil means
+	// SystemClock().
+	Clock Clock
+}
+
+// Gate runs the request path both adapters share: decide every applicable
+// limit all-or-nothing, apply the failure policy, write the rate-limit
+// headers, and either answer 429 or let the request proceed after its
+// delay.
+type Gate struct {
+	cfg      GateConfig
+	fallback map[*Limit]*Limit // primary limit → its per-instance share
+}
+
+// NewGate checks cfg and returns a Gate.
+func NewGate(cfg GateConfig) (*Gate, error) {
+	if cfg.Store == nil {
+		st, err := NewMemoryStore(MemoryConfig{Clock: cfg.Clock})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Store = st
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock()
+	}
+	if cfg.Timeout < 0 {
+		return nil, errors.New("timeout: must not be negative")
+	}
+	if err := cfg.Responder.Validate(); err != nil {
+		return nil, err
+	}
+	names := make(map[string]bool, len(cfg.Limits))
+	for _, l := range cfg.Limits {
+		if err := l.Validate(); err != nil {
+			return nil, err
+		}
+		if names[l.Name] {
+			return nil, fmt.Errorf("limit %q: defined twice", l.Name)
+		}
+		names[l.Name] = true
+	}
+	g := &Gate{cfg: cfg}
+	if cfg.Fallback != nil {
+		n := cfg.Instances
+		if n < 1 {
+			return nil, errors.New("instances: the local fallback divides each quota by the number of instances, which must be at least 1")
+		}
+		g.fallback = make(map[*Limit]*Limit, len(cfg.Limits))
+		for _, l := range cfg.Limits {
+			share := *l
+			share.Rate.Quota /= float64(n)
+			share.Burst = l.Capacity() / float64(n)
+			if err := share.Validate(); err != nil {
+				return nil, err
+			}
+			g.fallback[l] = &share
+		}
+	}
+	return g, nil
+}
+
+// Store is the gate's primary store.
+func (g *Gate) Store() Store { return g.cfg.Store }
+
+// Decide decides asks all-or-nothing and classifies the result. It neither
+// writes nor waits.
+func (g *Gate) Decide(ctx context.Context, asks []Ask) Verdict {
+	if len(asks) == 0 {
+		return Verdict{Outcome: OutcomeAllowed}
+	}
+	var buf [maxAsks]Decision
+	out := buf[:]
+	if len(asks) > maxAsks {
+		out = make([]Decision, len(asks))
+	}
+	out = out[:len(asks)]
+	err := g.take(ctx, asks, out)
+	if err == nil {
+		return g.classify(out)
+	}
+	if g.fallback != nil {
+		local := make([]Ask, len(asks))
+		for i := range asks {
+			local[i] = asks[i]
+			local[i].Limit = g.fallback[asks[i].Limit]
+		}
+		if ferr := g.cfg.Fallback.Take(ctx, local, out); ferr == nil {
+			v := g.classify(out)
+			v.Err, v.Fallback = err, true
+			return v
+		}
+	}
+	if g.cfg.OnStoreError == FailClosed {
+		return Verdict{Outcome: OutcomeStoreErrorDeny, Err: err, Decision: Decision{RetryAfter: time.Second}}
+	}
+	return Verdict{Outcome: OutcomeStoreErrorAllow, Err: err}
+}
+
+// ErrBreakerOpen is the store error of decisions made while the circuit
+// breaker is open.
+var ErrBreakerOpen = errors.New("sluice: store circuit breaker is open")
+
+func (g *Gate) take(ctx context.Context, asks []Ask, out []Decision) error {
+	b := g.cfg.Breaker
+	if b != nil && !b.Allow(g.cfg.Clock()) {
+		return ErrBreakerOpen
+	}
+	if g.cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
+		defer cancel()
+	}
+	err := g.cfg.Store.Take(ctx, asks, out)
+	if b != nil {
+		if err != nil {
+			b.Failure(g.cfg.Clock())
+		} else {
+			b.Success()
+		}
+	}
+	return err
+}
+
+// classify picks the reported decision and the outcome.
+func (g *Gate) classify(out []Decision) Verdict {
+	v := Verdict{Outcome: OutcomeAllowed}
+	best := -1
+	allowed := true
+	for i := range out {
+		d := &out[i]
+		if d.Delay > v.Delay {
+			v.Delay = d.Delay
+		}
+		if !d.Allowed {
+			if allowed || d.RetryAfter > out[best].RetryAfter {
+				best = i
+			}
+			allowed = false
+			continue
+		}
+		if allowed && (best < 0 || d.Remaining*out[best].Quota < out[best].Remaining*d.Quota) {
+			best = i
+		}
+	}
+	v.Decision = out[best]
+	if !allowed {
+		v.Delay = 0
+		v.Outcome = OutcomeRejected
+		if g.cfg.Mode == DryRun {
+			v.Outcome = OutcomeDryRunRejected
+		}
+	}
+	return v
+}
+
+// Serve decides asks for r and answers what it can: it sets the
+// rate-limit headers on w (when a limit applied), writes the 429 answer
+// for a rejection, and waits out an admitted request's delay, giving the
+// capacity back if the client leaves first. It reports whether the request
+// may proceed to the next handler; when it may not, the answer has been
+// written, except for OutcomeCancelled, where the client is gone.
+func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, asks []Ask) (Verdict, bool) {
+	v := g.Decide(r.Context(), asks)
+	d := &v.Decision
+	var nowUnix int64
+	if d.Limit != nil || v.Outcome == OutcomeStoreErrorDeny {
+		nowUnix = g.cfg.Clock() / int64(time.Second)
+	}
+	switch v.Outcome {
+	case OutcomeRejected, OutcomeStoreErrorDeny:
+		g.cfg.Responder.Reject(w, d, nowUnix) // headers included
+		return v, false
+	}
+	if d.Limit != nil && g.cfg.Responder.Headers != HeadersOff {
+		g.cfg.Responder.SetHeaders(w.Header(), d, nowUnix)
+	}
+	if v.Delay > 0 && !g.wait(r.Context(), v.Delay) {
+		g.refund(asks, v.Fallback)
+		v.Outcome = OutcomeCancelled
+		return v, false
+	}
+	return v, true
+}
+
+// wait sleeps for d unless ctx ends first; it reports whether it slept.
+func (g *Gate) wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		t.Stop()
+		return false
+	}
+}
+
+// refund gives back what a cancelled wait took. It runs without the
+// request's context (which has ended), bounded by the gate's timeout.
+func (g *Gate) refund(asks []Ask, fallback bool) {
+	ctx := context.Background()
+	if g.cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
+		defer cancel()
+	}
+	if fallback {
+		local := make([]Ask, len(asks))
+		for i := range asks {
+			local[i] = asks[i]
+			local[i].Limit = g.fallback[asks[i].Limit]
+		}
+		g.cfg.Fallback.Refund(ctx, local)
+		return
+	}
+	g.cfg.Store.Refund(ctx, asks)
+}

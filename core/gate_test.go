@@ -1,0 +1,212 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+// failingStore fails every call, counting them.
+type failingStore struct{ calls int }
+
+func (f *failingStore) Take(ctx context.Context, asks []Ask, out []Decision) error {
+	f.calls++
+	return errors.New("store down")
+}
+
+func (f *failingStore) Refund(ctx context.Context, asks []Ask) error { return errors.New("store down") }
+
+func gateLimit(t *testing.T, name string, alg Algorithm, rate string, burst float64) *Limit {
+	t.Helper()
+	r, err := ParseRate(rate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &Limit{Name: name, Algorithm: alg, Rate: r, Burst: burst}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func newTestGate(t *testing.T, cfg GateConfig, now *int64) *Gate {
+	t.Helper()
+	cfg.Clock = func() int64 { return *now }
+	if cfg.Store == nil {
+		st, err := NewMemoryStore(MemoryConfig{MaxKeys: 1024, Clock: cfg.Clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Store = st
+	}
+	g, err := NewGate(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func TestGateReportsClosestLimit(t *testing.T) {
+	now := int64(1_700_000_040e9)
+	ip := gateLimit(t, "ip", TokenBucket, "10/s", 0)
+	user := gateLimit(t, "user", TokenBucket, "100/m", 4)
+	g := newTestGate(t, GateConfig{Limits: []*Limit{ip, user}}, &now)
+	asks := []Ask{{Limit: ip, Key: "a", Cost: 1}, {Limit: user, Key: "u", Cost: 1}}
+	v := g.Decide(context.Background(), asks)
+	if v.Outcome != OutcomeAllowed || v.Decision.Limit != user || v.Decision.Remaining != 3 {
+		t.Fatalf("got %v %+v, want allowed reporting user with 3 left", v.Outcome, v.Decision)
+	}
+	for i := 0; i < 3; i++ {
+		g.Decide(context.Background(), asks)
+	}
+	v = g.Decide(context.Background(), asks)
+	if v.Outcome != OutcomeRejected || v.Decision.Limit != user {
+		t.Fatalf("got %v %+v, want rejected by user", v.Outcome, v.Decision)
+	}
+	// The rejection charged nothing to ip: 10 - 4 admitted = 6 left.
+	v = g.Decide(context.Background(), asks[:1])
+	if v.Decision.Remaining != 5 {
+		t.Fatalf("ip remaining after its 5th request = %v, want 5", v.Decision.Remaining)
+	}
+}
+
+func TestGateDryRunPassesWithoutCharging(t *testing.T) {
+	now := int64(0)
+	l := gateLimit(t, "api", FixedWindow, "2/m", 0)
+	g := newTestGate(t, GateConfig{Limits: []*Limit{l}, Mode: DryRun}, &now)
+	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	var outcomes []Outcome
+	for i := 0; i < 4; i++ {
+		rec := httptest.NewRecorder()
+		v, ok := g.Serve(rec, httptest.NewRequest("GET", "/", nil), asks)
+		if !ok || rec.Code != http.StatusOK {
+			t.Fatalf("request %d: dry run blocked it (code %d)", i, rec.Code)
+		}
+		outcomes = append(outcomes, v.Outcome)
+	}
+	want := []Outcome{OutcomeAllowed, OutcomeAllowed, OutcomeDryRunRejected, OutcomeDryRunRejected}
+	for i := range want {
+		if outcomes[i] != want[i] {
+			t.Fatalf("outcomes %v, want %v", outcomes, want)
+		}
+	}
+}
+
+func TestGateStoreErrorPolicy(t *testing.T) {
+	now := int64(0)
+	l := gateLimit(t, "api", TokenBucket, "1/s", 0)
+	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	for _, tc := range []struct {
+		policy StoreErrorPolicy
+		want   Outcome
+		code   int
+		pass   bool
+	}{
+		{FailOpen, OutcomeStoreErrorAllow, http.StatusOK, true},
+		{FailClosed, OutcomeStoreErrorDeny, http.StatusTooManyRequests, false},
+	} {
+		g := newTestGate(t, GateConfig{Limits: []*Limit{l}, Store: &failingStore{}, OnStoreError: tc.policy}, &now)
+		rec := httptest.NewRecorder()
+		v, ok := g.Serve(rec, httptest.NewRequest("GET", "/", nil), asks)
+		if v.Outcome != tc.want || ok != tc.pass || rec.Code != tc.code || v.Err == nil {
+			t.Errorf("policy %v: outcome %v pass %v code %d err %v", tc.policy, v.Outcome, ok, rec.Code, v.Err)
+		}
+	}
+}
+
+func TestGateFallbackSharesQuota(t *testing.T) {
+	now := int64(0)
+	l := gateLimit(t, "api", TokenBucket, "10/s", 0)
+	local, _ := NewMemoryStore(MemoryConfig{MaxKeys: 64, Clock: func() int64 { return now }})
+	g := newTestGate(t, GateConfig{Limits: []*Limit{l}, Store: &failingStore{}, Fallback: local, Instances: 5}, &now)
+	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	admitted := 0
+	for i := 0; i < 10; i++ {
+		v := g.Decide(context.Background(), asks)
+		if !v.Fallback || v.Err == nil {
+			t.Fatalf("decision %d not from the fallback: %+v", i, v)
+		}
+		if v.Outcome == OutcomeAllowed {
+			admitted++
+		}
+	}
+	if admitted != 2 {
+		t.Fatalf("fallback admitted %d of 10, want 10/5 = 2", admitted)
+	}
+}
+
+func TestGateBreakerStopsCallingStore(t *testing.T) {
+	now := int64(0)
+	l := gateLimit(t, "api", TokenBucket, "1/s", 0)
+	fs := &failingStore{}
+	g := newTestGate(t, GateConfig{Limits: []*Limit{l}, Store: fs, Breaker: &Breaker{Failures: 3, Backoff: time.Second}}, &now)
+	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	for i := 0; i < 10; i++ {
+		g.Decide(context.Background(), asks)
+	}
+	if fs.calls != 3 {
+		t.Fatalf("store called %d times, want 3 before the breaker opens", fs.calls)
+	}
+	v := g.Decide(context.Background(), asks)
+	if !errors.Is(v.Err, ErrBreakerOpen) || v.Outcome != OutcomeStoreErrorAllow {
+		t.Fatalf("open breaker: %+v", v)
+	}
+	now += int64(time.Second)
+	g.Decide(context.Background(), asks)
+	if fs.calls != 4 {
+		t.Fatalf("after the back-off the store was called %d times in all, want one probe (4)", fs.calls)
+	}
+}
+
+func TestGateServeWaitsAndRefundsOnCancel(t *testing.T) {
+	now := int64(0)
+	l := &Limit{Name: "shape", Algorithm: LeakyBucket, Rate: Rate{Quota: 1, Period: time.Hour}, Burst: 3}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g := newTestGate(t, GateConfig{Limits: []*Limit{l}}, &now)
+	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	if v, ok := g.Serve(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), asks); !ok || v.Delay != 0 {
+		t.Fatalf("first request: %+v %v", v, ok)
+	}
+	// The second must wait an hour; its client has already gone.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := httptest.NewRequest("GET", "/", nil).WithContext(ctx)
+	v, ok := g.Serve(httptest.NewRecorder(), r, asks)
+	if ok || v.Outcome != OutcomeCancelled || v.Delay != time.Hour {
+		t.Fatalf("cancelled wait: %+v %v", v, ok)
+	}
+	// Its slot was given back: the next request again waits one hour, not two.
+	v = g.Decide(context.Background(), asks)
+	if v.Delay != time.Hour {
+		t.Fatalf("after refund the delay is %v, want 1h", v.Delay)
+	}
+}
+
+func TestGateServeRejects(t *testing.T) {
+	now := int64(1_700_000_040e9)
+	l := gateLimit(t, "api", TokenBucket, "1/m", 0)
+	g := newTestGate(t, GateConfig{Limits: []*Limit{l}, Responder: Responder{Headers: DefaultHeaders}}, &now)
+	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	rec := httptest.NewRecorder()
+	if _, ok := g.Serve(rec, httptest.NewRequest("GET", "/", nil), asks); !ok || rec.Header().Get("RateLimit") == "" {
+		t.Fatalf("first request: pass %v, headers %v", ok, rec.Header())
+	}
+	rec = httptest.NewRecorder()
+	v, ok := g.Serve(rec, httptest.NewRequest("GET", "/", nil), asks)
+	if ok || v.Outcome != OutcomeRejected || rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "60" {
+		t.Fatalf("second request: pass %v code %d headers %v", ok, rec.Code, rec.Header())
+	}
+}
+
+func TestGateRejectsDuplicateNames(t *testing.T) {
+	a := gateLimit(t, "api", TokenBucket, "1/s", 0)
+	b := gateLimit(t, "api", FixedWindow, "1/s", 0)
+	if _, err := NewGate(GateConfig{Limits: []*Limit{a, b}}); err == nil {
+		t.Fatal("two limits named api were accepted")
+	}
+}
