@@ -1,0 +1,165 @@
+package traefikplugin
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// TestBuiltinCompat decodes configurations written for Traefik's built-in
+// rateLimit middleware, as YAML and as labels, and checks that they limit
+// as the built-in does: a token bucket of size burst, refilled at
+// average/period.
+func TestBuiltinCompat(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		raw   map[string]interface{}
+		burst int
+		every time.Duration // refill interval of one token
+	}{
+		// The example of Traefik's documentation: 100 requests per minute,
+		// bursts of 50.
+		{"yaml", map[string]interface{}{"average": 100, "period": "1m", "burst": 50}, 50, 600 * time.Millisecond},
+		{"labels", map[string]interface{}{"average": "100", "period": "1m", "burst": "50"}, 50, 600 * time.Millisecond},
+		{"period in seconds", map[string]interface{}{"average": "100", "period": "60", "burst": "50"}, 50, 600 * time.Millisecond},
+		// Defaults: period 1s, burst 1.
+		{"defaults", map[string]interface{}{"average": "5"}, 1, 200 * time.Millisecond},
+		{"burst 0 is 1", map[string]interface{}{"average": 5, "burst": 0}, 1, 200 * time.Millisecond},
+		{"slow rate", map[string]interface{}{"average": 1, "period": "1h", "burst": 2}, 2, time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newTestRegistry()
+			cfg := CreateConfig()
+			if err := decodeLikeTraefik(tc.raw, cfg); err != nil {
+				t.Fatal(err)
+			}
+			h, next := g.mustNew(t, cfg, "rl@file")
+			req := request{}
+			if got, want := codes(h, req, tc.burst+1), repeat("200", tc.burst)+" 429"; got != want {
+				t.Fatalf("a burst: got %s, want %s", got, want)
+			}
+			g.clock.advance(tc.every - time.Millisecond)
+			if got := codes(h, req, 1); got != "429" {
+				t.Fatalf("just before one token is back: got %s, want 429", got)
+			}
+			g.clock.advance(time.Millisecond)
+			if got := codes(h, req, 2); got != "200 429" {
+				t.Fatalf("one token later: got %s, want 200 429", got)
+			}
+			if got, want := next.count(), int64(tc.burst+1); got != want {
+				t.Errorf("next called %d times, want %d", got, want)
+			}
+			// Another client has its own bucket.
+			if got := codes(h, request{remote: "198.51.100.7:999"}, 1); got != "200" {
+				t.Errorf("another client: got %s, want 200", got)
+			}
+		})
+	}
+}
+
+// TestBuiltinNoLimit checks that average 0, as in Traefik, limits nothing:
+// New returns the next handler itself.
+func TestBuiltinNoLimit(t *testing.T) {
+	g := newTestRegistry()
+	next := &okHandler{}
+	for _, raw := range []map[string]interface{}{{}, {"average": "0", "period": "1m", "burst": "10"}, {"average": 0}} {
+		cfg := CreateConfig()
+		if err := decodeLikeTraefik(raw, cfg); err != nil {
+			t.Fatal(err)
+		}
+		h, err := g.new(context.Background(), next, cfg, "rl@file")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A type assertion, not h != next: Yaegi wraps interpreted values
+		// in interfaces, so that comparison is unreliable under it.
+		if _, limiting := h.(*handler); limiting {
+			t.Errorf("%v: got a limiting handler, want next itself", raw)
+		}
+		if w, _ := do(h, request{}); w.Code != http.StatusOK || w.Header().Get("Ratelimit") != "" || next.count() == 0 {
+			t.Errorf("%v: got %d %v, want next's plain 200", raw, w.Code, w.Header())
+		}
+	}
+}
+
+// TestBuiltinSourceCriterion checks requestHeaderName, requestHost and
+// ipStrategy.depth as the built-in understands them.
+func TestBuiltinSourceCriterion(t *testing.T) {
+	t.Run("requestHeaderName", func(t *testing.T) {
+		g := newTestRegistry()
+		h, _ := g.mustNew(t, &Config{Average: "1", Period: "1h", SourceCriterion: &SourceCriterion{RequestHeaderName: "X-Api-Key"}}, "rl@file")
+		a := request{headers: map[string]string{"X-Api-Key": "a"}}
+		b := request{headers: map[string]string{"X-Api-Key": "b"}, remote: "192.0.2.1:4321"}
+		if got := codes(h, a, 2) + " " + codes(h, b, 2); got != "200 429 200 429" {
+			t.Errorf("keys a and b from one IP: got %s, want 200 429 200 429", got)
+		}
+		// Without the header, Traefik keys by the empty string: all such
+		// requests share one bucket.
+		if got := codes(h, request{}, 1) + " " + codes(h, request{remote: "198.51.100.7:1"}, 1); got != "200 429" {
+			t.Errorf("no header, two IPs: got %s, want 200 429", got)
+		}
+	})
+	t.Run("requestHost", func(t *testing.T) {
+		g := newTestRegistry()
+		h, _ := g.mustNew(t, &Config{Average: "1", Period: "1h", SourceCriterion: &SourceCriterion{RequestHost: "true"}}, "rl@file")
+		if got := codes(h, request{host: "a.example"}, 2) + " " + codes(h, request{host: "B.example:8080", remote: "198.51.100.7:1"}, 1) +
+			" " + codes(h, request{host: "b.example"}, 1); got != "200 429 200 429" {
+			t.Errorf("got %s, want 200 429 200 429", got)
+		}
+	})
+	t.Run("depth", func(t *testing.T) {
+		g := newTestRegistry()
+		cfg := CreateConfig()
+		raw := map[string]interface{}{"average": "1", "period": "1h",
+			"sourceCriterion": map[string]interface{}{"ipStrategy": map[string]interface{}{"depth": "2"}}}
+		if err := decodeLikeTraefik(raw, cfg); err != nil {
+			t.Fatal(err)
+		}
+		h, _ := g.mustNew(t, cfg, "rl@file")
+		xff := func(v string) request {
+			return request{remote: "10.0.0.1:1", headers: map[string]string{"X-Forwarded-For": v}}
+		}
+		// depth 2 is the second entry from the right: 203.0.113.9 for both.
+		if got := codes(h, xff("203.0.113.9, 10.1.1.1"), 1) + " " + codes(h, xff("1.2.3.4, 203.0.113.9, 10.2.2.2"), 1); got != "200 429" {
+			t.Errorf("same client behind two proxies: got %s, want 200 429", got)
+		}
+		if got := codes(h, xff("198.51.100.20, 10.1.1.1"), 1); got != "200" {
+			t.Errorf("another client: got %s, want 200", got)
+		}
+	})
+	t.Run("excludedIPs", func(t *testing.T) {
+		g := newTestRegistry()
+		h, _ := g.mustNew(t, &Config{Average: "1", Period: "1h", SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{ExcludedIPs: []string{"10.0.0.0/8"}}}}, "rl@file")
+		xff := func(peer, v string) request {
+			return request{remote: peer, headers: map[string]string{"X-Forwarded-For": v}}
+		}
+		// The first address from the right outside 10.0.0.0/8.
+		if got := codes(h, xff("10.0.0.1:1", "203.0.113.9, 10.1.1.1, 10.2.2.2"), 1) + " " + codes(h, xff("10.9.9.9:1", "203.0.113.9"), 1); got != "200 429" {
+			t.Errorf("same client: got %s, want 200 429", got)
+		}
+	})
+}
+
+// TestNoSpoofing checks that with trustedProxies set, a forwarding header
+// from any other peer is ignored, whatever ipStrategy asks for.
+func TestNoSpoofing(t *testing.T) {
+	g := newTestRegistry()
+	h, _ := g.mustNew(t, &Config{Average: "1", Period: "1h", TrustedProxies: []string{"10.0.0.0/8"},
+		SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{Depth: "1"}}}, "rl@file")
+	spoof := func(v string) request {
+		return request{remote: "203.0.113.66:1", headers: map[string]string{"X-Forwarded-For": v}}
+	}
+	// An untrusted peer inventing a new address per request is still one
+	// client.
+	if got := codes(h, spoof("198.51.100.1"), 1) + " " + codes(h, spoof("198.51.100.2"), 1); got != "200 429" {
+		t.Errorf("untrusted peer rotating X-Forwarded-For: got %s, want 200 429", got)
+	}
+	// A trusted proxy's header is believed.
+	proxied := func(v string) request {
+		return request{remote: "10.0.0.1:1", headers: map[string]string{"X-Forwarded-For": v}}
+	}
+	if got := codes(h, proxied("198.51.100.1"), 1) + " " + codes(h, proxied("198.51.100.2"), 1) + " " + codes(h, proxied("198.51.100.2"), 1); got != "200 200 429" {
+		t.Errorf("trusted proxy: got %s, want 200 200 429", got)
+	}
+}

@@ -1,0 +1,204 @@
+package traefikplugin
+
+// Config is the plugin's configuration, as Traefik decodes it from the
+// dynamic configuration (file provider, Docker labels, Kubernetes CRD).
+//
+// Traefik decodes it with mapstructure, weakly typed and matching option
+// names in any letter case. Labels carry every value as a string, so every
+// number, boolean and duration here is a string field that New parses
+// itself, naming the option in any error: "10", 10 and 10.0 all work, as do
+// "true" and true. Lists take either a list or one comma-separated string
+// ("ietf,x").
+//
+// The first five options are those of Traefik's built-in rateLimit
+// middleware, with its meanings and defaults; a configuration written for
+// the built-in works unchanged (see the package documentation for the few
+// differences). The others are sluice's.
+type Config struct {
+	// Average is the quota: requests (more exactly, cost units) admitted
+	// per Period. Empty or "0" means no top-level limit, as in Traefik;
+	// then only Limits apply, and with no Limits either, the middleware
+	// passes every request through untouched. Fractions are allowed.
+	Average string
+	// Period is the length of the quota's period: a Go duration ("1m",
+	// "1m30s") or a bare number of seconds ("60"), as Traefik accepts.
+	// Empty or "0" means one second.
+	Period string
+	// Burst is the token bucket's size: how many requests may arrive at
+	// once. Empty or "0" means 1, as in Traefik. For leaky_bucket it is the
+	// queue depth (empty: the quota); window algorithms take their capacity
+	// from the quota and refuse a burst.
+	Burst string
+	// SourceCriterion selects what groups requests into one bucket, as in
+	// Traefik: the client IP (ipStrategy, the default), a request header,
+	// or the request host. Key, when set, replaces requestHeaderName and
+	// requestHost; ipStrategy then still says how its client_ip part is
+	// derived.
+	SourceCriterion *SourceCriterion
+	// Redis, when set, keeps the counters in Redis, shared by every
+	// Traefik instance that uses the same server.
+	Redis *Redis
+
+	// Algorithm is one of token_bucket (the default, Traefik's),
+	// leaky_bucket, fixed_window, sliding_window_log and
+	// sliding_window_counter. It is also the default of every Limits item.
+	Algorithm string
+	// Cost is what one request costs, in the quota's units; default 1.
+	// Fractions are allowed. It is also the default of every Limits item.
+	Cost string
+	// MaxDelay, for leaky_bucket, is the longest a request is delayed
+	// instead of rejected: a duration or a number of seconds.
+	MaxDelay string
+	// Key lists the parts of the bucket key, in sluice's syntax: client_ip,
+	// header:<Name>, host, method, path, query:<name>, cookie:<name>,
+	// const:<value>. ["header:X-API-Key"] limits per API key,
+	// ["const:global"] limits all requests together. Empty means the key
+	// of SourceCriterion. It is also the default of every Limits item.
+	Key []string
+	// OnMissingKey is what happens to a request whose key cannot be built
+	// (such as a missing header): "skip" exempts it from the limit,
+	// "shared" counts all such requests in one bucket. The default is
+	// "shared" for a key taken from SourceCriterion (Traefik's behavior)
+	// and "skip" for one given by Key.
+	OnMissingKey string
+	// Limits are further limits decided together with the top-level one,
+	// all-or-nothing: a request is charged to every limit that applies to
+	// it or, if any rejects it, to none. Use it to combine, for example, a
+	// per-IP, a per-API-key and a global limit in one middleware.
+	Limits []LimitConfig
+
+	// Headers selects the rate-limit response headers: any of ietf
+	// (RateLimit-Policy and RateLimit), legacy (RateLimit-Limit,
+	// -Remaining, -Reset), x (X-RateLimit-*), or off. Default ietf,x.
+	Headers []string
+	// Body is the format of a 429 answer's body: json (the default),
+	// problem (RFC 9457), text or none.
+	Body string
+	// Mode is enforce (the default) or dry_run: decide and count, but let
+	// every request through, marking those that would have been rejected
+	// with the request header X-Sluice-Dry-Run: rejected for the upstream.
+	Mode string
+	// OnStoreError is allow (the default) or deny: what happens to a
+	// request when Redis cannot decide and there is no Fallback.
+	OnStoreError string
+	// Fallback is "local" to decide in this instance's memory while Redis
+	// is unavailable, each instance enforcing 1/Instances of every quota,
+	// or "none" (the default).
+	Fallback string
+	// Instances is the number of Traefik instances sharing the Redis
+	// quotas, by which Fallback divides them; default 1.
+	Instances string
+	// RetryJitter, between 0 and 1, lengthens each Retry-After by a random
+	// fraction of itself of at most RetryJitter, so that clients rejected
+	// together do not retry together. Default 0.
+	RetryJitter string
+	// TrustedProxies lists the peers (CIDR prefixes or addresses) whose
+	// X-Forwarded-For the client_ip key believes. Empty: the header as it
+	// reaches the middleware is believed only when ipStrategy asks for it,
+	// relying on Traefik's entryPoint forwardedHeaders.trustedIPs, which
+	// has already removed the header of every untrusted peer (see the
+	// package documentation).
+	TrustedProxies []string
+}
+
+// LimitConfig is one item of Config.Limits. Options left empty take the
+// top-level value of Algorithm, Cost, Key, OnMissingKey (and MaxDelay, for
+// a leaky_bucket item); Period defaults to one second and Burst as at the
+// top level.
+type LimitConfig struct {
+	// Name identifies the limit in the RateLimit-Policy header, in 429
+	// bodies and in the store. Required; unique within the middleware.
+	Name string
+	// Average is the quota per Period. Required; "0" disables the item.
+	Average string
+	// Period is a duration or a number of seconds; default one second.
+	Period string
+	// Burst is as Config.Burst.
+	Burst string
+	// Algorithm is as Config.Algorithm.
+	Algorithm string
+	// Key is as Config.Key.
+	Key []string
+	// Cost is as Config.Cost.
+	Cost string
+	// MaxDelay is as Config.MaxDelay.
+	MaxDelay string
+	// OnMissingKey is as Config.OnMissingKey.
+	OnMissingKey string
+}
+
+// SourceCriterion is Traefik's rateLimit.sourceCriterion. At most one of its
+// three criteria may be set; none means IPStrategy with its defaults.
+type SourceCriterion struct {
+	// IPStrategy keys requests by the client's IP address.
+	IPStrategy *IPStrategy
+	// RequestHeaderName keys requests by the value of this header.
+	RequestHeaderName string
+	// RequestHost, "true", keys requests by the requested host (without
+	// its port and lowercased, unlike Traefik's built-in).
+	RequestHost string
+}
+
+// IPStrategy is Traefik's ipStrategy: how the client IP is found.
+type IPStrategy struct {
+	// Depth, when positive, takes the Depth-th X-Forwarded-For entry
+	// counted from the right (1 is the rightmost). A header with fewer
+	// entries yields the peer's own address (Traefik's built-in would put
+	// all such requests into one bucket).
+	Depth string
+	// ExcludedIPs, when Depth is not set, walks X-Forwarded-For from the
+	// right and takes the first address not in this list. Depth wins when
+	// both are set, as in Traefik.
+	ExcludedIPs []string
+	// IPv6Subnet, between 1 and 128, groups IPv6 clients by this prefix
+	// length (64: one bucket per /64).
+	IPv6Subnet string
+}
+
+// Redis is Traefik's rateLimit.redis, for one standalone Redis server.
+type Redis struct {
+	// Endpoints is the server's host:port; default localhost:6379. The
+	// plugin speaks to the first endpoint only, as a standalone server
+	// (Redis Cluster is not supported by the plugin's client).
+	Endpoints []string
+	// Username, with Password, authenticates as an ACL user.
+	Username string
+	// Password authenticates the connection. "env:NAME" reads it from the
+	// environment variable NAME of the Traefik process, so that labels and
+	// files need not carry the secret.
+	Password string
+	// DB is the database number to SELECT; default 0.
+	DB string
+	// TLS, when set, connects with TLS.
+	TLS *RedisTLS
+	// DialTimeout bounds opening a connection (TCP, TLS, AUTH, SELECT): a
+	// duration or a number of seconds; default 1s.
+	DialTimeout string
+	// ReadTimeout and WriteTimeout bound a command; their sum is the
+	// deadline of one round trip. Default 500ms each. A request waits for
+	// Redis at most DialTimeout+ReadTimeout+WriteTimeout in all (2s by
+	// default), then OnStoreError or Fallback decides it.
+	ReadTimeout  string
+	WriteTimeout string
+	// PoolSize is the most connections open at once; default 10.
+	PoolSize string
+}
+
+// RedisTLS is Traefik's client TLS configuration. CA, Cert and Key are each
+// either a file path or the PEM text itself.
+type RedisTLS struct {
+	// CA verifies the server; empty means the system's roots.
+	CA string
+	// Cert and Key are the client certificate and its private key, for
+	// servers that require one; both or neither.
+	Cert string
+	Key  string
+	// InsecureSkipVerify, "true", accepts any server certificate.
+	InsecureSkipVerify string
+}
+
+// CreateConfig returns an empty configuration: no limit until Average or
+// Limits is set.
+func CreateConfig() *Config {
+	return &Config{}
+}

@@ -1,0 +1,399 @@
+package traefikplugin
+
+import (
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// labelConfig is a configuration as Docker labels give it: every value a
+// string, lists comma-separated, list items indexed.
+var labelConfig = map[string]interface{}{
+	"average": "100",
+	"period":  "60",
+	"burst":   "50",
+	"sourceCriterion": map[string]interface{}{
+		"ipStrategy": map[string]interface{}{"depth": "2", "ipv6Subnet": "64"},
+	},
+	"algorithm":      "token_bucket",
+	"cost":           "1.5",
+	"key":            "client_ip,header:X-Tenant",
+	"onMissingKey":   "shared",
+	"headers":        "ietf,legacy",
+	"body":           "problem",
+	"mode":           "dry_run",
+	"onStoreError":   "deny",
+	"fallback":       "local",
+	"instances":      "3",
+	"retryJitter":    "0.2",
+	"trustedProxies": "10.0.0.0/8,192.168.0.1",
+	"limits": []interface{}{
+		map[string]interface{}{"name": "global", "average": "1000", "period": "1m", "key": "const:global"},
+		map[string]interface{}{"name": "slow", "average": "10", "algorithm": "leaky_bucket", "maxDelay": "0.5", "onMissingKey": "skip"},
+	},
+	"redis": map[string]interface{}{
+		"endpoints":    "127.0.0.1:6379",
+		"username":     "app",
+		"password":     "secret",
+		"db":           "2",
+		"poolSize":     "4",
+		"dialTimeout":  "2",
+		"readTimeout":  "250ms",
+		"writeTimeout": "0.25",
+		"tls":          map[string]interface{}{"insecureSkipVerify": "true"},
+	},
+}
+
+// yamlConfig is the same configuration as the file provider or a
+// Kubernetes CRD gives it: typed numbers, booleans and lists, and keys in
+// other letter cases.
+var yamlConfig = map[string]interface{}{
+	"Average": 100,
+	"PERIOD":  60,
+	"burst":   50.0,
+	"sourcecriterion": map[string]interface{}{
+		"IPStrategy": map[string]interface{}{"depth": 2, "ipv6subnet": 64.0},
+	},
+	"algorithm":      "token_bucket",
+	"cost":           1.5,
+	"key":            []interface{}{"client_ip", "header:X-Tenant"},
+	"onMissingKey":   "shared",
+	"headers":        []interface{}{"ietf", "legacy"},
+	"body":           "problem",
+	"mode":           "dry_run",
+	"onStoreError":   "deny",
+	"fallback":       "local",
+	"instances":      int64(3),
+	"retryJitter":    0.2,
+	"trustedProxies": []interface{}{"10.0.0.0/8", "192.168.0.1"},
+	"limits": []interface{}{
+		map[string]interface{}{"name": "global", "average": 1000, "period": "1m", "key": []interface{}{"const:global"}},
+		map[string]interface{}{"name": "slow", "average": 10, "algorithm": "leaky_bucket", "maxDelay": "500ms", "onMissingKey": "skip"},
+	},
+	"redis": map[string]interface{}{
+		"endpoints":      []interface{}{"127.0.0.1:6379"},
+		"username":       "app",
+		"password":       "secret",
+		"db":             2,
+		"poolSize":       4,
+		"dialTimeout":    "2s",
+		"readTimeout":    "250ms",
+		"writeTimeout":   "250ms",
+		"minIdleConns":   2, // a Traefik option the plugin ignores
+		"maxActiveConns": 8, // likewise
+		"tls":            map[string]interface{}{"insecureSkipVerify": true},
+	},
+}
+
+// TestDecodeLabelsAndYAML decodes the same configuration written as labels
+// and as typed YAML, and checks that both parse to the same settings.
+func TestDecodeLabelsAndYAML(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		raw  map[string]interface{}
+	}{
+		{"labels", labelConfig},
+		{"yaml", yamlConfig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := CreateConfig()
+			if err := decodeLikeTraefik(tc.raw, cfg); err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			s, err := parse(cfg, "api@docker")
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			checkFullSettings(t, s)
+		})
+	}
+}
+
+// checkFullSettings checks the settings of labelConfig and yamlConfig.
+func checkFullSettings(t *testing.T, s *settings) {
+	t.Helper()
+	if len(s.plans) != 3 {
+		t.Fatalf("got %d limits, want 3", len(s.plans))
+	}
+	type want struct {
+		name     string
+		alg      core.Algorithm
+		quota    float64
+		period   time.Duration
+		burst    float64
+		maxDelay time.Duration
+		cost     float64
+		missing  core.MissingKey
+	}
+	wants := []want{
+		{"api", core.TokenBucket, 100, time.Minute, 50, 0, 1.5, core.MissingShared},
+		{"global", core.TokenBucket, 1000, time.Minute, 1, 0, 1.5, core.MissingShared},
+		{"slow", core.LeakyBucket, 10, time.Second, 0, 500 * time.Millisecond, 1.5, core.MissingSkip},
+	}
+	for i, w := range wants {
+		p := s.plans[i]
+		l := p.limit
+		got := want{l.Name, l.Algorithm, l.Rate.Quota, l.Rate.Period, l.Burst, l.MaxDelay, p.cost, p.missing}
+		if got != w {
+			t.Errorf("limit %d: got %+v, want %+v", i, got, w)
+		}
+	}
+	if len(s.specs) != 2 || s.plans[0].spec != 0 || s.plans[1].spec != 1 || s.plans[2].spec != 0 {
+		t.Errorf("key specs: got %d specs, plans use %d %d %d; want 2, 0 1 0", len(s.specs), s.plans[0].spec, s.plans[1].spec, s.plans[2].spec)
+	}
+	// A variable, not the constant expression: Yaegi v0.16.1 compares a
+	// value with an | of another package's typed constants as unequal.
+	headers := core.HeadersIETF | core.HeadersLegacy
+	if s.responder.Headers != headers || s.responder.Body != core.BodyProblem || s.responder.Jitter != 0.2 {
+		t.Errorf("responder: got %+v", s.responder)
+	}
+	if s.mode != core.DryRun || s.policy != core.FailClosed || !s.fallback || s.instances != 3 {
+		t.Errorf("mode %v, policy %v, fallback %v, instances %d", s.mode, s.policy, s.fallback, s.instances)
+	}
+	r := s.redis
+	if r == nil {
+		t.Fatal("no redis settings")
+	}
+	o := r.resp
+	if o.Addr != "127.0.0.1:6379" || o.Username != "app" || o.Password != "secret" || o.DB != 2 || o.PoolSize != 4 ||
+		o.DialTimeout != 2*time.Second || o.ReadTimeout != 250*time.Millisecond || o.WriteTimeout != 250*time.Millisecond {
+		t.Errorf("redis options: got %+v", o)
+	}
+	if o.TLS == nil || !o.TLS.InsecureSkipVerify {
+		t.Errorf("redis TLS: got %+v", o.TLS)
+	}
+	if r.timeout != 2500*time.Millisecond {
+		t.Errorf("store timeout: got %v, want 2.5s", r.timeout)
+	}
+}
+
+// TestClientIPFromSourceCriterion checks how ipStrategy and
+// trustedProxies become the client_ip rule.
+func TestClientIPFromSourceCriterion(t *testing.T) {
+	p := func(s ...string) []netip.Prefix {
+		out := make([]netip.Prefix, len(s))
+		for i, x := range s {
+			out[i] = netip.MustParsePrefix(x)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want core.ClientIP
+		note string
+	}{
+		{"none", Config{}, core.ClientIP{TrustedProxies: []netip.Prefix{}}, ""},
+		{"empty ipStrategy", Config{SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{}}}, core.ClientIP{TrustedProxies: []netip.Prefix{}}, ""},
+		{"depth trusts Traefik's entryPoint", Config{SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{Depth: "1"}}},
+			core.ClientIP{TrustedProxies: anyAddress, Depth: 1}, ""},
+		{"depth with trustedProxies", Config{TrustedProxies: []string{"10.0.0.0/8"}, SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{Depth: "2"}}},
+			core.ClientIP{TrustedProxies: p("10.0.0.0/8"), Depth: 2}, ""},
+		{"depth wins over excludedIPs", Config{SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{Depth: "1", ExcludedIPs: []string{"10.0.0.1"}}}},
+			core.ClientIP{TrustedProxies: anyAddress, Depth: 1}, "excludedIPs is ignored"},
+		{"excludedIPs are the trusted peers", Config{SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{ExcludedIPs: []string{"10.0.0.1", "10.1.0.0/16"}}}},
+			core.ClientIP{TrustedProxies: p("10.0.0.1/32", "10.1.0.0/16"), ExcludedIPs: p("10.0.0.1/32", "10.1.0.0/16")}, ""},
+		{"excludedIPs with trustedProxies", Config{TrustedProxies: []string{"172.16.0.0/12"}, SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{ExcludedIPs: []string{"10.0.0.1"}}}},
+			core.ClientIP{TrustedProxies: p("172.16.0.0/12"), ExcludedIPs: p("10.0.0.1/32")}, ""},
+		{"ipv6Subnet", Config{SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{IPv6Subnet: "56"}}},
+			core.ClientIP{TrustedProxies: []netip.Prefix{}, IPv6Prefix: 56}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &settings{}
+			cfg := tc.cfg
+			got, err := parseClientIP(&cfg, cfg.SourceCriterion.ipStrategy(), s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(*got, tc.want) {
+				t.Errorf("got %+v, want %+v", *got, tc.want)
+			}
+			notes := strings.Join(s.notes, "\n")
+			if (tc.note == "") != (notes == "") || !strings.Contains(notes, tc.note) {
+				t.Errorf("notes %q, want one containing %q", notes, tc.note)
+			}
+		})
+	}
+}
+
+// ipStrategy returns the strategy of sc, which may be nil.
+func (sc *SourceCriterion) ipStrategy() *IPStrategy {
+	if sc == nil {
+		return nil
+	}
+	return sc.IPStrategy
+}
+
+// TestParseErrors checks that every bad option is refused with an error
+// naming it.
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct {
+		raw  map[string]interface{}
+		want string
+	}{
+		{map[string]interface{}{"average": "lots"}, `average "lots": not a number`},
+		{map[string]interface{}{"average": "-1"}, `average "-1": must not be negative`},
+		{map[string]interface{}{"average": "1", "period": "soon"}, `period "soon": want a duration`},
+		{map[string]interface{}{"average": "1", "period": "-1s"}, `period "-1s": must not be negative`},
+		{map[string]interface{}{"average": "1", "burst": "x"}, `burst "x": not a number`},
+		{map[string]interface{}{"average": "1", "algorithm": "magic"}, `algorithm "magic": unknown`},
+		{map[string]interface{}{"average": "1", "algorithm": "fixed_window", "burst": "5"}, "burst: fixed_window takes its capacity from the rate's quota"},
+		{map[string]interface{}{"average": "1", "maxDelay": "1s"}, "max_delay: only leaky_bucket delays requests"},
+		{map[string]interface{}{"average": "1", "maxDelay": "later"}, `maxDelay "later"`},
+		{map[string]interface{}{"average": "1", "cost": "0"}, `cost "0": must be positive`},
+		{map[string]interface{}{"average": "1", "key": "client_ip,nonsense"}, `key: key part "nonsense": unknown kind`},
+		{map[string]interface{}{"average": "1", "onMissingKey": "maybe"}, `onMissingKey "maybe": want skip or shared`},
+		{map[string]interface{}{"average": "1", "headers": "ietf,fancy"}, `headers "fancy": unknown`},
+		{map[string]interface{}{"average": "1", "body": "html"}, `body "html": unknown`},
+		{map[string]interface{}{"average": "1", "mode": "audit"}, `mode "audit": want enforce or dry_run`},
+		{map[string]interface{}{"average": "1", "onStoreError": "panic"}, `onStoreError "panic": want allow or deny`},
+		{map[string]interface{}{"average": "1", "fallback": "remote"}, `fallback "remote": want local or none`},
+		{map[string]interface{}{"average": "1", "fallback": "local"}, "fallback: local only applies with redis"},
+		{map[string]interface{}{"average": "1", "instances": "0"}, `instances "0": want a whole number between 1`},
+		{map[string]interface{}{"average": "1", "retryJitter": "2"}, `retryJitter "2": must be between 0 and 1`},
+		{map[string]interface{}{"average": "1", "trustedProxies": "10.0.0.0/33"}, `trustedProxies: prefix "10.0.0.0/33"`},
+		{map[string]interface{}{"average": "1", "sourceCriterion": map[string]interface{}{"requestHost": "yes please"}}, `sourceCriterion.requestHost "yes please": want true or false`},
+		{map[string]interface{}{"average": "1", "sourceCriterion": map[string]interface{}{"requestHost": "true", "requestHeaderName": "X-Key"}}, "requestHost and requestHeaderName are mutually exclusive"},
+		{map[string]interface{}{"average": "1", "sourceCriterion": map[string]interface{}{"requestHost": "true", "ipStrategy": map[string]interface{}{"depth": "1"}}}, "ipStrategy and requestHost are mutually exclusive"},
+		{map[string]interface{}{"average": "1", "sourceCriterion": map[string]interface{}{"requestHeaderName": "X-Key", "ipStrategy": map[string]interface{}{"depth": "1"}}}, "ipStrategy and requestHeaderName are mutually exclusive"},
+		{map[string]interface{}{"average": "1", "key": "host", "sourceCriterion": map[string]interface{}{"requestHeaderName": "X-Key"}}, "key and sourceCriterion.requestHeaderName are mutually exclusive"},
+		{map[string]interface{}{"average": "1", "sourceCriterion": map[string]interface{}{"ipStrategy": map[string]interface{}{"depth": "-1"}}}, `sourceCriterion.ipStrategy.depth "-1"`},
+		{map[string]interface{}{"average": "1", "sourceCriterion": map[string]interface{}{"ipStrategy": map[string]interface{}{"ipv6Subnet": "129"}}}, `sourceCriterion.ipStrategy.ipv6Subnet "129"`},
+		{map[string]interface{}{"average": "1", "sourceCriterion": map[string]interface{}{"ipStrategy": map[string]interface{}{"excludedIPs": "10.0.0.1,nowhere"}}}, `sourceCriterion.ipStrategy.excludedIPs: prefix "nowhere"`},
+		{map[string]interface{}{"limits": []interface{}{map[string]interface{}{"average": "1"}}}, "limits[0].name: required"},
+		{map[string]interface{}{"limits": []interface{}{map[string]interface{}{"name": "a"}}}, "limits[0].average: required"},
+		{map[string]interface{}{"limits": []interface{}{map[string]interface{}{"name": "a", "average": "1", "period": "often"}}}, `limits[0].period "often"`},
+		{map[string]interface{}{"limits": []interface{}{map[string]interface{}{"name": "a", "average": "1", "cost": "-2"}}}, `limits[0].cost "-2"`},
+		{map[string]interface{}{"limits": []interface{}{map[string]interface{}{"name": "a:b", "average": "1"}}}, `limits[0] limit "a:b": name`},
+		{map[string]interface{}{"limits": []interface{}{map[string]interface{}{"name": "a", "average": "1", "key": "header:"}}}, `limits[0].key: key part "header:"`},
+		{map[string]interface{}{"limits": []interface{}{map[string]interface{}{"name": "a", "average": "1", "onMissingKey": "x"}}}, `limits[0].onMissingKey "x"`},
+		{map[string]interface{}{"average": "1", "limits": []interface{}{map[string]interface{}{"name": "api", "average": "1"}}}, `the name "api" is used twice`},
+		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"endpoints": "localhost"}}, `redis.endpoints "localhost": want host:port`},
+		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"db": "one"}}, `redis.db "one"`},
+		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"poolSize": "-3"}}, `redis.poolSize "-3"`},
+		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"dialTimeout": "fast"}}, `redis.dialTimeout "fast"`},
+		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"readTimeout": "-1"}}, `redis.readTimeout "-1"`},
+		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"writeTimeout": "x"}}, `redis.writeTimeout "x"`},
+		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"username": "app"}}, "redis.username: needs a password"},
+		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"password": "env:SLUICE_TEST_UNSET_VARIABLE"}}, `redis.password: the environment variable "SLUICE_TEST_UNSET_VARIABLE" is not set`},
+		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"tls": map[string]interface{}{"cert": "/nonexistent/cert.pem"}}}, "redis.tls: cert and key go together"},
+		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"tls": map[string]interface{}{"ca": "/nonexistent/ca.pem"}}}, "redis.tls.ca: neither a readable file nor PEM text"},
+		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"tls": map[string]interface{}{"insecureSkipVerify": "sure"}}}, `redis.tls.insecureSkipVerify "sure"`},
+	} {
+		cfg := CreateConfig()
+		if err := decodeLikeTraefik(tc.raw, cfg); err != nil {
+			t.Fatalf("%v: decode: %v", tc.raw, err)
+		}
+		_, err := parse(cfg, "api@file")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got error %v, want one containing %q", tc.raw, err, tc.want)
+		}
+	}
+}
+
+// TestParseValues checks the parsers' accepted forms and defaults.
+func TestParseValues(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+	}{
+		{"", 0}, {"0", 0}, {"1", time.Second}, {"60", time.Minute}, {"1.5", 1500 * time.Millisecond},
+		{"1m", time.Minute}, {"1m30s", 90 * time.Second}, {" 250ms ", 250 * time.Millisecond},
+	} {
+		got, err := parseDuration("period", tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+	for _, in := range []string{"1", "true", "TRUE", "t"} {
+		if b, err := parseBool("x", in); err != nil || !b {
+			t.Errorf("parseBool(%q) = %v, %v; want true", in, b, err)
+		}
+	}
+	for _, in := range []string{"", "0", "false", "F"} {
+		if b, err := parseBool("x", in); err != nil || b {
+			t.Errorf("parseBool(%q) = %v, %v; want false", in, b, err)
+		}
+	}
+	if n, err := parseInt("depth", "3.0", 0, 0, 32); err != nil || n != 3 {
+		t.Errorf(`parseInt("3.0") = %d, %v; want 3`, n, err)
+	}
+	if got := parseList([]string{" a, b ", "", "c,"}); !reflect.DeepEqual(got, []string{"a", "b", "c"}) {
+		t.Errorf("parseList: got %q", got)
+	}
+	for in, want := range map[string]string{
+		"api@docker": "api", "api": "api", "ns-api@kubernetescrd": "ns-api", "a:b{c}@file": "a_b_c_", "@file": "@file", "": "default",
+	} {
+		if got := limitName(in); got != want {
+			t.Errorf("limitName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestDefaults checks Traefik's defaults: period one second, burst 1, and
+// no limit at all for average 0.
+func TestDefaults(t *testing.T) {
+	s, err := parse(&Config{Average: "5"}, "api@file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := s.plans[0].limit
+	if l.Name != "api" || l.Algorithm != core.TokenBucket || l.Rate != (core.Rate{Quota: 5, Period: time.Second}) || l.Burst != 1 || s.plans[0].cost != 1 {
+		t.Errorf("got %+v cost %v", *l, s.plans[0].cost)
+	}
+	headers := core.DefaultHeaders // a variable, for Yaegi (see checkFullSettings)
+	if s.responder.Headers != headers || s.responder.Body != core.BodyJSON || s.mode != core.Enforce || s.policy != core.FailOpen || s.redis != nil {
+		t.Errorf("got %+v", s)
+	}
+	for _, avg := range []string{"", "0", "0.0"} {
+		s, err := parse(&Config{Average: avg, Burst: "7"}, "api@file")
+		if err != nil || len(s.plans) != 0 {
+			t.Errorf("average %q: got %d limits, %v; want none", avg, len(s.plans), err)
+		}
+	}
+	s, err = parse(&Config{Average: "5", Algorithm: "leaky_bucket"}, "api@file")
+	if err != nil || s.plans[0].limit.Capacity() != 5 {
+		t.Errorf("leaky_bucket without burst: capacity %v, %v; want the quota, 5", s.plans[0].limit.Capacity(), err)
+	}
+	s, err = parse(&Config{Limits: []LimitConfig{{Name: "off", Average: "0"}}}, "api@file")
+	if err != nil || len(s.plans) != 0 {
+		t.Errorf("limit with average 0: got %d limits, %v; want none", len(s.plans), err)
+	}
+	s, err = parse(&Config{Redis: &Redis{}, Average: "1"}, "api@file")
+	if err != nil || s.redis.resp.Addr != "localhost:6379" {
+		t.Errorf("redis without endpoints: got %+v, %v; want localhost:6379", s.redis, err)
+	}
+	s, err = parse(&Config{Redis: &Redis{Endpoints: []string{"127.0.0.1:7000", "127.0.0.1:7001"}}, Average: "1"}, "api@file")
+	if err != nil || s.redis.resp.Addr != "127.0.0.1:7000" || len(s.notes) != 1 || !strings.Contains(s.notes[0], "uses the first, 127.0.0.1:7000") {
+		t.Errorf("several endpoints: got %+v, notes %q, %v", s.redis, s.notes, err)
+	}
+}
+
+// TestItemDefaults checks what a Limits item takes from the top level.
+func TestItemDefaults(t *testing.T) {
+	cfg := &Config{
+		Algorithm: "leaky_bucket", MaxDelay: "2s", Cost: "2", Key: []string{"header:X-Key"}, OnMissingKey: "shared",
+		Limits: []LimitConfig{
+			{Name: "inherit", Average: "10"},
+			{Name: "own", Average: "10", Algorithm: "fixed_window", Key: []string{"host"}, Cost: "3"},
+		},
+	}
+	s, err := parse(cfg, "api@file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.plans) != 2 {
+		t.Fatalf("got %d limits, want 2", len(s.plans))
+	}
+	a, b := s.plans[0], s.plans[1]
+	if a.limit.Algorithm != core.LeakyBucket || a.limit.MaxDelay != 2*time.Second || a.cost != 2 || a.missing != core.MissingShared || a.spec != 0 {
+		t.Errorf("inheriting item: got %+v, limit %+v", a, *a.limit)
+	}
+	if b.limit.Algorithm != core.FixedWindow || b.limit.MaxDelay != 0 || b.cost != 3 || b.missing != core.MissingShared || b.spec != 1 {
+		t.Errorf("own item: got %+v, limit %+v", b, *b.limit)
+	}
+}

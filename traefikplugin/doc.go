@@ -1,0 +1,102 @@
+// Package traefikplugin is sluice's Traefik middleware plugin, run by
+// Traefik's Yaegi interpreter. It translates Traefik's configuration and
+// requests to sluice's core engine; the algorithms, the stores, the
+// all-or-nothing rule and every byte of the rate-limit headers and 429
+// answers are core's.
+//
+// # Configuration
+//
+// The options of Traefik's built-in rateLimit middleware work unchanged,
+// with their meanings: average requests per period (period a duration or a
+// number of seconds, default 1s; average 0 means no limit), a token bucket
+// of size burst (default 1), sourceCriterion (ipStrategy.depth,
+// ipStrategy.excludedIPs, ipStrategy.ipv6Subnet, requestHeaderName,
+// requestHost) and redis (endpoints, username, password, db, tls,
+// dialTimeout, readTimeout, writeTimeout, poolSize). On top of them come
+// sluice's own: algorithm, cost, maxDelay, key, onMissingKey, limits,
+// headers, body, mode, onStoreError, fallback, instances, retryJitter and
+// trustedProxies. See [Config] for each. Every value may be a string, as
+// Docker labels give it.
+//
+// Differences from the built-in, all deliberate:
+//
+//   - A rejected request gets sluice's 429 (rate-limit headers, Retry-After,
+//     a JSON body by default) at once. The built-in instead delays a
+//     request by up to 1/(2·rate) (at most 0.5 s) when its token is that
+//     close; use algorithm leaky_bucket with maxDelay to shape traffic.
+//   - Every router using the middleware shares its quotas, and a
+//     configuration reload keeps the counters (the built-in starts afresh
+//     per router and per reload).
+//   - ipStrategy.depth beyond the length of X-Forwarded-For keys the
+//     request by its peer address; the built-in puts all such requests
+//     into one bucket. requestHost is compared without port and in lower
+//     case.
+//   - redis.endpoints may list several servers, but the plugin uses the
+//     first as a standalone server: its standard-library client does not
+//     speak Redis Cluster. minIdleConns and maxActiveConns are ignored; the
+//     timeouts default to 1s (dial) and 500ms (read, write), tighter than
+//     Traefik's, since every request waits for them.
+//
+// # Client addresses
+//
+// The client_ip key part, and ipStrategy, see the peer address unless
+// X-Forwarded-For is to be believed. Traefik's entryPoint has already
+// removed that header from every peer outside
+// entryPoints.<name>.forwardedHeaders.trustedIPs (unless
+// forwardedHeaders.insecure is set), so an untrusted peer cannot forge it.
+// Without trustedProxies the plugin relies on that, like the built-in:
+// ipStrategy.depth reads the header from any peer, and
+// ipStrategy.excludedIPs reads it when the peer is itself one of the
+// excluded addresses. With trustedProxies set, the plugin checks the peer
+// itself as well: the header of any other peer is ignored, whatever
+// ipStrategy says.
+//
+// # State and reloads
+//
+// Traefik calls New once per router that uses the middleware and again on
+// every configuration reload, and has no hook to release anything. The
+// plugin therefore keeps a package-level registry keyed by the middleware's
+// name and configuration: routers sharing a middleware share its quotas, a
+// reload finds the same state, and a changed setting takes effect at once,
+// keeping the counters of every limit whose name and algorithm stayed the
+// same. The registry keeps at most 4 configurations per middleware name
+// and 1,024 in all, dropping the least recently used; a Redis client is
+// shared by every middleware with the same connection settings and closed
+// with the last of them. The in-memory store is one for the whole process,
+// bounded to 1,048,576 (limit, key) states (40 MiB); each middleware's keys
+// are prefixed with its name, so middlewares never share a bucket, while
+// the RateLimit-Policy header shows the plain limit name. The top-level
+// limit is named after the middleware, without the provider
+// ("api-limit@docker" → "api-limit"). Nothing starts a goroutine.
+//
+// # Redis
+//
+// With redis set, counters are kept in Redis and shared by every Traefik
+// instance using it. The password may be read from Traefik's environment:
+// password "env:REDIS_PASSWORD". New tries to connect once, within
+// dialTimeout; a server that is down then, or later, never makes New fail:
+// requests are decided by onStoreError (allow, the default, or deny) or, with
+// fallback local, by this instance's memory with 1/instances of each quota,
+// and the client reconnects by itself (at most one dial per second while
+// it has never connected). After 5 consecutive failures a circuit breaker
+// stops asking Redis for 1 s at a time, so an outage costs no time per
+// request.
+//
+// # Logs
+//
+// Traefik logs what a plugin writes to stdout at debug level and to stderr
+// at error level. On stderr: configuration remarks, once per
+// configuration; a line when Redis becomes unavailable (the circuit breaker
+// opened, or the first connection failed) and one when it answers again. On
+// stdout: a summary of the requests that were not simply allowed, at most
+// one line per middleware every 10 seconds, such as
+//
+//	sluice api@docker: 123 requests rejected in the last 10s
+//
+// # Dry run
+//
+// With mode dry_run every request passes; one the limits would have
+// rejected reaches the upstream with the request header
+// X-Sluice-Dry-Run: rejected (any such header from the client is removed),
+// and the response carries the rate-limit headers as usual.
+package traefikplugin

@@ -1,0 +1,298 @@
+package traefikplugin
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/resp"
+)
+
+// defaultRedisEndpoint is Traefik's default rateLimit.redis.endpoints.
+const defaultRedisEndpoint = "localhost:6379"
+
+// redialEvery is the least time between two attempts to connect a Redis
+// client that has never connected, so that a Redis down at startup costs
+// one failed dial per second, not one per request.
+const redialEvery = time.Second
+
+// envPrefix marks a password read from the environment: "env:NAME".
+const envPrefix = "env:"
+
+// redisOptions are the parsed rateLimit.redis options.
+type redisOptions struct {
+	resp resp.Options
+	// id identifies the connection settings, secrets included; middlewares
+	// with the same id share one client.
+	id string
+	// timeout bounds one decision: a dial and a command's round trip.
+	timeout time.Duration
+}
+
+// parseRedis reads the redis block.
+func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
+	o := &redisOptions{}
+	endpoints := parseList(r.Endpoints)
+	if len(endpoints) == 0 {
+		endpoints = []string{defaultRedisEndpoint}
+	}
+	if len(endpoints) > 1 {
+		s.notes = append(s.notes, fmt.Sprintf("redis.endpoints lists %d servers; the plugin uses the first, %s, as a standalone server (its client does not speak Redis Cluster)", len(endpoints), endpoints[0]))
+	}
+	o.resp.Addr = endpoints[0]
+	if _, _, err := net.SplitHostPort(o.resp.Addr); err != nil {
+		return nil, fmt.Errorf("redis.endpoints %q: want host:port", o.resp.Addr)
+	}
+	o.resp.Username = strings.TrimSpace(r.Username)
+	pw := r.Password
+	if strings.HasPrefix(pw, envPrefix) {
+		name := strings.TrimPrefix(pw, envPrefix)
+		pw = os.Getenv(name)
+		if name == "" || pw == "" {
+			return nil, fmt.Errorf("redis.password: the environment variable %q is not set or empty", name)
+		}
+	}
+	o.resp.Password = pw
+	if o.resp.Username != "" && pw == "" {
+		return nil, errors.New("redis.username: needs a password")
+	}
+	var err error
+	if o.resp.DB, err = parseInt("redis.db", r.DB, 0, 0, 1<<20); err != nil {
+		return nil, err
+	}
+	if o.resp.PoolSize, err = parseInt("redis.poolSize", r.PoolSize, 0, 0, 1<<16); err != nil {
+		return nil, err
+	}
+	if o.resp.DialTimeout, err = parseDuration("redis.dialTimeout", r.DialTimeout); err != nil {
+		return nil, err
+	}
+	if o.resp.ReadTimeout, err = parseDuration("redis.readTimeout", r.ReadTimeout); err != nil {
+		return nil, err
+	}
+	if o.resp.WriteTimeout, err = parseDuration("redis.writeTimeout", r.WriteTimeout); err != nil {
+		return nil, err
+	}
+	o.timeout = orDefault(o.resp.DialTimeout, resp.DefaultDialTimeout) +
+		orDefault(o.resp.ReadTimeout, resp.DefaultReadTimeout) +
+		orDefault(o.resp.WriteTimeout, resp.DefaultWriteTimeout)
+	var tlsID string
+	if r.TLS != nil {
+		if o.resp.TLS, err = parseTLS(r.TLS); err != nil {
+			return nil, err
+		}
+		tlsID = strings.Join([]string{r.TLS.CA, r.TLS.Cert, r.TLS.Key, strconv.FormatBool(o.resp.TLS.InsecureSkipVerify)}, "\x00")
+	}
+	o.id = strings.Join([]string{o.resp.Addr, o.resp.Username, o.resp.Password, strconv.Itoa(o.resp.DB),
+		strconv.Itoa(o.resp.PoolSize), o.resp.DialTimeout.String(), o.resp.ReadTimeout.String(),
+		o.resp.WriteTimeout.String(), tlsID}, "\x00")
+	return o, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// parseTLS builds the client TLS configuration as Traefik's ClientTLS does:
+// CA, Cert and Key are file paths, or else the PEM text itself.
+func parseTLS(t *RedisTLS) (*tls.Config, error) {
+	insecure, err := parseBool("redis.tls.insecureSkipVerify", t.InsecureSkipVerify)
+	if err != nil {
+		return nil, err
+	}
+	c := &tls.Config{InsecureSkipVerify: insecure, MinVersion: tls.VersionTLS12}
+	if t.CA != "" {
+		ca, err := readPEM("redis.tls.ca", t.CA)
+		if err != nil {
+			return nil, err
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(ca) {
+			return nil, errors.New("redis.tls.ca: no PEM certificate found")
+		}
+	}
+	if (t.Cert == "") != (t.Key == "") {
+		return nil, errors.New("redis.tls: cert and key go together")
+	}
+	if t.Cert != "" {
+		cert, err := readPEM("redis.tls.cert", t.Cert)
+		if err != nil {
+			return nil, err
+		}
+		key, err := readPEM("redis.tls.key", t.Key)
+		if err != nil {
+			return nil, err
+		}
+		pair, err := tls.X509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("redis.tls: cert and key: %w", err)
+		}
+		c.Certificates = []tls.Certificate{pair}
+	}
+	return c, nil
+}
+
+// readPEM returns the contents of the file named s or, when there is no
+// such file, s itself.
+func readPEM(option, s string) ([]byte, error) {
+	if strings.Contains(s, "-----BEGIN") {
+		return []byte(s), nil
+	}
+	if _, err := os.Stat(s); err != nil {
+		return nil, fmt.Errorf("%s: neither a readable file nor PEM text", option)
+	}
+	b, err := os.ReadFile(s)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", option, err)
+	}
+	return b, nil
+}
+
+// redisClient is a Redis connection pool shared by every middleware with the
+// same connection settings, with the store, the circuit breaker and the
+// outage report that go with it. It implements core.Scripter, connecting
+// on demand: a client whose server was down when the middleware was created
+// keeps trying, at most once per redialEvery, from the request path.
+type redisClient struct {
+	opts  redisOptions
+	clock core.Clock
+	log   io.Writer // stderr: outages and recoveries
+
+	store   *core.RedisStore
+	breaker core.Breaker
+
+	mu       sync.Mutex
+	client   *resp.Client // nil until connected
+	closed   bool
+	dialing  bool
+	lastDial int64 // instant of the last failed dial
+	lastErr  error
+	refs     int // registry entries using it; under the registry's lock
+
+	down int32 // atomic; 1 while an outage has been reported
+}
+
+// errNotConnected is the store error while no connection could be opened.
+var errNotConnected = errors.New("not connected")
+
+// newRedisClient returns a client for o, trying to connect once within o's
+// dial timeout. A failure is reported on log and is not an error: requests
+// are then decided by the middleware's failure policy until the server
+// answers.
+func newRedisClient(ctx context.Context, o *redisOptions, clock core.Clock, log io.Writer) (*redisClient, error) {
+	c := &redisClient{opts: *o, clock: clock, log: log}
+	st, err := core.NewRedisStore(core.RedisConfig{Client: c})
+	if err != nil {
+		return nil, err
+	}
+	c.store = st
+	if _, err := c.connect(ctx); err != nil {
+		atomic.StoreInt32(&c.down, 1)
+		fmt.Fprintf(log, "sluice: redis %s unavailable: %v; requests are decided by onStoreError or the fallback until it answers\n", o.resp.Addr, err)
+	}
+	return c, nil
+}
+
+// connect returns the connected client, dialing if there is none and the
+// last attempt is at least redialEvery old.
+func (c *redisClient) connect(ctx context.Context) (*resp.Client, error) {
+	c.mu.Lock()
+	if cl := c.client; cl != nil {
+		c.mu.Unlock()
+		return cl, nil
+	}
+	if c.closed {
+		c.mu.Unlock()
+		return nil, resp.ErrClosed
+	}
+	now := c.clock()
+	if c.dialing || (c.lastErr != nil && now-c.lastDial < int64(redialEvery)) {
+		err := c.lastErr
+		c.mu.Unlock()
+		if err == nil {
+			err = errNotConnected
+		}
+		return nil, fmt.Errorf("redis %s: %w", c.opts.resp.Addr, err)
+	}
+	c.dialing = true
+	c.mu.Unlock()
+
+	dctx, cancel := context.WithTimeout(ctx, orDefault(c.opts.resp.DialTimeout, resp.DefaultDialTimeout))
+	cl, err := resp.New(dctx, c.opts.resp)
+	cancel()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dialing = false
+	if err != nil {
+		c.lastDial, c.lastErr = now, err
+		return nil, err
+	}
+	if c.closed {
+		cl.Close()
+		return nil, resp.ErrClosed
+	}
+	// One field per statement: Yaegi v0.16.1 panics on a nil in a tuple
+	// assignment to fields.
+	c.client = cl
+	c.lastErr = nil
+	return cl, nil
+}
+
+// EvalSha implements core.Scripter.
+func (c *redisClient) EvalSha(ctx context.Context, sha string, keys []string, args []string) (interface{}, error) {
+	cl, err := c.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return cl.EvalSha(ctx, sha, keys, args)
+}
+
+// ScriptLoad implements core.Scripter.
+func (c *redisClient) ScriptLoad(ctx context.Context, script string) (string, error) {
+	cl, err := c.connect(ctx)
+	if err != nil {
+		return "", err
+	}
+	return cl.ScriptLoad(ctx, script)
+}
+
+// observe reports, one line each, the start of an outage (the circuit
+// breaker opened) and its end (a decision succeeded again).
+func (c *redisClient) observe(err error) {
+	down := atomic.LoadInt32(&c.down) == 1
+	if err == nil {
+		if down && atomic.CompareAndSwapInt32(&c.down, 1, 0) {
+			fmt.Fprintf(c.log, "sluice: redis %s available again\n", c.opts.resp.Addr)
+		}
+		return
+	}
+	if !down && c.breaker.State() != core.BreakerClosed && atomic.CompareAndSwapInt32(&c.down, 0, 1) {
+		fmt.Fprintf(c.log, "sluice: redis %s unavailable, circuit breaker open: %v; requests are decided by onStoreError or the fallback until it answers\n", c.opts.resp.Addr, err)
+	}
+}
+
+// close closes the connections; calls afterwards fail.
+func (c *redisClient) close() {
+	c.mu.Lock()
+	cl := c.client
+	c.client = nil
+	c.closed = true
+	c.mu.Unlock()
+	if cl != nil {
+		cl.Close()
+	}
+}

@@ -1,0 +1,140 @@
+package traefikplugin
+
+import (
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// redisConfig is a limit of burst per hour in Redis at addr; the refill
+// is too slow to matter during a test, whose decisions use Redis's clock.
+func redisConfig(addr, burst string) *Config {
+	return &Config{Average: "1", Period: "1h", Burst: burst,
+		Redis: &Redis{Endpoints: []string{addr}, DialTimeout: "500ms", ReadTimeout: "500ms", WriteTimeout: "500ms"}}
+}
+
+// TestRedisShared checks that two Traefik instances (two registries) using
+// the same Redis share one quota, and that middlewares stay apart.
+func TestRedisShared(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	a, b := newTestRegistry(), newTestRegistry()
+	ha, _ := a.mustNew(t, redisConfig(srv.Addr, "3"), "api@file")
+	hb, _ := b.mustNew(t, redisConfig(srv.Addr, "3"), "api@file")
+	if got := codes(ha, request{}, 2) + " " + codes(hb, request{}, 2); got != "200 200 200 429" {
+		t.Errorf("two instances: got %s, want 200 200 200 429", got)
+	}
+	w, _ := do(ha, request{})
+	if w.Code != 429 || w.Header().Get("Ratelimit") != `"api";r=0;t=10800` {
+		t.Errorf("rejected by Redis: %d, RateLimit %q", w.Code, w.Header().Get("Ratelimit"))
+	}
+	other, _ := a.mustNew(t, redisConfig(srv.Addr, "3"), "other@file")
+	if got := codes(other, request{}, 1); got != "200" {
+		t.Errorf("another middleware: got %s, want 200", got)
+	}
+	if a.stderr.String() != "" || b.stderr.String() != "" {
+		t.Errorf("unexpected logs: %q %q", a.stderr.String(), b.stderr.String())
+	}
+}
+
+// TestRedisOutage checks the failure policies while Redis is down, the
+// outage and recovery lines, and that the client reconnects by itself.
+func TestRedisOutage(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	for _, tc := range []struct {
+		name        string
+		cfg         func(*Config)
+		whileDown   string
+		summaryPart string
+	}{
+		{"allow", func(c *Config) {}, "200 200 200 200 200 200 200", "7 requests allowed while the store failed"},
+		{"deny", func(c *Config) { c.OnStoreError = "deny" }, "429 429 429 429 429 429 429", "7 requests denied while the store failed"},
+		// Local fallback: the quota of 3 shared by 2 instances, 1.5 each.
+		{"fallback", func(c *Config) { c.Fallback = "local"; c.Instances = "2" }, "200 429 429 429 429 429 429", "6 requests rejected"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newTestRegistry()
+			cfg := redisConfig(srv.Addr, "3")
+			tc.cfg(cfg)
+			h, _ := g.mustNew(t, cfg, tc.name+"@file")
+			if got := codes(h, request{}, 1); got != "200" {
+				t.Fatalf("Redis up: got %s", got)
+			}
+			srv.Stop()
+			if got := codes(h, request{}, 7); got != tc.whileDown {
+				t.Errorf("Redis down: got %s, want %s", got, tc.whileDown)
+			}
+			if got := g.stderr.String(); !strings.Contains(got, "sluice: redis "+srv.Addr+" unavailable, circuit breaker open") {
+				t.Errorf("no outage line: %q", got)
+			}
+			g.clock.advance(time.Minute)
+			codes(h, request{}, 1) // the summary of the outage
+			if got := g.stdout.String(); !strings.Contains(got, tc.summaryPart) {
+				t.Errorf("summary: got %q, want %q", got, tc.summaryPart)
+			}
+			srv.Restart(t)
+			g.clock.advance(time.Minute) // past the breaker's back-off
+			// The restarted server kept nothing: a full bucket of 3.
+			if got := codes(h, request{}, 4); got != "200 200 200 429" {
+				t.Errorf("Redis back: got %s, want 200 200 200 429", got)
+			}
+			if got := g.stderr.String(); !strings.Contains(got, "sluice: redis "+srv.Addr+" available again") {
+				t.Errorf("no recovery line: %q", got)
+			}
+		})
+	}
+}
+
+// TestRedisDownAtStart checks that a Redis that is down when the
+// middleware is created does not fail New, and is used once it answers.
+func TestRedisDownAtStart(t *testing.T) {
+	addr := closedPort(t)
+	g := newTestRegistry()
+	before := runtime.NumGoroutine()
+	cfg := redisConfig(addr, "1")
+	cfg.OnStoreError = "deny"
+	h, _ := g.mustNew(t, cfg, "api@file")
+	if got := g.stderr.String(); !strings.Contains(got, "sluice: redis "+addr+" unavailable: ") {
+		t.Errorf("no line about the failed connection: %q", got)
+	}
+	if got := codes(h, request{}, 2); got != "429 429" {
+		t.Errorf("down, deny: got %s, want 429 429", got)
+	}
+	for i := 0; i < 100; i++ {
+		g.mustNew(t, cfg, "api@file")
+	}
+	if after := runtime.NumGoroutine(); after > before {
+		t.Errorf("goroutines: %d before, %d after", before, after)
+	}
+}
+
+// TestRedisAuthAndTLS checks a password read from the environment and a
+// TLS connection verified with the server's CA file.
+func TestRedisAuthAndTLS(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{Password: "s3cret", TLS: true})
+	const env = "SLUICE_TEST_REDIS_PASSWORD"
+	os.Setenv(env, "s3cret")
+	defer os.Unsetenv(env)
+	ca, _, _ := srv.CertFiles()
+	for _, tc := range []struct {
+		name string
+		r    *Redis
+	}{
+		{"plain", &Redis{Endpoints: []string{srv.Addr}, Password: "env:" + env}},
+		{"tls", &Redis{Endpoints: []string{srv.TLSAddr()}, Password: "env:" + env, TLS: &RedisTLS{CA: ca}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newTestRegistry()
+			h, _ := g.mustNew(t, &Config{Average: "1", Period: "1h", Burst: "1", OnStoreError: "deny", Redis: tc.r}, tc.name+"@file")
+			if got := codes(h, request{}, 2); got != "200 429" {
+				t.Errorf("got %s, want 200 429; log %q", got, g.stderr.String())
+			}
+			if g.stderr.String() != "" {
+				t.Errorf("unexpected log %q", g.stderr.String())
+			}
+		})
+	}
+}

@@ -1,0 +1,257 @@
+package traefikplugin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// Bounds of the registry; see registry.
+const (
+	// maxEntries is the most middleware configurations kept.
+	maxEntries = 1024
+	// maxVersions is the most configurations kept per middleware name.
+	maxVersions = 4
+	// memoryKeys is the capacity of the process-wide in-memory store, in
+	// (limit, key) states of 40 bytes: 1,048,576 states, 40 MiB at most.
+	memoryKeys = 1 << 20
+)
+
+// plugins is the process-wide registry New uses.
+var plugins = newRegistry(core.SystemClock(), memoryKeys, os.Stdout, os.Stderr)
+
+// registry keeps the state of every middleware across Traefik's calls of
+// New, which come once per router using a middleware and again on every
+// configuration reload, with no hook to release anything.
+//
+// An entry is a middleware's Gate and everything it needs, keyed by the
+// middleware's name and its configuration: two routers using the same
+// middleware get the same entry, and so share its quotas; a reload with
+// an unchanged configuration finds it again; a changed configuration gets a
+// new entry, with the new settings in effect at once.
+//
+// Counters live in stores shared by all entries, so they survive both kinds
+// of reload: the in-memory store is one for the whole process, and keys are
+// prefixed with the middleware's name so that middlewares never share a
+// bucket; a limit whose name and algorithm are unchanged keeps its counters
+// under a changed rate or burst, which then applies. Redis clients are
+// shared by every entry with the same connection settings and closed when
+// the last such entry goes.
+//
+// The registry is bounded: it keeps at most maxVersions entries per
+// middleware name and maxEntries in all, dropping the one least recently
+// returned by New. Live entries are returned on every reload, so only
+// configurations replaced long ago are dropped. Nothing here starts a
+// goroutine.
+type registry struct {
+	clock       core.Clock
+	memoryKeys  int
+	maxEntries  int       // maxEntries, but tests make it smaller
+	maxVersions int       // maxVersions, likewise
+	stdout      io.Writer // rejection summaries
+	stderr      io.Writer // configuration notes, store outages
+
+	mu      sync.Mutex
+	memory  *core.MemoryStore // created on first use
+	entries map[string]*entry
+	redis   map[string]*redisClient // by redisOptions.id
+	seq     uint64                  // counts New calls; entry.used
+}
+
+func newRegistry(clock core.Clock, memoryKeys int, stdout, stderr io.Writer) *registry {
+	return &registry{
+		clock:       clock,
+		memoryKeys:  memoryKeys,
+		maxEntries:  maxEntries,
+		maxVersions: maxVersions,
+		stdout:      stdout,
+		stderr:      stderr,
+		entries:     map[string]*entry{},
+		redis:       map[string]*redisClient{},
+	}
+}
+
+// New returns the sluice middleware named name, configured by config, in
+// front of next. It is Traefik's plugin constructor.
+//
+// State is kept in a package-level registry keyed by name and config, so
+// that every router using the middleware shares its quotas and a
+// configuration reload keeps the counters. New starts no goroutine. With no
+// limit configured (average 0 and no limits), it returns next itself.
+func New(ctx context.Context, next http.Handler, config *Config, name string) (http.Handler, error) {
+	return plugins.new(ctx, next, config, name)
+}
+
+func (g *registry) new(ctx context.Context, next http.Handler, cfg *Config, name string) (http.Handler, error) {
+	if next == nil {
+		return nil, fmt.Errorf("sluice %s: no next handler", name)
+	}
+	if cfg == nil {
+		cfg = CreateConfig()
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("sluice %s: %w", name, err)
+	}
+	id := name + "\x00" + string(raw)
+
+	g.mu.Lock()
+	g.seq++
+	if e := g.entries[id]; e != nil {
+		e.used = g.seq
+		g.mu.Unlock()
+		return e.handler(next), nil
+	}
+	g.mu.Unlock()
+
+	s, err := parse(cfg, name)
+	if err != nil {
+		return nil, fmt.Errorf("sluice %s: %w", name, err)
+	}
+	if len(s.plans) == 0 {
+		return next, nil
+	}
+	e, err := g.build(ctx, id, name, s)
+	if err != nil {
+		return nil, fmt.Errorf("sluice %s: %w", name, err)
+	}
+	return e.handler(next), nil
+}
+
+// build creates the entry id for s, or returns the one a concurrent call
+// created first.
+func (g *registry) build(ctx context.Context, id, name string, s *settings) (*entry, error) {
+	memory, err := g.memoryStore()
+	if err != nil {
+		return nil, err
+	}
+	var rc *redisClient
+	if s.redis != nil {
+		if rc, err = g.redisClient(ctx, s.redis); err != nil {
+			return nil, err
+		}
+	}
+	e, err := newEntry(name, s, memory, rc, g.clock, g.stdout)
+	if err != nil {
+		g.release(rc)
+		return nil, err
+	}
+
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.seq++
+	if old := g.entries[id]; old != nil {
+		old.used = g.seq
+		g.releaseLocked(rc)
+		return old, nil
+	}
+	e.used = g.seq
+	g.entries[id] = e
+	for _, n := range s.notes {
+		fmt.Fprintf(g.stderr, "sluice %s: %s\n", name, n)
+	}
+	g.evictLocked(name)
+	return e, nil
+}
+
+// memoryStore returns the process-wide in-memory store.
+func (g *registry) memoryStore() (*core.MemoryStore, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.memory == nil {
+		st, err := core.NewMemoryStore(core.MemoryConfig{MaxKeys: g.memoryKeys, Clock: g.clock})
+		if err != nil {
+			return nil, err
+		}
+		g.memory = st
+	}
+	return g.memory, nil
+}
+
+// redisClient returns the client for o, creating it if needed, and counts
+// one more reference to it. A new client tries to connect once, outside
+// the registry's lock.
+func (g *registry) redisClient(ctx context.Context, o *redisOptions) (*redisClient, error) {
+	g.mu.Lock()
+	if rc := g.redis[o.id]; rc != nil {
+		rc.refs++
+		g.mu.Unlock()
+		return rc, nil
+	}
+	g.mu.Unlock()
+	rc, err := newRedisClient(ctx, o, g.clock, g.stderr)
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if other := g.redis[o.id]; other != nil {
+		rc.close()
+		other.refs++
+		return other, nil
+	}
+	rc.refs = 1
+	g.redis[o.id] = rc
+	return rc, nil
+}
+
+// release drops one reference to rc (which may be nil).
+func (g *registry) release(rc *redisClient) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.releaseLocked(rc)
+}
+
+func (g *registry) releaseLocked(rc *redisClient) {
+	if rc == nil {
+		return
+	}
+	rc.refs--
+	if rc.refs <= 0 && g.redis[rc.opts.id] == rc {
+		delete(g.redis, rc.opts.id)
+		rc.close()
+	}
+}
+
+// evictLocked drops the least recently used entries beyond g.maxVersions
+// for name and beyond g.maxEntries in all.
+func (g *registry) evictLocked(name string) {
+	for {
+		var oldest string
+		versions := 0
+		for id, e := range g.entries {
+			if e.name != name {
+				continue
+			}
+			versions++
+			if oldest == "" || e.used < g.entries[oldest].used {
+				oldest = id
+			}
+		}
+		if versions <= g.maxVersions {
+			break
+		}
+		g.dropLocked(oldest)
+	}
+	for len(g.entries) > g.maxEntries {
+		var oldest string
+		for id, e := range g.entries {
+			if oldest == "" || e.used < g.entries[oldest].used {
+				oldest = id
+			}
+		}
+		g.dropLocked(oldest)
+	}
+}
+
+func (g *registry) dropLocked(id string) {
+	e := g.entries[id]
+	delete(g.entries, id)
+	g.releaseLocked(e.redis)
+}

@@ -1,0 +1,91 @@
+package traefikplugin
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// reportEvery is the least time between two summary lines of a middleware.
+const reportEvery = 10 * time.Second
+
+// outcomes is the number of core.Outcome values.
+const outcomes = int(core.OutcomeCancelled) + 1
+
+// report summarizes a middleware's requests that were not simply allowed,
+// in at most one line per reportEvery, such as
+//
+//	sluice api@file: 123 requests rejected in the last 10s
+//
+// It needs no goroutine: the request that finds the last line at least
+// reportEvery old writes the next one, so counts wait for the next such
+// request (the line then says how long they cover). The first such request
+// after creation writes a line at once.
+type report struct {
+	name  string
+	out   io.Writer
+	clock core.Clock
+
+	mu      sync.Mutex
+	counts  [outcomes]int
+	since   int64 // instant of the last line
+	started bool  // a line has been written
+}
+
+// note counts one request of outcome o and writes the summary when due.
+func (r *report) note(o core.Outcome) {
+	now := r.clock()
+	r.mu.Lock()
+	if o >= 0 && int(o) < outcomes {
+		r.counts[o]++
+	}
+	if r.started && now-r.since < int64(reportEvery) {
+		r.mu.Unlock()
+		return
+	}
+	counts := r.counts
+	r.counts = [outcomes]int{}
+	first := !r.started
+	elapsed := time.Duration(now - r.since)
+	r.started, r.since = true, now
+	r.mu.Unlock()
+
+	line := summary(counts)
+	if line == "" {
+		return
+	}
+	if first {
+		line += "; later lines summarize at most every " + reportEvery.String()
+	} else {
+		line += " in the last " + elapsed.Round(time.Second).String()
+	}
+	fmt.Fprintf(r.out, "sluice %s: %s\n", r.name, line)
+}
+
+// summary describes counts, such as "3 requests rejected, 1 allowed while
+// the store failed"; empty when all are zero.
+func summary(counts [outcomes]int) string {
+	var parts []string
+	add := func(o core.Outcome, what string) {
+		n := counts[o]
+		if n == 0 {
+			return
+		}
+		noun := " requests "
+		if n == 1 {
+			noun = " request "
+		}
+		parts = append(parts, strconv.Itoa(n)+noun+what)
+	}
+	add(core.OutcomeRejected, "rejected")
+	add(core.OutcomeDryRunRejected, "would have been rejected (dry run)")
+	add(core.OutcomeStoreErrorDeny, "denied while the store failed")
+	add(core.OutcomeStoreErrorAllow, "allowed while the store failed")
+	add(core.OutcomeCancelled, "cancelled while delayed")
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,375 @@
+package traefikplugin
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// maxLimits is the most limits one middleware may define.
+const maxLimits = 32
+
+// settings is a Config parsed and checked: everything a registry entry
+// needs to build its Gate.
+type settings struct {
+	plans     []limitPlan
+	specs     []*core.KeySpec // distinct key specs; plans index them
+	responder core.Responder
+	mode      core.Mode
+	policy    core.StoreErrorPolicy
+	redis     *redisOptions // nil: the in-memory store
+	fallback  bool
+	instances int
+	// notes are remarks about the configuration, logged once when the
+	// registry entry is created.
+	notes []string
+}
+
+// limitPlan is one limit and how a request's ask for it is built.
+type limitPlan struct {
+	limit   *core.Limit
+	spec    int // index into settings.specs
+	missing core.MissingKey
+	cost    float64
+}
+
+// keyDefaults are the top-level defaults of the per-limit key options.
+type keyDefaults struct {
+	parts   []string
+	missing core.MissingKey
+	// fromSource is set when parts come from SourceCriterion, where a
+	// missing key is shared as in Traefik's built-in.
+	fromSource bool
+}
+
+// parse checks cfg, the configuration of middleware name, and returns its
+// settings.
+func parse(cfg *Config, name string) (*settings, error) {
+	s := &settings{}
+	ip, keys, err := parseSource(cfg, s)
+	if err != nil {
+		return nil, err
+	}
+	if err := parseAnswers(cfg, s); err != nil {
+		return nil, err
+	}
+	if err := parseStore(cfg, s); err != nil {
+		return nil, err
+	}
+
+	specIndex := map[string]int{}
+	add := func(option string, l *core.Limit, parts []string, missing core.MissingKey, cost float64) error {
+		id := strings.Join(parts, "\x00")
+		i, ok := specIndex[id]
+		if !ok {
+			spec, err := core.ParseKeySpec(parts, ip)
+			if err != nil {
+				return fmt.Errorf("%s: %w", option, err)
+			}
+			i = len(s.specs)
+			s.specs = append(s.specs, spec)
+			specIndex[id] = i
+		}
+		s.plans = append(s.plans, limitPlan{limit: l, spec: i, missing: missing, cost: cost})
+		return nil
+	}
+
+	cost, err := parseCost("cost", cfg.Cost, 1)
+	if err != nil {
+		return nil, err
+	}
+	top := LimitConfig{
+		Name:      limitName(name),
+		Average:   cfg.Average,
+		Period:    cfg.Period,
+		Burst:     cfg.Burst,
+		Algorithm: cfg.Algorithm,
+		MaxDelay:  cfg.MaxDelay,
+	}
+	switch l, err := buildLimit(top, ""); {
+	case err == errNoLimit:
+	case err != nil:
+		return nil, err
+	default:
+		if err := add("key", l, keys.parts, keys.missing, cost); err != nil {
+			return nil, err
+		}
+	}
+
+	for i, item := range cfg.Limits {
+		option := fmt.Sprintf("limits[%d]", i)
+		if strings.TrimSpace(item.Name) == "" {
+			return nil, fmt.Errorf("%s.name: required", option)
+		}
+		if strings.TrimSpace(item.Average) == "" {
+			return nil, fmt.Errorf("%s.average: required (\"0\" disables the limit)", option)
+		}
+		if item.Algorithm == "" {
+			item.Algorithm = cfg.Algorithm
+		}
+		if item.MaxDelay == "" && core.Algorithm(strings.TrimSpace(item.Algorithm)) == core.LeakyBucket {
+			item.MaxDelay = cfg.MaxDelay
+		}
+		l, err := buildLimit(item, option)
+		if err == errNoLimit {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		parts, missing := keys.parts, keys.missing
+		if k := parseList(item.Key); len(k) > 0 {
+			parts, missing = k, core.MissingSkip
+			if cfg.OnMissingKey != "" {
+				missing = keys.missing // the explicit top-level choice
+			}
+		}
+		if item.OnMissingKey != "" {
+			if missing, err = core.ParseMissingKey(strings.TrimSpace(item.OnMissingKey)); err != nil {
+				return nil, fmt.Errorf("%s.onMissingKey %q: want skip or shared", option, item.OnMissingKey)
+			}
+		}
+		c := cost
+		if item.Cost != "" {
+			if c, err = parseCost(option+".cost", item.Cost, cost); err != nil {
+				return nil, err
+			}
+		}
+		if err := add(option+".key", l, parts, missing, c); err != nil {
+			return nil, err
+		}
+	}
+	if len(s.plans) > maxLimits {
+		return nil, fmt.Errorf("limits: at most %d limits per middleware, got %d", maxLimits, len(s.plans))
+	}
+	seen := map[string]bool{}
+	for _, p := range s.plans {
+		if seen[p.limit.Name] {
+			return nil, fmt.Errorf("limits: the name %q is used twice (the top-level limit is named after the middleware, %q)", p.limit.Name, limitName(name))
+		}
+		seen[p.limit.Name] = true
+	}
+	return s, nil
+}
+
+// parseCost parses a positive cost; empty yields def.
+func parseCost(option, s string, def float64) (float64, error) {
+	c, err := parseNumber(option, s, def)
+	if err != nil {
+		return 0, err
+	}
+	if c == 0 {
+		return 0, fmt.Errorf("%s %q: must be positive", option, s)
+	}
+	return c, nil
+}
+
+// buildLimit builds and validates the limit of item; option prefixes the
+// names of its options in errors ("" at the top level). It returns
+// errNoLimit when the average is zero or empty.
+func buildLimit(item LimitConfig, option string) (*core.Limit, error) {
+	if option != "" {
+		option += "."
+	}
+	avg, err := parseNumber(option+"average", item.Average, 0)
+	if err != nil {
+		return nil, err
+	}
+	if avg == 0 {
+		return nil, errNoLimit
+	}
+	period, err := parseDuration(option+"period", item.Period)
+	if err != nil {
+		return nil, err
+	}
+	if period == 0 {
+		period = defaultPeriod
+	}
+	alg := core.Algorithm(strings.ToLower(strings.TrimSpace(item.Algorithm)))
+	if alg == "" {
+		alg = core.TokenBucket
+	}
+	burst, err := parseNumber(option+"burst", item.Burst, 0)
+	if err != nil {
+		return nil, err
+	}
+	if alg == core.TokenBucket && burst == 0 {
+		burst = 1 // Traefik's default, and its floor
+	}
+	maxDelay, err := parseDuration(option+"maxDelay", item.MaxDelay)
+	if err != nil {
+		return nil, err
+	}
+	l := &core.Limit{
+		Name:      strings.TrimSpace(item.Name),
+		Algorithm: alg,
+		Rate:      core.Rate{Quota: avg, Period: period},
+		Burst:     burst,
+		MaxDelay:  maxDelay,
+	}
+	if err := l.Validate(); err != nil {
+		if option != "" {
+			return nil, fmt.Errorf("%s %w", strings.TrimSuffix(option, "."), err)
+		}
+		return nil, err
+	}
+	return l, nil
+}
+
+// parseSource reads SourceCriterion, TrustedProxies, Key and OnMissingKey:
+// how the client IP is found, and the default key of every limit.
+func parseSource(cfg *Config, s *settings) (*core.ClientIP, keyDefaults, error) {
+	var keys keyDefaults
+	sc := cfg.SourceCriterion
+	if sc == nil {
+		sc = &SourceCriterion{}
+	}
+	host, err := parseBool("sourceCriterion.requestHost", sc.RequestHost)
+	if err != nil {
+		return nil, keys, err
+	}
+	header := strings.TrimSpace(sc.RequestHeaderName)
+	switch {
+	case sc.IPStrategy != nil && header != "":
+		return nil, keys, errors.New("sourceCriterion: ipStrategy and requestHeaderName are mutually exclusive")
+	case sc.IPStrategy != nil && host:
+		return nil, keys, errors.New("sourceCriterion: ipStrategy and requestHost are mutually exclusive")
+	case header != "" && host:
+		return nil, keys, errors.New("sourceCriterion: requestHost and requestHeaderName are mutually exclusive")
+	}
+
+	ip, err := parseClientIP(cfg, sc.IPStrategy, s)
+	if err != nil {
+		return nil, keys, err
+	}
+
+	keys.parts = parseList(cfg.Key)
+	switch {
+	case len(keys.parts) > 0 && header != "":
+		return nil, keys, errors.New("key and sourceCriterion.requestHeaderName are mutually exclusive: write the header as a key part, header:<Name>")
+	case len(keys.parts) > 0 && host:
+		return nil, keys, errors.New("key and sourceCriterion.requestHost are mutually exclusive: write host as a key part")
+	case len(keys.parts) > 0:
+		keys.missing = core.MissingSkip
+	case header != "":
+		keys.parts, keys.fromSource = []string{"header:" + header}, true
+	case host:
+		keys.parts, keys.fromSource = []string{"host"}, true
+	default:
+		keys.parts, keys.fromSource = []string{"client_ip"}, true
+	}
+	if keys.fromSource {
+		keys.missing = core.MissingShared
+	}
+	if cfg.OnMissingKey != "" {
+		if keys.missing, err = core.ParseMissingKey(strings.TrimSpace(cfg.OnMissingKey)); err != nil {
+			return nil, keys, fmt.Errorf("onMissingKey %q: want skip or shared", cfg.OnMissingKey)
+		}
+	}
+	return ip, keys, nil
+}
+
+// parseClientIP builds the client_ip rule from ipStrategy and
+// TrustedProxies.
+//
+// With TrustedProxies set, X-Forwarded-For is believed only from those
+// peers: Depth picks an entry counted from the right, and without Depth
+// the entries are walked from the right, skipping trusted proxies and
+// ExcludedIPs, to the first other address.
+//
+// Without TrustedProxies, the plugin does what Traefik's built-in does and
+// believes the header as it reaches the middleware when ipStrategy asks for
+// it. That is safe because Traefik's entryPoint has already removed
+// X-Forwarded-For from every peer outside forwardedHeaders.trustedIPs
+// (unless forwardedHeaders.insecure is set): an untrusted peer's header
+// never gets here. For Depth every peer is therefore taken as trusted; for
+// ExcludedIPs the excluded addresses themselves are the trusted peers (sluice
+// needs the direct peer to be a known proxy before it walks the header).
+func parseClientIP(cfg *Config, st *IPStrategy, s *settings) (*core.ClientIP, error) {
+	trusted, err := core.ParsePrefixes(parseList(cfg.TrustedProxies))
+	if err != nil {
+		return nil, fmt.Errorf("trustedProxies: %w", err)
+	}
+	ip := &core.ClientIP{TrustedProxies: trusted}
+	if st == nil {
+		return ip, nil
+	}
+	depth, err := parseInt("sourceCriterion.ipStrategy.depth", st.Depth, 0, 0, core.MaxForwardedHops)
+	if err != nil {
+		return nil, err
+	}
+	excluded, err := core.ParsePrefixes(parseList(st.ExcludedIPs))
+	if err != nil {
+		return nil, fmt.Errorf("sourceCriterion.ipStrategy.excludedIPs: %w", err)
+	}
+	if st.IPv6Subnet != "" {
+		if ip.IPv6Prefix, err = parseInt("sourceCriterion.ipStrategy.ipv6Subnet", st.IPv6Subnet, 0, 1, 128); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case depth > 0:
+		ip.Depth = depth
+		if len(excluded) > 0 {
+			s.notes = append(s.notes, "sourceCriterion.ipStrategy.excludedIPs is ignored because depth is set, as Traefik does")
+		}
+		if len(trusted) == 0 {
+			ip.TrustedProxies = anyAddress
+		}
+	case len(excluded) > 0:
+		ip.ExcludedIPs = excluded
+		if len(trusted) == 0 {
+			ip.TrustedProxies = excluded
+		}
+	}
+	return ip, nil
+}
+
+// parseAnswers reads Headers, Body, RetryJitter and Mode.
+func parseAnswers(cfg *Config, s *settings) error {
+	var err error
+	if s.responder.Headers, err = core.ParseHeaderSet(parseList(cfg.Headers)); err != nil {
+		return err
+	}
+	if s.responder.Body, err = core.ParseBodyFormat(cfg.Body); err != nil {
+		return err
+	}
+	if s.responder.Jitter, err = parseNumber("retryJitter", cfg.RetryJitter, 0); err != nil {
+		return err
+	}
+	if s.responder.Jitter > 1 {
+		return fmt.Errorf("retryJitter %q: must be between 0 and 1", cfg.RetryJitter)
+	}
+	if s.mode, err = core.ParseMode(cfg.Mode); err != nil {
+		return err
+	}
+	return nil
+}
+
+// parseStore reads Redis, OnStoreError, Fallback and Instances.
+func parseStore(cfg *Config, s *settings) error {
+	var err error
+	if s.policy, err = core.ParseStoreErrorPolicy(cfg.OnStoreError); err != nil {
+		return fmt.Errorf("onStoreError %q: want allow or deny", cfg.OnStoreError)
+	}
+	switch strings.ToLower(strings.TrimSpace(cfg.Fallback)) {
+	case "", "none":
+	case "local":
+		s.fallback = true
+	default:
+		return fmt.Errorf("fallback %q: want local or none", cfg.Fallback)
+	}
+	if s.instances, err = parseInt("instances", cfg.Instances, 1, 1, 1<<20); err != nil {
+		return err
+	}
+	if cfg.Redis == nil {
+		if s.fallback {
+			return errors.New("fallback: local only applies with redis, the store it stands in for")
+		}
+		return nil
+	}
+	s.redis, err = parseRedis(cfg.Redis, s)
+	return err
+}
