@@ -1,0 +1,433 @@
+package core
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// DefaultRedisPrefix is the key prefix used when RedisConfig.Prefix is empty.
+const DefaultRedisPrefix = "sluice:"
+
+// RedisConfig configures a RedisStore.
+type RedisConfig struct {
+	// Client runs the scripts. Required.
+	Client Scripter
+	// Prefix begins every key the store writes; empty means
+	// DefaultRedisPrefix. It must not contain braces, which would change
+	// the keys' Cluster hash tags.
+	Prefix string
+	// Cluster says that Client is a Redis Cluster, where one script may
+	// only touch keys of one hash slot. Asks whose keys fall in several
+	// slots are then decided by check-then-refund instead of one script;
+	// see RedisStore.Take.
+	Cluster bool
+}
+
+// RedisStore is a Store kept in Redis (5.0 or newer) or Redis Cluster, shared
+// by every instance that uses the same server and prefix.
+//
+// Each Take is one EVALSHA of one Lua script that reads the states, decides
+// every ask and, only if all of them allow, writes the new states: the
+// read-modify-write is atomic on the server, so concurrent instances never
+// admit more than a limit allows. The scripts mirror Limit.Decide and
+// Limit.Refund exactly (see redis_lua.go). They are sent by SHA-1; when the
+// server does not know a script (first use, SCRIPT FLUSH, restart,
+// failover), the store loads it and retries once.
+//
+// # Clock
+//
+// Instants come from Redis's clock (the TIME command), read once per
+// script, never from the application servers, whose clock skew is thus
+// irrelevant. TIME ticks in microseconds, so RetryAfter is rounded up to a
+// whole microsecond (waiting it is always enough); otherwise the scripts
+// compute in nanoseconds like Limit.Decide, exactly: Lua's doubles cannot
+// hold Unix nanoseconds (about 2^60), so the scripts count from the current
+// second. Window boundaries are exact for periods that are a whole number of
+// microseconds (any rate written with ms, s, m, h or d).
+//
+// # Keys
+//
+// The state of (limit, key) is a hash at
+//
+//	Prefix + "{" + limit.Namespace() + ":" + BoundKey(key) + "}"
+//
+// holding decimal strings: t, an instant as "<Unix seconds> <nanoseconds>"
+// (State.T of the token bucket, leaky bucket and sliding log); w, the
+// window's number since the Unix epoch (State.T/period of the window
+// algorithms); a and b (State.A and State.B). A sliding window log keeps its
+// entries, "<seconds> <nanoseconds> <cost>" oldest first, in a list at the
+// same key followed by ":log". The braces make the (limit, key) a Cluster
+// hash tag: its keys share a slot, while different clients spread over the
+// cluster. Every key expires (PEXPIRE) when its state becomes equivalent to
+// a fresh one (Limit.Expiry), at least 1 ms after its last write, so idle
+// clients cost no memory.
+type RedisStore struct {
+	client  Scripter
+	prefix  string
+	cluster bool
+	// clock, when set (by tests only), supplies the instants instead of
+	// Redis's clock.
+	clock Clock
+}
+
+// NewRedisStore returns a store that keeps its states through cfg.Client.
+// It does not contact the server: scripts are loaded at first use.
+func NewRedisStore(cfg RedisConfig) (*RedisStore, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("redis: client is required")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultRedisPrefix
+	}
+	if strings.ContainsAny(cfg.Prefix, "{}") {
+		return nil, fmt.Errorf("redis: prefix %q: must not contain braces", cfg.Prefix)
+	}
+	return &RedisStore{client: cfg.Client, prefix: cfg.Prefix, cluster: cfg.Cluster}, nil
+}
+
+// redisScript is a script's text and its SHA-1, the name EVALSHA uses.
+type redisScript struct {
+	src, sha string
+}
+
+func newRedisScript(src string) *redisScript {
+	sum := sha1.Sum([]byte(src))
+	return &redisScript{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+var (
+	redisTake   = newRedisScript(redisTakeScript)
+	redisRefund = newRedisScript(redisRefundScript)
+)
+
+// Fields of one decision in the take script's reply.
+const redisReplyFields = 5
+
+// Take implements Store. On a standalone server, and in a Cluster when all
+// keys share a hash slot, it is one script call: all-or-nothing and atomic.
+//
+// In a Cluster, asks whose keys fall in several slots are taken by
+// check-then-refund: the asks of each slot are taken in turn by one script
+// call; at the first rejection the asks already charged are refunded and the
+// remaining ones are decided without being charged. Meanwhile a concurrent
+// request may see the refunded capacity as taken, and be rejected although
+// the first request was not admitted. If a call fails after others
+// succeeded, their charges are refunded before Take returns the error; if
+// that refund fails too, the error says so and those charges remain.
+func (s *RedisStore) Take(ctx context.Context, asks []Ask, out []Decision) error {
+	if len(asks) == 0 {
+		return nil
+	}
+	if !s.cluster || len(asks) == 1 {
+		return s.take(ctx, asks, out, true)
+	}
+	groups := s.slotGroups(asks)
+	if len(groups) == 1 {
+		return s.take(ctx, asks, out, true)
+	}
+	for i, g := range groups {
+		sub, dec := pickAsks(asks, g), make([]Decision, len(g))
+		if err := s.take(ctx, sub, dec, true); err != nil {
+			if rerr := s.refundGroups(ctx, asks, groups[:i]); rerr != nil {
+				return fmt.Errorf("%w (and refunding the asks already charged failed: %v)", err, rerr)
+			}
+			return err
+		}
+		all := true
+		for j, k := range g {
+			out[k] = dec[j]
+			all = all && dec[j].Allowed
+		}
+		if all {
+			continue
+		}
+		if err := s.refundGroups(ctx, asks, groups[:i]); err != nil {
+			return fmt.Errorf("redis: refunding the asks charged before a rejection: %w", err)
+		}
+		for _, g := range groups[i+1:] {
+			sub, dec := pickAsks(asks, g), make([]Decision, len(g))
+			if err := s.take(ctx, sub, dec, false); err != nil {
+				return err
+			}
+			for j, k := range g {
+				out[k] = dec[j]
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+// Refund implements Store. It gives back each ask's cost as Limit.Refund
+// does, on the server's clock; states that no longer exist are left alone.
+func (s *RedisStore) Refund(ctx context.Context, asks []Ask) error {
+	if len(asks) == 0 {
+		return nil
+	}
+	if !s.cluster || len(asks) == 1 {
+		return s.refund(ctx, asks)
+	}
+	return s.refundGroups(ctx, asks, s.slotGroups(asks))
+}
+
+// take runs the take script once for asks, charging them all if they all
+// allow and charge is set, and decodes the decisions into out.
+func (s *RedisStore) take(ctx context.Context, asks []Ask, out []Decision, charge bool) error {
+	keys, args := s.scriptArgs(asks, charge)
+	reply, err := s.eval(ctx, redisTake, keys, args)
+	if err != nil {
+		return err
+	}
+	return decodeDecisions(reply, asks, out)
+}
+
+// refund runs the refund script once for asks.
+func (s *RedisStore) refund(ctx context.Context, asks []Ask) error {
+	keys, args := s.scriptArgs(asks, false)
+	_, err := s.eval(ctx, redisRefund, keys, args)
+	return err
+}
+
+// refundGroups refunds the asks of every group, one script call per group,
+// and returns the first error after trying them all.
+func (s *RedisStore) refundGroups(ctx context.Context, asks []Ask, groups [][]int) error {
+	var first error
+	for _, g := range groups {
+		if err := s.refund(ctx, pickAsks(asks, g)); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// eval runs script by SHA-1, loading it and retrying once if the server
+// does not know it.
+func (s *RedisStore) eval(ctx context.Context, script *redisScript, keys, args []string) (interface{}, error) {
+	reply, err := s.client.EvalSha(ctx, script.sha, keys, args)
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if _, lerr := s.client.ScriptLoad(ctx, script.src); lerr != nil {
+			return nil, fmt.Errorf("redis: loading script: %w", lerr)
+		}
+		reply, err = s.client.EvalSha(ctx, script.sha, keys, args)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	return reply, nil
+}
+
+// scriptArgs builds the KEYS and ARGV of a script call: ARGV[1] the instant
+// as "<Unix seconds> <nanoseconds>" (empty for Redis's clock), ARGV[2] "1"
+// to charge, then six values per ask (algorithm, quota, period in ns,
+// capacity, max delay in ns, cost), and one key per ask, two for a sliding
+// window log.
+func (s *RedisStore) scriptArgs(asks []Ask, charge bool) (keys, args []string) {
+	keys = make([]string, 0, len(asks)+1)
+	args = make([]string, 0, 2+6*len(asks))
+	now := ""
+	if s.clock != nil {
+		ns := s.clock()
+		sec := floorDiv(ns, 1e9)
+		now = strconv.FormatInt(sec, 10) + " " + strconv.FormatInt(ns-sec*1e9, 10)
+	}
+	flag := "0"
+	if charge {
+		flag = "1"
+	}
+	args = append(args, now, flag)
+	for i := range asks {
+		a := &asks[i]
+		l := a.Limit
+		key := s.key(l, a.Key)
+		keys = append(keys, key)
+		if l.Algorithm == SlidingWindowLog {
+			keys = append(keys, key+":log")
+		}
+		args = append(args, redisAlgorithmCode(l.Algorithm), formatFloat(l.Rate.Quota),
+			strconv.FormatInt(l.period, 10), formatFloat(l.capacity),
+			strconv.FormatInt(int64(l.MaxDelay), 10), formatFloat(a.Cost))
+	}
+	return keys, args
+}
+
+// key is the hash holding the state of (l, key).
+func (s *RedisStore) key(l *Limit, key string) string {
+	return s.prefix + "{" + l.Namespace() + ":" + BoundKey(key) + "}"
+}
+
+// redisAlgorithmCode is an algorithm's name in the scripts.
+func redisAlgorithmCode(a Algorithm) string {
+	switch a {
+	case LeakyBucket:
+		return "lb"
+	case FixedWindow:
+		return "fw"
+	case SlidingWindowCounter:
+		return "swc"
+	case SlidingWindowLog:
+		return "swl"
+	}
+	return "tb"
+}
+
+// decodeDecisions decodes the take script's reply, an array per ask, into
+// out[:len(asks)].
+func decodeDecisions(reply interface{}, asks []Ask, out []Decision) error {
+	vals, ok := reply.([]interface{})
+	if !ok || len(vals) != len(asks) {
+		return fmt.Errorf("redis: unexpected reply to the take script: %s, want an array of %d", describeReply(reply), len(asks))
+	}
+	for i := range asks {
+		v, ok := vals[i].([]interface{})
+		if !ok || len(v) != redisReplyFields {
+			return fmt.Errorf("redis: unexpected reply to the take script, ask %d: %s, want an array of %d", i, describeReply(vals[i]), redisReplyFields)
+		}
+		var f [redisReplyFields]float64
+		for j := range v {
+			x, err := replyNumber(v[j])
+			if err != nil {
+				return fmt.Errorf("redis: reply to the take script, ask %d, field %d: %w", i, j, err)
+			}
+			f[j] = x
+		}
+		l := asks[i].Limit
+		d := Decision{
+			Limit:     l,
+			Allowed:   f[0] == 1,
+			Quota:     l.Rate.Quota,
+			Remaining: nonNegative(f[1]),
+			Reset:     duration(f[2]),
+		}
+		if d.Allowed {
+			d.Delay = duration(f[4])
+		} else {
+			d.RetryAfter = Never
+			if f[3] >= 0 {
+				d.RetryAfter = duration(f[3])
+			}
+			if d.RetryAfter == 0 {
+				d.RetryAfter = 1
+			}
+		}
+		out[i] = d
+	}
+	return nil
+}
+
+// replyNumber reads a number the scripts return as an integer or as a
+// decimal string.
+func replyNumber(v interface{}) (float64, error) {
+	switch x := v.(type) {
+	case int64:
+		return float64(x), nil
+	case string:
+		f, err := strconv.ParseFloat(x, 64)
+		if err != nil || math.IsNaN(f) {
+			return 0, fmt.Errorf("not a number: %q", x)
+		}
+		return f, nil
+	}
+	return 0, fmt.Errorf("not a number: %s", describeReply(v))
+}
+
+// describeReply names a reply's type and, for short ones, its value, for
+// error messages.
+func describeReply(v interface{}) string {
+	switch x := v.(type) {
+	case nil:
+		return "nil"
+	case []interface{}:
+		return "array of " + strconv.Itoa(len(x))
+	case string:
+		if len(x) > 40 {
+			x = x[:40] + "..."
+		}
+		return strconv.Quote(x)
+	}
+	return fmt.Sprintf("%T %v", v, v)
+}
+
+// formatFloat formats x so that Lua's tonumber reads back the same double.
+func formatFloat(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+
+// floorDiv is a/b rounded towards negative infinity (b > 0).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}
+
+// slotGroups partitions asks by the Cluster hash slot of their keys, in
+// order of first appearance: indexes into asks.
+func (s *RedisStore) slotGroups(asks []Ask) [][]int {
+	var groups [][]int
+	var slots []int
+	for i := range asks {
+		slot := keySlot(s.key(asks[i].Limit, asks[i].Key))
+		j := 0
+		for j < len(slots) && slots[j] != slot {
+			j++
+		}
+		if j == len(slots) {
+			slots = append(slots, slot)
+			groups = append(groups, []int{i})
+			continue
+		}
+		groups[j] = append(groups[j], i)
+	}
+	return groups
+}
+
+// pickAsks returns the asks at the indexes idx.
+func pickAsks(asks []Ask, idx []int) []Ask {
+	sub := make([]Ask, len(idx))
+	for j, k := range idx {
+		sub[j] = asks[k]
+	}
+	return sub
+}
+
+// keySlot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash
+// tag (the text between the first "{" and the next "}", when not empty) or
+// of the whole key, modulo 16384.
+func keySlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^key[i]]
+	}
+	return int(crc) & 16383
+}
+
+// crc16Table drives keySlot's CRC16: polynomial 0x1021, initial value 0.
+var crc16Table = makeCRC16Table()
+
+func makeCRC16Table() *[256]uint16 {
+	var t [256]uint16
+	for i := 0; i < 256; i++ {
+		crc := uint16(i) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+		t[i] = crc
+	}
+	return &t
+}
+
+var _ Store = (*RedisStore)(nil)

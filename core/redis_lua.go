@@ -1,0 +1,429 @@
+package core
+
+// The Lua run by RedisStore. Each algorithm is one Lua function that mirrors
+// the Go function named above it, on the same state and in the same
+// nanoseconds. The two scripts are the common prelude, the algorithms, and a
+// main part: redisTakeScript decides and charges asks all-or-nothing,
+// redisRefundScript gives costs back.
+//
+// Lua numbers are doubles, exact up to 2^53, while Unix nanoseconds are
+// about 2^60; so the scripts count instants in nanoseconds since base, the
+// current instant's whole Unix second, and store them as "<s> <ns>": whole
+// Unix seconds and nanoseconds 0 to 999999999. Window numbers are computed
+// from Unix microseconds (below 2^53), exactly when the period is a whole
+// number of microseconds.
+//
+// Every algorithm function takes (st, now, p): st = {t, w, a, b}, the stored
+// state (t in ns since base, the zero State's for a key never seen); now, in
+// ns since base; p, the ask: quota, period and maxdelay (ns), cap
+// (Limit.Capacity), cost, unit (ns of the period per cost unit, as
+// Limit.unit), key and logkey. It reads a sliding window log but writes
+// nothing, and returns a table
+//
+//	ok, rem, reset, retry, delay   the Decision (durations in ns; retry −1 is Never)
+//	fields                         the next state, as HSET arguments
+//	exp                            its Limit.Expiry (ns since base)
+//	drop, push, set                sliding_window_log only: entries to drop
+//	                               from the head, an entry to append, or the
+//	                               new value of the newest entry
+//
+// which the main part writes back only when every ask of the call allows.
+const (
+	redisTakeScript   = luaPrelude + luaTokenBucket + luaLeakyBucket + luaFixedWindow + luaSlidingCounter + luaSlidingLog + luaTakeMain
+	redisRefundScript = luaPrelude + luaRefund + luaRefundMain
+)
+
+// luaPrelude reads the clock and the asks and defines the helpers.
+//
+// ARGV[1] is empty to use Redis's clock (TIME: seconds and microseconds),
+// whose ticks are microseconds, so RetryAfter is rounded up to one; or an
+// instant "<s> <ns>" supplied by the caller (tests). As Redis's clock still
+// measures TTLs, keys then live at least a minute, so that they cannot
+// expire before the caller's clock reaches their expiry. MAX_LOG is
+// MaxLogQuota.
+const luaPrelude = `
+local floor, mceil, format, find, sub, call = math.floor, math.ceil, string.format, string.find, string.sub, redis.call
+local base, now, tick, minttl
+if ARGV[1] == '' then
+  local t = call('TIME')
+  base, now, tick, minttl = tonumber(t[1]), tonumber(t[2]) * 1000, 1000, 1
+else
+  local sp = find(ARGV[1], ' ', 1, true)
+  base, now = tonumber(sub(ARGV[1], 1, sp - 1)), tonumber(sub(ARGV[1], sp + 1))
+  tick, minttl = 1, 60000
+end
+local EPS = 1e-9
+local MAX_LOG = 10000
+local NARGS = 6
+
+-- fmt formats a number so that Go's ParseFloat reads it back exactly,
+-- cheaply when it is a whole number; reply returns one for a reply: whole
+-- numbers as integers, others as strings (Redis would truncate them);
+-- ceil rounds a duration up to a whole ns, as Go's duration does.
+local function fmt(x)
+  if x == floor(x) and x > -1e15 and x < 1e15 then return format('%d', x) end
+  return format('%.17g', x)
+end
+local function reply(x)
+  if x == floor(x) and x > -1e15 and x < 1e15 then return x end
+  return format('%.17g', x)
+end
+local function ceil(x) return reply(mceil(x)) end
+local function nonneg(x) if x < 0 then return 0 end return x end
+
+-- instant reads "<s> <ns>" as ns since base; stamp writes ns since base,
+-- rounded to a whole ns, as "<s> <ns>".
+local function instant(v)
+  local sp = find(v, ' ', 1, true)
+  return (tonumber(sub(v, 1, sp - 1)) - base) * 1e9 + tonumber(sub(v, sp + 1))
+end
+local function stamp(x)
+  x = floor(x + 0.5)
+  local s = floor(x / 1e9)
+  return format('%d %d', base + s, x - s * 1e9)
+end
+
+-- window returns the number of the window of length p.period holding now
+-- (ns since base), counting from the Unix epoch; wstart returns the start
+-- of window k in ns since base.
+local function window(now, p)
+  return floor((base * 1e6 + floor(now / 1000)) / (p.period / 1000))
+end
+local function wstart(k, p)
+  return (k * (p.period / 1000) - base * 1e6) * 1000
+end
+
+-- asks returns the parameters and keys of every ask, in order: six ARGV
+-- each from ARGV[3]; one key each (state), two for a sliding_window_log
+-- (state, log).
+local function asks()
+  local list, k = {}, 1
+  for i = 1, (#ARGV - 2) / NARGS do
+    local j = 2 + (i - 1) * NARGS
+    local alg, quota, period = ARGV[j + 1], tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
+    local logkey = false
+    if alg == 'swl' then logkey = KEYS[k + 1] end
+    list[i] = {alg = alg, quota = quota, period = period, cap = tonumber(ARGV[j + 4]),
+      maxdelay = tonumber(ARGV[j + 5]), cost = tonumber(ARGV[j + 6]), unit = period / quota,
+      key = KEYS[k], logkey = logkey}
+    k = k + 1
+    if logkey then k = k + 1 end
+  end
+  return list
+end
+
+-- load reads a state hash; a key never seen reads as the zero State, whose
+-- instant is the Unix epoch.
+local function load(key)
+  local v = call('HMGET', key, 't', 'w', 'a', 'b')
+  local st = {t = -base * 1e9, w = tonumber(v[2]) or 0, a = tonumber(v[3]) or 0, b = tonumber(v[4]) or 0}
+  if v[1] then st.t = instant(v[1]) end
+  return st
+end
+
+-- ttl is the time to live, in ms, of a state that expires at exp.
+local function ttl(exp)
+  local ms = mceil((exp - now) / 1e6)
+  if ms < minttl then return minttl end
+  return ms
+end
+
+local function save(p, r)
+  call('HSET', p.key, unpack(r.fields))
+  call('PEXPIRE', p.key, ttl(r.exp))
+end
+
+-- A log entry is "<s> <ns> <cost>": its instant and cost. reader returns a
+-- function that reads entry i (from 0) of a log as (instant, cost), 64
+-- entries per LRANGE.
+local function entry(t, c) return stamp(t) .. ' ' .. fmt(c) end
+local function parse(e)
+  local x = find(e, ' ', 1, true)
+  local y = find(e, ' ', x + 1, true)
+  return (tonumber(sub(e, 1, x - 1)) - base) * 1e9 + tonumber(sub(e, x + 1, y - 1)),
+    tonumber(sub(e, y + 1))
+end
+local function reader(logkey)
+  local first, chunk = -1, nil
+  return function(i)
+    local b = i - i % 64
+    if b ~= first then
+      chunk = call('LRANGE', logkey, b, b + 63)
+      first = b
+    end
+    return parse(chunk[i - b + 1])
+  end
+end
+`
+
+// luaTokenBucket mirrors (*Limit).tokenBucket in tokenbucket.go. State: t
+// is the last refill instant, a the deficit.
+const luaTokenBucket = `
+local function token_bucket(st, now, p)
+  if now < st.t then now = st.t end
+  local deficit = st.a
+  if deficit > 0 then
+    deficit = deficit - (now - st.t) * p.quota / p.period
+    if deficit < EPS then deficit = 0 end
+  end
+  local ok, retry, a = false, 0, deficit
+  local tokens = p.cap - deficit
+  if p.cost > p.cap + EPS then
+    retry = -1
+  elseif tokens + EPS >= p.cost then
+    ok = true
+    a = deficit + p.cost
+    if a > p.cap then a = p.cap end
+  else
+    retry = (p.cost - tokens) * p.unit
+  end
+  return {ok = ok, rem = nonneg(p.cap - a), reset = a * p.unit, retry = retry, delay = 0,
+    fields = {'t', stamp(now), 'a', fmt(a)}, exp = now + a * p.unit}
+end
+`
+
+// luaLeakyBucket mirrors (*Limit).leakyBucket in leakybucket.go. State: t
+// is the theoretical arrival time (the queue drains then).
+const luaLeakyBucket = `
+local function leaky_bucket(st, now, p)
+  local start = st.t
+  if start < now then start = now end
+  local delay = start - now
+  local backlog = delay / p.unit
+  local ok, retry, t = false, 0, st.t
+  if p.cost > p.cap + EPS then
+    retry = -1
+  elseif backlog + p.cost <= p.cap + EPS and (p.maxdelay == 0 or delay <= p.maxdelay) then
+    ok = true
+    t = start + floor(p.cost * p.unit + 0.5)
+  else
+    local wait = (backlog + p.cost - p.cap) * p.unit
+    if p.maxdelay > 0 and delay - p.maxdelay > wait then wait = delay - p.maxdelay end
+    retry = nonneg(wait)
+  end
+  if not ok then delay = 0 end
+  local ahead = nonneg(t - now)
+  local rem = nonneg(p.cap - ahead / p.unit)
+  if p.maxdelay > 0 then
+    local bydelay = nonneg((p.maxdelay - ahead) / p.unit + 1)
+    if bydelay < rem then rem = bydelay end
+  end
+  return {ok = ok, rem = rem, reset = ahead, retry = retry, delay = delay,
+    fields = {'t', stamp(t)}, exp = t}
+end
+`
+
+// luaFixedWindow mirrors (*Limit).fixedWindow in window.go. State: w is the
+// number k of the window [k·period, (k+1)·period) counted from the Unix
+// epoch, a the cost counted in it.
+const luaFixedWindow = `
+local function fixed_window(st, now, p)
+  local k = window(now, p)
+  if k < st.w then
+    k = st.w
+    now = wstart(k, p)
+  end
+  local a = st.a
+  if k ~= st.w then a = 0 end
+  local start = wstart(k, p)
+  local reset = start + p.period - now
+  local ok, retry = false, 0
+  if p.cost > p.cap + EPS then
+    retry = -1
+  elseif a + p.cost <= p.cap + EPS then
+    ok = true
+    a = a + p.cost
+  else
+    retry = reset
+  end
+  if a <= 0 then reset = 0 end
+  return {ok = ok, rem = nonneg(p.cap - a), reset = reset, retry = retry, delay = 0,
+    fields = {'w', fmt(k), 'a', fmt(a)}, exp = start + p.period}
+end
+`
+
+// luaSlidingCounter mirrors (*Limit).slidingCounter in window.go. State: w
+// is the number of the current window (as in luaFixedWindow), a its count,
+// b the previous window's.
+const luaSlidingCounter = `
+local function sliding_counter(st, now, p)
+  local k = window(now, p)
+  if k < st.w then
+    k = st.w
+    now = wstart(k, p)
+  end
+  local a, b = st.a, st.b
+  if k == st.w then
+  elseif k == st.w + 1 then
+    a, b = 0, st.a
+  else
+    a, b = 0, 0
+  end
+  local start = wstart(k, p)
+  local elapsed = now - start
+  local estimate = b * (1 - elapsed / p.period) + a
+  local ok, retry = false, 0
+  if p.cost > p.cap + EPS then
+    retry = -1
+  elseif estimate + p.cost <= p.cap + EPS then
+    ok = true
+    a = a + p.cost
+    estimate = estimate + p.cost
+  elseif a + p.cost <= p.cap + EPS then
+    local f = 1 - (p.cap - a - p.cost) / b
+    retry = nonneg(f * p.period - elapsed)
+  else
+    local g = 1 - (p.cap - p.cost) / a
+    retry = nonneg(p.period - elapsed + g * p.period)
+  end
+  local reset, exp = 0, start + p.period
+  if a > 0 then
+    reset, exp = 2 * p.period - elapsed, start + 2 * p.period
+  elseif b > 0 then
+    reset = p.period - elapsed
+  end
+  return {ok = ok, rem = nonneg(p.cap - estimate), reset = reset, retry = retry, delay = 0,
+    fields = {'w', fmt(k), 'a', fmt(a), 'b', fmt(b)}, exp = exp}
+end
+`
+
+// luaSlidingLog mirrors (*Limit).slidingLog and (*Limit).trimLog in
+// window.go. State: t is the newest instant seen, a the sum of the costs in
+// the log, a list of entries, oldest first, under its own key.
+const luaSlidingLog = `
+local function sliding_log(st, now, p)
+  if now < st.t then now = st.t end
+  local rd = reader(p.logkey)
+  local len = call('LLEN', p.logkey)
+  local a, drop = st.a, 0
+  while drop < len do
+    local et, ec = rd(drop)
+    if et + p.period > now then break end
+    a = a - ec
+    drop = drop + 1
+  end
+  local n = len - drop
+  if n == 0 then a = 0 end
+  local ok, retry, push, set, newest = false, 0, false, false, 0
+  if n > 0 then newest = rd(len - 1) end
+  if p.cost > p.cap + EPS then
+    retry = -1
+  elseif a + p.cost <= p.cap + EPS then
+    ok = true
+    if n >= MAX_LOG then
+      local _, c = rd(len - 1)
+      set = entry(now, c + p.cost)
+    else
+      push = entry(now, p.cost)
+      n = n + 1
+    end
+    newest = now
+    a = a + p.cost
+  else
+    local need = a + p.cost - p.cap
+    for i = drop, len - 1 do
+      local et, ec = rd(i)
+      need = need - ec
+      if need <= EPS then
+        retry = nonneg(et + p.period - now)
+        break
+      end
+    end
+  end
+  local reset, exp = 0, 0
+  if n > 0 then reset, exp = newest + p.period - now, newest + p.period end
+  return {ok = ok, rem = nonneg(p.cap - a), reset = reset, retry = retry, delay = 0,
+    fields = {'t', stamp(now), 'a', fmt(a)}, exp = exp, drop = drop, push = push, set = set}
+end
+`
+
+// luaTakeMain decides every ask on one reading of the clock and, when all
+// allow and ARGV[2] is "1", writes every next state (with ARGV[2] "0" it
+// only decides). It returns an array per ask: allowed (1 or 0), then
+// remaining, and reset, retry and delay in whole ns, each an integer or,
+// when fractional or beyond ±10^15, a decimal string.
+const luaTakeMain = `
+local algs = {tb = token_bucket, lb = leaky_bucket, fw = fixed_window, swc = sliding_counter, swl = sliding_log}
+local list, rs, out, all = asks(), {}, {}, true
+for i, p in ipairs(list) do
+  local r = algs[p.alg](load(p.key), now, p)
+  rs[i] = r
+  all = all and r.ok
+  local retry = r.retry
+  if retry > 0 then retry = mceil(retry / tick) * tick end
+  out[i] = {r.ok and 1 or 0, reply(r.rem), ceil(r.reset), ceil(retry), ceil(r.delay)}
+end
+if all and ARGV[2] == '1' then
+  for i, p in ipairs(list) do
+    local r = rs[i]
+    save(p, r)
+    if p.logkey then
+      if r.drop > 0 then call('LTRIM', p.logkey, r.drop, -1) end
+      if r.push then call('RPUSH', p.logkey, r.push) end
+      if r.set then call('LSET', p.logkey, -1, r.set) end
+      call('PEXPIRE', p.logkey, ttl(r.exp))
+    end
+  end
+end
+return out
+`
+
+// luaRefund mirrors (*Limit).Refund in algorithm.go, and (*Limit).refundLog
+// in window.go for the sliding window log, whose entries it edits in place.
+// It returns the next state's HSET arguments and Limit.Expiry like the
+// algorithm functions.
+const luaRefund = `
+local function refund(st, p)
+  if p.alg == 'lb' then
+    local t = st.t
+    if now < t then
+      t = t - floor(p.cost * p.unit + 0.5)
+      if t < now then t = now end
+    end
+    return {fields = {'t', stamp(t)}, exp = t}
+  elseif p.alg == 'fw' or p.alg == 'swc' then
+    local a = st.a
+    if st.w == window(now, p) then a = nonneg(a - p.cost) end
+    local exp = wstart(st.w, p) + p.period
+    if p.alg == 'swc' and a > 0 then exp = exp + p.period end
+    return {fields = {'a', fmt(a)}, exp = exp}
+  elseif p.alg == 'swl' then
+    local n, cost, a = call('LLEN', p.logkey), p.cost, st.a
+    while n > 0 and cost > EPS do
+      local et, ec = parse(call('LINDEX', p.logkey, -1))
+      if ec > cost + EPS then
+        call('LSET', p.logkey, -1, entry(et, ec - cost))
+        a = a - cost
+        break
+      end
+      call('RPOP', p.logkey)
+      cost = cost - ec
+      a = a - ec
+      n = n - 1
+    end
+    local exp = 0
+    if n == 0 then
+      a = 0
+    else
+      exp = parse(call('LINDEX', p.logkey, -1)) + p.period
+      call('PEXPIRE', p.logkey, ttl(exp))
+    end
+    return {fields = {'a', fmt(a)}, exp = exp}
+  end
+  local a = nonneg(st.a - p.cost)
+  return {fields = {'a', fmt(a)}, exp = st.t + a * p.unit}
+end
+`
+
+// luaRefundMain refunds every ask whose state exists (ARGV[2] is unused)
+// and returns how many it refunded.
+const luaRefundMain = `
+local n = 0
+for _, p in ipairs(asks()) do
+  if call('EXISTS', p.key) == 1 then
+    save(p, refund(load(p.key), p))
+    n = n + 1
+  end
+end
+return n
+`

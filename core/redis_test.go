@@ -1,0 +1,658 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core/resp"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// newRespClient connects to addr with a pool of poolSize connections,
+// closed by t.Cleanup.
+func newRespClient(t *testing.T, addr string, poolSize int) *resp.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := resp.New(ctx, resp.Options{Addr: addr, PoolSize: poolSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newTestRedisStore(t *testing.T, client Scripter, cluster bool) *RedisStore {
+	t.Helper()
+	s, err := NewRedisStore(RedisConfig{Client: client, Cluster: cluster})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// redisTestLimit returns a validated limit.
+func redisTestLimit(t *testing.T, name string, alg Algorithm, rate string, burst float64, maxDelay time.Duration) *Limit {
+	t.Helper()
+	rt, err := ParseRate(rate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &Limit{Name: name, Algorithm: alg, Rate: rt, Burst: burst, MaxDelay: maxDelay}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// redisTestTake asks l for cost under key and fails the test on error.
+func redisTestTake(t *testing.T, s Store, l *Limit, key string, cost float64) Decision {
+	t.Helper()
+	out := make([]Decision, 1)
+	if err := s.Take(context.Background(), []Ask{{Limit: l, Key: key, Cost: cost}}, out); err != nil {
+		t.Fatalf("Take: %v", err)
+	}
+	return out[0]
+}
+
+// redisNonce keeps keys of this process apart from earlier runs'.
+var redisNonce = strconv.FormatInt(time.Now().UnixNano(), 36)
+
+func TestRedisStoreConformance(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	client := newRespClient(t, srv.Addr, 4)
+	testStoreConformance(t, func(t *testing.T, clock *fakeClock) Store {
+		s := newTestRedisStore(t, client, false)
+		s.clock = clock.Now
+		return s
+	})
+}
+
+// TestRedisStoreMatchesMemoryStore drives a RedisStore and a MemoryStore
+// with the same pseudo-random requests, refunds and clock steps (some
+// backwards) and requires identical decisions: the scripts compute in the
+// same nanoseconds and the same floating-point operations as Limit.Decide.
+func TestRedisStoreMatchesMemoryStore(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	clock := &fakeClock{now: confEpoch}
+	rs := newTestRedisStore(t, newRespClient(t, srv.Addr, 1), false)
+	rs.clock = clock.Now
+	ms, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := []*Limit{
+		redisTestLimit(t, "tb", TokenBucket, "10/s", 5, 0),
+		redisTestLimit(t, "tb2", TokenBucket, "2/s", 0, 0),
+		redisTestLimit(t, "lb", LeakyBucket, "5/s", 5, 0),
+		redisTestLimit(t, "lbd", LeakyBucket, "10/s", 10, 300*time.Millisecond),
+		redisTestLimit(t, "fw", FixedWindow, "10/m", 0, 0),
+		redisTestLimit(t, "fw2", FixedWindow, "5/s", 0, 0),
+		redisTestLimit(t, "swc", SlidingWindowCounter, "10/m", 0, 0),
+		redisTestLimit(t, "swc2", SlidingWindowCounter, "4/s", 0, 0),
+		redisTestLimit(t, "swl", SlidingWindowLog, "5/m", 0, 0),
+		redisTestLimit(t, "swl2", SlidingWindowLog, "3/s", 0, 0),
+		redisTestLimit(t, "tb3", TokenBucket, "3/s", 2, 0),
+		redisTestLimit(t, "lb3", LeakyBucket, "3/s", 4, 500*time.Millisecond),
+		redisTestLimit(t, "fw7", FixedWindow, "7/1500ms", 0, 0),
+		redisTestLimit(t, "swc7", SlidingWindowCounter, "7/1500ms", 0, 0),
+		redisTestLimit(t, "swl7", SlidingWindowLog, "7/1500ms", 0, 0),
+	}
+	costs := []float64{0.1, 0.5, 1, 1, 1, 2, 2.5}
+	keys := []string{"a", "b"}
+	rnd := rand.New(rand.NewSource(1))
+	ctx := context.Background()
+	for op := 0; op < 3000; op++ {
+		switch n := rnd.Intn(100); {
+		case n < 5:
+			clock.Advance(-time.Duration(rnd.Intn(2000)) * time.Millisecond)
+		case n < 60:
+			clock.Advance(time.Duration(rnd.Intn(400)) * time.Millisecond)
+		}
+		var asks []Ask
+		used := map[string]bool{}
+		for i := 1 + rnd.Intn(3); i > 0; i-- {
+			l, k := limits[rnd.Intn(len(limits))], keys[rnd.Intn(len(keys))]
+			if used[l.Name+k] {
+				continue
+			}
+			used[l.Name+k] = true
+			asks = append(asks, Ask{Limit: l, Key: redisNonce + "/" + k, Cost: costs[rnd.Intn(len(costs))]})
+		}
+		if rnd.Intn(100) < 15 {
+			if err := rs.Refund(ctx, asks); err != nil {
+				t.Fatalf("op %d: Redis Refund: %v", op, err)
+			}
+			ms.Refund(ctx, asks)
+			continue
+		}
+		got, want := make([]Decision, len(asks)), make([]Decision, len(asks))
+		if err := rs.Take(ctx, asks, got); err != nil {
+			t.Fatalf("op %d: Redis Take: %v", op, err)
+		}
+		ms.Take(ctx, asks, want)
+		for i := range asks {
+			if got[i] != want[i] {
+				t.Fatalf("op %d, ask %d (%s, key %s, cost %v) at +%v:\nredis:  %+v\nmemory: %+v", op, i,
+					asks[i].Limit.Name, asks[i].Key, asks[i].Cost, time.Duration(clock.Now()-confEpoch), got[i], want[i])
+			}
+		}
+	}
+}
+
+// TestRedisStoreRace races 32 callers over 4 connections for the last
+// tokens of a bucket that does not refill in the meantime: exactly as many
+// are admitted as there are tokens, on Redis's own clock.
+func TestRedisStoreRace(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	s := newTestRedisStore(t, newRespClient(t, srv.Addr, 4), false)
+	raceLastToken(t, s, 500)
+}
+
+// raceLastToken runs trials in which 32 goroutines each ask a fresh key of a
+// 10-token bucket (refilling 1 per day) for one token.
+func raceLastToken(t *testing.T, s *RedisStore, trials int) {
+	const tokens, callers = 10, 32
+	l := redisTestLimit(t, "race", TokenBucket, "1/24h", tokens, 0)
+	for trial := 0; trial < trials; trial++ {
+		key := redisNonce + "/race/" + strconv.Itoa(trial)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var admitted, failed int32
+		var firstErr atomic.Value
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for g := 0; g < callers; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				out := make([]Decision, 1)
+				if err := s.Take(ctx, []Ask{{Limit: l, Key: key, Cost: 1}}, out); err != nil {
+					atomic.AddInt32(&failed, 1)
+					firstErr.Store(err.Error())
+					return
+				}
+				if out[0].Allowed {
+					atomic.AddInt32(&admitted, 1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		cancel()
+		if failed > 0 {
+			t.Fatalf("trial %d: %d calls failed, e.g. %v", trial, failed, firstErr.Load())
+		}
+		if admitted != tokens {
+			t.Fatalf("trial %d: %d of %d callers admitted for %d tokens", trial, admitted, callers, tokens)
+		}
+	}
+}
+
+// countingScripter counts the scripts loaded through it.
+type countingScripter struct {
+	Scripter
+	loads int32
+}
+
+func (c *countingScripter) ScriptLoad(ctx context.Context, script string) (string, error) {
+	atomic.AddInt32(&c.loads, 1)
+	return c.Scripter.ScriptLoad(ctx, script)
+}
+
+// TestRedisStoreScriptFlush: the store loads its script at first use, not
+// again, and again after SCRIPT FLUSH, transparently.
+func TestRedisStoreScriptFlush(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	client := newRespClient(t, srv.Addr, 1)
+	cs := &countingScripter{Scripter: client}
+	s := newTestRedisStore(t, cs, false)
+	l := redisTestLimit(t, "flush", TokenBucket, "10/s", 0, 0)
+	key := redisNonce + "/flush"
+	for i, want := range []int32{1, 1, 2, 2} {
+		if i == 2 {
+			if _, err := client.Do(context.Background(), "SCRIPT", "FLUSH"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d := redisTestTake(t, s, l, key, 1); !d.Allowed {
+			t.Fatalf("take %d rejected: %+v", i+1, d)
+		}
+		if got := atomic.LoadInt32(&cs.loads); got != want {
+			t.Fatalf("after take %d: %d script loads, want %d", i+1, got, want)
+		}
+	}
+	ctx := context.Background()
+	if _, err := client.Do(ctx, "SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Refund(ctx, []Ask{{Limit: l, Key: key, Cost: 1}}); err != nil {
+		t.Fatalf("Refund after SCRIPT FLUSH: %v", err)
+	}
+}
+
+// TestRedisStoreOutage: with the server stopped, Take fails within its
+// context's deadline; once the server is back, the same store decides again.
+func TestRedisStoreOutage(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	s := newTestRedisStore(t, newRespClient(t, srv.Addr, 2), false)
+	l := redisTestLimit(t, "outage", TokenBucket, "100/s", 0, 0)
+	key := redisNonce + "/outage"
+	redisTestTake(t, s, l, key, 1)
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	began := time.Now()
+	err := s.Take(ctx, []Ask{{Limit: l, Key: key, Cost: 1}}, make([]Decision, 1))
+	took := time.Since(began)
+	cancel()
+	if err == nil {
+		t.Fatal("Take succeeded with the server stopped")
+	}
+	if took > 2*time.Second {
+		t.Errorf("Take with a 100ms context returned after %v", took)
+	}
+	srv.Restart(t)
+	deadline := time.Now().Add(time.Second)
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		err = s.Take(ctx, []Ask{{Limit: l, Key: key, Cost: 1}}, make([]Decision, 1))
+		cancel()
+		if err == nil {
+			break
+		}
+		if attempt >= 50 || time.Now().After(deadline) {
+			t.Fatalf("no decision within 1s of the restart (%d attempts): %v", attempt, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRedisStoreFractionalCost: costs of 2.5 are charged and reported
+// exactly, in every algorithm, and refunded exactly.
+func TestRedisStoreFractionalCost(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	client := newRespClient(t, srv.Addr, 1)
+	s := newTestRedisStore(t, client, false)
+	clock := &fakeClock{now: confEpoch}
+	s.clock = clock.Now
+	for _, alg := range Algorithms {
+		burst := 0.0
+		if alg == TokenBucket || alg == LeakyBucket {
+			burst = 10
+		}
+		l := redisTestLimit(t, "frac", alg, "10/h", burst, 0)
+		key := redisNonce + "/frac"
+		for i := 1; i <= 4; i++ {
+			d := redisTestTake(t, s, l, key, 2.5)
+			if want := 10 - 2.5*float64(i); !d.Allowed || d.Remaining != want {
+				t.Fatalf("%s: take %d of 2.5: %+v, want allowed with exactly %v remaining", alg, i, d, want)
+			}
+		}
+		if d := redisTestTake(t, s, l, key, 2.5); d.Allowed || d.Remaining != 0 {
+			t.Fatalf("%s: take 5 of 2.5: %+v, want rejected with 0 remaining", alg, d)
+		}
+		if err := s.Refund(context.Background(), []Ask{{Limit: l, Key: key, Cost: 2.5}}); err != nil {
+			t.Fatal(err)
+		}
+		if d := redisTestTake(t, s, l, key, 2.5); !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("%s: 2.5 after refunding 2.5: %+v, want allowed with exactly 0 remaining", alg, d)
+		}
+	}
+}
+
+// TestRedisStoreKeys checks the key layout and that every key expires when
+// its state becomes that of a fresh key.
+func TestRedisStoreKeys(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	client := newRespClient(t, srv.Addr, 1)
+	s := newTestRedisStore(t, client, false)
+	ctx := context.Background()
+	tests := []struct {
+		alg     Algorithm
+		rate    string
+		maxPTTL int64 // ms
+	}{
+		{TokenBucket, "1/s", 1000}, // one token missing: full again in 1 s
+		{LeakyBucket, "2/s", 500},
+		{FixedWindow, "5/s", 1000},
+		{SlidingWindowCounter, "5/s", 2000},
+		{SlidingWindowLog, "5/s", 1000},
+	}
+	for _, tt := range tests {
+		l := redisTestLimit(t, "ttl", tt.alg, tt.rate, 0, 0)
+		key := redisNonce + "/ttl"
+		redisTestTake(t, s, l, key, 1)
+		name := "sluice:{ttl:" + string(tt.alg) + ":" + key + "}"
+		names := []string{name}
+		if tt.alg == SlidingWindowLog {
+			names = append(names, name+":log")
+		}
+		for _, n := range names {
+			v, err := client.Do(ctx, "PTTL", n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ms, ok := v.(int64); !ok || ms <= 0 || ms > tt.maxPTTL {
+				t.Errorf("%s: PTTL %s = %v, want in (0, %d]", tt.alg, n, v, tt.maxPTTL)
+			}
+		}
+	}
+	// A long key is bounded, and braces in a key do not move its state.
+	l := redisTestLimit(t, "long", TokenBucket, "1/s", 0, 0)
+	long := strings.Repeat("}{x", 1000)
+	redisTestTake(t, s, l, long, 1)
+	v, err := client.Do(ctx, "EXISTS", "sluice:{long:token_bucket:"+BoundKey(long)+"}")
+	if err != nil || v != int64(1) {
+		t.Errorf("state of a long key: EXISTS = %v, %v; want 1", v, err)
+	}
+}
+
+// TestRedisStoreLogMerge: a sliding log at MaxLogQuota entries merges a new
+// request into its newest entry instead of growing.
+func TestRedisStoreLogMerge(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	client := newRespClient(t, srv.Addr, 1)
+	s := newTestRedisStore(t, client, false)
+	clock := &fakeClock{now: confEpoch}
+	s.clock = clock.Now
+	l := redisTestLimit(t, "merge", SlidingWindowLog, strconv.Itoa(MaxLogQuota)+"/m", 0, 0)
+	key := redisNonce + "/merge"
+	name := s.key(l, key)
+	// Fill the log with MaxLogQuota−1 entries of 0.25 at the clock's instant.
+	now := strconv.FormatInt(confEpoch/1e9, 10) + " 0"
+	push := []string{"RPUSH", name + ":log"}
+	for i := 0; i < MaxLogQuota-1; i++ {
+		push = append(push, now+" 0.25")
+	}
+	ctx := context.Background()
+	if _, err := client.Do(ctx, push...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Do(ctx, "HSET", name, "t", now, "a", formatFloat(0.25*(MaxLogQuota-1)), "b", "0"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	for i, cost := range []string{"0.25", "0.5"} {
+		d := redisTestTake(t, s, l, key, 0.25)
+		if want := MaxLogQuota - 0.25*float64(MaxLogQuota+i); !d.Allowed || math.Abs(d.Remaining-want) > 1e-9 {
+			t.Fatalf("take %d: %+v, want allowed with %v remaining", i+1, d, want)
+		}
+		n, err := client.Do(ctx, "LLEN", name+":log")
+		if err != nil || n != int64(MaxLogQuota) {
+			t.Fatalf("take %d: LLEN = %v, %v; want %d", i+1, n, err, MaxLogQuota)
+		}
+		want := strconv.FormatInt(clock.Now()/1e9, 10) + " " + strconv.FormatInt(clock.Now()%1e9, 10) + " " + cost
+		if last, err := client.Do(ctx, "LINDEX", name+":log", "-1"); err != nil || last != want {
+			t.Fatalf("take %d: newest entry %v, %v; want %q", i+1, last, err, want)
+		}
+		clock.Advance(time.Millisecond)
+	}
+}
+
+// TestRedisLuaMaxLog: the scripts' MAX_LOG is MaxLogQuota.
+func TestRedisLuaMaxLog(t *testing.T) {
+	if want := "local MAX_LOG = " + strconv.Itoa(MaxLogQuota) + "\n"; !strings.Contains(redisTakeScript, want) {
+		t.Errorf("redisTakeScript lacks %q", want)
+	}
+}
+
+func TestNewRedisStore(t *testing.T) {
+	tests := []struct {
+		cfg     RedisConfig
+		wantErr string
+		prefix  string
+	}{
+		{RedisConfig{}, "client is required", ""},
+		{RedisConfig{Client: &countingScripter{}}, "", DefaultRedisPrefix},
+		{RedisConfig{Client: &countingScripter{}, Prefix: "app1:"}, "", "app1:"},
+		{RedisConfig{Client: &countingScripter{}, Prefix: "a{b}:"}, "must not contain braces", ""},
+	}
+	for _, tt := range tests {
+		s, err := NewRedisStore(tt.cfg)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("NewRedisStore(%+v): error %v, want %q", tt.cfg, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || s.prefix != tt.prefix {
+			t.Errorf("NewRedisStore(%+v) = prefix %q, %v; want %q", tt.cfg, s.prefix, err, tt.prefix)
+		}
+	}
+}
+
+// fixedScripter answers every EvalSha with one reply or error.
+type fixedScripter struct {
+	reply interface{}
+	err   error
+}
+
+func (f *fixedScripter) EvalSha(ctx context.Context, sha string, keys, args []string) (interface{}, error) {
+	return f.reply, f.err
+}
+
+func (f *fixedScripter) ScriptLoad(ctx context.Context, script string) (string, error) {
+	return "", f.err
+}
+
+// reply1 is a take script's reply for one ask.
+func reply1(fields ...interface{}) []interface{} { return []interface{}{fields} }
+
+// TestRedisStoreReplies: malformed replies and errors are reported as
+// errors, never panics; well-formed ones decode.
+func TestRedisStoreReplies(t *testing.T) {
+	l := redisTestLimit(t, "reply", TokenBucket, "10/s", 0, 0)
+	tests := []struct {
+		name    string
+		reply   interface{}
+		err     error
+		wantErr string
+		want    Decision
+	}{
+		{"allowed", reply1(int64(1), "7.5", "250000000", "0", "0"), nil, "",
+			Decision{Limit: l, Allowed: true, Quota: 10, Remaining: 7.5, Reset: 250 * time.Millisecond}},
+		{"rejected", reply1(int64(0), "0", "1e9", "100000000.2", "0"), nil, "",
+			Decision{Limit: l, Quota: 10, Reset: time.Second, RetryAfter: 100000001}},
+		{"never", reply1(int64(0), "10", "0", "-1", "0"), nil, "",
+			Decision{Limit: l, Quota: 10, Remaining: 10, RetryAfter: Never}},
+		{"zero retry", reply1(int64(0), "0", "0", "0", "0"), nil, "",
+			Decision{Limit: l, Quota: 10, RetryAfter: 1}},
+		{"nil", nil, nil, "unexpected reply", Decision{}},
+		{"string", "OK", nil, "unexpected reply", Decision{}},
+		{"two asks' worth", []interface{}{reply1(), reply1()}, nil, "unexpected reply", Decision{}},
+		{"flat", []interface{}{int64(1), "7.5", "0", "0", "0"}, nil, "unexpected reply", Decision{}},
+		{"short", reply1(int64(1), "1"), nil, "unexpected reply", Decision{}},
+		{"not a number", reply1(int64(1), "x", "0", "0", "0"), nil, "not a number", Decision{}},
+		{"nan", reply1(int64(1), "nan", "0", "0", "0"), nil, "not a number", Decision{}},
+		{"nested", []interface{}{[]interface{}{int64(1), []interface{}{}, "0", "0", "0"}}, nil, "not a number", Decision{}},
+		{"nil field", reply1(nil, "0", "0", "0", "0"), nil, "not a number", Decision{}},
+		{"error", nil, errors.New("ERR something"), "ERR something", Decision{}},
+		{"noscript, load fails", nil, errors.New("NOSCRIPT No matching script"), "loading script", Decision{}},
+	}
+	for _, tt := range tests {
+		s := newTestRedisStore(t, &fixedScripter{reply: tt.reply, err: tt.err}, false)
+		out := make([]Decision, 1)
+		err := s.Take(context.Background(), []Ask{{Limit: l, Key: "k", Cost: 1}}, out)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%s: error %v, want one containing %q", tt.name, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || out[0] != tt.want {
+			t.Errorf("%s: %+v, %v; want %+v", tt.name, out[0], err, tt.want)
+		}
+	}
+}
+
+// TestKeySlot checks keySlot against the examples of the Redis Cluster
+// specification.
+func TestKeySlot(t *testing.T) {
+	tests := []struct {
+		key  string
+		slot int
+	}{
+		{"123456789", 0x31C3},
+		{"foo", 12182},
+		{"{user1000}.following", keySlot("user1000")},
+		{"foo{}{bar}", keySlot("foo{}{bar}")},
+		{"foo{{bar}}zap", keySlot("{bar")},
+		{"foo{bar}{zap}", keySlot("bar")},
+	}
+	for _, tt := range tests {
+		if got := keySlot(tt.key); got != tt.slot {
+			t.Errorf("keySlot(%q) = %d, want %d", tt.key, got, tt.slot)
+		}
+	}
+}
+
+// clusterScripter is a minimal Redis Cluster Scripter for tests: it sends
+// each script to the node that owns its keys' slot, per CLUSTER SLOTS, and
+// loads scripts on every node.
+type clusterScripter struct {
+	nodes []*resp.Client
+	owner [16384]int // index into nodes, per slot
+}
+
+func newClusterScripter(t *testing.T, c *redistest.Cluster) *clusterScripter {
+	t.Helper()
+	cs := &clusterScripter{}
+	index := map[string]int{}
+	for i, addr := range c.Addrs {
+		cs.nodes = append(cs.nodes, newRespClient(t, addr, 4))
+		index[addr] = i
+	}
+	v, err := cs.nodes[0].Do(context.Background(), "CLUSTER", "SLOTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranges, _ := v.([]interface{})
+	covered := 0
+	for _, r := range ranges {
+		f, _ := r.([]interface{})
+		if len(f) < 3 {
+			t.Fatalf("CLUSTER SLOTS: unexpected entry %v", r)
+		}
+		master, _ := f[2].([]interface{})
+		from, _ := f[0].(int64)
+		to, _ := f[1].(int64)
+		if len(master) < 2 {
+			t.Fatalf("CLUSTER SLOTS: unexpected entry %v", r)
+		}
+		host, _ := master[0].(string)
+		port, _ := master[1].(int64)
+		node, ok := index[host+":"+strconv.FormatInt(port, 10)]
+		if !ok {
+			t.Fatalf("CLUSTER SLOTS: unknown node %v", master)
+		}
+		for slot := from; slot <= to; slot++ {
+			cs.owner[slot] = node
+			covered++
+		}
+	}
+	if covered != 16384 {
+		t.Fatalf("CLUSTER SLOTS covers %d slots", covered)
+	}
+	return cs
+}
+
+func (c *clusterScripter) EvalSha(ctx context.Context, sha string, keys, args []string) (interface{}, error) {
+	if len(keys) == 0 {
+		return nil, errors.New("clusterScripter: no keys")
+	}
+	slot := keySlot(keys[0])
+	for _, k := range keys[1:] {
+		if keySlot(k) != slot {
+			return nil, errors.New("CROSSSLOT Keys in request don't hash to the same slot")
+		}
+	}
+	return c.nodes[c.owner[slot]].EvalSha(ctx, sha, keys, args)
+}
+
+func (c *clusterScripter) ScriptLoad(ctx context.Context, script string) (string, error) {
+	var sha string
+	for _, n := range c.nodes {
+		s, err := n.ScriptLoad(ctx, script)
+		if err != nil {
+			return "", err
+		}
+		sha = s
+	}
+	return sha, nil
+}
+
+func TestRedisStoreCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	cs := newClusterScripter(t, cluster)
+	s := newTestRedisStore(t, cs, true)
+	ctx := context.Background()
+
+	t.Run("key_slot", func(t *testing.T) {
+		l := redisTestLimit(t, "slot", SlidingWindowLog, "5/s", 0, 0)
+		for _, key := range []string{"a", "b{c}", "}{", strings.Repeat("z", 500)} {
+			name := s.key(l, key)
+			for _, n := range []string{name, name + ":log"} {
+				v, err := cs.nodes[0].Do(ctx, "CLUSTER", "KEYSLOT", n)
+				if err != nil || v != int64(keySlot(n)) {
+					t.Errorf("CLUSTER KEYSLOT %q = %v, %v; keySlot says %d", n, v, err, keySlot(n))
+				}
+			}
+		}
+	})
+
+	t.Run("all_or_nothing_across_slots", func(t *testing.T) {
+		tight := redisTestLimit(t, "tight", TokenBucket, "1/24h", 1, 0)
+		plenty := []*Limit{
+			redisTestLimit(t, "plenty-tb", TokenBucket, "1/24h", 5, 0),
+			redisTestLimit(t, "plenty-lb", LeakyBucket, "1/24h", 5, 0),
+			redisTestLimit(t, "plenty-fw", FixedWindow, "5/24h", 0, 0),
+			redisTestLimit(t, "plenty-swc", SlidingWindowCounter, "5/24h", 0, 0),
+			redisTestLimit(t, "plenty-swl", SlidingWindowLog, "5/24h", 0, 0),
+		}
+		key := redisNonce + "/spread"
+		var asks []Ask
+		for _, l := range plenty {
+			asks = append(asks, Ask{Limit: l, Key: key, Cost: 1})
+		}
+		asks = append(asks, Ask{Limit: tight, Key: key, Cost: 1})
+		if len(s.slotGroups(asks)) < 3 {
+			t.Fatalf("the asks fall in %d slots; want them spread", len(s.slotGroups(asks)))
+		}
+		out := make([]Decision, len(asks))
+		for round := 0; round < 3; round++ {
+			if round == 2 { // the exhausted limit first: nothing to refund
+				asks = append([]Ask{asks[len(asks)-1]}, asks[:len(asks)-1]...)
+			}
+			if err := s.Take(ctx, asks, out); err != nil {
+				t.Fatal(err)
+			}
+			for i, d := range out {
+				if want := round == 0 || asks[i].Limit != tight; d.Allowed != want {
+					t.Fatalf("round %d, %s: allowed %v, want %v", round, asks[i].Limit.Name, d.Allowed, want)
+				}
+				if round > 0 && asks[i].Limit != tight && math.Abs(d.Remaining-3) > 1e-3 {
+					t.Fatalf("round %d, %s: remaining %v, want 3 (charged once before)", round, asks[i].Limit.Name, d.Remaining)
+				}
+			}
+		}
+		// Charged once (round 0) only: a single request leaves 3 of 5.
+		for _, l := range plenty {
+			// Redis's clock runs: allow the refill of a few seconds at 1/day.
+			if d := redisTestTake(t, s, l, key, 1); !d.Allowed || math.Abs(d.Remaining-3) > 1e-3 {
+				t.Errorf("%s alone after the rejected rounds: %+v, want allowed with 3 remaining", l.Name, d)
+			}
+		}
+	})
+
+	t.Run("race", func(t *testing.T) {
+		raceLastToken(t, s, 100)
+	})
+}
