@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Throughput of the real Traefik v3.6.12 in front of a fast loopback backend
+# (e2e/backend) through (a) no middleware, (b) the built-in rateLimit and
+# (c) the sluice plugin under Yaegi, the two limiters with limits the load
+# never reaches (average and burst 100000000), all in one Traefik process.
+# Rounds interleave a b c so that drift on a shared machine hits all three.
+#
+#   bench/traefik/run.sh                  # 3 rounds of wrk -t2 -c32 -d5s
+#   ROUNDS=5 DURATION=10s bench/traefik/run.sh
+#
+# Prints req/s per round and variant, the medians, and the ratios c/b
+# (target ≥ 0.9) and c/a. Everything listens on 127.0.0.1; the backend, wrk
+# and Traefik share the machine's cores, so absolute numbers are low and
+# only the ratios mean much. Takes about 1 minute with the defaults.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$REPO"
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+rounds="${ROUNDS:-3}"
+duration="${DURATION:-5s}"
+threads="${THREADS:-2}"
+conns="${CONNECTIONS:-32}"
+
+if ! command -v wrk >/dev/null 2>&1; then
+	sudo=()
+	[ "$(id -u)" -eq 0 ] || sudo=(sudo)
+	"${sudo[@]}" apt-get install -y -qq wrk >/dev/null
+fi
+for tool in go curl wrk; do
+	command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool not found"; exit 1; }
+done
+
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/sluice-bench-traefik.XXXXXX")"
+# shellcheck source-path=SCRIPTDIR source=../../e2e/testdata/traefik/lib.sh
+source "$REPO/e2e/testdata/traefik/lib.sh"
+cleanup() {
+	tl_cleanup
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+traefik="$(bash scripts/build-traefik.sh | tail -n 1)"
+tl_build_backend "$TMP/backend"
+backend_port="$(tl_free_port)"
+tl_start_backend "$TMP/backend" "$backend_port"
+
+run="$TMP/run"
+mkdir -p "$run"
+tl_plugin_tree "$run"
+port="$(tl_free_port)"
+tl_render "$REPO/bench/traefik/dynamic.yml" "$run/dynamic.yml" "BACKEND=127.0.0.1:$backend_port"
+tl_render "$REPO/e2e/testdata/traefik/static.yml" "$run/static.yml" "PORT=$port" \
+	"DYNAMIC=$run/dynamic.yml" "LOG=$run/traefik.log"
+tl_start_traefik "$traefik" "$run" "$run/static.yml"
+if ! tl_wait_traefik "$port" "$run/traefik.log" /sluice 60; then
+	tail -n 40 "$run/traefik.log" "$run/static.yml.out" 2>/dev/null || true
+	exit 1
+fi
+base="http://127.0.0.1:$port"
+for v in none builtin; do
+	[ "$(tl_status "$base/$v")" = 200 ] || { echo "bench: GET /$v is not 200"; exit 1; }
+done
+
+# load PATH DURATION prints the req/s of one wrk run, failing on any error
+# or non-2xx answer.
+load() {
+	local out rps
+	out="$(wrk -t"$threads" -c"$conns" -d"$2" "$base/$1" 2>&1)"
+	rps="$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")"
+	if [ -z "$rps" ] || grep -qE 'Non-2xx|Socket errors' <<<"$out"; then
+		echo "bench: wrk on /$1 failed or saw errors:" >&2
+		echo "$out" >&2
+		return 1
+	fi
+	echo "$rps"
+}
+
+median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+echo "bench: Traefik v3.6.12, wrk -t$threads -c$conns -d$duration, $rounds rounds of a b c ($(nproc) cores)"
+for v in none builtin sluice; do
+	load "$v" 1s >/dev/null # warm-up: connections, Yaegi's first calls
+done
+declare -A all=([none]="" [builtin]="" [sluice]="")
+printf '%-6s %14s %14s %14s\n' round "(a) none" "(b) rateLimit" "(c) sluice"
+for r in $(seq 1 "$rounds"); do
+	row=()
+	for v in none builtin sluice; do
+		rps="$(load "$v" "$duration")"
+		all[$v]+="$rps "
+		row+=("$rps")
+	done
+	printf '%-6s %14s %14s %14s\n' "$r" "${row[@]}"
+done
+ma="$(median <<<"${all[none]}")"
+mb="$(median <<<"${all[builtin]}")"
+mc="$(median <<<"${all[sluice]}")"
+printf '%-6s %14.0f %14.0f %14.0f\n' median "$ma" "$mb" "$mc"
+awk -v a="$ma" -v b="$mb" -v c="$mc" 'BEGIN {
+	printf "ratio (c)/(b) sluice/rateLimit: %.3f (target >= 0.9: %s)\n", c / b, (c / b >= 0.9) ? "met" : "NOT met"
+	printf "ratio (c)/(a) sluice/none:      %.3f\n", c / a
+	printf "ratio (b)/(a) rateLimit/none:   %.3f\n", b / a
+}'

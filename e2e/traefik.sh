@@ -1,0 +1,328 @@
+#!/usr/bin/env bash
+# End-to-end test of the Traefik plugin in a real Traefik v3.6.12 (Yaegi
+# v0.16.1), loaded as a local plugin, with real redis-server processes.
+# Everything listens on 127.0.0.1; every wait is bounded; every process
+# started here is killed on exit.
+#
+#   1 builtin-style  the built-in rateLimit's options in typed YAML: 5 × 200,
+#                    then 429 with Retry-After, RateLimit headers, JSON body
+#   2 labels-style   every value a string, as Docker labels give them
+#   3 kv-labels      the configuration from Traefik's Redis KV provider, which
+#                    builds it as it builds labels (strings, limits[0].name)
+#   4 dry-run        mode dry_run lets everything through, marks the upstream
+#   5 redis-shared   two Traefik processes share one Redis quota exactly
+#   6 redis-down     Redis hung, then killed: onStoreError deny → 429,
+#                    allow → 200, fallback local → half the quota, promptly;
+#                    then Redis restarted: Redis decides again
+#
+# It prints PASS/FAIL lines and exits non-zero if any check failed, after
+# printing the Traefik logs. Needs go, curl, redis-server, redis-cli; gets
+# Traefik from scripts/build-traefik.sh (cached; about 8 minutes cold).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+for tool in go curl redis-server redis-cli; do
+	command -v "$tool" >/dev/null 2>&1 || { echo "FAIL: $tool not found (scripts/deps.sh installs it)"; exit 1; }
+done
+
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/sluice-e2e-traefik.XXXXXX")"
+# shellcheck source-path=SCRIPTDIR source=testdata/traefik/lib.sh
+source "$REPO/e2e/testdata/traefik/lib.sh"
+cleanup() {
+	tl_cleanup
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+readonly TESTDATA="$REPO/e2e/testdata/traefik"
+failures=0
+pass() { echo "PASS: $*"; }
+fail() {
+	echo "FAIL: $*"
+	failures=$((failures + 1))
+}
+# expect DESC GOT WANT: passes when GOT equals WANT.
+expect() {
+	if [ "$2" = "$3" ]; then pass "$1"; else fail "$1: got '$2', want '$3'"; fi
+}
+# expect_re DESC GOT REGEX: passes when GOT matches the extended REGEX.
+expect_re() {
+	if [[ "$2" =~ $3 ]]; then pass "$1"; else fail "$1: got '$2', want /$3/"; fi
+}
+# expect_in DESC GOT LO HI: passes when GOT is an integer in [LO, HI].
+expect_in() {
+	if [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -ge "$3" ] && [ "$2" -le "$4" ]; then
+		pass "$1 ($2)"
+	else
+		fail "$1: got '$2', want an integer in [$3, $4]"
+	fi
+}
+
+# req URL [curl args...] sends GET URL and sets CODE (000 when curl fails),
+# SECS (total time in seconds), H and B (files holding the response's headers
+# and body).
+mkdir -p "$TMP/req"
+nreq=0
+req() {
+	local out url="$1"
+	shift
+	nreq=$((nreq + 1))
+	H="$TMP/req/$nreq.h" B="$TMP/req/$nreq.b"
+	: >"$H"
+	: >"$B"
+	out="$(curl -s -o "$B" -D "$H" -w '%{http_code} %{time_total}' --max-time 3 "$@" "$url" 2>/dev/null)" || true
+	[ -n "$out" ] || out="000 3"
+	CODE="${out% *}" SECS="${out#* }"
+}
+# hdr NAME prints the value of header NAME in the last response.
+hdr() { sed -n "s/^$1: *//Ip" "$H" | tr -d '\r' | head -n 1; }
+# slower A B: succeeds when seconds A > seconds B.
+slower() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
+
+# start_redis PORT starts a redis-server without persistence on
+# 127.0.0.1:PORT and sets REDIS_PID.
+start_redis() {
+	redis-server --bind 127.0.0.1 --port "$1" --save "" --appendonly no \
+		--logfile "$TMP/redis-$1.log" &
+	REDIS_PID=$!
+	disown "$REDIS_PID" # no "Killed" notice when the test kills it
+	TL_PIDS+=("$REDIS_PID")
+	tl_wait_port "$1" 10 || { echo "FAIL: redis-server did not listen on 127.0.0.1:$1"; exit 1; }
+}
+
+echo "traefik e2e: getting Traefik v3.6.12 (scripts/build-traefik.sh)"
+traefik="$(bash scripts/build-traefik.sh | tail -n 1)"
+[ -x "$traefik" ] || { echo "FAIL: no Traefik binary: '$traefik'"; exit 1; }
+
+tl_build_backend "$TMP/backend"
+backend_port="$(tl_free_port)"
+tl_start_backend "$TMP/backend" "$backend_port"
+
+# The Redis the plugin keeps its counters in (stopped by test 6) ...
+redis_port="$(tl_free_port)"
+start_redis "$redis_port"
+redis_pid=$REDIS_PID
+# ... and the one Traefik a reads the kv-labels configuration from.
+kv_port="$(tl_free_port)"
+start_redis "$kv_port"
+while read -r key value; do
+	case "$key" in '' | '#'*) continue ;; esac
+	redis-cli -h 127.0.0.1 -p "$kv_port" set "$key" "$value" >/dev/null
+done <"$TESTDATA/kv.txt"
+
+# Two Traefik processes from one directory holding plugins-local/, with the
+# same file-provider configuration and their own entryPoints and logs; a
+# also has the Redis KV provider.
+run="$TMP/run"
+mkdir -p "$run"
+tl_plugin_tree "$run"
+tl_render "$TESTDATA/dynamic.yml" "$run/dynamic.yml" "BACKEND=127.0.0.1:$backend_port" "REDIS=127.0.0.1:$redis_port"
+port_a="$(tl_free_port)" port_b="$(tl_free_port)"
+for i in a b; do
+	port_var="port_$i"
+	tl_render "$TESTDATA/static.yml" "$run/static-$i.yml" "PORT=${!port_var}" \
+		"DYNAMIC=$run/dynamic.yml" "LOG=$run/traefik-$i.log"
+done
+awk -v ep="127.0.0.1:$kv_port" '{ print } /^providers:$/ {
+	print "  redis:"; print "    endpoints: [\"" ep "\"]"; print "    rootKey: traefik"
+}' "$run/static-a.yml" >"$run/static-a.tmp"
+mv "$run/static-a.tmp" "$run/static-a.yml"
+for i in a b; do
+	tl_start_traefik "$traefik" "$run" "$run/static-$i.yml"
+done
+A="http://127.0.0.1:$port_a" A2="http://127.0.0.1:$port_b"
+
+print_logs() {
+	local f
+	for f in "$run"/traefik-*.log "$run"/static-*.yml.out; do
+		[ -s "$f" ] || continue
+		echo "----- $f (last 60 lines)"
+		tail -n 60 "$f"
+	done
+	echo "-----"
+}
+
+started=$SECONDS
+for i in a b; do
+	port_var="port_$i"
+	if ! tl_wait_traefik "${!port_var}" "$run/traefik-$i.log" /ready 60; then
+		echo "FAIL: Traefik $i did not load the plugin and serve /ready"
+		print_logs
+		exit 1
+	fi
+done
+pass "two Traefik processes loaded the sluice plugin and serve through it ($((SECONDS - started)) s)"
+
+# --- 1 builtin-style ---------------------------------------------------------
+codes=""
+for i in 1 2 3 4 5 6; do
+	req "$A/builtin-style"
+	codes+="$CODE "
+	if [ "$i" = 1 ]; then
+		expect "builtin-style: RateLimit-Policy on 200" "$(hdr RateLimit-Policy)" '"builtin-style";q=5;w=3600'
+		expect "builtin-style: RateLimit on the first 200" "$(hdr RateLimit)" '"builtin-style";r=4;t=720'
+		expect "builtin-style: backend body passes through" "$(cat "$B")" ok
+	fi
+done
+expect "builtin-style: average 5, burst 5 → 5 × 200, then 429" "$codes" "200 200 200 200 200 429 "
+# A token comes back every 720 s, counted from the first request; the
+# bucket is full again 3600 s after it.
+retry="$(hdr Retry-After)"
+expect_in "builtin-style: 429 Retry-After, seconds to the next token" "$retry" 600 720
+expect_in "builtin-style: 429 RateLimit t, seconds until full" \
+	"$(hdr RateLimit | sed -n 's/^"builtin-style";r=0;t=\([0-9]*\)$/\1/p')" 3480 3600
+expect "builtin-style: 429 X-RateLimit-Limit" "$(hdr X-RateLimit-Limit)" 5
+expect "builtin-style: 429 X-RateLimit-Remaining" "$(hdr X-RateLimit-Remaining)" 0
+expect_re "builtin-style: 429 X-RateLimit-Reset is a Unix time" "$(hdr X-RateLimit-Reset)" '^[0-9]{10}$'
+expect_re "builtin-style: 429 Content-Type" "$(hdr Content-Type)" '^application/json'
+expect_re "builtin-style: 429 JSON body" "$(cat "$B")" \
+	"^\\{\"error\":\"rate_limited\",\"retryable\":true,\"retry_after\":$retry,\"policy\":\"builtin-style\"\\}"
+
+# --- 2 labels-style ----------------------------------------------------------
+codes=""
+for i in 1 2 3 4 5 6; do
+	req "$A/labels-style" -H 'X-Client: a'
+	codes+="$CODE "
+done
+expect "labels-style: string values → 5 × 200, then 429" "$codes" "200 200 200 200 200 429 "
+expect_in "labels-style: 429 Retry-After" "$(hdr Retry-After)" 600 720
+expect "labels-style: 429 RateLimit-Policy" "$(hdr RateLimit-Policy)" '"labels-style";q=5;w=3600'
+expect "labels-style: headers \"ietf,legacy,x\" → RateLimit-Limit" "$(hdr RateLimit-Limit)" 5
+expect "labels-style: headers \"ietf,legacy,x\" → X-RateLimit-Remaining" "$(hdr X-RateLimit-Remaining)" 0
+expect_re "labels-style: 429 JSON body" "$(cat "$B")" '"error":"rate_limited"'
+req "$A/labels-style" -H 'X-Client: b'
+expect "labels-style: sourceCriterion.requestHeaderName → another client has its own quota" "$CODE" 200
+
+# --- 3 kv-labels -------------------------------------------------------------
+started=$SECONDS
+while [ $((SECONDS - started)) -lt 20 ] && [ "$(tl_status "$A/kv-ready")" != 200 ]; do
+	sleep 0.2
+done
+codes=""
+for i in 1 2 3; do
+	req "$A/kv-labels" -H 'X-Client: c' -H 'X-API-Key: k1'
+	codes+="$CODE "
+done
+expect "kv-labels: limits[0] per-key (2 per hour) → 200, 200, 429" "$codes" "200 200 429 "
+expect_re "kv-labels: the 429 names the per-key limit" "$(cat "$B")" '"policy":"per-key"'
+expect "kv-labels: the 429's RateLimit-Policy is the per-key limit's" "$(hdr RateLimit-Policy)" '"per-key";q=2;w=3600'
+codes=""
+for i in 1 2 3 4; do
+	req "$A/kv-labels" -H 'X-Client: c'
+	codes+="$CODE "
+done
+expect "kv-labels: no X-API-Key → per-key skipped; top-level 5 per client, 2 used → 200 × 3, 429" \
+	"$codes" "200 200 200 429 "
+expect_re "kv-labels: the 429 names the top-level limit" "$(cat "$B")" '"policy":"kv-labels"'
+expect "kv-labels: the 429's RateLimit-Policy is the top-level limit's" "$(hdr RateLimit-Policy)" '"kv-labels";q=5;w=3600'
+
+# --- 4 dry-run ---------------------------------------------------------------
+codes="" marks=""
+for i in 1 2 3; do
+	req "$A/dry-run"
+	codes+="$CODE "
+	marks+="$(hdr X-Seen-Dry-Run)-"
+done
+expect "dry-run: every request passes" "$codes" "200 200 200 "
+expect "dry-run: the upstream sees X-Sluice-Dry-Run on those over the limit" "$marks" "-rejected-rejected-"
+
+# --- 5 redis-shared ----------------------------------------------------------
+codes="" ok_a=0 ok_b=0
+for i in $(seq 1 12); do
+	req "$A/redis-shared"
+	codes+="$CODE "
+	[ "$CODE" != 200 ] || ok_a=$((ok_a + 1))
+	req "$A2/redis-shared"
+	codes+="$CODE "
+	[ "$CODE" != 200 ] || ok_b=$((ok_b + 1))
+done
+expect "redis-shared: two Traefiks, 24 alternating requests, quota 10 → 200s" "$((ok_a + ok_b))" 10
+expect "redis-shared: the quota is split between the instances" "$ok_a/$ok_b" "5/5"
+expect "redis-shared: the rest are 429" "$(grep -o 429 <<<"$codes" | wc -l | tr -d ' ')" 14
+keys="$(redis-cli -h 127.0.0.1 -p "$redis_port" dbsize 2>/dev/null || echo 0)"
+expect_re "redis-shared: the counters are in Redis" "$keys" '^[1-9][0-9]*$'
+
+# --- 6 redis-down ------------------------------------------------------------
+req "$A/redis-deny"
+expect "redis-down: redis-deny with Redis up → 200" "$CODE" 200
+codes=""
+for i in 1 2; do
+	req "$A/redis-allow"
+	codes+="$CODE "
+done
+expect "redis-down: redis-allow (quota 1) with Redis up → Redis decides: 200, 429" "$codes" "200 429 "
+
+# down_round LABEL LIMIT: six rounds of deny, allow; every answer in under
+# LIMIT seconds.
+down_round() {
+	local label="$1" limit="$2" deny="" allow="" worst=0 i
+	for i in 1 2 3 4 5 6; do
+		req "$A/redis-deny"
+		deny+="$CODE "
+		! slower "$SECS" "$worst" || worst="$SECS"
+		req "$A/redis-allow"
+		allow+="$CODE "
+		! slower "$SECS" "$worst" || worst="$SECS"
+	done
+	expect "redis-down ($label): onStoreError deny → 429" "$deny" "429 429 429 429 429 429 "
+	expect "redis-down ($label): onStoreError allow → 200 (past its quota of 1)" "$allow" "200 200 200 200 200 200 "
+	if slower "$worst" "$limit"; then
+		fail "redis-down ($label): slowest answer ${worst} s, want under $limit s"
+	else
+		pass "redis-down ($label): slowest of 12 answers ${worst} s (under $limit s)"
+	fi
+}
+
+# Hung: connections open, no answers; the plugin's redis timeouts are
+# 200 ms each way, and its circuit breaker opens after 5 failures.
+kill -STOP "$redis_pid"
+down_round "Redis hung, SIGSTOP" 1.5
+kill -KILL "$redis_pid"
+for i in $(seq 1 50); do
+	kill -0 "$redis_pid" 2>/dev/null || break
+	sleep 0.1
+done
+down_round "Redis killed" 1.0
+
+codes=""
+for i in 1 2 3 4; do
+	req "$A/redis-fallback"
+	codes+="$CODE "
+done
+expect "redis-down: fallback local, instances 2 → half the quota of 4 in memory" "$codes" "200 200 429 429 "
+
+start_redis "$redis_port"
+# While Redis is down redis-allow answers 200 only; a 429 is Redis deciding
+# (its quota of 1 used up in the new server).
+started=$SECONDS
+recovered="" seen=""
+while [ $((SECONDS - started)) -lt 15 ]; do
+	req "$A/redis-allow"
+	seen+="$CODE "
+	[ "$CODE" != 429 ] || { recovered=yes; break; }
+	sleep 0.2
+done
+if [ -n "$recovered" ]; then
+	pass "redis-down: Redis restarted → Redis decides again (quota 1 used up: 429) within $((SECONDS - started)) s (saw: $seen)"
+else
+	fail "redis-down: Redis restarted, but redis-allow never answered 429 (Redis deciding) within 15 s (saw: $seen)"
+fi
+
+# The plugin writes to os.Stdout and os.Stderr, which under Yaegi are the
+# process's own streams (Traefik's logger gets only fmt.Print* and log.*).
+echo "----- plugin output of Traefik a (its stdout and stderr):"
+tail -n 12 "$run/static-a.yml.out" || true
+echo "----- error lines in the log of Traefik a:"
+grep ' ERR ' "$run/traefik-a.log" | tail -n 12 || true
+echo "-----"
+if [ "$failures" -gt 0 ]; then
+	echo "traefik e2e: $failures check(s) FAILED"
+	print_logs
+	exit 1
+fi
+echo "traefik e2e: all checks passed"
