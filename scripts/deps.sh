@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs and is missing, and nothing else:
+#   - from Debian: redis-server and redis-cli (tests start their own servers on
+#     loopback; nothing here starts Redis), wrk and hey (load generators),
+#     curl (the e2e scripts);
+#   - from the Go module proxy, pinned: yaegi (the interpreter Traefik v3.6 runs
+#     plugins with) and xcaddy (builds Caddy with the sluice module).
+# Go tools go to $(go env GOBIN), or $(go env GOPATH)/bin when GOBIN is unset;
+# callers put that directory on PATH (test.sh does). Safe to run repeatedly: when
+# everything is present it only checks, in well under a second.
+set -euo pipefail
+
+# Pinned Go tools: "binary module-path version package-to-install".
+readonly GO_TOOLS=(
+	"yaegi github.com/traefik/yaegi v0.16.1 github.com/traefik/yaegi/cmd/yaegi"
+	"xcaddy github.com/caddyserver/xcaddy v0.4.5 github.com/caddyserver/xcaddy/cmd/xcaddy"
+)
+
+# Debian packages: "command package".
+readonly APT_TOOLS=(
+	"redis-server redis-server"
+	"redis-cli redis-tools"
+	"wrk wrk"
+	"hey hey"
+	"curl curl"
+)
+
+log() { printf 'deps: %s\n' "$*"; }
+
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+command -v go >/dev/null 2>&1 || { log "go not found (need Go 1.26)"; exit 1; }
+
+# --- Debian packages ---------------------------------------------------------
+missing=()
+for entry in "${APT_TOOLS[@]}"; do
+	read -r cmd pkg <<<"$entry"
+	if ! command -v "$cmd" >/dev/null 2>&1; then
+		missing+=("$pkg")
+	fi
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+	sudo=()
+	if [ "$(id -u)" -ne 0 ]; then
+		command -v sudo >/dev/null 2>&1 || { log "need root or sudo to install: ${missing[*]}"; exit 1; }
+		sudo=(sudo)
+	fi
+	log "apt-get install ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	"${sudo[@]}" apt-get update -qq
+	"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# --- Go tools ----------------------------------------------------------------
+bindir="$(go env GOBIN)"
+[ -n "$bindir" ] || bindir="$(go env GOPATH)/bin"
+for entry in "${GO_TOOLS[@]}"; do
+	read -r bin mod version pkg <<<"$entry"
+	have=""
+	if [ -x "$bindir/$bin" ]; then
+		# The "mod" line of the build info names the module version it was built from.
+		have="$(go version -m "$bindir/$bin" 2>/dev/null | awk -v m="$mod" '$1 == "mod" && $2 == m { print $3 }')"
+	fi
+	if [ "$have" != "$version" ]; then
+		log "go install $pkg@$version${have:+ (found $have)}"
+		go install "$pkg@$version"
+	fi
+done
+
+for entry in "${APT_TOOLS[@]}"; do
+	read -r cmd _ <<<"$entry"
+	command -v "$cmd" >/dev/null 2>&1 || { log "$cmd still missing after install"; exit 1; }
+done
+summary="redis-server $(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p'), wrk, hey, curl"
+for entry in "${GO_TOOLS[@]}"; do
+	read -r bin _ version _ <<<"$entry"
+	summary+=", $bin $version"
+done
+log "ok: $summary (Go tools in $bindir)"
