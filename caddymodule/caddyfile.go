@@ -1,0 +1,400 @@
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// UnmarshalCaddyfile sets up the handler from Caddyfile tokens; see the
+// package documentation for the syntax. Every error names the file and
+// line. Values are checked here as far as they can be without building
+// anything, so that a typo fails at adapt time.
+func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the directive's name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	seen := make(map[string]bool)
+	for d.NextBlock(0) {
+		sub := d.Val()
+		if sub != "zone" {
+			if seen[sub] {
+				return d.Errf("duplicate subdirective %q", sub)
+			}
+			seen[sub] = true
+		}
+		var err error
+		switch sub {
+		case "zone":
+			err = h.parseZone(d)
+		case "store":
+			err = h.parseStore(d)
+		case "on_store_error":
+			h.OnStoreError, err = oneArg(d, sub, checked(core.ParseStoreErrorPolicy))
+		case "fallback":
+			if h.Fallback, err = oneArg(d, sub, nil); err == nil && h.Fallback != fallbackLocal {
+				err = d.Errf("fallback %q: unknown (want local)", h.Fallback)
+			}
+		case "instances":
+			h.Instances, err = intArg(d, sub, 1, 1<<20)
+		case "headers":
+			h.Headers = d.RemainingArgs()
+			if len(h.Headers) == 0 {
+				return d.ArgErr()
+			}
+			if _, err := core.ParseHeaderSet(h.Headers); err != nil {
+				return d.Err(err.Error())
+			}
+		case "body":
+			h.Body, err = oneArg(d, sub, checked(core.ParseBodyFormat))
+		case "mode":
+			h.Mode, err = oneArg(d, sub, checked(core.ParseMode))
+		case "retry_jitter":
+			h.RetryJitter, err = floatArg(d, sub, 0, 1)
+		case "log_key":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			h.LogKey = true
+		default:
+			return d.Errf("unrecognized sluice subdirective %q", sub)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if len(h.Zones) == 0 {
+		return d.Err("sluice: at least one zone is required")
+	}
+	if err := h.Validate(); err != nil {
+		return d.Err(err.Error())
+	}
+	return nil
+}
+
+// parseZone reads "zone <name> { ... }".
+func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
+	var z Zone
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	z.Name = d.Val()
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for _, other := range h.Zones {
+		if other.Name == z.Name {
+			return d.Errf("zone %q: defined twice", z.Name)
+		}
+	}
+	seen := make(map[string]bool)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		sub := d.Val()
+		if seen[sub] {
+			return d.Errf("zone %q: duplicate subdirective %q", z.Name, sub)
+		}
+		seen[sub] = true
+		var err error
+		switch sub {
+		case "key":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			z.Key = strings.Join(args, " ")
+		case "rate":
+			z.Rate, err = oneArg(d, sub, checked(core.ParseRate))
+		case "burst":
+			z.Burst, err = floatArg(d, sub, 0, math.Inf(1))
+		case "algorithm":
+			z.Algorithm, err = oneArg(d, sub, nil)
+			if err == nil && !slices.Contains(core.Algorithms, core.Algorithm(z.Algorithm)) {
+				err = d.Errf("algorithm %q: unknown (want token_bucket, leaky_bucket, fixed_window, sliding_window_log or sliding_window_counter)", z.Algorithm)
+			}
+		case "cost":
+			var c string
+			if c, err = oneArg(d, sub, nil); err == nil {
+				z.Cost = caddyhttp.WeakString(c)
+				if !strings.ContainsAny(c, "{}") {
+					if _, perr := parseCost(c); perr != nil {
+						err = d.Errf("cost %q: %v", c, perr)
+					}
+				}
+			}
+		case "max_delay":
+			var dur time.Duration
+			dur, err = durationArg(d, sub)
+			z.MaxDelay = caddy.Duration(dur)
+		case "match":
+			set, merr := caddyhttp.ParseCaddyfileNestedMatcherSet(d)
+			if merr != nil {
+				return fmt.Errorf("zone %q: match: %w", z.Name, merr) // merr has the file and line
+			}
+			z.MatchRaw = set
+		case "ipv4_prefix":
+			z.IPv4Prefix, err = intArg(d, sub, 0, 32)
+		case "ipv6_prefix":
+			z.IPv6Prefix, err = intArg(d, sub, 0, 128)
+		case "on_missing_key":
+			z.OnMissingKey, err = oneArg(d, sub, checked(core.ParseMissingKey))
+		default:
+			return d.Errf("zone %q: unrecognized subdirective %q", z.Name, sub)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := z.check(); err != nil {
+		return d.Errf("zone %q: %v", z.Name, err)
+	}
+	h.Zones = append(h.Zones, &z)
+	return nil
+}
+
+// check validates a zone parsed from a Caddyfile as far as possible
+// without provisioning it: its limit and its key.
+func (z *Zone) check() error {
+	if z.Rate == "" {
+		return errors.New("rate: required")
+	}
+	rate, err := core.ParseRate(z.Rate)
+	if err != nil {
+		return err
+	}
+	l := core.Limit{Name: z.Name, Algorithm: core.Algorithm(z.Algorithm), Rate: rate, Burst: z.Burst, MaxDelay: time.Duration(z.MaxDelay)}
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	return z.validate()
+}
+
+// parseStore reads "store memory [{ ... }]" or "store redis { ... }".
+func (h *Handler) parseStore(d *caddyfile.Dispenser) error {
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	kind := d.Val()
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	h.Store = new(StoreConfig)
+	switch kind {
+	case "memory":
+		h.Store.Memory = new(MemoryStoreConfig)
+		for nesting := d.Nesting(); d.NextBlock(nesting); {
+			switch d.Val() {
+			case "max_keys":
+				if h.Store.Memory.MaxKeys != 0 {
+					return d.Errf("store memory: duplicate subdirective %q", d.Val())
+				}
+				n, err := intArg(d, "max_keys", 1, 1<<30)
+				if err != nil {
+					return err
+				}
+				h.Store.Memory.MaxKeys = n
+			default:
+				return d.Errf("store memory: unrecognized subdirective %q", d.Val())
+			}
+		}
+		return nil
+	case "redis":
+		r, err := parseRedis(d)
+		if err != nil {
+			return err
+		}
+		h.Store.Redis = r
+		return nil
+	}
+	return d.Errf("store %q: unknown (want memory or redis)", kind)
+}
+
+// parseRedis reads the block of "store redis".
+func parseRedis(d *caddyfile.Dispenser) (*RedisStoreConfig, error) {
+	r := new(RedisStoreConfig)
+	seen := make(map[string]bool)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		sub := d.Val()
+		if seen[sub] {
+			return nil, d.Errf("store redis: duplicate subdirective %q", sub)
+		}
+		seen[sub] = true
+		var err error
+		switch sub {
+		case "address":
+			r.Address, err = oneArg(d, sub, nil)
+		case "addresses":
+			if r.Addresses = d.RemainingArgs(); len(r.Addresses) == 0 {
+				return nil, d.ArgErr()
+			}
+		case "sentinel":
+			args := d.RemainingArgs()
+			if len(args) < 2 {
+				return nil, d.ArgErr()
+			}
+			r.Sentinel = &SentinelConfig{Master: args[0], Addresses: args[1:]}
+		case "username":
+			r.Username, err = oneArg(d, sub, nil)
+		case "password":
+			r.Password, err = oneArg(d, sub, nil)
+		case "db":
+			r.DB, err = intArg(d, sub, 0, 1<<20)
+		case "tls":
+			r.TLS, err = parseRedisTLS(d)
+		case "timeout":
+			var dur time.Duration
+			dur, err = durationArg(d, sub)
+			r.Timeout = caddy.Duration(dur)
+		case "pool_size":
+			r.PoolSize, err = intArg(d, sub, 1, 1<<20)
+		case "prefix":
+			if r.Prefix, err = oneArg(d, sub, nil); err == nil && strings.ContainsAny(r.Prefix, "{}") {
+				err = d.Errf("prefix %q: must not contain braces", r.Prefix)
+			}
+		case "breaker":
+			var failures, backoff string
+			if !d.Args(&failures, &backoff) || d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			b := new(BreakerConfig)
+			n, perr := strconv.Atoi(failures)
+			if perr != nil || n < 1 {
+				return nil, d.Errf("breaker: failures %q: want a positive integer", failures)
+			}
+			dur, perr := caddy.ParseDuration(backoff)
+			if perr != nil || dur <= 0 {
+				return nil, d.Errf("breaker: backoff %q: want a positive duration", backoff)
+			}
+			b.Failures, b.Backoff = n, caddy.Duration(dur)
+			r.Breaker = b
+		default:
+			return nil, d.Errf("store redis: unrecognized subdirective %q", sub)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := r.validate(); err != nil {
+		return nil, d.Err(err.Error())
+	}
+	return r, nil
+}
+
+// parseRedisTLS reads "tls [{ ... }]".
+func parseRedisTLS(d *caddyfile.Dispenser) (*RedisTLSConfig, error) {
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	t := new(RedisTLSConfig)
+	seen := make(map[string]bool)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		sub := d.Val()
+		if seen[sub] {
+			return nil, d.Errf("tls: duplicate subdirective %q", sub)
+		}
+		seen[sub] = true
+		var err error
+		switch sub {
+		case "ca":
+			t.CA, err = oneArg(d, sub, nil)
+		case "cert":
+			t.Cert, err = oneArg(d, sub, nil)
+		case "key":
+			t.Key, err = oneArg(d, sub, nil)
+		case "server_name":
+			t.ServerName, err = oneArg(d, sub, nil)
+		case "insecure_skip_verify":
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			t.InsecureSkipVerify = true
+		default:
+			return nil, d.Errf("tls: unrecognized subdirective %q", sub)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// oneArg reads exactly one argument of the subdirective name and, when
+// check is not nil, checks it, turning check's error into one with the file
+// and line that names the subdirective.
+func oneArg(d *caddyfile.Dispenser, name string, check func(string) error) (string, error) {
+	var v string
+	if !d.AllArgs(&v) {
+		return "", d.ArgErr()
+	}
+	if check != nil {
+		if err := check(v); err != nil {
+			msg := err.Error()
+			if !strings.HasPrefix(msg, name) {
+				msg = name + ": " + msg
+			}
+			return "", d.Err(msg)
+		}
+	}
+	return v, nil
+}
+
+// checked adapts a core parser to oneArg's check.
+func checked[T any](parse func(string) (T, error)) func(string) error {
+	return func(s string) error {
+		_, err := parse(s)
+		return err
+	}
+}
+
+// intArg reads one integer argument of the subdirective name, in [lo, hi].
+func intArg(d *caddyfile.Dispenser, name string, lo, hi int) (int, error) {
+	s, err := oneArg(d, name, nil)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < lo || n > hi {
+		return 0, d.Errf("%s %q: want an integer from %d to %d", name, s, lo, hi)
+	}
+	return n, nil
+}
+
+// floatArg reads one number argument of the subdirective name, in [lo, hi].
+func floatArg(d *caddyfile.Dispenser, name string, lo, hi float64) (float64, error) {
+	s, err := oneArg(d, name, nil)
+	if err != nil {
+		return 0, err
+	}
+	x, err := strconv.ParseFloat(s, 64)
+	if err != nil || !(x >= lo && x <= hi) {
+		if math.IsInf(hi, 1) {
+			return 0, d.Errf("%s %q: want a number of at least %v", name, s, lo)
+		}
+		return 0, d.Errf("%s %q: want a number from %v to %v", name, s, lo, hi)
+	}
+	return x, nil
+}
+
+// durationArg reads one non-negative duration argument of the
+// subdirective name.
+func durationArg(d *caddyfile.Dispenser, name string) (time.Duration, error) {
+	s, err := oneArg(d, name, nil)
+	if err != nil {
+		return 0, err
+	}
+	dur, err := caddy.ParseDuration(s)
+	if err != nil || dur < 0 {
+		return 0, d.Errf("%s %q: want a non-negative duration such as 500ms", name, s)
+	}
+	return dur, nil
+}

@@ -1,0 +1,93 @@
+// Package caddymodule is sluice's Caddy v2 HTTP handler, the module
+// http.handlers.sluice and the Caddyfile directive sluice. It translates
+// Caddy's configuration, placeholders, logging and metrics to sluice's core
+// engine; the algorithms, the stores, the all-or-nothing rule and every byte
+// of the rate-limit headers and 429 answers are core's.
+//
+// # Caddyfile
+//
+//	sluice [<matcher>] {
+//	    zone <name> {
+//	        key            <template>...        # default {client_ip}; several are joined by spaces
+//	        rate           <quota>/<period>     # required: 100/m, 5/s, 10/1m30s
+//	        burst          <cost units>         # token and leaky buckets; default: the quota
+//	        algorithm      token_bucket|leaky_bucket|fixed_window|sliding_window_log|sliding_window_counter
+//	        cost           <number>|<placeholder>
+//	        max_delay      <duration>           # leaky_bucket: wait up to this long instead of rejecting
+//	        match          { <request matchers> }
+//	        ipv4_prefix    <bits>               # key {client_ip} only: group IPv4 clients by network
+//	        ipv6_prefix    <bits>
+//	        on_missing_key skip|shared
+//	    }
+//	    store memory [{ max_keys <n> }]
+//	    store redis {
+//	        address    <host:port>              # a standalone server, or
+//	        addresses  <host:port>...           # seed nodes of a Redis Cluster, or
+//	        sentinel   <master> <host:port>...  # Sentinels of a master
+//	        username   <user>
+//	        password   <password>               # placeholders such as {env.REDIS_PASSWORD} work
+//	        db         <n>
+//	        tls {                               # or tls alone: system roots
+//	            ca          <file>
+//	            cert        <file>
+//	            key         <file>
+//	            server_name <name>
+//	            insecure_skip_verify
+//	        }
+//	        timeout    <duration>               # default 100ms
+//	        pool_size  <n>
+//	        prefix     <key prefix>             # default sluice:
+//	        breaker    <failures> <backoff>     # default 5 1s
+//	    }
+//	    on_store_error allow|deny
+//	    fallback       local
+//	    instances      <n>
+//	    headers        ietf|legacy|x...|off
+//	    body           json|problem|text|none
+//	    mode           enforce|dry_run
+//	    retry_jitter   <fraction>
+//	    log_key
+//	}
+//
+// Zones are decided in the order written, all-or-nothing: a request is
+// charged to every applicable zone or, if any of them rejects it, to none.
+// See [Handler] and [Zone] for the meaning of every setting; each has the
+// same name in JSON.
+//
+// # Order
+//
+// The directive runs before basic_auth by default, so that unauthenticated
+// floods are limited before passwords are checked. To key a zone on the
+// authenticated user ({http.auth.user.id}), run it after authentication,
+// either globally:
+//
+//	{
+//	    order sluice after basic_auth
+//	}
+//
+// or, for one site, inside a route block, which keeps the written order:
+//
+//	route {
+//	    basic_auth {
+//	        ...
+//	    }
+//	    sluice {
+//	        zone per_user {
+//	            key  {http.auth.user.id}
+//	            rate 100/m
+//	        }
+//	    }
+//	}
+//
+// # Placeholders
+//
+// After deciding, the handler sets, for the handlers, logs and responses
+// that follow it:
+//
+//	{http.sluice.zone}       the zone reported to the client (the rejecting one,
+//	                         else the one closest to exhaustion); empty when none applied
+//	{http.sluice.remaining}  its remaining cost units, floored; empty when none applied
+//	{http.sluice.rejected}   true when a zone rejected the request (also in dry_run
+//	                         mode, where it proceeds) or the store failed under
+//	                         on_store_error deny; else false
+package caddymodule

@@ -1,0 +1,312 @@
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+	httpcaddyfile.RegisterHandlerDirective("sluice", parseCaddyfile)
+	httpcaddyfile.RegisterDirectiveOrder("sluice", httpcaddyfile.Before, "basic_auth")
+}
+
+// Handler rate-limits requests with sluice. Each request is checked against
+// every zone that applies to it, in the order the zones are listed, and is
+// charged to all of them or, if any rejects it, to none. A rejected request
+// is answered 429 Too Many Requests with the configured headers and body;
+// an admitted one gets the rate-limit headers of the zone closest to
+// exhaustion and proceeds (after its delay, for a leaky_bucket zone).
+//
+// Counters live in the configured store. Handlers whose stores are
+// configured identically share one store, in this process (memory) or on
+// the server (Redis), and zones of the same name and algorithm in a shared
+// store share their counters: give zones distinct names to keep them apart.
+// A config reload keeps the store and therefore the counters; a zone whose
+// rate or burst changed keeps its counters and applies the new values, a
+// zone whose name or algorithm changed starts afresh.
+type Handler struct {
+	// Zones are the limits, checked in this order. At least one is
+	// required; names must be unique.
+	Zones []*Zone `json:"zones,omitempty"`
+
+	// Store selects where counters live; absent means in memory with
+	// default settings.
+	Store *StoreConfig `json:"store,omitempty"`
+
+	// OnStoreError is what happens to a request when the store cannot
+	// decide within its timeout (an outage, an open circuit breaker) and
+	// no fallback is configured: "allow" (the default) lets it through,
+	// "deny" answers 429 with Retry-After: 1.
+	OnStoreError string `json:"on_store_error,omitempty"`
+
+	// Fallback, when "local", decides requests in this process while the
+	// Redis store fails, each zone with its quota and burst divided by
+	// Instances, instead of applying OnStoreError. Only with a Redis store.
+	// The local counters are kept apart from Redis's and, like a memory
+	// store's, shared by every handler of the process.
+	Fallback string `json:"fallback,omitempty"`
+
+	// Instances is the number of Caddy instances sharing the Redis store,
+	// by which the local fallback divides each zone's quota and burst so
+	// that together they still admit about the global quota. Default 1;
+	// only with Fallback.
+	Instances int `json:"instances,omitempty"`
+
+	// Headers lists the rate-limit header families to send on every
+	// response a zone decided: "ietf" (RateLimit-Policy and RateLimit of
+	// draft-ietf-httpapi-ratelimit-headers), "legacy" (RateLimit-Limit,
+	// -Remaining, -Reset) and "x" (X-RateLimit-Limit, -Remaining, -Reset),
+	// or "off" alone for none. Empty means ietf and x.
+	Headers []string `json:"headers,omitempty"`
+
+	// Body is the format of a 429 answer's body: "json" (the default),
+	// "problem" (RFC 9457 application/problem+json), "text" or "none".
+	Body string `json:"body,omitempty"`
+
+	// Mode is "enforce" (the default) or "dry_run", which decides and
+	// counts every request, sets the placeholders and metrics, but lets
+	// rejected requests proceed (without charging them).
+	Mode string `json:"mode,omitempty"`
+
+	// RetryJitter, between 0 and 1, lengthens each Retry-After by a
+	// random fraction of itself of at most this much (0.2: by up to 20%),
+	// so that clients rejected together do not retry together. Default 0.
+	RetryJitter float64 `json:"retry_jitter,omitempty"`
+
+	// LogKey adds the rejected request's raw key (such as the client's
+	// address or API key) to the debug log of each rejection. Off by
+	// default: keys can be personal data or secrets.
+	LogKey bool `json:"log_key,omitempty"`
+
+	gate      *core.Gate
+	stores    []string // pool keys this handler holds, released by Cleanup
+	logger    *zap.Logger
+	warnings  *warnLimiter
+	metrics   *handlerMetrics
+	zoneIndex map[string]int // zone name → index in Zones
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.sluice",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// parseCaddyfile reads the sluice directive.
+func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	s := new(Handler)
+	err := s.UnmarshalCaddyfile(h.Dispenser)
+	return s, err
+}
+
+// Provision builds the zones' limits, keys and matchers, acquires the
+// stores and registers the metrics. It leaves the checks that need no
+// building to Validate.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	h.warnings = new(warnLimiter)
+	responder, err := h.responder()
+	if err != nil {
+		return err
+	}
+	mode, err := core.ParseMode(h.Mode)
+	if err != nil {
+		return err
+	}
+	policy, err := core.ParseStoreErrorPolicy(h.OnStoreError)
+	if err != nil {
+		return err
+	}
+	limits := make([]*core.Limit, len(h.Zones))
+	h.zoneIndex = make(map[string]int, len(h.Zones))
+	for i, z := range h.Zones {
+		if z == nil {
+			return fmt.Errorf("zones[%d]: null", i)
+		}
+		if err := z.provision(ctx); err != nil {
+			return fmt.Errorf("zone %q: %w", z.Name, err)
+		}
+		limits[i] = z.limit
+		h.zoneIndex[z.Name] = i
+	}
+
+	cfg := core.GateConfig{Limits: limits, Responder: responder, Mode: mode, OnStoreError: policy}
+	st, err := h.acquireStore(ctx)
+	if err != nil {
+		return err
+	}
+	cfg.Store, cfg.Timeout, cfg.Breaker = st.store, st.timeout, st.breaker
+	if h.Fallback == fallbackLocal {
+		fb, err := h.acquire(fallbackPoolKey, newFallbackStore)
+		if err != nil {
+			return err
+		}
+		cfg.Fallback, cfg.Instances = fb.store, h.Instances
+		if cfg.Instances == 0 {
+			cfg.Instances = 1
+		}
+	}
+	if h.gate, err = core.NewGate(cfg); err != nil {
+		return err
+	}
+	h.metrics, err = newHandlerMetrics(ctx.GetMetricsRegistry(), h.Zones, st)
+	return err
+}
+
+// responder builds the core.Responder of Headers, Body and RetryJitter.
+func (h *Handler) responder() (core.Responder, error) {
+	var r core.Responder
+	var err error
+	if r.Headers, err = core.ParseHeaderSet(h.Headers); err != nil {
+		return r, err
+	}
+	if r.Body, err = core.ParseBodyFormat(h.Body); err != nil {
+		return r, err
+	}
+	if !(h.RetryJitter >= 0 && h.RetryJitter <= 1) {
+		return r, fmt.Errorf("retry_jitter: must be between 0 and 1, got %v", h.RetryJitter)
+	}
+	r.Jitter = h.RetryJitter
+	return r, r.Validate()
+}
+
+// Validate checks the settings that Provision does not need to build.
+func (h *Handler) Validate() error {
+	if len(h.Zones) == 0 {
+		return errors.New("zones: at least one zone is required")
+	}
+	seen := make(map[string]bool, len(h.Zones))
+	for _, z := range h.Zones {
+		if seen[z.Name] {
+			return fmt.Errorf("zone %q: defined twice", z.Name)
+		}
+		seen[z.Name] = true
+		if err := z.validate(); err != nil {
+			return fmt.Errorf("zone %q: %w", z.Name, err)
+		}
+	}
+	onRedis := h.Store != nil && h.Store.Redis != nil
+	switch h.Fallback {
+	case "":
+		if h.Instances != 0 {
+			return errors.New("instances: only used by fallback local")
+		}
+	case fallbackLocal:
+		if !onRedis {
+			return errors.New("fallback: local applies only to a redis store (a memory store cannot fail)")
+		}
+		if h.Instances < 0 {
+			return fmt.Errorf("instances: must be at least 1, got %d", h.Instances)
+		}
+	default:
+		return fmt.Errorf("fallback %q: unknown (want local)", h.Fallback)
+	}
+	if h.Store != nil {
+		return h.Store.validate()
+	}
+	return nil
+}
+
+// Cleanup releases the handler's references to its stores; the last
+// reference to a Redis store closes its client. It is safe to call more
+// than once and after a failed Provision.
+func (h *Handler) Cleanup() error {
+	var errs []error
+	for _, key := range h.stores {
+		if _, err := stores.Delete(key); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	h.stores = nil
+	return errors.Join(errs...)
+}
+
+// ServeHTTP decides r against every zone that applies to it and either
+// lets it proceed to next or answers it (429), through core's Gate. When an
+// admitted request's delay is cut short because the client left, it
+// returns nil without calling next: there is nobody left to answer, and
+// the decision is counted with outcome "cancelled".
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	var buf [8]core.Ask
+	asks := buf[:0]
+	for _, z := range h.Zones {
+		ask, ok, err := z.ask(r, repl)
+		if err != nil {
+			return caddyhttp.Error(http.StatusInternalServerError, err)
+		}
+		if ok {
+			asks = append(asks, ask)
+		}
+	}
+	if len(asks) == 0 {
+		setPlaceholders(repl, "", "", false)
+		return next.ServeHTTP(w, r)
+	}
+
+	start := time.Now()
+	v, proceed := h.gate.Serve(w, r, asks)
+	elapsed := time.Since(start)
+	zone := h.reportedZone(v, asks)
+	h.metrics.observe(zone, v, elapsed)
+
+	rejected := v.Outcome == core.OutcomeRejected || v.Outcome == core.OutcomeDryRunRejected ||
+		v.Outcome == core.OutcomeStoreErrorDeny
+	zoneName, remaining := "", ""
+	if v.Decision.Limit != nil {
+		zoneName = v.Decision.Limit.Name
+		remaining = strconv.FormatFloat(math.Floor(v.Decision.Remaining), 'f', -1, 64)
+	}
+	setPlaceholders(repl, zoneName, remaining, rejected)
+	if v.Err != nil {
+		h.warnStoreError(v)
+	}
+	if rejected {
+		h.logRejection(zone, v, asks)
+	}
+	if !proceed {
+		return nil
+	}
+	return next.ServeHTTP(w, r)
+}
+
+// reportedZone is the index of the zone a verdict is about: the zone of its
+// decision or, when the store failed without one, the first zone asked.
+func (h *Handler) reportedZone(v core.Verdict, asks []core.Ask) int {
+	name := asks[0].Limit.Name
+	if v.Decision.Limit != nil {
+		name = v.Decision.Limit.Name
+	}
+	return h.zoneIndex[name]
+}
+
+// setPlaceholders sets {http.sluice.*} on repl.
+func setPlaceholders(repl *caddy.Replacer, zone, remaining string, rejected bool) {
+	repl.Set("http.sluice.zone", zone)
+	repl.Set("http.sluice.remaining", remaining)
+	repl.Set("http.sluice.rejected", strconv.FormatBool(rejected))
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+	_ caddyfile.Unmarshaler       = (*Handler)(nil)
+)

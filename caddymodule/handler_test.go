@@ -1,0 +1,318 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+func TestAllowThenReject(t *testing.T) {
+	p := freePorts(t, 1)
+	url := loadCaddy(t, server{port: p[0], handler: map[string]any{
+		"zones": []any{zone("api", "3/m")},
+	}})[0]
+
+	ok := wantStatus(t, url, []int{200, 200, 200})
+	for i, r := range ok {
+		rem := strconv.Itoa(2 - i)
+		want := map[string]string{
+			"Ratelimit-Policy":      `"api";q=3;w=60`,
+			"Ratelimit":             `"api";r=` + rem + `;t=` + strconv.Itoa(20*(i+1)),
+			"X-Ratelimit-Limit":     "3",
+			"X-Ratelimit-Remaining": rem,
+		}
+		for k, v := range want {
+			if got := r.header.Get(k); got != v {
+				t.Errorf("response %d: %s = %q, want %q", i+1, k, got, v)
+			}
+		}
+		wantBody(t, r, "zone=api remaining="+rem+" rejected=false")
+	}
+
+	before := time.Now().Unix()
+	r := wantStatus(t, url, []int{429})[0]
+	after := time.Now().Unix()
+	want := map[string]string{
+		"Ratelimit-Policy":       `"api";q=3;w=60`,
+		"Ratelimit":              `"api";r=0;t=60`,
+		"X-Ratelimit-Limit":      "3",
+		"X-Ratelimit-Remaining":  "0",
+		"Retry-After":            "20",
+		"Cache-Control":          "no-store",
+		"Content-Type":           "application/json",
+		"X-Content-Type-Options": "nosniff",
+	}
+	for k, v := range want {
+		if got := r.header.Get(k); got != v {
+			t.Errorf("429: %s = %q, want %q", k, got, v)
+		}
+	}
+	reset, err := strconv.ParseInt(r.header.Get("X-Ratelimit-Reset"), 10, 64)
+	if err != nil || reset < before+59 || reset > after+61 {
+		t.Errorf("429: X-RateLimit-Reset = %q, want about now+60 (%d)", r.header.Get("X-Ratelimit-Reset"), before+60)
+	}
+	if wantBody := `{"error":"rate_limited","retryable":true,"retry_after":20,"policy":"api"}`; r.body != wantBody {
+		t.Errorf("429 body = %q, want %q", r.body, wantBody)
+	}
+	if got := counter(t, "api", "allowed"); got != 3 {
+		t.Errorf("allowed count = %v, want 3", got)
+	}
+	if got := counter(t, "api", "rejected"); got != 1 {
+		t.Errorf("rejected count = %v, want 1", got)
+	}
+	if f := family(t, "caddy_http_sluice_decision_seconds"); f == nil || f.GetMetric()[0].GetHistogram().GetSampleCount() != 4 {
+		t.Errorf("decision_seconds = %v, want 4 observations", f)
+	}
+}
+
+func TestBodyAndHeaderFormats(t *testing.T) {
+	p := freePorts(t, 2)
+	urls := loadCaddy(t,
+		server{port: p[0], handler: map[string]any{
+			"zones": []any{zone("api", "1/s")}, "headers": []string{"legacy"}, "body": "problem",
+		}},
+		server{port: p[1], handler: map[string]any{
+			"zones": []any{zone("api2", "1/s")}, "headers": []string{"off"}, "body": "text",
+		}},
+	)
+	r := wantStatus(t, urls[0], []int{200, 429})[1]
+	for k, v := range map[string]string{
+		"Ratelimit-Limit": "1", "Ratelimit-Remaining": "0", "Ratelimit-Reset": "1", "Retry-After": "1",
+		"Content-Type": "application/problem+json", "Ratelimit-Policy": "", "X-Ratelimit-Limit": "",
+	} {
+		if got := r.header.Get(k); got != v {
+			t.Errorf("problem: %s = %q, want %q", k, got, v)
+		}
+	}
+	if !strings.Contains(r.body, `"status":429,"detail":"Retry in 1 s.","violated-policies":["api"]}`) {
+		t.Errorf("problem body = %q", r.body)
+	}
+	rs := wantStatus(t, urls[1], []int{200, 429})
+	for _, r := range rs {
+		for _, k := range []string{"Ratelimit", "Ratelimit-Policy", "Ratelimit-Limit", "X-Ratelimit-Limit"} {
+			if v := r.header.Get(k); v != "" {
+				t.Errorf("headers off: %s = %q", k, v)
+			}
+		}
+	}
+	if rs[1].body != "429 Too Many Requests: retry in 1 s\n" || rs[1].header.Get("Retry-After") != "1" {
+		t.Errorf("text 429: body %q, Retry-After %q", rs[1].body, rs[1].header.Get("Retry-After"))
+	}
+}
+
+func TestZonesWithMatchers(t *testing.T) {
+	p := freePorts(t, 1)
+	url := loadCaddy(t, server{port: p[0], handler: map[string]any{
+		"zones": []any{
+			zone("search", "1/m", "match", map[string]any{"path": []string{"/search"}}),
+			zone("all", "100/m"),
+		},
+	}})[0]
+	r := wantStatus(t, url+"/search", []int{200})[0]
+	if got := r.header.Get("Ratelimit"); got != `"search";r=0;t=60` {
+		t.Errorf("/search: RateLimit = %q, want the zone closest to exhaustion", got)
+	}
+	r = wantStatus(t, url+"/search", []int{429})[0]
+	if !strings.Contains(r.body, `"policy":"search"`) {
+		t.Errorf("/search rejected by %q, want search", r.body)
+	}
+	// The rejected request charged neither zone: "all" has seen two
+	// admitted requests after this one.
+	r = wantStatus(t, url+"/other", []int{200})[0]
+	if got := r.header.Get("Ratelimit"); !strings.HasPrefix(got, `"all";r=98;t=`) {
+		t.Errorf("/other: RateLimit = %q, want all with 98 left", got)
+	}
+	wantBody(t, r, "zone=all remaining=98 rejected=false")
+}
+
+func TestCost(t *testing.T) {
+	p := freePorts(t, 1)
+	url := loadCaddy(t, server{port: p[0], handler: map[string]any{
+		"zones": []any{
+			zone("fixed", "10/m", "cost", 5, "match", map[string]any{"path": []string{"/expensive"}}),
+			zone("metered", "10/m", "cost", "{http.request.header.X-Cost}", "match", map[string]any{"path": []string{"/metered"}}),
+		},
+	}})[0]
+	wantStatus(t, url+"/expensive", []int{200, 200, 429})
+	for _, c := range []struct {
+		cost   string
+		status int
+		rem    string
+	}{{"4", 200, "6"}, {"6", 200, "0"}, {"1", 429, "0"}} {
+		r := get(t, url+"/metered", "X-Cost", c.cost)
+		if r.status != c.status || r.header.Get("X-Ratelimit-Remaining") != c.rem {
+			t.Errorf("cost %s: status %d, remaining %q; want %d, %q", c.cost, r.status, r.header.Get("X-Ratelimit-Remaining"), c.status, c.rem)
+		}
+	}
+}
+
+func TestDryRunPassesButCounts(t *testing.T) {
+	p := freePorts(t, 1)
+	url := loadCaddy(t, server{port: p[0], handler: map[string]any{
+		"zones": []any{zone("api", "1/m")}, "mode": "dry_run",
+	}})[0]
+	rs := wantStatus(t, url, []int{200, 200, 200})
+	wantBody(t, rs[0], "rejected=false")
+	wantBody(t, rs[1], "zone=api remaining=0 rejected=true")
+	wantBody(t, rs[2], "rejected=true")
+	if got := counter(t, "api", "dry_run_rejected"); got != 2 {
+		t.Errorf("dry_run_rejected = %v, want 2", got)
+	}
+	if got := counter(t, "api", "allowed"); got != 1 {
+		t.Errorf("allowed = %v, want 1", got)
+	}
+}
+
+func TestMissingKey(t *testing.T) {
+	p := freePorts(t, 1)
+	url := loadCaddy(t, server{port: p[0], handler: map[string]any{
+		"zones": []any{
+			zone("skip", "1/m", "key", "{http.request.header.X-API-Key}", "match", map[string]any{"path": []string{"/skip"}}),
+			zone("shared", "2/m", "key", "{http.request.header.X-API-Key}", "on_missing_key", "shared", "match", map[string]any{"path": []string{"/shared"}}),
+		},
+	}})[0]
+	rs := wantStatus(t, url+"/skip", []int{200, 200, 200})
+	if rs[2].header.Get("Ratelimit") != "" {
+		t.Errorf("skipped zone sent RateLimit %q", rs[2].header.Get("Ratelimit"))
+	}
+	wantBody(t, rs[2], "zone= remaining= rejected=false")
+	wantStatus(t, url+"/skip", []int{200, 429}, "X-API-Key", "a")
+	wantStatus(t, url+"/shared", []int{200, 200, 429})
+	wantStatus(t, url+"/shared", []int{200, 200, 429}, "X-API-Key", "b")
+}
+
+// TestClientIPFromTrustedProxy checks that the default key is Caddy's
+// client address, which honours the server's trusted_proxies.
+func TestClientIPFromTrustedProxy(t *testing.T) {
+	p := freePorts(t, 1)
+	url := loadCaddy(t, server{port: p[0],
+		handler: map[string]any{"zones": []any{zone("per_net", "1/m", "ipv4_prefix", 24)}},
+		extra: map[string]any{"trusted_proxies": map[string]any{
+			"source": "static", "ranges": []string{"127.0.0.1/32"},
+		}},
+	})[0]
+	wantStatus(t, url, []int{200, 429}, "X-Forwarded-For", "203.0.113.7")
+	wantStatus(t, url, []int{429}, "X-Forwarded-For", "203.0.113.99") // the same /24
+	wantStatus(t, url, []int{200, 429}, "X-Forwarded-For", "198.51.100.7")
+}
+
+// TestReloadKeepsCounters reloads the config three times: with an unrelated
+// change, the counters carry over; with a changed rate, they carry over
+// and the new rate applies; with a changed algorithm, the zone starts
+// afresh.
+func TestReloadKeepsCounters(t *testing.T) {
+	p := freePorts(t, 1)
+	cfg := func(rate, algorithm, body string) server {
+		return server{port: p[0], handler: map[string]any{
+			"zones": []any{zone("api", rate, "algorithm", algorithm)}, "body": body,
+		}}
+	}
+	url := loadCaddy(t, cfg("3/m", "token_bucket", "json"))[0]
+	wantStatus(t, url, []int{200, 200})
+	if n, ok := stores.References("memory:1000000"); !ok || n != 1 {
+		t.Fatalf("memory store references = %d, %v; want 1", n, ok)
+	}
+
+	loadCaddy(t, cfg("3/m", "token_bucket", "text"))
+	wantStatus(t, url, []int{200, 429})
+	if n, ok := stores.References("memory:1000000"); !ok || n != 1 {
+		t.Fatalf("after reload: memory store references = %d, %v; want 1 (the old handler released it)", n, ok)
+	}
+
+	// 3 tokens taken of a bucket now holding 5: 2 left.
+	loadCaddy(t, cfg("5/m", "token_bucket", "text"))
+	wantStatus(t, url, []int{200, 200, 429})
+
+	loadCaddy(t, cfg("5/m", "sliding_window_log", "text"))
+	wantStatus(t, url, append(repeat(200, 5), 429))
+
+	if err := caddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := stores.References("memory:1000000"); ok {
+		t.Errorf("after stop: memory store still has %d references", n)
+	}
+}
+
+// TestProvisionErrors checks that bad JSON values fail when the config
+// loads, naming the field.
+func TestProvisionErrors(t *testing.T) {
+	tests := []struct {
+		handler string
+		want    string
+	}{
+		{`{"zones":[{"name":"api","rate":"100/fortnight"}]}`, `zone "api": rate "100/fortnight": unknown unit`},
+		{`{"zones":[{"name":"api","rate":"1/s","algorithm":"gcra"}]}`, `zone "api": limit "api": algorithm "gcra": unknown`},
+		{`{"zones":[{"name":"api","rate":"1/s","ipv4_prefix":33}]}`, `zone "api": ipv4_prefix: must be between 0 and 32, got 33`},
+		{`{"zones":[{"name":"api","rate":"1/s","key":"{http.request.host}","ipv6_prefix":64}]}`, `zone "api": ipv4_prefix, ipv6_prefix: group client addresses`},
+		{`{"zones":[{"name":"api","rate":"1/s","cost":-1}]}`, `zone "api": cost "-1": must be positive`},
+		{`{"zones":[{"name":"api","rate":"1/s"},{"name":"api","rate":"2/s"}]}`, `limit "api": defined twice`},
+		{`{"zones":[]}`, `zones: at least one zone is required`},
+		{`{"zones":[{"name":"api","rate":"1/s"}],"headers":["draft"]}`, `headers "draft": unknown`},
+		{`{"zones":[{"name":"api","rate":"1/s"}],"body":"html"}`, `body "html": unknown`},
+		{`{"zones":[{"name":"api","rate":"1/s"}],"mode":"shadow"}`, `mode "shadow"`},
+		{`{"zones":[{"name":"api","rate":"1/s"}],"on_store_error":"maybe"}`, `on_store_error "maybe"`},
+		{`{"zones":[{"name":"api","rate":"1/s"}],"retry_jitter":1.5}`, `retry_jitter: must be between 0 and 1, got 1.5`},
+		{`{"zones":[{"name":"api","rate":"1/s"}],"fallback":"local"}`, `fallback: local applies only to a redis store`},
+		{`{"zones":[{"name":"api","rate":"1/s"}],"store":{"memory":{},"redis":{"address":"127.0.0.1:1"}}}`, `store: set memory or redis, not both`},
+		{`{"zones":[{"name":"api","rate":"1/s"}],"store":{"redis":{"address":"127.0.0.1:1","prefix":"{x}"}}}`, `prefix "{x}": must not contain braces`},
+		{`{"zones":[{"name":"api","rate":"1/s"}],"store":{"redis":{"address":"127.0.0.1:1","tls":{"ca":"/nonexistent/ca.pem"}}}}`, `tls: ca: open /nonexistent/ca.pem`},
+	}
+	for _, tt := range tests {
+		var h map[string]any
+		if err := json.Unmarshal([]byte(tt.handler), &h); err != nil {
+			t.Fatal(err)
+		}
+		h["handler"] = "sluice"
+		raw, _ := json.Marshal(map[string]any{"apps": map[string]any{"http": map[string]any{"servers": map[string]any{
+			"srv0": map[string]any{"listen": []string{"127.0.0.1:0"}, "routes": []any{map[string]any{"handle": []any{h}}}},
+		}}}})
+		var cfg caddy.Config
+		if err := json.Unmarshal(raw, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		err := caddy.Validate(&cfg)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s:\nerror %v\nwant one containing %q", tt.handler, err, tt.want)
+		}
+	}
+	if n := poolSize(); n != 0 {
+		t.Errorf("failed provisions left %d stores in the pool", n)
+	}
+}
+
+// poolSize counts the stores in the pool.
+func poolSize() int {
+	n := 0
+	stores.Range(func(any, any) bool { n++; return true })
+	return n
+}
+
+func TestWarnLimiter(t *testing.T) {
+	var w warnLimiter
+	sec := int64(time.Second)
+	steps := []struct {
+		now        int64
+		ok         bool
+		suppressed int64
+	}{
+		{1 * sec, true, 0},
+		{1*sec + 1, false, 0},
+		{1*sec + sec/2, false, 0},
+		{2*sec - 1, false, 0},
+		{2 * sec, true, 3},
+		{2*sec + 1, false, 0},
+		{10 * sec, true, 1},
+		{20 * sec, true, 0},
+	}
+	for i, s := range steps {
+		ok, n := w.allow(s.now)
+		if ok != s.ok || n != s.suppressed {
+			t.Errorf("step %d (t=%d): allow = %v, %d; want %v, %d", i, s.now, ok, n, s.ok, s.suppressed)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package caddymodule
+
+import (
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// warnInterval is the least time between two store-error warnings of one
+// handler; the errors in between are counted and reported with the next.
+const warnInterval = time.Second
+
+// warnLimiter lets through at most one warning per warnInterval, counting
+// the others. It needs no goroutine: the first warning due after the
+// interval reports how many were suppressed. The zero value is ready.
+type warnLimiter struct {
+	last       atomic.Int64 // Unix nanoseconds of the last warning let through
+	suppressed atomic.Int64 // warnings held back since then
+}
+
+// allow reports whether a warning at now (Unix nanoseconds) may be logged
+// and, if so, how many were suppressed before it.
+func (w *warnLimiter) allow(now int64) (bool, int64) {
+	last := w.last.Load()
+	if (last != 0 && now-last < int64(warnInterval)) || !w.last.CompareAndSwap(last, now) {
+		w.suppressed.Add(1)
+		return false, 0
+	}
+	return true, w.suppressed.Swap(0)
+}
+
+// warnStoreError logs the store error of v at warn level, at most once per
+// warnInterval.
+func (h *Handler) warnStoreError(v core.Verdict) {
+	ce := h.logger.Check(zapcore.WarnLevel, "rate-limit store failed")
+	if ce == nil {
+		return
+	}
+	ok, suppressed := h.warnings.allow(time.Now().UnixNano())
+	if !ok {
+		return
+	}
+	ce.Write(
+		zap.Error(v.Err),
+		zap.String("outcome", v.Outcome.String()),
+		zap.Bool("fallback", v.Fallback),
+		zap.Int64("suppressed", suppressed),
+	)
+}
+
+// logRejection logs at debug level that a zone rejected a request (or
+// would have, in dry_run mode): the zone, the outcome, the Retry-After
+// and, only with log_key, the zone's key.
+func (h *Handler) logRejection(zone int, v core.Verdict, asks []core.Ask) {
+	ce := h.logger.Check(zapcore.DebugLevel, "request rate-limited")
+	if ce == nil {
+		return
+	}
+	z := h.Zones[zone]
+	fields := []zap.Field{
+		zap.String("zone", z.Name),
+		zap.String("outcome", v.Outcome.String()),
+	}
+	if ra := v.Decision.RetryAfter; ra == core.Never {
+		fields = append(fields, zap.String("retry_after", "never"))
+	} else {
+		fields = append(fields, zap.Duration("retry_after", ra))
+	}
+	if h.LogKey {
+		for _, a := range asks {
+			if a.Limit.Name == z.Name {
+				fields = append(fields, zap.String("key", a.Key))
+			}
+		}
+	}
+	ce.Write(fields...)
+}

@@ -1,0 +1,110 @@
+package caddymodule
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// The collectors, registered once per metrics registry (Caddy makes one per
+// loaded config). No label carries a request's key.
+func newDecisionsVec() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "caddy",
+		Subsystem: "http_sluice",
+		Name:      "decisions_total",
+		Help:      "Requests decided by sluice, by the zone reported and the outcome (allowed, rejected, dry_run_rejected, store_error_allowed, store_error_denied, cancelled).",
+	}, []string{"zone", "outcome"})
+}
+
+func newDecisionSeconds() prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "caddy",
+		Subsystem: "http_sluice",
+		Name:      "decision_seconds",
+		Help:      "Time sluice took to decide a request, store round trip included, leaky_bucket waits excluded.",
+		Buckets:   []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	})
+}
+
+func newBreakerGauge(st *pooledStore) prometheus.GaugeFunc {
+	b := st.breaker
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace:   "caddy",
+		Subsystem:   "http_sluice",
+		Name:        "store_breaker_state",
+		Help:        "State of the circuit breaker in front of a Redis store: 0 closed, 1 open, 2 half-open.",
+		ConstLabels: prometheus.Labels{"store": st.label},
+	}, func() float64 { return float64(b.State()) })
+}
+
+// numOutcomes is the number of core.Outcome values.
+const numOutcomes = int(core.OutcomeCancelled) + 1
+
+// handlerMetrics are one handler's children of the collectors, looked up
+// once at provisioning so that a request costs no label lookup.
+type handlerMetrics struct {
+	decisions [][numOutcomes]prometheus.Counter // by zone index, then outcome
+	seconds   prometheus.Histogram
+}
+
+// newHandlerMetrics registers the collectors in reg (nil: none), reusing
+// those already registered by another handler of the same config.
+func newHandlerMetrics(reg *prometheus.Registry, zones []*Zone, st *pooledStore) (*handlerMetrics, error) {
+	vec, err := register(reg, newDecisionsVec())
+	if err != nil {
+		return nil, err
+	}
+	m := &handlerMetrics{decisions: make([][numOutcomes]prometheus.Counter, len(zones))}
+	if m.seconds, err = register(reg, newDecisionSeconds()); err != nil {
+		return nil, err
+	}
+	for i, z := range zones {
+		for o := 0; o < numOutcomes; o++ {
+			m.decisions[i][o] = vec.WithLabelValues(z.Name, core.Outcome(o).String())
+		}
+	}
+	if st.breaker != nil {
+		if _, err := register(reg, newBreakerGauge(st)); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// register registers c in reg and returns it or, when an equal collector
+// is already registered, that one. A nil reg registers nothing.
+func register[C prometheus.Collector](reg *prometheus.Registry, c C) (C, error) {
+	if reg == nil {
+		return c, nil
+	}
+	err := reg.Register(c)
+	if err == nil {
+		return c, nil
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, err
+}
+
+// observe counts the verdict v about zone (an index in the handler's zones)
+// and the time the decision took: elapsed minus the leaky_bucket wait,
+// which is not known for a cancelled wait, whose time is not observed.
+func (m *handlerMetrics) observe(zone int, v core.Verdict, elapsed time.Duration) {
+	if o := int(v.Outcome); o >= 0 && o < numOutcomes {
+		m.decisions[zone][o].Inc()
+	}
+	if v.Outcome == core.OutcomeCancelled {
+		return
+	}
+	if d := elapsed - v.Delay; d > 0 {
+		m.seconds.Observe(d.Seconds())
+	}
+}

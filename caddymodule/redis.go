@@ -1,0 +1,320 @@
+package caddymodule
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// DefaultRedisTimeout bounds each store call when RedisStoreConfig.Timeout
+// is zero.
+const DefaultRedisTimeout = 100 * time.Millisecond
+
+// RedisStoreConfig configures a Redis store. Exactly one of Address,
+// Addresses and Sentinel says where Redis is. Address, Addresses, Sentinel,
+// Username, Password and the TLS file names may contain global placeholders
+// such as {env.REDIS_PASSWORD}, expanded once when the config loads.
+type RedisStoreConfig struct {
+	// Address is the host:port of a standalone server.
+	Address string `json:"address,omitempty"`
+	// Addresses are host:port seed nodes of a Redis Cluster; the client
+	// discovers the others.
+	Addresses []string `json:"addresses,omitempty"`
+	// Sentinel names a master monitored by Redis Sentinel.
+	Sentinel *SentinelConfig `json:"sentinel,omitempty"`
+
+	// Username, with Password, authenticates as an ACL user (Redis 6 and
+	// later); empty means the default user.
+	Username string `json:"username,omitempty"`
+	// Password authenticates the connection (AUTH).
+	Password string `json:"password,omitempty"`
+	// DB is the database number; not with Addresses (a Cluster has only
+	// database 0).
+	DB int `json:"db,omitempty"`
+	// TLS, when present, connects with TLS.
+	TLS *RedisTLSConfig `json:"tls,omitempty"`
+
+	// Timeout bounds each decision's round trip to Redis, connecting
+	// included; when it passes, the request is decided by the fallback or
+	// on_store_error. Default 100ms.
+	Timeout caddy.Duration `json:"timeout,omitempty"`
+	// PoolSize is the number of connections per server; default ten per
+	// CPU.
+	PoolSize int `json:"pool_size,omitempty"`
+	// Prefix begins every key sluice writes; default "sluice:". Instances
+	// sharing counters must use the same prefix. It must not contain
+	// braces.
+	Prefix string `json:"prefix,omitempty"`
+	// Breaker is the circuit breaker in front of the store; absent means
+	// 5 consecutive failures open it for 1s.
+	Breaker *BreakerConfig `json:"breaker,omitempty"`
+}
+
+// SentinelConfig locates a master through Redis Sentinel. The Sentinels
+// themselves are contacted without credentials.
+type SentinelConfig struct {
+	// Master is the name of the master set.
+	Master string `json:"master,omitempty"`
+	// Addresses are host:port of Sentinels.
+	Addresses []string `json:"addresses,omitempty"`
+}
+
+// RedisTLSConfig configures TLS to Redis. The zero value verifies the
+// server against the system's roots.
+type RedisTLSConfig struct {
+	// CA is a PEM file of the certificate authorities to trust instead of
+	// the system's.
+	CA string `json:"ca,omitempty"`
+	// Cert is a PEM file of a client certificate, for servers that
+	// require one; it needs Key.
+	Cert string `json:"cert,omitempty"`
+	// Key is the PEM file of Cert's private key.
+	Key string `json:"key,omitempty"`
+	// ServerName is the name to verify the server's certificate against;
+	// default the host of the address.
+	ServerName string `json:"server_name,omitempty"`
+	// InsecureSkipVerify accepts any server certificate. For tests only.
+	InsecureSkipVerify bool `json:"insecure_skip_verify,omitempty"`
+}
+
+// BreakerConfig configures the circuit breaker in front of a Redis store:
+// after Failures consecutive failed calls it stops calling Redis for
+// Backoff, deciding requests by the fallback or on_store_error at once,
+// then lets one probe call through.
+type BreakerConfig struct {
+	// Failures is the number of consecutive failures that opens the
+	// breaker; default 5.
+	Failures int `json:"failures,omitempty"`
+	// Backoff is how long it stays open; default 1s.
+	Backoff caddy.Duration `json:"backoff,omitempty"`
+}
+
+// validate checks c without building anything.
+func (c *RedisStoreConfig) validate() error {
+	n := 0
+	if c.Address != "" {
+		n++
+	}
+	if len(c.Addresses) > 0 {
+		n++
+	}
+	if c.Sentinel != nil {
+		n++
+		if c.Sentinel.Master == "" || len(c.Sentinel.Addresses) == 0 {
+			return errors.New("store: redis: sentinel: needs a master name and at least one address")
+		}
+	}
+	if n != 1 {
+		return errors.New("store: redis: set exactly one of address, addresses (Cluster) and sentinel")
+	}
+	if c.DB != 0 && len(c.Addresses) > 0 {
+		return errors.New("store: redis: db: a Cluster has only database 0")
+	}
+	if c.DB < 0 {
+		return fmt.Errorf("store: redis: db: must not be negative, got %d", c.DB)
+	}
+	if c.Timeout < 0 {
+		return errors.New("store: redis: timeout: must not be negative")
+	}
+	if c.PoolSize < 0 {
+		return errors.New("store: redis: pool_size: must not be negative")
+	}
+	if b := c.Breaker; b != nil && (b.Failures < 0 || b.Backoff < 0) {
+		return errors.New("store: redis: breaker: failures and backoff must not be negative")
+	}
+	if t := c.TLS; t != nil && (t.Cert == "") != (t.Key == "") {
+		return errors.New("store: redis: tls: cert and key go together")
+	}
+	return nil
+}
+
+// resolve returns a copy of c with its placeholders expanded and its
+// defaults filled in.
+func (c *RedisStoreConfig) resolve() (*RedisStoreConfig, error) {
+	repl := caddy.NewReplacer()
+	expand := func(s string) string { return repl.ReplaceKnown(s, "") }
+	r := *c
+	r.Address = expand(c.Address)
+	r.Addresses = make([]string, len(c.Addresses))
+	for i, a := range c.Addresses {
+		r.Addresses[i] = expand(a)
+	}
+	if c.Sentinel != nil {
+		s := SentinelConfig{Master: expand(c.Sentinel.Master), Addresses: make([]string, len(c.Sentinel.Addresses))}
+		for i, a := range c.Sentinel.Addresses {
+			s.Addresses[i] = expand(a)
+		}
+		r.Sentinel = &s
+	}
+	r.Username = expand(c.Username)
+	r.Password = expand(c.Password)
+	if c.TLS != nil {
+		t := *c.TLS
+		t.CA, t.Cert, t.Key, t.ServerName = expand(t.CA), expand(t.Cert), expand(t.Key), expand(t.ServerName)
+		r.TLS = &t
+	}
+	if r.Timeout == 0 {
+		r.Timeout = caddy.Duration(DefaultRedisTimeout)
+	}
+	if r.Prefix == "" {
+		r.Prefix = core.DefaultRedisPrefix
+	}
+	if strings.ContainsAny(r.Prefix, "{}") {
+		return nil, fmt.Errorf("store: redis: prefix %q: must not contain braces", r.Prefix)
+	}
+	return &r, nil
+}
+
+// poolKey identifies the store c configures: every setting, with the
+// password replaced by its SHA-256 so the key holds no secret.
+func (c *RedisStoreConfig) poolKey() string {
+	k := *c
+	if k.Password != "" {
+		sum := sha256.Sum256([]byte(k.Password))
+		k.Password = hex.EncodeToString(sum[:])
+	}
+	b, _ := json.Marshal(&k) // cannot fail: strings, numbers and slices only
+	return "redis:" + string(b)
+}
+
+// label names the store in metrics, without credentials.
+func (c *RedisStoreConfig) label() string {
+	switch {
+	case len(c.Addresses) > 0:
+		return "redis-cluster " + strings.Join(c.Addresses, ",")
+	case c.Sentinel != nil:
+		return "redis-sentinel " + c.Sentinel.Master + "@" + strings.Join(c.Sentinel.Addresses, ",")
+	}
+	return "redis " + c.Address + "/" + strconv.Itoa(c.DB)
+}
+
+// tlsConfig builds the client's TLS configuration, or nil without TLS.
+func (c *RedisStoreConfig) tlsConfig() (*tls.Config, error) {
+	t := c.TLS
+	if t == nil {
+		return nil, nil
+	}
+	cfg := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		ServerName:         t.ServerName,
+		InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // an explicit, documented opt-in
+	}
+	if t.CA != "" {
+		pem, err := os.ReadFile(t.CA)
+		if err != nil {
+			return nil, fmt.Errorf("store: redis: tls: ca: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("store: redis: tls: ca: %s holds no PEM certificate", t.CA)
+		}
+	}
+	if t.Cert != "" {
+		pair, err := tls.LoadX509KeyPair(t.Cert, t.Key)
+		if err != nil {
+			return nil, fmt.Errorf("store: redis: tls: cert, key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
+// newRedisStore builds the go-redis client c describes and the core store
+// over it. It does not contact Redis: a server down at startup is an
+// outage like any other, handled per request.
+func newRedisStore(c *RedisStoreConfig) (*pooledStore, error) {
+	tlsCfg, err := c.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	timeout := time.Duration(c.Timeout)
+	// Retries are off: a reply lost after the script ran would charge a
+	// retried request twice. Deadlines come from the request's context,
+	// bounded by Timeout. RESP2 keeps script replies in the types
+	// core.Scripter documents; CLIENT SETINFO is not sent because servers
+	// before 7.2 refuse it.
+	opts := &redis.UniversalOptions{
+		Username:              c.Username,
+		Password:              c.Password,
+		DB:                    c.DB,
+		TLSConfig:             tlsCfg,
+		PoolSize:              c.PoolSize,
+		Protocol:              2,
+		MaxRetries:            -1,
+		DialTimeout:           timeout,
+		ReadTimeout:           timeout,
+		WriteTimeout:          timeout,
+		ContextTimeoutEnabled: true,
+		DisableIdentity:       true,
+	}
+	var client redis.UniversalClient
+	cluster := false
+	switch {
+	case len(c.Addresses) > 0:
+		opts.Addrs = c.Addresses
+		client = redis.NewClusterClient(opts.Cluster())
+		cluster = true
+	case c.Sentinel != nil:
+		opts.Addrs = c.Sentinel.Addresses
+		opts.MasterName = c.Sentinel.Master
+		client = redis.NewFailoverClient(opts.Failover())
+	default:
+		opts.Addrs = []string{c.Address}
+		client = redis.NewClient(opts.Simple())
+	}
+	st, err := core.NewRedisStore(core.RedisConfig{Client: scripter{client}, Prefix: c.Prefix, Cluster: cluster})
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	var b core.Breaker
+	if c.Breaker != nil {
+		b.Failures, b.Backoff = c.Breaker.Failures, time.Duration(c.Breaker.Backoff)
+	}
+	return &pooledStore{store: st, timeout: timeout, breaker: &b, label: c.label(), close: client.Close}, nil
+}
+
+// scripter adapts a go-redis client to core.Scripter. A cluster client
+// routes each EVALSHA by its keys and loads scripts on every node.
+type scripter struct {
+	c redis.UniversalClient
+}
+
+// EvalSha runs EVALSHA. A nil reply is (nil, nil); a Redis error reply is
+// returned as go-redis's error, whose text is the reply's.
+func (s scripter) EvalSha(ctx context.Context, sha string, keys, args []string) (interface{}, error) {
+	a := make([]interface{}, len(args))
+	for i, v := range args {
+		a[i] = v
+	}
+	v, err := s.c.EvalSha(ctx, sha, keys, a...).Result()
+	if err == redis.Nil {
+		return nil, nil
+	}
+	return v, err
+}
+
+// ScriptLoad runs SCRIPT LOAD, on every node of a cluster.
+func (s scripter) ScriptLoad(ctx context.Context, script string) (string, error) {
+	return s.c.ScriptLoad(ctx, script).Result()
+}
+
+// Interface guards
+var (
+	_ core.Scripter    = scripter{}
+	_ caddy.Destructor = (*pooledStore)(nil)
+)

@@ -1,0 +1,121 @@
+package caddymodule
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// StoreConfig selects where a handler's counters live: set Memory or
+// Redis, not both. Neither means in memory with default settings.
+type StoreConfig struct {
+	// Memory keeps the counters in this Caddy process.
+	Memory *MemoryStoreConfig `json:"memory,omitempty"`
+	// Redis keeps the counters in Redis, shared by every Caddy instance
+	// using the same server and key prefix.
+	Redis *RedisStoreConfig `json:"redis,omitempty"`
+}
+
+// MemoryStoreConfig configures an in-process store. Its memory is bounded:
+// about 40 bytes per key slot, pages touched only as slots are used.
+type MemoryStoreConfig struct {
+	// MaxKeys is the number of (zone, key) counters kept; when the table
+	// is full, expired counters and then those closest to expiring are
+	// forgotten first. Default 1000000.
+	MaxKeys int `json:"max_keys,omitempty"`
+}
+
+// validate checks c without building anything.
+func (c *StoreConfig) validate() error {
+	if c.Memory != nil && c.Redis != nil {
+		return errors.New("store: set memory or redis, not both")
+	}
+	if c.Memory != nil && c.Memory.MaxKeys < 0 {
+		return errors.New("store: memory: max_keys: must not be negative")
+	}
+	if c.Redis != nil {
+		return c.Redis.validate()
+	}
+	return nil
+}
+
+// stores holds every store in use, keyed by its identity (see poolKey), so
+// that handlers configured alike share one store and a config reload keeps
+// the counters: the new config acquires the store before the old one
+// releases it.
+var stores = caddy.NewUsagePool()
+
+// pooledStore is a store in the pool.
+type pooledStore struct {
+	store   core.Store
+	timeout time.Duration // bound of each call; zero for memory
+	breaker *core.Breaker // nil for memory
+	label   string        // the store's metric label: no credentials
+	close   func() error  // releases the client; nil for memory
+}
+
+// Destruct closes the store's client, when it has one. The pool calls it
+// when the last handler using the store is cleaned up.
+func (p *pooledStore) Destruct() error {
+	if p.close == nil {
+		return nil
+	}
+	return p.close()
+}
+
+// fallbackLocal is the value of Handler.Fallback that enables the local
+// fallback store.
+const fallbackLocal = "local"
+
+// fallbackPoolKey is the pool key of the local fallback store, shared by
+// every handler with fallback local.
+const fallbackPoolKey = "fallback:memory"
+
+// acquireStore returns the handler's primary store from the pool,
+// building it on first use.
+func (h *Handler) acquireStore(ctx caddy.Context) (*pooledStore, error) {
+	if h.Store != nil && h.Store.Redis != nil {
+		cfg, err := h.Store.Redis.resolve()
+		if err != nil {
+			return nil, err
+		}
+		return h.acquire(cfg.poolKey(), func() (caddy.Destructor, error) {
+			return newRedisStore(cfg)
+		})
+	}
+	maxKeys := core.DefaultMaxKeys
+	if h.Store != nil && h.Store.Memory != nil && h.Store.Memory.MaxKeys > 0 {
+		maxKeys = h.Store.Memory.MaxKeys
+	}
+	return h.acquire("memory:"+strconv.Itoa(maxKeys), func() (caddy.Destructor, error) {
+		st, err := core.NewMemoryStore(core.MemoryConfig{MaxKeys: maxKeys})
+		if err != nil {
+			return nil, err
+		}
+		return &pooledStore{store: st, label: "memory"}, nil
+	})
+}
+
+// newFallbackStore builds the local fallback store.
+func newFallbackStore() (caddy.Destructor, error) {
+	st, err := core.NewMemoryStore(core.MemoryConfig{})
+	if err != nil {
+		return nil, err
+	}
+	return &pooledStore{store: st, label: "fallback"}, nil
+}
+
+// acquire takes a reference to the pooled store at key, building it with
+// build when absent, and records it for Cleanup.
+func (h *Handler) acquire(key string, build caddy.Constructor) (*pooledStore, error) {
+	v, _, err := stores.LoadOrNew(key, build)
+	if err != nil {
+		return nil, err
+	}
+	h.stores = append(h.stores, key)
+	return v.(*pooledStore), nil
+}

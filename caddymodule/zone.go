@@ -1,0 +1,284 @@
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// clientIPKey is the default key template: Caddy's client address, which
+// already honours the server's trusted_proxies. The Caddyfile adapter
+// rewrites it to clientIPVarKey, the placeholder that exists at run time;
+// both mean the address.
+const (
+	clientIPKey    = "{client_ip}"
+	clientIPVarKey = "{http.vars.client_ip}"
+)
+
+// Zone is one named rate limit of a [Handler].
+type Zone struct {
+	// Name identifies the zone in the RateLimit-Policy header, 429 bodies,
+	// logs, metrics and store keys. Required and unique within the
+	// handler; it must not contain quotes, backslashes, colons, braces or
+	// line breaks.
+	Name string `json:"name,omitempty"`
+
+	// Key is the template of the key that identifies a client within the
+	// zone: any text with Caddy placeholders, such as
+	// "{http.request.header.X-API-Key}" or
+	// "{http.vars.client_ip} {http.request.host}". Default "{client_ip}",
+	// the client's address as Caddy derives it (honouring the server's
+	// trusted_proxies); "{http.vars.client_ip}" is the same. A request
+	// for which any placeholder of Key is empty or unknown has no key, and
+	// is treated as OnMissingKey says. A key without placeholders is one
+	// counter shared by every request (a global limit). Keys longer than
+	// 128 bytes are stored as a digest.
+	Key string `json:"key,omitempty"`
+
+	// Rate is the quota of cost units per period, written
+	// "<quota>/<period>": the period is a unit (ms, s, m, h or d) or a Go
+	// duration, as in "100/m", "5/s", "10/1m30s" or "2.5/s". Required.
+	Rate string `json:"rate,omitempty"`
+
+	// Burst is the capacity in cost units: for token_bucket the bucket
+	// size, for leaky_bucket the queue depth (the request being served
+	// included). Zero means the quota. The window algorithms take their
+	// capacity from the quota and refuse a burst.
+	Burst float64 `json:"burst,omitempty"`
+
+	// Algorithm is one of token_bucket (the default), leaky_bucket,
+	// fixed_window, sliding_window_log (quota at most 10000) or
+	// sliding_window_counter.
+	Algorithm string `json:"algorithm,omitempty"`
+
+	// Cost is what a request is charged: a positive number (default 1),
+	// or a placeholder such as "{http.request.header.X-Cost}" evaluated
+	// per request. A placeholder that does not evaluate to a positive
+	// finite number charges 1, so a client cannot make its requests free.
+	Cost caddyhttp.WeakString `json:"cost,omitempty"`
+
+	// MaxDelay is, for leaky_bucket, the longest a request is held to
+	// pace it at the rate rather than rejected; zero (the default) holds
+	// requests as long as the queue (Burst) allows. Other algorithms
+	// refuse it.
+	MaxDelay caddy.Duration `json:"max_delay,omitempty"`
+
+	// MatchRaw restricts the zone to the requests that match every one of
+	// these matchers; the zone is skipped for other requests. Absent means
+	// every request the handler sees.
+	MatchRaw caddy.ModuleMap `json:"match,omitempty" caddy:"namespace=http.matchers"`
+
+	// IPv4Prefix, with the key {client_ip} (the default), keys IPv4 clients by
+	// their network of this many bits (24: one counter per /24) instead
+	// of their full address. Zero or 32 means the full address.
+	IPv4Prefix int `json:"ipv4_prefix,omitempty"`
+
+	// IPv6Prefix, with the key {client_ip} (the default), keys IPv6 clients by
+	// their network of this many bits (64 is usual: one counter per /64,
+	// what one subscriber typically gets). Zero or 128 means the full
+	// address.
+	IPv6Prefix int `json:"ipv6_prefix,omitempty"`
+
+	// OnMissingKey is what happens to a request without a key: "skip"
+	// (the default) exempts it from this zone, "shared" counts all such
+	// requests under one key of their own.
+	OnMissingKey string `json:"on_missing_key,omitempty"`
+
+	limit    *core.Limit
+	match    caddyhttp.MatcherSet
+	missing  core.MissingKey
+	keyKind  keyKind
+	group    *core.ClientIP // with keyClientIP: groups addresses by prefix; nil keys by full address
+	cost     float64        // the cost when costTmpl is empty
+	costTmpl string         // the cost's placeholder template, or ""
+}
+
+// keyKind is how a zone builds its key.
+type keyKind int
+
+const (
+	keyClientIP keyKind = iota // Key is exactly {client_ip}: read Caddy's client address
+	keyTemplate                // Key has placeholders: expand them per request
+	keyConstant                // Key has none: one key for every request
+)
+
+// provision builds the zone's limit, key, cost and matchers.
+func (z *Zone) provision(ctx caddy.Context) error {
+	rate, err := core.ParseRate(z.Rate)
+	if err != nil {
+		return err
+	}
+	z.limit = &core.Limit{
+		Name:      z.Name,
+		Algorithm: core.Algorithm(z.Algorithm),
+		Rate:      rate,
+		Burst:     z.Burst,
+		MaxDelay:  time.Duration(z.MaxDelay),
+	}
+	if err := z.limit.Validate(); err != nil {
+		return err
+	}
+
+	switch key := z.key(); {
+	case isClientIPKey(key):
+		z.keyKind = keyClientIP
+		if z.groups() {
+			z.group = &core.ClientIP{IPv4Prefix: z.IPv4Prefix, IPv6Prefix: z.IPv6Prefix}
+			if err := z.group.Validate(); err != nil {
+				return err
+			}
+		}
+	case strings.ContainsAny(key, "{}"):
+		z.keyKind = keyTemplate
+	default:
+		z.keyKind = keyConstant
+	}
+	if z.missing, err = core.ParseMissingKey(z.OnMissingKey); err != nil {
+		return fmt.Errorf("on_missing_key: %w", err)
+	}
+	if err := z.provisionCost(); err != nil {
+		return err
+	}
+	return z.provisionMatch(ctx)
+}
+
+// key is the key template, defaulted.
+func (z *Zone) key() string {
+	if z.Key == "" {
+		return clientIPKey
+	}
+	return z.Key
+}
+
+// isClientIPKey reports whether key is the client's address alone.
+func isClientIPKey(key string) bool { return key == clientIPKey || key == clientIPVarKey }
+
+// groups reports whether client addresses are grouped by network.
+func (z *Zone) groups() bool { return z.IPv4Prefix != 0 || z.IPv6Prefix != 0 }
+
+// provisionCost reads Cost as a number or a placeholder template.
+func (z *Zone) provisionCost() error {
+	s := strings.TrimSpace(string(z.Cost))
+	switch {
+	case s == "":
+		z.cost = 1
+	case strings.ContainsAny(s, "{}"):
+		z.costTmpl = s
+	default:
+		c, err := parseCost(s)
+		if err != nil {
+			return fmt.Errorf("cost %q: %w", s, err)
+		}
+		z.cost = c
+	}
+	return nil
+}
+
+// parseCost parses a cost: a positive finite number.
+func parseCost(s string) (float64, error) {
+	c, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(c, 0) || math.IsNaN(c) {
+		return 0, errors.New("not a number or a placeholder")
+	}
+	if c <= 0 {
+		return 0, errors.New("must be positive")
+	}
+	return c, nil
+}
+
+// provisionMatch loads the zone's matchers.
+func (z *Zone) provisionMatch(ctx caddy.Context) error {
+	if z.MatchRaw == nil {
+		return nil
+	}
+	mods, err := ctx.LoadModule(z, "MatchRaw")
+	if err != nil {
+		return fmt.Errorf("match: %w", err)
+	}
+	for name, m := range mods.(map[string]any) {
+		switch m.(type) {
+		case caddyhttp.RequestMatcherWithError, caddyhttp.RequestMatcher:
+			z.match = append(z.match, m)
+		default:
+			return fmt.Errorf("match: %s is not a request matcher", name)
+		}
+	}
+	return nil
+}
+
+// validate checks the settings that provision does not need.
+func (z *Zone) validate() error {
+	if z.groups() && !isClientIPKey(z.key()) {
+		return fmt.Errorf("ipv4_prefix, ipv6_prefix: group client addresses, so apply only to the key %s, not %q", clientIPKey, z.Key)
+	}
+	return nil
+}
+
+// ask returns r's ask of the zone; ok is false when the zone does not apply
+// (its matchers do not match, or the key is missing under on_missing_key
+// skip). err is a matcher's error.
+func (z *Zone) ask(r *http.Request, repl *caddy.Replacer) (a core.Ask, ok bool, err error) {
+	if len(z.match) > 0 {
+		if ok, err = z.match.MatchWithError(r); !ok || err != nil {
+			return a, false, err
+		}
+	}
+	key, ok := z.missing.Resolve(z.keyOf(r, repl))
+	if !ok {
+		return a, false, nil
+	}
+	return core.Ask{Limit: z.limit, Key: key, Cost: z.costOf(repl)}, true, nil
+}
+
+// keyOf returns r's key; ok is false when it has none.
+func (z *Zone) keyOf(r *http.Request, repl *caddy.Replacer) (string, bool) {
+	switch z.keyKind {
+	case keyClientIP:
+		ip, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
+		if ip == "" || z.group == nil {
+			return ip, ip != ""
+		}
+		// Group the address Caddy derived with core's own rule: a
+		// request whose peer is that address and that trusts no proxy.
+		peer := http.Request{RemoteAddr: ip}
+		return z.group.Key(&peer)
+	case keyTemplate:
+		k, err := repl.ReplaceOrErr(z.Key, true, true)
+		if err != nil || k == "" {
+			return "", false
+		}
+		return escapeKey(k), true
+	}
+	return escapeKey(z.Key), true
+}
+
+// escapeKey prefixes a key that begins with byte 0x00 or 0x01 with 0x01,
+// as core.KeySpec does, so that no key equals on_missing_key shared's key,
+// which begins with 0x00.
+func escapeKey(k string) string {
+	if k != "" && k[0] <= 1 {
+		return "\x01" + k
+	}
+	return k
+}
+
+// costOf returns the cost of the request whose replacer is repl.
+func (z *Zone) costOf(repl *caddy.Replacer) float64 {
+	if z.costTmpl == "" {
+		return z.cost
+	}
+	c, err := parseCost(strings.TrimSpace(repl.ReplaceAll(z.costTmpl, "")))
+	if err != nil {
+		return 1
+	}
+	return c
+}

@@ -1,0 +1,189 @@
+package caddymodule
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// testRequest returns a request whose Caddy client address is clientIP,
+// with the given headers, and its replacer.
+func testRequest(clientIP string, header map[string]string) (*http.Request, *caddy.Replacer) {
+	r := httptest.NewRequest(http.MethodGet, "http://example.com/search?q=x", nil)
+	for k, v := range header {
+		r.Header.Set(k, v)
+	}
+	vars := map[string]any{caddyhttp.ClientIPVarKey: clientIP}
+	*r = *r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, vars))
+	return r, caddyhttp.NewTestReplacer(r)
+}
+
+func provisionedZone(t *testing.T, z Zone) *Zone {
+	t.Helper()
+	if z.Name == "" {
+		z.Name = "z"
+	}
+	if z.Rate == "" {
+		z.Rate = "10/s"
+	}
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	t.Cleanup(cancel)
+	if err := z.provision(ctx); err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	if err := z.validate(); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	return &z
+}
+
+func TestZoneKey(t *testing.T) {
+	const shared = "\x00missing" // core's key of on_missing_key shared
+	tests := []struct {
+		name     string
+		zone     Zone
+		clientIP string
+		header   map[string]string
+		want     string
+		ok       bool
+	}{
+		{"default is the client address", Zone{}, "203.0.113.7", nil, "203.0.113.7", true},
+		{"explicit client_ip", Zone{Key: "{client_ip}"}, "203.0.113.7", nil, "203.0.113.7", true},
+		{"adapted client_ip", Zone{Key: "{http.vars.client_ip}"}, "2001:db8::1", nil, "2001:db8::1", true},
+		{"ipv4 grouped", Zone{IPv4Prefix: 24, IPv6Prefix: 64}, "203.0.113.7", nil, "203.0.113.0/24", true},
+		{"ipv6 grouped", Zone{IPv4Prefix: 24, IPv6Prefix: 64}, "2001:db8:1:2:3:4:5:6", nil, "2001:db8:1:2::/64", true},
+		{"ipv4-mapped ipv6 grouped as ipv4", Zone{IPv4Prefix: 16}, "::ffff:198.51.100.9", nil, "198.51.0.0/16", true},
+		{"ipv4 full when only ipv6 grouped", Zone{IPv6Prefix: 64}, "203.0.113.7", nil, "203.0.113.7", true},
+		{"no client address", Zone{}, "", nil, "", false},
+		{"no client address, shared", Zone{OnMissingKey: "shared"}, "", nil, shared, true},
+		{"header", Zone{Key: "{http.request.header.X-API-Key}"}, "203.0.113.7", map[string]string{"X-API-Key": "k1"}, "k1", true},
+		{"header absent", Zone{Key: "{http.request.header.X-API-Key}"}, "203.0.113.7", nil, "", false},
+		{"header absent, shared", Zone{Key: "{http.request.header.X-API-Key}", OnMissingKey: "shared"}, "203.0.113.7", nil, shared, true},
+		{"composite", Zone{Key: "{http.vars.client_ip} {http.request.host}"}, "203.0.113.7", nil, "203.0.113.7 example.com", true},
+		{"composite with an empty part", Zone{Key: "{http.request.host}/{http.request.header.X-User}"}, "203.0.113.7", nil, "", false},
+		{"unknown placeholder", Zone{Key: "{no.such.placeholder}"}, "203.0.113.7", nil, "", false},
+		{"constant", Zone{Key: "global"}, "", nil, "global", true},
+		{"query value", Zone{Key: "{http.request.uri.query.q}"}, "", nil, "x", true},
+		{"value starting with NUL is escaped", Zone{Key: "{http.request.header.X-K}"}, "", map[string]string{"X-K": "\x00missing"}, "\x01\x00missing", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			z := provisionedZone(t, tt.zone)
+			r, repl := testRequest(tt.clientIP, tt.header)
+			a, ok, err := z.ask(r, repl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok != tt.ok || a.Key != tt.want {
+				t.Errorf("ask = (%q, %v), want (%q, %v)", a.Key, ok, tt.want, tt.ok)
+			}
+			if ok && a.Limit != z.limit {
+				t.Errorf("ask's limit is not the zone's")
+			}
+		})
+	}
+}
+
+func TestEscapeKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"":         "",
+		"a":        "a",
+		"\x00miss": "\x01\x00miss",
+		"\x01x":    "\x01\x01x",
+		"\x02x":    "\x02x",
+	} {
+		if got := escapeKey(in); got != want {
+			t.Errorf("escapeKey(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestZoneCost(t *testing.T) {
+	tests := []struct {
+		cost   string
+		header string
+		want   float64
+	}{
+		{"", "", 1},
+		{"5", "", 5},
+		{"2.5", "", 2.5},
+		{"{http.request.header.X-Cost}", "4", 4},
+		{"{http.request.header.X-Cost}", "0.5", 0.5},
+		{"{http.request.header.X-Cost}", "", 1},
+		{"{http.request.header.X-Cost}", "0", 1},
+		{"{http.request.header.X-Cost}", "-3", 1},
+		{"{http.request.header.X-Cost}", "NaN", 1},
+		{"{http.request.header.X-Cost}", "Inf", 1},
+		{"{http.request.header.X-Cost}", "lots", 1},
+	}
+	for _, tt := range tests {
+		z := provisionedZone(t, Zone{Cost: caddyhttp.WeakString(tt.cost)})
+		r, repl := testRequest("203.0.113.7", map[string]string{"X-Cost": tt.header})
+		a, ok, err := z.ask(r, repl)
+		if err != nil || !ok {
+			t.Fatalf("cost %q, header %q: ask = %v, %v", tt.cost, tt.header, ok, err)
+		}
+		if a.Cost != tt.want {
+			t.Errorf("cost %q, header %q: cost = %v, want %v", tt.cost, tt.header, a.Cost, tt.want)
+		}
+	}
+}
+
+func TestZoneMatch(t *testing.T) {
+	z := provisionedZone(t, Zone{MatchRaw: caddy.ModuleMap{"path": []byte(`["/search"]`)}})
+	r, repl := testRequest("203.0.113.7", nil)
+	if _, ok, err := z.ask(r, repl); !ok || err != nil {
+		t.Errorf("/search: ask = %v, %v; want the zone to apply", ok, err)
+	}
+	r, repl = testRequest("203.0.113.7", nil)
+	r.URL.Path = "/other"
+	if _, ok, err := z.ask(r, repl); ok || err != nil {
+		t.Errorf("/other: ask = %v, %v; want the zone skipped", ok, err)
+	}
+}
+
+func TestZoneProvisionErrors(t *testing.T) {
+	tests := []struct {
+		zone Zone
+		want string
+	}{
+		{Zone{Name: "z", Rate: "ten per second"}, `rate "ten per second"`},
+		{Zone{Name: "z", Rate: "10/s", Algorithm: "gcra"}, `limit "z": algorithm "gcra": unknown`},
+		{Zone{Name: "z", Rate: "10/s", Algorithm: "fixed_window", Burst: 3}, `limit "z": burst:`},
+		{Zone{Name: "a:b", Rate: "10/s"}, `name "a:b"`},
+		{Zone{Name: "z", Rate: "10/s", IPv4Prefix: 40}, "ipv4_prefix: must be between 0 and 32, got 40"},
+		{Zone{Name: "z", Rate: "10/s", IPv6Prefix: -1}, "ipv6_prefix: must be between 0 and 128, got -1"},
+		{Zone{Name: "z", Rate: "10/s", Cost: "0"}, `cost "0": must be positive`},
+		{Zone{Name: "z", Rate: "10/s", OnMissingKey: "drop"}, "on_missing_key:"},
+		{Zone{Name: "z", Rate: "10/s", MatchRaw: caddy.ModuleMap{"nosuchmatcher": []byte(`{}`)}}, "match:"},
+	}
+	for _, tt := range tests {
+		ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+		err := tt.zone.provision(ctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%+v: provision error %v, want one containing %q", tt.zone, err, tt.want)
+		}
+	}
+	z := Zone{Name: "z", Rate: "10/s", Key: "{http.request.header.X-API-Key}", IPv6Prefix: 64}
+	if err := z.validate(); err == nil || !strings.Contains(err.Error(), "ipv4_prefix, ipv6_prefix") {
+		t.Errorf("prefix on a header key: validate error %v", err)
+	}
+}
+
+// TestLimitIsCore checks that a zone's limit is core's, validated, with the
+// zone's settings.
+func TestLimitIsCore(t *testing.T) {
+	z := provisionedZone(t, Zone{Name: "api", Rate: "100/m", Algorithm: "leaky_bucket", Burst: 5, MaxDelay: caddy.Duration(5e8)})
+	l := z.limit
+	if l.Name != "api" || l.Algorithm != core.LeakyBucket || l.Rate.Quota != 100 || l.Capacity() != 5 || l.MaxDelay != 5e8 {
+		t.Errorf("limit = %+v", l)
+	}
+}
