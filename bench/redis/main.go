@@ -1,0 +1,165 @@
+// Command redis measures the decisions per second of sluice's RedisStore
+// (through core/resp) against a running Redis server, at several numbers of
+// concurrent callers, each with its own connection. It decides one
+// token_bucket limit of 1e9 per second with a burst of 1e9 on one key, so
+// that every decision is admitted and writes its state.
+//
+//	go run ./bench/redis -addr 127.0.0.1:6379 -c 1,8,64 -d 3s
+//
+// prints one line per concurrency, "<callers> <decisions/s>". With -dump
+// DIR it first writes the store's script to DIR/script.lua and the EVALSHA
+// arguments of one decision, one per line, to DIR/evalsha.args, so that
+// redis-benchmark can send exactly the same command (see run.sh).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/resp"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:6379", "Redis server address")
+	conc := flag.String("c", "1,8,64", "comma-separated numbers of concurrent callers")
+	dur := flag.Duration("d", 3*time.Second, "duration of each measurement")
+	dump := flag.String("dump", "", "directory to write script.lua and evalsha.args to, before measuring")
+	flag.Parse()
+	if err := run(*addr, *conc, *dur, *dump); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/redis:", err)
+		os.Exit(1)
+	}
+}
+
+func run(addr, conc string, dur time.Duration, dump string) error {
+	limit := &core.Limit{Name: "bench", Rate: core.Rate{Quota: 1e9, Period: time.Second}}
+	if err := limit.Validate(); err != nil {
+		return err
+	}
+	asks := []core.Ask{{Limit: limit, Key: "bench", Cost: 1}}
+	if dump != "" {
+		if err := dumpCommand(addr, asks, dump); err != nil {
+			return err
+		}
+	}
+	for _, f := range strings.Split(conc, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-c: bad concurrency %q", f)
+		}
+		rate, err := measure(addr, asks, n, dur)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%d %.0f\n", n, rate)
+	}
+	return nil
+}
+
+// measure runs callers goroutines deciding asks in a loop for dur and
+// returns the decisions per second.
+func measure(addr string, asks []core.Ask, callers int, dur time.Duration) (float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), dur+10*time.Second)
+	defer cancel()
+	client, err := resp.New(ctx, resp.Options{Addr: addr, PoolSize: callers})
+	if err != nil {
+		return 0, err
+	}
+	defer client.Close()
+	store, err := core.NewRedisStore(core.RedisConfig{Client: client})
+	if err != nil {
+		return 0, err
+	}
+	// Warm up: load the script and open every connection.
+	if err := store.Take(ctx, asks, make([]core.Decision, len(asks))); err != nil {
+		return 0, err
+	}
+	var done, failed int64
+	var firstErr atomic.Value
+	var stop int32
+	var wg sync.WaitGroup
+	began := time.Now()
+	for i := 0; i < callers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := make([]core.Decision, len(asks))
+			for atomic.LoadInt32(&stop) == 0 {
+				if err := store.Take(ctx, asks, out); err != nil {
+					if atomic.AddInt64(&failed, 1) == 1 {
+						firstErr.Store(err)
+					}
+					return
+				}
+				atomic.AddInt64(&done, 1)
+			}
+		}()
+	}
+	time.Sleep(dur)
+	atomic.StoreInt32(&stop, 1)
+	wg.Wait()
+	elapsed := time.Since(began)
+	if failed > 0 {
+		return 0, fmt.Errorf("%d callers failed: %v", failed, firstErr.Load())
+	}
+	return float64(done) / elapsed.Seconds(), nil
+}
+
+// recorder is a Scripter that remembers the last script loaded and the
+// last EVALSHA sent through it.
+type recorder struct {
+	core.Scripter
+	script string
+	call   []string
+}
+
+func (r *recorder) EvalSha(ctx context.Context, sha string, keys, args []string) (interface{}, error) {
+	r.call = append([]string{sha, strconv.Itoa(len(keys))}, keys...)
+	r.call = append(r.call, args...)
+	return r.Scripter.EvalSha(ctx, sha, keys, args)
+}
+
+func (r *recorder) ScriptLoad(ctx context.Context, script string) (string, error) {
+	r.script = script
+	return r.Scripter.ScriptLoad(ctx, script)
+}
+
+// dumpCommand flushes the server's scripts, makes one decision through a
+// recorder (which reloads the script), and writes the script and the
+// EVALSHA arguments to dir.
+func dumpCommand(addr string, asks []core.Ask, dir string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	client, err := resp.New(ctx, resp.Options{Addr: addr, PoolSize: 1})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	if _, err := client.Do(ctx, "SCRIPT", "FLUSH"); err != nil {
+		return err
+	}
+	rec := &recorder{Scripter: client}
+	store, err := core.NewRedisStore(core.RedisConfig{Client: rec})
+	if err != nil {
+		return err
+	}
+	if err := store.Take(ctx, asks, make([]core.Decision, len(asks))); err != nil {
+		return err
+	}
+	if rec.script == "" || rec.call == nil {
+		return fmt.Errorf("the store loaded no script")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "script.lua"), []byte(rec.script), 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "evalsha.args"), []byte(strings.Join(rec.call, "\n")+"\n"), 0o644)
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Measures sluice's RedisStore against redis-benchmark sending the very same
+# EVALSHA (same script, key and arguments) to the same server, at 1, 8 and
+# 64 concurrent callers (one connection each), and prints decisions per
+# second and their ratio store/redis-benchmark. The ratio shows what the Go
+# side (core/resp, argument building, reply decoding) costs on top of the
+# script itself. Each figure is the best of ROUNDS measurements, taken
+# alternately, as other load on the machine only ever lowers them.
+#
+#   bench/redis/run.sh                     # 3 rounds of 3 s per measurement
+#   DURATION=5s ROUNDS=1 CONCURRENCY="1 16" PORT=16400 bench/redis/run.sh
+#
+# Needs redis-server, redis-cli and redis-benchmark on PATH. The server runs
+# on 127.0.0.1:$PORT without persistence and is stopped on exit.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+port="${PORT:-16391}"
+duration="${DURATION:-3s}"
+concurrency="${CONCURRENCY:-1 8 64}"
+rounds="${ROUNDS:-3}"
+seconds="${duration%s}"
+
+dir="$(mktemp -d)"
+redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
+	--logfile "$dir/redis.log" &
+pid=$!
+trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
+for i in $(seq 50); do
+	redis-cli -p "$port" ping >/dev/null 2>&1 && break
+	[ "$i" = 50 ] && { echo "redis-server did not start on port $port" >&2; exit 1; }
+	sleep 0.1
+done
+
+go build -o "$dir/bench" ./bench/redis
+# One decision through the store writes the script and its EVALSHA arguments.
+"$dir/bench" -addr "127.0.0.1:$port" -dump "$dir" -c 1 -d 10ms >/dev/null
+mapfile -t args <"$dir/evalsha.args"
+sha="$(redis-cli -p "$port" -x SCRIPT LOAD <"$dir/script.lua")"
+if [ "$sha" != "${args[0]}" ]; then
+	echo "SCRIPT LOAD returned $sha, the store sends ${args[0]}" >&2
+	exit 1
+fi
+redis-server --version
+echo "EVALSHA ${args[*]:0:3} ... ($(( ${#args[@]} - 3 )) arguments)"
+
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); best of $rounds rounds of $duration, alternating"
+printf '\n%8s %16s %22s %8s\n' callers "store dec/s" "redis-benchmark req/s" ratio
+for c in $concurrency; do
+	best_store=0 best_rb=0
+	for r in $(seq "$rounds"); do
+		store="$("$dir/bench" -addr "127.0.0.1:$port" -c "$c" -d "$duration" | awk '{print $2}')"
+		n="$(awk -v r="$store" -v s="$seconds" 'BEGIN { n = int(r * s); if (n < 10000) n = 10000; print n }')"
+		rb="$(redis-benchmark -p "$port" -c "$c" -n "$n" --csv EVALSHA "${args[@]}" |
+			awk -F'"' 'NR == 2 { print $4 }')"
+		best_store="$(awk -v a="$best_store" -v b="$store" 'BEGIN { print (b > a ? b : a) }')"
+		best_rb="$(awk -v a="$best_rb" -v b="$rb" 'BEGIN { print (b > a ? b : a) }')"
+	done
+	awk -v c="$c" -v s="$best_store" -v b="$best_rb" 'BEGIN { printf "%8d %16.0f %22.0f %8.2f\n", c, s, b, s / b }'
+done
