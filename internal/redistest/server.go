@@ -1,6 +1,7 @@
 // Package redistest runs real redis-server processes for tests: a standalone
-// server (optionally with a password, an ACL user and a TLS port) or a Redis
-// Cluster of several masters, all bound to 127.0.0.1 with persistence off.
+// server (optionally with a password, an ACL user and a TLS port), a Redis
+// Cluster of several masters, or a master with a replica watched by Sentinels,
+// all bound to 127.0.0.1 with persistence off.
 //
 // It uses the standard library only and starts processes with os.StartProcess
 // (not os/exec), so tests that use it also run under Traefik's Yaegi
