@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Measures what sluice costs Caddy: the throughput of Caddy answering "ok"
+# with sluice (in-memory store, a limit never reached; sluice.Caddyfile)
+# against the same Caddy without it (plain.Caddyfile). Both run at once, as
+# two processes of the ./caddy that ./xcaddy.sh builds, on free loopback
+# ports, and wrk loads them in turn, ROUNDS times each, interleaved
+# (plain, sluice, sluice, plain, plain, ...) after a short warm-up of each,
+# so that drifts in the machine's load fall on both alike. Prints, for every
+# round and as each side's median, the requests per second and the
+# microseconds of Caddy CPU time per request (from /proc), then the ratio of
+# the median throughputs, sluice / plain (the target is at least 0.97), and
+# that of the CPU costs, plain / sluice, which other processes on the machine
+# disturb much less than throughput.
+#
+# Environment: ROUNDS (default 5), DURATION of each round in seconds
+# (default 5), THREADS (default 2) and CONNECTIONS (default 32) of wrk.
+# With the defaults it takes about a minute plus the build. It fails if a
+# server does not come up, if sluice is not deciding (no RateLimit header),
+# or if wrk saw an error or an answer other than 2xx.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$here/../.."
+
+rounds="${ROUNDS:-5}"
+duration="${DURATION:-5}"
+threads="${THREADS:-2}"
+connections="${CONNECTIONS:-32}"
+
+log() { printf 'bench/caddy: %s\n' "$*" >&2; }
+die() {
+	log "$*"
+	exit 1
+}
+
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+if ! command -v wrk >/dev/null 2>&1; then
+	log "installing wrk"
+	sudo=()
+	[ "$(id -u)" -eq 0 ] || sudo=(sudo)
+	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq wrk >/dev/null ||
+		die "wrk is missing and could not be installed"
+fi
+
+timeout 1800 ./xcaddy.sh build || die "./xcaddy.sh build failed"
+
+tmp="$(mktemp -d)"
+export XDG_CONFIG_HOME="$tmp/config" XDG_DATA_HOME="$tmp/data"
+pids=()
+cleanup() {
+	local pid i
+	for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+	for pid in "${pids[@]}"; do
+		for ((i = 0; i < 50; i++)); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# free_port prints a loopback port nothing listens on, below the kernel's
+# ephemeral range (whose ports outgoing connections may hold) and above 10000.
+free_port() {
+	local i p lo=10000 hi=32767 eph
+	read -r eph _ 2>/dev/null </proc/sys/net/ipv4/ip_local_port_range || eph=32768
+	((eph - 1 - lo >= 1000)) && hi=$((eph - 1))
+	for ((i = 0; i < 100; i++)); do
+		p=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo + 1)))
+		if ! port_open "$p"; then
+			echo "$p"
+			return 0
+		fi
+	done
+	die "no free loopback port found"
+}
+
+declare -A port caddy_pid
+for side in plain sluice; do
+	port[$side]="$(free_port)"
+	SLUICE_BENCH_PORT="${port[$side]}" ./caddy run --config "$here/$side.Caddyfile" --adapter caddyfile \
+		>"$tmp/$side.log" 2>&1 &
+	pid=$!
+	pids+=("$pid")
+	caddy_pid[$side]=$pid
+	for ((i = 0; i < 200; i++)); do
+		kill -0 "$pid" 2>/dev/null || die "caddy ($side) exited: $(tail -n 5 "$tmp/$side.log")"
+		port_open "${port[$side]}" && break
+		sleep 0.1
+	done
+	port_open "${port[$side]}" || die "caddy ($side) not listening after 20s"
+done
+curl -sS --max-time 5 -D - -o /dev/null "http://127.0.0.1:${port[sluice]}/" | grep -qi '^RateLimit:' ||
+	die "the sluice side answers without a RateLimit header"
+
+# cpu_ticks prints the CPU time, user and system, that process $1 has used,
+# in clock ticks.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+tick_us=$((1000000 / $(getconf CLK_TCK)))
+
+# load runs wrk against side $1 for $2 seconds and sets rps to the requests
+# per second it measured and cpu to the microseconds of Caddy CPU time per
+# request, failing on errors or non-2xx answers.
+rps=0 cpu=0
+load() {
+	local out before after res
+	before="$(cpu_ticks "${caddy_pid[$1]}")"
+	out="$(timeout $(($2 + 30)) wrk -t"$threads" -c"$connections" -d"$2s" "http://127.0.0.1:${port[$1]}/")" ||
+		die "wrk failed against $1"
+	after="$(cpu_ticks "${caddy_pid[$1]}")"
+	if grep -Eq 'Non-2xx|Socket errors' <<<"$out"; then
+		die "wrk against $1 saw errors: $(grep -E 'Non-2xx|Socket errors' <<<"$out")"
+	fi
+	res="$(awk -v ticks=$((after - before)) -v us="$tick_us" '
+		/ requests in / { n = $1 }
+		/^Requests\/sec:/ { rps = $2 }
+		END { if (n > 0 && rps > 0) printf "%s %.2f\n", rps, ticks * us / n; else exit 1 }' <<<"$out")" ||
+		die "no throughput in wrk's output against $1: $out"
+	read -r rps cpu <<<"$res"
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+log "wrk -t$threads -c$connections -d${duration}s, $rounds rounds each side, interleaved"
+load plain 1
+load sluice 1
+for side in plain sluice; do : >"$tmp/$side.rps" && : >"$tmp/$side.cpu"; done
+for ((r = 1; r <= rounds; r++)); do
+	order="plain sluice"
+	((r % 2)) || order="sluice plain"
+	for side in $order; do
+		load "$side" "$duration"
+		echo "$rps" >>"$tmp/$side.rps"
+		echo "$cpu" >>"$tmp/$side.cpu"
+		printf 'round %d  %-6s  %8.0f req/s  %6.1f us CPU/req\n' "$r" "$side" "$rps" "$cpu"
+	done
+done
+for side in plain sluice; do
+	printf 'median    %-6s  %8.0f req/s  %6.1f us CPU/req\n' "$side" \
+		"$(median <"$tmp/$side.rps")" "$(median <"$tmp/$side.cpu")"
+done
+awk -v s="$(median <"$tmp/sluice.rps")" -v p="$(median <"$tmp/plain.rps")" \
+	-v sc="$(median <"$tmp/sluice.cpu")" -v pc="$(median <"$tmp/plain.cpu")" 'BEGIN {
+	r = s / p
+	printf "ratio     sluice/plain throughput %.3f (target >= 0.97: %s)\n", r, (r >= 0.97 ? "met" : "NOT met")
+	printf "ratio     plain/sluice CPU per request %.3f (less sensitive to other load)\n", pc / sc
+}'

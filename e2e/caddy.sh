@@ -1,0 +1,263 @@
+#!/usr/bin/env bash
+# End-to-end test of sluice's Caddy module in a real Caddy v2.11.9, built by
+# ./xcaddy.sh. Everything listens on 127.0.0.1 and is stopped on exit.
+#
+#   module   ./caddy list-modules has http.handlers.sluice, and
+#            Caddyfile.example adapts and validates.
+#   example  ./caddy runs Caddyfile.example (127.0.0.1:8080, admin on
+#            localhost:2019, both must be free): an allowed answer carries
+#            the rate-limit headers; POST /login's stricter zone rejects the
+#            4th attempt; GET / is answered 429 within a bounded number of
+#            requests, with Retry-After, RateLimit, RateLimit-Policy,
+#            X-RateLimit-* and a JSON body; /account keys on the user that
+#            basic_auth verified; /slow shapes.
+#   redis    a redis-server and two Caddy instances sharing it
+#            (e2e/testdata/redis.Caddyfile): requests spread over both, some
+#            at once, are admitted exactly up to the shared quota; then, with
+#            Redis frozen (SIGSTOP) and then gone, the instance configured
+#            on_store_error deny answers 429 and the one configured allow
+#            answers 200, each within the store timeout plus slack.
+#
+# Prints PASS or FAIL lines and exits non-zero on the first failure, after
+# showing the logs of the servers it started.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+
+tmp="$(mktemp -d)"
+# Caddy's autosaved config and data go here, not to $HOME.
+export XDG_CONFIG_HOME="$tmp/config" XDG_DATA_HOME="$tmp/data"
+pids=()
+logs=()
+
+# stop ends the processes this script started: SIGTERM (after SIGCONT, for a
+# frozen Redis), then SIGKILL for any still running 5 seconds later.
+stop() {
+	local pid i
+	for pid in "$@"; do
+		kill -CONT "$pid" 2>/dev/null || true
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+	for pid in "$@"; do
+		for ((i = 0; i < 50; i++)); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+}
+cleanup() {
+	[ "${#pids[@]}" -eq 0 ] || stop "${pids[@]}"
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+fail() {
+	local f
+	echo "FAIL e2e/caddy.sh: $*"
+	for f in "${logs[@]}"; do
+		echo "--- last lines of $(basename "$f")"
+		tail -n 20 "$f" || true
+	done
+	exit 1
+}
+pass() { echo "PASS e2e/caddy.sh: $*"; }
+
+# port_open succeeds when something accepts TCP connections on the port.
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# free_port prints a loopback port nothing listens on, below the kernel's
+# ephemeral range (whose ports outgoing connections may hold) and above 10000.
+free_port() {
+	local i p lo=10000 hi=32767 eph
+	read -r eph _ 2>/dev/null </proc/sys/net/ipv4/ip_local_port_range || eph=32768
+	((eph - 1 - lo >= 1000)) && hi=$((eph - 1))
+	for ((i = 0; i < 100; i++)); do
+		p=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo + 1)))
+		if ! port_open "$p"; then
+			echo "$p"
+			return 0
+		fi
+	done
+	fail "no free loopback port found"
+}
+
+# wait_port waits up to 20 seconds for the process pid to listen on port,
+# without sending it a request (which would spend quota).
+wait_port() {
+	local port=$1 pid=$2 name=$3 i
+	for ((i = 0; i < 200; i++)); do
+		kill -0 "$pid" 2>/dev/null || fail "$name exited before listening on $port"
+		port_open "$port" && return 0
+		sleep 0.1
+	done
+	fail "$name not listening on 127.0.0.1:$port after 20s"
+}
+
+# req sends one request with curl's remaining arguments; it writes the
+# answer's headers to $tmp/h and body to $tmp/b and prints its status code.
+req() {
+	curl -sS --max-time 5 -D "$tmp/h" -o "$tmp/b" -w '%{http_code}' "$@" || echo 000
+}
+
+# hdr prints the value of the last answer's header $1.
+hdr() {
+	awk -v n="$1" '{ sub(/\r$/, "") } index(tolower($0), tolower(n) ":") == 1 { sub(/^[^:]*:[ \t]*/, ""); print; exit }' "$tmp/h"
+}
+
+# expect_hdr checks that the last answer's header $1 matches the extended
+# regular expression $2 (anchored), naming the answer $3 on failure.
+expect_hdr() {
+	local v
+	v="$(hdr "$1")"
+	[[ "$v" =~ ^$2$ ]] || fail "$3: header $1 is \"$v\", want /^$2\$/ (headers: $(tr -d '\r' <"$tmp/h" | tr '\n' '|'))"
+}
+
+# --- module ------------------------------------------------------------------
+timeout 1800 ./xcaddy.sh build || fail "./xcaddy.sh build failed"
+./caddy list-modules | grep -qx 'http.handlers.sluice' ||
+	fail "./caddy list-modules has no http.handlers.sluice"
+./caddy adapt --config Caddyfile.example --adapter caddyfile --validate >"$tmp/adapt.json" 2>"$tmp/adapt.log" ||
+	fail "Caddyfile.example does not adapt: $(cat "$tmp/adapt.log")"
+pass "module http.handlers.sluice is in ./caddy; Caddyfile.example adapts and validates"
+
+# --- example -----------------------------------------------------------------
+port_open 8080 && fail "127.0.0.1:8080 is in use; Caddyfile.example needs it"
+port_open 2019 && fail "localhost:2019 is in use; Caddyfile.example's admin endpoint needs it"
+logs+=("$tmp/example.log")
+./caddy run --config Caddyfile.example --adapter caddyfile >"$tmp/example.log" 2>&1 &
+example_pid=$!
+pids+=("$example_pid")
+wait_port 8080 "$example_pid" "caddy (Caddyfile.example)"
+base=http://127.0.0.1:8080
+
+code="$(req "$base/")"
+[ "$code" = 200 ] || fail "GET / (first): status $code, want 200"
+expect_hdr RateLimit-Policy '"per_ip";q=5;w=10' "GET / (first)"
+expect_hdr RateLimit '"per_ip";r=4;t=[0-9]+' "GET / (first)"
+expect_hdr X-RateLimit-Limit 5 "GET / (first)"
+expect_hdr X-RateLimit-Remaining 4 "GET / (first)"
+expect_hdr X-RateLimit-Reset '[0-9]+' "GET / (first)"
+pass "an allowed answer carries RateLimit, RateLimit-Policy and X-RateLimit-*"
+
+for i in 1 2 3; do
+	code="$(req -X POST "$base/login")"
+	[ "$code" = 200 ] || fail "POST /login #$i: status $code, want 200"
+done
+code="$(req -X POST "$base/login")"
+[ "$code" = 429 ] || fail "POST /login #4: status $code, want 429"
+expect_hdr RateLimit-Policy '"login";q=3;w=60' "POST /login #4"
+pass "POST /login: 3 attempts admitted, the 4th answered 429 by zone login"
+
+rejected_at=0
+for ((i = 1; i <= 20; i++)); do
+	code="$(req "$base/")"
+	case "$code" in
+	200) ;;
+	429)
+		rejected_at=$i
+		break
+		;;
+	*) fail "GET / #$i: status $code, want 200 or 429" ;;
+	esac
+done
+[ "$rejected_at" -gt 0 ] || fail "GET /: no 429 in 20 requests at 5/10s"
+expect_hdr Retry-After '[1-9][0-9]*' "the 429"
+expect_hdr RateLimit-Policy '"per_ip";q=5;w=10' "the 429"
+expect_hdr RateLimit '"per_ip";r=0;t=[0-9]+' "the 429"
+expect_hdr X-RateLimit-Limit 5 "the 429"
+expect_hdr X-RateLimit-Remaining 0 "the 429"
+expect_hdr X-RateLimit-Reset '[0-9]+' "the 429"
+expect_hdr Content-Type 'application/json.*' "the 429"
+grep -q '"error":"rate_limited"' "$tmp/b" || fail "the 429's body has no \"error\":\"rate_limited\": $(cat "$tmp/b")"
+pass "GET / #$rejected_at answered 429 with Retry-After $(hdr Retry-After), RateLimit, RateLimit-Policy, X-RateLimit-* and $(cat "$tmp/b")"
+
+code="$(req "$base/account")"
+[ "$code" = 401 ] || fail "GET /account without credentials: status $code, want 401"
+code="$(req -u demo:demo "$base/account")"
+[ "$code" = 200 ] || fail "GET /account as demo: status $code, want 200"
+expect_hdr RateLimit-Policy '"per_user";q=10;w=60' "GET /account as demo"
+grep -qx "hello, demo" "$tmp/b" || fail "GET /account as demo: body $(cat "$tmp/b")"
+code="$(req "$base/slow")"
+[ "$code" = 200 ] || fail "GET /slow: status $code, want 200"
+expect_hdr RateLimit-Policy '"shaped";q=2;w=1' "GET /slow"
+pass "/account keys on the basic_auth user; /slow answers through the shaping zone"
+
+stop "$example_pid"
+pids=()
+
+# --- redis -------------------------------------------------------------------
+command -v redis-server >/dev/null 2>&1 || fail "redis-server not found (scripts/deps.sh installs it)"
+redis_port="$(free_port)"
+logs+=("$tmp/redis.log")
+redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no \
+	--logfile "$tmp/redis.log" &
+redis_pid=$!
+pids+=("$redis_pid")
+wait_port "$redis_port" "$redis_pid" redis-server
+
+# Instance a denies and instance b allows requests Redis cannot decide.
+declare -A caddy_port caddy_pid
+for name in a b; do
+	policy=deny
+	[ "$name" = b ] && policy=allow
+	caddy_port[$name]="$(free_port)"
+	logs+=("$tmp/caddy-$name.log")
+	SLUICE_E2E_PORT="${caddy_port[$name]}" SLUICE_E2E_REDIS="127.0.0.1:$redis_port" \
+		SLUICE_E2E_PREFIX="sluice-e2e-$$:" SLUICE_E2E_ON_STORE_ERROR="$policy" \
+		./caddy run --config e2e/testdata/redis.Caddyfile --adapter caddyfile >"$tmp/caddy-$name.log" 2>&1 &
+	caddy_pid[$name]=$!
+	pids+=("$!")
+done
+for name in a b; do
+	wait_port "${caddy_port[$name]}" "${caddy_pid[$name]}" "caddy $name (redis)"
+done
+url_a="http://127.0.0.1:${caddy_port[a]}/"
+url_b="http://127.0.0.1:${caddy_port[b]}/"
+
+# 40 requests for one key, alternating between the instances, 8 at a time.
+quota=10
+total=40
+for ((i = 0; i < total; i++)); do
+	if ((i % 2 == 0)); then echo "$url_a"; else echo "$url_b"; fi
+done >"$tmp/urls"
+xargs -P 8 -n 1 curl -sS --max-time 5 -o /dev/null -w '%{http_code}\n' -H 'X-E2E-Client: quota' \
+	<"$tmp/urls" >"$tmp/codes" || true
+admitted="$(grep -cx 200 "$tmp/codes" || true)"
+limited="$(grep -cx 429 "$tmp/codes" || true)"
+if [ "$admitted" -ne "$quota" ] || [ "$limited" -ne $((total - quota)) ]; then
+	fail "redis: $admitted admitted and $limited limited of $total (codes: $(sort "$tmp/codes" | uniq -c | tr '\n' ' ')), want $quota and $((total - quota))"
+fi
+pass "redis: two instances admitted exactly $admitted of $total requests (quota $quota), $limited answered 429"
+
+# check_store_error sends a request that Redis would admit to each instance
+# and expects a 429 from a (deny) and a 200 from b (allow) within 2 seconds
+# (the store timeout is 300ms). It sets timings to what it saw.
+timings=""
+check_store_error() {
+	local what=$1 name want out code secs
+	timings=""
+	for name in a b; do
+		want=200
+		[ "$name" = a ] && want=429
+		out="$(curl -sS --max-time 5 -D "$tmp/h" -o "$tmp/b" -w '%{http_code} %{time_total}' \
+			-H 'X-E2E-Client: fresh' "http://127.0.0.1:${caddy_port[$name]}/" || echo "000 5")"
+		read -r code secs <<<"$out"
+		[ "$code" = "$want" ] || fail "redis $what: instance $name answered $code, want $want"
+		awk -v s="$secs" 'BEGIN { exit !(s < 2) }' ||
+			fail "redis $what: instance $name took ${secs}s, want under 2s"
+		[ "$name" = b ] || expect_hdr Retry-After 1 "redis $what, instance a"
+		timings+="${timings:+, }$name: $code in ${secs}s"
+	done
+}
+kill -STOP "$redis_pid"
+check_store_error frozen
+pass "redis frozen: on_store_error deny answered 429, allow 200 ($timings)"
+stop "$redis_pid"
+check_store_error stopped
+pass "redis stopped: on_store_error deny answered 429, allow 200 ($timings)"
