@@ -16,17 +16,29 @@ const eps = 1e-9
 //
 // The limit must have passed Validate; cost must be positive.
 func (l *Limit) Decide(s State, now int64, cost float64) (State, Decision) {
+	var d Decision
+	decide(l, &s, now, cost, &d)
+	return s, d
+}
+
+// decide is Decide for the stores: it moves *s to the next state in place,
+// overwrites *d, and returns the next state's Expiry. It takes pointers
+// because under Yaegi every struct passed or returned by value is copied
+// through reflection, and every interpreted call costs about a
+// microsecond: the in-memory store's hot path calls only this function and
+// one algorithm, which computes the expiry from what it has at hand.
+func decide(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
 	switch l.Algorithm {
+	case TokenBucket:
+		return tokenBucket(l, s, now, cost, d)
 	case LeakyBucket:
-		return l.leakyBucket(s, now, cost)
+		return leakyBucket(l, s, now, cost, d)
 	case FixedWindow:
-		return l.fixedWindow(s, now, cost)
+		return fixedWindow(l, s, now, cost, d)
 	case SlidingWindowLog:
-		return l.slidingLog(s, now, cost)
-	case SlidingWindowCounter:
-		return l.slidingCounter(s, now, cost)
+		return slidingLog(l, s, now, cost, d)
 	default:
-		return l.tokenBucket(s, now, cost)
+		return slidingCounter(l, s, now, cost, d)
 	}
 }
 
@@ -48,7 +60,7 @@ func (l *Limit) Refund(s State, now int64, cost float64) State {
 			s.A = nonNegative(s.A - cost)
 		}
 	case SlidingWindowLog:
-		s = l.refundLog(s, cost)
+		refundLog(&s, cost)
 	default:
 		s.A = nonNegative(s.A - cost)
 	}
@@ -58,26 +70,30 @@ func (l *Limit) Refund(s State, now int64, cost float64) State {
 // Expiry returns the instant from which s is equivalent to the zero State,
 // so that a store may forget it: the bucket is full, the queue drained, the
 // windows over, the log empty.
-func (l *Limit) Expiry(s State) int64 {
+func (l *Limit) Expiry(s State) int64 { return expiry(l, &s) }
+
+// expiry is Expiry on a pointer, for the stores (see decide, whose
+// algorithms return the same instant).
+func expiry(l *Limit, s *State) int64 {
 	switch l.Algorithm {
+	case TokenBucket:
+		// Rounded up: at the truncated instant up to one nanosecond's
+		// refill would still be missing.
+		return s.T + int64(duration(s.A*l.unit))
 	case LeakyBucket:
 		return s.T
 	case FixedWindow:
-		return s.T + l.period
-	case SlidingWindowCounter:
-		if s.A > 0 {
-			return s.T + 2*l.period
-		}
 		return s.T + l.period
 	case SlidingWindowLog:
 		if len(s.Log) == 0 {
 			return 0
 		}
 		return s.Log[len(s.Log)-1].T + l.period
-	default:
-		// Rounded up: at the truncated instant up to one nanosecond's
-		// refill would still be missing.
-		return s.T + int64(duration(s.A*l.unit))
+	default: // SlidingWindowCounter
+		if s.A > 0 {
+			return s.T + 2*l.period
+		}
+		return s.T + l.period
 	}
 }
 

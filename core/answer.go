@@ -168,13 +168,16 @@ func (r *Responder) Validate() error {
 
 // Under Yaegi, entering a function costs about a microsecond plus tens of
 // nanoseconds for every variable and intermediate value in its whole body,
-// executed or not (measured: 36 arithmetic operations add about 4 µs), and every call into the standard library about a
-// microsecond. SetHeaders runs on every response and Reject on every
-// rejection, so both keep their bodies short, move rare cases into helpers
-// (answerFor, jittered, appendBody), inline the arithmetic of ceilSeconds
-// and floorUnits, format all numbers into one buffer that becomes one
-// string, give every header a window of one []string, and assign keys in
-// canonical form instead of calling http.Header.Set.
+// executed or not (measured: 36 arithmetic operations add about 4 µs), a
+// method call several microseconds more, and every call into the standard
+// library about a microsecond. SetHeaders runs on every response and Reject
+// on every rejection, so their bodies are functions (setHeaders, which
+// Gate.Serve calls directly), kept short: rare cases live in helpers
+// (answerFor, setLegacyHeaders, jittered, appendBody), the arithmetic of
+// ceilSeconds and floorUnits is inline, all numbers are formatted into one
+// buffer that becomes one string, every header gets a window of one
+// []string, and keys are assigned in canonical form instead of calling
+// http.Header.Set.
 
 // SetHeaders writes the rate-limit headers of r.Headers for d into h,
 // replacing any values they had; it writes each header once and nothing
@@ -184,69 +187,77 @@ func (r *Responder) Validate() error {
 // a caller on the hot path may skip the call then, which under Yaegi saves
 // the several microseconds of entering it.
 func (r *Responder) SetHeaders(h http.Header, d *Decision, nowUnix int64) {
+	setHeaders(r, h, d, nowUnix)
+}
+
+// setHeaders is SetHeaders as a function (see the note above SetHeaders).
+func setHeaders(r *Responder, h http.Header, d *Decision, nowUnix int64) {
 	set := r.Headers
 	if set == HeadersOff || d == nil {
 		return
 	}
 	var a *limitAnswer
-	if d.Limit != nil && d.Limit.answer.ready && d.Limit.answer.quota == d.Quota {
-		a = &d.Limit.answer
+	if l := d.Limit; l != nil && l.answer.ready && l.answer.quota == d.Quota {
+		a = &l.answer
 	} else {
 		a = answerFor(d)
 	}
-	ietf := set&HeadersIETF != 0 && a.ready
-	rem := int64(0) // floorUnits(d.Remaining)
-	if d.Remaining >= maxSFInteger {
+	var rem int64 // floorUnits(d.Remaining)
+	if x := d.Remaining; x >= maxSFInteger {
 		rem = maxSFInteger
-	} else if d.Remaining > 0 {
-		rem = int64(d.Remaining)
+	} else if x > 0 {
+		rem = int64(x)
 	}
-	reset := int64(d.Reset / time.Second) // ceilSeconds(d.Reset)
-	if d.Reset%time.Second > 0 {
-		reset++
-	} else if reset < 0 {
+	reset := int64(d.Reset) // ceilSeconds(d.Reset)
+	if reset%nsPerSecond > 0 {
+		reset = reset/nsPerSecond + 1
+	} else if reset > 0 {
+		reset /= nsPerSecond
+	} else {
 		reset = 0
 	}
 
-	// b is ["api";r=]REM;t=RST[UNIX]; the RateLimit value is its prefix up
-	// to the end of RST.
+	// s is PREFIX REM;t=RST UNIX, where PREFIX is "api";r= (empty without
+	// a validated limit); the RateLimit value is s up to the end of RST.
 	var buf [64]byte
-	b := buf[:0]
-	if ietf {
-		b = append(b, a.ietfPrefix...)
-	}
-	remFrom := len(b)
-	b = strconv.AppendInt(b, rem, 10)
+	b := strconv.AppendInt(append(buf[:0], a.ietfPrefix...), rem, 10)
 	remTo := len(b)
-	b = append(b, ";t="...)
-	rstFrom := len(b)
-	b = strconv.AppendInt(b, reset, 10)
+	b = strconv.AppendInt(append(b, ";t="...), reset, 10)
 	rstTo := len(b)
-	if set&HeadersX != 0 {
-		b = strconv.AppendInt(b, nowUnix+reset, 10)
-	}
-	s := string(b)
+	s := string(strconv.AppendInt(b, nowUnix+reset, 10))
 
 	// Each value is a one-element window whose capacity ends with it, so an
 	// append to one header reallocates instead of overwriting the next.
-	vals := make([]string, 8)
-	if ietf {
-		vals[0], vals[1] = a.policy, s[:rstTo]
+	var vals [8]string
+	if set&HeadersIETF != 0 && a.ready {
+		vals[0] = a.policy
+		vals[1] = s[:rstTo]
 		h["Ratelimit-Policy"] = vals[0:1:1]
 		h["Ratelimit"] = vals[1:2:2]
 	}
 	if set&HeadersLegacy != 0 {
-		vals[2], vals[3], vals[4] = a.qInt, s[remFrom:remTo], s[rstFrom:rstTo]
-		h["Ratelimit-Limit"] = vals[2:3:3]
-		h["Ratelimit-Remaining"] = vals[3:4:4]
-		h["Ratelimit-Reset"] = vals[4:5:5]
+		setLegacyHeaders(h, vals[2:5], a.qInt, s[len(a.ietfPrefix):remTo], s[remTo+3:rstTo])
 	}
 	if set&HeadersX != 0 {
-		vals[5], vals[6], vals[7] = a.qText, s[remFrom:remTo], s[rstTo:]
+		vals[5] = a.qText
+		vals[6] = s[len(a.ietfPrefix):remTo]
+		vals[7] = s[rstTo:]
 		h["X-Ratelimit-Limit"] = vals[5:6:6]
 		h["X-Ratelimit-Remaining"] = vals[6:7:7]
 		h["X-Ratelimit-Reset"] = vals[7:8:8]
 	}
+}
+
+// setLegacyHeaders writes the HeadersLegacy fields into h, using vals (of
+// length 3) for their values. It is apart from setHeaders because the
+// default header set does without it (see the note above SetHeaders).
+func setLegacyHeaders(h http.Header, vals []string, limit, remaining, reset string) {
+	vals[0] = limit
+	vals[1] = remaining
+	vals[2] = reset
+	h["Ratelimit-Limit"] = vals[0:1:1]
+	h["Ratelimit-Remaining"] = vals[1:2:2]
+	h["Ratelimit-Reset"] = vals[2:3:3]
 }
 
 // Reject writes a complete 429 Too Many Requests answer to w for the
@@ -256,12 +267,17 @@ func (r *Responder) SetHeaders(h http.Header, d *Decision, nowUnix int64) {
 // Content-Type and X-Content-Type-Options: nosniff, then the body of
 // r.Body. A nil d is answered as the zero Decision.
 func (r *Responder) Reject(w http.ResponseWriter, d *Decision, nowUnix int64) {
+	reject(r, w, d, nowUnix)
+}
+
+// reject is Reject as a function (see the note above SetHeaders).
+func reject(r *Responder, w http.ResponseWriter, d *Decision, nowUnix int64) {
 	if d == nil {
 		d = &Decision{}
 	}
 	h := w.Header()
 	if r.Headers != HeadersOff {
-		r.SetHeaders(h, d, nowUnix)
+		setHeaders(r, h, d, nowUnix)
 	}
 	retry := int64(-1)
 	if d.RetryAfter != Never {
@@ -386,6 +402,11 @@ func appendBody(t *bodyText, retry int64, tail string) []byte {
 	b = append(b, t.retryEnd...)
 	return append(b, tail...)
 }
+
+// nsPerSecond is time.Second in nanoseconds, as a constant of this package:
+// under Yaegi a constant of the standard library is a value allocated on
+// every call of a function that uses it.
+const nsPerSecond = int64(time.Second)
 
 // maxSFInteger is the largest Integer a structured field can carry (RFC
 // 9651, 15 digits); counts of cost units are clamped to it.

@@ -156,7 +156,7 @@ func (c *ClientIP) Validate() error {
 // peer address, Request.RemoteAddr, is not an IP address (as for a Unix
 // socket listener); a forwarding header is never needed for an answer.
 func (c *ClientIP) Addr(r *http.Request) (netip.Addr, bool) {
-	a, _, ok := c.client(r)
+	a, _, ok := clientAddr(c, r)
 	return a, ok
 }
 
@@ -165,7 +165,12 @@ func (c *ClientIP) Addr(r *http.Request) (netip.Addr, bool) {
 // reports false when Addr does. It allocates only the returned string, and
 // not even that for an IPv4 peer keyed by its full address.
 func (c *ClientIP) Key(r *http.Request) (string, bool) {
-	a, text, ok := c.client(r)
+	return clientKey(c, r)
+}
+
+// clientKey is Key as a function, which Yaegi enters faster than a method.
+func clientKey(c *ClientIP, r *http.Request) (string, bool) {
+	a, text, ok := clientAddr(c, r)
 	if !ok {
 		return "", false
 	}
@@ -193,9 +198,9 @@ func formatAddr(a netip.Addr, bits int) string {
 	return string(p.AppendTo(buf[:0]))
 }
 
-// client returns the client's address and, when it is at hand without
+// clientAddr returns the client's address and, when it is at hand without
 // allocating, its canonical text (else "").
-func (c *ClientIP) client(r *http.Request) (netip.Addr, string, bool) {
+func clientAddr(c *ClientIP, r *http.Request) (netip.Addr, string, bool) {
 	peer, text, ok := parsePeer(r.RemoteAddr)
 	if !ok {
 		return netip.Addr{}, "", false
@@ -204,7 +209,7 @@ func (c *ClientIP) client(r *http.Request) (netip.Addr, string, bool) {
 		return peer, text, true
 	}
 	if c.Header == "" || c.Header == headerXFF || strings.EqualFold(c.Header, headerXFF) {
-		if a, ok := c.fromForwardedFor(r.Header[headerXFF]); ok {
+		if a, ok := fromForwardedFor(c, r.Header[headerXFF]); ok {
 			return a, "", true
 		}
 	} else if strings.EqualFold(c.Header, headerRealIP) {
@@ -222,7 +227,7 @@ func (c *ClientIP) client(r *http.Request) (netip.Addr, string, bool) {
 // fromForwardedFor picks the client from the X-Forwarded-For lines, read as
 // one comma-separated list, examining at most MaxForwardedHops entries from
 // the right. It reports false when the header names no client.
-func (c *ClientIP) fromForwardedFor(lines []string) (netip.Addr, bool) {
+func fromForwardedFor(c *ClientIP, lines []string) (netip.Addr, bool) {
 	var leftmost netip.Addr // last skipped entry, for Depth 0
 	n := 0                  // entries examined
 	for li := len(lines) - 1; li >= 0; li-- {

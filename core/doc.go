@@ -18,7 +18,13 @@
 // decided all-or-nothing by [Store.Take]: if any limit rejects it, no limit
 // is charged.
 //
-// Costs are positive real numbers (2.5 is a valid cost). Instants that move
-// backwards are clamped to the latest instant the state has seen, so a clock
-// step back never mints capacity and never panics.
+// Costs are positive real numbers (2.5 is a valid cost). An instant earlier
+// than one already decided at (a clock stepped back) never mints capacity
+// and never panics. token_bucket and sliding_window_log states keep the
+// latest instant they have seen, and an earlier instant is clamped to it.
+// fixed_window and sliding_window_counter states keep only the start of
+// their window, and leaky_bucket states the instant their queue drains: an
+// earlier instant is clamped to the window's start or taken as it is, which
+// can only make decisions stricter (a longer wait for the window's end or
+// the queue, a heavier previous window).
 package core

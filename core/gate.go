@@ -130,8 +130,17 @@ type GateConfig struct {
 // headers, and either answer 429 or let the request proceed after its
 // delay.
 type Gate struct {
-	cfg      GateConfig
+	cfg GateConfig // cfg.Clock nil: the system clock, read from systemClock
+	systemClock
+	resp     *Responder        // &cfg.Responder
 	fallback map[*Limit]*Limit // primary limit → its per-instance share
+	// mem is the primary store when it is a MemoryStore and no breaker
+	// watches it: Serve then decides a single ask without Decide's
+	// generality (a MemoryStore never fails and ignores contexts).
+	mem *MemoryStore
+	// memClock reports that the gate and mem both read the system clock:
+	// Serve then takes the Unix time of the headers from the decision.
+	memClock bool
 }
 
 // NewGate checks cfg and returns a Gate.
@@ -142,9 +151,6 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 			return nil, err
 		}
 		cfg.Store = st
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = SystemClock()
 	}
 	if cfg.Timeout < 0 {
 		return nil, errors.New("timeout: must not be negative")
@@ -163,6 +169,14 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 		names[l.Name] = true
 	}
 	g := &Gate{cfg: cfg}
+	g.resp = &g.cfg.Responder
+	if cfg.Clock == nil {
+		g.systemClock = newSystemClock()
+	}
+	if ms, ok := cfg.Store.(*MemoryStore); ok && cfg.Breaker == nil {
+		g.mem = ms
+		g.memClock = cfg.Clock == nil && ms.clock == nil
+	}
 	if cfg.Fallback != nil {
 		n := cfg.Instances
 		if n < 1 {
@@ -197,9 +211,9 @@ func (g *Gate) Decide(ctx context.Context, asks []Ask) Verdict {
 		out = make([]Decision, len(asks))
 	}
 	out = out[:len(asks)]
-	err := g.take(ctx, asks, out)
+	err := gateTake(g, ctx, asks, out)
 	if err == nil {
-		return g.classify(out)
+		return classify(g, out)
 	}
 	if g.fallback != nil {
 		local := make([]Ask, len(asks))
@@ -208,7 +222,7 @@ func (g *Gate) Decide(ctx context.Context, asks []Ask) Verdict {
 			local[i].Limit = g.fallback[asks[i].Limit]
 		}
 		if ferr := g.cfg.Fallback.Take(ctx, local, out); ferr == nil {
-			v := g.classify(out)
+			v := classify(g, out)
 			v.Err, v.Fallback = err, true
 			return v
 		}
@@ -223,9 +237,10 @@ func (g *Gate) Decide(ctx context.Context, asks []Ask) Verdict {
 // breaker is open.
 var ErrBreakerOpen = errors.New("sluice: store circuit breaker is open")
 
-func (g *Gate) take(ctx context.Context, asks []Ask, out []Decision) error {
+// gateTake asks the primary store, through the breaker and the timeout.
+func gateTake(g *Gate, ctx context.Context, asks []Ask, out []Decision) error {
 	b := g.cfg.Breaker
-	if b != nil && !b.Allow(g.cfg.Clock()) {
+	if b != nil && !b.Allow(gateNow(g)) {
 		return ErrBreakerOpen
 	}
 	if g.cfg.Timeout > 0 {
@@ -236,7 +251,7 @@ func (g *Gate) take(ctx context.Context, asks []Ask, out []Decision) error {
 	err := g.cfg.Store.Take(ctx, asks, out)
 	if b != nil {
 		if err != nil {
-			b.Failure(g.cfg.Clock())
+			b.Failure(gateNow(g))
 		} else {
 			b.Success()
 		}
@@ -245,7 +260,7 @@ func (g *Gate) take(ctx context.Context, asks []Ask, out []Decision) error {
 }
 
 // classify picks the reported decision and the outcome.
-func (g *Gate) classify(out []Decision) Verdict {
+func classify(g *Gate, out []Decision) Verdict {
 	v := Verdict{Outcome: OutcomeAllowed}
 	best := -1
 	allowed := true
@@ -283,26 +298,85 @@ func (g *Gate) classify(out []Decision) Verdict {
 // may proceed to the next handler; when it may not, the answer has been
 // written, except for OutcomeCancelled, where the client is gone.
 func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, asks []Ask) (Verdict, bool) {
-	v := g.Decide(r.Context(), asks)
+	// Under Yaegi, entering a function costs about a microsecond plus tens
+	// of nanoseconds for every value in its body, executed or not, and a
+	// method call several microseconds more. So Serve holds only the
+	// common case, one ask on the in-memory store admitted at once, and
+	// calls functions, not methods; serveAny and answer do the rest.
+	if g.mem == nil || len(asks) != 1 {
+		return serveAny(g, w, r, asks)
+	}
+	var v Verdict
 	d := &v.Decision
-	var nowUnix int64
-	if d.Limit != nil || v.Outcome == OutcomeStoreErrorDeny {
-		nowUnix = g.cfg.Clock() / int64(time.Second)
+	now := take1(g.mem, &asks[0], d)
+	if !g.memClock {
+		now = 0
 	}
-	switch v.Outcome {
-	case OutcomeRejected, OutcomeStoreErrorDeny:
-		g.cfg.Responder.Reject(w, d, nowUnix) // headers included
-		return v, false
+	if !d.Allowed || d.Delay > 0 {
+		classify1(g, &v)
+		return v, answer(g, w, r, asks, &v, now)
 	}
-	if d.Limit != nil && g.cfg.Responder.Headers != HeadersOff {
-		g.cfg.Responder.SetHeaders(w.Header(), d, nowUnix)
+	if g.resp.Headers != HeadersOff {
+		if now == 0 {
+			now = gateNow(g)
+		}
+		setHeaders(g.resp, w.Header(), d, now/nsPerSecond)
+	}
+	return v, true
+}
+
+// serveAny is Serve for any store and number of asks.
+func serveAny(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask) (Verdict, bool) {
+	v := g.Decide(r.Context(), asks)
+	return v, answer(g, w, r, asks, &v, 0)
+}
+
+// classify1 is classify for a single decision, v.Decision.
+func classify1(g *Gate, v *Verdict) {
+	switch {
+	case v.Decision.Allowed:
+		v.Delay = v.Decision.Delay
+	case g.cfg.Mode == DryRun:
+		v.Outcome = OutcomeDryRunRejected
+	default:
+		v.Outcome = OutcomeRejected
+	}
+}
+
+// answer finishes Serve for the verdict v on asks: it writes the 429
+// answer or the headers, and waits out v.Delay. now is the gate's clock,
+// or 0 if it has not been read. It reports whether the request may
+// proceed.
+func answer(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask, v *Verdict, now int64) bool {
+	d := &v.Decision
+	if v.Outcome == OutcomeRejected || v.Outcome == OutcomeStoreErrorDeny {
+		if now == 0 {
+			now = gateNow(g)
+		}
+		reject(g.resp, w, d, now/nsPerSecond) // headers included
+		return false
+	}
+	if d.Limit != nil && g.resp.Headers != HeadersOff {
+		// Only X-RateLimit-Reset needs the Unix time.
+		if now == 0 && g.resp.Headers&HeadersX != 0 {
+			now = gateNow(g)
+		}
+		setHeaders(g.resp, w.Header(), d, now/nsPerSecond)
 	}
 	if v.Delay > 0 && !g.wait(r.Context(), v.Delay) {
 		g.refund(asks, v.Fallback)
 		v.Outcome = OutcomeCancelled
-		return v, false
+		return false
 	}
-	return v, true
+	return true
+}
+
+// gateNow reads the gate's clock.
+func gateNow(g *Gate) int64 {
+	if g.cfg.Clock == nil {
+		return g.wall + int64(time.Since(g.base))
+	}
+	return g.cfg.Clock()
 }
 
 // wait sleeps for d unless ctx ends first; it reports whether it slept.

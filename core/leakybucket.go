@@ -1,5 +1,7 @@
 package core
 
+import "math"
+
 // leakyBucket shapes traffic the way NGINX's limit_req does without nodelay,
 // in the GCRA formulation: the state's T is the instant at which every
 // admitted request will have left (the theoretical arrival time). Each unit
@@ -13,14 +15,20 @@ package core
 // and then proceeds after delay; T moves to max(T, now) + cost·Period/Quota.
 // With Capacity 5 at 5/s, five simultaneous requests are admitted with
 // delays 0, 200, 400, 600 and 800 ms; the sixth is rejected.
-func (l *Limit) leakyBucket(s State, now int64, cost float64) (State, Decision) {
+//
+// Remaining counts what the queue still holds, Capacity − ahead·Quota/Period
+// for the ahead nanoseconds of requests already queued; with MaxDelay it is
+// also at most the number of unit requests that could still be admitted
+// one after another, ⌊(MaxDelay − ahead)·Quota/Period⌋ + 1, and 0 once
+// ahead exceeds MaxDelay.
+func leakyBucket(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
 	start := s.T
 	if start < now {
 		start = now
 	}
 	delay := float64(start - now)
 	backlog := delay / l.unit
-	d := Decision{Limit: l, Quota: l.Rate.Quota}
+	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	switch {
 	case cost > l.capacity+eps:
 		d.RetryAfter = Never
@@ -47,12 +55,16 @@ func (l *Limit) leakyBucket(s State, now int64, cost float64) (State, Decision) 
 	}
 	d.Remaining = nonNegative(l.capacity - ahead/l.unit)
 	if l.MaxDelay > 0 {
-		// Requests whose wait would exceed MaxDelay are not admitted either.
-		byDelay := nonNegative((float64(l.MaxDelay)-ahead)/l.unit + 1)
+		// The next unit request would wait ahead, the one after it
+		// ahead + Period/Quota, and so on; none may wait past MaxDelay.
+		byDelay := 0.0
+		if ahead <= float64(l.MaxDelay) {
+			byDelay = math.Floor((float64(l.MaxDelay)-ahead)/l.unit+eps) + 1
+		}
 		if byDelay < d.Remaining {
 			d.Remaining = byDelay
 		}
 	}
 	d.Reset = duration(ahead)
-	return s, d
+	return s.T // Expiry
 }

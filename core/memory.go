@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"sync"
+	"time"
 )
 
 // DefaultMaxKeys is the MemoryStore capacity used when MemoryConfig.MaxKeys
@@ -12,8 +13,9 @@ import (
 const DefaultMaxKeys = 1000000
 
 const (
-	memShards = 64 // a power of two
-	memWays   = 8  // slots per bucket
+	memShards     = 64 // a power of two
+	memShardShift = 58 // 64 − log2(memShards): the top bits of a hash pick its shard
+	memWays       = 8  // slots per bucket
 )
 
 // MemoryConfig configures a MemoryStore.
@@ -39,10 +41,14 @@ type MemoryConfig struct {
 // state with probability about n²/2⁶⁵ (3·10⁻⁸ for a million keys), and an
 // attacker cannot aim for a collision without the seed.
 type MemoryStore struct {
-	clock   Clock
+	clock Clock // nil: the system clock, read from the embedded systemClock
+	systemClock
 	seed    maphash.Seed
 	buckets uint64 // buckets per shard
-	shards  [memShards]memShard
+	// shards has memShards elements. It is a slice, not an array, because
+	// Yaegi allocates a zeroed copy of the type of every value a function
+	// reads, s.shards included, on every call.
+	shards []memShard
 }
 
 type memShard struct {
@@ -68,10 +74,10 @@ func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
 	if cfg.MaxKeys == 0 {
 		cfg.MaxKeys = DefaultMaxKeys
 	}
+	s := &MemoryStore{clock: cfg.Clock, seed: maphash.MakeSeed(), shards: make([]memShard, memShards)}
 	if cfg.Clock == nil {
-		cfg.Clock = SystemClock()
+		s.systemClock = newSystemClock()
 	}
-	s := &MemoryStore{clock: cfg.Clock, seed: maphash.MakeSeed()}
 	s.buckets = uint64(cfg.MaxKeys / (memShards * memWays))
 	if s.buckets == 0 {
 		s.buckets = 1
@@ -103,8 +109,15 @@ func (s *MemoryStore) Len() int {
 	return n
 }
 
-// hash identifies (limit, key). It is never 0, which marks free slots.
-func (s *MemoryStore) hash(l *Limit, key string) uint64 {
+// Under Yaegi every interpreted call costs about a microsecond, and a
+// method call about four (the interpreter wraps its receiver through
+// reflection), so the helpers below are functions, and Take's common case
+// of one ask (take1) does the hashing and the slot lookup inline.
+
+// memHash identifies (limit, key). It is never 0, which marks free slots.
+// Its top bits choose the shard (memShardShift); the whole hash, modulo the
+// number of buckets, the bucket. take1 repeats it inline.
+func memHash(s *MemoryStore, l *Limit, key string) uint64 {
 	h := maphash.String(s.seed, key) ^ l.nsHash
 	// splitmix64 finalizer: spreads the namespace over all bits.
 	h ^= h >> 30
@@ -118,14 +131,17 @@ func (s *MemoryStore) hash(l *Limit, key string) uint64 {
 	return h
 }
 
-func (s *MemoryStore) shardOf(h uint64) int { return int(h >> 58) } // top 6 bits: 64 shards
+// memNow reads the store's clock. take1 repeats it inline.
+func memNow(s *MemoryStore) int64 {
+	if s.clock == nil {
+		return s.wall + int64(time.Since(s.base))
+	}
+	return s.clock()
+}
 
-// bucket returns the index of the first slot of h's bucket.
-func (s *MemoryStore) bucket(h uint64) int { return int(h%s.buckets) * memWays }
-
-// find returns the index of h's slot in sh, or -1.
-func (s *MemoryStore) find(sh *memShard, h uint64) int {
-	b := s.bucket(h)
+// memFind returns the index of h's slot in sh, or -1.
+func memFind(s *MemoryStore, sh *memShard, h uint64) int {
+	b := int(h%s.buckets) * memWays
 	for i := b; i < b+memWays; i++ {
 		if sh.slots[i].h == h {
 			return i
@@ -134,47 +150,57 @@ func (s *MemoryStore) find(sh *memShard, h uint64) int {
 	return -1
 }
 
-// load returns the state of h (the zero State when absent).
-func (s *MemoryStore) load(sh *memShard, h uint64, l *Limit) State {
-	i := s.find(sh, h)
-	if i < 0 {
-		return State{}
+// memLoad sets *st to the state of h (the zero State when absent).
+func memLoad(s *MemoryStore, sh *memShard, h uint64, l *Limit, st *State) {
+	*st = State{}
+	if i := memFind(s, sh, h); i >= 0 {
+		sl := &sh.slots[i]
+		*st = State{T: sl.t, A: sl.a, B: sl.b}
+		if l.Algorithm == SlidingWindowLog {
+			st.Log = sh.logs[h]
+		}
 	}
-	sl := &sh.slots[i]
-	st := State{T: sl.t, A: sl.a, B: sl.b}
-	if l.Algorithm == SlidingWindowLog {
-		st.Log = sh.logs[h]
-	}
-	return st
 }
 
-// save stores st as h's state, taking a slot from the bucket if h has none:
-// a free one, else an expired one, else the one that expires first.
-func (s *MemoryStore) save(sh *memShard, h uint64, l *Limit, st State, now int64) {
-	i := s.find(sh, h)
+// memSave stores *st, which expires at exp, as h's state, taking a slot
+// for h if it has none.
+func memSave(s *MemoryStore, sh *memShard, h uint64, l *Limit, st *State, exp, now int64) {
+	i := memFind(s, sh, h)
 	if i < 0 {
-		b := s.bucket(h)
-		i = b
-		for j := b; j < b+memWays; j++ {
-			if sh.slots[j].h == 0 || sh.slots[j].exp <= now {
-				i = j
-				break
-			}
-			if sh.slots[j].exp < sh.slots[i].exp {
-				i = j
-			}
+		i = memClaim(sh, int(h%s.buckets)*memWays, now)
+	}
+	sh.slots[i] = memSlot{h: h, t: st.T, a: st.A, b: st.B, exp: exp}
+	if l.Algorithm == SlidingWindowLog {
+		memPutLog(sh, h, st.Log)
+	}
+}
+
+// memClaim returns the slot of bucket b (the index of its first slot) to
+// give a new state: a free one, else an expired one, else the one that
+// expires first, whose state it forgets.
+func memClaim(sh *memShard, b int, now int64) int {
+	i := b
+	for j := b; j < b+memWays; j++ {
+		if sh.slots[j].h == 0 || sh.slots[j].exp <= now {
+			i = j
+			break
 		}
-		if old := sh.slots[i].h; old != 0 {
-			delete(sh.logs, old)
+		if sh.slots[j].exp < sh.slots[i].exp {
+			i = j
 		}
 	}
-	sh.slots[i] = memSlot{h: h, t: st.T, a: st.A, b: st.B, exp: l.Expiry(st)}
-	if l.Algorithm == SlidingWindowLog {
-		if len(st.Log) == 0 {
-			delete(sh.logs, h)
-		} else {
-			sh.logs[h] = st.Log
-		}
+	if old := sh.slots[i].h; old != 0 {
+		delete(sh.logs, old)
+	}
+	return i
+}
+
+// memPutLog stores the sliding_window_log entries of h.
+func memPutLog(sh *memShard, h uint64, log []LogEntry) {
+	if len(log) == 0 {
+		delete(sh.logs, h)
+	} else {
+		sh.logs[h] = log
 	}
 }
 
@@ -186,69 +212,119 @@ const maxAsks = 8
 // and saves the new states only if every ask is allowed.
 func (s *MemoryStore) Take(ctx context.Context, asks []Ask, out []Decision) error {
 	if len(asks) == 1 {
-		// The common case: one limit, one shard, no bookkeeping.
-		a := &asks[0]
-		h := s.hash(a.Limit, a.Key)
-		sh := &s.shards[s.shardOf(h)]
-		sh.mu.Lock()
-		now := s.clock()
-		st, d := a.Limit.Decide(s.load(sh, h, a.Limit), now, a.Cost)
-		if d.Allowed {
-			s.save(sh, h, a.Limit, st, now)
-		}
-		sh.mu.Unlock()
-		out[0] = d
+		take1(s, &asks[0], &out[0])
 		return nil
 	}
+	takeMany(s, asks, out)
+	return nil
+}
+
+// takeMany is Take for several asks. It is apart from Take because Yaegi
+// allocates a function's local arrays on every call, even on paths that do
+// not use them.
+func takeMany(s *MemoryStore, asks []Ask, out []Decision) {
 	var hb [maxAsks]uint64
 	var stb [maxAsks]State
-	hs, sts := hb[:0], stb[:0]
+	var eb [maxAsks]int64
+	hs, sts, exps := hb[:0], stb[:0], eb[:0]
 	if len(asks) > maxAsks {
-		hs, sts = make([]uint64, 0, len(asks)), make([]State, 0, len(asks))
+		hs, sts, exps = make([]uint64, 0, len(asks)), make([]State, 0, len(asks)), make([]int64, 0, len(asks))
 	}
 	var locked uint64 // bit i: shard i is to be locked
 	for i := range asks {
-		h := s.hash(asks[i].Limit, asks[i].Key)
+		h := memHash(s, asks[i].Limit, asks[i].Key)
 		hs = append(hs, h)
-		locked |= 1 << uint(s.shardOf(h))
+		locked |= uint64(1) << (h >> memShardShift)
 	}
-	s.lockShards(locked)
-	now := s.clock()
+	lockShards(s, locked)
+	now := memNow(s)
 	all := true
 	for i := range asks {
 		a := &asks[i]
-		sh := &s.shards[s.shardOf(hs[i])]
-		st, d := a.Limit.Decide(s.load(sh, hs[i], a.Limit), now, a.Cost)
-		sts = append(sts, st)
-		out[i] = d
-		all = all && d.Allowed
+		sh := &s.shards[hs[i]>>memShardShift]
+		sts = append(sts, State{})
+		st := &sts[i]
+		memLoad(s, sh, hs[i], a.Limit, st)
+		exps = append(exps, decide(a.Limit, st, now, a.Cost, &out[i]))
+		all = all && out[i].Allowed
 	}
 	if all {
 		for i := range asks {
-			s.save(&s.shards[s.shardOf(hs[i])], hs[i], asks[i].Limit, sts[i], now)
+			memSave(s, &s.shards[hs[i]>>memShardShift], hs[i], asks[i].Limit, &sts[i], exps[i], now)
 		}
 	}
-	s.unlockShards(locked)
-	return nil
+	unlockShards(s, locked)
+}
+
+// take1 decides one ask into *d and returns the instant it decided at:
+// Take's common case, and the Gate's. The hash (memHash), the slot lookup
+// and the clock reading (memNow) are inline.
+func take1(s *MemoryStore, a *Ask, d *Decision) int64 {
+	l := a.Limit
+	h := maphash.String(s.seed, a.Key) ^ l.nsHash
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	if h == 0 {
+		h = 1
+	}
+	sh := &s.shards[h>>memShardShift]
+	i := int(h%s.buckets) * memWays
+	end := i + memWays
+	sh.mu.Lock()
+	for i < end && sh.slots[i].h != h {
+		i++
+	}
+	var st State
+	if i < end {
+		sl := &sh.slots[i]
+		st = State{T: sl.t, A: sl.a, B: sl.b}
+		if l.Algorithm == SlidingWindowLog {
+			st.Log = sh.logs[h]
+		}
+	}
+	var now int64
+	if s.clock == nil {
+		now = s.wall + int64(time.Since(s.base))
+	} else {
+		now = s.clock()
+	}
+	exp := decide(l, &st, now, a.Cost, d)
+	if d.Allowed {
+		if i == end {
+			i = memClaim(sh, end-memWays, now)
+		}
+		sh.slots[i] = memSlot{h: h, t: st.T, a: st.A, b: st.B, exp: exp}
+		if l.Algorithm == SlidingWindowLog {
+			memPutLog(sh, h, st.Log)
+		}
+	}
+	sh.mu.Unlock()
+	return now
 }
 
 // Refund implements Store.
 func (s *MemoryStore) Refund(ctx context.Context, asks []Ask) error {
 	for i := range asks {
 		a := &asks[i]
-		h := s.hash(a.Limit, a.Key)
-		sh := &s.shards[s.shardOf(h)]
+		h := memHash(s, a.Limit, a.Key)
+		sh := &s.shards[h>>memShardShift]
 		sh.mu.Lock()
-		if s.find(sh, h) >= 0 {
-			now := s.clock()
-			s.save(sh, h, a.Limit, a.Limit.Refund(s.load(sh, h, a.Limit), now, a.Cost), now)
+		if memFind(s, sh, h) >= 0 {
+			now := memNow(s)
+			var st State
+			memLoad(s, sh, h, a.Limit, &st)
+			st = a.Limit.Refund(st, now, a.Cost)
+			memSave(s, sh, h, a.Limit, &st, expiry(a.Limit, &st), now)
 		}
 		sh.mu.Unlock()
 	}
 	return nil
 }
 
-func (s *MemoryStore) lockShards(set uint64) {
+func lockShards(s *MemoryStore, set uint64) {
 	for i := 0; i < memShards; i++ {
 		if set&(uint64(1)<<uint(i)) != 0 { // typed: Yaegi v0.16.1 panics on an untyped 1 here
 			s.shards[i].mu.Lock()
@@ -256,7 +332,7 @@ func (s *MemoryStore) lockShards(set uint64) {
 	}
 }
 
-func (s *MemoryStore) unlockShards(set uint64) {
+func unlockShards(s *MemoryStore, set uint64) {
 	for i := 0; i < memShards; i++ {
 		if set&(uint64(1)<<uint(i)) != 0 {
 			s.shards[i].mu.Unlock()

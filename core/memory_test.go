@@ -170,7 +170,7 @@ func TestMemoryStoreKeyFlood(t *testing.T) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for h := range sh.logs {
-			if s.find(sh, h) < 0 {
+			if memFind(s, sh, h) < 0 {
 				t.Errorf("shard %d: a log without a slot", i)
 			}
 			logs++
@@ -187,7 +187,7 @@ func memKeysInShard(s *MemoryStore, l *Limit, prefix string, sh, n int) []string
 	var keys []string
 	for i := 0; len(keys) < n && i < 1000000; i++ {
 		k := prefix + strconv.Itoa(i)
-		if s.shardOf(s.hash(l, k)) == sh {
+		if int(memHash(s, l, k)>>memShardShift) == sh {
 			keys = append(keys, k)
 		}
 	}
@@ -195,11 +195,11 @@ func memKeysInShard(s *MemoryStore, l *Limit, prefix string, sh, n int) []string
 }
 
 func memHeld(s *MemoryStore, l *Limit, key string) bool {
-	h := s.hash(l, key)
-	sh := &s.shards[s.shardOf(h)]
+	h := memHash(s, l, key)
+	sh := &s.shards[h>>memShardShift]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return s.find(sh, h) >= 0
+	return memFind(s, sh, h) >= 0
 }
 
 // TestMemoryStoreEviction: with one bucket of memWays slots per shard, a

@@ -205,7 +205,8 @@ local function leaky_bucket(st, now, p)
   local ahead = nonneg(t - now)
   local rem = nonneg(p.cap - ahead / p.unit)
   if p.maxdelay > 0 then
-    local bydelay = nonneg((p.maxdelay - ahead) / p.unit + 1)
+    local bydelay = 0
+    if ahead <= p.maxdelay then bydelay = floor((p.maxdelay - ahead) / p.unit + EPS) + 1 end
     if bydelay < rem then rem = bydelay end
   end
   return {ok = ok, rem = rem, reset = ahead, retry = retry, delay = delay,

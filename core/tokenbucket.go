@@ -6,33 +6,38 @@ package core
 //
 // Refill is computed as elapsed·Quota/Period rather than elapsed·rate so that
 // whole numbers stay whole: 0.5 s at 2/s refills exactly 1 token.
-func (l *Limit) tokenBucket(s State, now int64, cost float64) (State, Decision) {
-	if now < s.T {
-		now = s.T // a clock step back mints nothing
+//
+// It works on locals (t, deficit, c) and writes the state once: under
+// Yaegi every field read is a value the interpreter allocates on each call.
+func tokenBucket(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
+	t, deficit, c := s.T, s.A, l.capacity
+	if now < t {
+		now = t // a clock step back mints nothing
 	}
-	deficit := s.A
 	if deficit > 0 {
-		deficit -= float64(now-s.T) * l.Rate.Quota / float64(l.period)
+		deficit -= float64(now-t) * l.Rate.Quota / float64(l.period)
 		if deficit < eps {
 			deficit = 0
 		}
 	}
-	s.T, s.A = now, deficit
-	d := Decision{Limit: l, Quota: l.Rate.Quota}
-	tokens := l.capacity - deficit
+	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	switch {
-	case cost > l.capacity+eps:
+	case cost > c+eps:
 		d.RetryAfter = Never
-	case tokens+eps >= cost:
+	case c-deficit+eps >= cost: // the bucket holds c − deficit tokens
 		d.Allowed = true
-		s.A = deficit + cost
-		if s.A > l.capacity {
-			s.A = l.capacity
+		deficit += cost
+		if deficit > c {
+			deficit = c
 		}
 	default:
-		d.RetryAfter = duration((cost - tokens) * l.unit)
+		d.RetryAfter = duration((cost - (c - deficit)) * l.unit)
 	}
-	d.Remaining = nonNegative(l.capacity - s.A)
-	d.Reset = duration(s.A * l.unit)
-	return s, d
+	s.T = now
+	s.A = deficit
+	if c > deficit {
+		d.Remaining = c - deficit
+	}
+	d.Reset = duration(deficit * l.unit)
+	return now + int64(d.Reset) // Expiry
 }

@@ -5,15 +5,16 @@ package core
 // the boundaries. A request passes iff count + cost ≤ Quota. Its known flaw
 // is deliberate and tested: Quota requests at the end of one window and
 // Quota more at the start of the next all pass.
-func (l *Limit) fixedWindow(s State, now int64, cost float64) (State, Decision) {
+func fixedWindow(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
 	if now < s.T {
 		now = s.T
 	}
 	start := now - mod(now, l.period)
 	if start != s.T {
-		s.T, s.A = start, 0
+		s.T = start
+		s.A = 0
 	}
-	d := Decision{Limit: l, Quota: l.Rate.Quota}
+	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	reset := duration(float64(start + l.period - now))
 	switch {
 	case cost > l.capacity+eps:
@@ -28,7 +29,7 @@ func (l *Limit) fixedWindow(s State, now int64, cost float64) (State, Decision) 
 	if s.A > 0 {
 		d.Reset = reset
 	}
-	return s, d
+	return s.T + l.period // Expiry
 }
 
 // slidingCounter approximates the count of the last Period by the current
@@ -39,22 +40,28 @@ func (l *Limit) fixedWindow(s State, now int64, cost float64) (State, Decision) 
 //
 // (prev 80, cur 20, 30 % into the window: 80·0.7 + 20 = 76). A request
 // passes iff estimate + cost ≤ Quota. Windows are aligned as in fixedWindow.
-func (l *Limit) slidingCounter(s State, now int64, cost float64) (State, Decision) {
+func slidingCounter(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
 	if now < s.T {
 		now = s.T
 	}
 	start := now - mod(now, l.period)
+	// One field per statement: Yaegi v0.16.1 can mis-assign several
+	// fields of a struct in one.
 	switch {
 	case start == s.T:
 	case start == s.T+l.period:
-		s.T, s.A, s.B = start, 0, s.A
+		s.B = s.A
+		s.A = 0
+		s.T = start
 	default:
-		s.T, s.A, s.B = start, 0, 0
+		s.B = 0
+		s.A = 0
+		s.T = start
 	}
 	p := float64(l.period)
 	elapsed := float64(now - start)
 	estimate := s.B*(1-elapsed/p) + s.A
-	d := Decision{Limit: l, Quota: l.Rate.Quota}
+	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	switch {
 	case cost > l.capacity+eps:
 		d.RetryAfter = Never
@@ -83,7 +90,10 @@ func (l *Limit) slidingCounter(s State, now int64, cost float64) (State, Decisio
 	case s.B > 0:
 		d.Reset = duration(p - elapsed)
 	}
-	return s, d
+	if s.A > 0 { // Expiry
+		return s.T + 2*l.period
+	}
+	return s.T + l.period
 }
 
 // slidingLog keeps every admitted request of the last Period as an entry
@@ -95,13 +105,13 @@ func (l *Limit) slidingCounter(s State, now int64, cost float64) (State, Decisio
 // fractional costs would make the log longer than that, the newest entry
 // absorbs the one before it (the older cost then expires later than it
 // would have: conservative, never admitting more than Quota).
-func (l *Limit) slidingLog(s State, now int64, cost float64) (State, Decision) {
+func slidingLog(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
 	if now < s.T {
 		now = s.T
 	}
 	s.T = now
-	s = l.trimLog(s, now)
-	d := Decision{Limit: l, Quota: l.Rate.Quota}
+	trimLog(l, s, now)
+	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	switch {
 	case cost > l.capacity+eps:
 		d.RetryAfter = Never
@@ -109,14 +119,14 @@ func (l *Limit) slidingLog(s State, now int64, cost float64) (State, Decision) {
 		d.Allowed = true
 		if n := len(s.Log); n >= MaxLogQuota {
 			// The log is full: merge into the newest entry, moved to
-			// now. A copy keeps the caller's state intact.
+			// now. A copy keeps the original log intact.
 			log := make([]LogEntry, n)
 			copy(log, s.Log)
 			log[n-1] = LogEntry{T: now, Cost: log[n-1].Cost + cost}
 			s.Log = log
 		} else {
-			// Appending writes past the caller's length only, so the
-			// caller's state is intact too.
+			// Appending writes past the original log's length only,
+			// so that log is intact too.
 			s.Log = append(s.Log, LogEntry{T: now, Cost: cost})
 		}
 		s.A += cost
@@ -135,16 +145,18 @@ func (l *Limit) slidingLog(s State, now int64, cost float64) (State, Decision) {
 		}
 	}
 	d.Remaining = nonNegative(l.capacity - s.A)
-	if n := len(s.Log); n > 0 {
-		d.Reset = duration(float64(s.Log[n-1].T + l.period - now))
+	if len(s.Log) == 0 {
+		return 0 // Expiry
 	}
-	return s, d
+	exp := s.Log[len(s.Log)-1].T + l.period
+	d.Reset = duration(float64(exp - now))
+	return exp
 }
 
 // trimLog drops the entries that no longer count at now, by reslicing (the
-// caller's slice is left intact), and keeps the sum exact: it is recomputed
+// original slice is left intact), and keeps the sum exact: it is recomputed
 // whenever the log empties, so float error cannot accumulate.
-func (l *Limit) trimLog(s State, now int64) State {
+func trimLog(l *Limit, s *State, now int64) {
 	i := 0
 	for i < len(s.Log) && s.Log[i].T+l.period <= now {
 		s.A -= s.Log[i].Cost
@@ -158,14 +170,13 @@ func (l *Limit) trimLog(s State, now int64) State {
 		s.Log = nil
 		s.A = 0
 	}
-	return s
 }
 
 // refundLog removes cost from the newest entries.
-func (l *Limit) refundLog(s State, cost float64) State {
+func refundLog(s *State, cost float64) {
 	n := len(s.Log)
 	if n == 0 {
-		return s
+		return
 	}
 	log := make([]LogEntry, n)
 	copy(log, s.Log)
@@ -185,5 +196,4 @@ func (l *Limit) refundLog(s State, cost float64) State {
 		s.Log = nil // apart from s.A: see trimLog
 		s.A = 0
 	}
-	return s
 }

@@ -28,7 +28,7 @@ func (noop) ServeHTTP(http.ResponseWriter, *http.Request) {}
 // benchHandler returns the middleware with one in-memory limit that is
 // never reached, and a request from one client.
 func benchHandler(tb testing.TB) (http.Handler, *http.Request) {
-	g := newRegistry(core.SystemClock(), 4096, os.Stdout, os.Stderr)
+	g := newRegistry(nil, 4096, os.Stdout, os.Stderr) // the system clock, as in production
 	h, err := g.new(context.Background(), noop{}, &Config{Average: "1e12", Burst: "1e12"}, "bench@file")
 	if err != nil {
 		tb.Fatal(err)

@@ -26,14 +26,21 @@ type entry struct {
 	prefix string // middleware name + NUL, before every key
 	dryRun bool
 	redis  *redisClient // nil with the in-memory store
-	report report
+	report *report
+	// single: one limit, enforced, in memory, which ServeHTTP decides
+	// without the generality of serve; plan and spec are then its plan
+	// and key.
+	single bool
+	plan   *limitPlan
+	spec   *core.KeySpec
 
 	used uint64 // registry.seq of the last New that returned it; under registry.mu
 }
 
 // newEntry builds the Gate of s. memory is the process-wide in-memory
-// store: the store itself, or with rc the local fallback.
-func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClient, clock core.Clock, out io.Writer) (*entry, error) {
+// store: the store itself, or with rc the local fallback. gateClock is the
+// gate's clock (nil: the system clock, read inline), clock the reports'.
+func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClient, gateClock, clock core.Clock, out io.Writer) (*entry, error) {
 	limits := make([]*core.Limit, len(s.plans))
 	for i := range s.plans {
 		limits[i] = s.plans[i].limit
@@ -44,7 +51,7 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 		Responder:    s.responder,
 		Mode:         s.mode,
 		OnStoreError: s.policy,
-		Clock:        clock,
+		Clock:        gateClock,
 	}
 	if rc != nil {
 		cfg.Store = rc.store
@@ -59,7 +66,7 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 	if err != nil {
 		return nil, err
 	}
-	return &entry{
+	e := &entry{
 		name:   name,
 		gate:   gate,
 		plans:  s.plans,
@@ -67,8 +74,14 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 		prefix: name + "\x00",
 		dryRun: s.mode == core.DryRun,
 		redis:  rc,
-		report: report{name: name, out: out, clock: clock},
-	}, nil
+		report: &report{name: name, out: out, clock: clock},
+	}
+	if len(s.plans) == 1 && s.mode != core.DryRun && rc == nil {
+		e.single = true
+		e.plan = &s.plans[0]
+		e.spec = s.specs[e.plan.spec]
+	}
+	return e, nil
 }
 
 // handler is the http.Handler New returns: one per router, all of a
@@ -88,14 +101,43 @@ func (e *entry) handler(next http.Handler) http.Handler {
 //
 // Under Yaegi every call into the standard library costs about a
 // microsecond, so this path builds each distinct key once, its asks on the
-// stack, and leaves headers, answers and waits to core.Gate.Serve.
+// stack, and leaves headers, answers and waits to core.Gate.Serve. Entering
+// an interpreted function costs about a microsecond too, plus tens of
+// nanoseconds for every value in its body, executed or not: the common
+// case of one enforced in-memory limit is written out here, the rest is in
+// serve. Both call core's methods as method expressions, (*T).M(x), which
+// Yaegi enters like plain functions, several microseconds faster than x.M().
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e := h.e
+	if !e.single {
+		serve(e, h.next, w, r)
+		return
+	}
+	p := e.plan
+	key, ok := (*core.KeySpec).Key(e.spec, r)
+	if !ok || key == "" { // Resolve's own fast path, without its call
+		key, ok = p.missing.Resolve(key, ok)
+	}
+	if ok {
+		asks := [1]core.Ask{{Limit: p.limit, Key: e.prefix + key, Cost: p.cost}}
+		v, proceed := (*core.Gate).Serve(e.gate, w, r, asks[:])
+		if v.Outcome != core.OutcomeAllowed {
+			(*report).note(e.report, v.Outcome)
+		}
+		if !proceed {
+			return
+		}
+	}
+	h.next.ServeHTTP(w, r)
+}
+
+// serve is ServeHTTP for any configuration.
+func serve(e *entry, next http.Handler, w http.ResponseWriter, r *http.Request) {
 	var buf [stackAsks]core.Ask
 	asks := buf[:0]
 	if len(e.plans) == 1 {
 		p := &e.plans[0]
-		key, ok := e.specs[0].Key(r)
+		key, ok := (*core.KeySpec).Key(e.specs[0], r)
 		if !ok || key == "" { // Resolve's own fast path, without its call
 			key, ok = p.missing.Resolve(key, ok)
 		}
@@ -103,14 +145,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			asks = append(asks, core.Ask{Limit: p.limit, Key: e.prefix + key, Cost: p.cost})
 		}
 	} else {
-		asks = e.asks(r, asks)
+		asks = entryAsks(e, r, asks)
 	}
 	if e.dryRun {
 		delete(r.Header, DryRunHeader)
 	}
-	v, proceed := e.gate.Serve(w, r, asks)
+	v, proceed := (*core.Gate).Serve(e.gate, w, r, asks)
 	if v.Outcome != core.OutcomeAllowed {
-		e.report.note(v.Outcome)
+		(*report).note(e.report, v.Outcome)
 	}
 	if e.redis != nil {
 		e.redis.observe(v.Err)
@@ -121,12 +163,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if v.Outcome == core.OutcomeDryRunRejected {
 		r.Header[DryRunHeader] = []string{"rejected"}
 	}
-	h.next.ServeHTTP(w, r)
+	next.ServeHTTP(w, r)
 }
 
-// asks appends to asks those of every limit that applies to r, building
-// each distinct key once.
-func (e *entry) asks(r *http.Request, asks []core.Ask) []core.Ask {
+// entryAsks appends to asks those of every limit of e that applies to r,
+// building each distinct key once.
+func entryAsks(e *entry, r *http.Request, asks []core.Ask) []core.Ask {
 	var kb [stackAsks]string
 	var ob [stackAsks]bool
 	keys, oks := kb[:], ob[:]
@@ -134,7 +176,7 @@ func (e *entry) asks(r *http.Request, asks []core.Ask) []core.Ask {
 		keys, oks = make([]string, len(e.specs)), make([]bool, len(e.specs))
 	}
 	for i, s := range e.specs {
-		keys[i], oks[i] = s.Key(r)
+		keys[i], oks[i] = (*core.KeySpec).Key(s, r)
 	}
 	for i := range e.plans {
 		p := &e.plans[i]

@@ -24,7 +24,7 @@ const (
 )
 
 // plugins is the process-wide registry New uses.
-var plugins = newRegistry(core.SystemClock(), memoryKeys, os.Stdout, os.Stderr)
+var plugins = newRegistry(nil, memoryKeys, os.Stdout, os.Stderr)
 
 // registry keeps the state of every middleware across Traefik's calls of
 // New, which come once per router using a middleware and again on every
@@ -50,7 +50,11 @@ var plugins = newRegistry(core.SystemClock(), memoryKeys, os.Stdout, os.Stderr)
 // configurations replaced long ago are dropped. Nothing here starts a
 // goroutine.
 type registry struct {
-	clock       core.Clock
+	clock core.Clock // never nil
+	// coreClock is the clock given to the in-memory store and the gates:
+	// nil for the system clock, which they then read inline (cheaper
+	// under Yaegi than calling a Clock).
+	coreClock   core.Clock
 	memoryKeys  int
 	maxEntries  int       // maxEntries, but tests make it smaller
 	maxVersions int       // maxVersions, likewise
@@ -64,9 +68,12 @@ type registry struct {
 	seq     uint64                  // counts New calls; entry.used
 }
 
+// newRegistry returns an empty registry on clock; nil means the system
+// clock.
 func newRegistry(clock core.Clock, memoryKeys int, stdout, stderr io.Writer) *registry {
-	return &registry{
+	g := &registry{
 		clock:       clock,
+		coreClock:   clock,
 		memoryKeys:  memoryKeys,
 		maxEntries:  maxEntries,
 		maxVersions: maxVersions,
@@ -75,6 +82,10 @@ func newRegistry(clock core.Clock, memoryKeys int, stdout, stderr io.Writer) *re
 		entries:     map[string]*entry{},
 		redis:       map[string]*redisClient{},
 	}
+	if clock == nil {
+		g.clock = core.SystemClock()
+	}
+	return g
 }
 
 // New returns the sluice middleware named name, configured by config, in
@@ -137,7 +148,7 @@ func (g *registry) build(ctx context.Context, id, name string, s *settings) (*en
 			return nil, err
 		}
 	}
-	e, err := newEntry(name, s, memory, rc, g.clock, g.stdout)
+	e, err := newEntry(name, s, memory, rc, g.coreClock, g.clock, g.stdout)
 	if err != nil {
 		g.release(rc)
 		return nil, err
@@ -165,7 +176,7 @@ func (g *registry) memoryStore() (*core.MemoryStore, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.memory == nil {
-		st, err := core.NewMemoryStore(core.MemoryConfig{MaxKeys: g.memoryKeys, Clock: g.clock})
+		st, err := core.NewMemoryStore(core.MemoryConfig{MaxKeys: g.memoryKeys, Clock: g.coreClock})
 		if err != nil {
 			return nil, err
 		}

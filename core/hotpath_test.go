@@ -1,0 +1,157 @@
+package core
+
+import (
+	"context"
+	"math/rand"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestDecideReturnsExpiry: the expiry decide returns for the next state,
+// which the in-memory store keeps, is Limit.Expiry of that state.
+func TestDecideReturnsExpiry(t *testing.T) {
+	limits := []*Limit{
+		algLimit(t, TokenBucket, "7/s", 3, 0),
+		algLimit(t, TokenBucket, "6/s", 0, 0),
+		algLimit(t, LeakyBucket, "5/s", 4, 0),
+		algLimit(t, LeakyBucket, "3/s", 4, 500*time.Millisecond),
+		algLimit(t, FixedWindow, "10/m", 0, 0),
+		algLimit(t, SlidingWindowCounter, "4/s", 0, 0),
+		algLimit(t, SlidingWindowLog, "3/s", 0, 0),
+	}
+	costs := []float64{0.5, 1, 1, 2.5}
+	rng := rand.New(rand.NewSource(7))
+	for _, l := range limits {
+		var s State
+		now := confEpoch
+		for step := 0; step < 300; step++ {
+			now += rng.Int63n(int64(400*time.Millisecond)) - int64(50*time.Millisecond)
+			next := copyState(s)
+			var d Decision
+			exp := decide(l, &next, now, costs[rng.Intn(len(costs))], &d)
+			if want := l.Expiry(next); exp != want {
+				t.Fatalf("%s %v, step %d: decide returned expiry %d, Expiry says %d", l.Algorithm, l.Rate, step, exp, want)
+			}
+			if d.Allowed {
+				s = next
+			}
+		}
+	}
+}
+
+// hiddenStore hides a MemoryStore's type from NewGate, so that the gate
+// decides through Decide and Store.Take, the general path. It is used as a
+// pointer with methods of its own: Yaegi v0.16.1 panics on the simpler
+// struct{ Store } stored by value in GateConfig.Store.
+type hiddenStore struct{ s *MemoryStore }
+
+func (h *hiddenStore) Take(ctx context.Context, asks []Ask, out []Decision) error {
+	return h.s.Take(ctx, asks, out)
+}
+
+func (h *hiddenStore) Refund(ctx context.Context, asks []Ask) error { return h.s.Refund(ctx, asks) }
+
+// TestGateServeFastPathMatchesGeneral: one ask on a MemoryStore, which
+// Serve decides on its own path, gets the verdict, status and headers of
+// the general path, for every algorithm, admitted, delayed and rejected.
+func TestGateServeFastPathMatchesGeneral(t *testing.T) {
+	limits := []*Limit{
+		gateLimit(t, "tb", TokenBucket, "3/s", 0),
+		gateLimit(t, "fw", FixedWindow, "4/m", 0),
+		gateLimit(t, "swc", SlidingWindowCounter, "4/s", 0),
+		gateLimit(t, "swl", SlidingWindowLog, "3/s", 0),
+		gateLimit(t, "lb", LeakyBucket, "1/s", 3),
+	}
+	for _, mode := range []Mode{Enforce, DryRun} {
+		now := confEpoch
+		clock := func() int64 { return now }
+		fastStore, err := NewMemoryStore(MemoryConfig{MaxKeys: 1024, Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slowStore, err := NewMemoryStore(MemoryConfig{MaxKeys: 1024, Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := GateConfig{Limits: limits, Mode: mode, Clock: clock,
+			Responder: Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX}}
+		cfg.Store = fastStore
+		fast, err := NewGate(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Store = &hiddenStore{slowStore}
+		slow, err := NewGate(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fast.mem == nil || slow.mem != nil {
+			t.Fatal("the gates do not take the paths under test")
+		}
+		// A client that has left: a delayed request is cancelled at once.
+		gone, cancel := context.WithCancel(context.Background())
+		cancel()
+		seen := map[Outcome]bool{}
+		for step := 0; step < 60; step++ {
+			l := limits[step%len(limits)]
+			asks := []Ask{{Limit: l, Key: "k" + strconv.Itoa(step%2), Cost: 1}}
+			var recs [2]*httptest.ResponseRecorder
+			var verdicts [2]Verdict
+			var oks [2]bool
+			for i, g := range []*Gate{fast, slow} {
+				recs[i] = httptest.NewRecorder()
+				r := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(gone)
+				verdicts[i], oks[i] = g.Serve(recs[i], r, asks)
+			}
+			if !reflect.DeepEqual(verdicts[0], verdicts[1]) || oks[0] != oks[1] {
+				t.Fatalf("mode %d, step %d (%s): fast path %+v %v, general %+v %v", mode, step, l.Name, verdicts[0], oks[0], verdicts[1], oks[1])
+			}
+			if recs[0].Code != recs[1].Code || !reflect.DeepEqual(recs[0].Header(), recs[1].Header()) {
+				t.Fatalf("mode %d, step %d (%s): fast path answered %d %v, general %d %v", mode, step, l.Name, recs[0].Code, recs[0].Header(), recs[1].Code, recs[1].Header())
+			}
+			seen[verdicts[0].Outcome] = true
+			now += int64(90 * time.Millisecond)
+		}
+		rejected := OutcomeRejected
+		if mode == DryRun {
+			rejected = OutcomeDryRunRejected
+		}
+		if !seen[OutcomeAllowed] || !seen[rejected] || !seen[OutcomeCancelled] {
+			t.Errorf("mode %d: outcomes %v, want allowed, rejected and cancelled ones", mode, seen)
+		}
+	}
+}
+
+// TestGateServeSystemClock: a gate and store on the system clock (no Clock
+// configured) share its reading, and X-RateLimit-Reset is the Unix time
+// at which the limit is whole again.
+func TestGateServeSystemClock(t *testing.T) {
+	l := gateLimit(t, "api", TokenBucket, "10/h", 0)
+	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Responder: Responder{Headers: DefaultHeaders}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.memClock {
+		t.Fatal("a gate without Clock or Store does not share its store's clock")
+	}
+	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	before := time.Now().Unix()
+	rec := httptest.NewRecorder()
+	v, ok := g.Serve(rec, httptest.NewRequest(http.MethodGet, "/", nil), asks)
+	after := time.Now().Unix()
+	if !ok || v.Outcome != OutcomeAllowed || v.Decision.Remaining != 9 {
+		t.Fatalf("got %+v %v, want allowed with 9 left", v, ok)
+	}
+	h := rec.Header()
+	if got, want := h.Get("RateLimit"), `"api";r=9;t=360`; got != want {
+		t.Errorf("RateLimit %q, want %q", got, want)
+	}
+	reset, err := strconv.ParseInt(h.Get("X-RateLimit-Reset"), 10, 64)
+	if err != nil || reset < before+360 || reset > after+360 {
+		t.Errorf("X-RateLimit-Reset %q, want between %d and %d", h.Get("X-RateLimit-Reset"), before+360, after+360)
+	}
+}
