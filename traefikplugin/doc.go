@@ -84,11 +84,12 @@
 //
 // # Logs
 //
-// Traefik logs what a plugin writes to stdout at debug level and to stderr
-// at error level. On stderr: configuration remarks, once per
-// configuration; a line when Redis becomes unavailable (the circuit breaker
-// opened, or the first connection failed) and one when it answers again. On
-// stdout: a summary of the requests that were not simply allowed, at most
+// Traefik logs what a plugin prints with the fmt package at debug level and
+// what it logs with the log package at error level. At error level:
+// configuration remarks, once per configuration; a line when Redis becomes
+// unavailable (the circuit breaker opened, or the first connection failed)
+// and one when it answers again. At debug level: a summary of the requests
+// that were not simply allowed, at most
 // one line per middleware every 10 seconds, such as
 //
 //	sluice api@docker: 123 requests rejected in the last 10s

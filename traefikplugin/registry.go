@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
-	"os"
 	"sync"
 
 	"github.com/sluicehq/sluice/core"
@@ -24,7 +24,27 @@ const (
 )
 
 // plugins is the process-wide registry New uses.
-var plugins = newRegistry(nil, memoryKeys, os.Stdout, os.Stderr)
+var plugins = newRegistry(nil, memoryKeys, debugLog{}, errorLog{})
+
+// debugLog and errorLog reach Traefik's log. Yaegi sends what an interpreted
+// plugin prints with the fmt package's Print functions to the interpreter's
+// Stdout, which Traefik logs at debug level, and what it logs with the log
+// package to its Stderr, logged at error level; os.Stdout and os.Stderr are
+// the process's own streams and bypass Traefik's log file and format.
+type (
+	debugLog struct{}
+	errorLog struct{}
+)
+
+func (debugLog) Write(p []byte) (int, error) {
+	fmt.Print(string(p))
+	return len(p), nil
+}
+
+func (errorLog) Write(p []byte) (int, error) {
+	log.Print(string(p))
+	return len(p), nil
+}
 
 // registry keeps the state of every middleware across Traefik's calls of
 // New, which come once per router using a middleware and again on every
