@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -247,28 +248,19 @@ func (z *Zone) keyOf(r *http.Request, repl *caddy.Replacer) (string, bool) {
 		if ip == "" || z.group == nil {
 			return ip, ip != ""
 		}
-		// Group the address Caddy derived with core's own rule: a
-		// request whose peer is that address and that trusts no proxy.
-		peer := http.Request{RemoteAddr: ip}
-		return z.group.Key(&peer)
+		a, err := netip.ParseAddr(ip)
+		if err != nil {
+			return "", false
+		}
+		return z.group.GroupKey(a), true
 	case keyTemplate:
 		k, err := repl.ReplaceOrErr(z.Key, true, true)
 		if err != nil || k == "" {
 			return "", false
 		}
-		return escapeKey(k), true
+		return core.EscapeKey(k), true
 	}
-	return escapeKey(z.Key), true
-}
-
-// escapeKey prefixes a key that begins with byte 0x00 or 0x01 with 0x01,
-// as core.KeySpec does, so that no key equals on_missing_key shared's key,
-// which begins with 0x00.
-func escapeKey(k string) string {
-	if k != "" && k[0] <= 1 {
-		return "\x01" + k
-	}
-	return k
+	return core.EscapeKey(z.Key), true
 }
 
 // costOf returns the cost of the request whose replacer is repl.

@@ -91,20 +91,6 @@ func TestZoneKey(t *testing.T) {
 	}
 }
 
-func TestEscapeKey(t *testing.T) {
-	for in, want := range map[string]string{
-		"":         "",
-		"a":        "a",
-		"\x00miss": "\x01\x00miss",
-		"\x01x":    "\x01\x01x",
-		"\x02x":    "\x02x",
-	} {
-		if got := escapeKey(in); got != want {
-			t.Errorf("escapeKey(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestZoneCost(t *testing.T) {
 	tests := []struct {
 		cost   string

@@ -168,23 +168,37 @@ func (c *ClientIP) Key(r *http.Request) (string, bool) {
 	return clientKey(c, r)
 }
 
+// GroupKey returns the key of the client address a, grouped by IPv4Prefix
+// or IPv6Prefix as Key groups it. It is for hosts that derive the client
+// address themselves, such as Caddy, whose {client_ip} honours its own
+// trusted_proxies.
+func (c *ClientIP) GroupKey(a netip.Addr) string {
+	return groupKey(c, a.Unmap().WithZone(""), "")
+}
+
 // clientKey is Key as a function, which Yaegi enters faster than a method.
 func clientKey(c *ClientIP, r *http.Request) (string, bool) {
 	a, text, ok := clientAddr(c, r)
 	if !ok {
 		return "", false
 	}
+	return groupKey(c, a, text), true
+}
+
+// groupKey formats a grouped by c's prefixes; text, if not empty, is a's
+// full-address form, reused to save an allocation.
+func groupKey(c *ClientIP, a netip.Addr, text string) string {
 	bits, full := c.IPv6Prefix, 128
 	if a.Is4() {
 		bits, full = c.IPv4Prefix, 32
 	}
 	if bits > 0 && bits < full {
-		return formatAddr(a, bits), true
+		return formatAddr(a, bits)
 	}
 	if text != "" {
-		return text, true
+		return text
 	}
-	return formatAddr(a, full), true
+	return formatAddr(a, full)
 }
 
 // formatAddr formats a as a prefix of the given length, or as an address

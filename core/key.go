@@ -386,6 +386,17 @@ const (
 	MissingShared
 )
 
+// EscapeKey returns k as a built key: one that begins with byte 0x00 or 0x01
+// gets a 0x01 prefix, so that no built key equals MissingShared's key. Hosts
+// that build keys themselves (Caddy's placeholders) pass them through it;
+// KeySpec.Key applies the same rule.
+func EscapeKey(k string) string {
+	if k != "" && k[0] <= 1 {
+		return "\x01" + k
+	}
+	return k
+}
+
 // missingSharedKey is MissingShared's key. Built keys never begin with 0x00
 // (see KeySpec.Key), so it collides with none of them.
 const missingSharedKey = "\x00missing"

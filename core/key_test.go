@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -331,5 +332,36 @@ func BenchmarkKeySpecHeader(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func TestEscapeKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"":         "",
+		"a":        "a",
+		"\x00miss": "\x01\x00miss",
+		"\x01x":    "\x01\x01x",
+		"\x02x":    "\x02x",
+	} {
+		if got := EscapeKey(in); got != want {
+			t.Errorf("EscapeKey(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestClientIPGroupKey(t *testing.T) {
+	c := &ClientIP{IPv4Prefix: 24, IPv6Prefix: 64}
+	for in, want := range map[string]string{
+		"203.0.113.7":          "203.0.113.0/24",
+		"::ffff:203.0.113.7":   "203.0.113.0/24",
+		"2001:db8:1:2:3::4":    "2001:db8:1:2::/64",
+		"2001:db8:1:2:3::4%e0": "2001:db8:1:2::/64",
+	} {
+		if got := c.GroupKey(netip.MustParseAddr(in)); got != want {
+			t.Errorf("GroupKey(%s) = %q, want %q", in, got, want)
+		}
+	}
+	if got := (&ClientIP{}).GroupKey(netip.MustParseAddr("::ffff:10.0.0.1")); got != "10.0.0.1" {
+		t.Errorf("ungrouped GroupKey = %q, want 10.0.0.1", got)
 	}
 }
