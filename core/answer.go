@@ -276,7 +276,9 @@ func reject(r *Responder, w http.ResponseWriter, d *Decision, nowUnix int64) {
 		d = &Decision{}
 	}
 	h := w.Header()
-	if r.Headers != HeadersOff {
+	if r.Headers != HeadersOff && (d.Limit != nil || d.Quota > 0) {
+		// Without a quota (a store failure answered by FailClosed) there
+		// is nothing to describe: Retry-After alone.
 		setHeaders(r, h, d, nowUnix)
 	}
 	retry := int64(-1)

@@ -40,8 +40,9 @@ const (
 	// Enforce rejects them with 429.
 	Enforce Mode = iota
 	// DryRun decides and counts as Enforce does but lets every request
-	// through, reporting OutcomeDryRunRejected for those it would have
-	// rejected, so hosts can log and count them before enforcing.
+	// through at once, without a leaky_bucket delay, reporting
+	// OutcomeDryRunRejected for those it would have rejected, so hosts can
+	// log and count them before enforcing.
 	DryRun
 )
 
@@ -186,7 +187,9 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 		for _, l := range cfg.Limits {
 			share := *l
 			share.Rate.Quota /= float64(n)
-			share.Burst = l.Capacity() / float64(n)
+			if l.Algorithm == TokenBucket || l.Algorithm == LeakyBucket {
+				share.Burst = l.Capacity() / float64(n)
+			}
 			if err := share.Validate(); err != nil {
 				return nil, err
 			}
@@ -243,6 +246,7 @@ func gateTake(g *Gate, ctx context.Context, asks []Ask, out []Decision) error {
 	if b != nil && !b.Allow(gateNow(g)) {
 		return ErrBreakerOpen
 	}
+	parent := ctx
 	if g.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
@@ -250,10 +254,15 @@ func gateTake(g *Gate, ctx context.Context, asks []Ask, out []Decision) error {
 	}
 	err := g.cfg.Store.Take(ctx, asks, out)
 	if b != nil {
-		if err != nil {
-			b.Failure(gateNow(g))
-		} else {
+		switch {
+		case err == nil:
 			b.Success()
+		case parent.Err() != nil:
+			// The client left (or its deadline passed): that says
+			// nothing about the store. An unreported probe is
+			// replaced after the back-off.
+		default:
+			b.Failure(gateNow(g))
 		}
 	}
 	return err
@@ -281,8 +290,10 @@ func classify(g *Gate, out []Decision) Verdict {
 		}
 	}
 	v.Decision = out[best]
+	if !allowed || g.cfg.Mode == DryRun {
+		v.Delay = 0 // a dry run shapes nothing either
+	}
 	if !allowed {
-		v.Delay = 0
 		v.Outcome = OutcomeRejected
 		if g.cfg.Mode == DryRun {
 			v.Outcome = OutcomeDryRunRejected
@@ -335,7 +346,9 @@ func serveAny(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask) (Verd
 func classify1(g *Gate, v *Verdict) {
 	switch {
 	case v.Decision.Allowed:
-		v.Delay = v.Decision.Delay
+		if g.cfg.Mode != DryRun { // a dry run shapes nothing either
+			v.Delay = v.Decision.Delay
+		}
 	case g.cfg.Mode == DryRun:
 		v.Outcome = OutcomeDryRunRejected
 	default:

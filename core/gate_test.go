@@ -108,11 +108,16 @@ func TestGateStoreErrorPolicy(t *testing.T) {
 		{FailOpen, OutcomeStoreErrorAllow, http.StatusOK, true},
 		{FailClosed, OutcomeStoreErrorDeny, http.StatusTooManyRequests, false},
 	} {
-		g := newTestGate(t, GateConfig{Limits: []*Limit{l}, Store: &failingStore{}, OnStoreError: tc.policy}, &now)
+		g := newTestGate(t, GateConfig{Limits: []*Limit{l}, Store: &failingStore{}, OnStoreError: tc.policy,
+			Responder: Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX}}, &now)
 		rec := httptest.NewRecorder()
 		v, ok := g.Serve(rec, httptest.NewRequest("GET", "/", nil), asks)
 		if v.Outcome != tc.want || ok != tc.pass || rec.Code != tc.code || v.Err == nil {
 			t.Errorf("policy %v: outcome %v pass %v code %d err %v", tc.policy, v.Outcome, ok, rec.Code, v.Err)
+		}
+		// No quota is known: no X-RateLimit-Limit: 0 or the like.
+		if h := rec.Header(); h.Get("X-RateLimit-Limit") != "" || h.Get("RateLimit") != "" {
+			t.Errorf("policy %v: quota headers without a quota: %v", tc.policy, h)
 		}
 	}
 }
@@ -208,5 +213,62 @@ func TestGateRejectsDuplicateNames(t *testing.T) {
 	b := gateLimit(t, "api", FixedWindow, "1/s", 0)
 	if _, err := NewGate(GateConfig{Limits: []*Limit{a, b}}); err == nil {
 		t.Fatal("two limits named api were accepted")
+	}
+}
+
+func TestGateDryRunDoesNotShape(t *testing.T) {
+	now := int64(0)
+	l := &Limit{Name: "shape", Algorithm: LeakyBucket, Rate: Rate{Quota: 1, Period: time.Hour}, Burst: 3}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g := newTestGate(t, GateConfig{Limits: []*Limit{l}, Mode: DryRun}, &now)
+	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	g.Decide(context.Background(), asks)
+	v, ok := g.Serve(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), asks)
+	if !ok || v.Outcome != OutcomeAllowed || v.Delay != 0 || v.Decision.Delay != time.Hour {
+		t.Fatalf("dry run: %+v %v, want allowed at once, reporting the hour it would have waited", v, ok)
+	}
+}
+
+func TestGateFallbackWindowAlgorithms(t *testing.T) {
+	now := int64(0)
+	for _, alg := range Algorithms {
+		l := gateLimit(t, "w", alg, "10/m", 0)
+		local, _ := NewMemoryStore(MemoryConfig{MaxKeys: 64, Clock: func() int64 { return now }})
+		g := newTestGate(t, GateConfig{Limits: []*Limit{l}, Store: &failingStore{}, Fallback: local, Instances: 2}, &now)
+		admitted := 0
+		for i := 0; i < 10; i++ {
+			if v := g.Decide(context.Background(), []Ask{{Limit: l, Key: "k", Cost: 1}}); v.Outcome == OutcomeAllowed {
+				admitted++
+			}
+		}
+		if admitted != 5 {
+			t.Errorf("%s: the fallback admitted %d of 10, want 10/2 = 5", alg, admitted)
+		}
+	}
+}
+
+// cancellingStore fails as a store does when its caller's context ends.
+type cancellingStore struct{}
+
+func (cancellingStore) Take(ctx context.Context, asks []Ask, out []Decision) error {
+	return ctx.Err()
+}
+
+func (cancellingStore) Refund(ctx context.Context, asks []Ask) error { return nil }
+
+func TestGateBreakerIgnoresClientsThatLeave(t *testing.T) {
+	now := int64(0)
+	l := gateLimit(t, "api", TokenBucket, "1/s", 0)
+	b := &Breaker{Failures: 2, Backoff: time.Second}
+	g := newTestGate(t, GateConfig{Limits: []*Limit{l}, Store: cancellingStore{}, Breaker: b}, &now)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := 0; i < 5; i++ {
+		g.Decide(gone, []Ask{{Limit: l, Key: "k", Cost: 1}})
+	}
+	if b.State() != BreakerClosed {
+		t.Fatalf("breaker %v after clients left, want closed", b.State())
 	}
 }

@@ -50,6 +50,10 @@ const MaxLogQuota = 10000
 // no more memory than a short one.
 const MaxKeyLength = 128
 
+// MaxSpan bounds a limit's period and the time its capacity takes to refill
+// (Burst·Period/Quota), so that no instant sluice computes overflows.
+const MaxSpan = 10 * 365 * 24 * time.Hour
+
 // Never is the RetryAfter of a decision that no amount of waiting can
 // change: the cost exceeds the limit's capacity.
 const Never = time.Duration(math.MaxInt64)
@@ -108,9 +112,6 @@ func ParseRate(s string) (Rate, error) {
 func (r Rate) String() string {
 	return strconv.FormatFloat(r.Quota, 'f', -1, 64) + "/" + r.Period.String()
 }
-
-// PerSecond is the sustained rate in cost units per second.
-func (r Rate) PerSecond() float64 { return r.Quota / r.Period.Seconds() }
 
 // Limit is one named rate limit. A Limit must pass Validate (which also fills
 // in defaults) before it is used; after that it must not be modified.
@@ -201,8 +202,17 @@ func (l *Limit) validate() error {
 	if l.Algorithm == SlidingWindowLog && l.Rate.Quota > MaxLogQuota {
 		return fmt.Errorf("rate: sliding_window_log keeps one entry per request and accepts a quota of at most %d, got %v (use sliding_window_counter)", MaxLogQuota, l.Rate.Quota)
 	}
+	if l.Rate.Period > MaxSpan {
+		return fmt.Errorf("rate: period %v is longer than the %v sluice supports", l.Rate.Period, MaxSpan)
+	}
+	if l.Rate.Period%time.Microsecond != 0 {
+		return fmt.Errorf("rate: period %v must be a whole number of microseconds (Redis's clock resolution)", l.Rate.Period)
+	}
 	l.period = int64(l.Rate.Period)
 	l.unit = float64(l.period) / l.Rate.Quota
+	if span := l.capacity * l.unit; !(span <= float64(MaxSpan)) {
+		return fmt.Errorf("burst: refilling %v at %v takes longer than the %v sluice supports", l.capacity, l.Rate, MaxSpan)
+	}
 	l.ns = l.Name + ":" + string(l.Algorithm)
 	l.nsHash = fnv1a(l.ns)
 	l.answer = newLimitAnswer(l, l.Rate.Quota)
