@@ -64,7 +64,9 @@ type Zone struct {
 	// Cost is what a request is charged: a positive number (default 1),
 	// or a placeholder such as "{http.request.header.X-Cost}" evaluated
 	// per request. A placeholder that does not evaluate to a positive
-	// finite number charges 1, so a client cannot make its requests free.
+	// finite number charges 1. A placeholder must come from a trusted
+	// source (a header set by an upstream handler, not by the client): a
+	// client that chooses its own cost can make its requests nearly free.
 	Cost caddyhttp.WeakString `json:"cost,omitempty"`
 
 	// MaxDelay is, for leaky_bucket, the longest a request is held to

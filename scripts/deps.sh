@@ -23,6 +23,7 @@ readonly APT_TOOLS=(
 	"wrk wrk"
 	"hey hey"
 	"curl curl"
+	"gcc gcc" # go test -race needs cgo
 )
 
 log() { printf 'deps: %s\n' "$*"; }

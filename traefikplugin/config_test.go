@@ -254,6 +254,7 @@ func TestParseErrors(t *testing.T) {
 		{map[string]interface{}{"average": "1", "fallback": "remote"}, `fallback "remote": want local or none`},
 		{map[string]interface{}{"average": "1", "fallback": "local"}, "fallback: local only applies with redis"},
 		{map[string]interface{}{"average": "1", "instances": "0"}, `instances "0": want a whole number between 1`},
+		{map[string]interface{}{"average": "1", "instances": "3"}, "instances: only fallback: local divides quotas"},
 		{map[string]interface{}{"average": "1", "retryJitter": "2"}, `retryJitter "2": must be between 0 and 1`},
 		{map[string]interface{}{"average": "1", "trustedProxies": "10.0.0.0/33"}, `trustedProxies: prefix "10.0.0.0/33"`},
 		{map[string]interface{}{"average": "1", "sourceCriterion": map[string]interface{}{"requestHost": "yes please"}}, `sourceCriterion.requestHost "yes please": want true or false`},

@@ -364,6 +364,9 @@ func parseStore(cfg *Config, s *settings) error {
 	if s.instances, err = parseInt("instances", cfg.Instances, 1, 1, 1<<20); err != nil {
 		return err
 	}
+	if !s.fallback && strings.TrimSpace(cfg.Instances) != "" {
+		return errors.New("instances: only fallback: local divides quotas by the number of instances; set it or remove instances")
+	}
 	if cfg.Redis == nil {
 		if s.fallback {
 			return errors.New("fallback: local only applies with redis, the store it stands in for")

@@ -12,7 +12,7 @@ TL_PORTS=" "     # ports handed out by tl_free_port, never handed out twice
 tl_free_port() {
 	local i p
 	for i in $(seq 1 200); do
-		p=$((20000 + RANDOM % 40000))
+		p=$((20000 + RANDOM % 12000)) # below the kernel's ephemeral range (32768+)
 		case "$TL_PORTS" in *" $p "*) continue ;; esac
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			TL_PORTS+="$p "
