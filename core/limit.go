@@ -51,8 +51,9 @@ const MaxLogQuota = 10000
 const MaxKeyLength = 128
 
 // MaxSpan bounds a limit's period and the time its capacity takes to refill
-// (Burst·Period/Quota), so that no instant sluice computes overflows.
-const MaxSpan = 10 * 365 * 24 * time.Hour
+// (Burst·Period/Quota), so that no instant sluice computes overflows int64
+// nanoseconds (which end in 2262).
+const MaxSpan = 100 * 365 * 24 * time.Hour
 
 // Never is the RetryAfter of a decision that no amount of waiting can
 // change: the cost exceeds the limit's capacity.
