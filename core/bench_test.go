@@ -12,9 +12,9 @@ import (
 // clock (SystemClock), for a token bucket of 10⁷ tokens refilled at one
 // per 36 s: it never rejects within a benchmark, so they measure the store
 // and not rejections, and its states stay live (a charged key is whole
-// again 36 s later),
-// so the store holds every key instead of recycling expired slots. bench/
-// runs the same workloads against a mutex-and-map baseline.
+// again 36 s later), so the store holds every key instead of recycling
+// expired slots. bench/ runs the same workloads against a mutex-and-map
+// baseline.
 
 // benchKeys returns n distinct keys shaped like client addresses
 // ("198.51.<i/256>.<i%256>").
