@@ -206,6 +206,8 @@ var conformanceCases = []struct {
 	{"MultiLimitAllOrNothing", confMultiLimit},
 	{"Refund", confRefund},
 	{"LeakyBucketMaxDelay", confLeakyMaxDelay},
+	{"RateChange", confRateChange},
+	{"CapacityShrink", confCapacityShrink},
 }
 
 // confInitialBurst: a full capacity passes at once, the next request fails
@@ -636,4 +638,64 @@ func confLeakyMaxDelay(r *confRun) {
 	e := r.retryExact("take 4", l, "k", 1, d)
 	r.expect("take 4 after waiting", e, confWant{allowed: true, delay: 400 * ms, reset: 600 * ms})
 	r.expect("cost 3: fits the queue, but would wait 600 ms", r.take(l, "k", 3), confWant{retry: 200 * ms, reset: 600 * ms})
+}
+
+// confRateChange: a limit whose rate changes under the same name and
+// algorithm (10/m, then 10/h) keeps its state as Limit.Decide reads it: 4
+// taken at the start of an hour still count in the hour's window, and the
+// key is admitted again after the RetryAfter of the new rate.
+func confRateChange(r *confRun) {
+	ms := 59*time.Minute + 30*time.Second // to the end of the hour
+	cases := []struct {
+		alg       Algorithm
+		n         int // admitted at 10/h
+		remaining float64
+		retry     time.Duration
+	}{
+		// 30 s at 10/h refill 1/12 token of the 4 taken: 6 fit, the 7th
+		// waits for the other 11/12 of a token, 6 min each.
+		{TokenBucket, 6, 1.0 / 12, 330 * time.Second},
+		// The 4 left the queue by 24 s; 10 queue at 6 min each.
+		{LeakyBucket, 10, 0, 6 * time.Minute},
+		{FixedWindow, 6, 0, ms},
+		// cur 10 becomes prev: 10·(1−g)+1 ≤ 10 at g = 0.1, 6 min into
+		// the next hour.
+		{SlidingWindowCounter, 6, 0, ms + 6*time.Minute},
+		{SlidingWindowLog, 6, 0, ms},
+	}
+	for _, c := range cases {
+		c := c
+		r.t.Run(string(c.alg), func(t *testing.T) {
+			r := r.sub(t)
+			perMinute := r.limit("rate-"+string(c.alg), c.alg, "10/m", 0, 0)
+			perHour := r.limit("rate-"+string(c.alg), c.alg, "10/h", 0, 0)
+			r.at(46 * time.Minute) // 23:00:00
+			for i := 0; i < 4; i++ {
+				if d := r.take(perMinute, "k", 1); !d.Allowed {
+					t.Fatalf("10/m, take %d: %+v", i+1, d)
+				}
+			}
+			r.at(46*time.Minute + 30*time.Second)
+			if n := r.drain(perHour, "k", 10); n != c.n {
+				t.Errorf("10/h after 4 at 10/m: %d admitted, want %d", n, c.n)
+			}
+			d := r.take(perHour, "k", 1)
+			r.expect("10/h, exhausted", d, confWant{remaining: c.remaining, retry: c.retry, reset: confAnyReset})
+			r.retryExact("10/h, exhausted", perHour, "k", 1, d)
+		})
+	}
+}
+
+// confCapacityShrink: a token bucket drained at burst 100 and then limited
+// to burst 1 is empty, not 100 tokens in debt: one token later, a request
+// passes.
+func confCapacityShrink(r *confRun) {
+	big := r.limit("shrink", TokenBucket, "100/h", 100, 0)
+	small := r.limit("shrink", TokenBucket, "1/h", 1, 0)
+	if n := r.drain(big, "k", 100); n != 100 {
+		r.t.Fatalf("burst 100: %d admitted, want 100", n)
+	}
+	d := r.take(small, "k", 1)
+	r.expect("burst 1, just shrunk", d, confWant{retry: time.Hour, reset: time.Hour})
+	r.retryExact("burst 1, just shrunk", small, "k", 1, d)
 }

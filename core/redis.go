@@ -57,16 +57,19 @@ type RedisConfig struct {
 //
 //	Prefix + "{" + limit.Namespace() + ":" + BoundKey(key) + "}"
 //
-// holding decimal strings: t, an instant as "<Unix seconds> <nanoseconds>"
-// (State.T of the token bucket, leaky bucket and sliding log); w, the
-// window's number since the Unix epoch (State.T/period of the window
-// algorithms); a and b (State.A and State.B). A sliding window log keeps its
-// entries, "<seconds> <nanoseconds> <cost>" oldest first, in a list at the
-// same key followed by ":log". The braces make the (limit, key) a Cluster
-// hash tag: its keys share a slot, while different clients spread over the
-// cluster. Every key expires (PEXPIRE) when its state becomes equivalent to
-// a fresh one (Limit.Expiry), at least 1 ms after its last write, so idle
-// clients cost no memory.
+// holding decimal strings: t, State.T as "<Unix seconds> <nanoseconds>"
+// (for the window algorithms, the current window's start, an instant like
+// the others', so that a limit whose period changes under the same name
+// keeps its counters as in a MemoryStore); a and b (State.A and State.B). A
+// sliding window log keeps its entries, "<seconds> <nanoseconds> <cost>"
+// oldest first, in a list at the same key followed by ":log". The braces
+// make the (limit, key) a Cluster hash tag: its keys share a slot, while
+// different clients spread over the cluster. Every key expires (PEXPIRE)
+// when its state becomes equivalent to a fresh one (Limit.Expiry), at least
+// 1 ms after its last write, so idle clients cost no memory, and at most a
+// second longer than its limit can need (a full bucket's refill or queue,
+// two windows, one period), even when a clock that stepped back left the
+// state ahead of it.
 type RedisStore struct {
 	client  Scripter
 	prefix  string

@@ -9,15 +9,17 @@ package core
 // Lua numbers are doubles, exact up to 2^53, while Unix nanoseconds are
 // about 2^60; so the scripts count instants in nanoseconds since base, the
 // current instant's whole Unix second, and store them as "<s> <ns>": whole
-// Unix seconds and nanoseconds 0 to 999999999. Window numbers are computed
+// Unix seconds and nanoseconds 0 to 999999999. Window starts are computed
 // from Unix microseconds (below 2^53), exactly when the period is a whole
-// number of microseconds.
+// number of microseconds, and stored as instants like State.T, so that a
+// changed period (same limit name and algorithm) finds the state as
+// Limit.Decide does.
 //
-// Every algorithm function takes (st, now, p): st = {t, w, a, b}, the stored
+// Every algorithm function takes (st, now, p): st = {t, a, b}, the stored
 // state (t in ns since base, the zero State's for a key never seen); now, in
 // ns since base; p, the ask: quota, period and maxdelay (ns), cap
 // (Limit.Capacity), cost, unit (ns of the period per cost unit, as
-// Limit.unit), key and logkey. It reads a sliding window log but writes
+// Limit.unit), horizon (see ttl), key and logkey. It reads a sliding window log but writes
 // nothing, and returns a table
 //
 //	ok, rem, reset, retry, delay   the Decision (durations in ns; retry −1 is Never)
@@ -27,7 +29,9 @@ package core
 //	                               from the head, an entry to append, or the
 //	                               new value of the newest entry
 //
-// which the main part writes back only when every ask of the call allows.
+// which the main part writes back only when every ask of the call allows,
+// and only after computing and checking every decision and time to live, so
+// that an error never leaves some asks charged and others not.
 const (
 	redisTakeScript   = luaPrelude + luaTokenBucket + luaLeakyBucket + luaFixedWindow + luaSlidingCounter + luaSlidingLog + luaTakeMain
 	redisRefundScript = luaPrelude + luaRefund + luaRefundMain
@@ -83,29 +87,30 @@ local function stamp(x)
   return format('%d %d', base + s, x - s * 1e9)
 end
 
--- window returns the number of the window of length p.period holding now
--- (ns since base), counting from the Unix epoch; wstart returns the start
--- of window k in ns since base.
-local function window(now, p)
-  return floor((base * 1e6 + floor(now / 1000)) / (p.period / 1000))
-end
-local function wstart(k, p)
-  return (k * (p.period / 1000) - base * 1e6) * 1000
+-- wstart returns the start, in ns since base, of the window of length
+-- p.period holding now (ns since base), windows counted from the Unix
+-- epoch: Go's now − mod(now, period), computed in Unix microseconds.
+local function wstart(now, p)
+  local us = p.period / 1000
+  return (floor((base * 1e6 + floor(now / 1000)) / us) * us - base * 1e6) * 1000
 end
 
 -- asks returns the parameters and keys of every ask, in order: six ARGV
 -- each from ARGV[3]; one key each (state), two for a sliding_window_log
--- (state, log).
+-- (state, log). An ask's horizon bounds, in ns, how long after the
+-- (clamped) instant of a decision its state may matter: a full bucket's
+-- refill or queue, two windows, one period.
 local function asks()
   local list, k = {}, 1
   for i = 1, (#ARGV - 2) / NARGS do
     local j = 2 + (i - 1) * NARGS
-    local alg, quota, period = ARGV[j + 1], tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
-    local logkey = false
+    local alg, quota, period, cap = ARGV[j + 1], tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
+    local logkey, unit, horizon = false, period / quota, period
     if alg == 'swl' then logkey = KEYS[k + 1] end
-    list[i] = {alg = alg, quota = quota, period = period, cap = tonumber(ARGV[j + 4]),
-      maxdelay = tonumber(ARGV[j + 5]), cost = tonumber(ARGV[j + 6]), unit = period / quota,
-      key = KEYS[k], logkey = logkey}
+    if alg == 'tb' or alg == 'lb' then horizon = cap * unit elseif alg == 'swc' then horizon = 2 * period end
+    list[i] = {alg = alg, quota = quota, period = period, cap = cap,
+      maxdelay = tonumber(ARGV[j + 5]), cost = tonumber(ARGV[j + 6]), unit = unit,
+      horizon = horizon, key = KEYS[k], logkey = logkey}
     k = k + 1
     if logkey then k = k + 1 end
   end
@@ -115,23 +120,28 @@ end
 -- load reads a state hash; a key never seen reads as the zero State, whose
 -- instant is the Unix epoch.
 local function load(key)
-  local v = call('HMGET', key, 't', 'w', 'a', 'b')
-  local st = {t = -base * 1e9, w = tonumber(v[2]) or 0, a = tonumber(v[3]) or 0, b = tonumber(v[4]) or 0}
+  local v = call('HMGET', key, 't', 'a', 'b')
+  local st = {t = -base * 1e9, a = tonumber(v[2]) or 0, b = tonumber(v[3]) or 0}
   if v[1] then st.t = instant(v[1]) end
   return st
 end
 
--- ttl is the time to live, in ms, of a state that expires at exp.
-local function ttl(exp)
-  local ms = mceil((exp - now) / 1e6)
-  if ms < minttl then return minttl end
-  return ms
+-- ttl is the time to live, in ms, of ask p's state that expires at exp
+-- (Limit.Expiry): at least minttl, and at most p.horizon plus a second, so
+-- that a state left ahead of a clock that stepped back is forgotten then,
+-- not kept for as long as the step. It is nil when not a usable PEXPIRE
+-- argument (NaN, or infinite, beyond 10^15 ms), which the main parts check
+-- before their first write.
+local function ttl(exp, p)
+  local ms, most = mceil((exp - now) / 1e6), mceil(p.horizon / 1e6) + 1000
+  if ms > most then ms = most end
+  if ms < minttl then ms = minttl end
+  if ms >= minttl and ms <= 1e15 then return ms end
+  return nil
 end
 
-local function save(p, r)
-  call('HSET', p.key, unpack(r.fields))
-  call('PEXPIRE', p.key, ttl(r.exp))
-end
+-- bad reports whether a computed number is NaN.
+local function bad(x) return x ~= x end
 
 -- A log entry is "<s> <ns> <cost>": its instant and cost. reader returns a
 -- function that reads entry i (from 0) of a log as (instant, cost), 64
@@ -162,6 +172,7 @@ const luaTokenBucket = `
 local function token_bucket(st, now, p)
   if now < st.t then now = st.t end
   local deficit = st.a
+  if deficit > p.cap then deficit = p.cap end
   if deficit > 0 then
     deficit = deficit - (now - st.t) * p.quota / p.period
     if deficit < EPS then deficit = 0 end
@@ -214,19 +225,14 @@ local function leaky_bucket(st, now, p)
 end
 `
 
-// luaFixedWindow mirrors (*Limit).fixedWindow in window.go. State: w is the
-// number k of the window [k·period, (k+1)·period) counted from the Unix
-// epoch, a the cost counted in it.
+// luaFixedWindow mirrors (*Limit).fixedWindow in window.go. State: t is
+// the start of the current window, a the cost counted in it.
 const luaFixedWindow = `
 local function fixed_window(st, now, p)
-  local k = window(now, p)
-  if k < st.w then
-    k = st.w
-    now = wstart(k, p)
-  end
+  if now < st.t then now = st.t end
+  local start = wstart(now, p)
   local a = st.a
-  if k ~= st.w then a = 0 end
-  local start = wstart(k, p)
+  if start ~= st.t then a = 0 end
   local reset = start + p.period - now
   local ok, retry = false, 0
   if p.cost > p.cap + EPS then
@@ -239,28 +245,24 @@ local function fixed_window(st, now, p)
   end
   if a <= 0 then reset = 0 end
   return {ok = ok, rem = nonneg(p.cap - a), reset = reset, retry = retry, delay = 0,
-    fields = {'w', fmt(k), 'a', fmt(a)}, exp = start + p.period}
+    fields = {'t', stamp(start), 'a', fmt(a)}, exp = start + p.period}
 end
 `
 
-// luaSlidingCounter mirrors (*Limit).slidingCounter in window.go. State: w
-// is the number of the current window (as in luaFixedWindow), a its count,
+// luaSlidingCounter mirrors (*Limit).slidingCounter in window.go. State: t
+// is the start of the current window (as in luaFixedWindow), a its count,
 // b the previous window's.
 const luaSlidingCounter = `
 local function sliding_counter(st, now, p)
-  local k = window(now, p)
-  if k < st.w then
-    k = st.w
-    now = wstart(k, p)
-  end
+  if now < st.t then now = st.t end
+  local start = wstart(now, p)
   local a, b = st.a, st.b
-  if k == st.w then
-  elseif k == st.w + 1 then
+  if start == st.t then
+  elseif start == st.t + p.period then
     a, b = 0, st.a
   else
     a, b = 0, 0
   end
-  local start = wstart(k, p)
   local elapsed = now - start
   local estimate = b * (1 - elapsed / p.period) + a
   local ok, retry = false, 0
@@ -284,7 +286,7 @@ local function sliding_counter(st, now, p)
     reset = p.period - elapsed
   end
   return {ok = ok, rem = nonneg(p.cap - estimate), reset = reset, retry = retry, delay = 0,
-    fields = {'w', fmt(k), 'a', fmt(a), 'b', fmt(b)}, exp = exp}
+    fields = {'t', stamp(start), 'a', fmt(a), 'b', fmt(b)}, exp = exp}
 end
 `
 
@@ -340,39 +342,50 @@ end
 
 // luaTakeMain decides every ask on one reading of the clock and, when all
 // allow and ARGV[2] is "1", writes every next state (with ARGV[2] "0" it
-// only decides). It returns an array per ask: allowed (1 or 0), then
-// remaining, and reset, retry and delay in whole ns, each an integer or,
-// when fractional or beyond ±10^15, a decimal string.
+// only decides). It computes and checks every decision and every time to
+// live before its first write, and fails without writing if one is NaN or
+// infinite. It returns an array per ask: allowed (1 or 0), then remaining,
+// and reset, retry and delay in whole ns, each an integer or, when
+// fractional or beyond ±10^15, a decimal string.
 const luaTakeMain = `
 local algs = {tb = token_bucket, lb = leaky_bucket, fw = fixed_window, swc = sliding_counter, swl = sliding_log}
 local list, rs, out, all = asks(), {}, {}, true
 for i, p in ipairs(list) do
   local r = algs[p.alg](load(p.key), now, p)
+  if bad(r.rem) or bad(r.reset) or bad(r.retry) or bad(r.delay) then
+    return redis.error_reply('sluice: decision of ask ' .. i .. ' is not a number')
+  end
   rs[i] = r
   all = all and r.ok
   local retry = r.retry
   if retry > 0 then retry = mceil(retry / tick) * tick end
   out[i] = {r.ok and 1 or 0, reply(r.rem), ceil(r.reset), ceil(retry), ceil(r.delay)}
 end
-if all and ARGV[2] == '1' then
-  for i, p in ipairs(list) do
-    local r = rs[i]
-    save(p, r)
-    if p.logkey then
-      if r.drop > 0 then call('LTRIM', p.logkey, r.drop, -1) end
-      if r.push then call('RPUSH', p.logkey, r.push) end
-      if r.set then call('LSET', p.logkey, -1, r.set) end
-      call('PEXPIRE', p.logkey, ttl(r.exp))
-    end
+if not all or ARGV[2] ~= '1' then return out end
+local ttls = {}
+for i, p in ipairs(list) do
+  ttls[i] = ttl(rs[i].exp, p)
+  if not ttls[i] then return redis.error_reply('sluice: expiry of ask ' .. i .. ' is not finite') end
+end
+for i, p in ipairs(list) do
+  local r = rs[i]
+  call('HSET', p.key, unpack(r.fields))
+  call('PEXPIRE', p.key, ttls[i])
+  if p.logkey then
+    if r.drop > 0 then call('LTRIM', p.logkey, r.drop, -1) end
+    if r.push then call('RPUSH', p.logkey, r.push) end
+    if r.set then call('LSET', p.logkey, -1, r.set) end
+    call('PEXPIRE', p.logkey, ttls[i])
   end
 end
 return out
 `
 
 // luaRefund mirrors (*Limit).Refund in algorithm.go, and (*Limit).refundLog
-// in window.go for the sliding window log, whose entries it edits in place.
-// It returns the next state's HSET arguments and Limit.Expiry like the
-// algorithm functions.
+// in window.go for the sliding window log. Like the algorithm functions it
+// reads but writes nothing: it returns the next state's HSET arguments,
+// Limit.Expiry as exp and, for a log, pop (entries to remove from its tail)
+// and set (the new value of the newest entry left, or false).
 const luaRefund = `
 local function refund(st, p)
   if p.alg == 'lb' then
@@ -384,20 +397,20 @@ local function refund(st, p)
     return {fields = {'t', stamp(t)}, exp = t}
   elseif p.alg == 'fw' or p.alg == 'swc' then
     local a = st.a
-    if st.w == window(now, p) then a = nonneg(a - p.cost) end
-    local exp = wstart(st.w, p) + p.period
+    if st.t == wstart(now, p) then a = nonneg(a - p.cost) end
+    local exp = st.t + p.period
     if p.alg == 'swc' and a > 0 then exp = exp + p.period end
     return {fields = {'a', fmt(a)}, exp = exp}
   elseif p.alg == 'swl' then
-    local n, cost, a = call('LLEN', p.logkey), p.cost, st.a
+    local n, cost, a, set = call('LLEN', p.logkey), p.cost, st.a, false
+    local len = n
     while n > 0 and cost > EPS do
-      local et, ec = parse(call('LINDEX', p.logkey, -1))
+      local et, ec = parse(call('LINDEX', p.logkey, n - 1))
       if ec > cost + EPS then
-        call('LSET', p.logkey, -1, entry(et, ec - cost))
+        set = entry(et, ec - cost)
         a = a - cost
         break
       end
-      call('RPOP', p.logkey)
       cost = cost - ec
       a = a - ec
       n = n - 1
@@ -406,23 +419,39 @@ local function refund(st, p)
     if n == 0 then
       a = 0
     else
-      exp = parse(call('LINDEX', p.logkey, -1)) + p.period
-      call('PEXPIRE', p.logkey, ttl(exp))
+      exp = parse(call('LINDEX', p.logkey, n - 1)) + p.period
     end
-    return {fields = {'a', fmt(a)}, exp = exp}
+    return {fields = {'a', fmt(a)}, exp = exp, pop = len - n, set = set, n = n}
   end
   local a = nonneg(st.a - p.cost)
   return {fields = {'a', fmt(a)}, exp = st.t + a * p.unit}
 end
 `
 
-// luaRefundMain refunds every ask whose state exists (ARGV[2] is unused)
-// and returns how many it refunded.
+// luaRefundMain refunds every ask whose state exists (ARGV[2] is unused),
+// computing and checking every next state and time to live before its first
+// write (so, as in luaTakeMain, the asks of one call are taken to name
+// distinct states), and returns how many it refunded.
 const luaRefundMain = `
-local n = 0
-for _, p in ipairs(asks()) do
+local list, rs, ttls = asks(), {}, {}
+for i, p in ipairs(list) do
   if call('EXISTS', p.key) == 1 then
-    save(p, refund(load(p.key), p))
+    rs[i] = refund(load(p.key), p)
+    ttls[i] = ttl(rs[i].exp, p)
+    if not ttls[i] then return redis.error_reply('sluice: expiry of refund ' .. i .. ' is not finite') end
+  end
+end
+local n = 0
+for i, p in ipairs(list) do
+  local r = rs[i]
+  if r then
+    call('HSET', p.key, unpack(r.fields))
+    call('PEXPIRE', p.key, ttls[i])
+    if p.logkey then
+      if r.pop > 0 then call('LTRIM', p.logkey, 0, -r.pop - 1) end
+      if r.set then call('LSET', p.logkey, -1, r.set) end
+      if r.n > 0 then call('PEXPIRE', p.logkey, ttls[i]) end
+    end
     n = n + 1
   end
 end

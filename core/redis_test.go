@@ -656,3 +656,154 @@ func TestRedisStoreCluster(t *testing.T) {
 		raceLastToken(t, s, 100)
 	})
 }
+
+// TestRedisStoreRateChange: a limit whose rate changes from 10/m to 10/h
+// under the same name and algorithm decides as a MemoryStore does, admits
+// again once the new rate allows, and no key lives longer than two hours
+// and a second. Windows were once stored as window numbers, which a longer
+// period read as thousands of years ahead: every request rejected, for ever.
+func TestRedisStoreRateChange(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	client := newRespClient(t, srv.Addr, 1)
+	ctx := context.Background()
+	const maxPTTL = int64(2*time.Hour/time.Millisecond) + 1000
+	checkPTTL := func(t *testing.T, s *RedisStore, l *Limit, key string) {
+		t.Helper()
+		names := []string{s.key(l, key)}
+		if l.Algorithm == SlidingWindowLog {
+			names = append(names, names[0]+":log")
+		}
+		for _, n := range names {
+			v, err := client.Do(ctx, "PTTL", n)
+			if ms, ok := v.(int64); err != nil || !ok || ms <= 0 || ms > maxPTTL {
+				t.Errorf("PTTL %s = %v, %v; want in (0, %d]", n, v, err, maxPTTL)
+			}
+		}
+	}
+	for _, alg := range Algorithms {
+		alg := alg
+		perMinute := redisTestLimit(t, "rate", alg, "10/m", 0, 0)
+		perHour := redisTestLimit(t, "rate", alg, "10/h", 0, 0)
+		longest := time.Hour
+		if alg == SlidingWindowCounter {
+			longest = 2 * time.Hour // the count moves to the previous window
+		}
+		t.Run(string(alg)+"/memory", func(t *testing.T) {
+			clock := &fakeClock{now: confEpoch}
+			rs := newTestRedisStore(t, client, false)
+			rs.clock = clock.Now
+			ms, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := redisNonce + "/rate/" + string(alg)
+			take := func(l *Limit) Decision {
+				t.Helper()
+				got, want := redisTestTake(t, rs, l, key, 1), redisTestTake(t, ms, l, key, 1)
+				if got != want {
+					t.Fatalf("%s at +%v:\nredis:  %+v\nmemory: %+v", l.Rate, time.Duration(clock.Now()-confEpoch), got, want)
+				}
+				return got
+			}
+			for i := 0; i < 10; i++ {
+				take(perMinute)
+			}
+			clock.Advance(30 * time.Second)
+			for admitted := 0; admitted < 3; {
+				d := take(perHour)
+				checkPTTL(t, rs, perHour, key)
+				if d.Allowed {
+					admitted++
+					continue
+				}
+				if d.RetryAfter > longest {
+					t.Fatalf("10/h: RetryAfter %v, want at most %v", d.RetryAfter, longest)
+				}
+				clock.Advance(d.RetryAfter)
+				if d := take(perHour); !d.Allowed {
+					t.Fatalf("10/h: rejected after waiting RetryAfter: %+v", d)
+				}
+				admitted++
+			}
+		})
+		t.Run(string(alg)+"/redis_clock", func(t *testing.T) {
+			s := newTestRedisStore(t, client, false)
+			key := redisNonce + "/rate-clock/" + string(alg)
+			for i := 0; i < 4; i++ {
+				redisTestTake(t, s, perMinute, key, 1)
+			}
+			// However the hour and minute windows align, 4 of 10 are taken.
+			if d := redisTestTake(t, s, perHour, key, 1); !d.Allowed || d.Reset > longest {
+				t.Errorf("10/h after 4 at 10/m: %+v, want allowed with a Reset of at most %v", d, longest)
+			}
+			checkPTTL(t, s, perHour, key)
+		})
+	}
+}
+
+// TestRedisScriptsWriteNothingOnError: when one ask of a call cannot be
+// written (here a quota of 0, which only a tampered call can send, makes
+// its expiry infinite), the scripts fail before their first write: the
+// other ask is neither charged nor refunded.
+func TestRedisScriptsWriteNothingOnError(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	client := newRespClient(t, srv.Addr, 1)
+	s := newTestRedisStore(t, client, false)
+	ctx := context.Background()
+	good := redisTestLimit(t, "atomic-good", FixedWindow, "10/h", 0, 0)
+	broken := redisTestLimit(t, "atomic-broken", TokenBucket, "10/h", 0, 0)
+	key := redisNonce + "/atomic"
+	asks := []Ask{{Limit: good, Key: key, Cost: 1}, {Limit: broken, Key: key, Cost: 1}}
+	tamper := func(charge bool) (keys, args []string) {
+		keys, args = s.scriptArgs(asks, charge)
+		args[2+6+1] = "0" // the broken ask's quota
+		return keys, args
+	}
+	keys, args := tamper(true)
+	if _, err := s.eval(ctx, redisTake, keys, args); err == nil || !strings.Contains(err.Error(), "expiry of ask 2") {
+		t.Fatalf("take: error %v, want one about the expiry of ask 2", err)
+	}
+	if v, err := client.Do(ctx, "EXISTS", keys[0], keys[1]); err != nil || v != int64(0) {
+		t.Fatalf("after the failed take: EXISTS = %v, %v; want 0 (nothing written)", v, err)
+	}
+	if err := s.Take(ctx, asks, make([]Decision, 2)); err != nil {
+		t.Fatal(err)
+	}
+	keys, args = tamper(false)
+	if _, err := s.eval(ctx, redisRefund, keys, args); err == nil || !strings.Contains(err.Error(), "expiry of refund 2") {
+		t.Fatalf("refund: error %v, want one about the expiry of refund 2", err)
+	}
+	for _, k := range keys {
+		if v, err := client.Do(ctx, "HGET", k, "a"); err != nil || v != "1" {
+			t.Errorf("after the failed refund: HGET %s a = %v, %v; want 1 (still charged)", k, v, err)
+		}
+	}
+}
+
+// TestRedisStoreTTLBound: a state left ahead of a clock that stepped back
+// (by 3 h, at 10/h) lives at most a second longer than its limit can need:
+// a full bucket's refill or queue, one period, or two for the counter.
+func TestRedisStoreTTLBound(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	client := newRespClient(t, srv.Addr, 1)
+	s := newTestRedisStore(t, client, false)
+	clock := &fakeClock{}
+	s.clock = clock.Now
+	ctx := context.Background()
+	for _, alg := range Algorithms {
+		l := redisTestLimit(t, "ttl-bound", alg, "10/h", 0, 0)
+		most := int64(time.Hour/time.Millisecond) + 1000
+		if alg == SlidingWindowCounter {
+			most += int64(time.Hour / time.Millisecond)
+		}
+		key := redisNonce + "/ttl-bound"
+		clock.Set(confEpoch + int64(3*time.Hour))
+		redisTestTake(t, s, l, key, 1)
+		clock.Set(confEpoch)
+		redisTestTake(t, s, l, key, 1)
+		v, err := client.Do(ctx, "PTTL", s.key(l, key))
+		if ms, ok := v.(int64); err != nil || !ok || ms <= 0 || ms > most {
+			t.Errorf("%s: PTTL = %v, %v; want in (0, %d]", alg, v, err, most)
+		}
+	}
+}

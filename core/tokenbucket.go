@@ -14,6 +14,9 @@ func tokenBucket(l *Limit, s *State, now int64, cost float64, d *Decision) int64
 	if now < t {
 		now = t // a clock step back mints nothing
 	}
+	if deficit > c {
+		deficit = c // the capacity shrank: the bucket was empty, not in debt
+	}
 	if deficit > 0 {
 		deficit -= float64(now-t) * l.Rate.Quota / float64(l.period)
 		if deficit < eps {
