@@ -260,7 +260,7 @@ func TestProvisionErrors(t *testing.T) {
 		{`{"zones":[{"name":"api","rate":"1/s"}],"fallback":"local"}`, `fallback: local applies only to a redis store`},
 		{`{"zones":[{"name":"api","rate":"1/s"}],"store":{"memory":{},"redis":{"address":"127.0.0.1:1"}}}`, `store: set memory or redis, not both`},
 		{`{"zones":[{"name":"api","rate":"1/s"}],"store":{"redis":{"address":"127.0.0.1:1","prefix":"{x}"}}}`, `prefix "{x}": must not contain braces`},
-		{`{"zones":[{"name":"api","rate":"1/s"}],"store":{"redis":{"address":"127.0.0.1:1","tls":{"ca":"/nonexistent/ca.pem"}}}}`, `tls: ca: open /nonexistent/ca.pem`},
+		{`{"zones":[{"name":"api","rate":"1/s"}],"store":{"redis":{"address":"127.0.0.1:1","tls":{"ca":"/nonexistent/ca.pem"}}}}`, `tls: ca: neither PEM text nor a readable file: open /nonexistent/ca.pem`},
 	}
 	for _, tt := range tests {
 		var h map[string]any

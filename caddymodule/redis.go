@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -76,13 +74,13 @@ type SentinelConfig struct {
 // RedisTLSConfig configures TLS to Redis. The zero value verifies the
 // server against the system's roots.
 type RedisTLSConfig struct {
-	// CA is a PEM file of the certificate authorities to trust instead of
-	// the system's.
+	// CA is the certificate authorities to trust instead of the
+	// system's: a PEM file, or the PEM text itself.
 	CA string `json:"ca,omitempty"`
-	// Cert is a PEM file of a client certificate, for servers that
-	// require one; it needs Key.
+	// Cert is a client certificate, for servers that require one: a PEM
+	// file or the PEM text itself. Cert and Key go together.
 	Cert string `json:"cert,omitempty"`
-	// Key is the PEM file of Cert's private key.
+	// Key is Cert's private key: a PEM file or the PEM text itself.
 	Key string `json:"key,omitempty"`
 	// ServerName is the name to verify the server's certificate against;
 	// default the host of the address.
@@ -208,27 +206,9 @@ func (c *RedisStoreConfig) tlsConfig() (*tls.Config, error) {
 	if t == nil {
 		return nil, nil
 	}
-	cfg := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		ServerName:         t.ServerName,
-		InsecureSkipVerify: t.InsecureSkipVerify, //nolint:gosec // an explicit, documented opt-in
-	}
-	if t.CA != "" {
-		pem, err := os.ReadFile(t.CA)
-		if err != nil {
-			return nil, fmt.Errorf("store: redis: tls: ca: %w", err)
-		}
-		cfg.RootCAs = x509.NewCertPool()
-		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("store: redis: tls: ca: %s holds no PEM certificate", t.CA)
-		}
-	}
-	if t.Cert != "" {
-		pair, err := tls.LoadX509KeyPair(t.Cert, t.Key)
-		if err != nil {
-			return nil, fmt.Errorf("store: redis: tls: cert, key: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
+	cfg, err := core.TLSConfig(t.CA, t.Cert, t.Key, t.InsecureSkipVerify, t.ServerName)
+	if err != nil {
+		return nil, fmt.Errorf("store: redis: tls: %w", err)
 	}
 	return cfg, nil
 }

@@ -3,10 +3,8 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -186,16 +184,14 @@ func (z *Zone) provisionCost() error {
 	return nil
 }
 
-// parseCost parses a cost: a positive finite number.
+// parseCost parses a configured cost with core.ParseCost, telling a value
+// that is not a number that it may also be a placeholder.
 func parseCost(s string) (float64, error) {
-	c, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsInf(c, 0) || math.IsNaN(c) {
+	c, err := core.ParseCost(s)
+	if err == core.ErrCostNotNumber {
 		return 0, errors.New("not a number or a placeholder")
 	}
-	if c <= 0 {
-		return 0, errors.New("must be positive")
-	}
-	return c, nil
+	return c, err
 }
 
 // provisionMatch loads the zone's matchers.
@@ -270,7 +266,7 @@ func (z *Zone) costOf(repl *caddy.Replacer) float64 {
 	if z.costTmpl == "" {
 		return z.cost
 	}
-	c, err := parseCost(strings.TrimSpace(repl.ReplaceAll(z.costTmpl, "")))
+	c, err := core.ParseCost(strings.TrimSpace(repl.ReplaceAll(z.costTmpl, "")))
 	if err != nil {
 		return 1
 	}

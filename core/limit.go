@@ -1,7 +1,6 @@
 package core
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -155,11 +154,8 @@ func (l *Limit) Validate() error {
 }
 
 func (l *Limit) validate() error {
-	if l.Name == "" {
-		return errors.New("name: must not be empty")
-	}
-	if strings.ContainsAny(l.Name, "\"\\:{}\r\n") {
-		return fmt.Errorf("name %q: must not contain quotes, backslashes, colons, braces or line breaks", l.Name)
+	if err := CheckLimitName(l.Name); err != nil {
+		return err
 	}
 	if l.Algorithm == "" {
 		l.Algorithm = TokenBucket

@@ -281,8 +281,8 @@ func TestParseErrors(t *testing.T) {
 		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"writeTimeout": "x"}}, `redis.writeTimeout "x"`},
 		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"username": "app"}}, "redis.username: needs a password"},
 		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"password": "env:SLUICE_TEST_UNSET_VARIABLE"}}, `redis.password: the environment variable "SLUICE_TEST_UNSET_VARIABLE" is not set`},
-		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"tls": map[string]interface{}{"cert": "/nonexistent/cert.pem"}}}, "redis.tls: cert and key go together"},
-		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"tls": map[string]interface{}{"ca": "/nonexistent/ca.pem"}}}, "redis.tls.ca: neither a readable file nor PEM text"},
+		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"tls": map[string]interface{}{"cert": "/nonexistent/cert.pem"}}}, "redis.tls: cert, key: set both or neither"},
+		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"tls": map[string]interface{}{"ca": "/nonexistent/ca.pem"}}}, "redis.tls: ca: neither PEM text nor a readable file"},
 		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"tls": map[string]interface{}{"insecureSkipVerify": "sure"}}}, `redis.tls.insecureSkipVerify "sure"`},
 	} {
 		cfg := CreateConfig()

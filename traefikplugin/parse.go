@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/core"
 )
 
 // The option parsers below read the string fields of Config. Traefik hands
@@ -127,7 +129,7 @@ func limitName(middleware string) string {
 	}
 	b := []byte(middleware)
 	for i, c := range b {
-		if strings.IndexByte("\"\\:{}\r\n", c) >= 0 {
+		if strings.IndexByte(core.LimitNameReserved, c) >= 0 {
 			b[i] = '_'
 		}
 	}

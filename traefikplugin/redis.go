@@ -3,7 +3,6 @@ package traefikplugin
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -113,59 +112,20 @@ func parseTLS(t *RedisTLS) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &tls.Config{InsecureSkipVerify: insecure, MinVersion: tls.VersionTLS12}
-	if t.CA != "" {
-		ca, err := readPEM("redis.tls.ca", t.CA)
-		if err != nil {
-			return nil, err
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(ca) {
-			return nil, errors.New("redis.tls.ca: no PEM certificate found")
-		}
-	}
-	if (t.Cert == "") != (t.Key == "") {
-		return nil, errors.New("redis.tls: cert and key go together")
-	}
-	if t.Cert != "" {
-		cert, err := readPEM("redis.tls.cert", t.Cert)
-		if err != nil {
-			return nil, err
-		}
-		key, err := readPEM("redis.tls.key", t.Key)
-		if err != nil {
-			return nil, err
-		}
-		pair, err := tls.X509KeyPair(cert, key)
-		if err != nil {
-			return nil, fmt.Errorf("redis.tls: cert and key: %w", err)
-		}
-		c.Certificates = []tls.Certificate{pair}
+	c, err := core.TLSConfig(t.CA, t.Cert, t.Key, insecure, "")
+	if err != nil {
+		return nil, fmt.Errorf("redis.tls: %w", err)
 	}
 	return c, nil
-}
-
-// readPEM returns the contents of the file named s or, when there is no
-// such file, s itself.
-func readPEM(option, s string) ([]byte, error) {
-	if strings.Contains(s, "-----BEGIN") {
-		return []byte(s), nil
-	}
-	if _, err := os.Stat(s); err != nil {
-		return nil, fmt.Errorf("%s: neither a readable file nor PEM text", option)
-	}
-	b, err := os.ReadFile(s)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", option, err)
-	}
-	return b, nil
 }
 
 // redisClient is a Redis connection pool shared by every middleware with the
 // same connection settings, with the store, the circuit breaker and the
 // outage report that go with it. It implements core.Scripter, connecting
 // on demand: a client whose server was down when the middleware was created
-// keeps trying, at most once per redialEvery, from the request path.
+// keeps trying, at most once per redialEvery, from the request path; and a
+// client whose connections the registry closed (it dropped the client's
+// last entry, which Traefik may still route to) connects again when used.
 type redisClient struct {
 	opts  redisOptions
 	clock core.Clock
@@ -175,10 +135,10 @@ type redisClient struct {
 	breaker core.Breaker
 
 	mu       sync.Mutex
-	client   *resp.Client // nil until connected
-	closed   bool
+	client   *resp.Client // nil until connected and after close
 	dialing  bool
-	lastDial int64 // instant of the last failed dial
+	dialed   chan struct{} // closed when the dial under way ends
+	lastDial int64         // instant of the last failed dial
 	lastErr  error
 	refs     int // registry entries using it; under the registry's lock
 
@@ -207,16 +167,28 @@ func newRedisClient(ctx context.Context, o *redisOptions, clock core.Clock, log 
 }
 
 // connect returns the connected client, dialing if there is none and the
-// last attempt is at least redialEvery old.
+// last attempt is at least redialEvery old. While a dial is under way,
+// callers fail at once if the last dial failed (the server is down), and
+// otherwise (close dropped the connections) wait for it, within ctx.
 func (c *redisClient) connect(ctx context.Context) (*resp.Client, error) {
 	c.mu.Lock()
 	if cl := c.client; cl != nil {
 		c.mu.Unlock()
 		return cl, nil
 	}
-	if c.closed {
+	if c.dialing && c.lastErr == nil {
+		done := c.dialed
 		c.mu.Unlock()
-		return nil, resp.ErrClosed
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("redis %s: %w", c.opts.resp.Addr, ctx.Err())
+		}
+		c.mu.Lock()
+		if cl := c.client; cl != nil {
+			c.mu.Unlock()
+			return cl, nil
+		}
 	}
 	now := c.clock()
 	if c.dialing || (c.lastErr != nil && now-c.lastDial < int64(redialEvery)) {
@@ -228,6 +200,7 @@ func (c *redisClient) connect(ctx context.Context) (*resp.Client, error) {
 		return nil, fmt.Errorf("redis %s: %w", c.opts.resp.Addr, err)
 	}
 	c.dialing = true
+	c.dialed = make(chan struct{})
 	c.mu.Unlock()
 
 	dctx, cancel := context.WithTimeout(ctx, orDefault(c.opts.resp.DialTimeout, resp.DefaultDialTimeout))
@@ -237,13 +210,10 @@ func (c *redisClient) connect(ctx context.Context) (*resp.Client, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.dialing = false
+	close(c.dialed)
 	if err != nil {
 		c.lastDial, c.lastErr = now, err
 		return nil, err
-	}
-	if c.closed {
-		cl.Close()
-		return nil, resp.ErrClosed
 	}
 	// One field per statement: Yaegi v0.16.1 panics on a nil in a tuple
 	// assignment to fields.
@@ -252,22 +222,39 @@ func (c *redisClient) connect(ctx context.Context) (*resp.Client, error) {
 	return cl, nil
 }
 
-// EvalSha implements core.Scripter.
+// EvalSha implements core.Scripter. A call that finds its connections
+// closed by close, between connect and sending the command, runs once
+// more on new ones: ErrClosed means the command was not sent.
 func (c *redisClient) EvalSha(ctx context.Context, sha string, keys []string, args []string) (interface{}, error) {
 	cl, err := c.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return cl.EvalSha(ctx, sha, keys, args)
+	v, err := cl.EvalSha(ctx, sha, keys, args)
+	if err == resp.ErrClosed {
+		if cl, err = c.connect(ctx); err != nil {
+			return nil, err
+		}
+		v, err = cl.EvalSha(ctx, sha, keys, args)
+	}
+	return v, err
 }
 
-// ScriptLoad implements core.Scripter.
+// ScriptLoad implements core.Scripter, running once more after ErrClosed
+// as EvalSha does.
 func (c *redisClient) ScriptLoad(ctx context.Context, script string) (string, error) {
 	cl, err := c.connect(ctx)
 	if err != nil {
 		return "", err
 	}
-	return cl.ScriptLoad(ctx, script)
+	sha, err := cl.ScriptLoad(ctx, script)
+	if err == resp.ErrClosed {
+		if cl, err = c.connect(ctx); err != nil {
+			return "", err
+		}
+		sha, err = cl.ScriptLoad(ctx, script)
+	}
+	return sha, err
 }
 
 // observe reports, one line each, the start of an outage (the circuit
@@ -285,12 +272,16 @@ func (c *redisClient) observe(err error) {
 	}
 }
 
-// close closes the connections; calls afterwards fail.
+// close closes the connections, waiting for calls in progress. The client
+// stays usable: the next call connects again. The registry closes a
+// client when it drops the last entry using it, and a dropped entry may
+// still serve requests (Traefik says nothing when it stops using a
+// middleware); such an entry then reconnects, and only an entry no
+// longer used leaves no connection open.
 func (c *redisClient) close() {
 	c.mu.Lock()
 	cl := c.client
 	c.client = nil
-	c.closed = true
 	c.mu.Unlock()
 	if cl != nil {
 		cl.Close()

@@ -1,9 +1,12 @@
 package traefikplugin
 
 import (
+	"net/http"
 	"os"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,5 +139,57 @@ func TestRedisAuthAndTLS(t *testing.T) {
 				t.Errorf("unexpected log %q", g.stderr.String())
 			}
 		})
+	}
+}
+
+// TestRedisDroppedEntry checks that an entry the registry dropped while
+// Traefik still routes to it keeps deciding in Redis: dropping the last
+// entry of a client closes its connections, requests in flight then run on
+// new ones, and later requests connect again.
+func TestRedisDroppedEntry(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	g := newTestRegistry()
+	g.maxEntries = 1
+	cfg := redisConfig(srv.Addr, "1000")
+	cfg.OnStoreError = "deny" // a store error answers 429
+	h, _ := g.mustNew(t, cfg, "api@file")
+	if got := codes(h, request{}, 1); got != "200" {
+		t.Fatalf("before the drop: got %s, want 200", got)
+	}
+	const workers, each = 4, 25
+	var failed int64
+	var wg sync.WaitGroup
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < each; j++ {
+				if w, _ := do(h, request{}); w.Code != http.StatusOK {
+					atomic.AddInt64(&failed, 1)
+				}
+			}
+		}()
+	}
+	g.mustNew(t, &Config{Average: "1"}, "other@file") // drops api@file and closes its client
+	wg.Wait()
+	if failed != 0 {
+		t.Errorf("%d of %d requests during the drop failed", failed, workers*each)
+	}
+	g.mu.Lock()
+	entries, clients := len(g.entries), len(g.redis)
+	g.mu.Unlock()
+	if entries != 1 || clients != 0 {
+		t.Fatalf("after the drop: %d entries, %d Redis clients; want 1 and 0", entries, clients)
+	}
+	if got := codes(h, request{}, 2); got != "200 200" {
+		t.Errorf("after the drop: got %s, want 200 200", got)
+	}
+	// A burst of 1000 per hour, of which 1+100+2 are taken: counted in Redis.
+	w, _ := do(h, request{})
+	if got := w.Header().Get("X-Ratelimit-Remaining"); got != "896" {
+		t.Errorf("X-RateLimit-Remaining %q, want 896", got)
+	}
+	if got := g.stderr.String(); got != "" {
+		t.Errorf("unexpected log %q", got)
 	}
 }

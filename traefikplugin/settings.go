@@ -156,12 +156,13 @@ func parse(cfg *Config, name string) (*settings, error) {
 
 // parseCost parses a positive cost; empty yields def.
 func parseCost(option, s string, def float64) (float64, error) {
-	c, err := parseNumber(option, s, def)
-	if err != nil {
-		return 0, err
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return def, nil
 	}
-	if c == 0 {
-		return 0, fmt.Errorf("%s %q: must be positive", option, s)
+	c, err := core.ParseCost(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: %w", option, s, err)
 	}
 	return c, nil
 }

@@ -1,0 +1,164 @@
+package core
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCheckLimitName(t *testing.T) {
+	tests := []struct {
+		name, err string
+	}{
+		{"api", ""},
+		{"api-v2.read_only", ""},
+		{"", "name: must not be empty"},
+		{`a"b`, `name "a\"b": must not contain`},
+		{`a\b`, "must not contain"},
+		{"a:b", "must not contain"},
+		{"a{b", "must not contain"},
+		{"a}b", "must not contain"},
+		{"a\rb", "must not contain"},
+		{"a\nb", "must not contain"},
+	}
+	for _, tt := range tests {
+		err := CheckLimitName(tt.name)
+		if tt.err == "" && err != nil || tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)) {
+			t.Errorf("CheckLimitName(%q) = %v, want %q", tt.name, err, tt.err)
+		}
+	}
+	// Validate uses it.
+	l := Limit{Name: "a:b", Rate: Rate{Quota: 1, Period: time.Second}}
+	if err := l.Validate(); err == nil || !strings.Contains(err.Error(), `name "a:b"`) {
+		t.Errorf("Validate: %v", err)
+	}
+}
+
+func TestParseCost(t *testing.T) {
+	tests := []struct {
+		s    string
+		want float64
+		err  string
+	}{
+		{"1", 1, ""},
+		{"2.5", 2.5, ""},
+		{"1e3", 1000, ""},
+		{"0.001", 0.001, ""},
+		{"0", 0, "must be positive"},
+		{"-2", 0, "must be positive"},
+		{"", 0, "not a number"},
+		{" 1", 0, "not a number"},
+		{"lots", 0, "not a number"},
+		{"NaN", 0, "not a number"},
+		{"Inf", 0, "not a number"},
+		{"-Inf", 0, "not a number"},
+		{"1e400", 0, "not a number"},
+	}
+	for _, tt := range tests {
+		got, err := ParseCost(tt.s)
+		if tt.err == "" && (err != nil || got != tt.want) || tt.err != "" && (err == nil || err.Error() != tt.err) {
+			t.Errorf("ParseCost(%q) = %v, %v; want %v, %q", tt.s, got, err, tt.want, tt.err)
+		}
+		if (err == ErrCostNotNumber) != (tt.err == "not a number") {
+			t.Errorf("ParseCost(%q): error %v, ErrCostNotNumber is %v", tt.s, err, err == ErrCostNotNumber)
+		}
+	}
+}
+
+// testPEM returns a self-signed certificate and its key, in PEM.
+func testPEM(t *testing.T) (cert, key string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "sluice test"},
+		NotBefore:             time.Unix(0, 0),
+		NotAfter:              time.Unix(1<<33, 0),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+		string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}))
+}
+
+func TestTLSConfig(t *testing.T) {
+	cert, key := testPEM(t)
+	_, otherKey := testPEM(t)
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	certFile, keyFile := file("cert.pem", cert), file("key.pem", key)
+	junkFile := file("junk.pem", "not PEM")
+	missing := filepath.Join(dir, "missing.pem")
+
+	tests := []struct {
+		name            string
+		ca, cert, key   string
+		roots, hasCerts bool
+		err             string
+	}{
+		{name: "none"},
+		{name: "ca file", ca: certFile, roots: true},
+		{name: "ca PEM", ca: cert, roots: true},
+		{name: "pair files", cert: certFile, key: keyFile, hasCerts: true},
+		{name: "pair PEM", cert: cert, key: key, hasCerts: true},
+		{name: "pair mixed", ca: cert, cert: certFile, key: key, roots: true, hasCerts: true},
+		{name: "ca missing", ca: missing, err: "ca: neither PEM text nor a readable file: open " + missing},
+		{name: "ca junk", ca: junkFile, err: "ca: no PEM certificate found"},
+		{name: "cert alone", cert: certFile, err: "cert, key: set both or neither"},
+		{name: "key alone", key: keyFile, err: "cert, key: set both or neither"},
+		{name: "cert missing", cert: missing, key: keyFile, err: "cert: neither PEM text nor a readable file"},
+		{name: "key missing", cert: certFile, key: missing, err: "key: neither PEM text nor a readable file"},
+		{name: "key mismatch", cert: cert, key: otherKey, err: "cert, key: "},
+	}
+	for _, tt := range tests {
+		c, err := TLSConfig(tt.ca, tt.cert, tt.key, false, "")
+		if tt.err != "" {
+			if err == nil || !strings.HasPrefix(err.Error(), tt.err) {
+				t.Errorf("%s: got %v, want an error beginning %q", tt.name, err, tt.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		if c.MinVersion != tls.VersionTLS12 || c.InsecureSkipVerify || c.ServerName != "" ||
+			(c.RootCAs != nil) != tt.roots || (len(c.Certificates) == 1) != tt.hasCerts {
+			t.Errorf("%s: MinVersion %x, InsecureSkipVerify %v, ServerName %q, RootCAs %v, %d certificates",
+				tt.name, c.MinVersion, c.InsecureSkipVerify, c.ServerName, c.RootCAs != nil, len(c.Certificates))
+		}
+	}
+
+	c, err := TLSConfig("", "", "", true, "redis.internal")
+	if err != nil || !c.InsecureSkipVerify || c.ServerName != "redis.internal" {
+		t.Errorf("insecure, server name: %+v, %v", c, err)
+	}
+}
