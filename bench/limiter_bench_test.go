@@ -12,15 +12,15 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Both limiters are token buckets of 10⁷ tokens refilled at one per 36 s,
+// Both limiters are token buckets of 10⁹ tokens refilled at one per 1.8 s,
 // on the real clock: no request is ever rejected, so the benchmarks measure
 // keyed lookup and bookkeeping only, and no state expires within a run (a
-// charged key is whole again 36 s later), so sluice's store
+// charged key is whole again 1.8 s later), so sluice's store
 // (which recycles the slots of expired states) holds every key, as the
 // baseline's map does.
 const (
-	benchBurst  = 1e7
-	benchPeriod = 36 * time.Second // per token
+	benchBurst  = 1e9
+	benchPeriod = 1800 * time.Millisecond // per token
 )
 
 // limiter decides requests by key.

@@ -9,10 +9,10 @@ import (
 )
 
 // The MemoryStore benchmarks decide one request per operation on the real
-// clock (SystemClock), for a token bucket of 10⁷ tokens refilled at one
-// per 36 s: it never rejects within a benchmark, so they measure the store
+// clock (SystemClock), for a token bucket of 10⁹ tokens refilled at one
+// per 1.8 s: it never rejects within a benchmark, so they measure the store
 // and not rejections, and its states stay live (a charged key is whole
-// again 36 s later), so the store holds every key instead of recycling
+// again 1.8 s later), so the store holds every key instead of recycling
 // expired slots. bench/ runs the same workloads against a mutex-and-map
 // baseline.
 
@@ -46,7 +46,7 @@ func benchStore(b *testing.B, maxKeys int) (*MemoryStore, *Limit) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return s, algLimit(b, TokenBucket, "100/h", 1e7, 0)
+	return s, algLimit(b, TokenBucket, "2000/h", 1e9, 0)
 }
 
 // benchFill decides one request for each key, so that every state exists.
