@@ -100,15 +100,15 @@ traefik="$(bash scripts/build-traefik.sh | tail -n 1)"
 [ -x "$traefik" ] || { echo "FAIL: no Traefik binary: '$traefik'"; exit 1; }
 
 tl_build_backend "$TMP/backend"
-backend_port="$(tl_free_port)"
+backend_port="$(free_port)"
 tl_start_backend "$TMP/backend" "$backend_port"
 
 # The Redis the plugin keeps its counters in (stopped by test 6) ...
-redis_port="$(tl_free_port)"
+redis_port="$(free_port)"
 start_redis "$redis_port"
 redis_pid=$REDIS_PID
 # ... and the one Traefik a reads the kv-labels configuration from.
-kv_port="$(tl_free_port)"
+kv_port="$(free_port)"
 start_redis "$kv_port"
 while read -r key value; do
 	case "$key" in '' | '#'*) continue ;; esac
@@ -122,7 +122,7 @@ run="$TMP/run"
 mkdir -p "$run"
 tl_plugin_tree "$run"
 tl_render "$TESTDATA/dynamic.yml" "$run/dynamic.yml" "BACKEND=127.0.0.1:$backend_port" "REDIS=127.0.0.1:$redis_port"
-port_a="$(tl_free_port)" port_b="$(tl_free_port)"
+port_a="$(free_port)" port_b="$(free_port)"
 for i in a b; do
 	port_var="port_$i"
 	tl_render "$TESTDATA/static.yml" "$run/static-$i.yml" "PORT=${!port_var}" \

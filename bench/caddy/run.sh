@@ -64,22 +64,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-# free_port prints a loopback port nothing listens on, below the kernel's
-# ephemeral range (whose ports outgoing connections may hold) and above 10000.
-free_port() {
-	local i p lo=10000 hi=32767 eph
-	read -r eph _ 2>/dev/null </proc/sys/net/ipv4/ip_local_port_range || eph=32768
-	((eph - 1 - lo >= 1000)) && hi=$((eph - 1))
-	for ((i = 0; i < 100; i++)); do
-		p=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo + 1)))
-		if ! port_open "$p"; then
-			echo "$p"
-			return 0
-		fi
-	done
-	die "no free loopback port found"
-}
+# port_open and free_port.
+source scripts/ports.sh
 
 declare -A port caddy_pid
 for side in plain sluice; do

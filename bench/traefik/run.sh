@@ -45,13 +45,13 @@ trap 'exit 130' INT TERM
 
 traefik="$(bash scripts/build-traefik.sh | tail -n 1)"
 tl_build_backend "$TMP/backend"
-backend_port="$(tl_free_port)"
+backend_port="$(free_port)"
 tl_start_backend "$TMP/backend" "$backend_port"
 
 run="$TMP/run"
 mkdir -p "$run"
 tl_plugin_tree "$run"
-port="$(tl_free_port)"
+port="$(free_port)"
 tl_render "$REPO/bench/traefik/dynamic.yml" "$run/dynamic.yml" "BACKEND=127.0.0.1:$backend_port"
 tl_render "$REPO/e2e/testdata/traefik/static.yml" "$run/static.yml" "PORT=$port" \
 	"DYNAMIC=$run/dynamic.yml" "LOG=$run/traefik.log"

@@ -5,30 +5,16 @@
 # directory) and calls tl_cleanup from its EXIT trap. Everything listens on
 # 127.0.0.1 only, and every wait is bounded.
 
-TL_PIDS=()       # processes started here, killed by tl_cleanup
-TL_PORTS=" "     # ports handed out by tl_free_port, never handed out twice
+TL_PIDS=() # processes started here, killed by tl_cleanup
 
-# tl_free_port prints a loopback TCP port nothing listens on.
-tl_free_port() {
-	local i p
-	for i in $(seq 1 200); do
-		p=$((20000 + RANDOM % 12000)) # below the kernel's ephemeral range (32768+)
-		case "$TL_PORTS" in *" $p "*) continue ;; esac
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			TL_PORTS+="$p "
-			echo "$p"
-			return 0
-		fi
-	done
-	echo "no free loopback port found" >&2
-	return 1
-}
+# port_open and free_port.
+source "$REPO/scripts/ports.sh"
 
 # tl_wait_port PORT SECONDS waits until something accepts on 127.0.0.1:PORT.
 tl_wait_port() {
 	local deadline=$((SECONDS + $2))
 	while [ "$SECONDS" -lt "$deadline" ]; do
-		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+		port_open "$1" && return 0
 		sleep 0.1
 	done
 	return 1

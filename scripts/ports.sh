@@ -1,0 +1,24 @@
+# shellcheck shell=bash
+# Loopback port helpers, sourced by the e2e and bench scripts (bash).
+
+# port_open PORT succeeds when something accepts TCP connections on
+# 127.0.0.1:PORT.
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# free_port prints a loopback port nothing listens on, between 10000 and the
+# start of the kernel's ephemeral range (whose ports outgoing connections may
+# hold). It fails after 100 tries.
+free_port() {
+	local i p lo=10000 hi=32767 eph
+	read -r eph _ 2>/dev/null </proc/sys/net/ipv4/ip_local_port_range || eph=32768
+	((eph - 1 - lo >= 1000)) && hi=$((eph - 1))
+	for ((i = 0; i < 100; i++)); do
+		p=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo + 1)))
+		if ! port_open "$p"; then
+			echo "$p"
+			return 0
+		fi
+	done
+	echo "no free loopback port found" >&2
+	return 1
+}
