@@ -10,6 +10,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/core"
 )
@@ -140,6 +141,13 @@ func (z *Zone) provision(ctx caddy.Context) error {
 		}
 	case strings.ContainsAny(key, "{}"):
 		z.keyKind = keyTemplate
+		if name, ok := unknownPlaceholder(key); ok {
+			// Not an error: other modules may define placeholders. But
+			// an unknown one never expands, and the zone then treats
+			// every request as missing its key.
+			ctx.Logger().Warn("zone key has a placeholder Caddy's request replacer may not know; requests whose key does not expand follow on_missing_key",
+				zap.String("zone", z.Name), zap.String("placeholder", name))
+		}
 	default:
 		z.keyKind = keyConstant
 	}
@@ -271,4 +279,35 @@ func (z *Zone) costOf(repl *caddy.Replacer) float64 {
 		return 1
 	}
 	return c
+}
+
+// knownPlaceholderRoots are the namespaces of the placeholders a request's
+// replacer expands (Caddy's global ones and its HTTP ones).
+var knownPlaceholderRoots = []string{"http.", "env.", "system.", "time.", "file."}
+
+// unknownPlaceholder returns the first placeholder of the template key
+// outside knownPlaceholderRoots, such as a bare {client_ip} in JSON, which
+// only the Caddyfile adapter rewrites.
+func unknownPlaceholder(key string) (string, bool) {
+	for {
+		i := strings.IndexByte(key, '{')
+		if i < 0 {
+			return "", false
+		}
+		j := strings.IndexByte(key[i:], '}')
+		if j < 0 {
+			return "", false
+		}
+		name := key[i+1 : i+j]
+		known := false
+		for _, root := range knownPlaceholderRoots {
+			if strings.HasPrefix(name, root) {
+				known = true
+			}
+		}
+		if !known {
+			return "{" + name + "}", true
+		}
+		key = key[i+j+1:]
+	}
 }

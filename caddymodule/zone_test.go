@@ -173,3 +173,17 @@ func TestLimitIsCore(t *testing.T) {
 		t.Errorf("limit = %+v", l)
 	}
 }
+
+func TestUnknownPlaceholder(t *testing.T) {
+	for key, want := range map[string]string{
+		"{http.request.header.X-API-Key}":    "",
+		"{http.vars.client_ip}-{env.REGION}": "",
+		"{client_ip}":                        "{client_ip}",
+		"{http.request.host}/{tenant}":       "{tenant}",
+		"no placeholder":                     "",
+	} {
+		if got, _ := unknownPlaceholder(key); got != want {
+			t.Errorf("unknownPlaceholder(%q) = %q, want %q", key, got, want)
+		}
+	}
+}
