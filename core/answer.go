@@ -174,10 +174,10 @@ func (r *Responder) Validate() error {
 // on every rejection, so their bodies are functions (setHeaders, which
 // Gate.Serve calls directly), kept short: rare cases live in helpers
 // (answerFor, setLegacyHeaders, jittered, appendBody), the arithmetic of
-// ceilSeconds and floorUnits is inline, all numbers are formatted into one
-// buffer that becomes one string, every header gets a window of one
-// []string, and keys are assigned in canonical form instead of calling
-// http.Header.Set.
+// ceilSeconds and floorUnits is inline, counts under smallInts are looked
+// up in smallIntTexts rather than formatted, the values go into one
+// []string of which every header gets a window, and keys are assigned in
+// canonical form instead of calling http.Header.Set.
 
 // SetHeaders writes the rate-limit headers of r.Headers for d into h,
 // replacing any values they had; it writes each header once and nothing
@@ -202,63 +202,70 @@ func setHeaders(r *Responder, h http.Header, d *Decision, nowUnix int64) {
 	} else {
 		a = answerFor(d)
 	}
-	var rem int64 // floorUnits(d.Remaining)
-	if x := d.Remaining; x >= maxSFInteger {
+	rem := int64(0) // floorUnits(d.Remaining)
+	if d.Remaining >= maxSFInteger {
 		rem = maxSFInteger
-	} else if x > 0 {
-		rem = int64(x)
+	} else if d.Remaining > 0 {
+		rem = int64(d.Remaining)
 	}
-	reset := int64(d.Reset) // ceilSeconds(d.Reset)
-	if reset%nsPerSecond > 0 {
-		reset = reset/nsPerSecond + 1
-	} else if reset > 0 {
-		reset /= nsPerSecond
-	} else {
+	reset := int64(d.Reset) / nsPerSecond // ceilSeconds(d.Reset)
+	if int64(d.Reset)%nsPerSecond > 0 {
+		reset++
+	} else if reset < 0 {
 		reset = 0
 	}
-
-	// s is PREFIX REM;t=RST UNIX, where PREFIX is "api";r= (empty without
-	// a validated limit); the RateLimit value is s up to the end of RST.
-	var buf [64]byte
-	b := strconv.AppendInt(append(buf[:0], a.ietfPrefix...), rem, 10)
-	remTo := len(b)
-	b = strconv.AppendInt(append(b, ";t="...), reset, 10)
-	rstTo := len(b)
-	s := string(strconv.AppendInt(b, nowUnix+reset, 10))
+	remText, resetText := "", ""
+	if rem < smallInts {
+		remText = smallIntTexts[rem]
+	} else {
+		remText = strconv.FormatInt(rem, 10)
+	}
+	if reset < smallInts {
+		resetText = smallIntTexts[reset]
+	} else {
+		resetText = strconv.FormatInt(reset, 10)
+	}
 
 	// Each value is a one-element window whose capacity ends with it, so an
 	// append to one header reallocates instead of overwriting the next.
-	var vals [8]string
+	vals := []string{a.policy, "", a.qText, remText, ""}
 	if set&HeadersIETF != 0 && a.ready {
-		vals[0] = a.policy
-		vals[1] = s[:rstTo]
+		vals[1] = a.ietfPrefix + remText + ";t=" + resetText
 		h["Ratelimit-Policy"] = vals[0:1:1]
 		h["Ratelimit"] = vals[1:2:2]
 	}
 	if set&HeadersLegacy != 0 {
-		setLegacyHeaders(h, vals[2:5], a.qInt, s[len(a.ietfPrefix):remTo], s[remTo+3:rstTo])
+		setLegacyHeaders(h, a.qInt, remText, resetText)
 	}
 	if set&HeadersX != 0 {
-		vals[5] = a.qText
-		vals[6] = s[len(a.ietfPrefix):remTo]
-		vals[7] = s[rstTo:]
-		h["X-Ratelimit-Limit"] = vals[5:6:6]
-		h["X-Ratelimit-Remaining"] = vals[6:7:7]
-		h["X-Ratelimit-Reset"] = vals[7:8:8]
+		vals[4] = strconv.FormatInt(nowUnix+reset, 10)
+		h["X-Ratelimit-Limit"] = vals[2:3:3]
+		h["X-Ratelimit-Remaining"] = vals[3:4:4]
+		h["X-Ratelimit-Reset"] = vals[4:5:5]
 	}
 }
 
-// setLegacyHeaders writes the HeadersLegacy fields into h, using vals (of
-// length 3) for their values. It is apart from setHeaders because the
-// default header set does without it (see the note above SetHeaders).
-func setLegacyHeaders(h http.Header, vals []string, limit, remaining, reset string) {
-	vals[0] = limit
-	vals[1] = remaining
-	vals[2] = reset
+// setLegacyHeaders writes the HeadersLegacy fields into h. It is apart
+// from setHeaders because the default header set does without it (see the
+// note above SetHeaders).
+func setLegacyHeaders(h http.Header, limit, remaining, reset string) {
+	vals := []string{limit, remaining, reset}
 	h["Ratelimit-Limit"] = vals[0:1:1]
 	h["Ratelimit-Remaining"] = vals[1:2:2]
 	h["Ratelimit-Reset"] = vals[2:3:3]
 }
+
+// smallInts bounds the counts whose decimal texts smallIntTexts holds.
+const smallInts = 1000
+
+// smallIntTexts[i] is strconv.Itoa(i): under Yaegi an index costs a tenth
+// of a call into strconv.
+var smallIntTexts = func() (t [smallInts]string) {
+	for i := range t {
+		t[i] = strconv.Itoa(i)
+	}
+	return t
+}()
 
 // Reject writes a complete 429 Too Many Requests answer to w for the
 // rejecting decision d: the headers of SetHeaders, Retry-After (whole

@@ -257,8 +257,9 @@ func takeMany(s *MemoryStore, asks []Ask, out []Decision) {
 }
 
 // take1 decides one ask into *d and returns the instant it decided at:
-// Take's common case, and the Gate's. The hash (memHash), the slot lookup
-// and the clock reading (memNow) are inline.
+// Take's common case, and the Gate's. The hash (memHash), the slot lookup,
+// the clock reading (memNow) and decide's dispatch to the token bucket are
+// inline.
 func take1(s *MemoryStore, a *Ask, d *Decision) int64 {
 	l := a.Limit
 	h := maphash.String(s.seed, a.Key) ^ l.nsHash
@@ -291,7 +292,12 @@ func take1(s *MemoryStore, a *Ask, d *Decision) int64 {
 	} else {
 		now = s.clock()
 	}
-	exp := decide(l, &st, now, a.Cost, d)
+	var exp int64
+	if l.Algorithm == TokenBucket { // decide's first case, without its call
+		exp = tokenBucket(l, &st, now, a.Cost, d)
+	} else {
+		exp = decide(l, &st, now, a.Cost, d)
+	}
 	if d.Allowed {
 		if i == end {
 			i = memClaim(sh, end-memWays, now)
