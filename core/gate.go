@@ -219,12 +219,7 @@ func (g *Gate) Decide(ctx context.Context, asks []Ask) Verdict {
 		return classify(g, out)
 	}
 	if g.fallback != nil {
-		local := make([]Ask, len(asks))
-		for i := range asks {
-			local[i] = asks[i]
-			local[i].Limit = g.fallback[asks[i].Limit]
-		}
-		if ferr := g.cfg.Fallback.Take(ctx, local, out); ferr == nil {
+		if ferr := g.cfg.Fallback.Take(ctx, g.localAsks(asks), out); ferr == nil {
 			v := classify(g, out)
 			v.Err, v.Fallback = err, true
 			return v
@@ -414,13 +409,18 @@ func (g *Gate) refund(asks []Ask, fallback bool) {
 		defer cancel()
 	}
 	if fallback {
-		local := make([]Ask, len(asks))
-		for i := range asks {
-			local[i] = asks[i]
-			local[i].Limit = g.fallback[asks[i].Limit]
-		}
-		g.cfg.Fallback.Refund(ctx, local)
+		g.cfg.Fallback.Refund(ctx, g.localAsks(asks))
 		return
 	}
 	g.cfg.Store.Refund(ctx, asks)
+}
+
+// localAsks translates asks to the fallback store's per-instance limits.
+func (g *Gate) localAsks(asks []Ask) []Ask {
+	local := make([]Ask, len(asks))
+	for i := range asks {
+		local[i] = asks[i]
+		local[i].Limit = g.fallback[asks[i].Limit]
+	}
+	return local
 }
