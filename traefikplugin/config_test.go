@@ -369,7 +369,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("redis without endpoints: got %+v, %v; want localhost:6379", s.redis, err)
 	}
 	s, err = parse(&Config{Redis: &Redis{Endpoints: []string{"127.0.0.1:7000", "127.0.0.1:7001"}}, Average: "1"}, "api@file")
-	if err != nil || s.redis.resp.Addr != "127.0.0.1:7000" || len(s.notes) != 1 || !strings.Contains(s.notes[0], "uses the first, 127.0.0.1:7000") {
+	if err != nil || len(s.redis.seeds) != 2 || len(s.notes) != 1 || !strings.Contains(s.notes[0], "a Redis Cluster seed list") {
 		t.Errorf("several endpoints: got %+v, notes %q, %v", s.redis, s.notes, err)
 	}
 }

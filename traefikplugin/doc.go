@@ -31,9 +31,10 @@
 //     request by its peer address; the built-in puts all such requests
 //     into one bucket. requestHost is compared without port and in lower
 //     case.
-//   - redis.endpoints may list several servers, but the plugin uses the
-//     first as a standalone server: its standard-library client does not
-//     speak Redis Cluster. minIdleConns and maxActiveConns are ignored; the
+//   - Several redis.endpoints are a Redis Cluster seed list, as for the
+//     built-in (redis.db is then ignored); replicas are not used, and a
+//     request whose limits fall in several hash slots is decided by
+//     check-then-refund. minIdleConns and maxActiveConns are ignored; the
 //     timeouts default to 1s (dial) and 500ms (read, write), tighter than
 //     Traefik's, since every request waits for them.
 //

@@ -32,6 +32,11 @@ const envPrefix = "env:"
 // redisOptions are the parsed rateLimit.redis options.
 type redisOptions struct {
 	resp resp.Options
+	// seeds, when redis.endpoints lists several servers, are the Redis
+	// Cluster seed addresses; resp.Addr is then the first.
+	seeds []string
+	// name designates the server or cluster in logs and errors.
+	name string
 	// id identifies the connection settings, secrets included; middlewares
 	// with the same id share one client.
 	id string
@@ -46,12 +51,17 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 	if len(endpoints) == 0 {
 		endpoints = []string{defaultRedisEndpoint}
 	}
-	if len(endpoints) > 1 {
-		s.notes = append(s.notes, fmt.Sprintf("redis.endpoints lists %d servers; the plugin uses the first, %s, as a standalone server (its client does not speak Redis Cluster)", len(endpoints), endpoints[0]))
+	for _, e := range endpoints {
+		if _, _, err := net.SplitHostPort(e); err != nil {
+			return nil, fmt.Errorf("redis.endpoints %q: want host:port", e)
+		}
 	}
 	o.resp.Addr = endpoints[0]
-	if _, _, err := net.SplitHostPort(o.resp.Addr); err != nil {
-		return nil, fmt.Errorf("redis.endpoints %q: want host:port", o.resp.Addr)
+	o.name = endpoints[0]
+	if len(endpoints) > 1 {
+		o.seeds = endpoints
+		o.name = "cluster " + strings.Join(endpoints, ",")
+		s.notes = append(s.notes, fmt.Sprintf("redis.endpoints lists %d servers: a Redis Cluster seed list, as for the built-in", len(endpoints)))
 	}
 	o.resp.Username = strings.TrimSpace(r.Username)
 	pw := r.Password
@@ -69,6 +79,10 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 	var err error
 	if o.resp.DB, err = parseInt("redis.db", r.DB, 0, 0, 1<<20); err != nil {
 		return nil, err
+	}
+	if o.seeds != nil && o.resp.DB != 0 {
+		s.notes = append(s.notes, "redis.db is ignored: a Redis Cluster has only database 0")
+		o.resp.DB = 0
 	}
 	if o.resp.PoolSize, err = parseInt("redis.poolSize", r.PoolSize, 0, 0, 1<<16); err != nil {
 		return nil, err
@@ -92,7 +106,7 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 		}
 		tlsID = strings.Join([]string{r.TLS.CA, r.TLS.Cert, r.TLS.Key, strconv.FormatBool(o.resp.TLS.InsecureSkipVerify)}, "\x00")
 	}
-	o.id = strings.Join([]string{o.resp.Addr, o.resp.Username, o.resp.Password, strconv.Itoa(o.resp.DB),
+	o.id = strings.Join([]string{strings.Join(endpoints, ","), o.resp.Username, o.resp.Password, strconv.Itoa(o.resp.DB),
 		strconv.Itoa(o.resp.PoolSize), o.resp.DialTimeout.String(), o.resp.ReadTimeout.String(),
 		o.resp.WriteTimeout.String(), tlsID}, "\x00")
 	return o, nil
@@ -119,8 +133,16 @@ func parseTLS(t *RedisTLS) (*tls.Config, error) {
 	return c, nil
 }
 
-// redisClient is a Redis connection pool shared by every middleware with the
-// same connection settings, with the store, the circuit breaker and the
+// redisConn is a connected Redis client: a *resp.Client, or a *resp.Cluster
+// for several endpoints.
+type redisConn interface {
+	EvalSha(ctx context.Context, sha string, keys []string, args []string) (interface{}, error)
+	ScriptLoad(ctx context.Context, script string) (string, error)
+	Close() error
+}
+
+// redisClient is a Redis connection pool (one per master of a Redis
+// Cluster) shared by every middleware with the same connection settings, with the store, the circuit breaker and the
 // outage report that go with it. It implements core.Scripter, connecting
 // on demand: a client whose server was down when the middleware was created
 // keeps trying, at most once per redialEvery, from the request path; and a
@@ -135,7 +157,7 @@ type redisClient struct {
 	breaker core.Breaker
 
 	mu       sync.Mutex
-	client   *resp.Client // nil until connected and after close
+	client   redisConn // nil until connected and after close
 	dialing  bool
 	dialed   chan struct{} // closed when the dial under way ends
 	lastDial int64         // instant of the last failed dial
@@ -154,14 +176,14 @@ var errNotConnected = errors.New("not connected")
 // answers.
 func newRedisClient(ctx context.Context, o *redisOptions, clock core.Clock, log io.Writer) (*redisClient, error) {
 	c := &redisClient{opts: *o, clock: clock, log: log}
-	st, err := core.NewRedisStore(core.RedisConfig{Client: c})
+	st, err := core.NewRedisStore(core.RedisConfig{Client: c, Cluster: o.seeds != nil})
 	if err != nil {
 		return nil, err
 	}
 	c.store = st
 	if _, err := c.connect(ctx); err != nil {
 		atomic.StoreInt32(&c.down, 1)
-		fmt.Fprintf(log, "sluice: redis %s unavailable: %v; requests are decided by onStoreError or the fallback until it answers\n", o.resp.Addr, err)
+		fmt.Fprintf(log, "sluice: redis %s unavailable: %v; requests are decided by onStoreError or the fallback until it answers\n", o.name, err)
 	}
 	return c, nil
 }
@@ -170,7 +192,7 @@ func newRedisClient(ctx context.Context, o *redisOptions, clock core.Clock, log 
 // last attempt is at least redialEvery old. While a dial is under way,
 // callers fail at once if the last dial failed (the server is down), and
 // otherwise (close dropped the connections) wait for it, within ctx.
-func (c *redisClient) connect(ctx context.Context) (*resp.Client, error) {
+func (c *redisClient) connect(ctx context.Context) (redisConn, error) {
 	c.mu.Lock()
 	if cl := c.client; cl != nil {
 		c.mu.Unlock()
@@ -182,7 +204,7 @@ func (c *redisClient) connect(ctx context.Context) (*resp.Client, error) {
 		select {
 		case <-done:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("redis %s: %w", c.opts.resp.Addr, ctx.Err())
+			return nil, fmt.Errorf("redis %s: %w", c.opts.name, ctx.Err())
 		}
 		c.mu.Lock()
 		if cl := c.client; cl != nil {
@@ -197,15 +219,13 @@ func (c *redisClient) connect(ctx context.Context) (*resp.Client, error) {
 		if err == nil {
 			err = errNotConnected
 		}
-		return nil, fmt.Errorf("redis %s: %w", c.opts.resp.Addr, err)
+		return nil, fmt.Errorf("redis %s: %w", c.opts.name, err)
 	}
 	c.dialing = true
 	c.dialed = make(chan struct{})
 	c.mu.Unlock()
 
-	dctx, cancel := context.WithTimeout(ctx, orDefault(c.opts.resp.DialTimeout, resp.DefaultDialTimeout))
-	cl, err := resp.New(dctx, c.opts.resp)
-	cancel()
+	cl, err := c.dial(ctx)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -220,6 +240,28 @@ func (c *redisClient) connect(ctx context.Context) (*resp.Client, error) {
 	c.client = cl
 	c.lastErr = nil
 	return cl, nil
+}
+
+// dial opens a client: of a standalone server within the dial timeout, or
+// of a Redis Cluster (reading its slot map and connecting to every master)
+// within the timeout of one decision.
+func (c *redisClient) dial(ctx context.Context) (redisConn, error) {
+	if c.opts.seeds == nil {
+		dctx, cancel := context.WithTimeout(ctx, orDefault(c.opts.resp.DialTimeout, resp.DefaultDialTimeout))
+		defer cancel()
+		cl, err := resp.New(dctx, c.opts.resp)
+		if err != nil {
+			return nil, err
+		}
+		return cl, nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, c.opts.timeout)
+	defer cancel()
+	cc, err := resp.NewCluster(dctx, c.opts.seeds, c.opts.resp)
+	if err != nil {
+		return nil, err
+	}
+	return cc, nil
 }
 
 // EvalSha implements core.Scripter. A call that finds its connections
@@ -263,12 +305,12 @@ func (c *redisClient) observe(err error) {
 	down := atomic.LoadInt32(&c.down) == 1
 	if err == nil {
 		if down && atomic.CompareAndSwapInt32(&c.down, 1, 0) {
-			fmt.Fprintf(c.log, "sluice: redis %s available again\n", c.opts.resp.Addr)
+			fmt.Fprintf(c.log, "sluice: redis %s available again\n", c.opts.name)
 		}
 		return
 	}
 	if !down && c.breaker.State() != core.BreakerClosed && atomic.CompareAndSwapInt32(&c.down, 0, 1) {
-		fmt.Fprintf(c.log, "sluice: redis %s unavailable, circuit breaker open: %v; requests are decided by onStoreError or the fallback until it answers\n", c.opts.resp.Addr, err)
+		fmt.Fprintf(c.log, "sluice: redis %s unavailable, circuit breaker open: %v; requests are decided by onStoreError or the fallback until it answers\n", c.opts.name, err)
 	}
 }
 

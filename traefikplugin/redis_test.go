@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -191,5 +192,61 @@ func TestRedisDroppedEntry(t *testing.T) {
 	}
 	if got := g.stderr.String(); got != "" {
 		t.Errorf("unexpected log %q", got)
+	}
+}
+
+// TestRedisCluster checks that several redis.endpoints are a Redis Cluster
+// seed list: two Traefik instances share each middleware's quota exactly,
+// with middlewares spread over the masters, also under concurrent requests.
+func TestRedisCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	cfg := func(burst string) *Config {
+		c := redisConfig(cluster.Addrs[0], burst)
+		c.Redis.Endpoints = []string{cluster.Addrs[2], cluster.Addrs[0]}
+		return c
+	}
+	a, b := newTestRegistry(), newTestRegistry()
+	for _, name := range []string{"m0@file", "m1@file", "m2@file", "m3@file", "m4@file", "m5@file"} {
+		ha, _ := a.mustNew(t, cfg("3"), name)
+		hb, _ := b.mustNew(t, cfg("3"), name)
+		if got := codes(ha, request{}, 2) + " " + codes(hb, request{}, 2); got != "200 200 200 429" {
+			t.Errorf("%s, two instances: got %s, want 200 200 200 429", name, got)
+		}
+	}
+
+	const tokens, callers = 10, 32
+	ha, _ := a.mustNew(t, cfg(strconv.Itoa(tokens)), "race@file")
+	hb, _ := b.mustNew(t, cfg(strconv.Itoa(tokens)), "race@file")
+	var admitted, other int32
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < callers; i++ {
+		h := ha
+		if i%2 == 1 {
+			h = hb
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			w, _ := do(h, request{})
+			switch w.Code {
+			case http.StatusOK:
+				atomic.AddInt32(&admitted, 1)
+			case http.StatusTooManyRequests:
+			default:
+				atomic.AddInt32(&other, 1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if admitted != tokens || other != 0 {
+		t.Errorf("%d callers for %d tokens: %d admitted, %d other answers", callers, tokens, admitted, other)
+	}
+	for _, g := range []*testRegistry{a, b} {
+		if log := g.stderr.String(); strings.Contains(log, "unavailable") || !strings.Contains(log, "Redis Cluster seed list") {
+			t.Errorf("log: %q; want the seed list note and no outage", log)
+		}
 	}
 }

@@ -1,8 +1,9 @@
 // Package resp is a small Redis client speaking RESP2 over TCP or TLS,
 // written with the standard library only so that Traefik's Yaegi
-// interpreter can run it. It sends one command at a time per connection
-// (no pipelining, no pub/sub, no cluster redirections) from a bounded pool
-// and starts no goroutines.
+// interpreter can run it. A Client sends one command at a time per
+// connection (no pipelining, no pub/sub) from a bounded pool and starts no
+// goroutines; a Cluster routes scripts to the masters of a Redis Cluster by
+// key slot, following MOVED and ASK redirections.
 //
 // Replies are decoded as: integer → int64, simple or bulk string → string,
 // array → []interface{}, nil bulk string or nil array → nil, error reply →
