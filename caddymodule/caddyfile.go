@@ -57,7 +57,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Err(err.Error())
 			}
 		case "body":
-			h.Body, err = oneArg(d, sub, checked(core.ParseBodyFormat))
+			h.Body, err = oneArg(d, sub, func(s string) error {
+				_, _, err := parseBody(s)
+				return err
+			})
 		case "mode":
 			h.Mode, err = oneArg(d, sub, checked(core.ParseMode))
 		case "retry_jitter":

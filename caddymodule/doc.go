@@ -43,7 +43,7 @@
 //	    fallback       local
 //	    instances      <n>
 //	    headers        ietf|legacy|x...|off
-//	    body           json|problem|text|none
+//	    body           json|problem|text|none|error   (error: handle_errors writes the 429)
 //	    mode           enforce|dry_run
 //	    retry_jitter   <fraction>
 //	    log_key

@@ -73,7 +73,11 @@ type Handler struct {
 	Headers []string `json:"headers,omitempty"`
 
 	// Body is the format of a 429 answer's body: "json" (the default),
-	// "problem" (RFC 9457 application/problem+json), "text" or "none".
+	// "problem" (RFC 9457 application/problem+json), "text", "none", or
+	// "error": sluice sets the rate-limit headers, Retry-After and
+	// Cache-Control, and returns an HTTP error with status 429, so that the
+	// server's handle_errors routes write the answer (the placeholders
+	// {http.sluice.*} and {http.error.status_code} are set).
 	Body string `json:"body,omitempty"`
 
 	// Mode is "enforce" (the default) or "dry_run", which decides and
@@ -175,7 +179,7 @@ func (h *Handler) responder() (core.Responder, error) {
 	if r.Headers, err = core.ParseHeaderSet(h.Headers); err != nil {
 		return r, err
 	}
-	if r.Body, err = core.ParseBodyFormat(h.Body); err != nil {
+	if r.Body, r.Defer, err = parseBody(h.Body); err != nil {
 		return r, err
 	}
 	if !(h.RetryJitter >= 0 && h.RetryJitter <= 1) {
@@ -280,9 +284,29 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.logRejection(zone, v, asks)
 	}
 	if !proceed {
+		if rejected && v.Outcome != core.OutcomeDryRunRejected && h.gate.Deferred() {
+			return caddyhttp.Error(http.StatusTooManyRequests, errRateLimited)
+		}
 		return nil
 	}
 	return next.ServeHTTP(w, r)
+}
+
+// errRateLimited is the error of a rejection that handle_errors answers
+// (body error).
+var errRateLimited = errors.New("rate limited")
+
+// parseBody reads Body: core's formats, or "error" to defer the answer to
+// handle_errors.
+func parseBody(s string) (core.BodyFormat, bool, error) {
+	if s == "error" {
+		return core.BodyNone, true, nil
+	}
+	f, err := core.ParseBodyFormat(s)
+	if err != nil {
+		return f, false, fmt.Errorf("body %q: unknown (want json, problem, text, none or error)", s)
+	}
+	return f, false, nil
 }
 
 // reportedZone is the index of the zone a verdict is about: the zone of its

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -314,5 +315,27 @@ func TestWarnLimiter(t *testing.T) {
 		if ok != s.ok || n != s.suppressed {
 			t.Errorf("step %d (t=%d): allow = %v, %d; want %v, %d", i, s.now, ok, n, s.ok, s.suppressed)
 		}
+	}
+}
+
+// TestBodyErrorDefersToHandleErrors: with body error, a rejection reaches
+// the server's error routes, which see the 429 and the placeholders, and
+// the rate-limit headers are already set.
+func TestBodyErrorDefersToHandleErrors(t *testing.T) {
+	p := freePorts(t, 1)
+	url := loadCaddy(t, server{port: p[0],
+		handler: map[string]any{"zones": []any{zone("api", "1/m")}, "body": "error"},
+		extra: map[string]any{"errors": map[string]any{"routes": []any{map[string]any{"handle": []any{
+			map[string]any{"handler": "static_response", "status_code": "{http.error.status_code}",
+				"body": "custom {http.error.status_code} zone={http.sluice.zone}"},
+		}}}}},
+	})[0]
+	get(t, url)
+	r := get(t, url)
+	if r.status != http.StatusTooManyRequests || r.body != "custom 429 zone=api" {
+		t.Fatalf("got %d %q, want handle_errors' 429", r.status, r.body)
+	}
+	if r.header.Get("Retry-After") != "60" || r.header.Get("RateLimit-Policy") == "" {
+		t.Errorf("headers of the deferred 429: %v", r.header)
 	}
 }

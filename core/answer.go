@@ -150,6 +150,11 @@ type Responder struct {
 	// clamped. Nil means math/rand's Float64. It must be safe for
 	// concurrent use.
 	Rand func() float64
+	// Defer leaves the status line and the body of a rejection to the
+	// host: Reject sets the rate-limit headers, Retry-After and
+	// Cache-Control but writes nothing, and the host answers 429 its own
+	// way (Caddy's handle_errors). Body is then ignored.
+	Defer bool
 }
 
 // Validate reports the first field of r that is out of range.
@@ -302,6 +307,10 @@ func reject(r *Responder, w http.ResponseWriter, d *Decision, nowUnix int64) {
 			retry = 1
 		}
 	}
+	if r.Defer {
+		deferRejection(h, retry)
+		return
+	}
 	var body []byte
 	ctype := ""
 	if r.Body < BodyNone {
@@ -338,6 +347,15 @@ func reject(r *Responder, w http.ResponseWriter, d *Decision, nowUnix int64) {
 	w.WriteHeader(http.StatusTooManyRequests)
 	if len(body) > 0 {
 		_, _ = w.Write(body) // a failed write means the client is gone
+	}
+}
+
+// deferRejection sets the headers of a rejection whose answer the host
+// writes: Retry-After (unless retry < 0, never) and Cache-Control.
+func deferRejection(h http.Header, retry int64) {
+	h.Set("Cache-Control", "no-store")
+	if retry >= 0 {
+		h.Set("Retry-After", strconv.FormatInt(retry, 10))
 	}
 }
 

@@ -540,3 +540,21 @@ func BenchmarkReject(b *testing.B) {
 		r.Reject(w, &d, answerNow)
 	}
 }
+
+func TestResponderDefer(t *testing.T) {
+	l := &Limit{Name: "api", Rate: Rate{Quota: 100, Period: time.Minute}}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d := &Decision{Limit: l, Quota: 100, RetryAfter: 4200 * time.Millisecond, Reset: time.Minute}
+	rec := httptest.NewRecorder()
+	r := &Responder{Headers: DefaultHeaders, Body: BodyJSON, Defer: true}
+	r.Reject(rec, d, 1700000000)
+	h := rec.Result().Header
+	if rec.Body.Len() != 0 || h.Get("Content-Type") != "" || h.Get("Content-Length") != "" {
+		t.Errorf("deferred rejection wrote a body: %q %v", rec.Body.String(), h)
+	}
+	if h.Get("Retry-After") != "5" || h.Get("Cache-Control") != "no-store" || h.Get("RateLimit-Policy") == "" {
+		t.Errorf("deferred rejection headers: %v", h)
+	}
+}
