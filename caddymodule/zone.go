@@ -213,6 +213,7 @@ func (z *Zone) provisionMatch(ctx caddy.Context) error {
 	}
 	for name, m := range mods.(map[string]any) {
 		switch m.(type) {
+		//lint:ignore SA1019 matchers of other modules may implement only the older interface; MatcherSet handles both
 		case caddyhttp.RequestMatcherWithError, caddyhttp.RequestMatcher:
 			z.match = append(z.match, m)
 		default:
