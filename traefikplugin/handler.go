@@ -134,19 +134,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serve is ServeHTTP for any configuration.
 func serve(e *entry, next http.Handler, w http.ResponseWriter, r *http.Request) {
 	var buf [stackAsks]core.Ask
-	asks := buf[:0]
-	if len(e.plans) == 1 {
-		p := &e.plans[0]
-		key, ok := (*core.KeySpec).Key(e.specs[0], r)
-		if !ok || key == "" { // Resolve's own fast path, without its call
-			key, ok = p.missing.Resolve(key, ok)
-		}
-		if ok {
-			asks = append(asks, core.Ask{Limit: p.limit, Key: e.prefix + key, Cost: p.cost})
-		}
-	} else {
-		asks = entryAsks(e, r, asks)
-	}
+	asks := entryAsks(e, r, buf[:0])
 	if e.dryRun {
 		delete(r.Header, DryRunHeader)
 	}
