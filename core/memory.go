@@ -15,26 +15,31 @@ const DefaultMaxKeys = 1000000
 const (
 	memShards     = 64 // a power of two
 	memShardShift = 58 // 64 − log2(memShards): the top bits of a hash pick its shard
-	memWays       = 8  // slots per bucket
+	// memSample is how many states an eviction examines.
+	memSample = 16
 )
 
 // MemoryConfig configures a MemoryStore.
 type MemoryConfig struct {
-	// MaxKeys caps the number of (limit, key) states held. When a new key
-	// arrives and its bucket of slots is full, the store forgets a state that
-	// has expired (is equivalent to a fresh one) if there is one, and
-	// otherwise the one closest to expiring. Zero means DefaultMaxKeys.
+	// MaxKeys caps the number of (limit, key) states held. Below the cap a
+	// state is kept until it expires (is equivalent to a fresh one); when a
+	// new key arrives at the cap, the store forgets one state of its
+	// shard: the first expired one among memSample (16) it examines, or
+	// else the one of them closest to expiring. Zero means DefaultMaxKeys.
 	MaxKeys int
 	// Clock supplies instants; nil means SystemClock().
 	Clock Clock
 }
 
-// MemoryStore is an in-process Store. Its memory is bounded by MaxKeys:
-// states live in a fixed set-associative table of MaxKeys slots (40 bytes
-// each; pages are touched only as slots are used), divided among 64 shards
-// with a mutex each, so a decision locks only the shards of its keys. It
-// starts no goroutine; expired states are reclaimed as their slots are
-// needed.
+// MemoryStore is an in-process Store. Its memory grows with the states it
+// holds and is bounded by MaxKeys: states live in hash maps divided among
+// 64 shards with a mutex each, so a decision locks only the shards of its
+// keys, and each shard holds at most MaxKeys/64 states (about 60 bytes
+// each, plus 16 bytes per sliding_window_log entry). Go maps do not give
+// memory back, so a store keeps the room of the most states it has held
+// at once. It starts no goroutine: each new key drops an expired state
+// if one is among the 16 it examines, so the states held follow the live
+// keys, and at the cap it makes room as MaxKeys says.
 //
 // Keys are identified by a 64-bit hash (hash/maphash with a per-store random
 // seed, mixed with the limit's namespace): with n keys, two of them share a
@@ -43,8 +48,8 @@ type MemoryConfig struct {
 type MemoryStore struct {
 	clock Clock // nil: the system clock, read from the embedded systemClock
 	systemClock
-	seed    maphash.Seed
-	buckets uint64 // buckets per shard
+	seed     maphash.Seed
+	perShard int // the most states a shard holds
 	// shards has memShards elements. It is a slice, not an array, because
 	// Yaegi allocates a zeroed copy of the type of every value a function
 	// reads, s.shards included, on every call.
@@ -53,14 +58,13 @@ type MemoryStore struct {
 
 type memShard struct {
 	mu    sync.Mutex
-	slots []memSlot
-	logs  map[uint64][]LogEntry // sliding_window_log entries, by slot hash
-	_     [24]byte              // keeps hot mutexes on separate cache lines
+	slots map[uint64]memSlot    // states by hash
+	logs  map[uint64][]LogEntry // sliding_window_log entries, by hash
+	_     [40]byte              // keeps hot mutexes on separate cache lines
 }
 
-// memSlot is one stored State; h == 0 marks a free slot.
+// memSlot is one stored State.
 type memSlot struct {
-	h    uint64
 	t    int64
 	a, b float64
 	exp  int64 // Limit.Expiry of the state
@@ -78,32 +82,29 @@ func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
 	if cfg.Clock == nil {
 		s.systemClock = newSystemClock()
 	}
-	s.buckets = uint64(cfg.MaxKeys / (memShards * memWays))
-	if s.buckets == 0 {
-		s.buckets = 1
+	s.perShard = cfg.MaxKeys / memShards
+	if s.perShard == 0 {
+		s.perShard = 1
 	}
 	for i := 0; i < memShards; i++ {
-		s.shards[i].slots = make([]memSlot, s.buckets*memWays)
+		s.shards[i].slots = make(map[uint64]memSlot)
 		s.shards[i].logs = make(map[uint64][]LogEntry)
 	}
 	return s, nil
 }
 
 // Cap is the number of states the store can hold: MaxKeys rounded down to a
-// whole number of buckets (but at least one bucket per shard).
-func (s *MemoryStore) Cap() int { return int(s.buckets) * memShards * memWays }
+// multiple of 64 shards (but at least one state per shard).
+func (s *MemoryStore) Cap() int { return s.perShard * memShards }
 
-// Len counts the states held. It locks every shard in turn.
+// Len counts the states held, expired ones included until they are
+// dropped. It locks every shard in turn.
 func (s *MemoryStore) Len() int {
 	n := 0
 	for i := 0; i < memShards; i++ {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for j := range sh.slots {
-			if sh.slots[j].h != 0 {
-				n++
-			}
-		}
+		n += len(sh.slots)
 		sh.mu.Unlock()
 	}
 	return n
@@ -111,27 +112,15 @@ func (s *MemoryStore) Len() int {
 
 // Under Yaegi every interpreted call costs about a microsecond, and a
 // method call about four (the interpreter wraps its receiver through
-// reflection), so the helpers below are functions, and Take's common case
-// of one ask (take1) does the hashing and the slot lookup inline.
+// reflection), so the helpers below are functions.
 
-// memHash identifies (limit, key). It is never 0, which marks free slots.
-// Its top bits choose the shard (memShardShift); the whole hash, modulo the
-// number of buckets, the bucket. take1 repeats it inline.
+// memHash identifies (limit, key); its top bits choose the shard
+// (memShardShift). take1 and ServeLane repeat it inline.
 func memHash(s *MemoryStore, l *Limit, key string) uint64 {
-	h := maphash.String(s.seed, key) ^ l.nsHash
-	// splitmix64 finalizer: spreads the namespace over all bits.
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	if h == 0 {
-		h = 1
-	}
-	return h
+	return maphash.String(s.seed, key) ^ l.nsHash
 }
 
-// memNow reads the store's clock. take1 repeats it inline.
+// memNow reads the store's clock. take1 and ServeLane repeat it inline.
 func memNow(s *MemoryStore) int64 {
 	if s.clock == nil {
 		return s.wall + int64(time.Since(s.base))
@@ -139,60 +128,53 @@ func memNow(s *MemoryStore) int64 {
 	return s.clock()
 }
 
-// memFind returns the index of h's slot in sh, or -1.
-func memFind(s *MemoryStore, sh *memShard, h uint64) int {
-	b := int(h%s.buckets) * memWays
-	for i := b; i < b+memWays; i++ {
-		if sh.slots[i].h == h {
-			return i
-		}
-	}
-	return -1
-}
-
 // memLoad sets *st to the state of h (the zero State when absent).
-func memLoad(s *MemoryStore, sh *memShard, h uint64, l *Limit, st *State) {
-	*st = State{}
-	if i := memFind(s, sh, h); i >= 0 {
-		sl := &sh.slots[i]
-		*st = State{T: sl.t, A: sl.a, B: sl.b}
-		if l.Algorithm == SlidingWindowLog {
-			st.Log = sh.logs[h]
-		}
+func memLoad(sh *memShard, h uint64, l *Limit, st *State) {
+	sl := sh.slots[h]
+	*st = State{T: sl.t, A: sl.a, B: sl.b}
+	if l.Algorithm == SlidingWindowLog {
+		st.Log = sh.logs[h]
 	}
 }
 
-// memSave stores *st, which expires at exp, as h's state, taking a slot
-// for h if it has none.
+// memSave stores *st, which expires at exp, as h's state, making room for
+// it if h is new (memRoom).
 func memSave(s *MemoryStore, sh *memShard, h uint64, l *Limit, st *State, exp, now int64) {
-	i := memFind(s, sh, h)
-	if i < 0 {
-		i = memClaim(sh, int(h%s.buckets)*memWays, now)
+	if _, held := sh.slots[h]; !held {
+		memRoom(s, sh, now)
 	}
-	sh.slots[i] = memSlot{h: h, t: st.T, a: st.A, b: st.B, exp: exp}
+	sh.slots[h] = memSlot{t: st.T, a: st.A, b: st.B, exp: exp}
 	if l.Algorithm == SlidingWindowLog {
 		memPutLog(sh, h, st.Log)
 	}
 }
 
-// memClaim returns the slot of bucket b (the index of its first slot) to
-// give a new state: a free one, else an expired one, else the one that
-// expires first, whose state it forgets.
-func memClaim(sh *memShard, b int, now int64) int {
-	i := b
-	for j := b; j < b+memWays; j++ {
-		if sh.slots[j].h == 0 || sh.slots[j].exp <= now {
-			i = j
+// memRoom prepares sh, whose mutex is held, for one new state at now. It
+// examines up to memSample states and forgets the first expired one, so
+// that while new keys arrive, states of keys never seen again do not
+// outlive their expiry by long. At the cap, if none of them has expired,
+// it forgets the one of them that expires first: the least valuable, since
+// forgetting a state hands its key a fresh one, and the state closest to
+// expiring is closest to fresh. Below the cap no live state is forgotten.
+func memRoom(s *MemoryStore, sh *memShard, now int64) {
+	victim, soonest, seen := uint64(0), int64(0), 0
+	for h, sl := range sh.slots {
+		if sl.exp <= now {
+			victim, seen = h, -1
 			break
 		}
-		if sh.slots[j].exp < sh.slots[i].exp {
-			i = j
+		if seen == 0 || sl.exp < soonest {
+			victim, soonest = h, sl.exp
+		}
+		seen++
+		if seen == memSample {
+			break
 		}
 	}
-	if old := sh.slots[i].h; old != 0 {
-		delete(sh.logs, old)
+	if seen < 0 || seen > 0 && len(sh.slots) >= s.perShard {
+		delete(sh.slots, victim)
+		delete(sh.logs, victim)
 	}
-	return i
 }
 
 // memPutLog stores the sliding_window_log entries of h.
@@ -244,7 +226,7 @@ func takeMany(s *MemoryStore, asks []Ask, out []Decision) {
 		sh := &s.shards[hs[i]>>memShardShift]
 		sts = append(sts, State{})
 		st := &sts[i]
-		memLoad(s, sh, hs[i], a.Limit, st)
+		memLoad(sh, hs[i], a.Limit, st)
 		exps = append(exps, decide(a.Limit, st, now, a.Cost, &out[i]))
 		all = all && out[i].Allowed
 	}
@@ -257,52 +239,28 @@ func takeMany(s *MemoryStore, asks []Ask, out []Decision) {
 }
 
 // take1 decides one ask into *d and returns the instant it decided at:
-// Take's common case, and the Gate's. The hash (memHash), the slot lookup,
-// the clock reading (memNow) and decide's dispatch to the token bucket are
-// inline.
+// Take's common case, and the Gate's. The hash (memHash) and the clock
+// reading (memNow) are inline.
 func take1(s *MemoryStore, a *Ask, d *Decision) int64 {
 	l := a.Limit
 	h := maphash.String(s.seed, a.Key) ^ l.nsHash
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	if h == 0 {
-		h = 1
-	}
 	sh := &s.shards[h>>memShardShift]
-	i := int(h%s.buckets) * memWays
-	end := i + memWays
 	sh.mu.Lock()
-	for i < end && sh.slots[i].h != h {
-		i++
+	sl, held := sh.slots[h]
+	st := State{T: sl.t, A: sl.a, B: sl.b}
+	if held && l.Algorithm == SlidingWindowLog {
+		st.Log = sh.logs[h]
 	}
-	var st State
-	if i < end {
-		sl := &sh.slots[i]
-		st = State{T: sl.t, A: sl.a, B: sl.b}
-		if l.Algorithm == SlidingWindowLog {
-			st.Log = sh.logs[h]
-		}
-	}
-	var now int64
-	if s.clock == nil {
-		now = s.wall + int64(time.Since(s.base))
-	} else {
+	now := s.wall + int64(time.Since(s.base))
+	if s.clock != nil {
 		now = s.clock()
 	}
-	var exp int64
-	if l.Algorithm == TokenBucket { // decide's first case, without its call
-		exp = tokenBucket(l, &st, now, a.Cost, d)
-	} else {
-		exp = decide(l, &st, now, a.Cost, d)
-	}
+	exp := decide(l, &st, now, a.Cost, d)
 	if d.Allowed {
-		if i == end {
-			i = memClaim(sh, end-memWays, now)
+		if !held {
+			memRoom(s, sh, now)
 		}
-		sh.slots[i] = memSlot{h: h, t: st.T, a: st.A, b: st.B, exp: exp}
+		sh.slots[h] = memSlot{t: st.T, a: st.A, b: st.B, exp: exp}
 		if l.Algorithm == SlidingWindowLog {
 			memPutLog(sh, h, st.Log)
 		}
@@ -318,10 +276,10 @@ func (s *MemoryStore) Refund(ctx context.Context, asks []Ask) error {
 		h := memHash(s, a.Limit, a.Key)
 		sh := &s.shards[h>>memShardShift]
 		sh.mu.Lock()
-		if memFind(s, sh, h) >= 0 {
+		if _, held := sh.slots[h]; held {
 			now := memNow(s)
 			var st State
-			memLoad(s, sh, h, a.Limit, &st)
+			memLoad(sh, h, a.Limit, &st)
 			st = a.Limit.Refund(st, now, a.Cost)
 			memSave(s, sh, h, a.Limit, &st, expiry(a.Limit, &st), now)
 		}

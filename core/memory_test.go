@@ -35,10 +35,10 @@ func TestNewMemoryStore(t *testing.T) {
 		t.Errorf("MaxKeys -1: error %v, want one naming max_keys", err)
 	}
 	cases := []struct{ maxKeys, cap int }{
-		{0, DefaultMaxKeys / (memShards * memWays) * memShards * memWays},
-		{1, memShards * memWays}, // at least one bucket per shard
-		{100000, 99840},
-		{memShards * memWays * 3, memShards * memWays * 3},
+		{0, DefaultMaxKeys / memShards * memShards},
+		{1, memShards}, // at least one state per shard
+		{100000, 99968},
+		{memShards * 3, memShards * 3},
 	}
 	for _, c := range cases {
 		s, err := NewMemoryStore(MemoryConfig{MaxKeys: c.maxKeys})
@@ -154,8 +154,8 @@ func TestMemoryStoreKeyFlood(t *testing.T) {
 			clock.Advance(time.Millisecond)
 		}
 	}
-	if n, c := s.Len(), s.Cap(); n > c || c > maxKeys || n < c*9/10 {
-		t.Errorf("after %d keys: Len %d, Cap %d, MaxKeys %d; want 0.9·Cap ≤ Len ≤ Cap ≤ MaxKeys", keys, n, c, maxKeys)
+	if n, c := s.Len(), s.Cap(); n > c || c > maxKeys || n < c*99/100 {
+		t.Errorf("after %d keys: Len %d, Cap %d, MaxKeys %d; want 0.99·Cap ≤ Len ≤ Cap ≤ MaxKeys", keys, n, c, maxKeys)
 	}
 
 	// The logs of sliding_window_log states go with their slots.
@@ -170,7 +170,7 @@ func TestMemoryStoreKeyFlood(t *testing.T) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for h := range sh.logs {
-			if memFind(s, sh, h) < 0 {
+			if _, held := sh.slots[h]; !held {
 				t.Errorf("shard %d: a log without a slot", i)
 			}
 			logs++
@@ -199,16 +199,50 @@ func memHeld(s *MemoryStore, l *Limit, key string) bool {
 	sh := &s.shards[h>>memShardShift]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return memFind(s, sh, h) >= 0
+	_, held := sh.slots[h]
+	return held
 }
 
-// TestMemoryStoreEviction: with one bucket of memWays slots per shard, a
-// new key takes the slot of an expired state rather than a live one, and
-// when every state is live, the slot of the one that expires first.
+// TestMemoryStoreKeepsLiveStates: below the cap no live state is
+// forgotten, however the keys fall into shards, and expired states make
+// room for new keys as they arrive.
+func TestMemoryStoreKeepsLiveStates(t *testing.T) {
+	perShard := 1000
+	if testing.Short() {
+		perShard = 100
+	}
+	s, clock := memStore(t, memShards*perShard)
+	l := algLimit(t, TokenBucket, "1/h", 10, 0)
+	n := s.Cap() * 3 / 4
+	for i := 0; i < n; i++ {
+		memTake(t, s, Ask{l, "live" + strconv.Itoa(i), 1})
+	}
+	if got := s.Len(); got != n {
+		t.Fatalf("%d live keys at 75%% of the cap: %d held", n, got)
+	}
+	for i := 0; i < n; i++ {
+		if !memHeld(s, l, "live"+strconv.Itoa(i)) {
+			t.Fatalf("live key %d forgotten below the cap", i)
+		}
+	}
+	// Once they have expired, as many new keys drop them as they arrive.
+	clock.Advance(2 * time.Hour)
+	for i := 0; i < n; i++ {
+		memTake(t, s, Ask{l, "new" + strconv.Itoa(i), 1})
+	}
+	if got := s.Len(); got > n+n/5 {
+		t.Errorf("%d expired and %d new keys: %d held, want about %d", n, n, got, n)
+	}
+}
+
+// TestMemoryStoreEviction: with room for memWays states per shard, a new
+// key at the cap takes the place of an expired state rather than a live
+// one, and when every state is live, of the one that expires first.
 func TestMemoryStoreEviction(t *testing.T) {
-	s, clock := memStore(t, 1)
-	if s.buckets != 1 {
-		t.Fatalf("%d buckets per shard, want 1", s.buckets)
+	const memWays = 8 // fewer than memSample: eviction examines them all
+	s, clock := memStore(t, memShards*memWays)
+	if s.perShard != memWays {
+		t.Fatalf("%d states per shard, want %d", s.perShard, memWays)
 	}
 	live := algLimit(t, TokenBucket, "1/h", 10, 0) // cost c expires c·6 min later
 	short := algLimit(t, TokenBucket, "1/s", 1, 0) // expires a second later
@@ -228,7 +262,7 @@ func TestMemoryStoreEviction(t *testing.T) {
 		memTake(t, s, a)
 	}
 	if n := s.Len(); n != memWays {
-		t.Fatalf("Len %d after filling one bucket, want %d", n, memWays)
+		t.Fatalf("Len %d after filling one shard, want %d", n, memWays)
 	}
 	clock.Advance(2 * time.Second) // both short states expire
 	memTake(t, s, Ask{live, liveKeys[6], 1})
