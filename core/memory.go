@@ -17,6 +17,8 @@ const (
 	memShardShift = 58 // 64 − log2(memShards): the top bits of a hash pick its shard
 	// memSample is how many states an eviction examines.
 	memSample = 16
+	// memGrace is how long below the cap an expired state is kept.
+	memGrace = int64(time.Minute)
 )
 
 // MemoryConfig configures a MemoryStore.
@@ -150,16 +152,22 @@ func memSave(s *MemoryStore, sh *memShard, h uint64, l *Limit, st *State, exp, n
 }
 
 // memRoom prepares sh, whose mutex is held, for one new state at now. It
-// examines up to memSample states and forgets the first expired one, so
-// that while new keys arrive, states of keys never seen again do not
-// outlive their expiry by long. At the cap, if none of them has expired,
+// examines up to memSample states and forgets the first one expired for
+// memGrace, so that while new keys arrive, states of keys never seen again
+// do not outlive their expiry by long. (The grace keeps what a clock that
+// steps back a little, such as another instance's, still counts.) At the cap, if none of them has expired,
 // it forgets the one of them that expires first: the least valuable, since
 // forgetting a state hands its key a fresh one, and the state closest to
 // expiring is closest to fresh. Below the cap no live state is forgotten.
 func memRoom(s *MemoryStore, sh *memShard, now int64) {
+	full := len(sh.slots) >= s.perShard
+	old := now - memGrace
+	if full {
+		old = now
+	}
 	victim, soonest, seen := uint64(0), int64(0), 0
 	for h, sl := range sh.slots {
-		if sl.exp <= now {
+		if sl.exp <= old {
 			victim, seen = h, -1
 			break
 		}
@@ -171,7 +179,7 @@ func memRoom(s *MemoryStore, sh *memShard, now int64) {
 			break
 		}
 	}
-	if seen < 0 || seen > 0 && len(sh.slots) >= s.perShard {
+	if seen < 0 || seen > 0 && full {
 		delete(sh.slots, victim)
 		delete(sh.logs, victim)
 	}
