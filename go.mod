@@ -4,9 +4,11 @@ go 1.26.0
 
 require (
 	github.com/caddyserver/caddy/v2 v2.11.9
+	github.com/mitchellh/mapstructure v1.5.0
 	github.com/prometheus/client_golang v1.24.1
 	github.com/prometheus/client_model v0.6.3
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/traefik/yaegi v0.16.1
 	go.uber.org/zap v1.28.0
 	golang.org/x/time v0.16.0
 )

@@ -1,0 +1,28 @@
+package yaegibench
+
+import "testing"
+
+// TestYaegiAllocBudget fails when a request of any case allocates more
+// than its ceiling under the interpreter. Yaegi allocates for every value
+// of every function a request enters, so the count tracks the cost of the
+// interpreted path closely and, unlike time, does not vary from run to
+// run: a change that slows the interpreted path fails here. It logs each
+// count beside its target.
+func TestYaegiAllocBudget(t *testing.T) {
+	for i, c := range memoryCases {
+		if c.ceiling == 0 {
+			continue
+		}
+		h, nx, req := build(t, c, i)
+		m := measure(h, nx, req, 20, 3, 100)
+		met := "met"
+		if m.allocs > c.target {
+			met = "not met"
+		}
+		if m.allocs > c.ceiling {
+			t.Errorf("%s: %.0f allocations per request, more than its ceiling %.0f", c.name, m.allocs, c.ceiling)
+		} else {
+			t.Logf("%s: %.0f allocations per request (ceiling %.0f; target %.0f %s)", c.name, m.allocs, c.ceiling, c.target, met)
+		}
+	}
+}

@@ -1,0 +1,129 @@
+package yaegibench
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+)
+
+// Client addresses of the cases.
+const (
+	ipv4 = "192.0.2.1:1234"
+	ipv6 = "[2001:db8::1]:1234"
+)
+
+// A limit that is never reached: a token bucket (or queue, or window) of
+// 10⁹ per second. One that rejects all but the first request: one per
+// hour, burst 1.
+var (
+	open   = map[string]any{"average": 1000000000, "burst": 1000000000}
+	closed = map[string]any{"average": 1, "period": "1h", "burst": 1}
+)
+
+// with returns base with the given options added.
+func with(base map[string]any, kv ...any) map[string]any {
+	m := map[string]any{}
+	for k, v := range base {
+		m[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i].(string)] = kv[i+1]
+	}
+	return m
+}
+
+// A pluginCase is one configuration and one client, sent the same request
+// over and over.
+type pluginCase struct {
+	name    string
+	trivial bool // the one-header plugin instead of sluice
+	config  map[string]any
+	remote  string
+	// rejected: every measured request is answered 429 (the first one,
+	// unmeasured, takes the only token).
+	rejected bool
+	// target is the most allocations one request should make (issue 8),
+	// ceiling the most it may make today without failing
+	// TestYaegiAllocBudget: what it makes, and 5 % more; 0 for the
+	// trivial plugin. Lower a ceiling when a change lowers the count.
+	target, ceiling float64
+}
+
+// Allocation targets per request, from issue 8: an allowed request on the
+// common configuration, a rejected one, and every other case.
+const (
+	targetAllowed  = 130
+	targetRejected = 250
+	targetOther    = 250
+)
+
+// memoryCases are the cases on the in-memory store: token bucket allowed
+// and rejected, from IPv4 and IPv6 clients; every other algorithm; two
+// limits at once.
+var memoryCases = []pluginCase{
+	{name: "trivial plugin (one header)", trivial: true, remote: ipv4},
+	{name: "token_bucket allowed, IPv4", config: open, remote: ipv4, target: targetAllowed, ceiling: 240},
+	{name: "token_bucket allowed, IPv6", config: open, remote: ipv6, target: targetAllowed, ceiling: 305},
+	{name: "token_bucket rejected, IPv4", config: closed, remote: ipv4, rejected: true, target: targetRejected, ceiling: 980},
+	{name: "token_bucket rejected, IPv6", config: closed, remote: ipv6, rejected: true, target: targetRejected, ceiling: 1045},
+	{name: "token_bucket allowed, headers off", config: with(open, "headers", "off"), remote: ipv4, target: targetAllowed, ceiling: 250},
+	{name: "leaky_bucket allowed", config: with(open, "algorithm", "leaky_bucket"), remote: ipv4, target: targetOther, ceiling: 540},
+	{name: "leaky_bucket rejected", config: with(closed, "algorithm", "leaky_bucket"), remote: ipv4, rejected: true, target: targetOther, ceiling: 975},
+	{name: "fixed_window allowed", config: map[string]any{"algorithm": "fixed_window", "average": 1000000000}, remote: ipv4, target: targetOther, ceiling: 495},
+	{name: "fixed_window rejected", config: map[string]any{"algorithm": "fixed_window", "average": 1, "period": "1h"}, remote: ipv4, rejected: true, target: targetOther, ceiling: 915},
+	{name: "sliding_window_counter allowed", config: map[string]any{"algorithm": "sliding_window_counter", "average": 1000000000}, remote: ipv4, target: targetOther, ceiling: 560},
+	{name: "sliding_window_counter rejected", config: map[string]any{"algorithm": "sliding_window_counter", "average": 1, "period": "1h"}, remote: ipv4, rejected: true, target: targetOther, ceiling: 1000},
+	// The log holds the last 20 ms of requests: fewer than its 10,000
+	// entries at any speed the interpreter reaches.
+	{name: "sliding_window_log allowed", config: map[string]any{"algorithm": "sliding_window_log", "average": 10000, "period": "20ms"}, remote: ipv4, target: targetOther, ceiling: 570},
+	{name: "sliding_window_log rejected", config: map[string]any{"algorithm": "sliding_window_log", "average": 1, "period": "1h"}, remote: ipv4, rejected: true, target: targetOther, ceiling: 1000},
+	{name: "two limits allowed (per IP + global)", config: with(open, "limits", []any{
+		map[string]any{"name": "global", "average": 1000000000, "burst": 1000000000, "key": "const:all"},
+	}), remote: ipv4, target: targetOther, ceiling: 1290},
+	{name: "two limits, the second rejects", config: with(open, "limits", []any{
+		map[string]any{"name": "global", "average": 1, "period": "1h", "burst": 1, "key": "const:all"},
+	}), remote: ipv4, rejected: true, target: targetOther, ceiling: 1560},
+}
+
+// plugins holds the two interpreters, loaded once per test binary: an
+// import takes about a second.
+var plugins struct {
+	once            sync.Once
+	sluice, trivial *plugin
+}
+
+func loadPlugins(tb testing.TB) (sluice, trivial *plugin) {
+	plugins.once.Do(func() {
+		dir := gopath(tb)
+		plugins.sluice = load(tb, dir, pluginImport)
+		plugins.trivial = load(tb, dir, trivialImport)
+	})
+	if plugins.sluice == nil {
+		tb.Fatal("loading the plugins failed")
+	}
+	return plugins.sluice, plugins.trivial
+}
+
+// build returns c's handler, a request from its client, and checks that
+// the handler answers as c says (its first request is the unmeasured one
+// that empties a closed limit).
+func build(tb testing.TB, c pluginCase, seq int) (http.Handler, *next, *http.Request) {
+	tb.Helper()
+	sluice, trivial := loadPlugins(tb)
+	p := sluice
+	if c.trivial {
+		p = trivial
+	}
+	nx := &next{}
+	// A middleware name per case and run: entries never share counters.
+	h := p.handler(tb, c.config, "case"+strconv.Itoa(seq)+"@file", nx)
+	req := httptest.NewRequest(http.MethodGet, "http://example.com/", nil)
+	req.RemoteAddr = c.remote
+	probe := measure(h, nx, req, 1, 1, 1)
+	if probe.passed == c.rejected || (c.rejected && probe.status != http.StatusTooManyRequests) {
+		tb.Fatalf("%s: status %d, reached next %v; want rejected %v", c.name, probe.status, probe.passed, c.rejected)
+	}
+	return h, nx, req
+}

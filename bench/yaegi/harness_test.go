@@ -1,0 +1,224 @@
+package yaegibench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mitchellh/mapstructure"
+	"github.com/traefik/yaegi/interp"
+	"github.com/traefik/yaegi/stdlib"
+)
+
+// module is sluice's module path; pluginImport is what .traefik.yml imports.
+const (
+	module       = "github.com/sluicehq/sluice"
+	pluginImport = module + "/traefikplugin"
+)
+
+// trivialImport is a plugin that sets one response header: the least a
+// Traefik plugin costs, measured beside sluice in every run.
+const trivialImport = "example.com/trivial"
+
+const trivialSource = `package trivial
+
+import (
+	"context"
+	"net/http"
+)
+
+type Config struct{}
+
+func CreateConfig() *Config { return &Config{} }
+
+type handler struct{ next http.Handler }
+
+func New(ctx context.Context, next http.Handler, config *Config, name string) (http.Handler, error) {
+	return &handler{next: next}, nil
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Trivial", "1")
+	h.next.ServeHTTP(w, r)
+}
+`
+
+// plugin is one package imported into its own interpreter, with the two
+// functions Traefik calls.
+type plugin struct {
+	createConfig, newFn reflect.Value
+}
+
+// gopath lays out, in a temporary GOPATH, sluice's go.mod and the Go files
+// (tests left out) of every package the plugin needs, and the trivial
+// plugin, as Traefik finds them under plugins-local/src.
+func gopath(tb testing.TB) string {
+	tb.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dir := tb.TempDir()
+	src := filepath.Join(dir, "src", module)
+	copyFile(tb, filepath.Join(root, "go.mod"), filepath.Join(src, "go.mod"))
+	for _, pkg := range []string{"core", "core/resp", "traefikplugin"} {
+		files, err := filepath.Glob(filepath.Join(root, pkg, "*.go"))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, f := range files {
+			if !strings.HasSuffix(f, "_test.go") {
+				copyFile(tb, f, filepath.Join(src, pkg, filepath.Base(f)))
+			}
+		}
+	}
+	trivial := filepath.Join(dir, "src", trivialImport, "trivial.go")
+	if err := os.MkdirAll(filepath.Dir(trivial), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(trivial, []byte(trivialSource), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return dir
+}
+
+func copyFile(tb testing.TB, from, to string) {
+	tb.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// load imports the package imp from the GOPATH dir into a new interpreter,
+// as Traefik's plugin loader does (pkg/plugins: newInterpreter and
+// newYaegiMiddlewareBuilder): the standard library's symbols, the import,
+// then New and CreateConfig by name.
+func load(tb testing.TB, dir, imp string) *plugin {
+	tb.Helper()
+	i := interp.New(interp.Options{GoPath: dir, Env: os.Environ(), Stdout: io.Discard, Stderr: io.Discard})
+	if err := i.Use(stdlib.Symbols); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := i.Eval(fmt.Sprintf("import %q", imp)); err != nil {
+		tb.Fatalf("importing %s: %v", imp, err)
+	}
+	base := filepath.Base(imp)
+	p := &plugin{}
+	var err error
+	if p.newFn, err = i.Eval(base + ".New"); err != nil {
+		tb.Fatal(err)
+	}
+	if p.createConfig, err = i.Eval(base + ".CreateConfig"); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// handler decodes config into a new CreateConfig() as Traefik does
+// (mapstructure, weakly typed, comma-separated strings as lists) and
+// returns New's handler in front of next.
+func (p *plugin) handler(tb testing.TB, config map[string]any, name string, next http.Handler) http.Handler {
+	tb.Helper()
+	cfg := p.createConfig.Call(nil)[0]
+	if len(config) > 0 {
+		dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+			DecodeHook:       mapstructure.StringToSliceHookFunc(","),
+			WeaklyTypedInput: true,
+			Result:           cfg.Interface(),
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := dec.Decode(config); err != nil {
+			tb.Fatalf("decoding %v: %v", config, err)
+		}
+	}
+	out := p.newFn.Call([]reflect.Value{reflect.ValueOf(context.Background()), reflect.ValueOf(next), cfg, reflect.ValueOf(name)})
+	if err, _ := out[1].Interface().(error); err != nil {
+		tb.Fatalf("New(%v): %v", config, err)
+	}
+	h, ok := out[0].Interface().(http.Handler)
+	if !ok {
+		tb.Fatalf("New returned %T, not an http.Handler", out[0].Interface())
+	}
+	return h
+}
+
+// writer is a compiled ResponseWriter, as Traefik's are: it keeps the
+// header map and the status, and discards the body.
+type writer struct {
+	h      http.Header
+	status int
+}
+
+func (w *writer) Header() http.Header         { return w.h }
+func (w *writer) Write(p []byte) (int, error) { return len(p), nil }
+func (w *writer) WriteHeader(code int)        { w.status = code }
+
+// next is the compiled handler behind the middleware; it counts the
+// requests that reach it.
+type next struct{ n int }
+
+func (n *next) ServeHTTP(http.ResponseWriter, *http.Request) { n.n++ }
+
+// cost is one case's measurement.
+type cost struct {
+	ns     float64 // per request, median of the rounds
+	allocs float64 // per request, fewest of the rounds
+	status int     // of the last response (0: the handler wrote none, 200)
+	passed bool    // the last request reached next
+}
+
+// measure sends req to h (in front of nx) rounds×n times, a fresh (cleared) header map for
+// each response, and returns the median time and the fewest allocations
+// per request over the rounds. warm requests run first, unmeasured.
+func measure(h http.Handler, nx *next, req *http.Request, warm, rounds, n int) cost {
+	w := &writer{h: http.Header{}}
+	serve := func() {
+		for k := range w.h {
+			delete(w.h, k)
+		}
+		w.status = 0
+		h.ServeHTTP(w, req)
+	}
+	for i := 0; i < warm; i++ {
+		serve()
+	}
+	var times, allocs []float64
+	var before, after runtime.MemStats
+	for r := 0; r < rounds; r++ {
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		t0 := time.Now()
+		for i := 0; i < n; i++ {
+			serve()
+		}
+		el := time.Since(t0)
+		runtime.ReadMemStats(&after)
+		times = append(times, float64(el.Nanoseconds())/float64(n))
+		allocs = append(allocs, float64(after.Mallocs-before.Mallocs)/float64(n))
+	}
+	sort.Float64s(times)
+	sort.Float64s(allocs)
+	c := cost{ns: times[len(times)/2], allocs: allocs[0], status: w.status}
+	seen := nx.n
+	serve()
+	c.passed = nx.n > seen
+	return c
+}

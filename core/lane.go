@@ -1,0 +1,367 @@
+package core
+
+import (
+	"hash/maphash"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A Lane is the whole request path of one Gate for hosts whose keys come
+// from KeySpecs, as the Traefik plugin's do: build each limit's key,
+// decide, write the headers or the 429 answer, wait out a delay, and pass
+// the request on. It is built once per configuration by NewLane and is
+// safe for concurrent use.
+type Lane struct {
+	gate    *Gate
+	asks    []LaneAsk
+	specs   []*KeySpec
+	prefix  string
+	resp    *Responder
+	observe func(*Verdict)
+	watch   bool
+	dryRun  string // LaneConfig.DryRunHeader in DryRun mode, else ""
+
+	// mem: the gate's store is in memory and unwatched, so the lane
+	// takes from it directly. one: mem, and a single enforced limit,
+	// whose fields follow. tb: one, a token_bucket, which ServeLane
+	// writes out.
+	mem      *MemoryStore
+	one      bool
+	tb       bool
+	ipv4     bool // the key is the peer's full IPv4 address
+	shared   bool // the limit's MissingKey is MissingShared
+	clock    bool // g.memClock: the decision's instant is the headers' clock
+	limit    *Limit
+	spec     *KeySpec
+	store    *MemoryStore
+	cost     float64
+	nsHash   uint64
+	capacity float64
+	quota    float64
+	period   float64 // nanoseconds
+	unit     float64 // nanoseconds per cost unit
+	headers  HeaderSet
+	// fast: ServeLane writes the headers itself, which it does for the
+	// sets ietf, x and ietf,x, on the gate's own clock, with a quota
+	// below maxSFInteger.
+	fast       bool
+	policy     string // RateLimit-Policy
+	ietfPrefix string // start of RateLimit
+	qText      string // X-RateLimit-Limit
+}
+
+// LaneConfig configures a Lane.
+type LaneConfig struct {
+	// Gate decides; Asks are its limits that the lane asks, in order,
+	// whose keys Specs build.
+	Gate  *Gate
+	Asks  []LaneAsk
+	Specs []*KeySpec
+	// Prefix begins every key (such as a middleware's name, so that two
+	// lanes sharing a store never share a key).
+	Prefix string
+	// Observe, if set, is called with the verdict of every request that
+	// is not simply allowed (rejected, delayed and cancelled, decided
+	// while the store failed, or in a dry run), and with every verdict
+	// when Watch is set (a host that follows a remote store's health).
+	Observe func(*Verdict)
+	Watch   bool
+	// DryRunHeader, in DryRun mode, is a request header that the lane
+	// removes from every request and sets to "rejected" on those the
+	// limits would have rejected, so that the upstream can trust it.
+	DryRunHeader string
+}
+
+// LaneAsk is how a Lane builds one limit's ask.
+type LaneAsk struct {
+	Limit   *Limit
+	Spec    int // index into LaneConfig.Specs
+	Missing MissingKey
+	Cost    float64
+}
+
+// NewLane returns the lane of cfg.
+func NewLane(cfg LaneConfig) *Lane {
+	g := cfg.Gate
+	l := &Lane{gate: g, asks: cfg.Asks, specs: cfg.Specs, prefix: cfg.Prefix, resp: g.resp, observe: cfg.Observe, watch: cfg.Watch}
+	if g.cfg.Mode == DryRun {
+		l.dryRun = cfg.DryRunHeader
+	}
+	if g.mem == nil || cfg.Watch {
+		return l
+	}
+	l.mem = g.mem
+	if len(cfg.Asks) != 1 || g.cfg.Mode != Enforce {
+		return l
+	}
+	a := cfg.Asks[0]
+	lim := a.Limit
+	l.one, l.limit, l.spec, l.cost = true, lim, cfg.Specs[a.Spec], a.Cost
+	l.tb = lim.Algorithm == TokenBucket
+	l.ipv4 = l.spec.ipv4
+	l.shared = a.Missing == MissingShared
+	l.store, l.clock = g.mem, g.memClock
+	l.nsHash, l.capacity, l.quota = lim.nsHash, lim.capacity, lim.Rate.Quota
+	l.period, l.unit = float64(lim.period), lim.unit
+	l.headers = g.resp.Headers
+	l.fast = l.clock && l.headers&HeadersLegacy == 0 && l.headers&HeadersIETF != 0 && l.headers&HeadersX != 0 &&
+		lim.capacity < maxSFInteger && lim.answer.ready
+	l.policy, l.ietfPrefix, l.qText = lim.answer.policy, lim.answer.ietfPrefix, lim.answer.qText
+	return l
+}
+
+// ServeLane decides r on every limit of the lane and answers what it can,
+// as Gate.Serve does, and passes r to next unless it answered 429 or the
+// client left during a delay.
+//
+// This is the interpreted hot path of the Traefik plugin, written in the
+// dialect that Yaegi runs fastest: on every call the interpreter allocates
+// a value for every variable and intermediate result of the function's
+// body, executed or not, and a call costs far more than arithmetic. So
+// the common case, one enforced token_bucket limit in the in-memory store
+// admitting a request, is written out here with as few values as it
+// takes: the key of an IPv4 peer, the lookup of MemoryStore.take1, the
+// admission of tokenBucket and the headers of setHeaders (serveLaneTB).
+// Everything else is in functions that it calls only when needed, since
+// entering a function pays for its whole body; the tests prove every path
+// identical to Gate.Serve's.
+func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
+	if l.tb {
+		serveLaneTB(l, next, w, r)
+	} else {
+		serveLaneAny(l, next, w, r)
+	}
+}
+
+// serveLaneTB is ServeLane for one enforced token_bucket limit in the
+// in-memory store: the path written out.
+func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
+	key := r.RemoteAddr
+	if !l.ipv4 || key == "" || key[0] == '[' {
+		key = laneKey(l, r)
+	} else if _, err := netip.ParseAddrPort(key); err != nil {
+		key = laneKey(l, r)
+	} else {
+		key = l.prefix + key[:strings.LastIndexByte(key, ':')]
+	}
+	if key == "" { // MissingSkip
+		next.ServeHTTP(w, r)
+		return
+	}
+	s := l.store
+	h := maphash.String(s.seed, key) ^ l.nsHash
+	sh := &s.shards[h>>memShardShift]
+	sh.mu.Lock()
+	sl, held := sh.slots[h]
+	now := s.wall + int64(time.Since(s.base))
+	if s.clock != nil {
+		now = s.clock()
+	}
+	// tokenBucket's refill and admission, written out.
+	t, deficit := sl.t, sl.a
+	if now > t {
+		t = now
+	}
+	if deficit > l.capacity {
+		deficit = l.capacity
+	}
+	if deficit > 0 {
+		deficit -= float64(t-sl.t) * l.quota / l.period
+		if deficit < eps {
+			deficit = 0
+		}
+	}
+	if l.capacity-deficit+eps < l.cost {
+		sh.mu.Unlock()
+		laneAnswer(l, next, w, r, key, &sl, now)
+		return
+	}
+	deficit += l.cost
+	if deficit > l.capacity {
+		deficit = l.capacity
+	}
+	ns := deficit * l.unit
+	reset := int64(ns) // duration(ns), which rounds up
+	if float64(reset) < ns {
+		reset++
+	}
+	if !held {
+		memRoom(s, sh, now)
+	}
+	sh.slots[h] = memSlot{t: t, a: deficit, exp: t + reset}
+	sh.mu.Unlock()
+	if !l.fast {
+		laneHeaders(l, next, w, r, deficit, reset, now)
+		return
+	}
+	// setHeaders for ietf and x, with Remaining and Reset formatted as it
+	// formats them.
+	rem := int64(l.capacity - deficit)
+	remText := ""
+	if rem < smallInts {
+		remText = smallIntTexts[rem]
+	} else {
+		remText = strconv.FormatInt(rem, 10)
+	}
+	reset = (reset + nsPerSecond - 1) / nsPerSecond
+	resetText := ""
+	if reset < smallInts {
+		resetText = smallIntTexts[reset]
+	} else {
+		resetText = strconv.FormatInt(reset, 10)
+	}
+	vals := []string{l.policy, l.ietfPrefix + remText + ";t=" + resetText, l.qText, remText, strconv.FormatInt(now/nsPerSecond+reset, 10)}
+	hd := w.Header()
+	hd["Ratelimit-Policy"] = vals[0:1:1]
+	hd["Ratelimit"] = vals[1:2:2]
+	hd["X-Ratelimit-Limit"] = vals[2:3:3]
+	hd["X-Ratelimit-Remaining"] = vals[3:4:4]
+	hd["X-Ratelimit-Reset"] = vals[4:5:5]
+	next.ServeHTTP(w, r)
+}
+
+// laneKey is the key of a one-limit lane's request, for every request
+// but an IPv4 peer's keyed by its address: "" when the request has no key
+// and the limit skips such requests.
+func laneKey(l *Lane, r *http.Request) string {
+	key, ok := "", false
+	if l.spec.ipv6 && r.RemoteAddr != "" && r.RemoteAddr[0] == '[' {
+		key, ok = peerKey6(r.RemoteAddr)
+	}
+	if !ok {
+		key, ok = specKey(l.spec, r)
+	}
+	if ok && key != "" {
+		return l.prefix + key
+	}
+	if l.shared {
+		return l.prefix + missingSharedKey
+	}
+	return ""
+}
+
+// laneAnswer finishes ServeLane for a token bucket that rejects: it
+// decides again, with tokenBucket itself, from the state sl the request
+// found at now, and answers as Gate.Serve does.
+func laneAnswer(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, sl *memSlot, now int64) {
+	st := State{T: sl.t, A: sl.a}
+	var v Verdict
+	tokenBucket(l.limit, &st, now, l.cost, &v.Decision)
+	classify1(l.gate, &v)
+	if !l.clock {
+		now = 0
+	}
+	asks := []Ask{{Limit: l.limit, Key: key, Cost: l.cost}}
+	laneFinish(l, next, w, r, &v, answer(l.gate, w, r, asks, &v, now))
+}
+
+// laneHeaders writes the headers of an admitted token bucket request whose
+// deficit after the decision is deficit, and which is whole again in
+// reset nanoseconds: setHeaders' work, for the header sets and quotas
+// ServeLane does not write itself.
+func laneHeaders(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, deficit float64, reset, now int64) {
+	if l.headers != HeadersOff {
+		d := Decision{Limit: l.limit, Allowed: true, Quota: l.quota, Remaining: l.capacity - deficit, Reset: time.Duration(reset)}
+		if !l.clock {
+			now = gateNow(l.gate)
+		}
+		setHeaders(l.resp, w.Header(), &d, now/nsPerSecond)
+	}
+	next.ServeHTTP(w, r)
+}
+
+// serveLaneAny is ServeLane for any lane but a token bucket's.
+func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
+	if l.one {
+		serveLaneOne(l, next, w, r)
+		return
+	}
+	asks := laneAsks(l, r)
+	if l.dryRun != "" {
+		delete(r.Header, l.dryRun)
+	}
+	if l.mem == nil || len(asks) == 0 {
+		v, ok := (*Gate).Serve(l.gate, w, r, asks)
+		laneFinish(l, next, w, r, &v, ok)
+		return
+	}
+	// Decide's work without its generality: a MemoryStore never fails.
+	out := make([]Decision, len(asks))
+	if len(asks) == 1 {
+		take1(l.mem, &asks[0], &out[0])
+	} else {
+		takeMany(l.mem, asks, out)
+	}
+	v := classify(l.gate, out)
+	laneFinish(l, next, w, r, &v, answer(l.gate, w, r, asks, &v, 0))
+}
+
+// serveLaneOne is ServeLane for one enforced limit of any algorithm in
+// the in-memory store: Gate.Serve's own path, without its generality.
+func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
+	key, ok := (*KeySpec).Key(l.spec, r)
+	if !ok || key == "" {
+		if !l.shared {
+			next.ServeHTTP(w, r)
+			return
+		}
+		key = missingSharedKey
+	}
+	asks := []Ask{{Limit: l.limit, Key: l.prefix + key, Cost: l.cost}}
+	var v Verdict
+	now := take1(l.mem, &asks[0], &v.Decision)
+	if !l.clock {
+		now = 0
+	}
+	if !v.Decision.Allowed || v.Decision.Delay > 0 {
+		classify1(l.gate, &v)
+		laneFinish(l, next, w, r, &v, answer(l.gate, w, r, asks, &v, now))
+		return
+	}
+	if l.headers != HeadersOff {
+		if now == 0 {
+			now = gateNow(l.gate)
+		}
+		setHeaders(l.resp, w.Header(), &v.Decision, now/nsPerSecond)
+	}
+	next.ServeHTTP(w, r)
+}
+
+// laneFinish reports v to the lane's observer, as LaneConfig says, and
+// passes the request on if ok.
+func laneFinish(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, v *Verdict, ok bool) {
+	if l.observe != nil && (l.watch || v.Outcome != OutcomeAllowed || v.Delay > 0) {
+		l.observe(v)
+	}
+	if !ok {
+		return
+	}
+	if v.Outcome == OutcomeDryRunRejected && l.dryRun != "" {
+		r.Header[l.dryRun] = []string{"rejected"}
+	}
+	next.ServeHTTP(w, r)
+}
+
+// laneAsks returns the asks of every limit of l that applies to r,
+// building each distinct key once.
+func laneAsks(l *Lane, r *http.Request) []Ask {
+	keys := make([]string, len(l.specs))
+	for i, s := range l.specs {
+		key, ok := (*KeySpec).Key(s, r)
+		if !ok {
+			key = ""
+		}
+		keys[i] = key
+	}
+	asks := make([]Ask, 0, len(l.asks))
+	for i := range l.asks {
+		p := &l.asks[i]
+		if key, ok := p.Missing.Resolve(keys[p.Spec], true); ok {
+			asks = append(asks, Ask{Limit: p.Limit, Key: l.prefix + key, Cost: p.Cost})
+		}
+	}
+	return asks
+}

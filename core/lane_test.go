@@ -1,0 +1,107 @@
+package core
+
+import (
+	"math/rand"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// countingHandler counts the requests that reach it.
+type countingHandler struct{ n int }
+
+func (c *countingHandler) ServeHTTP(http.ResponseWriter, *http.Request) { c.n++ }
+
+// TestServeLaneMatchesGate: a lane that takes ServeLane's written-out
+// token bucket path answers every request exactly as Gate.Serve answers
+// the same asks on the general path (Decide, the store's Take, answer):
+// status, headers, body and whether the request went on, over random
+// traces of arrivals, costs and clients, for every header set.
+func TestServeLaneMatchesGate(t *testing.T) {
+	limits := []struct {
+		rate  string
+		burst float64
+		cost  float64
+	}{
+		{"3/s", 0, 1},
+		{"100/m", 20, 1},
+		{"2.5/s", 5, 0.5},
+		{"10/h", 3, 2.5},
+		{"1000000000/s", 1000000000, 1},
+	}
+	headerSets := []HeaderSet{DefaultHeaders, HeadersIETF, HeadersX, HeadersIETF | HeadersLegacy | HeadersX, HeadersOff}
+	remotes := []string{"192.0.2.1:1234", "192.0.2.2:80", "[2001:db8::1]:443", "not an address", ""}
+	steps := 300
+	if testing.Short() {
+		steps = 60
+	}
+	rng := rand.New(rand.NewSource(11))
+	for li, lc := range limits {
+		for _, hs := range headerSets {
+			for _, missing := range []MissingKey{MissingSkip, MissingShared} {
+				clock := &fakeClock{now: confEpoch}
+				l := gateLimit(t, "api", TokenBucket, lc.rate, lc.burst)
+				resp := Responder{Headers: hs}
+				laneStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				laneGate, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: laneStore, Responder: resp, Clock: clock.Now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Both read clock: the lane may take the decision's
+				// instant for the headers, as on the system clock.
+				laneGate.memClock = true
+				slowStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				slowGate, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: &hiddenStore{slowStore}, Responder: resp, Clock: clock.Now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				spec, err := ParseKeySpec(nil, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				lane := NewLane(LaneConfig{Gate: laneGate, Asks: []LaneAsk{{Limit: l, Missing: missing, Cost: lc.cost}}, Specs: []*KeySpec{spec}, Prefix: "mw\x00"})
+				if !lane.tb || lane.fast != (hs == DefaultHeaders) {
+					t.Fatalf("lane tb %v fast %v for headers %v", lane.tb, lane.fast, hs)
+				}
+				label := "limit " + strconv.Itoa(li) + " headers " + strconv.Itoa(int(hs)) + " missing " + missing.String()
+				for step := 0; step < steps; step++ {
+					remote := remotes[rng.Intn(len(remotes))]
+					var recs [2]*httptest.ResponseRecorder
+					var nexts [2]countingHandler
+					for i := range recs {
+						recs[i] = httptest.NewRecorder()
+						r := httptest.NewRequest(http.MethodGet, "/", nil)
+						r.RemoteAddr = remote
+						if i == 0 {
+							ServeLane(lane, &nexts[0], recs[0], r)
+							continue
+						}
+						var asks []Ask
+						key, ok := spec.Key(r)
+						if key, ok = missing.Resolve(key, ok); ok {
+							asks = []Ask{{Limit: l, Key: "mw\x00" + key, Cost: lc.cost}}
+						}
+						if _, pass := slowGate.Serve(recs[1], r, asks); pass {
+							nexts[1].n++
+						}
+					}
+					if recs[0].Code != recs[1].Code || !reflect.DeepEqual(recs[0].Header(), recs[1].Header()) ||
+						recs[0].Body.String() != recs[1].Body.String() || nexts[0].n != nexts[1].n {
+						t.Fatalf("%s, step %d, client %q: lane answered %d %v %q (next %d), gate %d %v %q (next %d)", label, step, remote,
+							recs[0].Code, recs[0].Header(), recs[0].Body, nexts[0].n, recs[1].Code, recs[1].Header(), recs[1].Body, nexts[1].n)
+					}
+					clock.Advance(time.Duration(rng.Int63n(int64(300 * time.Millisecond))))
+				}
+			}
+		}
+	}
+}
