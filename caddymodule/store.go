@@ -20,12 +20,13 @@ type StoreConfig struct {
 	Redis *RedisStoreConfig `json:"redis,omitempty"`
 }
 
-// MemoryStoreConfig configures an in-process store. Its memory is bounded:
-// about 40 bytes per key slot, pages touched only as slots are used.
+// MemoryStoreConfig configures an in-process store. Its memory grows with
+// the counters held, about 50 to 100 bytes each, up to MaxKeys.
 type MemoryStoreConfig struct {
-	// MaxKeys is the number of (zone, key) counters kept; when the table
-	// is full, expired counters and then those closest to expiring are
-	// forgotten first. Default 1000000.
+	// MaxKeys is the most (zone, key) counters kept; below it no live
+	// counter is forgotten, and at it a new key replaces an expired counter
+	// or else the one closest to expiring among 16 sampled. Default
+	// 1000000.
 	MaxKeys int `json:"max_keys,omitempty"`
 }
 

@@ -114,10 +114,9 @@ func BenchmarkMemoryParallel(b *testing.B) {
 }
 
 // BenchmarkMemoryBytesPerKey fills a store of MaxKeys 1,000,000 with a
-// million clients and reports the heap it holds per state ("B/key": the
-// table, allocated up front, divided by the states it holds) and the share
-// of the million it holds ("held"; set-associative buckets forget some
-// keys before the table is full). Each operation is then a decision for
+// million clients and reports the heap it holds per state ("B/key") and
+// the share of the million it holds ("held"; a shard that fills before the
+// others forgets some keys). Each operation is then a decision for
 // one of the million, at random.
 func BenchmarkMemoryBytesPerKey(b *testing.B) {
 	const n = 1000000

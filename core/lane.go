@@ -113,29 +113,6 @@ func NewLane(cfg LaneConfig) *Lane {
 	return l
 }
 
-// ServeLane decides r on every limit of the lane and answers what it can,
-// as Gate.Serve does, and passes r to next unless it answered 429 or the
-// client left during a delay.
-//
-// This is the interpreted hot path of the Traefik plugin, written in the
-// dialect that Yaegi runs fastest: on every call the interpreter allocates
-// a value for every variable and intermediate result of the function's
-// body, executed or not, and a call costs far more than arithmetic. So
-// the common case, one enforced token_bucket limit in the in-memory store
-// admitting a request, is written out here with as few values as it
-// takes: the key of an IPv4 peer, the lookup of MemoryStore.take1, the
-// admission of tokenBucket and the headers of setHeaders (serveLaneTB).
-// Everything else is in functions that it calls only when needed, since
-// entering a function pays for its whole body; the tests prove every path
-// identical to Gate.Serve's.
-func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
-	if l.tb {
-		serveLaneTB(l, next, w, r)
-	} else {
-		serveLaneAny(l, next, w, r)
-	}
-}
-
 // serveLaneTB is ServeLane for one enforced token_bucket limit in the
 // in-memory store: the path written out.
 func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
@@ -364,4 +341,27 @@ func laneAsks(l *Lane, r *http.Request) []Ask {
 		}
 	}
 	return asks
+}
+
+// ServeLane decides r on every limit of the lane and answers what it can,
+// as Gate.Serve does, and passes r to next unless it answered 429 or the
+// client left during a delay.
+//
+// This is the interpreted hot path of the Traefik plugin, written in the
+// dialect that Yaegi runs fastest: on every call the interpreter allocates
+// a value for every variable and intermediate result of the function's
+// body, executed or not, and a call costs far more than arithmetic. So
+// the common case, one enforced token_bucket limit in the in-memory store
+// admitting a request, is written out here with as few values as it
+// takes: the key of an IPv4 peer, the lookup of MemoryStore.take1, the
+// admission of tokenBucket and the headers of setHeaders (serveLaneTB).
+// Everything else is in functions that it calls only when needed, since
+// entering a function pays for its whole body; the tests prove every path
+// identical to Gate.Serve's.
+func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
+	if l.tb {
+		serveLaneTB(l, next, w, r)
+	} else {
+		serveLaneAny(l, next, w, r)
+	}
 }

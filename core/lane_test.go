@@ -10,10 +10,12 @@ import (
 	"time"
 )
 
-// countingHandler counts the requests that reach it.
+// countingHandler counts the requests that reach it. Its parameters are
+// named: Yaegi v0.16.1 misassigns the frame of an interpreted method with
+// unnamed parameters called through an interface.
 type countingHandler struct{ n int }
 
-func (c *countingHandler) ServeHTTP(http.ResponseWriter, *http.Request) { c.n++ }
+func (c *countingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.n++ }
 
 // TestServeLaneMatchesGate: a lane that takes ServeLane's written-out
 // token bucket path answers every request exactly as Gate.Serve answers
@@ -69,7 +71,10 @@ func TestServeLaneMatchesGate(t *testing.T) {
 					t.Fatal(err)
 				}
 				lane := NewLane(LaneConfig{Gate: laneGate, Asks: []LaneAsk{{Limit: l, Missing: missing, Cost: lc.cost}}, Specs: []*KeySpec{spec}, Prefix: "mw\x00"})
-				if !lane.tb || lane.fast != (hs == DefaultHeaders) {
+				// Bit tests: Yaegi v0.16.1 compares hs with the constant
+				// DefaultHeaders wrongly.
+				fast := hs&HeadersIETF != 0 && hs&HeadersX != 0 && hs&HeadersLegacy == 0
+				if !lane.tb || lane.fast != fast {
 					t.Fatalf("lane tb %v fast %v for headers %v", lane.tb, lane.fast, hs)
 				}
 				label := "limit " + strconv.Itoa(li) + " headers " + strconv.Itoa(int(hs)) + " missing " + missing.String()

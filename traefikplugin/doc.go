@@ -64,7 +64,8 @@
 // and 1,024 in all, dropping the least recently used; a Redis client is
 // shared by every middleware with the same connection settings and closed
 // with the last of them. The in-memory store is one for the whole process,
-// bounded to 1,048,576 (limit, key) states (40 MiB); each middleware's keys
+// bounded to 1,048,576 (limit, key) states, whose memory grows with the
+// states held (about 50-100 bytes each); each middleware's keys
 // are prefixed with its name, so middlewares never share a bucket, while
 // the RateLimit-Policy header shows the plain limit name. The top-level
 // limit is named after the middleware, without the provider

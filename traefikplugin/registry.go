@@ -19,7 +19,8 @@ const (
 	// maxVersions is the most configurations kept per middleware name.
 	maxVersions = 4
 	// memoryKeys is the capacity of the process-wide in-memory store, in
-	// (limit, key) states of 40 bytes: 1,048,576 states, 40 MiB at most.
+	// (limit, key) states: 1,048,576 states, which take memory as they
+	// are held (about 50 to 100 bytes each, at most some 100 MiB).
 	memoryKeys = 1 << 20
 )
 
