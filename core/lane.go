@@ -36,7 +36,6 @@ type Lane struct {
 	clock    bool // g.memClock: the decision's instant is the headers' clock
 	limit    *Limit
 	spec     *KeySpec
-	store    *MemoryStore
 	cost     float64
 	nsHash   uint64
 	capacity float64
@@ -103,7 +102,7 @@ func NewLane(cfg LaneConfig) *Lane {
 	l.tb = lim.Algorithm == TokenBucket
 	l.ipv4 = l.spec.ipv4
 	l.shared = a.Missing == MissingShared
-	l.store, l.clock = g.mem, g.memClock
+	l.clock = g.memClock
 	l.nsHash, l.capacity, l.quota = lim.nsHash, lim.capacity, lim.Rate.Quota
 	l.period, l.unit = float64(lim.period), lim.unit
 	l.headers = g.resp.Headers
@@ -128,7 +127,7 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 		next.ServeHTTP(w, r)
 		return
 	}
-	s := l.store
+	s := l.mem
 	h := maphash.String(s.seed, key) ^ l.nsHash
 	sh := &s.shards[h>>memShardShift]
 	sh.mu.Lock()
@@ -200,9 +199,11 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 	next.ServeHTTP(w, r)
 }
 
-// laneKey is the key of a one-limit lane's request, for every request
-// but an IPv4 peer's keyed by its address: "" when the request has no key
-// and the limit skips such requests.
+// laneKey is the key of a token bucket lane's request, prefixed, for every
+// request but an IPv4 peer's keyed by its address: "" when the request has
+// no key and the limit skips such requests. It takes an IPv6 peer's
+// address itself rather than through KeySpec.Key, whose IPv4 path it would
+// pay for under Yaegi.
 func laneKey(l *Lane, r *http.Request) string {
 	key, ok := "", false
 	if l.spec.ipv6 && r.RemoteAddr != "" && r.RemoteAddr[0] == '[' {
@@ -327,11 +328,7 @@ func laneFinish(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reque
 func laneAsks(l *Lane, r *http.Request) []Ask {
 	keys := make([]string, len(l.specs))
 	for i, s := range l.specs {
-		key, ok := (*KeySpec).Key(s, r)
-		if !ok {
-			key = ""
-		}
-		keys[i] = key
+		keys[i], _ = (*KeySpec).Key(s, r) // "" when missing
 	}
 	asks := make([]Ask, 0, len(l.asks))
 	for i := range l.asks {
