@@ -251,12 +251,9 @@ func laneHeaders(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 	next.ServeHTTP(w, r)
 }
 
-// serveLaneAny is ServeLane for any lane but a token bucket's.
+// serveLaneAny is ServeLane for several limits, a watched or remote store,
+// or a dry run.
 func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
-	if l.one {
-		serveLaneOne(l, next, w, r)
-		return
-	}
 	asks := laneAsks(l, r)
 	if l.dryRun != "" {
 		delete(r.Header, l.dryRun)
@@ -356,9 +353,12 @@ func laneAsks(l *Lane, r *http.Request) []Ask {
 // entering a function pays for its whole body; the tests prove every path
 // identical to Gate.Serve's.
 func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
-	if l.tb {
+	switch {
+	case l.tb:
 		serveLaneTB(l, next, w, r)
-	} else {
+	case l.one:
+		serveLaneOne(l, next, w, r)
+	default:
 		serveLaneAny(l, next, w, r)
 	}
 }
