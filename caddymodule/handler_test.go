@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -184,6 +185,35 @@ func TestMissingKey(t *testing.T) {
 	wantStatus(t, url+"/skip", []int{200, 429}, "X-API-Key", "a")
 	wantStatus(t, url+"/shared", []int{200, 200, 429})
 	wantStatus(t, url+"/shared", []int{200, 200, 429}, "X-API-Key", "b")
+}
+
+// TestCompositeKeysDoNotCollide: a key of two placeholders whose values
+// hold spaces keeps (alice bob, acme) and (alice, bob acme) apart, and a
+// missing part still makes the key missing.
+func TestCompositeKeysDoNotCollide(t *testing.T) {
+	p := freePorts(t, 1)
+	url := loadCaddy(t, server{port: p[0], handler: map[string]any{
+		"zones": []any{zone("users", "1/m", "key", "{http.request.header.X-User} {http.request.header.X-Org}")},
+	}})[0]
+	wantStatus(t, url, []int{200, 429}, "X-User", "alice bob", "X-Org", "acme")
+	wantStatus(t, url, []int{200, 429}, "X-User", "alice", "X-Org", "bob acme")
+	wantStatus(t, url, []int{200, 200}, "X-User", "alice") // X-Org missing: skipped
+}
+
+func TestKeyPlaceholders(t *testing.T) {
+	for _, c := range []struct {
+		tmpl string
+		vars []string
+	}{
+		{"{a} {b}", []string{"{a}", "{b}"}},
+		{"user-{a}", []string{"{a}"}},
+		{`x\{y} {a}{b}`, []string{"{a}", "{b}"}},
+		{"{a", nil},
+	} {
+		if vars := keyPlaceholders(c.tmpl); !reflect.DeepEqual(vars, c.vars) {
+			t.Errorf("keyPlaceholders(%q) = %q, want %q", c.tmpl, vars, c.vars)
+		}
+	}
 }
 
 // TestClientIPFromTrustedProxy checks that the default key is Caddy's

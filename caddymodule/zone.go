@@ -40,8 +40,12 @@ type Zone struct {
 	// trusted_proxies); "{http.vars.client_ip}" is the same. A request
 	// for which any placeholder of Key is empty or unknown has no key, and
 	// is treated as OnMissingKey says. A key without placeholders is one
-	// counter shared by every request (a global limit). Keys longer than
-	// 128 bytes are stored as a digest.
+	// counter shared by every request (a global limit). With two
+	// placeholders or more, each placeholder and text is expanded on its
+	// own and the values are joined with their lengths, so that values
+	// holding spaces cannot make two clients one ("alice bob" and "acme"
+	// is not "alice" and "bob acme"). Keys longer than 128 bytes are
+	// stored as a digest.
 	Key string `json:"key,omitempty"`
 
 	// Rate is the quota of cost units per period, written
@@ -95,13 +99,19 @@ type Zone struct {
 	// requests under one key of their own.
 	OnMissingKey string `json:"on_missing_key,omitempty"`
 
-	limit    *core.Limit
-	match    caddyhttp.MatcherSet
-	missing  core.MissingKey
-	keyKind  keyKind
-	group    *core.ClientIP // with keyClientIP: groups addresses by prefix; nil keys by full address
-	cost     float64        // the cost when costTmpl is empty
-	costTmpl string         // the cost's placeholder template, or ""
+	limit   *core.Limit
+	match   caddyhttp.MatcherSet
+	missing core.MissingKey
+	keyKind keyKind
+	group   *core.ClientIP // with keyClientIP: groups addresses by prefix; nil keys by full address
+	// keyVars, with keyTemplate and two placeholders or more, are the
+	// template's placeholders in order, expanded one by one and joined by
+	// core.JoinKey, so that values with spaces cannot make two clients
+	// one; nil otherwise. (The template's other text is the same for
+	// every request of the zone, so the key leaves it out.)
+	keyVars  []string
+	cost     float64 // the cost when costTmpl is empty
+	costTmpl string  // the cost's placeholder template, or ""
 }
 
 // keyKind is how a zone builds its key.
@@ -141,6 +151,9 @@ func (z *Zone) provision(ctx caddy.Context) error {
 		}
 	case strings.ContainsAny(key, "{}"):
 		z.keyKind = keyTemplate
+		if vars := keyPlaceholders(key); len(vars) > 1 {
+			z.keyVars = vars
+		}
 		if name, ok := unknownPlaceholder(key); ok {
 			// Not an error: other modules may define placeholders. But
 			// an unknown one never expands, and the zone then treats
@@ -261,6 +274,9 @@ func (z *Zone) keyOf(r *http.Request, repl *caddy.Replacer) (string, bool) {
 		}
 		return z.group.GroupKey(a), true
 	case keyTemplate:
+		if z.keyVars != nil {
+			return z.joinedKey(repl)
+		}
 		k, err := repl.ReplaceOrErr(z.Key, true, true)
 		if err != nil || k == "" {
 			return "", false
@@ -268,6 +284,41 @@ func (z *Zone) keyOf(r *http.Request, repl *caddy.Replacer) (string, bool) {
 		return core.EscapeKey(k), true
 	}
 	return core.EscapeKey(z.Key), true
+}
+
+// joinedKey expands the placeholders of a template with several of them
+// one by one and joins their values unambiguously; a placeholder that is
+// unknown or empty makes the key missing, as for a template expanded
+// whole.
+func (z *Zone) joinedKey(repl *caddy.Replacer) (string, bool) {
+	values := make([]string, len(z.keyVars))
+	for i, ph := range z.keyVars {
+		v, err := repl.ReplaceOrErr(ph, true, true)
+		if err != nil || v == "" {
+			return "", false
+		}
+		values[i] = v
+	}
+	return core.JoinKey(values), true
+}
+
+// keyPlaceholders returns the placeholders ("{...}") of a key template,
+// in order. A brace escaped with a backslash is text, as for Caddy's
+// replacer.
+func keyPlaceholders(tmpl string) []string {
+	var vars []string
+	for i := 0; i < len(tmpl); i++ {
+		switch tmpl[i] {
+		case '\\':
+			i++ // the escaped byte is text
+		case '{':
+			if end := strings.IndexByte(tmpl[i:], '}'); end >= 0 {
+				vars = append(vars, tmpl[i:i+end+1])
+				i += end
+			}
+		}
+	}
+	return vars
 }
 
 // costOf returns the cost of the request whose replacer is repl.

@@ -66,7 +66,7 @@ func TestZoneKey(t *testing.T) {
 		{"header", Zone{Key: "{http.request.header.X-API-Key}"}, "203.0.113.7", map[string]string{"X-API-Key": "k1"}, "k1", true},
 		{"header absent", Zone{Key: "{http.request.header.X-API-Key}"}, "203.0.113.7", nil, "", false},
 		{"header absent, shared", Zone{Key: "{http.request.header.X-API-Key}", OnMissingKey: "shared"}, "203.0.113.7", nil, shared, true},
-		{"composite", Zone{Key: "{http.vars.client_ip} {http.request.host}"}, "203.0.113.7", nil, "203.0.113.7 example.com", true},
+		{"composite", Zone{Key: "{http.vars.client_ip} {http.request.host}"}, "203.0.113.7", nil, "11:203.0.113.7|11:example.com", true},
 		{"composite with an empty part", Zone{Key: "{http.request.host}/{http.request.header.X-User}"}, "203.0.113.7", nil, "", false},
 		{"unknown placeholder", Zone{Key: "{no.such.placeholder}"}, "203.0.113.7", nil, "", false},
 		{"constant", Zone{Key: "global"}, "", nil, "global", true},

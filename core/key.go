@@ -229,22 +229,35 @@ func specKey(k *KeySpec, r *http.Request) (string, bool) {
 	return v, true
 }
 
-// composite builds the key of several parts. Plain concatenation costs
-// two allocations more than a strings.Builder when compiled, but under
-// Yaegi it takes half the time: the Builder's every method is a call.
+// composite builds the key of several parts.
 func composite(k *KeySpec, r *http.Request) (string, bool) {
-	key := ""
+	values := make([]string, len(k.parts))
 	for i := range k.parts {
-		v := partValue(k, &k.parts[i], r)
-		if v == "" {
+		if values[i] = partValue(k, &k.parts[i], r); values[i] == "" {
 			return "", false
 		}
+	}
+	return JoinKey(values), true
+}
+
+// JoinKey encodes the values of a key of several parts unambiguously, as
+// "<len>:<value>|<len>:<value>...", lengths in decimal bytes, so that two
+// distinct lists of values never share a key ("a b"+"c" is not "a"+"b c"),
+// and bounds the result with [BoundKey]. KeySpec.Key uses it, and hosts
+// that build keys from several values of their own (Caddy's placeholders)
+// must too. The key never begins with 0x00 or 0x01 (see [EscapeKey]).
+// Plain concatenation costs two allocations more than a strings.Builder
+// when compiled, but under Yaegi it takes half the time: the Builder's
+// every method is a call.
+func JoinKey(values []string) string {
+	key := ""
+	for i, v := range values {
 		if i > 0 {
 			key += "|"
 		}
 		key += strconv.Itoa(len(v)) + ":" + v
 	}
-	return BoundKey(key), true
+	return BoundKey(key)
 }
 
 // partValue returns the value of one part for r, or "" when it is missing.
