@@ -10,7 +10,7 @@
 //	    zone <name> {
 //	        key            <template>...        # default {client_ip}; several are joined by spaces
 //	        rate           <quota>/<period>     # required: 100/m, 5/s, 10/1m30s
-//	        burst          <cost units>         # token and leaky buckets; default: the quota
+//	        burst          <cost units>         # token and leaky buckets; default: the quota, at least 1
 //	        algorithm      token_bucket|leaky_bucket|fixed_window|sliding_window_log|sliding_window_counter
 //	        cost           <number>|<placeholder>
 //	        max_delay      <duration>           # leaky_bucket: wait up to this long instead of rejecting

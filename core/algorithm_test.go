@@ -99,6 +99,9 @@ func TestLimitValidateErrors(t *testing.T) {
 		{"period not whole microseconds", Limit{Name: "x", Rate: Rate{Quota: 1, Period: 1500 * time.Nanosecond}}, "rate:"},
 		{"refill longer than MaxSpan", Limit{Name: "x", Rate: Rate{Quota: 1, Period: 24 * time.Hour}, Burst: 1e6}, "burst:"},
 		{"vanishing quota", Limit{Name: "x", Rate: Rate{Quota: 1e-300, Period: time.Second}}, "burst:"},
+		{"fixed_window quota below 1", Limit{Name: "x", Algorithm: FixedWindow, Rate: Rate{Quota: 0.5, Period: time.Second}}, "write it as 1/2s"},
+		{"sliding_window_log quota below 1", Limit{Name: "x", Algorithm: SlidingWindowLog, Rate: Rate{Quota: 0.25, Period: time.Minute}}, "write it as 1/4m0s"},
+		{"sliding_window_counter quota below 1", Limit{Name: "x", Algorithm: SlidingWindowCounter, Rate: Rate{Quota: 0.5, Period: time.Second}}, "rate 0.5/1s"},
 	}
 	for _, c := range cases {
 		l := c.limit
@@ -128,6 +131,10 @@ func TestLimitValidateDefaults(t *testing.T) {
 		{Limit{Name: "a", Algorithm: FixedWindow, Rate: Rate{Quota: 7, Period: time.Minute}}, FixedWindow, 7},
 		{Limit{Name: "a", Algorithm: SlidingWindowLog, Rate: Rate{Quota: MaxLogQuota, Period: time.Minute}}, SlidingWindowLog, MaxLogQuota},
 		{Limit{Name: "a", Algorithm: SlidingWindowCounter, Rate: Rate{Quota: 1e9, Period: time.Minute}}, SlidingWindowCounter, 1e9},
+		// A quota below 1 is one request every so often, not none.
+		{Limit{Name: "a", Rate: Rate{Quota: 0.5, Period: time.Second}}, TokenBucket, 1},
+		{Limit{Name: "a", Algorithm: LeakyBucket, Rate: Rate{Quota: 0.5, Period: time.Second}}, LeakyBucket, 1},
+		{Limit{Name: "a", Rate: Rate{Quota: 0.5, Period: time.Second}, Burst: 0.5}, TokenBucket, 0.5},
 	}
 	for _, c := range cases {
 		l := c.limit
@@ -142,6 +149,27 @@ func TestLimitValidateDefaults(t *testing.T) {
 		again := l
 		if err := again.Validate(); err != nil || !reflect.DeepEqual(again, l) {
 			t.Errorf("%+v: Validate is not idempotent: %v", c.limit, err)
+		}
+	}
+}
+
+// TestQuotaBelowOne: rate 0.5/s with the default burst admits one request
+// every two seconds, for both buckets, and never rejects for good.
+func TestQuotaBelowOne(t *testing.T) {
+	for _, alg := range []Algorithm{TokenBucket, LeakyBucket} {
+		l := algLimit(t, alg, "0.5/s", 0, 0)
+		var s State
+		now := confEpoch
+		for i := 0; i < 5; i++ {
+			var d Decision
+			s, d = l.Decide(s, now, 1)
+			if !d.Allowed || d.Delay != 0 {
+				t.Fatalf("%s, request %d at +%v: %+v, want admitted at once", alg, i, time.Duration(now-confEpoch), d)
+			}
+			if _, d = l.Decide(s, now+int64(time.Second), 1); d.Allowed || d.RetryAfter != time.Second {
+				t.Fatalf("%s, one second after request %d: %+v, want rejected, retry in 1s", alg, i, d)
+			}
+			now += int64(2 * time.Second)
 		}
 	}
 }

@@ -125,8 +125,9 @@ type Limit struct {
 	Rate Rate
 	// Burst is the capacity, in cost units: for TokenBucket the bucket size,
 	// for LeakyBucket the queue depth (the request being served included).
-	// Zero means the quota (a full period's worth). Window algorithms take
-	// their capacity from the quota and reject a non-zero Burst.
+	// Zero means the quota (a full period's worth), or 1 when the quota is
+	// below 1. Window algorithms take their capacity from the quota, which
+	// must be at least 1, and reject a non-zero Burst.
 	Burst float64
 	// MaxDelay bounds the wait of a LeakyBucket request; zero means only the
 	// queue depth bounds it. Other algorithms reject a non-zero MaxDelay.
@@ -185,11 +186,19 @@ func (l *Limit) validate() error {
 	case TokenBucket, LeakyBucket:
 		l.capacity = l.Burst
 		if l.capacity == 0 {
+			// The quota, but at least one request: 0.5/s is one request
+			// every two seconds, not none ever.
 			l.capacity = l.Rate.Quota
+			if l.capacity < 1 {
+				l.capacity = 1
+			}
 		}
 	default:
 		if l.Burst != 0 {
 			return fmt.Errorf("burst: %s takes its capacity from the rate's quota; remove burst", l.Algorithm)
+		}
+		if l.Rate.Quota < 1 {
+			return fmt.Errorf("rate %v: %s admits at most its quota in a window, and a quota below 1 admits no request of cost 1; write it as %s", l.Rate, l.Algorithm, Rate{Quota: 1, Period: time.Duration(float64(l.Rate.Period) / l.Rate.Quota)})
 		}
 		l.capacity = l.Rate.Quota
 	}
