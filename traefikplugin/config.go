@@ -26,8 +26,8 @@ type Config struct {
 	Period string
 	// Burst is the token bucket's size: how many requests may arrive at
 	// once. Empty or "0" means 1, as in Traefik. For leaky_bucket it is the
-	// queue depth (empty: the quota, at least 1); window algorithms take their capacity
-	// from the quota and refuse a burst.
+	// queue depth (empty: the quota, at least 1); window algorithms take
+	// their capacity from the quota and refuse a burst.
 	Burst string
 	// SourceCriterion selects what groups requests into one bucket, as in
 	// Traefik: the client IP (ipStrategy, the default), a request header,
