@@ -45,8 +45,14 @@ const maxHopLength = 96
 type ClientIP struct {
 	// TrustedProxies are the direct peers whose forwarding header is
 	// believed; when walking X-Forwarded-For from the right they are also
-	// skipped. Empty: the header is never believed.
+	// skipped. Empty: the header is never believed, unless AnyPeer.
 	TrustedProxies []netip.Prefix
+	// AnyPeer believes the forwarding header from every peer, as Traefik's
+	// built-in middlewares do: for a host that has already removed the
+	// header of every peer it does not trust (Traefik's entryPoint, with
+	// forwardedHeaders.trustedIPs). The walk from the right then skips
+	// only TrustedProxies and ExcludedIPs.
+	AnyPeer bool
 	// Header names the forwarding header: "X-Forwarded-For" (the default,
 	// when empty) or "X-Real-IP", in any letter case.
 	Header string
@@ -219,7 +225,7 @@ func clientAddr(c *ClientIP, r *http.Request) (netip.Addr, string, bool) {
 	if !ok {
 		return netip.Addr{}, "", false
 	}
-	if len(c.TrustedProxies) == 0 || !containsAddr(c.TrustedProxies, peer) {
+	if !c.AnyPeer && (len(c.TrustedProxies) == 0 || !containsAddr(c.TrustedProxies, peer)) {
 		return peer, text, true
 	}
 	if c.Header == "" || c.Header == headerXFF || strings.EqualFold(c.Header, headerXFF) {

@@ -46,6 +46,7 @@ func TestClientIPKey(t *testing.T) {
 		excluded []string
 		hdr      string
 		depth    int
+		anyPeer  bool
 		v4, v6   int
 		remote   string
 		lines    []string // header name, value pairs
@@ -102,6 +103,13 @@ func TestClientIPKey(t *testing.T) {
 		{name: "x-real-ip last line", trusted: loop, hdr: "x-real-ip", remote: "127.0.0.1:1", lines: []string{xri, "198.51.100.1", xri, "203.0.113.7"}, want: "203.0.113.7"},
 		{name: "xff ignores x-real-ip", trusted: loop, remote: "127.0.0.1:1", lines: []string{xri, "203.0.113.7"}, want: "127.0.0.1"},
 
+		// AnyPeer: the header is believed from every peer, only the
+		// excluded addresses are skipped.
+		{name: "any peer", anyPeer: true, remote: "192.0.2.50:1", lines: []string{xff, "198.51.100.1, 203.0.113.7"}, want: "203.0.113.7"},
+		{name: "any peer, excluded skipped", anyPeer: true, excluded: []string{"203.0.113.0/24"}, remote: "192.0.2.50:1", lines: []string{xff, "198.51.100.1, 203.0.113.7"}, want: "198.51.100.1"},
+		{name: "any peer, no header", anyPeer: true, remote: "192.0.2.50:1", want: "192.0.2.50"},
+		{name: "any peer, depth", anyPeer: true, depth: 2, remote: "192.0.2.50:1", lines: []string{xff, "198.51.100.1, 203.0.113.7"}, want: "198.51.100.1"},
+
 		// Grouping.
 		{name: "ipv4 /24", trusted: loop, v4: 24, remote: "127.0.0.1:1", lines: []string{xff, "203.0.113.7"}, want: "203.0.113.0/24"},
 		{name: "ipv4 /24 peer", v4: 24, remote: "127.0.0.9:1", want: "127.0.0.0/24"},
@@ -129,6 +137,7 @@ func TestClientIPKey(t *testing.T) {
 				ExcludedIPs:    mustPrefixes(t, tt.excluded...),
 				Header:         tt.hdr,
 				Depth:          tt.depth,
+				AnyPeer:        tt.anyPeer,
 				IPv4Prefix:     tt.v4,
 				IPv6Prefix:     tt.v6,
 			}

@@ -67,7 +67,7 @@ func ParseKeySpec(parts []string, ip *ClientIP) (*KeySpec, error) {
 		return nil, fmt.Errorf("client_ip: %w", err)
 	}
 	k := &KeySpec{ip: ip}
-	k.ipv4 = len(ip.TrustedProxies) == 0 && (ip.IPv4Prefix == 0 || ip.IPv4Prefix == 32)
+	k.ipv4 = len(ip.TrustedProxies) == 0 && !ip.AnyPeer && (ip.IPv4Prefix == 0 || ip.IPv4Prefix == 32)
 	if len(parts) == 0 {
 		k.parts = []keyPart{{kind: partClientIP}}
 		k.ipv6 = k.ipv4 && (ip.IPv6Prefix == 0 || ip.IPv6Prefix == 128)

@@ -138,6 +138,12 @@ func TestBuiltinSourceCriterion(t *testing.T) {
 		if got := codes(h, xff("10.0.0.1:1", "203.0.113.9, 10.1.1.1, 10.2.2.2"), 1) + " " + codes(h, xff("10.9.9.9:1", "203.0.113.9"), 1); got != "200 429" {
 			t.Errorf("same client: got %s, want 200 429", got)
 		}
+		// Whatever peer relays them, as for the built-in: clients behind
+		// a load balancer outside excludedIPs are told apart.
+		lb := "192.0.2.50:1"
+		if got := codes(h, xff(lb, "198.51.100.7, 10.1.1.1"), 1) + " " + codes(h, xff(lb, "198.51.100.8"), 1) + " " + codes(h, xff(lb, "198.51.100.7"), 1); got != "200 200 429" {
+			t.Errorf("two clients behind a load balancer: got %s, want 200 200 429", got)
+		}
 	})
 }
 

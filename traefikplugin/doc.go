@@ -46,9 +46,9 @@
 // entryPoints.<name>.forwardedHeaders.trustedIPs (unless
 // forwardedHeaders.insecure is set), so an untrusted peer cannot forge it.
 // Without trustedProxies the plugin relies on that, like the built-in:
-// ipStrategy.depth reads the header from any peer, and
-// ipStrategy.excludedIPs reads it when the peer is itself one of the
-// excluded addresses. With trustedProxies set, the plugin checks the peer
+// ipStrategy.depth and ipStrategy.excludedIPs read the header from any
+// peer (excludedIPs walks it from the right, skips the excluded addresses
+// and keys on the first other one). With trustedProxies set, the plugin checks the peer
 // itself as well: the header of any other peer is ignored, whatever
 // ipStrategy says.
 //

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -135,9 +134,6 @@ func limitName(middleware string) string {
 	}
 	return string(b)
 }
-
-// anyAddress is every IPv4 and IPv6 address.
-var anyAddress = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
 
 // defaultPeriod is Traefik's default rateLimit period.
 const defaultPeriod = time.Second

@@ -285,9 +285,10 @@ func parseSource(cfg *Config, s *settings) (*core.ClientIP, keyDefaults, error) 
 // it. That is safe because Traefik's entryPoint has already removed
 // X-Forwarded-For from every peer outside forwardedHeaders.trustedIPs
 // (unless forwardedHeaders.insecure is set): an untrusted peer's header
-// never gets here. For Depth every peer is therefore taken as trusted; for
-// ExcludedIPs the excluded addresses themselves are the trusted peers (sluice
-// needs the direct peer to be a known proxy before it walks the header).
+// never gets here. For Depth and ExcludedIPs the header is then believed
+// from every peer (core.ClientIP.AnyPeer): with ExcludedIPs, the walk from
+// the right skips the excluded addresses and keys on the first other one,
+// whichever peer relayed the request.
 func parseClientIP(cfg *Config, st *IPStrategy, s *settings) (*core.ClientIP, error) {
 	trusted, err := core.ParsePrefixes(parseList(cfg.TrustedProxies))
 	if err != nil {
@@ -316,14 +317,10 @@ func parseClientIP(cfg *Config, st *IPStrategy, s *settings) (*core.ClientIP, er
 		if len(excluded) > 0 {
 			s.notes = append(s.notes, "sourceCriterion.ipStrategy.excludedIPs is ignored because depth is set, as Traefik does")
 		}
-		if len(trusted) == 0 {
-			ip.TrustedProxies = anyAddress
-		}
+		ip.AnyPeer = len(trusted) == 0
 	case len(excluded) > 0:
 		ip.ExcludedIPs = excluded
-		if len(trusted) == 0 {
-			ip.TrustedProxies = excluded
-		}
+		ip.AnyPeer = len(trusted) == 0
 	}
 	return ip, nil
 }
