@@ -157,9 +157,8 @@ type IPStrategy struct {
 
 // Redis is Traefik's rateLimit.redis, for one standalone Redis server.
 type Redis struct {
-	// Endpoints is the server's host:port; default localhost:6379. The
-	// plugin speaks to the first endpoint only, as a standalone server
-	// (Redis Cluster is not supported by the plugin's client).
+	// Endpoints is the server's host:port; default localhost:6379. Several
+	// endpoints are a Redis Cluster seed list, as for the built-in.
 	Endpoints []string
 	// Username, with Password, authenticates as an ACL user.
 	Username string
@@ -182,6 +181,14 @@ type Redis struct {
 	WriteTimeout string
 	// PoolSize is the most connections open at once; default 10.
 	PoolSize string
+	// MaxActiveConns, as for the built-in, caps the connections open at
+	// once: with PoolSize, the smaller of the two applies.
+	MaxActiveConns string
+	// MinIdleConns and Secret are options of the built-in that the plugin
+	// cannot honour: New refuses a configuration that sets them, naming
+	// what to use instead, rather than ignoring them.
+	MinIdleConns string
+	Secret       string
 }
 
 // RedisTLS is Traefik's client TLS configuration. CA, Cert and Key are each
@@ -195,6 +202,10 @@ type RedisTLS struct {
 	Key  string
 	// InsecureSkipVerify, "true", accepts any server certificate.
 	InsecureSkipVerify string
+	// CASecret and CertSecret are the built-in's Kubernetes secrets, which
+	// the plugin cannot read: New refuses them (use CA, Cert and Key).
+	CASecret   string
+	CertSecret string
 }
 
 // CreateConfig returns an empty configuration: no limit until Average or

@@ -83,8 +83,7 @@ var yamlConfig = map[string]interface{}{
 		"dialTimeout":    "2s",
 		"readTimeout":    "250ms",
 		"writeTimeout":   "250ms",
-		"minIdleConns":   2, // a Traefik option the plugin ignores
-		"maxActiveConns": 8, // likewise
+		"maxActiveConns": 8, // caps the pool with poolSize: 4 stays
 		"tls":            map[string]interface{}{"insecureSkipVerify": true},
 	},
 }
@@ -396,5 +395,45 @@ func TestItemDefaults(t *testing.T) {
 	}
 	if b.limit.Algorithm != core.FixedWindow || b.limit.MaxDelay != 0 || b.cost != 3 || b.missing != core.MissingShared || b.spec != 1 {
 		t.Errorf("own item: got %+v, limit %+v", b, *b.limit)
+	}
+}
+
+// TestRefusedBuiltinOptions: options of the built-in's redis block that
+// the plugin cannot honour fail at New, naming the option and what to use
+// instead; maxActiveConns caps the pool.
+func TestRefusedBuiltinOptions(t *testing.T) {
+	for _, tc := range []struct {
+		redis map[string]interface{}
+		want  string
+	}{
+		{map[string]interface{}{"secret": "redis-auth"}, "redis.secret: the plugin cannot read Kubernetes secrets; set redis.password to env:NAME"},
+		{map[string]interface{}{"tls": map[string]interface{}{"caSecret": "ca"}}, "redis.tls.caSecret:"},
+		{map[string]interface{}{"tls": map[string]interface{}{"certSecret": "cert"}}, "redis.tls.certSecret:"},
+		{map[string]interface{}{"minIdleConns": "2"}, "redis.minIdleConns: not supported"},
+	} {
+		cfg := CreateConfig()
+		if err := decodeLikeTraefik(map[string]interface{}{"average": "10", "redis": tc.redis}, cfg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := parse(cfg, "api@file"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("redis %v: error %v, want one containing %q", tc.redis, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		pool, maxActive string
+		want            int
+	}{{"", "3", 3}, {"10", "3", 3}, {"2", "3", 2}, {"5", "", 5}} {
+		cfg := CreateConfig()
+		raw := map[string]interface{}{"average": "10", "redis": map[string]interface{}{"poolSize": tc.pool, "maxActiveConns": tc.maxActive}}
+		if err := decodeLikeTraefik(raw, cfg); err != nil {
+			t.Fatal(err)
+		}
+		s, err := parse(cfg, "api@file")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.redis.resp.PoolSize; got != tc.want {
+			t.Errorf("poolSize %q, maxActiveConns %q: pool of %d, want %d", tc.pool, tc.maxActive, got, tc.want)
+		}
 	}
 }

@@ -46,6 +46,9 @@ type redisOptions struct {
 
 // parseRedis reads the redis block.
 func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
+	if err := refuseUnsupported(r); err != nil {
+		return nil, err
+	}
 	o := &redisOptions{}
 	endpoints := parseList(r.Endpoints)
 	if len(endpoints) == 0 {
@@ -87,6 +90,13 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 	if o.resp.PoolSize, err = parseInt("redis.poolSize", r.PoolSize, 0, 0, 1<<16); err != nil {
 		return nil, err
 	}
+	maxActive, err := parseInt("redis.maxActiveConns", r.MaxActiveConns, 0, 0, 1<<16)
+	if err != nil {
+		return nil, err
+	}
+	if maxActive > 0 && (o.resp.PoolSize == 0 || maxActive < o.resp.PoolSize) {
+		o.resp.PoolSize = maxActive
+	}
 	if o.resp.DialTimeout, err = parseDuration("redis.dialTimeout", r.DialTimeout); err != nil {
 		return nil, err
 	}
@@ -110,6 +120,23 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 		strconv.Itoa(o.resp.PoolSize), o.resp.DialTimeout.String(), o.resp.ReadTimeout.String(),
 		o.resp.WriteTimeout.String(), tlsID}, "\x00")
 	return o, nil
+}
+
+// refuseUnsupported names the first option of the built-in's redis block
+// that the plugin cannot honour, and what to use instead.
+func refuseUnsupported(r *Redis) error {
+	const k8s = "the plugin cannot read Kubernetes secrets"
+	switch {
+	case strings.TrimSpace(r.Secret) != "":
+		return fmt.Errorf("redis.secret: %s; set redis.password to env:NAME and give Traefik that environment variable", k8s)
+	case r.TLS != nil && strings.TrimSpace(r.TLS.CASecret) != "":
+		return fmt.Errorf("redis.tls.caSecret: %s; set redis.tls.ca to a file path or the PEM text", k8s)
+	case r.TLS != nil && strings.TrimSpace(r.TLS.CertSecret) != "":
+		return fmt.Errorf("redis.tls.certSecret: %s; set redis.tls.cert and redis.tls.key to file paths or PEM texts", k8s)
+	case strings.TrimSpace(r.MinIdleConns) != "" && strings.TrimSpace(r.MinIdleConns) != "0":
+		return errors.New("redis.minIdleConns: not supported; the plugin opens connections as requests need them and keeps them open, up to redis.poolSize: remove it")
+	}
+	return nil
 }
 
 func orDefault(d, def time.Duration) time.Duration {
