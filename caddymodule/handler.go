@@ -149,7 +149,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.zoneIndex[z.Name] = i
 	}
 
-	cfg := core.GateConfig{Limits: limits, Responder: responder, Mode: mode, OnStoreError: policy}
+	cfg := core.GateConfig{Limits: limits, Responder: responder, Mode: mode, OnStoreError: policy, MaxCost: map[*core.Limit]float64{}}
+	for _, z := range h.Zones {
+		if z.costTmpl == "" {
+			cfg.MaxCost[z.limit] = z.cost
+		}
+	}
 	st, err := h.acquireStore(ctx)
 	if err != nil {
 		return err

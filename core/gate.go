@@ -118,9 +118,17 @@ type GateConfig struct {
 	Breaker *Breaker
 	// Fallback, if set, decides while Store fails, on limits whose quota
 	// and burst are divided by Instances (each instance enforces its share
-	// of the global quota locally).
+	// of the global quota locally). A share's capacity (a bucket's burst, a
+	// window's quota) is never below 1 nor below the limit's MaxCost, and
+	// never above the limit's own: a share too small for one request would
+	// reject every request for the whole outage. So with few requests per
+	// instance the instances together may admit more than the quota while
+	// the store is down, but never reject what the limit would admit.
 	Fallback  Store
 	Instances int
+	// MaxCost, if set, holds for some limits the largest cost the host asks
+	// of them (a constant cost it configured); others are taken to ask 1.
+	MaxCost map[*Limit]float64
 	// Clock supplies the instant for the Unix-time headers; nil means
 	// SystemClock().
 	Clock Clock
@@ -186,9 +194,21 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 		g.fallback = make(map[*Limit]*Limit, len(cfg.Limits))
 		for _, l := range cfg.Limits {
 			share := *l
+			floor := cfg.MaxCost[l]
+			if floor < 1 {
+				floor = 1
+			}
+			if floor > l.Capacity() {
+				floor = l.Capacity()
+			}
 			share.Rate.Quota /= float64(n)
 			if l.Algorithm == TokenBucket || l.Algorithm == LeakyBucket {
 				share.Burst = l.Capacity() / float64(n)
+				if share.Burst < floor {
+					share.Burst = floor
+				}
+			} else if share.Rate.Quota < floor {
+				share.Rate.Quota = floor
 			}
 			if err := share.Validate(); err != nil {
 				return nil, err

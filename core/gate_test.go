@@ -249,6 +249,35 @@ func TestGateFallbackWindowAlgorithms(t *testing.T) {
 	}
 }
 
+// TestGateFallbackShareAdmitsOneRequest: a share smaller than one request
+// (a built-in-style burst of 1 over 2 instances; 10/m at cost 5 over 3) is
+// floored to the request's cost, so the fallback admits, and a window's
+// quota likewise.
+func TestGateFallbackShareAdmitsOneRequest(t *testing.T) {
+	now := int64(0)
+	for _, tc := range []struct {
+		limit     *Limit
+		cost      float64
+		instances int
+	}{
+		{gateLimit(t, "tb", TokenBucket, "100/s", 1), 1, 2},
+		{gateLimit(t, "expensive", TokenBucket, "10/m", 0), 5, 3},
+		{gateLimit(t, "fw", FixedWindow, "1/m", 0), 1, 4},
+		{gateLimit(t, "lb", LeakyBucket, "1/s", 1), 1, 3},
+	} {
+		local, _ := NewMemoryStore(MemoryConfig{MaxKeys: 64, Clock: func() int64 { return now }})
+		g := newTestGate(t, GateConfig{Limits: []*Limit{tc.limit}, Store: &failingStore{}, Fallback: local, Instances: tc.instances,
+			MaxCost: map[*Limit]float64{tc.limit: tc.cost}}, &now)
+		v := g.Decide(context.Background(), []Ask{{Limit: tc.limit, Key: "k", Cost: tc.cost}})
+		if !v.Fallback || v.Outcome != OutcomeAllowed {
+			t.Errorf("%s, cost %v over %d instances: %+v, want admitted by the fallback", tc.limit.Name, tc.cost, tc.instances, v)
+		}
+		if v = g.Decide(context.Background(), []Ask{{Limit: tc.limit, Key: "k", Cost: tc.cost}}); v.Outcome != OutcomeRejected || v.Decision.RetryAfter == Never {
+			t.Errorf("%s: second request %+v, want rejected with a finite Retry-After", tc.limit.Name, v)
+		}
+	}
+}
+
 // cancellingStore fails as a store does when its caller's context ends.
 type cancellingStore struct{}
 

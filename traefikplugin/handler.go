@@ -31,9 +31,11 @@ type entry struct {
 func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClient, gateClock, clock core.Clock, out io.Writer) (*entry, error) {
 	limits := make([]*core.Limit, len(s.plans))
 	asks := make([]core.LaneAsk, len(s.plans))
+	costs := make(map[*core.Limit]float64, len(s.plans))
 	for i, p := range s.plans {
 		limits[i] = p.limit
 		asks[i] = core.LaneAsk{Limit: p.limit, Spec: p.spec, Missing: p.missing, Cost: p.cost}
+		costs[p.limit] = p.cost
 	}
 	cfg := core.GateConfig{
 		Limits:       limits,
@@ -42,6 +44,7 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 		Mode:         s.mode,
 		OnStoreError: s.policy,
 		Clock:        gateClock,
+		MaxCost:      costs,
 	}
 	if rc != nil {
 		cfg.Store = rc.store
