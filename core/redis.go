@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice/core/resp"
 	"math"
 	"strconv"
 	"strings"
@@ -57,6 +58,7 @@ type RedisConfig struct {
 //
 //	Prefix + "{" + limit.Namespace() + ":" + BoundKey(key) + "}"
 //
+// with any "{", "}" and "%" of the bounded key written %7B, %7D and %25.
 // holding decimal strings: t, State.T as "<Unix seconds> <nanoseconds>"
 // (for the window algorithms, the current window's start, an instant like
 // the others', so that a limit whose period changes under the same name
@@ -261,8 +263,22 @@ func (s *RedisStore) scriptArgs(asks []Ask, charge bool) (keys, args []string) {
 
 // key is the hash holding the state of (l, key).
 func (s *RedisStore) key(l *Limit, key string) string {
-	return s.prefix + "{" + l.Namespace() + ":" + BoundKey(key) + "}"
+	return s.prefix + "{" + l.Namespace() + ":" + tagSafe(BoundKey(key)) + "}"
 }
+
+// tagSafe escapes the braces of a client's key, and the escape byte, as
+// %7B, %7D and %25, so that the hash tag of its Redis key is the whole
+// (limit, key): a "}" in a client-chosen key would otherwise end the tag
+// early, and every key that begins with it would share one slot, pinning a
+// limit's load on one Cluster master.
+func tagSafe(key string) string {
+	if !strings.ContainsAny(key, "{}%") {
+		return key
+	}
+	return tagEscaper.Replace(key)
+}
+
+var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // redisAlgorithmCode is an algorithm's name in the scripts.
 func redisAlgorithmCode(a Algorithm) string {
@@ -374,7 +390,7 @@ func (s *RedisStore) slotGroups(asks []Ask) [][]int {
 	var groups [][]int
 	var slots []int
 	for i := range asks {
-		slot := keySlot(s.key(asks[i].Limit, asks[i].Key))
+		slot := resp.KeySlot(s.key(asks[i].Limit, asks[i].Key))
 		j := 0
 		for j < len(slots) && slots[j] != slot {
 			j++
@@ -396,41 +412,6 @@ func pickAsks(asks []Ask, idx []int) []Ask {
 		sub[j] = asks[k]
 	}
 	return sub
-}
-
-// keySlot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash
-// tag (the text between the first "{" and the next "}", when not empty) or
-// of the whole key, modulo 16384.
-func keySlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc = crc<<8 ^ crc16Table[byte(crc>>8)^key[i]]
-	}
-	return int(crc) & 16383
-}
-
-// crc16Table drives keySlot's CRC16: polynomial 0x1021, initial value 0.
-var crc16Table = makeCRC16Table()
-
-func makeCRC16Table() *[256]uint16 {
-	var t [256]uint16
-	for i := 0; i < 256; i++ {
-		crc := uint16(i) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-		t[i] = crc
-	}
-	return &t
 }
 
 var _ Store = (*RedisStore)(nil)

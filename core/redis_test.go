@@ -502,14 +502,14 @@ func TestKeySlot(t *testing.T) {
 	}{
 		{"123456789", 0x31C3},
 		{"foo", 12182},
-		{"{user1000}.following", keySlot("user1000")},
-		{"foo{}{bar}", keySlot("foo{}{bar}")},
-		{"foo{{bar}}zap", keySlot("{bar")},
-		{"foo{bar}{zap}", keySlot("bar")},
+		{"{user1000}.following", resp.KeySlot("user1000")},
+		{"foo{}{bar}", resp.KeySlot("foo{}{bar}")},
+		{"foo{{bar}}zap", resp.KeySlot("{bar")},
+		{"foo{bar}{zap}", resp.KeySlot("bar")},
 	}
 	for _, tt := range tests {
-		if got := keySlot(tt.key); got != tt.slot {
-			t.Errorf("keySlot(%q) = %d, want %d", tt.key, got, tt.slot)
+		if got := resp.KeySlot(tt.key); got != tt.slot {
+			t.Errorf("resp.KeySlot(%q) = %d, want %d", tt.key, got, tt.slot)
 		}
 	}
 }
@@ -568,9 +568,9 @@ func (c *clusterScripter) EvalSha(ctx context.Context, sha string, keys, args []
 	if len(keys) == 0 {
 		return nil, errors.New("clusterScripter: no keys")
 	}
-	slot := keySlot(keys[0])
+	slot := resp.KeySlot(keys[0])
 	for _, k := range keys[1:] {
-		if keySlot(k) != slot {
+		if resp.KeySlot(k) != slot {
 			return nil, errors.New("CROSSSLOT Keys in request don't hash to the same slot")
 		}
 	}
@@ -601,8 +601,8 @@ func TestRedisStoreCluster(t *testing.T) {
 			name := s.key(l, key)
 			for _, n := range []string{name, name + ":log"} {
 				v, err := cs.nodes[0].Do(ctx, "CLUSTER", "KEYSLOT", n)
-				if err != nil || v != int64(keySlot(n)) {
-					t.Errorf("CLUSTER KEYSLOT %q = %v, %v; keySlot says %d", n, v, err, keySlot(n))
+				if err != nil || v != int64(resp.KeySlot(n)) {
+					t.Errorf("CLUSTER KEYSLOT %q = %v, %v; keySlot says %d", n, v, err, resp.KeySlot(n))
 				}
 			}
 		}
@@ -805,5 +805,30 @@ func TestRedisStoreTTLBound(t *testing.T) {
 		if ms, ok := v.(int64); err != nil || !ok || ms <= 0 || ms > most {
 			t.Errorf("%s: PTTL = %v, %v; want in (0, %d]", alg, v, err, most)
 		}
+	}
+}
+
+// TestRedisKeysSpreadWhateverTheClientKey: a client key holding braces
+// cannot end the hash tag early, so keys that begin with "}" still spread
+// over slots, and distinct keys stay distinct.
+func TestRedisKeysSpreadWhateverTheClientKey(t *testing.T) {
+	s := &RedisStore{prefix: "sluice:"}
+	l := redisTestLimit(t, "api", TokenBucket, "10/s", 0, 0)
+	slots := map[int]bool{}
+	keys := map[string]string{}
+	for i := 0; i < 64; i++ {
+		for _, k := range []string{"}" + strconv.Itoa(i), "{" + strconv.Itoa(i) + "}", "%7D" + strconv.Itoa(i)} {
+			rk := s.key(l, k)
+			if other, dup := keys[rk]; dup {
+				t.Fatalf("keys %q and %q share the Redis key %q", other, k, rk)
+			}
+			keys[rk] = k
+			if k[0] == '}' {
+				slots[resp.KeySlot(rk)] = true
+			}
+		}
+	}
+	if len(slots) < 32 {
+		t.Errorf("64 keys beginning with } fall in %d slots", len(slots))
 	}
 }

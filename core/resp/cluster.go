@@ -91,7 +91,7 @@ func NewCluster(ctx context.Context, seeds []string, opts Options) (*Cluster, er
 func (c *Cluster) EvalSha(ctx context.Context, sha string, keys []string, args []string) (interface{}, error) {
 	slot := -1
 	if len(keys) > 0 {
-		slot = keySlot(keys[0])
+		slot = KeySlot(keys[0])
 	}
 	cl, err := c.route(ctx, slot)
 	if err != nil {
@@ -426,10 +426,10 @@ func (c *Client) execAsking(ctx context.Context, sha string, keys, args []string
 	return nil, ioError(ctx, "EVALSHA", err)
 }
 
-// keySlot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
+// KeySlot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
 // hash tag (the text between the first "{" and the next "}", when not
 // empty) or of the whole key, modulo 16384.
-func keySlot(key string) int {
+func KeySlot(key string) int {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
 			key = key[i+1 : i+1+j]
@@ -442,7 +442,7 @@ func keySlot(key string) int {
 	return int(crc) & (clusterSlots - 1)
 }
 
-// crc16Table drives keySlot's CRC16: polynomial 0x1021, initial value 0.
+// crc16Table drives KeySlot's CRC16: polynomial 0x1021, initial value 0.
 var crc16Table = makeCRC16Table()
 
 func makeCRC16Table() *[256]uint16 {

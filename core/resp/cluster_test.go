@@ -75,8 +75,8 @@ func TestClusterRouting(t *testing.T) {
 	for k := 0; k < 30 && len(hit) < 3; k++ {
 		key := "route{" + strconv.Itoa(k) + "}"
 		v, err := nodes[0].Do(ctx, "CLUSTER", "KEYSLOT", key)
-		if err != nil || v != int64(keySlot(key)) {
-			t.Fatalf("CLUSTER KEYSLOT %s = %v, %v; keySlot says %d", key, v, err, keySlot(key))
+		if err != nil || v != int64(KeySlot(key)) {
+			t.Fatalf("CLUSTER KEYSLOT %s = %v, %v; KeySlot says %d", key, v, err, KeySlot(key))
 		}
 		for want := int64(1); want <= 2; want++ {
 			got, err := cc.EvalSha(ctx, sha, []string{key, key + ":other"}, nil)
@@ -119,7 +119,7 @@ func TestClusterRedirections(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := "moving"
-	slot := strconv.Itoa(keySlot(key))
+	slot := strconv.Itoa(KeySlot(key))
 	if _, err := cc.EvalSha(ctx, sha, []string{key}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestClusterRedirections(t *testing.T) {
 	}
 	// The map was refreshed: no redirection now.
 	cc.mu.Lock()
-	routed := cc.owner[keySlot(key)].opts.Addr
+	routed := cc.owner[KeySlot(key)].opts.Addr
 	cc.mu.Unlock()
 	if routed != cluster.Addrs[to] {
 		t.Errorf("slot %s routed to %s; want %s", slot, routed, cluster.Addrs[to])
@@ -187,14 +187,14 @@ func TestKeySlot(t *testing.T) {
 	}{
 		{"123456789", 0x31c3 & 16383}, // the CRC16/XMODEM check value
 		{"", 0},
-		{"{user1000}.following", keySlot("user1000")},
-		{"foo{}{bar}", keySlot("foo{}{bar}")},
-		{"foo{{bar}}zap", keySlot("{bar")},
-		{"foo{bar}{zap}", keySlot("bar")},
+		{"{user1000}.following", KeySlot("user1000")},
+		{"foo{}{bar}", KeySlot("foo{}{bar}")},
+		{"foo{{bar}}zap", KeySlot("{bar")},
+		{"foo{bar}{zap}", KeySlot("bar")},
 	}
 	for _, tt := range tests {
-		if got := keySlot(tt.key); got != tt.slot {
-			t.Errorf("keySlot(%q) = %d, want %d", tt.key, got, tt.slot)
+		if got := KeySlot(tt.key); got != tt.slot {
+			t.Errorf("KeySlot(%q) = %d, want %d", tt.key, got, tt.slot)
 		}
 	}
 }
