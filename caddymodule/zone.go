@@ -98,7 +98,9 @@ type Zone struct {
 
 	// OnMissingKey is what happens to a request without a key: "skip"
 	// (the default) exempts it from this zone, "shared" counts all such
-	// requests under one key of their own.
+	// requests under one key of their own. With skip, a client that leaves
+	// out a header, cookie or query parameter the key is built from is not
+	// limited by the zone; provisioning logs that at info level.
 	OnMissingKey string `json:"on_missing_key,omitempty"`
 
 	limit   *core.Limit
@@ -168,6 +170,10 @@ func (z *Zone) provision(ctx caddy.Context) error {
 	}
 	if z.missing, err = core.ParseMissingKey(z.OnMissingKey); err != nil {
 		return fmt.Errorf("on_missing_key: %w", err)
+	}
+	if ph := clientChosenPlaceholder(z.key()); ph != "" && z.missing == core.MissingSkip {
+		ctx.Logger().Info("a request without this placeholder's value is not limited by the zone (on_missing_key skip); set on_missing_key shared to count such requests under one key",
+			zap.String("zone", z.Name), zap.String("placeholder", ph))
 	}
 	if err := z.provisionCost(); err != nil {
 		return err
@@ -333,6 +339,23 @@ func (z *Zone) costOf(repl *caddy.Replacer) float64 {
 		return 1
 	}
 	return c
+}
+
+// clientChosenPlaceholders begin the placeholders whose value, or its
+// absence, the client chooses.
+var clientChosenPlaceholders = []string{"{http.request.header.", "{http.request.cookie.", "{http.request.uri.query."}
+
+// clientChosenPlaceholder returns the first placeholder of a key template
+// that the client chooses to send or not, or "".
+func clientChosenPlaceholder(key string) string {
+	for _, ph := range keyPlaceholders(key) {
+		for _, prefix := range clientChosenPlaceholders {
+			if strings.HasPrefix(ph, prefix) {
+				return ph
+			}
+		}
+	}
+	return ""
 }
 
 // knownPlaceholderRoots are the namespaces of the placeholders a request's

@@ -187,3 +187,18 @@ func TestUnknownPlaceholder(t *testing.T) {
 		}
 	}
 }
+
+func TestClientChosenPlaceholder(t *testing.T) {
+	for key, want := range map[string]string{
+		"{http.request.header.X-API-Key}":               "{http.request.header.X-API-Key}",
+		"{http.vars.client_ip} {http.request.cookie.s}": "{http.request.cookie.s}",
+		"{http.request.uri.query.key}":                  "{http.request.uri.query.key}",
+		"{http.request.host}":                           "",
+		"{client_ip}":                                   "",
+		"global":                                        "",
+	} {
+		if got := clientChosenPlaceholder(key); got != want {
+			t.Errorf("clientChosenPlaceholder(%q) = %q, want %q", key, got, want)
+		}
+	}
+}

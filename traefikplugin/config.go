@@ -59,7 +59,9 @@ type Config struct {
 	// (such as a missing header): "skip" exempts it from the limit,
 	// "shared" counts all such requests in one bucket. The default is
 	// "shared" for a key taken from SourceCriterion (Traefik's behavior)
-	// and "skip" for one given by Key.
+	// and "skip" for one given by Key. With skip, a client that leaves out
+	// a header, query parameter or cookie the key is built from is not
+	// limited; the plugin logs that once, at debug level, when it loads.
 	OnMissingKey string
 	// Limits are further limits decided together with the top-level one,
 	// all-or-nothing: a request is charged to every limit that applies to

@@ -174,3 +174,19 @@ func closedPort(t *testing.T) string {
 	ln.Close()
 	return addr
 }
+
+// TestSkippedKeyNote: a limit keyed on a part the client may leave out,
+// which then skips the limit by default, says so once at creation.
+func TestSkippedKeyNote(t *testing.T) {
+	g := newTestRegistry()
+	g.mustNew(t, &Config{Average: "10", Key: []string{"header:X-API-Key"}}, "api@file")
+	if got := g.stdout.String(); !strings.Contains(got, `sluice api@file: limit "api": a request without header:X-API-Key is not limited by it (onMissingKey: skip)`) {
+		t.Errorf("stdout %q, want the note about header:X-API-Key", got)
+	}
+	g = newTestRegistry()
+	g.mustNew(t, &Config{Average: "10", Key: []string{"header:X-API-Key"}, OnMissingKey: "shared"}, "api@file")
+	g.mustNew(t, &Config{Average: "10"}, "ip@file")
+	if got := g.stdout.String(); got != "" {
+		t.Errorf("stdout %q, want nothing for shared or client_ip keys", got)
+	}
+}

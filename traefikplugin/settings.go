@@ -23,8 +23,10 @@ type settings struct {
 	fallback  bool
 	instances int
 	// notes are remarks about the configuration, logged once when the
-	// registry entry is created.
+	// registry entry is created; infos likewise, but at debug level (the
+	// plugin's standard output), as they warn of nothing wrong.
 	notes []string
+	infos []string
 }
 
 // limitPlan is one limit and how a request's ask for it is built.
@@ -73,6 +75,11 @@ func parse(cfg *Config, name string) (*settings, error) {
 			specIndex[id] = i
 		}
 		s.plans = append(s.plans, limitPlan{limit: l, spec: i, missing: missing, cost: cost})
+		if missing == core.MissingSkip {
+			if part := clientChosenPart(parts); part != "" {
+				s.infos = append(s.infos, fmt.Sprintf("limit %q: a request without %s is not limited by it (onMissingKey: skip); set onMissingKey: shared to count such requests in one bucket", l.Name, part))
+			}
+		}
 		return nil
 	}
 
@@ -373,4 +380,16 @@ func parseStore(cfg *Config, s *settings) error {
 	}
 	s.redis, err = parseRedis(cfg.Redis, s)
 	return err
+}
+
+// clientChosenPart returns the first key part whose absence the client
+// chooses (a header, query parameter or cookie), or "".
+func clientChosenPart(parts []string) string {
+	for _, p := range parts {
+		p = strings.TrimSpace(p)
+		if strings.HasPrefix(p, "header:") || strings.HasPrefix(p, "query:") || strings.HasPrefix(p, "cookie:") {
+			return p
+		}
+	}
+	return ""
 }
