@@ -65,6 +65,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.Mode, err = oneArg(d, sub, checked(core.ParseMode))
 		case "retry_jitter":
 			h.RetryJitter, err = floatArg(d, sub, 0, 1)
+		case "share":
+			h.Share, err = oneArg(d, sub, nil)
 		case "log_key":
 			if d.NextArg() {
 				return d.ArgErr()

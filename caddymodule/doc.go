@@ -47,10 +47,14 @@
 //	    mode           enforce|dry_run
 //	    retry_jitter   <fraction>
 //	    log_key
+//	    share          <group>                  # zones shared with other handlers of the group
 //	}
 //
 // Zones are decided in the order written, all-or-nothing: a request is
 // charged to every applicable zone or, if any of them rejects it, to none.
+// A handler's zones are its own: two sites that each define a zone per_ip
+// count apart (and keep their counters across reloads); handlers that name
+// the same share group share the counters of their zones of the same name.
 // See [Handler] and [Zone] for the meaning of every setting; each has the
 // same name in JSON.
 //

@@ -32,9 +32,11 @@ func init() {
 //
 // Counters live in the configured store. Handlers whose stores are
 // configured identically share one store, in this process (memory) or on
-// the server (Redis), and zones of the same name and algorithm in a shared
-// store share their counters: give zones distinct names to keep them apart.
-// A config reload keeps the store and therefore the counters; a zone whose
+// the server (Redis), but each handler's zones count on their own unless
+// the handlers name the same Share group: two sites that each define a
+// zone "per_ip" do not share it. Instances of Caddy running one config
+// share their Redis counters, as the same handler in each. A config
+// reload keeps the store and therefore the counters; a zone whose
 // rate or burst changed keeps its counters and applies the new values, a
 // zone whose name or algorithm changed starts afresh.
 type Handler struct {
@@ -95,6 +97,19 @@ type Handler struct {
 	// default: keys can be personal data or secrets.
 	LogKey bool `json:"log_key,omitempty"`
 
+	// Share names a group of handlers whose zones of the same name share
+	// their counters, as instances sharing one Redis store always do.
+	// Empty (the default): this handler's zones are its own, so two sites
+	// that each define a zone "per_ip" count apart. Counters survive
+	// config reloads either way: a handler's zones are told apart from
+	// other handlers' by their server's name and their order in it (a
+	// zone's keys begin "srv0/", or "srv0#1/" for the second zone of the
+	// name in srv0, or "=<group>/" in a share group, as Redis key names
+	// show: sluice:{per_ip:token_bucket:srv0/203.0.113.7}), so moving a
+	// site above another with a zone of the same name swaps their counters
+	// once.
+	Share string `json:"share,omitempty"`
+
 	gate      *core.Gate
 	stores    []string // pool keys this handler holds, released by Cleanup
 	logger    *zap.Logger
@@ -145,6 +160,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if err := z.provision(ctx); err != nil {
 			return fmt.Errorf("zone %q: %w", z.Name, err)
 		}
+		z.prefix = zonePrefix(ctx, h.Share, z.Name)
 		limits[i] = z.limit
 		h.zoneIndex[z.Name] = i
 	}

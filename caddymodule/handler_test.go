@@ -187,6 +187,30 @@ func TestMissingKey(t *testing.T) {
 	wantStatus(t, url+"/shared", []int{200, 200, 429}, "X-API-Key", "b")
 }
 
+// TestZonesPerHandler: two sites that each define a zone per_ip count
+// apart, in memory and in one config, unless they name the same share
+// group; a reload keeps each one's counters.
+func TestZonesPerHandler(t *testing.T) {
+	for _, share := range []string{"", "edge"} {
+		p := freePorts(t, 2)
+		servers := []server{
+			{port: p[0], handler: map[string]any{"zones": []any{zone("per_ip", "1/m")}, "share": share}},
+			{port: p[1], handler: map[string]any{"zones": []any{zone("per_ip", "1/m")}, "share": share}},
+		}
+		urls := loadCaddy(t, servers...)
+		wantStatus(t, urls[0], []int{200, 429})
+		if share == "" {
+			wantStatus(t, urls[1], []int{200, 429})
+		} else {
+			wantStatus(t, urls[1], []int{429})
+		}
+		// The same config again: both zones still remember.
+		urls = loadCaddy(t, servers...)
+		wantStatus(t, urls[0], []int{429})
+		wantStatus(t, urls[1], []int{429})
+	}
+}
+
 // TestCompositeKeysDoNotCollide: a key of two placeholders whose values
 // hold spaces keeps (alice bob, acme) and (alice, bob acme) apart, and a
 // missing part still makes the key missing.

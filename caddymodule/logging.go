@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -73,7 +74,7 @@ func (h *Handler) logRejection(zone int, v core.Verdict, asks []core.Ask) {
 	if h.LogKey {
 		for _, a := range asks {
 			if a.Limit.Name == z.Name {
-				fields = append(fields, zap.String("key", a.Key))
+				fields = append(fields, zap.String("key", strings.TrimPrefix(a.Key, z.prefix)))
 			}
 		}
 	}

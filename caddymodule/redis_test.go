@@ -51,14 +51,15 @@ func concurrently(t *testing.T, urls []string, n int, header ...string) map[int]
 	return counts
 }
 
-// TestRedisSharedQuota runs two servers whose handlers use distinct Redis
-// clients of one server: together they admit exactly the quota.
+// TestRedisSharedQuota runs two servers whose handlers, in one share
+// group as two Caddy instances with one config would be, use distinct
+// Redis clients of one server: together they admit exactly the quota.
 func TestRedisSharedQuota(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
 	p := freePorts(t, 2)
 	urls := loadCaddy(t,
-		server{port: p[0], handler: map[string]any{"zones": []any{zone("api", "10/m")}, "store": redisStore(rs.Addr, 4)}},
-		server{port: p[1], handler: map[string]any{"zones": []any{zone("api", "10/m")}, "store": redisStore(rs.Addr, 5)}},
+		server{port: p[0], handler: map[string]any{"zones": []any{zone("api", "10/m")}, "store": redisStore(rs.Addr, 4), "share": "instances"}},
+		server{port: p[1], handler: map[string]any{"zones": []any{zone("api", "10/m")}, "store": redisStore(rs.Addr, 5), "share": "instances"}},
 	)
 	if n := poolSize(); n != 2 {
 		t.Fatalf("%d stores in the pool, want 2 distinct Redis clients", n)
@@ -228,8 +229,8 @@ func TestRedisCluster(t *testing.T) {
 		return map[string]any{"redis": map[string]any{"addresses": c.Addrs, "pool_size": poolSize, "timeout": "1s"}}
 	}
 	urls := loadCaddy(t,
-		server{port: p[0], handler: map[string]any{"zones": zones, "store": store(4)}},
-		server{port: p[1], handler: map[string]any{"zones": zones, "store": store(5)}},
+		server{port: p[0], handler: map[string]any{"zones": zones, "store": store(4), "share": "instances"}},
+		server{port: p[1], handler: map[string]any{"zones": zones, "store": store(5), "share": "instances"}},
 	)
 
 	// Twelve users, each exactly 5 requests across both servers.
@@ -280,7 +281,7 @@ func TestRedisCluster(t *testing.T) {
 		}
 		return s
 	}
-	if slot("sluice:{user:token_bucket:ux}") == slot("sluice:{tenant:token_bucket:t1}") {
+	if slot("sluice:{user:token_bucket:=instances/ux}") == slot("sluice:{tenant:token_bucket:=instances/t1}") {
 		t.Fatal("user ux and tenant t1 share a slot; pick names in different slots")
 	}
 	wantStatus(t, urls[0], []int{200, 200, 200}, "X-User", "ux", "X-Tenant", "t1")

@@ -81,7 +81,7 @@ func TestRedisSentinel(t *testing.T) {
 			t.Errorf("request %d: no RateLimit header: not decided by the store", i+1)
 		}
 	}
-	if !keyExists(t, s.Master.Addr, "sluice:{api:token_bucket:a}") {
+	if !keyExists(t, s.Master.Addr, "sluice:{api:token_bucket:srv0/a}") {
 		t.Fatalf("user a's counter is not on the master %s", s.Master.Addr)
 	}
 
@@ -95,7 +95,7 @@ func TestRedisSentinel(t *testing.T) {
 		user := fmt.Sprintf("b%d", i)
 		r := get(t, url, "X-User", user)
 		if r.status == 200 && r.header.Get("Ratelimit") != "" &&
-			keyExists(t, s.Master.Addr, "sluice:{api:token_bucket:"+user+"}") {
+			keyExists(t, s.Master.Addr, "sluice:{api:token_bucket:srv0/"+user+"}") {
 			t.Logf("decided by the new master after %d tries", i+1)
 			break
 		}
@@ -113,7 +113,7 @@ func TestRedisSentinel(t *testing.T) {
 		t.Errorf("user a after the failover: status %d, body %q; want 429 by api", r.status, r.body)
 	}
 	wantStatus(t, url, []int{200, 200, 200, 429}, "X-User", "c")
-	if !keyExists(t, s.Master.Addr, "sluice:{api:token_bucket:c}") {
+	if !keyExists(t, s.Master.Addr, "sluice:{api:token_bucket:srv0/c}") {
 		t.Errorf("user c's counter is not on the new master %s", s.Master.Addr)
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -113,7 +115,10 @@ type Zone struct {
 	// core.JoinKey, so that values with spaces cannot make two clients
 	// one; nil otherwise. (The template's other text is the same for
 	// every request of the zone, so the key leaves it out.)
-	keyVars  []string
+	keyVars []string
+	// prefix begins every key of the zone, to tell it from the zones of
+	// the same name of other handlers (zonePrefix).
+	prefix   string
 	cost     float64 // the cost when costTmpl is empty
 	costTmpl string  // the cost's placeholder template, or ""
 }
@@ -265,7 +270,7 @@ func (z *Zone) ask(r *http.Request, repl *caddy.Replacer) (a core.Ask, ok bool, 
 	if !ok {
 		return a, false, nil
 	}
-	return core.Ask{Limit: z.limit, Key: key, Cost: z.costOf(repl)}, true, nil
+	return core.Ask{Limit: z.limit, Key: z.prefix + key, Cost: z.costOf(repl)}, true, nil
 }
 
 // keyOf returns r's key; ok is false when it has none.
@@ -388,3 +393,59 @@ func unknownPlaceholder(key string) (string, bool) {
 		key = key[i+j+1:]
 	}
 }
+
+// zoneOrdinals counts, per config load (identified by its context's Done
+// channel, which every module of one config shares), the zones of each
+// server and name provisioned so far outside any share group.
+var zoneOrdinals = struct {
+	sync.Mutex
+	loads map[<-chan struct{}]map[string]int
+}{loads: map[<-chan struct{}]map[string]int{}}
+
+// zonePrefix returns the key prefix of a zone named name in a handler of
+// share group share (empty: none), provisioned with ctx. Zones of a share
+// group share the group's counters. The others are told apart by their
+// server's name and, within it, by how many zones of the same name come
+// before them: Caddy provisions a server's routes in order, so the prefix
+// is the same after a reload and on every instance that runs the config.
+// The prefix is the server's name, "#n" for the n-th zone of the name
+// after the first, and "/" ("srv0/", "srv0#1/"), or "=" + share + "/" in a
+// share group, the names escaped so that no prefix begins another: no
+// client's key can reach another handler's counters.
+func zonePrefix(ctx caddy.Context, share, name string) string {
+	if share != "" {
+		return "=" + prefixEscaper.Replace(share) + "/"
+	}
+	server := ""
+	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && srv != nil {
+		server = srv.Name()
+	}
+	n := 0
+	if done := ctx.Done(); done != nil { // nil: a context no config owns, as in some tests
+		zoneOrdinals.Lock()
+		for d := range zoneOrdinals.loads {
+			select {
+			case <-d: // that config was unloaded
+				delete(zoneOrdinals.loads, d)
+			default:
+			}
+		}
+		names := zoneOrdinals.loads[done]
+		if names == nil {
+			names = map[string]int{}
+			zoneOrdinals.loads[done] = names
+		}
+		id := server + "\x00" + name
+		n = names[id]
+		names[id] = n + 1
+		zoneOrdinals.Unlock()
+	}
+	server = prefixEscaper.Replace(server)
+	if n == 0 {
+		return server + "/"
+	}
+	return server + "#" + strconv.Itoa(n) + "/"
+}
+
+// prefixEscaper escapes the bytes that structure zone prefixes.
+var prefixEscaper = strings.NewReplacer("%", "%25", "/", "%2F", "=", "%3D", "#", "%23")
