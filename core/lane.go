@@ -23,6 +23,9 @@ type Lane struct {
 	observe func(*Verdict)
 	watch   bool
 	dryRun  string // LaneConfig.DryRunHeader in DryRun mode, else ""
+	// exempt and exemptIP are LaneConfig's; exempt is nil without any.
+	exempt   []netip.Prefix
+	exemptIP *ClientIP
 
 	// mem: the gate's store is in memory and unwatched, so the lane
 	// takes from it directly. one: mem, and a single enforced limit,
@@ -72,6 +75,11 @@ type LaneConfig struct {
 	// removes from every request and sets to "rejected" on those the
 	// limits would have rejected, so that the upstream can trust it.
 	DryRunHeader string
+	// Exempt, if not empty, are client networks whose requests bypass
+	// every limit, without headers; ExemptIP (validated) finds a request's
+	// client address.
+	Exempt   []netip.Prefix
+	ExemptIP *ClientIP
 }
 
 // LaneAsk is how a Lane builds one limit's ask.
@@ -88,6 +96,12 @@ func NewLane(cfg LaneConfig) *Lane {
 	l := &Lane{gate: g, asks: cfg.Asks, specs: cfg.Specs, prefix: cfg.Prefix, resp: g.resp, observe: cfg.Observe, watch: cfg.Watch}
 	if g.cfg.Mode == DryRun {
 		l.dryRun = cfg.DryRunHeader
+	}
+	if len(cfg.Exempt) > 0 {
+		// serveLaneAny checks the exemption, so that lanes without one
+		// pay nothing for it.
+		l.exempt, l.exemptIP = cfg.Exempt, cfg.ExemptIP
+		return l
 	}
 	if g.mem == nil || cfg.Watch {
 		return l
@@ -252,12 +266,18 @@ func laneHeaders(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 }
 
 // serveLaneAny is ServeLane for several limits, a watched or remote store,
-// or a dry run.
+// a dry run, or exempt clients.
 func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
-	asks := laneAsks(l, r)
 	if l.dryRun != "" {
 		delete(r.Header, l.dryRun)
 	}
+	if l.exempt != nil {
+		if a, ok := (*ClientIP).Addr(l.exemptIP, r); ok && containsAddr(l.exempt, a) {
+			next.ServeHTTP(w, r)
+			return
+		}
+	}
+	asks := laneAsks(l, r)
 	if l.mem == nil || len(asks) == 0 {
 		v, ok := (*Gate).Serve(l.gate, w, r, asks)
 		laneFinish(l, next, w, r, &v, ok)

@@ -3,6 +3,7 @@ package traefikplugin
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -167,5 +168,39 @@ func TestNoSpoofing(t *testing.T) {
 	}
 	if got := codes(h, proxied("198.51.100.1"), 1) + " " + codes(h, proxied("198.51.100.2"), 1) + " " + codes(h, proxied("198.51.100.2"), 1); got != "200 200 429" {
 		t.Errorf("trusted proxy: got %s, want 200 200 429", got)
+	}
+}
+
+// TestExemptIPs: clients in exemptIPs bypass every limit, without
+// rate-limit headers, on the address the key's client_ip part derives
+// (here through ipStrategy.depth); other clients are limited as before.
+func TestExemptIPs(t *testing.T) {
+	g := newTestRegistry()
+	h, _ := g.mustNew(t, &Config{Average: "1", Period: "1h", ExemptIPs: []string{"10.0.0.0/8", "2001:db8::/32"},
+		Limits: []LimitConfig{{Name: "global", Average: "100", Period: "1h", Key: []string{"const:all"}}}}, "rl@file")
+	if got := codes(h, request{remote: "10.1.2.3:1"}, 3); got != "200 200 200" {
+		t.Errorf("exempt IPv4 client: got %s, want 200 200 200", got)
+	}
+	if got := codes(h, request{remote: "[2001:db8::7]:1"}, 2); got != "200 200" {
+		t.Errorf("exempt IPv6 client: got %s, want 200 200", got)
+	}
+	if w, _ := do(h, request{remote: "10.1.2.3:1"}); w.Header().Get("Ratelimit") != "" {
+		t.Errorf("exempt client got RateLimit %q", w.Header().Get("Ratelimit"))
+	}
+	if got := codes(h, request{remote: "192.0.2.9:1"}, 2); got != "200 429" {
+		t.Errorf("other client: got %s, want 200 429", got)
+	}
+	// Behind a proxy: the client address of ipStrategy, not the peer's.
+	g = newTestRegistry()
+	h, _ = g.mustNew(t, &Config{Average: "1", Period: "1h", ExemptIPs: []string{"198.51.100.0/24"},
+		SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{Depth: "1"}}}, "rl@file")
+	via := func(client string) request {
+		return request{remote: "192.0.2.1:1", headers: map[string]string{"X-Forwarded-For": client}}
+	}
+	if got := codes(h, via("198.51.100.4"), 2) + " " + codes(h, via("203.0.113.5"), 2); got != "200 200 200 429" {
+		t.Errorf("through a proxy: got %s, want 200 200 200 429", got)
+	}
+	if _, err := parse(&Config{Average: "1", ExemptIPs: []string{"10.0.0.0/33"}}, "rl@file"); err == nil || !strings.Contains(err.Error(), "exemptIPs") {
+		t.Errorf("bad exemptIPs: error %v, want one naming exemptIPs", err)
 	}
 }

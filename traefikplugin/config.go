@@ -101,6 +101,12 @@ type Config struct {
 	// has already removed the header of every untrusted peer (see the
 	// package documentation).
 	TrustedProxies []string
+	// ExemptIPs lists client networks (CIDR prefixes or addresses) whose
+	// requests bypass every limit of the middleware, without rate-limit
+	// headers: monitoring, internal services. The client's address is the
+	// one the key's client_ip part takes, as ipStrategy and TrustedProxies
+	// derive it.
+	ExemptIPs []string
 }
 
 // LimitConfig is one item of Config.Limits. Options left empty take the

@@ -14,8 +14,8 @@
 // requestHost) and redis (endpoints, username, password, db, tls,
 // dialTimeout, readTimeout, writeTimeout, poolSize). On top of them come
 // sluice's own: algorithm, cost, maxDelay, key, onMissingKey, limits,
-// headers, body, mode, onStoreError, fallback, instances, retryJitter and
-// trustedProxies. See [Config] for each. Every value may be a string, as
+// headers, body, mode, onStoreError, fallback, instances, retryJitter,
+// trustedProxies and exemptIPs. See [Config] for each. Every value may be a string, as
 // Docker labels give it.
 //
 // Differences from the built-in, all deliberate:
@@ -48,9 +48,9 @@
 // Without trustedProxies the plugin relies on that, like the built-in:
 // ipStrategy.depth and ipStrategy.excludedIPs read the header from any
 // peer (excludedIPs walks it from the right, skips the excluded addresses
-// and keys on the first other one). With trustedProxies set, the plugin checks the peer
-// itself as well: the header of any other peer is ignored, whatever
-// ipStrategy says.
+// and keys on the first other one). With trustedProxies set, the plugin
+// checks the peer itself as well: the header of any other peer is
+// ignored, whatever ipStrategy says.
 //
 // # State and reloads
 //

@@ -72,6 +72,8 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 		Observe:      func(v *core.Verdict) { observe(e, v) },
 		Watch:        rc != nil,
 		DryRunHeader: DryRunHeader,
+		Exempt:       s.exempt,
+		ExemptIP:     s.ip,
 	})
 	return e, nil
 }

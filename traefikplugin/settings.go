@@ -3,6 +3,7 @@ package traefikplugin
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"github.com/sluicehq/sluice/core"
@@ -27,6 +28,10 @@ type settings struct {
 	// plugin's standard output), as they warn of nothing wrong.
 	notes []string
 	infos []string
+	// exempt are the client networks that bypass the limits, and ip the
+	// rule that finds a request's client address.
+	exempt []netip.Prefix
+	ip     *core.ClientIP
 }
 
 // limitPlan is one limit and how a request's ask for it is built.
@@ -53,6 +58,15 @@ func parse(cfg *Config, name string) (*settings, error) {
 	ip, keys, err := parseSource(cfg, s)
 	if err != nil {
 		return nil, err
+	}
+	if s.exempt, err = core.ParsePrefixes(parseList(cfg.ExemptIPs)); err != nil {
+		return nil, fmt.Errorf("exemptIPs: %w", err)
+	}
+	if len(s.exempt) > 0 {
+		if err := ip.Validate(); err != nil {
+			return nil, err
+		}
+		s.ip = ip
 	}
 	if err := parseAnswers(cfg, s); err != nil {
 		return nil, err
