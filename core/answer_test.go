@@ -209,9 +209,16 @@ func TestRejectConsistentWithSetHeaders(t *testing.T) {
 }
 
 // TestAnswerOddPolicyName checks that a name Validate accepts but that is
-// not plain ASCII still yields well-formed fields and JSON.
+// not plain ASCII is refused, and one with HTML's special characters
+// yields well-formed fields and JSON that name it alike.
 func TestAnswerOddPolicyName(t *testing.T) {
-	name := "a<b>&\té"
+	for _, bad := range []string{"a\té", "caf\u00e9", "a\x00b"} {
+		l := &Limit{Name: bad, Rate: Rate{Quota: 10, Period: time.Second}}
+		if err := l.Validate(); err == nil || !strings.Contains(err.Error(), "printable ASCII") {
+			t.Errorf("name %q: Validate said %v, want a refusal", bad, err)
+		}
+	}
+	name := "a<b>& c"
 	l := validLimit(t, name, 10, time.Second)
 	d := Decision{Limit: l, Quota: 10, Remaining: 1, Reset: time.Second, RetryAfter: time.Second}
 	for _, body := range []BodyFormat{BodyJSON, BodyProblem} {
@@ -227,7 +234,7 @@ func TestAnswerOddPolicyName(t *testing.T) {
 				}
 			}
 		}
-		if got, want := rec.Result().Header.Get("RateLimit-Policy"), `"a<b>&???";q=10;w=1`; got != want {
+		if got, want := rec.Result().Header.Get("RateLimit-Policy"), `"a<b>& c";q=10;w=1`; got != want {
 			t.Errorf("RateLimit-Policy %q, want %q", got, want)
 		}
 		var doc map[string]interface{}

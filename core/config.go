@@ -32,6 +32,13 @@ func CheckLimitName(name string) error {
 	if strings.ContainsAny(name, LimitNameReserved) {
 		return fmt.Errorf("name %q: must not contain quotes, backslashes, colons, braces or line breaks", name)
 	}
+	for i := 0; i < len(name); i++ {
+		if name[i] < 0x20 || name[i] > 0x7e {
+			// A structured-field String carries printable ASCII only, and
+			// the name must read the same in the header and the body.
+			return fmt.Errorf("name %q: must be printable ASCII (it is sent in the RateLimit-Policy header)", name)
+		}
+	}
 	return nil
 }
 

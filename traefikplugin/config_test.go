@@ -326,7 +326,7 @@ func TestParseValues(t *testing.T) {
 		t.Errorf("parseList: got %q", got)
 	}
 	for in, want := range map[string]string{
-		"api@docker": "api", "api": "api", "ns-api@kubernetescrd": "ns-api", "a:b{c}@file": "a_b_c_", "@file": "@file", "": "default",
+		"api@docker": "api", "api": "api", "ns-api@kubernetescrd": "ns-api", "a:b{c}@file": "a_b_c_", "@file": "@file", "": "default", "caf\u00e9@docker": "caf__",
 	} {
 		if got := limitName(in); got != want {
 			t.Errorf("limitName(%q) = %q, want %q", in, got, want)

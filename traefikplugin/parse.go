@@ -118,7 +118,8 @@ var errNoLimit = errors.New("no limit")
 
 // limitName turns a Traefik middleware name into a limit name: the part
 // before the provider ("api-limit@docker" → "api-limit"), with the
-// characters a limit name may not contain replaced by '_'.
+// characters a limit name may not contain (see core.CheckLimitName)
+// replaced by '_'.
 func limitName(middleware string) string {
 	if i := strings.LastIndexByte(middleware, '@'); i > 0 {
 		middleware = middleware[:i]
@@ -128,7 +129,7 @@ func limitName(middleware string) string {
 	}
 	b := []byte(middleware)
 	for i, c := range b {
-		if strings.IndexByte(core.LimitNameReserved, c) >= 0 {
+		if c < 0x20 || c > 0x7e || strings.IndexByte(core.LimitNameReserved, c) >= 0 {
 			b[i] = '_'
 		}
 	}
