@@ -3,6 +3,7 @@ package core
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand"
 	"net/http"
 	"strconv"
@@ -22,14 +23,16 @@ const (
 	//	RateLimit-Policy: "api";q=100;w=60
 	//	RateLimit: "api";r=42;t=17
 	//
-	// q is the quota, w the period in seconds (rounded up), r the remaining
-	// cost units, t the seconds until the limit is whole again. The draft
-	// makes q and r Integers, so a fractional quota is floored here (2.5
-	// becomes q=2). Both fields are omitted when the decision has no
-	// validated Limit, whose name they need.
+	// q and w are the limit's rate as Integers, the quota over the shortest
+	// multiple of the period that makes both whole (10/100ms is q=100;w=1,
+	// 2.5/s is q=5;w=2), or, for a bucket that holds more than its quota,
+	// its capacity over the time it takes to refill, so that r, the
+	// remaining cost units (floored), never exceeds q; t is the seconds
+	// until the limit is whole again. Both fields are omitted when the
+	// decision has no validated Limit, whose name they need.
 	HeadersIETF HeaderSet = 1 << iota
 	// HeadersLegacy writes the fields of the earlier drafts (up to -06):
-	// RateLimit-Limit (the quota, floored to an Integer as above),
+	// RateLimit-Limit (the quota, floored to an Integer),
 	// RateLimit-Remaining and RateLimit-Reset (delta seconds).
 	HeadersLegacy
 	// HeadersX writes the de-facto X-RateLimit-Limit (the quota, with up to
@@ -502,7 +505,9 @@ func newLimitAnswer(l *Limit, quota float64) limitAnswer {
 	a := limitAnswer{ready: true, quota: quota}
 	a.qInt, a.qText = quotaTexts(quota)
 	sfName := sfString(l.Name)
-	a.policy = sfName + ";q=" + a.qInt + ";w=" + strconv.FormatInt(ceilSeconds(l.Rate.Period), 10)
+	capacity := l.capacity * quota / l.Rate.Quota // the same burst at this quota
+	q, w := policyWindow(capacity, quota, l.Rate.Period)
+	a.policy = sfName + ";q=" + strconv.FormatInt(q, 10) + ";w=" + strconv.FormatInt(w, 10)
 	a.ietfPrefix = sfName + ";r="
 	name, err := json.Marshal(l.Name)
 	if err != nil { // cannot happen for a string; keep the body well-formed anyway
@@ -511,6 +516,40 @@ func newLimitAnswer(l *Limit, quota float64) limitAnswer {
 	a.tails[BodyJSON] = `,"policy":` + string(name) + `}`
 	a.tails[BodyProblem] = `,"violated-policies":[` + string(name) + `]}`
 	return a
+}
+
+// maxPolicyScale bounds the multiples of a period policyWindow tries.
+const maxPolicyScale = 10000
+
+// policyWindow returns the quota q and window w, in seconds, that
+// RateLimit-Policy advertises for a limit of the given capacity, quota and
+// period. The draft makes both Integers (w at least 1), so the limit is
+// advertised over the shortest multiple of its period that makes both
+// whole, rather than rounded: 10/100ms is q=100;w=1, 2.5/s is q=5;w=2,
+// 12.5/m is q=25;w=120. A bucket that holds more than its quota is
+// advertised by its capacity over the time that capacity takes to refill
+// (burst 100 at 10/m: q=100;w=600), so that the remaining units r never
+// exceed q. Where no multiple up to maxPolicyScale works, w is the period
+// rounded (at least 1 s) and q the units over it, rounded (at least 1).
+func policyWindow(capacity, quota float64, period time.Duration) (q, w int64) {
+	units, secs := quota, period.Seconds()
+	if capacity > quota {
+		units, secs = capacity, secs*capacity/quota
+	}
+	whole := func(x float64) (int64, bool) {
+		r := math.Round(x)
+		return int64(r), r >= 1 && r <= maxSFInteger && math.Abs(x-r) <= 1e-9*math.Max(1, x)
+	}
+	for k := 1.0; k <= maxPolicyScale; k++ {
+		if n, ok := whole(units * k); ok {
+			if s, ok := whole(secs * k); ok {
+				return n, s
+			}
+		}
+	}
+	w = int64(math.Min(maxSFInteger, math.Max(1, math.Round(secs))))
+	q = int64(math.Min(maxSFInteger, math.Max(1, math.Round(units*float64(w)/secs))))
+	return q, w
 }
 
 // answerFor makes the answer strings of a decision that SetHeaders cannot

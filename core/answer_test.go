@@ -296,13 +296,48 @@ func TestSetHeadersOtherQuota(t *testing.T) {
 	d := Decision{Limit: l, Allowed: true, Quota: 12.5, Remaining: 3, Reset: time.Second}
 	(&Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX}).SetHeaders(h, &d, answerNow)
 	for k, want := range map[string]string{
-		"RateLimit-Policy":  `"api";q=12;w=60`,
+		"RateLimit-Policy":  `"api";q=25;w=120`,
 		"RateLimit":         `"api";r=3;t=1`,
 		"RateLimit-Limit":   "12",
 		"X-RateLimit-Limit": "12.5",
 	} {
 		if got := h.Get(k); got != want {
 			t.Errorf("%s: %q, want %q", k, got, want)
+		}
+	}
+}
+
+// TestPolicyWindow: RateLimit-Policy describes each limit's own rate in
+// Integers, and a bucket larger than its quota by its capacity, so that
+// RateLimit's r never exceeds q.
+func TestPolicyWindow(t *testing.T) {
+	for _, c := range []struct {
+		alg   Algorithm
+		rate  string
+		burst float64
+		want  string
+	}{
+		{TokenBucket, "100/m", 0, `"p";q=100;w=60`},
+		{TokenBucket, "100/m", 20, `"p";q=100;w=60`},
+		{TokenBucket, "10/100ms", 0, `"p";q=100;w=1`},
+		{TokenBucket, "2.5/s", 0, `"p";q=5;w=2`},
+		{TokenBucket, "7/1500ms", 0, `"p";q=14;w=3`},
+		{TokenBucket, "10/m", 100, `"p";q=100;w=600`},
+		{TokenBucket, "0.5/s", 0, `"p";q=1;w=2`},
+		{LeakyBucket, "3/s", 6, `"p";q=6;w=2`},
+		{FixedWindow, "1000/h", 0, `"p";q=1000;w=3600`},
+		{SlidingWindowCounter, "5/250ms", 0, `"p";q=20;w=1`},
+	} {
+		r, err := ParseRate(c.rate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := &Limit{Name: "p", Algorithm: c.alg, Rate: r, Burst: c.burst}
+		if err := l.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if got := l.answer.policy; got != c.want {
+			t.Errorf("%s %s burst %v: RateLimit-Policy %s, want %s", c.alg, c.rate, c.burst, got, c.want)
 		}
 	}
 }
