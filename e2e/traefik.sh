@@ -164,8 +164,8 @@ for i in 1 2 3 4 5 6; do
 	req "$A/builtin-style"
 	codes+="$CODE "
 	if [ "$i" = 1 ]; then
-		expect "builtin-style: RateLimit-Policy on 200" "$(hdr RateLimit-Policy)" '"builtin-style";q=5;w=3600'
-		expect "builtin-style: RateLimit on the first 200" "$(hdr RateLimit)" '"builtin-style";r=4;t=720'
+		expect "builtin-style: RateLimit-Policy on 200" "$(hdr RateLimit-Policy)" '"default";q=5;w=3600'
+		expect "builtin-style: RateLimit on the first 200" "$(hdr RateLimit)" '"default";r=4;t=720'
 		expect "builtin-style: backend body passes through" "$(cat "$B")" ok
 	fi
 done
@@ -175,13 +175,13 @@ expect "builtin-style: average 5, burst 5 → 5 × 200, then 429" "$codes" "200 
 retry="$(hdr Retry-After)"
 expect_in "builtin-style: 429 Retry-After, seconds to the next token" "$retry" 600 720
 expect_in "builtin-style: 429 RateLimit t, seconds until full" \
-	"$(hdr RateLimit | sed -n 's/^"builtin-style";r=0;t=\([0-9]*\)$/\1/p')" 3480 3600
+	"$(hdr RateLimit | sed -n 's/^"default";r=0;t=\([0-9]*\)$/\1/p')" 3480 3600
 expect "builtin-style: 429 X-RateLimit-Limit" "$(hdr X-RateLimit-Limit)" 5
 expect "builtin-style: 429 X-RateLimit-Remaining" "$(hdr X-RateLimit-Remaining)" 0
 expect_re "builtin-style: 429 X-RateLimit-Reset is a Unix time" "$(hdr X-RateLimit-Reset)" '^[0-9]{10}$'
 expect_re "builtin-style: 429 Content-Type" "$(hdr Content-Type)" '^application/json'
 expect_re "builtin-style: 429 JSON body" "$(cat "$B")" \
-	"^\\{\"error\":\"rate_limited\",\"retryable\":true,\"retry_after\":$retry,\"policy\":\"builtin-style\"\\}"
+	"^\\{\"error\":\"rate_limited\",\"retryable\":true,\"retry_after\":$retry,\"policy\":\"default\"\\}"
 
 # --- 2 labels-style ----------------------------------------------------------
 codes=""
@@ -191,7 +191,7 @@ for i in 1 2 3 4 5 6; do
 done
 expect "labels-style: string values → 5 × 200, then 429" "$codes" "200 200 200 200 200 429 "
 expect_in "labels-style: 429 Retry-After" "$(hdr Retry-After)" 600 720
-expect "labels-style: 429 RateLimit-Policy" "$(hdr RateLimit-Policy)" '"labels-style";q=5;w=3600'
+expect "labels-style: 429 RateLimit-Policy" "$(hdr RateLimit-Policy)" '"default";q=5;w=3600'
 expect "labels-style: headers \"ietf,legacy,x\" → RateLimit-Limit" "$(hdr RateLimit-Limit)" 5
 expect "labels-style: headers \"ietf,legacy,x\" → X-RateLimit-Remaining" "$(hdr X-RateLimit-Remaining)" 0
 expect_re "labels-style: 429 JSON body" "$(cat "$B")" '"error":"rate_limited"'
@@ -218,8 +218,8 @@ for i in 1 2 3 4; do
 done
 expect "kv-labels: no X-API-Key → per-key skipped; top-level 5 per client, 2 used → 200 × 3, 429" \
 	"$codes" "200 200 200 429 "
-expect_re "kv-labels: the 429 names the top-level limit" "$(cat "$B")" '"policy":"kv-labels"'
-expect "kv-labels: the 429's RateLimit-Policy is the top-level limit's" "$(hdr RateLimit-Policy)" '"kv-labels";q=5;w=3600'
+expect_re "kv-labels: the 429 names the top-level limit" "$(cat "$B")" '"policy":"default"'
+expect "kv-labels: the 429's RateLimit-Policy is the top-level limit's" "$(hdr RateLimit-Policy)" '"default";q=5;w=3600'
 
 # --- 4 dry-run ---------------------------------------------------------------
 codes="" marks=""

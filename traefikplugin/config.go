@@ -39,6 +39,12 @@ type Config struct {
 	// Traefik instance that uses the same server.
 	Redis *Redis
 
+	// Name is the top-level limit's name in the RateLimit-Policy header
+	// and 429 bodies; default "default". (Not the middleware's name, which
+	// under Kubernetes is "<namespace>-<name>": clients need not learn
+	// it.) Limits items have names of their own.
+	Name string
+
 	// Algorithm is one of token_bucket (the default, Traefik's),
 	// leaky_bucket, fixed_window, sliding_window_log and
 	// sliding_window_counter. It is also the default of every Limits item.

@@ -129,7 +129,7 @@ func checkFullSettings(t *testing.T, s *settings) {
 		missing  core.MissingKey
 	}
 	wants := []want{
-		{"api", core.TokenBucket, 100, time.Minute, 50, 0, 1.5, core.MissingShared},
+		{"default", core.TokenBucket, 100, time.Minute, 50, 0, 1.5, core.MissingShared},
 		{"global", core.TokenBucket, 1000, time.Minute, 1, 0, 1.5, core.MissingShared},
 		{"slow", core.LeakyBucket, 10, time.Second, 0, 500 * time.Millisecond, 1.5, core.MissingSkip},
 	}
@@ -271,7 +271,7 @@ func TestParseErrors(t *testing.T) {
 		{map[string]interface{}{"limits": []interface{}{map[string]interface{}{"name": "a:b", "average": "1"}}}, `limits[0] limit "a:b": name`},
 		{map[string]interface{}{"limits": []interface{}{map[string]interface{}{"name": "a", "average": "1", "key": "header:"}}}, `limits[0].key: key part "header:"`},
 		{map[string]interface{}{"limits": []interface{}{map[string]interface{}{"name": "a", "average": "1", "onMissingKey": "x"}}}, `limits[0].onMissingKey "x"`},
-		{map[string]interface{}{"average": "1", "limits": []interface{}{map[string]interface{}{"name": "api", "average": "1"}}}, `the name "api" is used twice`},
+		{map[string]interface{}{"average": "1", "limits": []interface{}{map[string]interface{}{"name": "default", "average": "1"}}}, `the name "default" is used twice`},
 		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"endpoints": "localhost"}}, `redis.endpoints "localhost": want host:port`},
 		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"db": "one"}}, `redis.db "one"`},
 		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"poolSize": "-3"}}, `redis.poolSize "-3"`},
@@ -325,13 +325,6 @@ func TestParseValues(t *testing.T) {
 	if got := parseList([]string{" a, b ", "", "c,"}); !reflect.DeepEqual(got, []string{"a", "b", "c"}) {
 		t.Errorf("parseList: got %q", got)
 	}
-	for in, want := range map[string]string{
-		"api@docker": "api", "api": "api", "ns-api@kubernetescrd": "ns-api", "a:b{c}@file": "a_b_c_", "@file": "@file", "": "default", "caf\u00e9@docker": "caf__",
-	} {
-		if got := limitName(in); got != want {
-			t.Errorf("limitName(%q) = %q, want %q", in, got, want)
-		}
-	}
 }
 
 // TestDefaults checks Traefik's defaults: period one second, burst 1, and
@@ -342,7 +335,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := s.plans[0].limit
-	if l.Name != "api" || l.Algorithm != core.TokenBucket || l.Rate != (core.Rate{Quota: 5, Period: time.Second}) || l.Burst != 1 || s.plans[0].cost != 1 {
+	if l.Name != "default" || l.Algorithm != core.TokenBucket || l.Rate != (core.Rate{Quota: 5, Period: time.Second}) || l.Burst != 1 || s.plans[0].cost != 1 {
 		t.Errorf("got %+v cost %v", *l, s.plans[0].cost)
 	}
 	headers := core.DefaultHeaders // a variable, for Yaegi (see checkFullSettings)

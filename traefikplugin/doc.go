@@ -68,8 +68,8 @@
 // states held (about 50-100 bytes each); each middleware's keys
 // are prefixed with its name, so middlewares never share a bucket, while
 // the RateLimit-Policy header shows the plain limit name. The top-level
-// limit is named after the middleware, without the provider
-// ("api-limit@docker" → "api-limit"). Nothing starts a goroutine.
+// limit is named "default", or as the name option says, never after the
+// middleware. Nothing starts a goroutine.
 //
 // # Redis
 //

@@ -37,10 +37,10 @@ func TestHeaders(t *testing.T) {
 	g := newTestRegistry()
 	h, _ := g.mustNew(t, &Config{Average: "100", Period: "1m", Burst: "10"}, "api@file")
 	w, _ := do(h, request{})
-	if got, want := w.Header().Get("Ratelimit-Policy"), `"api";q=100;w=60`; got != want {
+	if got, want := w.Header().Get("Ratelimit-Policy"), `"default";q=100;w=60`; got != want {
 		t.Errorf("RateLimit-Policy: got %s, want %s", got, want)
 	}
-	if got, want := w.Header().Get("Ratelimit"), `"api";r=9;t=1`; got != want {
+	if got, want := w.Header().Get("Ratelimit"), `"default";r=9;t=1`; got != want {
 		t.Errorf("RateLimit: got %s, want %s", got, want)
 	}
 }
@@ -50,8 +50,8 @@ func TestBody(t *testing.T) {
 	for _, tc := range []struct {
 		body, ctype, contains string
 	}{
-		{"", "application/json", `{"error":"rate_limited","retryable":true,"retry_after":60,"policy":"api"}`},
-		{"problem", "application/problem+json", `"violated-policies":["api"]`},
+		{"", "application/json", `{"error":"rate_limited","retryable":true,"retry_after":60,"policy":"default"}`},
+		{"problem", "application/problem+json", `"violated-policies":["default"]`},
 		{"text", "text/plain; charset=utf-8", "429 Too Many Requests: retry in 60 s"},
 		{"none", "", ""},
 	} {
@@ -132,7 +132,7 @@ func TestMultiLimit(t *testing.T) {
 	}{
 		{from("192.0.2.1", "k1"), 200, ""},
 		{from("192.0.2.1", "k1"), 200, ""},
-		{from("192.0.2.1", "k1"), 429, "edge"}, // per IP exhausted
+		{from("192.0.2.1", "k1"), 429, "default"}, // per IP exhausted
 		{from("192.0.2.2", "k1"), 200, ""},
 		{from("192.0.2.3", "k1"), 429, "per-key"}, // per key exhausted; the IP is charged nothing
 		{from("192.0.2.3", ""), 200, ""},          // no key: per-key limit skipped
@@ -215,7 +215,7 @@ func TestLeakyBucketCancel(t *testing.T) {
 		if i == 0 && next.count() != 1 {
 			t.Fatalf("first request: next called %d times, want 1 (no delay)", next.count())
 		}
-		if i > 0 && (next.count() != 1 || w.Header().Get("Ratelimit") != `"api";r=1;t=7200`) {
+		if i > 0 && (next.count() != 1 || w.Header().Get("Ratelimit") != `"default";r=1;t=7200`) {
 			t.Errorf("request %d: next called %d times, RateLimit %q; want 1, and the same delay each time (refunded)", i, next.count(), w.Header().Get("Ratelimit"))
 		}
 	}
@@ -238,5 +238,25 @@ func TestPassThroughWriter(t *testing.T) {
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
 	if got != http.ResponseWriter(w) {
 		t.Errorf("next got %T %p, want the recorder %p", got, got, w)
+	}
+}
+
+// TestPolicyName: the top-level limit is "default" in headers and bodies,
+// not the middleware's name (under Kubernetes "<namespace>-<name>"),
+// unless name says otherwise; a name the headers cannot carry is refused.
+func TestPolicyName(t *testing.T) {
+	g := newTestRegistry()
+	h, _ := g.mustNew(t, &Config{Average: "10", Period: "1m"}, "prod-payments-api@kubernetescrd")
+	if w, _ := do(h, request{}); w.Header().Get("Ratelimit-Policy") != `"default";q=10;w=60` {
+		t.Errorf("RateLimit-Policy %q, want the default name", w.Header().Get("Ratelimit-Policy"))
+	}
+	h, _ = g.mustNew(t, &Config{Average: "10", Period: "1m", Name: "edge"}, "prod-payments-api@kubernetescrd")
+	if w, _ := do(h, request{}); w.Header().Get("Ratelimit-Policy") != `"edge";q=10;w=60` {
+		t.Errorf("RateLimit-Policy %q, want edge", w.Header().Get("Ratelimit-Policy"))
+	}
+	for _, bad := range []string{`a"b`, "caf\u00e9"} {
+		if _, err := g.registry.new(context.Background(), http.NotFoundHandler(), &Config{Average: "10", Name: bad}, "x@file"); err == nil || !strings.Contains(err.Error(), "name") {
+			t.Errorf("name %q: error %v, want one naming the name", bad, err)
+		}
 	}
 }

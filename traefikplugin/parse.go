@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/sluicehq/sluice/core"
 )
 
 // The option parsers below read the string fields of Config. Traefik hands
@@ -116,25 +114,9 @@ func parseList(list []string) []string {
 // errNoLimit marks a limit whose average is zero: Traefik's "no limit".
 var errNoLimit = errors.New("no limit")
 
-// limitName turns a Traefik middleware name into a limit name: the part
-// before the provider ("api-limit@docker" → "api-limit"), with the
-// characters a limit name may not contain (see core.CheckLimitName)
-// replaced by '_'.
-func limitName(middleware string) string {
-	if i := strings.LastIndexByte(middleware, '@'); i > 0 {
-		middleware = middleware[:i]
-	}
-	if middleware == "" {
-		return "default"
-	}
-	b := []byte(middleware)
-	for i, c := range b {
-		if c < 0x20 || c > 0x7e || strings.IndexByte(core.LimitNameReserved, c) >= 0 {
-			b[i] = '_'
-		}
-	}
-	return string(b)
-}
+// defaultLimitName is the name of the top-level limit when Config.Name is
+// empty.
+const defaultLimitName = "default"
 
 // defaultPeriod is Traefik's default rateLimit period.
 const defaultPeriod = time.Second

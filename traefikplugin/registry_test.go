@@ -180,7 +180,7 @@ func closedPort(t *testing.T) string {
 func TestSkippedKeyNote(t *testing.T) {
 	g := newTestRegistry()
 	g.mustNew(t, &Config{Average: "10", Key: []string{"header:X-API-Key"}}, "api@file")
-	if got := g.stdout.String(); !strings.Contains(got, `sluice api@file: limit "api": a request without header:X-API-Key is not limited by it (onMissingKey: skip)`) {
+	if got := g.stdout.String(); !strings.Contains(got, `sluice api@file: limit "default": a request without header:X-API-Key is not limited by it (onMissingKey: skip)`) {
 		t.Errorf("stdout %q, want the note about header:X-API-Key", got)
 	}
 	g = newTestRegistry()

@@ -101,8 +101,12 @@ func parse(cfg *Config, name string) (*settings, error) {
 	if err != nil {
 		return nil, err
 	}
+	topName := strings.TrimSpace(cfg.Name)
+	if topName == "" {
+		topName = defaultLimitName
+	}
 	top := LimitConfig{
-		Name:      limitName(name),
+		Name:      topName,
 		Average:   cfg.Average,
 		Period:    cfg.Period,
 		Burst:     cfg.Burst,
@@ -168,7 +172,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 	seen := map[string]bool{}
 	for _, p := range s.plans {
 		if seen[p.limit.Name] {
-			return nil, fmt.Errorf("limits: the name %q is used twice (the top-level limit is named after the middleware, %q)", p.limit.Name, limitName(name))
+			return nil, fmt.Errorf("limits: the name %q is used twice (the top-level limit's is %q: set name to change it)", p.limit.Name, topName)
 		}
 		seen[p.limit.Name] = true
 	}
