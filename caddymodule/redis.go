@@ -189,15 +189,29 @@ func (c *RedisStoreConfig) poolKey() string {
 	return "redis:" + string(b)
 }
 
-// label names the store in metrics, without credentials.
+// label names the store in metrics, without credentials but with what
+// else tells two stores on one server apart (prefix, user, TLS), so that
+// each store's breaker has a gauge of its own.
 func (c *RedisStoreConfig) label() string {
+	var l string
 	switch {
 	case len(c.Addresses) > 0:
-		return "redis-cluster " + strings.Join(c.Addresses, ",")
+		l = "redis-cluster " + strings.Join(c.Addresses, ",")
 	case c.Sentinel != nil:
-		return "redis-sentinel " + c.Sentinel.Master + "@" + strings.Join(c.Sentinel.Addresses, ",")
+		l = "redis-sentinel " + c.Sentinel.Master + "@" + strings.Join(c.Sentinel.Addresses, ",")
+	default:
+		l = "redis " + c.Address + "/" + strconv.Itoa(c.DB)
 	}
-	return "redis " + c.Address + "/" + strconv.Itoa(c.DB)
+	if c.Prefix != core.DefaultRedisPrefix {
+		l += " prefix=" + c.Prefix
+	}
+	if c.Username != "" {
+		l += " user=" + c.Username
+	}
+	if c.TLS != nil {
+		l += " tls"
+	}
+	return l
 }
 
 // tlsConfig builds the client's TLS configuration, or nil without TLS.

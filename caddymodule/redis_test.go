@@ -294,3 +294,22 @@ func TestRedisCluster(t *testing.T) {
 		t.Errorf("user ux after 5 admitted requests: body %q, want 429 by user", rs[2].body)
 	}
 }
+
+// TestStoreLabelsDiffer: two stores on one server that differ only by
+// prefix, user or TLS get metric labels of their own, so neither's
+// breaker gauge reads the other's.
+func TestStoreLabelsDiffer(t *testing.T) {
+	base := RedisStoreConfig{Address: "127.0.0.1:6379", Prefix: "sluice:"} // core.DefaultRedisPrefix
+	labels := map[string]bool{base.label(): true}
+	for _, c := range []RedisStoreConfig{
+		{Address: base.Address, Prefix: "other:"},
+		{Address: base.Address, Prefix: base.Prefix, Username: "app"},
+		{Address: base.Address, Prefix: base.Prefix, TLS: &RedisTLSConfig{}},
+	} {
+		l := c.label()
+		if labels[l] {
+			t.Errorf("label %q is another store's", l)
+		}
+		labels[l] = true
+	}
+}
