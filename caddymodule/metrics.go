@@ -41,13 +41,10 @@ func newBreakerGauge(st *pooledStore) prometheus.GaugeFunc {
 	}, func() float64 { return float64(b.State()) })
 }
 
-// numOutcomes is the number of core.Outcome values.
-const numOutcomes = int(core.OutcomeCancelled) + 1
-
 // handlerMetrics are one handler's children of the collectors, looked up
 // once at provisioning so that a request costs no label lookup.
 type handlerMetrics struct {
-	decisions [][numOutcomes]prometheus.Counter // by zone index, then outcome
+	decisions [][core.NumOutcomes]prometheus.Counter // by zone index, then outcome
 	seconds   prometheus.Histogram
 }
 
@@ -58,12 +55,12 @@ func newHandlerMetrics(reg *prometheus.Registry, zones []*Zone, st *pooledStore)
 	if err != nil {
 		return nil, err
 	}
-	m := &handlerMetrics{decisions: make([][numOutcomes]prometheus.Counter, len(zones))}
+	m := &handlerMetrics{decisions: make([][core.NumOutcomes]prometheus.Counter, len(zones))}
 	if m.seconds, err = register(reg, newDecisionSeconds()); err != nil {
 		return nil, err
 	}
 	for i, z := range zones {
-		for o := 0; o < numOutcomes; o++ {
+		for o := 0; o < core.NumOutcomes; o++ {
 			m.decisions[i][o] = vec.WithLabelValues(z.Name, core.Outcome(o).String())
 		}
 	}
@@ -98,7 +95,7 @@ func register[C prometheus.Collector](reg *prometheus.Registry, c C) (C, error) 
 // and the time the decision took: elapsed minus the leaky_bucket wait,
 // which is not known for a cancelled wait, whose time is not observed.
 func (m *handlerMetrics) observe(zone int, v core.Verdict, elapsed time.Duration) {
-	if o := int(v.Outcome); o >= 0 && o < numOutcomes {
+	if o := int(v.Outcome); o >= 0 && o < core.NumOutcomes {
 		m.decisions[zone][o].Inc()
 	}
 	if v.Outcome == core.OutcomeCancelled {

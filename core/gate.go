@@ -69,7 +69,11 @@ const (
 	OutcomeCancelled                      // admitted with a delay, but the client left while waiting
 )
 
-var outcomeNames = [...]string{"allowed", "rejected", "dry_run_rejected", "store_error_allowed", "store_error_denied", "cancelled"}
+// NumOutcomes is the number of Outcome values, 0 to NumOutcomes-1: the
+// size of a table indexed by outcome.
+const NumOutcomes = int(OutcomeCancelled) + 1
+
+var outcomeNames = [NumOutcomes]string{"allowed", "rejected", "dry_run_rejected", "store_error_allowed", "store_error_denied", "cancelled"}
 
 // String is the outcome's metric label value.
 func (o Outcome) String() string {

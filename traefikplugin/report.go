@@ -14,9 +14,6 @@ import (
 // reportEvery is the least time between two summary lines of a middleware.
 const reportEvery = 10 * time.Second
 
-// outcomes is the number of core.Outcome values.
-const outcomes = int(core.OutcomeCancelled) + 1
-
 // report summarizes a middleware's requests that were not simply allowed,
 // in at most one line per reportEvery, such as
 //
@@ -32,7 +29,7 @@ type report struct {
 	clock core.Clock
 
 	mu      sync.Mutex
-	counts  [outcomes]int
+	counts  [core.NumOutcomes]int
 	since   int64 // instant of the last line
 	started bool  // a line has been written
 }
@@ -41,7 +38,7 @@ type report struct {
 func (r *report) note(o core.Outcome) {
 	now := r.clock()
 	r.mu.Lock()
-	if o >= 0 && int(o) < outcomes {
+	if o >= 0 && int(o) < core.NumOutcomes {
 		r.counts[o]++
 	}
 	if r.started && now-r.since < int64(reportEvery) {
@@ -49,7 +46,7 @@ func (r *report) note(o core.Outcome) {
 		return
 	}
 	counts := r.counts
-	r.counts = [outcomes]int{}
+	r.counts = [core.NumOutcomes]int{}
 	first := !r.started
 	elapsed := time.Duration(now - r.since)
 	r.started, r.since = true, now
@@ -69,7 +66,7 @@ func (r *report) note(o core.Outcome) {
 
 // summary describes counts, such as "3 requests rejected, 1 allowed while
 // the store failed"; empty when all are zero.
-func summary(counts [outcomes]int) string {
+func summary(counts [core.NumOutcomes]int) string {
 	var parts []string
 	add := func(o core.Outcome, what string) {
 		n := counts[o]
