@@ -23,11 +23,14 @@ const (
 
 // MemoryConfig configures a MemoryStore.
 type MemoryConfig struct {
-	// MaxKeys caps the number of (limit, key) states held. Below the cap a
-	// state is kept until it expires (is equivalent to a fresh one); when a
-	// new key arrives at the cap, the store forgets one state of its
-	// shard: the first expired one among memSample (16) it examines, or
-	// else the one of them closest to expiring. Zero means DefaultMaxKeys.
+	// MaxKeys caps the number of (limit, key) states held; each of the 64
+	// shards holds at most MaxKeys/64, and keys spread evenly over them,
+	// so a shard fills only when the store is nearly full (or, for a cap
+	// of a few thousand keys, a little before). Below its shard's cap a
+	// state is kept until it expires (is equivalent to a fresh one); when
+	// a new key arrives at it, the store forgets one state of the shard:
+	// the first expired one among memSample (16) it examines, or else the
+	// one of them closest to expiring. Zero means DefaultMaxKeys.
 	MaxKeys int
 	// Clock supplies instants; nil means SystemClock().
 	Clock Clock
