@@ -10,6 +10,8 @@
 #                 this module, and use nothing Yaegi v0.16.1 cannot run
 #                 (scripts/yaegicheck)
 #   test          go test -race -count=1 ./...
+#   fuzz          every Fuzz target for FUZZTIME (default 3s) each, from its
+#                 seed corpus (testdata/fuzz of its package)
 #   yaegi         the core/ and traefikplugin/ tests again, under Yaegi
 #                 (scripts/yaegi-test.sh)
 #   e2e           every e2e/*.sh (e2e/run.sh)
@@ -69,11 +71,23 @@ stage_yaegi_compat() {
 
 stage_test() { go test -race -count=1 ./...; }
 
+stage_fuzz() {
+	local pkg name
+	while read -r pkg; do
+		while read -r name; do
+			[[ "$name" == Fuzz* ]] || continue
+			echo "fuzz: $pkg $name"
+			go test -run '^$' -fuzz "^${name}\$" -fuzztime "${FUZZTIME:-3s}" "$pkg" >/dev/null ||
+				{ go test -run '^$' -fuzz "^${name}\$" -fuzztime 1x "$pkg"; return 1; }
+		done < <(go test -list '^Fuzz' "$pkg" 2>/dev/null)
+	done < <(go list ./...)
+}
+
 stage_yaegi() { bash scripts/yaegi-test.sh; }
 
 stage_e2e() { bash e2e/run.sh; }
 
-all_stages=(deps gofmt vet yaegi-compat test yaegi e2e)
+all_stages=(deps gofmt vet yaegi-compat test fuzz yaegi e2e)
 stages=()
 for name in "${all_stages[@]}"; do
 	if [ "$#" -eq 0 ] || [[ " $* " == *" $name "* ]]; then

@@ -1,0 +1,144 @@
+package core
+
+import (
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// FuzzParseRate: any text either fails to parse with an error naming the
+// rate, or parses to a rate that a limit then accepts or refuses, without
+// panicking.
+func FuzzParseRate(f *testing.F) {
+	for _, s := range []string{"100/m", "10/1m30s", "2.5/s", "0.5/s", "1/2s", "10/100ms", "1e308/ns", "-1/s", "NaN/s", "5/", "/s", "1/9999999h", "7/1500ms"} {
+		f.Add(s, 0.0)
+	}
+	f.Fuzz(func(t *testing.T, s string, burst float64) {
+		r, err := ParseRate(s)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "rate ") {
+				t.Fatalf("ParseRate(%q): error %q does not name the rate", s, err)
+			}
+			return
+		}
+		for _, alg := range Algorithms {
+			l := &Limit{Name: "f", Algorithm: alg, Rate: r, Burst: burst}
+			if l.Validate() == nil {
+				if _, d := l.Decide(State{}, confEpoch, 1); !d.Allowed && d.RetryAfter == 0 {
+					t.Fatalf("%s %v burst %v: a fresh state rejects with no Retry-After", alg, r, burst)
+				}
+			}
+		}
+	})
+}
+
+// FuzzParseCost: a cost parses to a positive finite number or fails.
+func FuzzParseCost(f *testing.F) {
+	for _, s := range []string{"1", "0.5", "1e3", "0", "-1", "NaN", "Inf", "0x10", " 2", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if c, err := ParseCost(s); err == nil && !(c > 0 && !math.IsInf(c, 0)) {
+			t.Fatalf("ParseCost(%q) = %v without error", s, c)
+		}
+	})
+}
+
+// FuzzRequestKey builds keys and client addresses from hostile peers and
+// headers: no panic, keys bounded, and an untrusted peer's headers never
+// change its key.
+func FuzzRequestKey(f *testing.F) {
+	f.Add("192.0.2.1:1", "203.0.113.7, 10.0.0.1", "198.51.100.9", "key")
+	f.Add("10.0.0.1:1", strings.Repeat("1.2.3.4,", 100), "::1", "\x00missing")
+	f.Add("[2001:db8::1%eth0]:443", "[::ffff:10.0.0.1]:80, unknown", "", strings.Repeat("k", 300))
+	f.Add("@", ",,,", "x", "")
+	trusted := mustPrefixes(f, "10.0.0.0/8", "::1/128")
+	rules := []*ClientIP{
+		{},
+		{TrustedProxies: trusted},
+		{TrustedProxies: trusted, Depth: 2},
+		{TrustedProxies: trusted, Header: "X-Real-IP"},
+		{AnyPeer: true, ExcludedIPs: mustPrefixes(f, "203.0.113.0/24")},
+		{TrustedProxies: trusted, IPv4Prefix: 24, IPv6Prefix: 64},
+	}
+	var specs []*KeySpec
+	for _, ip := range rules {
+		for _, parts := range [][]string{nil, {"client_ip", "header:X-Key"}, {"header:X-Key"}, {"query:k", "cookie:c", "path"}} {
+			spec, err := ParseKeySpec(parts, ip)
+			if err != nil {
+				f.Fatal(err)
+			}
+			specs = append(specs, spec)
+		}
+	}
+	plain, _ := ParseKeySpec(nil, nil)
+	f.Fuzz(func(t *testing.T, remote, xff, realIP, value string) {
+		r := httptest.NewRequest(http.MethodGet, "/p", nil)
+		r.URL.RawQuery = "k=" + url.QueryEscape(value)
+		r.RemoteAddr = remote
+		r.Header.Set("X-Key", value)
+		r.Header["X-Forwarded-For"] = []string{xff}
+		r.Header["X-Real-Ip"] = []string{realIP}
+		r.Header["Cookie"] = []string{"c=" + value}
+		for _, s := range specs {
+			if key, ok := s.Key(r); ok && len(key) > MaxKeyLength+1 && len(key) != len(digestKey("x")) {
+				t.Fatalf("key of %d bytes", len(key))
+			}
+		}
+		// The zero ClientIP trusts no proxy: headers cannot move its key.
+		withHeaders, ok1 := plain.Key(r)
+		r.Header = http.Header{}
+		bare, ok2 := plain.Key(r)
+		if withHeaders != bare || ok1 != ok2 {
+			t.Fatalf("peer %q: key %q with headers, %q without", remote, withHeaders, bare)
+		}
+	})
+}
+
+// FuzzResponder writes headers and 429 answers for arbitrary decisions:
+// no panic, header values printable ASCII, and a Retry-After never
+// earlier than the decision's RetryAfter.
+func FuzzResponder(f *testing.F) {
+	f.Add(5.0, 1.5, int64(time.Second), int64(time.Second), uint8(7), uint8(0), 0.2)
+	f.Add(-1.0, math.Inf(1), int64(-1), int64(math.MaxInt64), uint8(1), uint8(3), 1.0)
+	f.Add(1e300, math.NaN(), int64(math.MaxInt64), int64(1), uint8(2), uint8(2), 0.0)
+	l := &Limit{Name: "api", Rate: Rate{Quota: 100, Period: time.Minute}}
+	if err := l.Validate(); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, quota, remaining float64, reset, retry int64, headers, body uint8, jitter float64) {
+		r := Responder{Headers: HeaderSet(headers) & allHeaders, Body: BodyFormat(body % 4), Jitter: jitter}
+		if r.Validate() != nil {
+			r.Jitter = 0
+		}
+		d := Decision{Limit: l, Quota: quota, Remaining: remaining, Reset: time.Duration(reset), RetryAfter: time.Duration(retry)}
+		if d.Reset < 0 {
+			d.Reset = 0
+		}
+		if d.RetryAfter < 0 {
+			d.RetryAfter = 0
+		}
+		rec := httptest.NewRecorder()
+		r.Reject(rec, &d, 1700000000)
+		for k, vs := range rec.Header() {
+			for _, v := range vs {
+				for i := 0; i < len(v); i++ {
+					if v[i] < 0x20 || v[i] > 0x7e {
+						t.Fatalf("%s: %q", k, v)
+					}
+				}
+			}
+		}
+		if d.RetryAfter != Never {
+			ra := rec.Header().Get("Retry-After")
+			if n, err := strconv.ParseInt(ra, 10, 64); err != nil || n < (int64(d.RetryAfter)-1)/int64(time.Second)+1 && n < 9223372036 {
+				t.Fatalf("Retry-After %q for %v", ra, d.RetryAfter)
+			}
+		}
+	})
+}
