@@ -18,7 +18,7 @@ func FuzzParseLabels(f *testing.F) {
 			"average": average, "period": period, "burst": burst, "algorithm": algorithm, "key": key,
 			"exemptIPs": networks, "trustedProxies": networks, "headers": algorithm, "cost": burst,
 			"sourceCriterion": map[string]interface{}{"ipStrategy": map[string]interface{}{"depth": depth, "excludedIPs": networks, "ipv6Subnet": depth}},
-			"limits": []interface{}{map[string]interface{}{"name": algorithm, "average": burst, "key": key}},
+			"limits":          []interface{}{map[string]interface{}{"name": algorithm, "average": burst, "key": key}},
 		}
 		cfg := CreateConfig()
 		if err := decodeLikeTraefik(labels, cfg); err != nil {
