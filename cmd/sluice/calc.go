@@ -1,0 +1,137 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// calcResult is what calc reports, also as JSON.
+type calcResult struct {
+	Rate      string  `json:"rate"`
+	Algorithm string  `json:"algorithm"`
+	Capacity  float64 `json:"capacity"`
+	// IntervalMS is the least time between requests that the limit
+	// sustains, in milliseconds.
+	IntervalMS float64 `json:"interval_ms"`
+	// PerSecond is the sustained rate.
+	PerSecond float64 `json:"per_second"`
+	// BurstMin and BurstMax are the range to choose a burst from: 1 paces
+	// requests strictly, the quota lets a period's worth arrive at once.
+	BurstMin float64 `json:"burst_min"`
+	BurstMax float64 `json:"burst_max"`
+	// MaxInPeriod is the most requests the limit admitted in any window
+	// of its period, over a greedy client and one bursting around a window
+	// boundary, simulated with core.
+	MaxInPeriod float64 `json:"max_in_period"`
+	// RetryAfterS is the Retry-After, in seconds, of the first request
+	// rejected once a burst has emptied the limit.
+	RetryAfterS int64 `json:"retry_after_s"`
+}
+
+func calcCommand(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("calc", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	burst := fs.Float64("burst", 0, "bucket size (token and leaky buckets); 0: the quota")
+	alg := fs.String("algorithm", string(core.TokenBucket), "algorithm")
+	asJSON := fs.Bool("json", false, "print JSON")
+	rateText, rest := "", args
+	if len(rest) > 0 && len(rest[0]) > 0 && rest[0][0] != '-' {
+		rateText, rest = rest[0], rest[1:]
+	}
+	if err := fs.Parse(rest); err != nil {
+		return fmt.Errorf("calc: %v", err)
+	}
+	if rateText == "" && fs.NArg() > 0 {
+		rateText = fs.Arg(0)
+	}
+	if rateText == "" {
+		return fmt.Errorf("calc: want a rate, such as 100/1m")
+	}
+	rate, err := core.ParseRate(rateText)
+	if err != nil {
+		return err
+	}
+	res, err := calc(core.Algorithm(*alg), rate, *burst)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	interval := time.Duration(res.IntervalMS * float64(time.Millisecond)).Round(time.Microsecond)
+	fmt.Fprintf(stdout, "limit:                      %s, %s, capacity %s\n", res.Rate, res.Algorithm, num(res.Capacity))
+	fmt.Fprintf(stdout, "interval between requests:  %v\n", interval)
+	fmt.Fprintf(stdout, "sustained rate:             %s/s\n", num(res.PerSecond))
+	fmt.Fprintf(stdout, "burst range:                %s (strict pacing) to %s (a period's worth at once)\n", num(res.BurstMin), num(res.BurstMax))
+	fmt.Fprintf(stdout, "most admitted in a period:  %s in any %v\n", num(res.MaxInPeriod), rate.Period)
+	fmt.Fprintf(stdout, "Retry-After after a burst:  %d s\n", res.RetryAfterS)
+	return nil
+}
+
+// calc computes calcResult for a limit.
+func calc(alg core.Algorithm, rate core.Rate, burst float64) (calcResult, error) {
+	l, err := newLimit(alg, rate, burst)
+	if err != nil {
+		return calcResult{}, err
+	}
+	unit := rate.Period.Seconds() / rate.Quota
+	res := calcResult{
+		Rate: rate.String(), Algorithm: string(l.Algorithm), Capacity: l.Capacity(),
+		IntervalMS: unit * 1e3, PerSecond: 1 / unit,
+		BurstMin: 1, BurstMax: math.Max(1, math.Floor(rate.Quota)),
+	}
+	// A greedy client: requests far faster than the rate, over three
+	// periods; and one that bursts around a window boundary.
+	step := time.Duration(unit * float64(time.Second) / 20)
+	if min := 3 * rate.Period / maxArrivals; step < min {
+		step = min
+	}
+	if step <= 0 {
+		step = 1
+	}
+	var greedy []arrival
+	for t := time.Duration(0); t < 3*rate.Period && len(greedy) < maxArrivals; t += step {
+		greedy = append(greedy, arrival{at: t, cost: 1})
+	}
+	for _, tr := range [][]arrival{greedy, boundaryOrNil(rate)} {
+		if o := simulate(l, tr); o.maxWindow > res.MaxInPeriod {
+			res.MaxInPeriod = o.maxWindow
+		}
+	}
+	// Empty the limit at once, then one more request.
+	n := int(math.Ceil(l.Capacity())) + 1
+	if n > maxArrivals {
+		n = maxArrivals
+	}
+	burstTrace := make([]arrival, n)
+	for i := range burstTrace {
+		burstTrace[i] = arrival{at: rate.Period / 2, cost: 1}
+	}
+	if o := simulate(l, burstTrace); o.retryAfter > 0 && o.retryAfter != core.Never {
+		res.RetryAfterS = int64(math.Ceil(o.retryAfter.Seconds()))
+	}
+	return res, nil
+}
+
+// boundaryOrNil is the boundary trace, or nil when it would be too long.
+func boundaryOrNil(rate core.Rate) []arrival {
+	t, err := trace("boundary", rate)
+	if err != nil {
+		return nil
+	}
+	return t
+}
+
+// num formats a count with at most three decimals.
+func num(x float64) string {
+	return strconv.FormatFloat(math.Round(x*1000)/1000, 'f', -1, 64)
+}
