@@ -189,7 +189,8 @@ type redisClient struct {
 	dialed   chan struct{} // closed when the dial under way ends
 	lastDial int64         // instant of the last failed dial
 	lastErr  error
-	refs     int // registry entries using it; under the registry's lock
+	gen      uint64 // counts close calls: a dial that spans one is not kept
+	refs     int    // registry entries using it; under the registry's lock
 
 	down int32 // atomic; 1 while an outage has been reported
 }
@@ -250,22 +251,31 @@ func (c *redisClient) connect(ctx context.Context) (redisConn, error) {
 	}
 	c.dialing = true
 	c.dialed = make(chan struct{})
+	gen := c.gen
 	c.mu.Unlock()
 
 	cl, err := c.dial(ctx)
 
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.dialing = false
 	close(c.dialed)
 	if err != nil {
 		c.lastDial, c.lastErr = now, err
+		c.mu.Unlock()
 		return nil, err
+	}
+	if c.gen != gen {
+		// close ran while dialing: keeping this pool would leave it open
+		// after close. The caller may connect again.
+		c.mu.Unlock()
+		cl.Close()
+		return nil, resp.ErrClosed
 	}
 	// One field per statement: Yaegi v0.16.1 panics on a nil in a tuple
 	// assignment to fields.
 	c.client = cl
 	c.lastErr = nil
+	c.mu.Unlock()
 	return cl, nil
 }
 
@@ -291,11 +301,14 @@ func (c *redisClient) dial(ctx context.Context) (redisConn, error) {
 	return cc, nil
 }
 
-// EvalSha implements core.Scripter. A call that finds its connections
-// closed by close, between connect and sending the command, runs once
-// more on new ones: ErrClosed means the command was not sent.
+// EvalSha implements core.Scripter. A call whose connections close closed,
+// while it dialed them or before it sent the command, runs once more on
+// new ones: ErrClosed means the command was not sent.
 func (c *redisClient) EvalSha(ctx context.Context, sha string, keys []string, args []string) (interface{}, error) {
 	cl, err := c.connect(ctx)
+	if err == resp.ErrClosed {
+		cl, err = c.connect(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -313,6 +326,9 @@ func (c *redisClient) EvalSha(ctx context.Context, sha string, keys []string, ar
 // as EvalSha does.
 func (c *redisClient) ScriptLoad(ctx context.Context, script string) (string, error) {
 	cl, err := c.connect(ctx)
+	if err == resp.ErrClosed {
+		cl, err = c.connect(ctx)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -351,6 +367,7 @@ func (c *redisClient) close() {
 	c.mu.Lock()
 	cl := c.client
 	c.client = nil
+	c.gen++
 	c.mu.Unlock()
 	if cl != nil {
 		cl.Close()
