@@ -18,7 +18,7 @@ const (
 	maxRedirects = 2
 	// minStaleRefresh is the least time between two refreshes of the slot
 	// map caused by I/O errors, so that a node down costs one CLUSTER
-	// SLOTS per interval, not one per command. MOVED always refreshes.
+	// SLOTS per interval, not one per command.
 	minStaleRefresh = 100 * time.Millisecond
 	// clusterSlots is the number of hash slots of a Redis Cluster.
 	clusterSlots = 16384
@@ -34,7 +34,9 @@ const (
 // ASKING and the command on one connection to the node named. A command
 // follows at most two redirections. After an I/O error the command is not
 // resent (it may have run), but the next command refreshes the map first,
-// at most once per 100ms, so that a failover is noticed.
+// at most once per 100ms, so that a failover is noticed. A refresh runs
+// outside the lock, one at a time: while it dials masters or waits for a
+// node that does not answer, other commands go on with the current map.
 //
 // A Cluster implements core.Scripter. Replicas are not used.
 type Cluster struct {
@@ -48,6 +50,9 @@ type Cluster struct {
 	stale     bool               // an I/O error asks for a refresh
 	refreshed time.Time          // end of the last refresh
 	closed    bool
+	// refreshing is closed when the refresh under way ends; nil when none
+	// is.
+	refreshing chan struct{}
 }
 
 // NewCluster returns a client of the Redis Cluster that seeds (host:port
@@ -72,11 +77,7 @@ func NewCluster(ctx context.Context, seeds []string, opts Options) (*Cluster, er
 		}
 	}
 	c := &Cluster{opts: opts, seeds: append([]string(nil), seeds...), nodes: map[string]*Client{}}
-	c.mu.Lock()
-	drop, err := c.refreshLocked(ctx)
-	c.mu.Unlock()
-	closeClients(drop)
-	if err != nil {
+	if err := c.refresh(ctx); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -181,18 +182,20 @@ func (c *Cluster) Close() error {
 
 // route returns the pool of the master serving slot (the first master
 // when slot is negative), refreshing the slot map first when an I/O error
-// asked for it.
+// asked for it and no refresh is under way.
 func (c *Cluster) route(ctx context.Context, slot int) (*Client, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	var drop []*Client
+	due := c.stale && c.refreshing == nil && time.Since(c.refreshed) >= minStaleRefresh
+	c.mu.Unlock()
 	var err error
-	if c.stale && time.Since(c.refreshed) >= minStaleRefresh {
-		drop, err = c.refreshLocked(ctx)
+	if due {
+		err = c.refresh(ctx)
 	}
+	c.mu.Lock()
 	var cl *Client
 	if slot < 0 {
 		if len(c.masters) > 0 {
@@ -202,7 +205,6 @@ func (c *Cluster) route(ctx context.Context, slot int) (*Client, error) {
 		cl = c.owner[slot]
 	}
 	c.mu.Unlock()
-	closeClients(drop)
 	if cl == nil {
 		if err != nil {
 			return nil, err
@@ -212,22 +214,26 @@ func (c *Cluster) route(ctx context.Context, slot int) (*Client, error) {
 	return cl, nil
 }
 
-// node returns the pool of addr; refresh first refreshes the slot map
-// (after MOVED). When addr is not a master of the map, node opens a pool
-// for one command and reports it temp: the caller closes it after use.
-func (c *Cluster) node(ctx context.Context, addr string, refresh bool) (cl *Client, temp bool, err error) {
+// node returns the pool of addr; moved, after a MOVED reply, first
+// refreshes the slot map unless a refresh is under way: during a
+// resharding, when every command may be moved, one refresh runs at a time
+// and the others follow their replies' addresses. When addr is not a
+// master of the map, node opens a pool for one command and reports it
+// temp: the caller closes it after use.
+func (c *Cluster) node(ctx context.Context, addr string, moved bool) (cl *Client, temp bool, err error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil, false, ErrClosed
 	}
-	var drop []*Client
-	if refresh {
-		drop, err = c.refreshLocked(ctx)
+	due := moved && c.refreshing == nil
+	c.mu.Unlock()
+	if due {
+		err = c.refresh(ctx)
 	}
+	c.mu.Lock()
 	cl = c.nodes[addr]
 	c.mu.Unlock()
-	closeClients(drop)
 	if cl != nil {
 		return cl, false, nil
 	}
@@ -256,22 +262,81 @@ func (c *Cluster) dialNode(ctx context.Context, addr string) (*Client, error) {
 	return New(ctx, o)
 }
 
-// refreshLocked reads the slot map with CLUSTER SLOTS from a known master,
-// else from a seed, and connects to every master not yet known. It
-// returns the pools of the nodes that are no longer masters, for the
-// caller to close once c.mu is unlocked. On failure the map is unchanged.
-// c.mu must be held.
-func (c *Cluster) refreshLocked(ctx context.Context) ([]*Client, error) {
+// refresh reads the slot map with CLUSTER SLOTS from a known master,
+// else from a seed, connects to every master not yet known and installs
+// the new map, closing the pools of nodes no longer masters. It holds
+// c.mu only to read and to install the map, never during I/O. A caller
+// that finds a refresh under way waits for it to end (or for ctx) and
+// reports its outcome as nil. On failure the map is unchanged.
+func (c *Cluster) refresh(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	if done := c.refreshing; done != nil {
+		c.mu.Unlock()
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	done := make(chan struct{})
+	c.refreshing = done
+	masters := append([]*Client(nil), c.masters...)
+	known := make(map[string]*Client, len(c.nodes))
+	for addr, cl := range c.nodes {
+		known[addr] = cl
+	}
+	c.mu.Unlock()
+
+	from, v, err := c.askSlots(ctx, masters)
+	var m *slotMap
+	if err == nil {
+		m, err = c.buildMap(ctx, from, v, known)
+	}
+
+	c.mu.Lock()
+	c.refreshing = nil
+	close(done)
+	c.refreshed = time.Now()
+	var drop []*Client
+	switch {
+	case m == nil:
+	case err != nil || c.closed:
+		drop = m.opened
+		if err == nil {
+			err = ErrClosed
+		}
+	default:
+		for addr, cl := range c.nodes {
+			if m.nodes[addr] == nil {
+				drop = append(drop, cl)
+			}
+		}
+		c.nodes, c.masters, c.owner = m.nodes, m.masters, m.owner
+		c.stale = false
+	}
+	c.mu.Unlock()
+	closeClients(drop)
+	return err
+}
+
+// askSlots asks CLUSTER SLOTS of the masters, then of the seeds not among
+// them, and returns the first reply and whom it came from.
+func (c *Cluster) askSlots(ctx context.Context, masters []*Client) (string, interface{}, error) {
 	var lastErr error
 	tried := map[string]bool{}
-	for _, m := range c.masters {
+	for _, m := range masters {
 		if tried[m.opts.Addr] {
 			continue
 		}
 		tried[m.opts.Addr] = true
 		v, err := m.Do(ctx, "CLUSTER", "SLOTS")
 		if err == nil {
-			return c.install(ctx, m.opts.Addr, v)
+			return m.opts.Addr, v, nil
 		}
 		lastErr = err
 	}
@@ -288,62 +353,57 @@ func (c *Cluster) refreshLocked(ctx context.Context) ([]*Client, error) {
 		v, err := cl.Do(ctx, "CLUSTER", "SLOTS")
 		cl.Close()
 		if err == nil {
-			return c.install(ctx, s, v)
+			return s, v, nil
 		}
 		lastErr = err
 	}
-	c.refreshed = time.Now()
-	return nil, fmt.Errorf("resp: cluster: no node answered CLUSTER SLOTS: %w", lastErr)
+	return "", nil, fmt.Errorf("resp: cluster: no node answered CLUSTER SLOTS: %w", lastErr)
 }
 
-// install makes the CLUSTER SLOTS reply v, from the node at from, the slot
-// map, connecting to new masters. It returns the pools to close: those of
-// former masters, or on failure those it opened. c.mu must be held.
-func (c *Cluster) install(ctx context.Context, from string, v interface{}) ([]*Client, error) {
-	c.refreshed = time.Now()
+// slotMap is a slot map read by refresh, not yet installed: the masters,
+// the owner of every slot, and the pools refresh opened for it.
+type slotMap struct {
+	nodes   map[string]*Client
+	masters []*Client
+	owner   []*Client
+	opened  []*Client
+}
+
+// buildMap makes the CLUSTER SLOTS reply v, from the node at from, a slot
+// map, reusing the pools of known masters and connecting to new ones. On
+// failure the map it returns holds only the pools it opened, to close.
+func (c *Cluster) buildMap(ctx context.Context, from string, v interface{}, known map[string]*Client) (*slotMap, error) {
 	fromHost, _, _ := net.SplitHostPort(from)
+	m := &slotMap{nodes: map[string]*Client{}, owner: make([]*Client, clusterSlots)}
 	ranges, ok := v.([]interface{})
 	if !ok || len(ranges) == 0 {
-		return nil, fmt.Errorf("resp: cluster: CLUSTER SLOTS from %s: no slot ranges", from)
+		return m, fmt.Errorf("resp: cluster: CLUSTER SLOTS from %s: no slot ranges", from)
 	}
-	owner := make([]*Client, clusterSlots)
-	nodes := map[string]*Client{}
-	var masters, opened []*Client
 	for _, r := range ranges {
 		lo, hi, addr, err := parseSlotRange(r, fromHost)
 		if err == nil {
-			cl := nodes[addr]
+			cl := m.nodes[addr]
 			if cl == nil {
-				cl = c.nodes[addr]
+				cl = known[addr]
 				if cl == nil {
 					if cl, err = c.dialNode(ctx, addr); err == nil {
-						opened = append(opened, cl)
+						m.opened = append(m.opened, cl)
 					}
 				}
 				if err == nil {
-					nodes[addr] = cl
-					masters = append(masters, cl)
+					m.nodes[addr] = cl
+					m.masters = append(m.masters, cl)
 				}
 			}
 			for s := lo; err == nil && s <= hi; s++ {
-				owner[s] = cl
+				m.owner[s] = cl
 			}
 		}
 		if err != nil {
-			return opened, fmt.Errorf("resp: cluster: CLUSTER SLOTS from %s: %w", from, err)
+			return m, fmt.Errorf("resp: cluster: CLUSTER SLOTS from %s: %w", from, err)
 		}
 	}
-	var drop []*Client
-	for addr, cl := range c.nodes {
-		if nodes[addr] == nil {
-			drop = append(drop, cl)
-		}
-	}
-	c.nodes = nodes
-	c.masters = masters
-	c.owner = owner
-	c.stale = false
-	return drop, nil
+	return m, nil
 }
 
 // parseSlotRange reads one entry of a CLUSTER SLOTS reply: first slot,

@@ -2,6 +2,7 @@ package resp
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -196,5 +197,85 @@ func TestKeySlot(t *testing.T) {
 		if got := KeySlot(tt.key); got != tt.slot {
 			t.Errorf("KeySlot(%q) = %d, want %d", tt.key, got, tt.slot)
 		}
+	}
+}
+
+// silentNode accepts connections, answers the PING of a new connection and
+// then nothing, as a master that hangs during a failover.
+func silentNode(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			cn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer cn.Close()
+				buf := make([]byte, 256)
+				if _, err := cn.Read(buf); err != nil {
+					return
+				}
+				cn.Write([]byte("+PONG\r\n"))
+				for {
+					if _, err := cn.Read(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestClusterRefreshDoesNotBlock: while a refresh waits for a master that
+// does not answer, commands for the other masters go on with the current
+// map instead of queueing behind it.
+func TestClusterRefreshDoesNotBlock(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	ctx := context.Background()
+	cc := newTestCluster(t, cluster.Addrs)
+	sha, err := cc.ScriptLoad(ctx, incrScript)
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent, err := New(ctx, Options{Addr: silentNode(t), ReadTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	// The next refresh asks the silent node first, and waits.
+	cc.mu.Lock()
+	cc.masters = append([]*Client{silent}, cc.masters...)
+	cc.mu.Unlock()
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- cc.refresh(ctx) }()
+	for {
+		cc.mu.Lock()
+		busy := cc.refreshing != nil
+		cc.mu.Unlock()
+		if busy {
+			break
+		}
+		time.Sleep(time.Millisecond) // until the refresh has started
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := cc.EvalSha(ctx, sha, []string{"k" + strconv.Itoa(i)}, nil); err != nil {
+			t.Fatalf("command %d during the refresh: %v", i, err)
+		}
+	}
+	cc.mu.Lock()
+	stillBusy := cc.refreshing != nil
+	cc.mu.Unlock()
+	if !stillBusy {
+		t.Fatal("the refresh ended before the commands: the test proves nothing")
+	}
+	if err := <-refreshed; err != nil {
+		t.Errorf("refresh after the silent node: %v", err)
 	}
 }
