@@ -2,6 +2,7 @@ package core
 
 import (
 	"hash/maphash"
+	"io"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -53,6 +54,12 @@ type Lane struct {
 	policy     string // RateLimit-Policy
 	ietfPrefix string // start of RateLimit
 	qText      string // X-RateLimit-Limit
+	// fastReject: fast, and laneReject writes the 429 answers, which it
+	// does for a cost the bucket can hold, without jitter or Defer, with a
+	// body; the body is bodyHead, the seconds of Retry-After, bodyTail.
+	fastReject         bool
+	bodyHead, bodyTail string
+	contentType        string
 }
 
 // LaneConfig configures a Lane.
@@ -97,16 +104,18 @@ func NewLane(cfg LaneConfig) *Lane {
 	if g.cfg.Mode == DryRun {
 		l.dryRun = cfg.DryRunHeader
 	}
+	if !cfg.Watch {
+		l.mem = g.mem
+	}
 	if len(cfg.Exempt) > 0 {
 		// serveLaneAny checks the exemption, so that lanes without one
 		// pay nothing for it.
 		l.exempt, l.exemptIP = cfg.Exempt, cfg.ExemptIP
 		return l
 	}
-	if g.mem == nil || cfg.Watch {
+	if l.mem == nil {
 		return l
 	}
-	l.mem = g.mem
 	if len(cfg.Asks) != 1 || g.cfg.Mode != Enforce {
 		return l
 	}
@@ -123,6 +132,12 @@ func NewLane(cfg LaneConfig) *Lane {
 	l.fast = l.clock && l.headers&HeadersLegacy == 0 && l.headers&HeadersIETF != 0 && l.headers&HeadersX != 0 &&
 		lim.capacity < maxSFInteger && lim.answer.ready
 	l.policy, l.ietfPrefix, l.qText = lim.answer.policy, lim.answer.ietfPrefix, lim.answer.qText
+	rs := g.resp
+	if l.fast && rs.Jitter == 0 && !rs.Defer && rs.Body < BodyNone && a.Cost <= lim.capacity+eps {
+		t := &bodyTexts[rs.Body]
+		l.fastReject = true
+		l.bodyHead, l.bodyTail, l.contentType = t.retry, t.retryEnd+lim.answer.tails[rs.Body], t.contentType
+	}
 	return l
 }
 
@@ -166,7 +181,11 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 	}
 	if l.capacity-deficit+eps < l.cost {
 		sh.mu.Unlock()
-		laneAnswer(l, next, w, r, key, &sl, now)
+		if l.fastReject {
+			laneReject(l, w, deficit, now)
+		} else {
+			laneAnswer(l, next, w, r, key, &sl, now)
+		}
 		return
 	}
 	deficit += l.cost
@@ -211,6 +230,55 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 	hd["X-Ratelimit-Remaining"] = vals[3:4:4]
 	hd["X-Ratelimit-Reset"] = vals[4:5:5]
 	next.ServeHTTP(w, r)
+}
+
+// laneReject answers 429 for a fastReject lane's token bucket, which held
+// deficit at now, too much for the request: tokenBucket's rejection and
+// reject's answer, written out, with the formats of setHeaders and
+// reject. It then reports the rejection to the observer.
+func laneReject(l *Lane, w http.ResponseWriter, deficit float64, now int64) {
+	ns := (l.cost - (l.capacity - deficit)) * l.unit
+	wait := int64(ns) // duration(ns), which rounds up
+	if float64(wait) < ns {
+		wait++
+	}
+	retry := (wait + nsPerSecond - 1) / nsPerSecond
+	if retry < 1 {
+		retry = 1
+	}
+	ns = deficit * l.unit
+	reset := int64(ns)
+	if float64(reset) < ns {
+		reset++
+	}
+	rem := l.capacity - deficit
+	if rem < 0 {
+		rem = 0
+	}
+	t := (reset + nsPerSecond - 1) / nsPerSecond
+	texts := []string{l.policy, "", l.qText, strconv.FormatInt(int64(rem), 10), strconv.FormatInt(now/nsPerSecond+t, 10),
+		"no-store", "", strconv.FormatInt(retry, 10), l.contentType, "nosniff"}
+	texts[1] = l.ietfPrefix + texts[3] + ";t=" + strconv.FormatInt(t, 10)
+	body := l.bodyHead + texts[7] + l.bodyTail
+	texts[6] = strconv.Itoa(len(body))
+	hd := w.Header()
+	hd["Ratelimit-Policy"] = texts[0:1:1]
+	hd["Ratelimit"] = texts[1:2:2]
+	hd["X-Ratelimit-Limit"] = texts[2:3:3]
+	hd["X-Ratelimit-Remaining"] = texts[3:4:4]
+	hd["X-Ratelimit-Reset"] = texts[4:5:5]
+	hd["Cache-Control"] = texts[5:6:6]
+	hd["Content-Length"] = texts[6:7:7]
+	hd["Retry-After"] = texts[7:8:8]
+	hd["Content-Type"] = texts[8:9:9]
+	hd["X-Content-Type-Options"] = texts[9:10:10]
+	w.WriteHeader(http.StatusTooManyRequests)
+	_, _ = io.WriteString(w, body) // a failed write means the client is gone
+	if l.observe != nil {
+		v := Verdict{Outcome: OutcomeRejected, Decision: Decision{Limit: l.limit, Quota: l.quota, Remaining: rem,
+			Reset: time.Duration(reset), RetryAfter: time.Duration(wait)}}
+		l.observe(&v)
+	}
 }
 
 // laneKey is the key of a token bucket lane's request, prefixed, for every
@@ -278,19 +346,20 @@ func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 		}
 	}
 	asks := laneAsks(l, r)
-	if l.mem == nil || len(asks) == 0 {
-		v, ok := (*Gate).Serve(l.gate, w, r, asks)
-		laneFinish(l, next, w, r, &v, ok)
-		return
-	}
-	// Decide's work without its generality: a MemoryStore never fails.
-	out := make([]Decision, len(asks))
-	if len(asks) == 1 {
-		take1(l.mem, &asks[0], &out[0])
-	} else {
+	var v Verdict
+	switch {
+	case l.mem == nil || len(asks) == 0:
+		v = gateDecide(l.gate, r.Context(), asks)
+	case len(asks) == 1:
+		// Decide's work without its generality: a MemoryStore never
+		// fails.
+		take1(l.mem, &asks[0], &v.Decision)
+		classify1(l.gate, &v)
+	default:
+		out := make([]Decision, len(asks))
 		takeMany(l.mem, asks, out)
+		v = classify(l.gate, out)
 	}
-	v := classify(l.gate, out)
 	laneFinish(l, next, w, r, &v, answer(l.gate, w, r, asks, &v, 0))
 }
 

@@ -42,11 +42,21 @@ func TestServeLaneMatchesGate(t *testing.T) {
 	}
 	rng := rand.New(rand.NewSource(11))
 	for li, lc := range limits {
-		for _, hs := range headerSets {
+		for hi, hs := range headerSets {
 			for _, missing := range []MissingKey{MissingSkip, MissingShared} {
 				clock := &fakeClock{now: confEpoch}
 				l := gateLimit(t, "api", TokenBucket, lc.rate, lc.burst)
-				resp := Responder{Headers: hs}
+				// Every body format, and a jitter (which takes the
+				// general rejection path) in some runs; the header set of
+				// laneReject with a body in all but one.
+				body := BodyFormat((li + hi) % 4)
+				if hi == 0 {
+					body = BodyFormat(li % 3)
+				}
+				resp := Responder{Headers: hs, Body: body}
+				if (li+hi)%3 == 2 {
+					resp.Jitter, resp.Rand = 0.5, func() float64 { return 0.25 }
+				}
 				laneStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
 				if err != nil {
 					t.Fatal(err)
@@ -70,18 +80,24 @@ func TestServeLaneMatchesGate(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				lane := NewLane(LaneConfig{Gate: laneGate, Asks: []LaneAsk{{Limit: l, Missing: missing, Cost: lc.cost}}, Specs: []*KeySpec{spec}, Prefix: "mw\x00"})
+				var seen []Verdict
+				lane := NewLane(LaneConfig{Gate: laneGate, Asks: []LaneAsk{{Limit: l, Missing: missing, Cost: lc.cost}}, Specs: []*KeySpec{spec}, Prefix: "mw\x00",
+					Observe: func(v *Verdict) { seen = append(seen, *v) }})
 				// Bit tests: Yaegi v0.16.1 compares hs with the constant
 				// DefaultHeaders wrongly.
 				fast := hs&HeadersIETF != 0 && hs&HeadersX != 0 && hs&HeadersLegacy == 0
 				if !lane.tb || lane.fast != fast {
 					t.Fatalf("lane tb %v fast %v for headers %v", lane.tb, lane.fast, hs)
 				}
+				if reject := fast && resp.Jitter == 0 && resp.Body != BodyNone; lane.fastReject != reject {
+					t.Fatalf("lane fastReject %v for headers %v, body %v, jitter %v", lane.fastReject, hs, resp.Body, resp.Jitter)
+				}
 				label := "limit " + strconv.Itoa(li) + " headers " + strconv.Itoa(int(hs)) + " missing " + missing.String()
 				for step := 0; step < steps; step++ {
 					remote := remotes[rng.Intn(len(remotes))]
 					var recs [2]*httptest.ResponseRecorder
 					var nexts [2]countingHandler
+					seen = seen[:0]
 					for i := range recs {
 						recs[i] = httptest.NewRecorder()
 						r := httptest.NewRequest(http.MethodGet, "/", nil)
@@ -95,8 +111,17 @@ func TestServeLaneMatchesGate(t *testing.T) {
 						if key, ok = missing.Resolve(key, ok); ok {
 							asks = []Ask{{Limit: l, Key: "mw\x00" + key, Cost: lc.cost}}
 						}
-						if _, pass := slowGate.Serve(recs[1], r, asks); pass {
+						v, pass := slowGate.Serve(recs[1], r, asks)
+						if pass {
 							nexts[1].n++
+						}
+						// The lane reports what is not simply allowed.
+						if v.Outcome == OutcomeAllowed && v.Delay == 0 {
+							if len(seen) != 0 {
+								t.Fatalf("%s, step %d: lane observed %+v of an allowed request", label, step, seen)
+							}
+						} else if len(seen) != 1 || !reflect.DeepEqual(seen[0], v) {
+							t.Fatalf("%s, step %d: lane observed %+v, gate's verdict %+v", label, step, seen, v)
 						}
 					}
 					if recs[0].Code != recs[1].Code || !reflect.DeepEqual(recs[0].Header(), recs[1].Header()) ||
