@@ -35,16 +35,29 @@ type report struct {
 }
 
 // note counts one request of outcome o and writes the summary when due.
-func (r *report) note(o core.Outcome) {
+// It runs on every rejection, so the rare work is in flush: under Yaegi
+// entering a function pays for every value of its body.
+func note(r *report, o core.Outcome) {
 	now := r.clock()
 	r.mu.Lock()
 	if o >= 0 && int(o) < core.NumOutcomes {
 		r.counts[o]++
 	}
-	if r.started && now-r.since < int64(reportEvery) {
+	if r.started && now-r.since < reportEveryNs {
 		r.mu.Unlock()
 		return
 	}
+	flush(r, now)
+}
+
+// reportEveryNs is reportEvery in nanoseconds, a constant of this package:
+// under Yaegi a typed constant of another package is a value allocated on
+// every call of a function that uses it.
+const reportEveryNs = int64(reportEvery)
+
+// flush writes the summary of r's counts at now and starts the next one;
+// it is called with r.mu held and releases it.
+func flush(r *report, now int64) {
 	counts := r.counts
 	r.counts = [core.NumOutcomes]int{}
 	first := !r.started
