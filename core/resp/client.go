@@ -154,7 +154,7 @@ func (c *Client) Do(ctx context.Context, args ...string) (interface{}, error) {
 	if len(args) == 0 {
 		return nil, errors.New("resp: Do without a command")
 	}
-	return c.exec(ctx, args, nil, nil)
+	return exec(c, ctx, args, nil, nil)
 }
 
 // digits holds the decimal forms of 0 to 9, for the common small key counts.
@@ -171,13 +171,13 @@ func (c *Client) EvalSha(ctx context.Context, sha string, keys []string, args []
 		n = strconv.Itoa(len(keys))
 	}
 	head := [3]string{"EVALSHA", sha, n}
-	return c.exec(ctx, head[:], keys, args)
+	return exec(c, ctx, head[:], keys, args)
 }
 
 // ScriptLoad loads script into the server's script cache (SCRIPT LOAD)
 // and returns its SHA-1 in hexadecimal.
 func (c *Client) ScriptLoad(ctx context.Context, script string) (string, error) {
-	v, err := c.exec(ctx, []string{"SCRIPT", "LOAD", script}, nil, nil)
+	v, err := exec(c, ctx, []string{"SCRIPT", "LOAD", script}, nil, nil)
 	if err != nil {
 		return "", err
 	}
@@ -212,16 +212,74 @@ func (c *Client) Close() error {
 // restarted, or dropped idle clients) before the command reached it, the
 // command is sent once more on a new connection; a command that may have
 // been executed is never resent.
-func (c *Client) exec(ctx context.Context, a, b, d []string) (interface{}, error) {
-	cn, err := c.get(ctx)
+//
+// Under Yaegi every call pays for every value of the called function's
+// body, executed or not, and a method call costs four times a function's.
+// So exec is a function holding only the common case, an idle connection
+// taken at once and a reply without error; waiting, dialing and failures
+// are in execSlow and execFailed.
+func exec(c *Client, ctx context.Context, a, b, d []string) (interface{}, error) {
+	var cn *conn
+	select {
+	case x := <-c.slots:
+		if x == nil {
+			return execSlow(c, ctx, true, a, b, d)
+		}
+		cn = x
+	default:
+		return execSlow(c, ctx, false, a, b, d)
+	}
+	deadline := time.Now().Add(c.timeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	v, sent, err := roundTrip(cn, deadline, a, b, d)
 	if err != nil {
-		return nil, err
+		return execFailed(c, ctx, cn, sent, err, a, b, d)
+	}
+	c.slots <- cn
+	return v, nil
+}
+
+// execSlow is exec for a call that found no idle connection: it waits for
+// a pool entry unless took says it holds one (nil), and runs the command on
+// it, or on a new connection.
+func execSlow(c *Client, ctx context.Context, took bool, a, b, d []string) (interface{}, error) {
+	var cn *conn
+	if took {
+		if atomic.LoadInt32(&c.closed) != 0 {
+			c.slots <- nil
+			return nil, ErrClosed
+		}
+	} else {
+		var err error
+		if cn, err = c.get(ctx); err != nil {
+			return nil, err
+		}
 	}
 	v, retry, err := c.attempt(ctx, cn, a, b, d)
 	if retry {
 		v, _, err = c.attempt(ctx, nil, a, b, d)
 	}
 	return v, err
+}
+
+// execFailed finishes exec after its command failed with err on the
+// reused connection cn, as attempt does: it keeps cn after an error reply,
+// and sends the command again on a new connection when cn was found
+// closed before the command reached the server.
+func execFailed(c *Client, ctx context.Context, cn *conn, sent bool, err error, a, b, d []string) (interface{}, error) {
+	if _, ok := err.(Error); ok {
+		c.slots <- cn
+		return nil, err
+	}
+	cn.nc.Close()
+	if !sent {
+		v, _, err := c.attempt(ctx, nil, a, b, d)
+		return v, err
+	}
+	c.slots <- nil
+	return nil, ioError(ctx, a[0], err)
 }
 
 // attempt runs the command on cn, or on a new connection when cn is nil,
@@ -235,7 +293,7 @@ func (c *Client) attempt(ctx context.Context, cn *conn, a, b, d []string) (v int
 			return nil, false, err
 		}
 	}
-	v, sent, err := cn.roundTrip(c.deadline(ctx), a, b, d)
+	v, sent, err := roundTrip(cn, c.deadline(ctx), a, b, d)
 	if err == nil {
 		c.slots <- cn
 		return v, false, nil

@@ -55,8 +55,9 @@ func protocolError(what string) error {
 // before the reply's first byte, io.ErrUnexpectedEOF when it ended inside
 // it, or a protocol error.
 //
-// Under Yaegi every statement and call costs: the common case (a short
-// line, a one-digit number) takes few of them.
+// Under Yaegi every call pays for every value of the called function's
+// body, executed or not: readReply holds the scalars, and a short length
+// is read by hand rather than by strconv; arrays are in readArray.
 func readReply(r *bufio.Reader, depth int) (interface{}, error) {
 	line, err := r.ReadSlice('\n')
 	n := len(line) - 2 // the line without its CRLF is line[:n]
@@ -76,11 +77,27 @@ func readReply(r *bufio.Reader, depth int) (interface{}, error) {
 	if t != ':' && t != '$' && t != '*' {
 		return nil, protocolError("unknown reply type")
 	}
-	var k int64
-	if d := line[1] - '0'; n == 2 && d <= 9 {
-		k = int64(d)
-	} else if k, err = strconv.ParseInt(string(line[1:n]), 10, 64); err != nil {
-		return nil, protocolError("bad number")
+	// A number of up to 18 digits, optionally negative, by hand; longer
+	// ones by strconv.
+	k, neg, i := int64(0), line[1] == '-', 1
+	if neg {
+		i = 2
+	}
+	if i == n || n-i > 18 {
+		if k, err = longNumber(line[1:n]); err != nil {
+			return nil, err
+		}
+	} else {
+		for ; i < n; i++ {
+			d := line[i] - '0'
+			if d > 9 {
+				return nil, protocolError("bad number")
+			}
+			k = k*10 + int64(d)
+		}
+		if neg {
+			k = -k
+		}
 	}
 	if t == ':' {
 		return k, nil
@@ -91,12 +108,26 @@ func readReply(r *bufio.Reader, depth int) (interface{}, error) {
 		}
 		return nil, protocolError("negative length")
 	}
-	if t == '$' {
-		if k > maxBulkLen {
-			return nil, protocolError("bulk string too long")
-		}
-		return readBulk(r, int(k))
+	if t == '*' {
+		return readArray(r, k, depth)
 	}
+	if k > maxBulkLen {
+		return nil, protocolError("bulk string too long")
+	}
+	return readBulk(r, int(k))
+}
+
+// longNumber reads the number of a reply line too long for readReply.
+func longNumber(b []byte) (int64, error) {
+	k, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return 0, protocolError("bad number")
+	}
+	return k, nil
+}
+
+// readArray reads the k elements of an array nested in depth arrays.
+func readArray(r *bufio.Reader, k int64, depth int) (interface{}, error) {
 	if k > maxArrayLen {
 		return nil, protocolError("array too long")
 	}
