@@ -138,8 +138,10 @@ type Limit struct {
 	unit     float64 // nanoseconds of the period per cost unit
 	period   int64   // Rate.Period in nanoseconds
 	capacity float64 // effective burst
-	// answer holds the constant strings of its HTTP answers (answer.go).
+	// answer holds the constant strings of its HTTP answers (answer.go),
+	// redis those of its script calls (redis.go).
 	answer limitAnswer
+	redis  limitRedis
 }
 
 // Validate checks l, naming the offending field in its error, and fills in
@@ -222,6 +224,7 @@ func (l *Limit) validate() error {
 	l.ns = l.Name + ":" + string(l.Algorithm)
 	l.nsHash = fnv1a(l.ns)
 	l.answer = newLimitAnswer(l, l.Rate.Quota)
+	l.redis = newLimitRedis(l)
 	return nil
 }
 

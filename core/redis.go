@@ -130,15 +130,22 @@ func (s *RedisStore) Take(ctx context.Context, asks []Ask, out []Decision) error
 		return nil
 	}
 	if !s.cluster || len(asks) == 1 {
-		return s.take(ctx, asks, out, true)
+		return takeAsks(s, ctx, asks, out, true)
 	}
+	return takeSlots(s, ctx, asks, out)
+}
+
+// takeSlots is Take for several asks in a Cluster. It is apart from Take,
+// which holds the common case: under Yaegi every call pays for every value
+// of the called function's body.
+func takeSlots(s *RedisStore, ctx context.Context, asks []Ask, out []Decision) error {
 	groups := s.slotGroups(asks)
 	if len(groups) == 1 {
-		return s.take(ctx, asks, out, true)
+		return takeAsks(s, ctx, asks, out, true)
 	}
 	for i, g := range groups {
 		sub, dec := pickAsks(asks, g), make([]Decision, len(g))
-		if err := s.take(ctx, sub, dec, true); err != nil {
+		if err := takeAsks(s, ctx, sub, dec, true); err != nil {
 			if rerr := s.refundGroups(ctx, asks, groups[:i]); rerr != nil {
 				return fmt.Errorf("%w (and refunding the asks already charged failed: %v)", err, rerr)
 			}
@@ -157,7 +164,7 @@ func (s *RedisStore) Take(ctx context.Context, asks []Ask, out []Decision) error
 		}
 		for _, g := range groups[i+1:] {
 			sub, dec := pickAsks(asks, g), make([]Decision, len(g))
-			if err := s.take(ctx, sub, dec, false); err != nil {
+			if err := takeAsks(s, ctx, sub, dec, false); err != nil {
 				return err
 			}
 			for j, k := range g {
@@ -176,26 +183,28 @@ func (s *RedisStore) Refund(ctx context.Context, asks []Ask) error {
 		return nil
 	}
 	if !s.cluster || len(asks) == 1 {
-		return s.refund(ctx, asks)
+		return refundAsks(s, ctx, asks)
 	}
 	return s.refundGroups(ctx, asks, s.slotGroups(asks))
 }
 
-// take runs the take script once for asks, charging them all if they all
-// allow and charge is set, and decodes the decisions into out.
-func (s *RedisStore) take(ctx context.Context, asks []Ask, out []Decision, charge bool) error {
-	keys, args := s.scriptArgs(asks, charge)
-	reply, err := s.eval(ctx, redisTake, keys, args)
+// takeAsks runs the take script once for asks, charging them all if they
+// all allow and charge is set, and decodes the decisions into out. Like
+// the functions it calls, it is a function and not a method: under Yaegi
+// a method call costs four times as much.
+func takeAsks(s *RedisStore, ctx context.Context, asks []Ask, out []Decision, charge bool) error {
+	keys, args := scriptArgs(s, asks, charge)
+	reply, err := evalScript(s, ctx, redisTake, keys, args)
 	if err != nil {
 		return err
 	}
 	return decodeDecisions(reply, asks, out)
 }
 
-// refund runs the refund script once for asks.
-func (s *RedisStore) refund(ctx context.Context, asks []Ask) error {
-	keys, args := s.scriptArgs(asks, false)
-	_, err := s.eval(ctx, redisRefund, keys, args)
+// refundAsks runs the refund script once for asks.
+func refundAsks(s *RedisStore, ctx context.Context, asks []Ask) error {
+	keys, args := scriptArgs(s, asks, false)
+	_, err := evalScript(s, ctx, redisRefund, keys, args)
 	return err
 }
 
@@ -204,23 +213,33 @@ func (s *RedisStore) refund(ctx context.Context, asks []Ask) error {
 func (s *RedisStore) refundGroups(ctx context.Context, asks []Ask, groups [][]int) error {
 	var first error
 	for _, g := range groups {
-		if err := s.refund(ctx, pickAsks(asks, g)); err != nil && first == nil {
+		if err := refundAsks(s, ctx, pickAsks(asks, g)); err != nil && first == nil {
 			first = err
 		}
 	}
 	return first
 }
 
-// eval runs script by SHA-1, loading it and retrying once if the server
-// does not know it.
-func (s *RedisStore) eval(ctx context.Context, script *redisScript, keys, args []string) (interface{}, error) {
+// evalScript runs script by SHA-1, loading it and retrying once if the
+// server does not know it.
+func evalScript(s *RedisStore, ctx context.Context, script *redisScript, keys, args []string) (interface{}, error) {
 	reply, err := s.client.EvalSha(ctx, script.sha, keys, args)
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		if _, lerr := s.client.ScriptLoad(ctx, script.src); lerr != nil {
-			return nil, fmt.Errorf("redis: loading script: %w", lerr)
-		}
-		reply, err = s.client.EvalSha(ctx, script.sha, keys, args)
+	if err != nil {
+		return evalFailed(s, ctx, script, keys, args, err)
 	}
+	return reply, nil
+}
+
+// evalFailed finishes evalScript after EvalSha failed with err: it loads
+// the script and runs it again if the server did not know it.
+func evalFailed(s *RedisStore, ctx context.Context, script *redisScript, keys, args []string, err error) (interface{}, error) {
+	if !strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	if _, lerr := s.client.ScriptLoad(ctx, script.src); lerr != nil {
+		return nil, fmt.Errorf("redis: loading script: %w", lerr)
+	}
+	reply, err := s.client.EvalSha(ctx, script.sha, keys, args)
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
@@ -231,39 +250,64 @@ func (s *RedisStore) eval(ctx context.Context, script *redisScript, keys, args [
 // as "<Unix seconds> <nanoseconds>" (empty for Redis's clock), ARGV[2] "1"
 // to charge, then six values per ask (algorithm, quota, period in ns,
 // capacity, max delay in ns, cost), and one key per ask, two for a sliding
-// window log.
-func (s *RedisStore) scriptArgs(asks []Ask, charge bool) (keys, args []string) {
+// window log. All but the cost come from the limit's limitRedis.
+func scriptArgs(s *RedisStore, asks []Ask, charge bool) (keys, args []string) {
 	keys = make([]string, 0, len(asks)+1)
-	args = make([]string, 0, 2+6*len(asks))
-	now := ""
+	args = make([]string, 2, 2+6*len(asks))
 	if s.clock != nil {
-		ns := s.clock()
-		sec := floorDiv(ns, 1e9)
-		now = strconv.FormatInt(sec, 10) + " " + strconv.FormatInt(ns-sec*1e9, 10)
+		args[0] = clockArg(s.clock())
 	}
-	flag := "0"
+	args[1] = "0"
 	if charge {
-		flag = "1"
+		args[1] = "1"
 	}
-	args = append(args, now, flag)
 	for i := range asks {
 		a := &asks[i]
-		l := a.Limit
-		key := s.key(l, a.Key)
+		lr := &a.Limit.redis
+		key := redisKey(s, a.Limit, a.Key)
 		keys = append(keys, key)
-		if l.Algorithm == SlidingWindowLog {
+		if lr.log {
 			keys = append(keys, key+":log")
 		}
-		args = append(args, redisAlgorithmCode(l.Algorithm), formatFloat(l.Rate.Quota),
-			strconv.FormatInt(l.period, 10), formatFloat(l.capacity),
-			strconv.FormatInt(int64(l.MaxDelay), 10), formatFloat(a.Cost))
+		cost := "1"
+		if a.Cost != 1 {
+			cost = formatFloat(a.Cost)
+		}
+		args = append(args, lr.args[0], lr.args[1], lr.args[2], lr.args[3], lr.args[4], cost)
 	}
 	return keys, args
 }
 
+// clockArg is the instant ns as scriptArgs passes it.
+func clockArg(ns int64) string {
+	sec := floorDiv(ns, 1e9)
+	return strconv.FormatInt(sec, 10) + " " + strconv.FormatInt(ns-sec*1e9, 10)
+}
+
+// limitRedis holds the constant parts of a limit's script calls, computed
+// once by Validate: the start of its keys' hash tag and its five ARGV
+// values besides the cost.
+type limitRedis struct {
+	tag  string // "{" + Namespace() + ":"
+	log  bool   // a sliding window log, which has a second key
+	args [5]string
+}
+
+func newLimitRedis(l *Limit) limitRedis {
+	return limitRedis{
+		tag: "{" + l.ns + ":",
+		log: l.Algorithm == SlidingWindowLog,
+		args: [5]string{redisAlgorithmCode(l.Algorithm), formatFloat(l.Rate.Quota),
+			strconv.FormatInt(l.period, 10), formatFloat(l.capacity), strconv.FormatInt(int64(l.MaxDelay), 10)},
+	}
+}
+
 // key is the hash holding the state of (l, key).
-func (s *RedisStore) key(l *Limit, key string) string {
-	return s.prefix + "{" + l.Namespace() + ":" + tagSafe(BoundKey(key)) + "}"
+func (s *RedisStore) key(l *Limit, key string) string { return redisKey(s, l, key) }
+
+// redisKey is RedisStore.key.
+func redisKey(s *RedisStore, l *Limit, key string) string {
+	return s.prefix + l.redis.tag + tagSafe(BoundKey(key)) + "}"
 }
 
 // tagSafe escapes the braces of a client's key, and the escape byte, as
@@ -295,25 +339,48 @@ func redisAlgorithmCode(a Algorithm) string {
 	return "tb"
 }
 
-// decodeDecisions decodes the take script's reply, an array per ask, into
-// out[:len(asks)].
+// decodeDecisions decodes the take script's reply into out[:len(asks)]:
+// a string of one decision per ask, separated by commas, each of
+// redisReplyFields numbers separated by spaces (see luaTakeMain). Whole
+// numbers of up to 18 digits are read by hand: under Yaegi a call into
+// strconv costs as much as a loop over the whole reply.
 func decodeDecisions(reply interface{}, asks []Ask, out []Decision) error {
-	vals, ok := reply.([]interface{})
-	if !ok || len(vals) != len(asks) {
-		return fmt.Errorf("redis: unexpected reply to the take script: %s, want an array of %d", describeReply(reply), len(asks))
+	text, ok := reply.(string)
+	if !ok {
+		return fmt.Errorf("redis: unexpected reply to the take script: %s, want a string", describeReply(reply))
 	}
+	var f [redisReplyFields]float64
+	p := 0
 	for i := range asks {
-		v, ok := vals[i].([]interface{})
-		if !ok || len(v) != redisReplyFields {
-			return fmt.Errorf("redis: unexpected reply to the take script, ask %d: %s, want an array of %d", i, describeReply(vals[i]), redisReplyFields)
-		}
-		var f [redisReplyFields]float64
-		for j := range v {
-			x, err := replyNumber(v[j])
-			if err != nil {
-				return fmt.Errorf("redis: reply to the take script, ask %d, field %d: %w", i, j, err)
+		for j := 0; j < redisReplyFields; j++ {
+			// The field is text[p:q], ended by a space, or by a comma
+			// or the end after the last field of an ask.
+			end := byte(' ')
+			if j == redisReplyFields-1 {
+				end = ','
 			}
-			f[j] = x
+			if p > len(text) {
+				return fmt.Errorf("redis: unexpected reply to the take script: %s, want %d decisions of %d numbers", describeReply(reply), len(asks), redisReplyFields)
+			}
+			q, n, whole := p, int64(0), true
+			if q < len(text) && text[q] == '-' {
+				q++
+			}
+			for ; q < len(text) && text[q] != end; q++ {
+				d := text[q] - '0'
+				if d > 9 || q-p >= 18 {
+					whole = false
+				}
+				n = n*10 + int64(d)
+			}
+			if whole && q > p && text[p] != '-' {
+				f[j] = float64(n)
+			} else if x, err := replyNumber(text[p:q]); err == nil {
+				f[j] = x
+			} else {
+				return fmt.Errorf("redis: unexpected reply to the take script: %s: ask %d, field %d: %w", describeReply(reply), i, j, err)
+			}
+			p = q + 1
 		}
 		l := asks[i].Limit
 		d := Decision{
@@ -335,6 +402,9 @@ func decodeDecisions(reply interface{}, asks []Ask, out []Decision) error {
 			}
 		}
 		out[i] = d
+	}
+	if p != len(text)+1 {
+		return fmt.Errorf("redis: unexpected reply to the take script: %s, want %d decisions of %d numbers", describeReply(reply), len(asks), redisReplyFields)
 	}
 	return nil
 }

@@ -46,7 +46,7 @@ const (
 // expire before the caller's clock reaches their expiry. MAX_LOG is
 // MaxLogQuota.
 const luaPrelude = `
-local floor, mceil, format, find, sub, call = math.floor, math.ceil, string.format, string.find, string.sub, redis.call
+local floor, mceil, format, find, sub, concat, call = math.floor, math.ceil, string.format, string.find, string.sub, table.concat, redis.call
 local base, now, tick, minttl
 if ARGV[1] == '' then
   local t = call('TIME')
@@ -61,18 +61,11 @@ local MAX_LOG = 10000
 local NARGS = 6
 
 -- fmt formats a number so that Go's ParseFloat reads it back exactly,
--- cheaply when it is a whole number; reply returns one for a reply: whole
--- numbers as integers, others as strings (Redis would truncate them);
--- ceil rounds a duration up to a whole ns, as Go's duration does.
+-- cheaply when it is a whole number.
 local function fmt(x)
   if x == floor(x) and x > -1e15 and x < 1e15 then return format('%d', x) end
   return format('%.17g', x)
 end
-local function reply(x)
-  if x == floor(x) and x > -1e15 and x < 1e15 then return x end
-  return format('%.17g', x)
-end
-local function ceil(x) return reply(mceil(x)) end
 local function nonneg(x) if x < 0 then return 0 end return x end
 
 -- instant reads "<s> <ns>" as ns since base; stamp writes ns since base,
@@ -344,9 +337,10 @@ end
 // allow and ARGV[2] is "1", writes every next state (with ARGV[2] "0" it
 // only decides). It computes and checks every decision and every time to
 // live before its first write, and fails without writing if one is NaN or
-// infinite. It returns an array per ask: allowed (1 or 0), then remaining,
-// and reset, retry and delay in whole ns, each an integer or, when
-// fractional or beyond ±10^15, a decimal string.
+// infinite. It returns one string: per ask, separated by commas, allowed
+// (1 or 0), then remaining, and reset, retry and delay in whole ns,
+// separated by spaces, each as fmt writes it (one bulk string is much
+// cheaper to read under Yaegi than nested arrays).
 const luaTakeMain = `
 local algs = {tb = token_bucket, lb = leaky_bucket, fw = fixed_window, swc = sliding_counter, swl = sliding_log}
 local list, rs, out, all = asks(), {}, {}, true
@@ -359,8 +353,9 @@ for i, p in ipairs(list) do
   all = all and r.ok
   local retry = r.retry
   if retry > 0 then retry = mceil(retry / tick) * tick end
-  out[i] = {r.ok and 1 or 0, reply(r.rem), ceil(r.reset), ceil(retry), ceil(r.delay)}
+  out[i] = (r.ok and '1 ' or '0 ') .. fmt(r.rem) .. ' ' .. fmt(mceil(r.reset)) .. ' ' .. fmt(mceil(retry)) .. ' ' .. fmt(mceil(r.delay))
 end
+out = concat(out, ',')
 if not all or ARGV[2] ~= '1' then return out end
 local ttls = {}
 for i, p in ipairs(list) do

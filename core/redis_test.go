@@ -457,23 +457,26 @@ func TestRedisStoreReplies(t *testing.T) {
 		wantErr string
 		want    Decision
 	}{
-		{"allowed", reply1(int64(1), "7.5", "250000000", "0", "0"), nil, "",
+		{"allowed", "1 7.5 250000000 0 0", nil, "",
 			Decision{Limit: l, Allowed: true, Quota: 10, Remaining: 7.5, Reset: 250 * time.Millisecond}},
-		{"rejected", reply1(int64(0), "0", "1e9", "100000000.2", "0"), nil, "",
+		{"rejected", "0 0 1e9 100000000.2 0", nil, "",
 			Decision{Limit: l, Quota: 10, Reset: time.Second, RetryAfter: 100000001}},
-		{"never", reply1(int64(0), "10", "0", "-1", "0"), nil, "",
+		{"never", "0 10 0 -1 0", nil, "",
 			Decision{Limit: l, Quota: 10, Remaining: 10, RetryAfter: Never}},
-		{"zero retry", reply1(int64(0), "0", "0", "0", "0"), nil, "",
+		{"zero retry", "0 0 0 0 0", nil, "",
 			Decision{Limit: l, Quota: 10, RetryAfter: 1}},
+		{"beyond 18 digits", "1 1234567890123456789 0 0 0", nil, "",
+			Decision{Limit: l, Allowed: true, Quota: 10, Remaining: 1234567890123456789}},
 		{"nil", nil, nil, "unexpected reply", Decision{}},
-		{"string", "OK", nil, "unexpected reply", Decision{}},
-		{"two asks' worth", []interface{}{reply1(), reply1()}, nil, "unexpected reply", Decision{}},
-		{"flat", []interface{}{int64(1), "7.5", "0", "0", "0"}, nil, "unexpected reply", Decision{}},
-		{"short", reply1(int64(1), "1"), nil, "unexpected reply", Decision{}},
-		{"not a number", reply1(int64(1), "x", "0", "0", "0"), nil, "not a number", Decision{}},
-		{"nan", reply1(int64(1), "nan", "0", "0", "0"), nil, "not a number", Decision{}},
-		{"nested", []interface{}{[]interface{}{int64(1), []interface{}{}, "0", "0", "0"}}, nil, "not a number", Decision{}},
-		{"nil field", reply1(nil, "0", "0", "0", "0"), nil, "not a number", Decision{}},
+		{"array", []interface{}{"1 0 0 0 0"}, nil, "unexpected reply", Decision{}},
+		{"status", "OK", nil, "not a number", Decision{}},
+		{"two asks' worth", "1 0 0 0 0,1 0 0 0 0", nil, "want 1 decisions of 5", Decision{}},
+		{"short", "1 1", nil, "unexpected reply", Decision{}},
+		{"long", "1 0 0 0 0 0", nil, "not a number", Decision{}},
+		{"empty field", "1  0 0 0", nil, "not a number", Decision{}},
+		{"not a number", "1 x 0 0 0", nil, "not a number", Decision{}},
+		{"nan", "1 nan 0 0 0", nil, "not a number", Decision{}},
+		{"minus", "1 - 0 0 0", nil, "not a number", Decision{}},
 		{"error", nil, errors.New("ERR something"), "ERR something", Decision{}},
 		{"noscript, load fails", nil, errors.New("NOSCRIPT No matching script"), "loading script", Decision{}},
 	}
@@ -755,12 +758,12 @@ func TestRedisScriptsWriteNothingOnError(t *testing.T) {
 	key := redisNonce + "/atomic"
 	asks := []Ask{{Limit: good, Key: key, Cost: 1}, {Limit: broken, Key: key, Cost: 1}}
 	tamper := func(charge bool) (keys, args []string) {
-		keys, args = s.scriptArgs(asks, charge)
+		keys, args = scriptArgs(s, asks, charge)
 		args[2+6+1] = "0" // the broken ask's quota
 		return keys, args
 	}
 	keys, args := tamper(true)
-	if _, err := s.eval(ctx, redisTake, keys, args); err == nil || !strings.Contains(err.Error(), "expiry of ask 2") {
+	if _, err := evalScript(s, ctx, redisTake, keys, args); err == nil || !strings.Contains(err.Error(), "expiry of ask 2") {
 		t.Fatalf("take: error %v, want one about the expiry of ask 2", err)
 	}
 	if v, err := client.Do(ctx, "EXISTS", keys[0], keys[1]); err != nil || v != int64(0) {
@@ -770,7 +773,7 @@ func TestRedisScriptsWriteNothingOnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys, args = tamper(false)
-	if _, err := s.eval(ctx, redisRefund, keys, args); err == nil || !strings.Contains(err.Error(), "expiry of refund 2") {
+	if _, err := evalScript(s, ctx, redisRefund, keys, args); err == nil || !strings.Contains(err.Error(), "expiry of refund 2") {
 		t.Fatalf("refund: error %v, want one about the expiry of refund 2", err)
 	}
 	for _, k := range keys {
