@@ -28,6 +28,10 @@ const (
 	BreakerHalfOpen
 )
 
+// breakerClosed is BreakerClosed as the int32 of Breaker.state, for the
+// callers that skip the breaker's methods while it is simply closed.
+const breakerClosed = int32(BreakerClosed)
+
 // String returns "closed", "open" or "half-open".
 func (s BreakerState) String() string {
 	switch s {
@@ -64,7 +68,7 @@ type Breaker struct {
 	// through; zero means DefaultBreakerBackoff.
 	Backoff time.Duration
 
-	state int32 // a BreakerState; written under mu, read atomically
+	state int32 // a BreakerState; written under mu, read atomically (see breakerClosed)
 	fails int32 // consecutive failures while closed; written under mu
 	mu    sync.Mutex
 	since int64 // instant the breaker opened, or let the probe through

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -151,6 +152,8 @@ type Gate struct {
 	// watches it: Serve then decides a single ask without Decide's
 	// generality (a MemoryStore never fails and ignores contexts).
 	mem *MemoryStore
+	// redis is the primary store when it is a RedisStore.
+	redis *RedisStore
 	// memClock reports that the gate and mem both read the system clock:
 	// Serve then takes the Unix time of the headers from the decision.
 	memClock bool
@@ -186,6 +189,7 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 	if cfg.Clock == nil {
 		g.systemClock = newSystemClock()
 	}
+	g.redis, _ = cfg.Store.(*RedisStore)
 	if ms, ok := cfg.Store.(*MemoryStore); ok && cfg.Breaker == nil {
 		g.mem = ms
 		g.memClock = cfg.Clock == nil && ms.clock == nil
@@ -233,6 +237,13 @@ func (g *Gate) Store() Store { return g.cfg.Store }
 // Decide decides asks all-or-nothing and classifies the result. It neither
 // writes nor waits.
 func (g *Gate) Decide(ctx context.Context, asks []Ask) Verdict {
+	return gateDecide(g, ctx, asks)
+}
+
+// gateDecide is Decide as a function: under Yaegi a method call costs four
+// times as much, and every call pays for every value of the callee's body,
+// so the rare paths are in gateFailed.
+func gateDecide(g *Gate, ctx context.Context, asks []Ask) Verdict {
 	if len(asks) == 0 {
 		return Verdict{Outcome: OutcomeAllowed}
 	}
@@ -242,10 +253,15 @@ func (g *Gate) Decide(ctx context.Context, asks []Ask) Verdict {
 		out = make([]Decision, len(asks))
 	}
 	out = out[:len(asks)]
-	err := gateTake(g, ctx, asks, out)
-	if err == nil {
-		return classify(g, out)
+	if err := gateTake(g, ctx, asks, out); err != nil {
+		return gateFailed(g, ctx, asks, out, err)
 	}
+	return classify(g, out)
+}
+
+// gateFailed is the verdict on asks after the primary store failed with
+// err: the fallback's, or the StoreErrorPolicy's.
+func gateFailed(g *Gate, ctx context.Context, asks []Ask, out []Decision, err error) Verdict {
 	if g.fallback != nil {
 		if ferr := g.cfg.Fallback.Take(ctx, g.localAsks(asks), out); ferr == nil {
 			v := classify(g, out)
@@ -264,31 +280,42 @@ func (g *Gate) Decide(ctx context.Context, asks []Ask) Verdict {
 var ErrBreakerOpen = errors.New("sluice: store circuit breaker is open")
 
 // gateTake asks the primary store, through the breaker and the timeout.
+// The breaker's methods are called only when it is not simply closed.
 func gateTake(g *Gate, ctx context.Context, asks []Ask, out []Decision) error {
 	b := g.cfg.Breaker
-	if b != nil && !b.Allow(gateNow(g)) {
+	if b != nil && atomic.LoadInt32(&b.state) != breakerClosed && !b.Allow(gateNow(g)) {
 		return ErrBreakerOpen
 	}
-	parent := ctx
+	tctx, cancel := ctx, context.CancelFunc(nil)
 	if g.cfg.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
-		defer cancel()
+		tctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
 	}
-	err := g.cfg.Store.Take(ctx, asks, out)
-	if b != nil {
-		switch {
-		case err == nil:
-			b.Success()
-		case parent.Err() != nil:
-			// The client left (or its deadline passed): that says
-			// nothing about the store. An unreported probe is
-			// replaced after the back-off.
-		default:
-			b.Failure(gateNow(g))
-		}
+	var err error
+	if g.redis != nil { // a method expression: under Yaegi far cheaper than an interface call
+		err = (*RedisStore).Take(g.redis, tctx, asks, out)
+	} else {
+		err = g.cfg.Store.Take(tctx, asks, out)
+	}
+	if cancel != nil {
+		cancel()
+	}
+	if b != nil && (err != nil || atomic.LoadInt32(&b.state) != breakerClosed || atomic.LoadInt32(&b.fails) != 0) {
+		gateReport(g, b, ctx, err)
 	}
 	return err
+}
+
+// gateReport tells b how a call it admitted went: a failure, unless the
+// client left (or its deadline passed), which says nothing about the
+// store; an unreported probe is replaced after the back-off.
+func gateReport(g *Gate, b *Breaker, ctx context.Context, err error) {
+	switch {
+	case err == nil:
+		b.Success()
+	case ctx.Err() != nil:
+	default:
+		b.Failure(gateNow(g))
+	}
 }
 
 // classify picks the reported decision and the outcome.
@@ -361,7 +388,7 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, asks []Ask) (Verdic
 
 // serveAny is Serve for any store and number of asks.
 func serveAny(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask) (Verdict, bool) {
-	v := g.Decide(r.Context(), asks)
+	v := gateDecide(g, r.Context(), asks)
 	return v, answer(g, w, r, asks, &v, 0)
 }
 

@@ -3,6 +3,7 @@ package traefikplugin
 import (
 	"io"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/core"
 )
@@ -83,10 +84,10 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 // expressions: under Yaegi a method call costs four times a function's.
 func observe(e *entry, v *core.Verdict) {
 	if v.Outcome != core.OutcomeAllowed {
-		(*report).note(e.report, v.Outcome)
+		note(e.report, v.Outcome)
 	}
-	if e.redis != nil {
-		(*redisClient).observe(e.redis, v.Err)
+	if c := e.redis; c != nil && (v.Err != nil || atomic.LoadInt32(&c.down) != 0) {
+		(*redisClient).observe(c, v.Err)
 	}
 }
 

@@ -304,7 +304,34 @@ func (c *redisClient) dial(ctx context.Context) (redisConn, error) {
 // EvalSha implements core.Scripter. A call whose connections close closed,
 // while it dialed them or before it sent the command, runs once more on
 // new ones: ErrClosed means the command was not sent.
+//
+// It holds the common case, a connected client that runs the command: a
+// standalone server's client is called through a method expression, and
+// connecting and retrying are in evalShaSlow, since under Yaegi a method
+// call costs four times a function's and every call pays for every value
+// of the callee's body.
 func (c *redisClient) EvalSha(ctx context.Context, sha string, keys []string, args []string) (interface{}, error) {
+	c.mu.Lock()
+	cl := c.client
+	c.mu.Unlock()
+	if cl == nil {
+		return evalShaSlow(c, ctx, sha, keys, args)
+	}
+	var v interface{}
+	var err error
+	if one, ok := cl.(*resp.Client); ok {
+		v, err = (*resp.Client).EvalSha(one, ctx, sha, keys, args)
+	} else {
+		v, err = cl.EvalSha(ctx, sha, keys, args)
+	}
+	if err == resp.ErrClosed {
+		return evalShaSlow(c, ctx, sha, keys, args)
+	}
+	return v, err
+}
+
+// evalShaSlow is EvalSha connecting first, and once more after ErrClosed.
+func evalShaSlow(c *redisClient, ctx context.Context, sha string, keys []string, args []string) (interface{}, error) {
 	cl, err := c.connect(ctx)
 	if err == resp.ErrClosed {
 		cl, err = c.connect(ctx)

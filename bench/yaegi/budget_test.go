@@ -1,6 +1,10 @@
 package yaegibench
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
 
 // TestYaegiAllocBudget fails when a request of any case allocates more
 // than its ceiling under the interpreter. Yaegi allocates for every value
@@ -24,5 +28,13 @@ func TestYaegiAllocBudget(t *testing.T) {
 		} else {
 			t.Logf("%s: %.0f allocations per request (ceiling %.0f; target %.0f %s)", c.name, m.allocs, c.ceiling, c.target, met)
 		}
+	}
+	srv := redistest.Start(t, redistest.Options{})
+	c := pluginCase{name: "redis", config: with(open, "redis", map[string]any{"endpoints": []any{srv.Addr}}), remote: ipv4}
+	h, nx, req := build(t, c, len(memoryCases))
+	if m := measure(h, nx, req, 20, 3, 100); m.allocs > redisCeiling {
+		t.Errorf("token_bucket allowed on Redis: %.0f allocations per request, more than its ceiling %d", m.allocs, redisCeiling)
+	} else {
+		t.Logf("token_bucket allowed on Redis: %.0f allocations per request (ceiling %d)", m.allocs, redisCeiling)
 	}
 }

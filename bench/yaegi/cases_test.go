@@ -51,6 +51,11 @@ type pluginCase struct {
 	target, ceiling float64
 }
 
+// redisCeiling is the most allocations an allowed token_bucket request on
+// the Redis store may make without failing TestYaegiAllocBudget (today's
+// count and 5 % more); issue 8 sets no count for it, only a time.
+const redisCeiling = 1573
+
 // Allocation targets per request, from issue 8: an allowed request on the
 // common configuration, a rejected one, and every other case.
 const (
@@ -66,25 +71,25 @@ var memoryCases = []pluginCase{
 	{name: "trivial plugin (one header)", trivial: true, remote: ipv4},
 	{name: "token_bucket allowed, IPv4", config: open, remote: ipv4, target: targetAllowed, ceiling: 242},
 	{name: "token_bucket allowed, IPv6", config: open, remote: ipv6, target: targetAllowed, ceiling: 304},
-	{name: "token_bucket rejected, IPv4", config: closed, remote: ipv4, rejected: true, target: targetRejected, ceiling: 888},
-	{name: "token_bucket rejected, IPv6", config: closed, remote: ipv6, rejected: true, target: targetRejected, ceiling: 951},
+	{name: "token_bucket rejected, IPv4", config: closed, remote: ipv4, rejected: true, target: targetRejected, ceiling: 470},
+	{name: "token_bucket rejected, IPv6", config: closed, remote: ipv6, rejected: true, target: targetRejected, ceiling: 533},
 	{name: "token_bucket allowed, headers off", config: with(open, "headers", "off"), remote: ipv4, target: targetAllowed, ceiling: 249},
 	{name: "leaky_bucket allowed", config: with(open, "algorithm", "leaky_bucket"), remote: ipv4, target: targetOther, ceiling: 502},
-	{name: "leaky_bucket rejected", config: with(closed, "algorithm", "leaky_bucket"), remote: ipv4, rejected: true, target: targetOther, ceiling: 920},
+	{name: "leaky_bucket rejected", config: with(closed, "algorithm", "leaky_bucket"), remote: ipv4, rejected: true, target: targetOther, ceiling: 897},
 	{name: "fixed_window allowed", config: map[string]any{"algorithm": "fixed_window", "average": 1000000000}, remote: ipv4, target: targetOther, ceiling: 452},
-	{name: "fixed_window rejected", config: map[string]any{"algorithm": "fixed_window", "average": 1, "period": "1h"}, remote: ipv4, rejected: true, target: targetOther, ceiling: 864},
+	{name: "fixed_window rejected", config: map[string]any{"algorithm": "fixed_window", "average": 1, "period": "1h"}, remote: ipv4, rejected: true, target: targetOther, ceiling: 841},
 	{name: "sliding_window_counter allowed", config: map[string]any{"algorithm": "sliding_window_counter", "average": 1000000000}, remote: ipv4, target: targetOther, ceiling: 519},
-	{name: "sliding_window_counter rejected", config: map[string]any{"algorithm": "sliding_window_counter", "average": 1, "period": "1h"}, remote: ipv4, rejected: true, target: targetOther, ceiling: 947},
+	{name: "sliding_window_counter rejected", config: map[string]any{"algorithm": "sliding_window_counter", "average": 1, "period": "1h"}, remote: ipv4, rejected: true, target: targetOther, ceiling: 924},
 	// The log holds the last 20 ms of requests: fewer than its 10,000
 	// entries at any speed the interpreter reaches.
 	{name: "sliding_window_log allowed", config: map[string]any{"algorithm": "sliding_window_log", "average": 10000, "period": "20ms"}, remote: ipv4, target: targetOther, ceiling: 530},
-	{name: "sliding_window_log rejected", config: map[string]any{"algorithm": "sliding_window_log", "average": 1, "period": "1h"}, remote: ipv4, rejected: true, target: targetOther, ceiling: 945},
+	{name: "sliding_window_log rejected", config: map[string]any{"algorithm": "sliding_window_log", "average": 1, "period": "1h"}, remote: ipv4, rejected: true, target: targetOther, ceiling: 922},
 	{name: "two limits allowed (per IP + global)", config: with(open, "limits", []any{
 		map[string]any{"name": "global", "average": 1000000000, "burst": 1000000000, "key": "const:all"},
 	}), remote: ipv4, target: targetOther, ceiling: 1305},
 	{name: "two limits, the second rejects", config: with(open, "limits", []any{
 		map[string]any{"name": "global", "average": 1, "period": "1h", "burst": 1, "key": "const:all"},
-	}), remote: ipv4, rejected: true, target: targetOther, ceiling: 1563},
+	}), remote: ipv4, rejected: true, target: targetOther, ceiling: 1540},
 }
 
 // plugins holds the two interpreters, loaded once per test binary: an
