@@ -55,8 +55,9 @@ type Lane struct {
 	ietfPrefix string // start of RateLimit
 	qText      string // X-RateLimit-Limit
 	// fastReject: fast, and laneReject writes the 429 answers, which it
-	// does for a cost the bucket can hold, without jitter or Defer, with a
-	// body; the body is bodyHead, the seconds of Retry-After, bodyTail.
+	// does without jitter or Defer, with a body, for a cost that the
+	// limit can admit (known at NewLane for a token bucket); the body is
+	// bodyHead, the seconds of Retry-After, bodyTail.
 	fastReject         bool
 	bodyHead, bodyTail string
 	contentType        string
@@ -133,7 +134,7 @@ func NewLane(cfg LaneConfig) *Lane {
 		lim.capacity < maxSFInteger && lim.answer.ready
 	l.policy, l.ietfPrefix, l.qText = lim.answer.policy, lim.answer.ietfPrefix, lim.answer.qText
 	rs := g.resp
-	if l.fast && rs.Jitter == 0 && !rs.Defer && rs.Body < BodyNone && a.Cost <= lim.capacity+eps {
+	if l.fast && rs.Jitter == 0 && !rs.Defer && rs.Body < BodyNone && (!l.tb || a.Cost <= lim.capacity+eps) {
 		t := &bodyTexts[rs.Body]
 		l.fastReject = true
 		l.bodyHead, l.bodyTail, l.contentType = t.retry, t.retryEnd+lim.answer.tails[rs.Body], t.contentType
@@ -182,7 +183,7 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 	if l.capacity-deficit+eps < l.cost {
 		sh.mu.Unlock()
 		if l.fastReject {
-			laneReject(l, w, deficit, now)
+			laneRejectTB(l, w, deficit, now)
 		} else {
 			laneAnswer(l, next, w, r, key, &sl, now)
 		}
@@ -206,8 +207,7 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 		laneHeaders(l, next, w, r, deficit, reset, now)
 		return
 	}
-	// setHeaders for ietf and x, with Remaining and Reset formatted as it
-	// formats them.
+	// laneAllowed, written out: the call would cost this path a twentieth.
 	rem := int64(l.capacity - deficit)
 	remText := ""
 	if rem < smallInts {
@@ -232,28 +232,61 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 	next.ServeHTTP(w, r)
 }
 
-// laneReject answers 429 for a fastReject lane's token bucket, which held
-// deficit at now, too much for the request: tokenBucket's rejection and
-// reject's answer, written out, with the formats of setHeaders and
-// reject. It then reports the rejection to the observer.
-func laneReject(l *Lane, w http.ResponseWriter, deficit float64, now int64) {
+// laneAllowed writes the headers of a fast lane's admitted request, whose
+// limit has remaining units left and is whole again in reset nanoseconds
+// after now, and passes the request on: setHeaders for ietf and x, with
+// Remaining and Reset formatted as it formats them.
+func laneAllowed(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, remaining float64, reset, now int64) {
+	rem := int64(remaining)
+	remText := ""
+	if rem < smallInts {
+		remText = smallIntTexts[rem]
+	} else {
+		remText = strconv.FormatInt(rem, 10)
+	}
+	reset = (reset + nsPerSecond - 1) / nsPerSecond
+	resetText := ""
+	if reset < smallInts {
+		resetText = smallIntTexts[reset]
+	} else {
+		resetText = strconv.FormatInt(reset, 10)
+	}
+	vals := []string{l.policy, l.ietfPrefix + remText + ";t=" + resetText, l.qText, remText, strconv.FormatInt(now/nsPerSecond+reset, 10)}
+	hd := w.Header()
+	hd["Ratelimit-Policy"] = vals[0:1:1]
+	hd["Ratelimit"] = vals[1:2:2]
+	hd["X-Ratelimit-Limit"] = vals[2:3:3]
+	hd["X-Ratelimit-Remaining"] = vals[3:4:4]
+	hd["X-Ratelimit-Reset"] = vals[4:5:5]
+	next.ServeHTTP(w, r)
+}
+
+// laneRejectTB answers 429 for a fastReject lane's token bucket, which
+// held deficit at now, too much for the request: tokenBucket's rejection,
+// written out, answered by laneReject.
+func laneRejectTB(l *Lane, w http.ResponseWriter, deficit float64, now int64) {
 	ns := (l.cost - (l.capacity - deficit)) * l.unit
 	wait := int64(ns) // duration(ns), which rounds up
 	if float64(wait) < ns {
 		wait++
-	}
-	retry := (wait + nsPerSecond - 1) / nsPerSecond
-	if retry < 1 {
-		retry = 1
 	}
 	ns = deficit * l.unit
 	reset := int64(ns)
 	if float64(reset) < ns {
 		reset++
 	}
-	rem := l.capacity - deficit
-	if rem < 0 {
-		rem = 0
+	laneReject(l, w, l.capacity-deficit, reset, wait, now)
+}
+
+// laneReject answers 429 for a fastReject lane whose limit, at now, has
+// rem units left, is whole again in reset nanoseconds and admits the
+// request in wait (not Never): reject's answer, written out with the
+// formats of setHeaders and reject. It then reports the rejection to the
+// observer.
+func laneReject(l *Lane, w http.ResponseWriter, rem float64, reset, wait, now int64) {
+	retry := (wait + nsPerSecond - 1) / nsPerSecond
+	if retry < 1 {
+		retry = 1
 	}
 	t := (reset + nsPerSecond - 1) / nsPerSecond
 	texts := []string{l.policy, "", l.qText, strconv.FormatInt(int64(rem), 10), strconv.FormatInt(now/nsPerSecond+t, 10),
@@ -381,8 +414,11 @@ func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 		now = 0
 	}
 	if !v.Decision.Allowed || v.Decision.Delay > 0 {
-		classify1(l.gate, &v)
-		laneFinish(l, next, w, r, &v, answer(l.gate, w, r, asks, &v, now))
+		laneOneAnswer(l, next, w, r, asks, &v, now)
+		return
+	}
+	if l.fast {
+		laneAllowed(l, next, w, r, v.Decision.Remaining, int64(v.Decision.Reset), now)
 		return
 	}
 	if l.headers != HeadersOff {
@@ -392,6 +428,19 @@ func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 		setHeaders(l.resp, w.Header(), &v.Decision, now/nsPerSecond)
 	}
 	next.ServeHTTP(w, r)
+}
+
+// laneOneAnswer finishes serveLaneOne for a request its limit rejected or
+// delays: v holds the decision on asks at now (0 if not the gate's
+// clock).
+func laneOneAnswer(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask, v *Verdict, now int64) {
+	d := &v.Decision
+	if !d.Allowed && l.fastReject && d.RetryAfter != Never {
+		laneReject(l, w, d.Remaining, int64(d.Reset), int64(d.RetryAfter), now)
+		return
+	}
+	classify1(l.gate, v)
+	laneFinish(l, next, w, r, v, answer(l.gate, w, r, asks, v, now))
 }
 
 // laneFinish reports v to the lane's observer, as LaneConfig says, and

@@ -23,16 +23,25 @@ func (c *countingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.
 // status, headers, body and whether the request went on, over random
 // traces of arrivals, costs and clients, for every header set.
 func TestServeLaneMatchesGate(t *testing.T) {
+	// Token buckets take serveLaneTB's path, the other algorithms
+	// serveLaneOne's. The leaky_bucket's max delay of 1 ns rejects what it
+	// would delay, which the test would have to wait out.
 	limits := []struct {
-		rate  string
-		burst float64
-		cost  float64
+		alg      Algorithm
+		rate     string
+		burst    float64
+		cost     float64
+		maxDelay time.Duration
 	}{
-		{"3/s", 0, 1},
-		{"100/m", 20, 1},
-		{"2.5/s", 5, 0.5},
-		{"10/h", 3, 2.5},
-		{"1000000000/s", 1000000000, 1},
+		{TokenBucket, "3/s", 0, 1, 0},
+		{TokenBucket, "100/m", 20, 1, 0},
+		{TokenBucket, "2.5/s", 5, 0.5, 0},
+		{TokenBucket, "10/h", 3, 2.5, 0},
+		{TokenBucket, "1000000000/s", 1000000000, 1, 0},
+		{FixedWindow, "5/s", 0, 1, 0},
+		{SlidingWindowCounter, "10/m", 0, 2, 0},
+		{SlidingWindowLog, "4/s", 0, 1, 0},
+		{LeakyBucket, "3/s", 4, 1, 1},
 	}
 	headerSets := []HeaderSet{DefaultHeaders, HeadersIETF, HeadersX, HeadersIETF | HeadersLegacy | HeadersX, HeadersOff}
 	remotes := []string{"192.0.2.1:1234", "192.0.2.2:80", "[2001:db8::1]:443", "not an address", ""}
@@ -45,7 +54,10 @@ func TestServeLaneMatchesGate(t *testing.T) {
 		for hi, hs := range headerSets {
 			for _, missing := range []MissingKey{MissingSkip, MissingShared} {
 				clock := &fakeClock{now: confEpoch}
-				l := gateLimit(t, "api", TokenBucket, lc.rate, lc.burst)
+				l := gateLimit(t, "api", lc.alg, lc.rate, lc.burst)
+				if l.MaxDelay = lc.maxDelay; l.Validate() != nil {
+					t.Fatalf("max delay %v refused", lc.maxDelay)
+				}
 				// Every body format, and a jitter (which takes the
 				// general rejection path) in some runs; the header set of
 				// laneReject with a body in all but one.
@@ -86,13 +98,13 @@ func TestServeLaneMatchesGate(t *testing.T) {
 				// Bit tests: Yaegi v0.16.1 compares hs with the constant
 				// DefaultHeaders wrongly.
 				fast := hs&HeadersIETF != 0 && hs&HeadersX != 0 && hs&HeadersLegacy == 0
-				if !lane.tb || lane.fast != fast {
-					t.Fatalf("lane tb %v fast %v for headers %v", lane.tb, lane.fast, hs)
+				if !lane.one || lane.tb != (lc.alg == TokenBucket) || lane.fast != fast {
+					t.Fatalf("lane one %v tb %v fast %v for %s and headers %v", lane.one, lane.tb, lane.fast, lc.alg, hs)
 				}
 				if reject := fast && resp.Jitter == 0 && resp.Body != BodyNone; lane.fastReject != reject {
 					t.Fatalf("lane fastReject %v for headers %v, body %v, jitter %v", lane.fastReject, hs, resp.Body, resp.Jitter)
 				}
-				label := "limit " + strconv.Itoa(li) + " headers " + strconv.Itoa(int(hs)) + " missing " + missing.String()
+				label := string(lc.alg) + " limit " + strconv.Itoa(li) + " headers " + strconv.Itoa(int(hs)) + " missing " + missing.String()
 				for step := 0; step < steps; step++ {
 					remote := remotes[rng.Intn(len(remotes))]
 					var recs [2]*httptest.ResponseRecorder
