@@ -219,17 +219,19 @@ func takeMany(s *MemoryStore, asks []Ask, out []Decision) {
 	var hb [maxAsks]uint64
 	var stb [maxAsks]State
 	var eb [maxAsks]int64
-	hs, sts, exps := hb[:0], stb[:0], eb[:0]
+	var ib [maxAsks]int
+	hs, sts, exps, order := hb[:0], stb[:0], eb[:0], ib[:0]
 	if len(asks) > maxAsks {
-		hs, sts, exps = make([]uint64, 0, len(asks)), make([]State, 0, len(asks)), make([]int64, 0, len(asks))
+		hs, sts, exps, order = make([]uint64, 0, len(asks)), make([]State, 0, len(asks)), make([]int64, 0, len(asks)), make([]int, 0, len(asks))
 	}
-	var locked uint64 // bit i: shard i is to be locked
 	for i := range asks {
 		h := memHash(s, asks[i].Limit, asks[i].Key)
 		hs = append(hs, h)
-		locked |= uint64(1) << (h >> memShardShift)
+		order = shardOrder(order, int(h>>memShardShift))
 	}
-	lockShards(s, locked)
+	for _, i := range order {
+		s.shards[i].mu.Lock()
+	}
 	now := memNow(s)
 	all := true
 	for i := range asks {
@@ -246,7 +248,27 @@ func takeMany(s *MemoryStore, asks []Ask, out []Decision) {
 			memSave(s, &s.shards[hs[i]>>memShardShift], hs[i], asks[i].Limit, &sts[i], exps[i], now)
 		}
 	}
-	unlockShards(s, locked)
+	for _, i := range order {
+		s.shards[i].mu.Unlock()
+	}
+}
+
+// shardOrder inserts shard i into order, the ascending shard indexes that
+// takeMany locks (in that order, so that concurrent takes never deadlock),
+// unless it holds i already. It runs once per ask, rather than once per
+// shard: under Yaegi every loop iteration costs.
+func shardOrder(order []int, i int) []int {
+	j := len(order)
+	for j > 0 && order[j-1] > i {
+		j--
+	}
+	if j > 0 && order[j-1] == i {
+		return order
+	}
+	order = append(order, 0)
+	copy(order[j+1:], order[j:])
+	order[j] = i
+	return order
 }
 
 // take1 decides one ask into *d and returns the instant it decided at:
@@ -299,18 +321,3 @@ func (s *MemoryStore) Refund(ctx context.Context, asks []Ask) error {
 	return nil
 }
 
-func lockShards(s *MemoryStore, set uint64) {
-	for i := 0; i < memShards; i++ {
-		if set&(uint64(1)<<uint(i)) != 0 { // typed: Yaegi v0.16.1 panics on an untyped 1 here
-			s.shards[i].mu.Lock()
-		}
-	}
-}
-
-func unlockShards(s *MemoryStore, set uint64) {
-	for i := 0; i < memShards; i++ {
-		if set&(uint64(1)<<uint(i)) != 0 {
-			s.shards[i].mu.Unlock()
-		}
-	}
-}

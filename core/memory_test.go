@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"math/rand"
 	"strconv"
 	"strings"
 	"sync"
@@ -382,6 +383,29 @@ func TestMemoryStoreTakeAllocs(t *testing.T) {
 		})
 		if n != 0 {
 			t.Errorf("Take with %d asks: %v allocations, want 0", len(asks), n)
+		}
+	}
+}
+
+// TestShardOrder: the shards takeMany locks are every ask's shard, once
+// each, ascending.
+func TestShardOrder(t *testing.T) {
+	rng := rand.New(rand.NewSource(5))
+	for n := 0; n < 200; n++ {
+		var order []int
+		seen := map[int]bool{}
+		for k := rng.Intn(10); k > 0; k-- {
+			i := rng.Intn(memShards)
+			order = shardOrder(order, i)
+			seen[i] = true
+		}
+		if len(order) != len(seen) {
+			t.Fatalf("order %v, want each of %v once", order, seen)
+		}
+		for j, i := range order {
+			if !seen[i] || (j > 0 && order[j-1] >= i) {
+				t.Fatalf("order %v is not the ascending distinct shards %v", order, seen)
+			}
 		}
 	}
 }
