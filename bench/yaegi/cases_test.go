@@ -69,27 +69,27 @@ const (
 // limits at once.
 var memoryCases = []pluginCase{
 	{name: "trivial plugin (one header)", trivial: true, remote: ipv4},
-	{name: "token_bucket allowed, IPv4", config: open, remote: ipv4, target: targetAllowed, ceiling: 242},
-	{name: "token_bucket allowed, IPv6", config: open, remote: ipv6, target: targetAllowed, ceiling: 304},
-	{name: "token_bucket rejected, IPv4", config: closed, remote: ipv4, rejected: true, target: targetRejected, ceiling: 470},
-	{name: "token_bucket rejected, IPv6", config: closed, remote: ipv6, rejected: true, target: targetRejected, ceiling: 533},
-	{name: "token_bucket allowed, headers off", config: with(open, "headers", "off"), remote: ipv4, target: targetAllowed, ceiling: 249},
-	{name: "leaky_bucket allowed", config: with(open, "algorithm", "leaky_bucket"), remote: ipv4, target: targetOther, ceiling: 502},
-	{name: "leaky_bucket rejected", config: with(closed, "algorithm", "leaky_bucket"), remote: ipv4, rejected: true, target: targetOther, ceiling: 897},
-	{name: "fixed_window allowed", config: map[string]any{"algorithm": "fixed_window", "average": 1000000000}, remote: ipv4, target: targetOther, ceiling: 452},
-	{name: "fixed_window rejected", config: map[string]any{"algorithm": "fixed_window", "average": 1, "period": "1h"}, remote: ipv4, rejected: true, target: targetOther, ceiling: 841},
-	{name: "sliding_window_counter allowed", config: map[string]any{"algorithm": "sliding_window_counter", "average": 1000000000}, remote: ipv4, target: targetOther, ceiling: 519},
-	{name: "sliding_window_counter rejected", config: map[string]any{"algorithm": "sliding_window_counter", "average": 1, "period": "1h"}, remote: ipv4, rejected: true, target: targetOther, ceiling: 924},
+	{name: "token_bucket allowed, IPv4", config: open, remote: ipv4, target: targetAllowed, ceiling: 243},
+	{name: "token_bucket allowed, IPv6", config: open, remote: ipv6, target: targetAllowed, ceiling: 306},
+	{name: "token_bucket rejected, IPv4", config: closed, remote: ipv4, rejected: true, target: targetRejected, ceiling: 480},
+	{name: "token_bucket rejected, IPv6", config: closed, remote: ipv6, rejected: true, target: targetRejected, ceiling: 543},
+	{name: "token_bucket allowed, headers off", config: with(open, "headers", "off"), remote: ipv4, target: targetAllowed, ceiling: 250},
+	{name: "leaky_bucket allowed", config: with(open, "algorithm", "leaky_bucket"), remote: ipv4, target: targetOther, ceiling: 460},
+	{name: "leaky_bucket rejected", config: with(closed, "algorithm", "leaky_bucket"), remote: ipv4, rejected: true, target: targetOther, ceiling: 647},
+	{name: "fixed_window allowed", config: map[string]any{"algorithm": "fixed_window", "average": 1000000000}, remote: ipv4, target: targetOther, ceiling: 410},
+	{name: "fixed_window rejected", config: map[string]any{"algorithm": "fixed_window", "average": 1, "period": "1h"}, remote: ipv4, rejected: true, target: targetOther, ceiling: 592},
+	{name: "sliding_window_counter allowed", config: map[string]any{"algorithm": "sliding_window_counter", "average": 1000000000}, remote: ipv4, target: targetOther, ceiling: 477},
+	{name: "sliding_window_counter rejected", config: map[string]any{"algorithm": "sliding_window_counter", "average": 1, "period": "1h"}, remote: ipv4, rejected: true, target: targetOther, ceiling: 675},
 	// The log holds the last 20 ms of requests: fewer than its 10,000
 	// entries at any speed the interpreter reaches.
-	{name: "sliding_window_log allowed", config: map[string]any{"algorithm": "sliding_window_log", "average": 10000, "period": "20ms"}, remote: ipv4, target: targetOther, ceiling: 530},
-	{name: "sliding_window_log rejected", config: map[string]any{"algorithm": "sliding_window_log", "average": 1, "period": "1h"}, remote: ipv4, rejected: true, target: targetOther, ceiling: 922},
+	{name: "sliding_window_log allowed", config: map[string]any{"algorithm": "sliding_window_log", "average": 10000, "period": "20ms"}, remote: ipv4, target: targetOther, ceiling: 489},
+	{name: "sliding_window_log rejected", config: map[string]any{"algorithm": "sliding_window_log", "average": 1, "period": "1h"}, remote: ipv4, rejected: true, target: targetOther, ceiling: 672},
 	{name: "two limits allowed (per IP + global)", config: with(open, "limits", []any{
 		map[string]any{"name": "global", "average": 1000000000, "burst": 1000000000, "key": "const:all"},
-	}), remote: ipv4, target: targetOther, ceiling: 1305},
+	}), remote: ipv4, target: targetOther, ceiling: 1227},
 	{name: "two limits, the second rejects", config: with(open, "limits", []any{
 		map[string]any{"name": "global", "average": 1, "period": "1h", "burst": 1, "key": "const:all"},
-	}), remote: ipv4, rejected: true, target: targetOther, ceiling: 1540},
+	}), remote: ipv4, rejected: true, target: targetOther, ceiling: 1462},
 }
 
 // plugins holds the two interpreters, loaded once per test binary: an
