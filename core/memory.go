@@ -320,4 +320,3 @@ func (s *MemoryStore) Refund(ctx context.Context, asks []Ask) error {
 	}
 	return nil
 }
-
