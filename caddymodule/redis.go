@@ -18,10 +18,6 @@ import (
 	"github.com/sluicehq/sluice/core"
 )
 
-// DefaultRedisTimeout bounds each store call when RedisStoreConfig.Timeout
-// is zero.
-const DefaultRedisTimeout = 100 * time.Millisecond
-
 // RedisStoreConfig configures a Redis store. Exactly one of Address,
 // Addresses and Sentinel says where Redis is. Address, Addresses, Sentinel,
 // Username, Password and the TLS file names may contain global placeholders
@@ -119,11 +115,8 @@ func (c *RedisStoreConfig) validate() error {
 	if n != 1 {
 		return errors.New("store: redis: set exactly one of address, addresses (Cluster) and sentinel")
 	}
-	if c.DB != 0 && len(c.Addresses) > 0 {
-		return errors.New("store: redis: db: a Cluster has only database 0")
-	}
-	if c.DB < 0 {
-		return fmt.Errorf("store: redis: db: must not be negative, got %d", c.DB)
+	if err := core.CheckRedisDB(c.DB, len(c.Addresses) > 0); err != nil {
+		return fmt.Errorf("store: redis: %w", err)
 	}
 	if c.Timeout < 0 {
 		return errors.New("store: redis: timeout: must not be negative")
@@ -166,7 +159,7 @@ func (c *RedisStoreConfig) resolve() (*RedisStoreConfig, error) {
 		r.TLS = &t
 	}
 	if r.Timeout == 0 {
-		r.Timeout = caddy.Duration(DefaultRedisTimeout)
+		r.Timeout = caddy.Duration(core.DefaultRedisTimeout)
 	}
 	if r.Prefix == "" {
 		r.Prefix = core.DefaultRedisPrefix

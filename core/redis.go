@@ -6,14 +6,37 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice/core/resp"
 	"math"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/core/resp"
 )
 
 // DefaultRedisPrefix is the key prefix used when RedisConfig.Prefix is empty.
 const DefaultRedisPrefix = "sluice:"
+
+// DefaultRedisTimeout is both adapters' default bound on one decision by a
+// RedisStore (GateConfig.Timeout), connecting included: past it the
+// request is decided by the fallback or the failure policy. A limiter
+// should add little to a request's latency, and a healthy Redis on the
+// same network answers in about a millisecond.
+const DefaultRedisTimeout = 100 * time.Millisecond
+
+// CheckRedisDB is both adapters' check of a Redis database number: not
+// negative, and 0 for a Cluster, which has no other. (A database number
+// that a host ignored would silently merge keys that the configuration
+// meant to keep apart.)
+func CheckRedisDB(db int, cluster bool) error {
+	if db < 0 {
+		return fmt.Errorf("db: must not be negative, got %d", db)
+	}
+	if db != 0 && cluster {
+		return fmt.Errorf("db %d: a Redis Cluster has only database 0", db)
+	}
+	return nil
+}
 
 // RedisConfig configures a RedisStore.
 type RedisConfig struct {

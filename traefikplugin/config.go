@@ -188,11 +188,13 @@ type Redis struct {
 	// duration or a number of seconds; default 1s.
 	DialTimeout string
 	// ReadTimeout and WriteTimeout bound a command; their sum is the
-	// deadline of one round trip. Default 500ms each. A request waits for
-	// Redis at most DialTimeout+ReadTimeout+WriteTimeout in all (2s by
-	// default), then OnStoreError or Fallback decides it.
+	// deadline of one round trip. Default 500ms each.
 	ReadTimeout  string
 	WriteTimeout string
+	// Timeout, sluice's own, bounds one decision, connecting included: a
+	// request waits for Redis at most this long (default 100ms, as in
+	// Caddy), then OnStoreError or Fallback decides it.
+	Timeout string
 	// PoolSize is the most connections open at once; default 10.
 	PoolSize string
 	// MaxActiveConns, as for the built-in, caps the connections open at

@@ -44,6 +44,7 @@ var labelConfig = map[string]interface{}{
 		"dialTimeout":  "2",
 		"readTimeout":  "250ms",
 		"writeTimeout": "0.25",
+		"timeout":      "0.3",
 		"tls":          map[string]interface{}{"insecureSkipVerify": "true"},
 	},
 }
@@ -83,6 +84,7 @@ var yamlConfig = map[string]interface{}{
 		"dialTimeout":    "2s",
 		"readTimeout":    "250ms",
 		"writeTimeout":   "250ms",
+		"timeout":        "300ms",
 		"maxActiveConns": 8, // caps the pool with poolSize: 4 stays
 		"tls":            map[string]interface{}{"insecureSkipVerify": true},
 	},
@@ -165,8 +167,8 @@ func checkFullSettings(t *testing.T, s *settings) {
 	if o.TLS == nil || !o.TLS.InsecureSkipVerify {
 		t.Errorf("redis TLS: got %+v", o.TLS)
 	}
-	if r.timeout != 2500*time.Millisecond {
-		t.Errorf("store timeout: got %v, want 2.5s", r.timeout)
+	if r.timeout != 300*time.Millisecond {
+		t.Errorf("store timeout: got %v, want 300ms", r.timeout)
 	}
 }
 
@@ -278,6 +280,8 @@ func TestParseErrors(t *testing.T) {
 		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"dialTimeout": "fast"}}, `redis.dialTimeout "fast"`},
 		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"readTimeout": "-1"}}, `redis.readTimeout "-1"`},
 		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"writeTimeout": "x"}}, `redis.writeTimeout "x"`},
+		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"timeout": "soon"}}, `redis.timeout "soon"`},
+		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"endpoints": "a:1,b:2", "db": "1"}}, `redis.db 1: a Redis Cluster has only database 0`},
 		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"username": "app"}}, "redis.username: needs a password"},
 		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"password": "env:SLUICE_TEST_UNSET_VARIABLE"}}, `redis.password: the environment variable "SLUICE_TEST_UNSET_VARIABLE" is not set`},
 		{map[string]interface{}{"average": "1", "redis": map[string]interface{}{"tls": map[string]interface{}{"cert": "/nonexistent/cert.pem"}}}, "redis.tls: cert, key: set both or neither"},

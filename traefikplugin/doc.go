@@ -12,10 +12,10 @@
 // of size burst (default 1), sourceCriterion (ipStrategy.depth,
 // ipStrategy.excludedIPs, ipStrategy.ipv6Subnet, requestHeaderName,
 // requestHost) and redis (endpoints, username, password, db, tls,
-// dialTimeout, readTimeout, writeTimeout, poolSize). On top of them come
+// dialTimeout, readTimeout, writeTimeout, poolSize, maxActiveConns). On top of them come
 // sluice's own: algorithm, cost, maxDelay, key, onMissingKey, limits,
 // headers, body, mode, onStoreError, fallback, instances, retryJitter,
-// trustedProxies and exemptIPs. See [Config] for each. Every value may be a string, as
+// trustedProxies, exemptIPs and redis.timeout. See [Config] for each. Every value may be a string, as
 // Docker labels give it.
 //
 // Differences from the built-in, all deliberate:
@@ -32,11 +32,12 @@
 //     into one bucket. requestHost is compared without port and in lower
 //     case.
 //   - Several redis.endpoints are a Redis Cluster seed list, as for the
-//     built-in (redis.db is then ignored); replicas are not used, and a
-//     request whose limits fall in several hash slots is decided by
-//     check-then-refund. minIdleConns and maxActiveConns are ignored; the
-//     timeouts default to 1s (dial) and 500ms (read, write), tighter than
-//     Traefik's, since every request waits for them.
+//     built-in (redis.db must then be 0: the built-in ignores it);
+//     replicas are not used, and a request whose limits fall in several
+//     hash slots is decided by check-then-refund. maxActiveConns caps the
+//     pool, minIdleConns is refused; the timeouts default to 1s (dial) and
+//     500ms (read, write), and sluice's redis.timeout bounds one decision
+//     (100ms, as in Caddy), since every request waits for it.
 //
 // # Client addresses
 //

@@ -83,9 +83,8 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 	if o.resp.DB, err = parseInt("redis.db", r.DB, 0, 0, 1<<20); err != nil {
 		return nil, err
 	}
-	if o.seeds != nil && o.resp.DB != 0 {
-		s.notes = append(s.notes, "redis.db is ignored: a Redis Cluster has only database 0")
-		o.resp.DB = 0
+	if err := core.CheckRedisDB(o.resp.DB, o.seeds != nil); err != nil {
+		return nil, fmt.Errorf("redis.%w", err)
 	}
 	if o.resp.PoolSize, err = parseInt("redis.poolSize", r.PoolSize, 0, 0, 1<<16); err != nil {
 		return nil, err
@@ -106,9 +105,10 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 	if o.resp.WriteTimeout, err = parseDuration("redis.writeTimeout", r.WriteTimeout); err != nil {
 		return nil, err
 	}
-	o.timeout = orDefault(o.resp.DialTimeout, resp.DefaultDialTimeout) +
-		orDefault(o.resp.ReadTimeout, resp.DefaultReadTimeout) +
-		orDefault(o.resp.WriteTimeout, resp.DefaultWriteTimeout)
+	if o.timeout, err = parseDuration("redis.timeout", r.Timeout); err != nil {
+		return nil, err
+	}
+	o.timeout = orDefault(o.timeout, core.DefaultRedisTimeout)
 	var tlsID string
 	if r.TLS != nil {
 		if o.resp.TLS, err = parseTLS(r.TLS); err != nil {
@@ -118,7 +118,7 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 	}
 	o.id = strings.Join([]string{strings.Join(endpoints, ","), o.resp.Username, o.resp.Password, strconv.Itoa(o.resp.DB),
 		strconv.Itoa(o.resp.PoolSize), o.resp.DialTimeout.String(), o.resp.ReadTimeout.String(),
-		o.resp.WriteTimeout.String(), tlsID}, "\x00")
+		o.resp.WriteTimeout.String(), o.timeout.String(), tlsID}, "\x00")
 	return o, nil
 }
 
