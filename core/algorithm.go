@@ -49,12 +49,7 @@ func decide(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
 func (l *Limit) Refund(s State, now int64, cost float64) State {
 	switch l.Algorithm {
 	case LeakyBucket:
-		if now < s.T {
-			s.T -= int64(cost*l.unit + 0.5) // as leakyBucket charged it
-			if s.T < now {
-				s.T = now
-			}
-		}
+		leakyRefund(l, &s, now, cost)
 	case FixedWindow, SlidingWindowCounter:
 		if s.T == now-mod(now, l.period) {
 			s.A = nonNegative(s.A - cost)
@@ -81,7 +76,7 @@ func expiry(l *Limit, s *State) int64 {
 		// refill would still be missing.
 		return s.T + int64(duration(s.A*l.unit))
 	case LeakyBucket:
-		return s.T
+		return leakyEnd(s)
 	case FixedWindow:
 		return s.T + l.period
 	case SlidingWindowLog:

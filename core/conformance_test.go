@@ -206,8 +206,39 @@ var conformanceCases = []struct {
 	{"MultiLimitAllOrNothing", confMultiLimit},
 	{"Refund", confRefund},
 	{"LeakyBucketMaxDelay", confLeakyMaxDelay},
+	{"LeakyBucketWholeQueue", confLeakyWholeQueue},
 	{"RateChange", confRateChange},
 	{"CapacityShrink", confCapacityShrink},
+}
+
+// confLeakyWholeQueue: a leaky_bucket whose Period/Quota is not a whole
+// number of nanoseconds still queues its whole capacity at one instant
+// (7/s, 13/s: rounding each slot once lost the last one), rejects the next
+// request, admits it after its RetryAfter, and a refund frees one slot
+// exactly.
+func confLeakyWholeQueue(r *confRun) {
+	for _, rate := range []string{"7/s", "13/s", "3/7s", "1000/h"} {
+		rate := rate
+		r.t.Run(rate, func(t *testing.T) {
+			r := r.sub(t)
+			l := r.limit("whole-lb", LeakyBucket, rate, 0, 0)
+			n := int(l.Rate.Quota)
+			for i := 1; i <= n; i++ {
+				if d := r.take(l, "k", 1); !d.Allowed {
+					t.Fatalf("request %d of %d at one instant rejected: %+v", i, n, d)
+				}
+			}
+			d := r.take(l, "k", 1)
+			if d.Allowed {
+				t.Fatalf("request %d at one instant admitted: %+v", n+1, d)
+			}
+			r.retryExact("the request after a full queue", l, "k", 1, d)
+			r.refund(r.ask(l, "k", 1))
+			if d := r.take(l, "k", 1); !d.Allowed {
+				t.Fatalf("rejected after a refund freed a slot: %+v", d)
+			}
+		})
+	}
 }
 
 // confInitialBurst: a full capacity passes at once, the next request fails

@@ -7,7 +7,7 @@ import "time"
 // of the fields depends on the algorithm:
 //
 //	token_bucket            T: last refill instant, A: tokens missing from a full bucket
-//	leaky_bucket            T: instant at which the queue drains (theoretical arrival time)
+//	leaky_bucket            T: instant at which the queue drains (theoretical arrival time), A: the fraction of a nanosecond it drains later, in [0, 1)
 //	fixed_window            T: start of the current window, A: cost counted in it
 //	sliding_window_counter  T: start of the current window, A: its count, B: the previous window's count
 //	sliding_window_log      T: newest instant seen, A: sum of the costs in Log, Log: entries, oldest first

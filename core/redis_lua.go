@@ -67,6 +67,9 @@ local function fmt(x)
   return format('%.17g', x)
 end
 local function nonneg(x) if x < 0 then return 0 end return x end
+-- leaky_end is a leaky bucket's expiry (leakyEnd): the first whole ns at
+-- which its queue, ending at t + a, has drained.
+local function leaky_end(t, a) if a > 0 then return t + 1 end return t end
 
 -- instant reads "<s> <ns>" as ns since base; stamp writes ns since base,
 -- rounded to a whole ns, as "<s> <ns>".
@@ -187,26 +190,35 @@ end
 `
 
 // luaLeakyBucket mirrors (*Limit).leakyBucket in leakybucket.go. State: t
-// is the theoretical arrival time (the queue drains then).
+// is the theoretical arrival time (the queue drains then), a the fraction
+// of a nanosecond by which it drains later.
 const luaLeakyBucket = `
 local function leaky_bucket(st, now, p)
-  local start = st.t
-  if start < now then start = now end
-  local delay = start - now
+  local start, carry = st.t, st.a
+  if start < now then start, carry = now, 0 end
+  local ahead0 = start - now
+  local delay = ahead0 + carry
   local backlog = delay / p.unit
-  local ok, retry, t = false, 0, st.t
+  local fits = p.maxdelay == 0 or ahead0 < p.maxdelay or (ahead0 == p.maxdelay and carry == 0)
+  local ok, retry, t, a = false, 0, st.t, st.a
   if p.cost > p.cap + EPS then
     retry = -1
-  elseif backlog + p.cost <= p.cap + EPS and (p.maxdelay == 0 or delay <= p.maxdelay) then
+  elseif backlog + p.cost <= p.cap + EPS and fits then
     ok = true
-    t = start + floor(p.cost * p.unit + 0.5)
+    local x = carry + p.cost * p.unit
+    local w = floor(x)
+    t, a = start + w, x - w
   else
     local wait = (backlog + p.cost - p.cap) * p.unit
-    if p.maxdelay > 0 and delay - p.maxdelay > wait then wait = delay - p.maxdelay end
+    if not fits then
+      local bydelay = ahead0 - p.maxdelay
+      if carry > 0 then bydelay = bydelay + 1 end
+      if bydelay > wait then wait = bydelay end
+    end
     retry = nonneg(wait)
   end
   if not ok then delay = 0 end
-  local ahead = nonneg(t - now)
+  local ahead = nonneg(t - now + a)
   local rem = nonneg(p.cap - ahead / p.unit)
   if p.maxdelay > 0 then
     local bydelay = 0
@@ -214,7 +226,7 @@ local function leaky_bucket(st, now, p)
     if bydelay < rem then rem = bydelay end
   end
   return {ok = ok, rem = rem, reset = ahead, retry = retry, delay = delay,
-    fields = {'t', stamp(t)}, exp = t}
+    fields = {'t', stamp(t), 'a', fmt(a)}, exp = leaky_end(t, a)}
 end
 `
 
@@ -384,12 +396,16 @@ return out
 const luaRefund = `
 local function refund(st, p)
   if p.alg == 'lb' then
-    local t = st.t
-    if now < t then
-      t = t - floor(p.cost * p.unit + 0.5)
-      if t < now then t = now end
+    local t, a = st.t, st.a
+    if t > now or (t == now and a > 0) then
+      local ahead = t - now + a - p.cost * p.unit
+      t, a = now, 0
+      if ahead > 0 then
+        local w = floor(ahead)
+        t, a = now + w, ahead - w
+      end
     end
-    return {fields = {'t', stamp(t)}, exp = t}
+    return {fields = {'t', stamp(t), 'a', fmt(a)}, exp = leaky_end(t, a)}
   elseif p.alg == 'fw' or p.alg == 'swc' then
     local a = st.a
     if st.t == wstart(now, p) then a = nonneg(a - p.cost) end
