@@ -16,6 +16,11 @@ const eps = 1e-9
 //
 // The limit must have passed Validate; cost must be positive.
 func (l *Limit) Decide(s State, now int64, cost float64) (State, Decision) {
+	if l.Algorithm == SlidingWindowLog && len(s.Log) >= MaxLogQuota {
+		// A full log's newest entry is merged in place: keep the
+		// caller's.
+		s.Log = append([]LogEntry(nil), s.Log...)
+	}
 	var d Decision
 	decide(l, &s, now, cost, &d)
 	return s, d

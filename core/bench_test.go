@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // The MemoryStore benchmarks decide one request per operation on the real
@@ -142,4 +143,28 @@ func BenchmarkMemoryBytesPerKey(b *testing.B) {
 	// After the loop: ResetTimer discards metrics reported before it.
 	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(held), "B/key")
 	b.ReportMetric(float64(held)/n, "held")
+}
+
+// BenchmarkMemoryFullLog: admissions into a sliding_window_log that holds
+// MaxLogQuota entries, each merged into its newest one.
+func BenchmarkMemoryFullLog(b *testing.B) {
+	s, clock := memStore(b, 4096)
+	l := algLimit(b, SlidingWindowLog, "10000/h", 0, 0)
+	asks := []Ask{{Limit: l, Key: "k", Cost: 0.5}}
+	out := make([]Decision, 1)
+	ctx := context.Background()
+	for i := 0; i < MaxLogQuota; i++ {
+		clock.Advance(time.Millisecond)
+		s.Take(ctx, asks, out)
+	}
+	asks[0].Cost = 1e-6
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		clock.Advance(time.Microsecond)
+		s.Take(ctx, asks, out)
+	}
+	if !out[0].Allowed {
+		b.Fatal("rejected")
+	}
 }

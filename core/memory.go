@@ -234,12 +234,19 @@ func takeMany(s *MemoryStore, asks []Ask, out []Decision) {
 	}
 	now := memNow(s)
 	all := true
+	// The asks whose full log decide may merge into in place, and the
+	// newest entries of those logs.
+	var full []int
+	var newest []LogEntry
 	for i := range asks {
 		a := &asks[i]
 		sh := &s.shards[hs[i]>>memShardShift]
 		sts = append(sts, State{})
 		st := &sts[i]
 		memLoad(sh, hs[i], a.Limit, st)
+		if n := len(st.Log); n >= MaxLogQuota {
+			full, newest = append(full, i), append(newest, st.Log[n-1])
+		}
 		exps = append(exps, decide(a.Limit, st, now, a.Cost, &out[i]))
 		all = all && out[i].Allowed
 	}
@@ -247,9 +254,24 @@ func takeMany(s *MemoryStore, asks []Ask, out []Decision) {
 		for i := range asks {
 			memSave(s, &s.shards[hs[i]>>memShardShift], hs[i], asks[i].Limit, &sts[i], exps[i], now)
 		}
+	} else if full != nil {
+		restoreLogs(s, hs, full, newest)
 	}
 	for _, i := range order {
 		s.shards[i].mu.Unlock()
+	}
+}
+
+// restoreLogs puts back, for takeMany's asks that were not saved, the
+// newest entry of each full log it decided: slidingLog merges an admission
+// into that entry in place, and it is the only element of a stored log
+// that a decision writes. full holds the asks' indexes, newest their
+// entries as loaded.
+func restoreLogs(s *MemoryStore, hs []uint64, full []int, newest []LogEntry) {
+	for j, i := range full {
+		h := hs[i]
+		log := s.shards[h>>memShardShift].logs[h]
+		log[len(log)-1] = newest[j]
 	}
 }
 

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"math/rand"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -407,5 +408,54 @@ func TestShardOrder(t *testing.T) {
 				t.Fatalf("order %v is not the ascending distinct shards %v", order, seen)
 			}
 		}
+	}
+}
+
+// TestMemoryStoreFullLog: once a sliding_window_log holds MaxLogQuota
+// entries, an admission merges into the newest entry in place, without
+// copying the log (no allocation), and a multi-limit request that another
+// limit rejects leaves the stored log exactly as it was.
+func TestMemoryStoreFullLog(t *testing.T) {
+	s, clock := memStore(t, 4096)
+	log := algLimit(t, SlidingWindowLog, "10000/h", 0, 0)
+	for i := 0; i < MaxLogQuota; i++ {
+		clock.Advance(time.Millisecond)
+		if d := memTake(t, s, Ask{log, "k", 0.5})[0]; !d.Allowed {
+			t.Fatalf("request %d rejected: %+v", i+1, d)
+		}
+	}
+	stored := func() []LogEntry {
+		h := memHash(s, log, "k")
+		return append([]LogEntry(nil), s.shards[h>>memShardShift].logs[h]...)
+	}
+	if n := len(stored()); n != MaxLogQuota {
+		t.Fatalf("log holds %d entries, want %d", n, MaxLogQuota)
+	}
+	closed := algLimit(t, TokenBucket, "1/h", 1, 0)
+	memTake(t, s, Ask{closed, "k", 1})
+	before := stored()
+	clock.Advance(time.Millisecond)
+	if d := memTake(t, s, Ask{log, "k", 1}, Ask{closed, "k", 1}); d[0].Allowed != true || d[1].Allowed {
+		t.Fatalf("want the log to admit and the bucket to reject: %+v", d)
+	}
+	if after := stored(); !reflect.DeepEqual(after, before) {
+		t.Fatalf("a rejected multi-limit request changed the full log: newest entry %+v, was %+v", after[len(after)-1], before[len(before)-1])
+	}
+	clock.Advance(time.Millisecond)
+	if d := memTake(t, s, Ask{log, "k", 1})[0]; !d.Allowed || d.Remaining != log.Capacity()-MaxLogQuota*0.5-1 {
+		t.Fatalf("admission into a full log: %+v", d)
+	}
+	if got := stored(); len(got) != MaxLogQuota || got[MaxLogQuota-1].T != clock.Now() || got[MaxLogQuota-1].Cost != 1.5 {
+		t.Fatalf("full log after an admission: %d entries, newest %+v; want the newest merged at now with cost 1.5", len(got), got[len(got)-1])
+	}
+	if isInterpreted() {
+		return // allocation counts are meaningless under an interpreter
+	}
+	ctx, asks, out := context.Background(), []Ask{{log, "k", 0.001}}, make([]Decision, 1)
+	if n := testing.AllocsPerRun(100, func() {
+		clock.Advance(time.Microsecond)
+		s.Take(ctx, asks, out)
+	}); n != 0 {
+		t.Errorf("admission into a full log: %v allocations, want 0 (no copy)", n)
 	}
 }

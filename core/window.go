@@ -119,11 +119,11 @@ func slidingLog(l *Limit, s *State, now int64, cost float64, d *Decision) int64 
 		d.Allowed = true
 		if n := len(s.Log); n >= MaxLogQuota {
 			// The log is full: merge into the newest entry, moved to
-			// now. A copy keeps the original log intact.
-			log := make([]LogEntry, n)
-			copy(log, s.Log)
-			log[n-1] = LogEntry{T: now, Cost: log[n-1].Cost + cost}
-			s.Log = log
+			// now, in place. That entry is the one element of the
+			// original log that a decision overwrites (Decide copies a
+			// full log first; takeMany restores the entry when it does
+			// not save), so an admission costs O(1), not a copy.
+			s.Log[n-1] = LogEntry{T: now, Cost: s.Log[n-1].Cost + cost}
 		} else {
 			// Appending writes past the original log's length only,
 			// so that log is intact too.
