@@ -23,7 +23,8 @@ func TestAllowThenReject(t *testing.T) {
 		rem := strconv.Itoa(2 - i)
 		want := map[string]string{
 			"Ratelimit-Policy":      `"api";q=3;w=60`,
-			"Ratelimit":             `"api";r=` + rem + `;t=` + strconv.Itoa(20*(i+1)),
+			// t: the next token comes in 20 s, whatever the deficit.
+			"Ratelimit":             `"api";r=` + rem + `;t=20`,
 			"X-Ratelimit-Limit":     "3",
 			"X-Ratelimit-Remaining": rem,
 		}
@@ -40,7 +41,7 @@ func TestAllowThenReject(t *testing.T) {
 	after := time.Now().Unix()
 	want := map[string]string{
 		"Ratelimit-Policy":       `"api";q=3;w=60`,
-		"Ratelimit":              `"api";r=0;t=60`,
+		"Ratelimit":              `"api";r=0;t=20`, // as Retry-After, not the 60 s to a full bucket
 		"X-Ratelimit-Limit":      "3",
 		"X-Ratelimit-Remaining":  "0",
 		"Retry-After":            "20",

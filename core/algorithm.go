@@ -97,6 +97,22 @@ func expiry(l *Limit, s *State) int64 {
 	}
 }
 
+// nextUnits is how many cost units a limit with rem units remaining, used
+// units short of whole, must regain for rem floored to whole units to
+// grow: the rest of rem's fractional unit, or used if less (a limit whose
+// capacity is not whole becomes whole first). Decision.Next is that many
+// units' worth of time.
+func nextUnits(rem, used float64) float64 {
+	need := 1.0
+	if rem < 1<<53 { // larger doubles are whole; int64 truncates as Floor (rem >= 0), for less under Yaegi
+		need -= rem - float64(int64(rem))
+	}
+	if need > used {
+		need = used
+	}
+	return need
+}
+
 // duration converts nanoseconds to a Duration, rounding up, so that waiting
 // RetryAfter is always enough.
 func duration(ns float64) time.Duration {

@@ -28,8 +28,10 @@ const (
 	// 2.5/s is q=5;w=2), or, for a bucket that holds more than its quota,
 	// its capacity over the time it takes to refill, so that r, the
 	// remaining cost units (floored), never exceeds q; t is the seconds
-	// until the limit is whole again. Both fields are omitted when the
-	// decision has no validated Limit, whose name they need.
+	// until more quota is available (draft -10: Decision.Next), on a 429
+	// until the request's own quota is, so that Retry-After is never
+	// earlier. Both fields are omitted when the decision has no validated
+	// Limit, whose name they need.
 	HeadersIETF HeaderSet = 1 << iota
 	// HeadersLegacy writes the fields of the earlier drafts (up to -06):
 	// RateLimit-Limit (the quota, floored to an Integer),
@@ -238,7 +240,7 @@ func setHeaders(r *Responder, h http.Header, d *Decision, nowUnix int64) {
 	// append to one header reallocates instead of overwriting the next.
 	vals := []string{a.policy, "", a.qText, remText, ""}
 	if set&HeadersIETF != 0 && a.ready {
-		vals[1] = a.ietfPrefix + remText + ";t=" + resetText
+		vals[1] = a.ietfPrefix + remText + ";t=" + ietfT(d)
 		h["Ratelimit-Policy"] = vals[0:1:1]
 		h["Ratelimit"] = vals[1:2:2]
 	}
@@ -251,6 +253,28 @@ func setHeaders(r *Responder, h http.Header, d *Decision, nowUnix int64) {
 		h["X-Ratelimit-Remaining"] = vals[3:4:4]
 		h["X-Ratelimit-Reset"] = vals[4:5:5]
 	}
+}
+
+// ietfT is the t of the IETF RateLimit field for d, in whole seconds
+// rounded up: the time until more quota is available (Decision.Next) or,
+// for a rejection, until the request's own quota is (RetryAfter without
+// jitter, so that Retry-After is never earlier than t). It is apart from
+// setHeaders, which the default header set calls on every response, for
+// the same reason as setLegacyHeaders: under Yaegi a function's whole body
+// is paid on each call.
+func ietfT(d *Decision) string {
+	t := int64(d.Next)
+	if !d.Allowed && d.RetryAfter != Never {
+		t = int64(d.RetryAfter)
+	}
+	n := int64(0) // ceilSeconds(t), inline
+	if t > 0 {
+		n = (t-1)/nsPerSecond + 1
+	}
+	if n < smallInts {
+		return smallIntTexts[n]
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // setLegacyHeaders writes the HeadersLegacy fields into h. It is apart

@@ -1,7 +1,9 @@
 package core
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -32,17 +34,19 @@ func answerDecisions(t testing.TB) map[string]Decision {
 	api := validLimit(t, "api", 100, time.Minute)
 	frac := validLimit(t, "frac", 2.5, 1500*time.Millisecond)
 	return map[string]Decision{
-		// r=42 (floored), t=18 (17.2 s rounded up).
-		"allowed": {Limit: api, Allowed: true, Quota: 100, Remaining: 42.7, Reset: 17200 * time.Millisecond},
-		// r=0, t=60, Retry-After 5 (4.2 s rounded up).
-		"rejected": {Limit: api, Quota: 100, Remaining: 0.4, Reset: 59500 * time.Millisecond, RetryAfter: 4200 * time.Millisecond},
+		// r=42 (floored), t=1 (the next whole unit in 0.18 s), reset 18
+		// (17.2 s rounded up).
+		"allowed": {Limit: api, Allowed: true, Quota: 100, Remaining: 42.7, Reset: 17200 * time.Millisecond, Next: 180 * time.Millisecond},
+		// r=0, reset 60, Retry-After 5 (4.2 s rounded up), and t=5 too:
+		// a rejection's t is its own wait, not the next unit's (1).
+		"rejected": {Limit: api, Quota: 100, Remaining: 0.4, Reset: 59500 * time.Millisecond, Next: 360 * time.Millisecond, RetryAfter: 4200 * time.Millisecond},
 		// A cost above the capacity: full bucket, no Retry-After.
 		"never": {Limit: api, Quota: 100, Remaining: 100, RetryAfter: Never},
 		// q=2 (floored Integer), X-RateLimit-Limit 2.5, w=2 (1.5 s rounded up).
-		"frac-allowed":  {Limit: frac, Allowed: true, Quota: 2.5, Remaining: 1.5, Reset: 400 * time.Millisecond},
-		"frac-rejected": {Limit: frac, Quota: 2.5, Remaining: 0.5, Reset: 1 * time.Second, RetryAfter: 200 * time.Millisecond},
+		"frac-allowed":  {Limit: frac, Allowed: true, Quota: 2.5, Remaining: 1.5, Reset: 400 * time.Millisecond, Next: 300 * time.Millisecond},
+		"frac-rejected": {Limit: frac, Quota: 2.5, Remaining: 0.5, Reset: 1 * time.Second, Next: 300 * time.Millisecond, RetryAfter: 200 * time.Millisecond},
 		// No limit: no IETF fields, no policy in bodies.
-		"nolimit": {Quota: 10, Remaining: 3, Reset: 2 * time.Second, RetryAfter: 2 * time.Second},
+		"nolimit": {Quota: 10, Remaining: 3, Reset: 2 * time.Second, Next: time.Second, RetryAfter: 2 * time.Second},
 	}
 }
 
@@ -173,7 +177,13 @@ func TestRejectConsistentWithSetHeaders(t *testing.T) {
 				t.Errorf("%s: RateLimit-Reset %q and X-RateLimit-Reset %q differ by other than now", name, got.Get("RateLimit-Reset"), got.Get("X-RateLimit-Reset"))
 			}
 			if d.Limit != nil {
-				want := `"` + d.Limit.Name + `";r=` + got.Get("RateLimit-Remaining") + ";t=" + got.Get("RateLimit-Reset")
+				// t is the wait for more quota; on a rejection that
+				// will fit, Retry-After's (never earlier than t).
+				tWant := strconv.FormatInt(ceilSeconds(d.Next), 10)
+				if d.RetryAfter != Never {
+					tWant = got.Get("Retry-After")
+				}
+				want := `"` + d.Limit.Name + `";r=` + got.Get("RateLimit-Remaining") + ";t=" + tWant
 				if got.Get("RateLimit") != want {
 					t.Errorf("%s: RateLimit %q, want %q", name, got.Get("RateLimit"), want)
 				}
@@ -293,7 +303,7 @@ func TestAnswerWithoutLimit(t *testing.T) {
 func TestSetHeadersOtherQuota(t *testing.T) {
 	l := validLimit(t, "api", 100, time.Minute)
 	h := http.Header{}
-	d := Decision{Limit: l, Allowed: true, Quota: 12.5, Remaining: 3, Reset: time.Second}
+	d := Decision{Limit: l, Allowed: true, Quota: 12.5, Remaining: 3, Reset: time.Second, Next: time.Second}
 	(&Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX}).SetHeaders(h, &d, answerNow)
 	for k, want := range map[string]string{
 		"RateLimit-Policy":  `"api";q=25;w=120`,
@@ -352,7 +362,7 @@ func TestSetHeadersReplaces(t *testing.T) {
 	h.Add("X-RateLimit-Remaining", "2")
 	h.Set("Content-Type", "text/html")
 	(&Responder{Headers: DefaultHeaders}).SetHeaders(h, &d, answerNow)
-	if got := h.Values("RateLimit"); len(got) != 1 || got[0] != `"api";r=42;t=18` {
+	if got := h.Values("RateLimit"); len(got) != 1 || got[0] != `"api";r=42;t=1` {
 		t.Errorf("RateLimit %q", got)
 	}
 	if got := h.Values("X-RateLimit-Remaining"); len(got) != 1 || got[0] != "42" {
@@ -363,7 +373,7 @@ func TestSetHeadersReplaces(t *testing.T) {
 	}
 	// Appending to one header must not change another (values share an array).
 	h.Add("RateLimit-Policy", "extra")
-	if got := h.Values("RateLimit"); len(got) != 1 || got[0] != `"api";r=42;t=18` {
+	if got := h.Values("RateLimit"); len(got) != 1 || got[0] != `"api";r=42;t=1` {
 		t.Errorf("after Add to RateLimit-Policy, RateLimit is %q", got)
 	}
 }
@@ -599,4 +609,91 @@ func TestResponderDefer(t *testing.T) {
 	if h.Get("Retry-After") != "5" || h.Get("Cache-Control") != "no-store" || h.Get("RateLimit-Policy") == "" {
 		t.Errorf("deferred rejection headers: %v", h)
 	}
+}
+
+// TestAnswerGoldenPerAlgorithm drives each algorithm through a Gate on a
+// fake clock (a burst that empties the limit, the rejection after it, and
+// requests as quota comes back) and compares the status, RateLimit,
+// Retry-After and X-RateLimit-Reset of every answer with
+// testdata/answer/alg-<algorithm>.golden. Whatever the algorithm, t is the
+// time until more quota is available, and a 429's Retry-After is never
+// earlier than its t (draft-ietf-httpapi-ratelimit-headers-10).
+func TestAnswerGoldenPerAlgorithm(t *testing.T) {
+	update := os.Getenv("SLUICE_UPDATE_GOLDEN") == "1"
+	cases := []struct {
+		alg   Algorithm
+		rate  string
+		burst float64
+		// steps: seconds to advance before each request.
+		steps []float64
+	}{
+		// The issue's example: 100/1m with burst 20, emptied: Retry-After 1
+		// and t=1, not t=12 (the time to refill all 20).
+		{TokenBucket, "100/m", 20, append(make([]float64, 21), 0.3, 0.3, 5)},
+		{LeakyBucket, "2/s", 3, []float64{0, 0, 0, 0, 0.2, 0.3, 1}},
+		{FixedWindow, "3/10s", 0, []float64{0, 0, 0, 0, 4, 6, 0}},
+		{SlidingWindowLog, "3/10s", 0, []float64{0, 2, 2, 0, 3, 3, 10}},
+		{SlidingWindowCounter, "3/10s", 0, []float64{0, 2, 2, 0, 3, 3, 10}},
+	}
+	for _, c := range cases {
+		c := c
+		t.Run(string(c.alg), func(t *testing.T) {
+			clock := &fakeClock{now: confEpoch}
+			l := gateLimit(t, "api", c.alg, c.rate, c.burst)
+			store, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: store, Responder: Responder{Headers: DefaultHeaders}, Clock: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			at := 0.0
+			for i, step := range c.steps {
+				clock.Advance(time.Duration(step * float64(time.Second)))
+				at += step
+				rec := httptest.NewRecorder()
+				v := g.Decide(context.Background(), []Ask{{Limit: l, Key: "k", Cost: 1}})
+				if v.Outcome == OutcomeRejected {
+					g.resp.Reject(rec, &v.Decision, clock.Now()/nsPerSecond)
+				} else {
+					g.resp.SetHeaders(rec.Header(), &v.Decision, clock.Now()/nsPerSecond)
+					rec.WriteHeader(http.StatusOK)
+				}
+				h := rec.Result().Header
+				fmt.Fprintf(&b, "%2d +%5.1fs %d RateLimit: %s", i+1, at, rec.Code, h.Get("RateLimit"))
+				if ra := h.Get("Retry-After"); ra != "" {
+					fmt.Fprintf(&b, " Retry-After: %s", ra)
+					tv := h.Get("RateLimit")[strings.LastIndex(h.Get("RateLimit"), "=")+1:]
+					if n, _ := strconv.Atoi(ra); strconv.Itoa(n) != ra || n < atoiOr(tv, -1) {
+						t.Errorf("request %d: Retry-After %s earlier than t=%s", i+1, ra, tv)
+					}
+				}
+				fmt.Fprintf(&b, " X-RateLimit-Reset: +%ds\n", atoiOr(h.Get("X-RateLimit-Reset"), 0)-int(clock.Now()/nsPerSecond))
+			}
+			got := b.String()
+			path := filepath.Join("testdata", "answer", "alg-"+string(c.alg)+".golden")
+			if update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with SLUICE_UPDATE_GOLDEN=1 to create it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("answers differ from %s\n--- got\n%s\n--- want\n%s", path, got, want)
+			}
+		})
+	}
+}
+
+// atoiOr is s as an int, or def when it is not one.
+func atoiOr(s string, def int) int {
+	if n, err := strconv.Atoi(s); err == nil {
+		return n
+	}
+	return def
 }

@@ -40,6 +40,12 @@ type Decision struct {
 	// Reset is the time until the limit is whole again (bucket full, queue
 	// drained, window reset or log empty).
 	Reset time.Duration
+	// Next is the time until more quota is available than Remaining, if
+	// nothing else happens: until Remaining, floored to whole units, grows
+	// (a bucket's next whole token, a window's end, the log's oldest entry
+	// expiring), or until the limit is whole if that comes first; zero when
+	// it is whole. It is the t of the IETF RateLimit field.
+	Next time.Duration
 	// RetryAfter is zero when Allowed; otherwise the time until the same
 	// request would pass if nothing else happened, or Never when its cost
 	// exceeds the limit's capacity.

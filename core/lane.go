@@ -39,6 +39,7 @@ type Lane struct {
 	shared   bool // the limit's MissingKey is MissingShared
 	clock    bool // g.memClock: the decision's instant is the headers' clock
 	limit    *Limit
+	wholeCap bool // the limit's capacity is a whole number of units
 	spec     *KeySpec
 	cost     float64
 	nsHash   uint64
@@ -129,6 +130,7 @@ func NewLane(cfg LaneConfig) *Lane {
 	l.clock = g.memClock
 	l.nsHash, l.capacity, l.quota = lim.nsHash, lim.capacity, lim.Rate.Quota
 	l.period, l.unit = float64(lim.period), lim.unit
+	l.wholeCap = lim.capacity == float64(int64(lim.capacity))
 	l.headers = g.resp.Headers
 	l.fast = l.clock && l.headers&HeadersLegacy == 0 && l.headers&HeadersIETF != 0 && l.headers&HeadersX != 0 &&
 		lim.capacity < maxSFInteger && lim.answer.ready
@@ -222,7 +224,13 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 	} else {
 		resetText = strconv.FormatInt(reset, 10)
 	}
-	vals := []string{l.policy, l.ietfPrefix + remText + ";t=" + resetText, l.qText, remText, strconv.FormatInt(now/nsPerSecond+reset, 10)}
+	// t, tokenBucket's Next: its Reset when at most one whole token is
+	// missing, the common case.
+	tText := resetText
+	if deficit > 1 || !l.wholeCap {
+		tText = laneNextTB(l, deficit)
+	}
+	vals := []string{l.policy, l.ietfPrefix + remText + ";t=" + tText, l.qText, remText, strconv.FormatInt(now/nsPerSecond+reset, 10)}
 	hd := w.Header()
 	hd["Ratelimit-Policy"] = vals[0:1:1]
 	hd["Ratelimit"] = vals[1:2:2]
@@ -232,11 +240,18 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 	next.ServeHTTP(w, r)
 }
 
+// laneNextTB is the t of a token bucket lane whose deficit after an
+// admission is deficit: tokenBucket's Next, in seconds as ietfT writes it.
+func laneNextTB(l *Lane, deficit float64) string {
+	d := Decision{Allowed: true, Next: duration(nextUnits(l.capacity-deficit, deficit) * l.unit)}
+	return ietfT(&d)
+}
+
 // laneAllowed writes the headers of a fast lane's admitted request, whose
 // limit has remaining units left and is whole again in reset nanoseconds
 // after now, and passes the request on: setHeaders for ietf and x, with
 // Remaining and Reset formatted as it formats them.
-func laneAllowed(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, remaining float64, reset, now int64) {
+func laneAllowed(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, remaining float64, reset, nextNs, now int64) {
 	rem := int64(remaining)
 	remText := ""
 	if rem < smallInts {
@@ -245,13 +260,14 @@ func laneAllowed(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 		remText = strconv.FormatInt(rem, 10)
 	}
 	reset = (reset + nsPerSecond - 1) / nsPerSecond
-	resetText := ""
-	if reset < smallInts {
-		resetText = smallIntTexts[reset]
+	nextNs = (nextNs + nsPerSecond - 1) / nsPerSecond
+	tText := ""
+	if nextNs < smallInts {
+		tText = smallIntTexts[nextNs]
 	} else {
-		resetText = strconv.FormatInt(reset, 10)
+		tText = strconv.FormatInt(nextNs, 10)
 	}
-	vals := []string{l.policy, l.ietfPrefix + remText + ";t=" + resetText, l.qText, remText, strconv.FormatInt(now/nsPerSecond+reset, 10)}
+	vals := []string{l.policy, l.ietfPrefix + remText + ";t=" + tText, l.qText, remText, strconv.FormatInt(now/nsPerSecond+reset, 10)}
 	hd := w.Header()
 	hd["Ratelimit-Policy"] = vals[0:1:1]
 	hd["Ratelimit"] = vals[1:2:2]
@@ -275,7 +291,8 @@ func laneRejectTB(l *Lane, w http.ResponseWriter, deficit float64, now int64) {
 	if float64(reset) < ns {
 		reset++
 	}
-	laneReject(l, w, l.capacity-deficit, reset, wait, now)
+	rem := l.capacity - deficit
+	laneReject(l, w, rem, reset, int64(duration(nextUnits(rem, deficit)*l.unit)), wait, now)
 }
 
 // laneReject answers 429 for a fastReject lane whose limit, at now, has
@@ -283,7 +300,7 @@ func laneRejectTB(l *Lane, w http.ResponseWriter, deficit float64, now int64) {
 // request in wait (not Never): reject's answer, written out with the
 // formats of setHeaders and reject. It then reports the rejection to the
 // observer.
-func laneReject(l *Lane, w http.ResponseWriter, rem float64, reset, wait, now int64) {
+func laneReject(l *Lane, w http.ResponseWriter, rem float64, reset, next, wait, now int64) {
 	retry := (wait + nsPerSecond - 1) / nsPerSecond
 	if retry < 1 {
 		retry = 1
@@ -291,7 +308,7 @@ func laneReject(l *Lane, w http.ResponseWriter, rem float64, reset, wait, now in
 	t := (reset + nsPerSecond - 1) / nsPerSecond
 	texts := []string{l.policy, "", l.qText, strconv.FormatInt(int64(rem), 10), strconv.FormatInt(now/nsPerSecond+t, 10),
 		"no-store", "", strconv.FormatInt(retry, 10), l.contentType, "nosniff"}
-	texts[1] = l.ietfPrefix + texts[3] + ";t=" + strconv.FormatInt(t, 10)
+	texts[1] = l.ietfPrefix + texts[3] + ";t=" + texts[7] // ietfT: a rejection's t is its Retry-After
 	body := l.bodyHead + texts[7] + l.bodyTail
 	texts[6] = strconv.Itoa(len(body))
 	hd := w.Header()
@@ -309,7 +326,7 @@ func laneReject(l *Lane, w http.ResponseWriter, rem float64, reset, wait, now in
 	_, _ = io.WriteString(w, body) // a failed write means the client is gone
 	if l.observe != nil {
 		v := Verdict{Outcome: OutcomeRejected, Decision: Decision{Limit: l.limit, Quota: l.quota, Remaining: rem,
-			Reset: time.Duration(reset), RetryAfter: time.Duration(wait)}}
+			Reset: time.Duration(reset), Next: time.Duration(next), RetryAfter: time.Duration(wait)}}
 		l.observe(&v)
 	}
 }
@@ -358,6 +375,9 @@ func laneAnswer(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reque
 func laneHeaders(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, deficit float64, reset, now int64) {
 	if l.headers != HeadersOff {
 		d := Decision{Limit: l.limit, Allowed: true, Quota: l.quota, Remaining: l.capacity - deficit, Reset: time.Duration(reset)}
+		if deficit > 0 {
+			d.Next = duration(nextUnits(d.Remaining, deficit) * l.unit)
+		}
 		if !l.clock {
 			now = gateNow(l.gate)
 		}
@@ -418,7 +438,7 @@ func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 	if l.fast {
-		laneAllowed(l, next, w, r, v.Decision.Remaining, int64(v.Decision.Reset), now)
+		laneAllowed(l, next, w, r, v.Decision.Remaining, int64(v.Decision.Reset), int64(v.Decision.Next), now)
 		return
 	}
 	if l.headers != HeadersOff {
@@ -436,7 +456,7 @@ func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 func laneOneAnswer(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask, v *Verdict, now int64) {
 	d := &v.Decision
 	if !d.Allowed && l.fastReject && d.RetryAfter != Never {
-		laneReject(l, w, d.Remaining, int64(d.Reset), int64(d.RetryAfter), now)
+		laneReject(l, w, d.Remaining, int64(d.Reset), int64(d.Next), int64(d.RetryAfter), now)
 		return
 	}
 	classify1(l.gate, v)

@@ -72,19 +72,36 @@ func leakyBucket(l *Limit, s *State, now int64, cost float64, d *Decision) int64
 		queued = 0
 	}
 	d.Remaining = nonNegative(l.capacity - queued/l.unit)
-	if l.MaxDelay > 0 {
-		// The next unit request would wait queued, the one after it
-		// queued + Period/Quota, and so on; none may wait past MaxDelay.
-		byDelay := 0.0
-		if queued <= float64(l.MaxDelay) {
-			byDelay = math.Floor((float64(l.MaxDelay)-queued)/l.unit+eps) + 1
-		}
-		if byDelay < d.Remaining {
-			d.Remaining = byDelay
-		}
-	}
 	d.Reset = duration(queued)
+	if queued > 0 {
+		d.Next = duration(nextUnits(d.Remaining, queued/l.unit) * l.unit)
+	}
+	if l.MaxDelay > 0 {
+		leakyByDelay(l, queued, d)
+	}
 	return leakyEnd(s)
+}
+
+// leakyByDelay bounds d.Remaining of a leaky bucket with a MaxDelay whose
+// queue holds queued ns: the next unit request would wait queued, the one
+// after it queued + Period/Quota, and so on; none may wait past MaxDelay.
+// When that bound applies, one more is available once the queue drains to
+// the next whole unit of room (d.Next). It is apart from leakyBucket so
+// that limits without MaxDelay do not pay for it under Yaegi.
+func leakyByDelay(l *Limit, queued float64, d *Decision) {
+	byDelay, room := 0.0, (float64(l.MaxDelay)-queued)/l.unit+eps
+	if room >= 0 {
+		byDelay = math.Floor(room) + 1
+	}
+	if byDelay >= d.Remaining {
+		return
+	}
+	d.Remaining = byDelay
+	if room >= 0 {
+		d.Next = duration((1 - (room - math.Floor(room))) * l.unit)
+	} else {
+		d.Next = duration(-room * l.unit)
+	}
 }
 
 // leakyEnd is the Expiry of a leaky bucket's state: the first whole

@@ -135,7 +135,7 @@ var (
 )
 
 // Fields of one decision in the take script's reply.
-const redisReplyFields = 5
+const redisReplyFields = 6
 
 // Take implements Store. On a standalone server, and in a Cluster when all
 // keys share a hash slot, it is one script call: all-or-nothing and atomic.
@@ -412,6 +412,7 @@ func decodeDecisions(reply interface{}, asks []Ask, out []Decision) error {
 			Quota:     l.Rate.Quota,
 			Remaining: nonNegative(f[1]),
 			Reset:     duration(f[2]),
+			Next:      duration(f[5]),
 		}
 		if d.Allowed {
 			d.Delay = duration(f[4])

@@ -70,6 +70,13 @@ local function nonneg(x) if x < 0 then return 0 end return x end
 -- leaky_end is a leaky bucket's expiry (leakyEnd): the first whole ns at
 -- which its queue, ending at t + a, has drained.
 local function leaky_end(t, a) if a > 0 then return t + 1 end return t end
+-- next_units mirrors nextUnits: the units a limit with rem remaining, used
+-- short of whole, must regain for rem floored to grow.
+local function next_units(rem, used)
+  local need = 1 - (rem - floor(rem))
+  if need > used then need = used end
+  return need
+end
 
 -- instant reads "<s> <ns>" as ns since base; stamp writes ns since base,
 -- rounded to a whole ns, as "<s> <ns>".
@@ -184,7 +191,9 @@ local function token_bucket(st, now, p)
   else
     retry = (p.cost - tokens) * p.unit
   end
-  return {ok = ok, rem = nonneg(p.cap - a), reset = a * p.unit, retry = retry, delay = 0,
+  local nxt = 0
+  if a > 0 then nxt = next_units(p.cap - a, a) * p.unit end
+  return {ok = ok, rem = nonneg(p.cap - a), reset = a * p.unit, next = nxt, retry = retry, delay = 0,
     fields = {'t', stamp(now), 'a', fmt(a)}, exp = now + a * p.unit}
 end
 `
@@ -220,12 +229,17 @@ local function leaky_bucket(st, now, p)
   if not ok then delay = 0 end
   local ahead = nonneg(t - now + a)
   local rem = nonneg(p.cap - ahead / p.unit)
+  local nxt = 0
+  if ahead > 0 then nxt = next_units(rem, ahead / p.unit) * p.unit end
   if p.maxdelay > 0 then
-    local bydelay = 0
-    if ahead <= p.maxdelay then bydelay = floor((p.maxdelay - ahead) / p.unit + EPS) + 1 end
-    if bydelay < rem then rem = bydelay end
+    local bydelay, room = 0, (p.maxdelay - ahead) / p.unit + EPS
+    if room >= 0 then bydelay = floor(room) + 1 end
+    if bydelay < rem then
+      rem = bydelay
+      if room >= 0 then nxt = (1 - (room - floor(room))) * p.unit else nxt = -room * p.unit end
+    end
   end
-  return {ok = ok, rem = rem, reset = ahead, retry = retry, delay = delay,
+  return {ok = ok, rem = rem, reset = ahead, next = nxt, retry = retry, delay = delay,
     fields = {'t', stamp(t), 'a', fmt(a)}, exp = leaky_end(t, a)}
 end
 `
@@ -249,7 +263,7 @@ local function fixed_window(st, now, p)
     retry = reset
   end
   if a <= 0 then reset = 0 end
-  return {ok = ok, rem = nonneg(p.cap - a), reset = reset, retry = retry, delay = 0,
+  return {ok = ok, rem = nonneg(p.cap - a), reset = reset, next = reset, retry = retry, delay = 0,
     fields = {'t', stamp(start), 'a', fmt(a)}, exp = start + p.period}
 end
 `
@@ -290,7 +304,18 @@ local function sliding_counter(st, now, p)
   elseif b > 0 then
     reset = p.period - elapsed
   end
-  return {ok = ok, rem = nonneg(p.cap - estimate), reset = reset, retry = retry, delay = 0,
+  local rem, nxt = nonneg(p.cap - estimate), 0
+  if estimate > 0 then
+    -- counterNext: prev slides out during this window, then cur.
+    local need, left = next_units(rem, estimate), p.period - elapsed
+    if b > 0 and need <= b * left / p.period then
+      nxt = need * p.period / b
+    else
+      need = need - b * left / p.period
+      if a > 0 and need < a then nxt = left + need * p.period / a else nxt = left + p.period end
+    end
+  end
+  return {ok = ok, rem = rem, reset = reset, next = nxt, retry = retry, delay = 0,
     fields = {'t', stamp(start), 'a', fmt(a), 'b', fmt(b)}, exp = exp}
 end
 `
@@ -338,9 +363,14 @@ local function sliding_log(st, now, p)
       end
     end
   end
-  local reset, exp = 0, 0
-  if n > 0 then reset, exp = newest + p.period - now, newest + p.period end
-  return {ok = ok, rem = nonneg(p.cap - a), reset = reset, retry = retry, delay = 0,
+  local reset, exp, nxt = 0, 0, 0
+  if n > 0 then
+    reset, exp = newest + p.period - now, newest + p.period
+    local oldest = now -- the entry pushed into an empty log
+    if drop < len then oldest = rd(drop) end
+    nxt = oldest + p.period - now
+  end
+  return {ok = ok, rem = nonneg(p.cap - a), reset = reset, next = nxt, retry = retry, delay = 0,
     fields = {'t', stamp(now), 'a', fmt(a)}, exp = exp, drop = drop, push = push, set = set}
 end
 `
@@ -350,7 +380,7 @@ end
 // only decides). It computes and checks every decision and every time to
 // live before its first write, and fails without writing if one is NaN or
 // infinite. It returns one string: per ask, separated by commas, allowed
-// (1 or 0), then remaining, and reset, retry and delay in whole ns,
+// (1 or 0), then remaining, and reset, retry, delay and next in whole ns,
 // separated by spaces, each as fmt writes it (one bulk string is much
 // cheaper to read under Yaegi than nested arrays).
 const luaTakeMain = `
@@ -358,14 +388,14 @@ local algs = {tb = token_bucket, lb = leaky_bucket, fw = fixed_window, swc = sli
 local list, rs, out, all = asks(), {}, {}, true
 for i, p in ipairs(list) do
   local r = algs[p.alg](load(p.key), now, p)
-  if bad(r.rem) or bad(r.reset) or bad(r.retry) or bad(r.delay) then
+  if bad(r.rem) or bad(r.reset) or bad(r.next) or bad(r.retry) or bad(r.delay) then
     return redis.error_reply('sluice: decision of ask ' .. i .. ' is not a number')
   end
   rs[i] = r
   all = all and r.ok
   local retry = r.retry
   if retry > 0 then retry = mceil(retry / tick) * tick end
-  out[i] = (r.ok and '1 ' or '0 ') .. fmt(r.rem) .. ' ' .. fmt(mceil(r.reset)) .. ' ' .. fmt(mceil(retry)) .. ' ' .. fmt(mceil(r.delay))
+  out[i] = (r.ok and '1 ' or '0 ') .. fmt(r.rem) .. ' ' .. fmt(mceil(r.reset)) .. ' ' .. fmt(mceil(retry)) .. ' ' .. fmt(mceil(r.delay)) .. ' ' .. fmt(mceil(r.next))
 end
 out = concat(out, ',')
 if not all or ARGV[2] ~= '1' then return out end

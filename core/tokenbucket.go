@@ -42,5 +42,8 @@ func tokenBucket(l *Limit, s *State, now int64, cost float64, d *Decision) int64
 		d.Remaining = c - deficit
 	}
 	d.Reset = duration(deficit * l.unit)
+	if deficit > 0 {
+		d.Next = duration(nextUnits(c-deficit, deficit) * l.unit)
+	}
 	return now + int64(d.Reset) // Expiry
 }

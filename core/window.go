@@ -28,6 +28,7 @@ func fixedWindow(l *Limit, s *State, now int64, cost float64, d *Decision) int64
 	d.Remaining = nonNegative(l.capacity - s.A)
 	if s.A > 0 {
 		d.Reset = reset
+		d.Next = reset
 	}
 	return s.T + l.period // Expiry
 }
@@ -90,10 +91,28 @@ func slidingCounter(l *Limit, s *State, now int64, cost float64, d *Decision) in
 	case s.B > 0:
 		d.Reset = duration(p - elapsed)
 	}
+	if estimate > 0 {
+		counterNext(s, d, estimate, p, elapsed)
+	}
 	if s.A > 0 { // Expiry
 		return s.T + 2*l.period
 	}
 	return s.T + l.period
+}
+
+// counterNext sets d.Next of a sliding window counter whose estimate,
+// elapsed into a window of p ns, is estimate: the time until the estimate
+// drops by the units that floored Remaining needs to grow, as prev slides
+// out during this window, then cur during the next.
+func counterNext(s *State, d *Decision, estimate, p, elapsed float64) {
+	need, left := nextUnits(d.Remaining, estimate), p-elapsed
+	next := left + p // whole when both windows are over
+	if s.B > 0 && need <= s.B*left/p {
+		next = need * p / s.B
+	} else if need -= s.B * left / p; s.A > 0 && need < s.A {
+		next = left + need*p/s.A
+	}
+	d.Next = duration(next)
 }
 
 // slidingLog keeps every admitted request of the last Period as an entry
@@ -150,6 +169,7 @@ func slidingLog(l *Limit, s *State, now int64, cost float64, d *Decision) int64 
 	}
 	exp := s.Log[len(s.Log)-1].T + l.period
 	d.Reset = duration(float64(exp - now))
+	d.Next = duration(float64(s.Log[0].T + l.period - now)) // the oldest entry expires
 	return exp
 }
 

@@ -37,7 +37,7 @@ func TestRedisShared(t *testing.T) {
 		t.Errorf("two instances: got %s, want 200 200 200 429", got)
 	}
 	w, _ := do(ha, request{})
-	if w.Code != 429 || w.Header().Get("Ratelimit") != `"default";r=0;t=10800` {
+	if w.Code != 429 || w.Header().Get("Ratelimit") != `"default";r=0;t=3600` {
 		t.Errorf("rejected by Redis: %d, RateLimit %q", w.Code, w.Header().Get("Ratelimit"))
 	}
 	other, _ := a.mustNew(t, redisConfig(srv.Addr, "3"), "other@file")
