@@ -22,7 +22,7 @@ func TestAllowThenReject(t *testing.T) {
 	for i, r := range ok {
 		rem := strconv.Itoa(2 - i)
 		want := map[string]string{
-			"Ratelimit-Policy":      `"api";q=3;w=60`,
+			"Ratelimit-Policy": `"api";q=3;w=60`,
 			// t: the next token comes in 20 s, whatever the deficit.
 			"Ratelimit":             `"api";r=` + rem + `;t=20`,
 			"X-Ratelimit-Limit":     "3",
