@@ -182,8 +182,11 @@ type Redis struct {
 	Password string
 	// DB is the database number to SELECT; default 0.
 	DB string
-	// TLS, when set, connects with TLS.
+	// TLS, when set, connects with TLS (to the Sentinels too).
 	TLS *RedisTLS
+	// Sentinel, sluice's own, reaches the master of a set that Redis
+	// Sentinels monitor, instead of Endpoints.
+	Sentinel *RedisSentinel
 	// DialTimeout bounds opening a connection (TCP, TLS, AUTH, SELECT): a
 	// duration or a number of seconds; default 1s.
 	DialTimeout string
@@ -205,6 +208,20 @@ type Redis struct {
 	// what to use instead, rather than ignoring them.
 	MinIdleConns string
 	Secret       string
+}
+
+// RedisSentinel names a master set monitored by Redis Sentinels: the
+// plugin asks them which server is the master, again after a failed
+// command and at least once a second, and follows a failover.
+type RedisSentinel struct {
+	// MasterName is the set's name, as in the Sentinels' configuration.
+	MasterName string
+	// Endpoints are the Sentinels' host:port addresses, asked in order.
+	Endpoints []string
+	// Username and Password authenticate to the Sentinels, when they
+	// require it; Password may be "env:NAME" as for Redis.Password.
+	Username string
+	Password string
 }
 
 // RedisTLS is Traefik's client TLS configuration. CA, Cert and Key are each

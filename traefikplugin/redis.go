@@ -35,6 +35,8 @@ type redisOptions struct {
 	// seeds, when redis.endpoints lists several servers, are the Redis
 	// Cluster seed addresses; resp.Addr is then the first.
 	seeds []string
+	// sentinel, when set, finds the master through Redis Sentinels.
+	sentinel *resp.SentinelOptions
 	// name designates the server or cluster in logs and errors.
 	name string
 	// id identifies the connection settings, secrets included; middlewares
@@ -51,6 +53,21 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 	}
 	o := &redisOptions{}
 	endpoints := parseList(r.Endpoints)
+	var sentinelID string
+	if r.Sentinel != nil {
+		if len(endpoints) > 0 {
+			return nil, errors.New("redis.sentinel: set either redis.endpoints or redis.sentinel, not both")
+		}
+		so, err := parseSentinel(r.Sentinel)
+		if err != nil {
+			return nil, err
+		}
+		o.sentinel = so
+		// Addr stands for the master in names; the Sentinels say which
+		// server it is.
+		endpoints = []string{so.Addrs[0]}
+		sentinelID = strings.Join([]string{so.MasterName, strings.Join(so.Addrs, ","), so.Username, so.Password}, "\x00")
+	}
 	if len(endpoints) == 0 {
 		endpoints = []string{defaultRedisEndpoint}
 	}
@@ -61,25 +78,23 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 	}
 	o.resp.Addr = endpoints[0]
 	o.name = endpoints[0]
+	if o.sentinel != nil {
+		o.name = "master " + o.sentinel.MasterName + " of sentinels " + strings.Join(o.sentinel.Addrs, ",")
+	}
 	if len(endpoints) > 1 {
 		o.seeds = endpoints
 		o.name = "cluster " + strings.Join(endpoints, ",")
 		s.notes = append(s.notes, fmt.Sprintf("redis.endpoints lists %d servers: a Redis Cluster seed list, as for the built-in", len(endpoints)))
 	}
 	o.resp.Username = strings.TrimSpace(r.Username)
-	pw := r.Password
-	if strings.HasPrefix(pw, envPrefix) {
-		name := strings.TrimPrefix(pw, envPrefix)
-		pw = os.Getenv(name)
-		if name == "" || pw == "" {
-			return nil, fmt.Errorf("redis.password: the environment variable %q is not set or empty", name)
-		}
+	pw, err := secret("redis.password", r.Password)
+	if err != nil {
+		return nil, err
 	}
 	o.resp.Password = pw
 	if o.resp.Username != "" && pw == "" {
 		return nil, errors.New("redis.username: needs a password")
 	}
-	var err error
 	if o.resp.DB, err = parseInt("redis.db", r.DB, 0, 0, 1<<20); err != nil {
 		return nil, err
 	}
@@ -118,8 +133,47 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 	}
 	o.id = strings.Join([]string{strings.Join(endpoints, ","), o.resp.Username, o.resp.Password, strconv.Itoa(o.resp.DB),
 		strconv.Itoa(o.resp.PoolSize), o.resp.DialTimeout.String(), o.resp.ReadTimeout.String(),
-		o.resp.WriteTimeout.String(), o.timeout.String(), tlsID}, "\x00")
+		o.resp.WriteTimeout.String(), o.timeout.String(), tlsID, sentinelID}, "\x00")
 	return o, nil
+}
+
+// parseSentinel reads redis.sentinel.
+func parseSentinel(r *RedisSentinel) (*resp.SentinelOptions, error) {
+	so := &resp.SentinelOptions{MasterName: strings.TrimSpace(r.MasterName), Addrs: parseList(r.Endpoints), Username: strings.TrimSpace(r.Username)}
+	if so.MasterName == "" {
+		return nil, errors.New("redis.sentinel.masterName: required")
+	}
+	if len(so.Addrs) == 0 {
+		return nil, errors.New("redis.sentinel.endpoints: at least one Sentinel host:port is required")
+	}
+	for _, e := range so.Addrs {
+		if _, _, err := net.SplitHostPort(e); err != nil {
+			return nil, fmt.Errorf("redis.sentinel.endpoints %q: want host:port", e)
+		}
+	}
+	pw, err := secret("redis.sentinel.password", r.Password)
+	if err != nil {
+		return nil, err
+	}
+	so.Password = pw
+	if so.Username != "" && pw == "" {
+		return nil, errors.New("redis.sentinel.username: needs a password")
+	}
+	return so, nil
+}
+
+// secret reads a password option: the text itself, or with "env:NAME" the
+// environment variable NAME, which must be set.
+func secret(option, v string) (string, error) {
+	if !strings.HasPrefix(v, envPrefix) {
+		return v, nil
+	}
+	name := strings.TrimPrefix(v, envPrefix)
+	pw := os.Getenv(name)
+	if name == "" || pw == "" {
+		return "", fmt.Errorf("%s: the environment variable %q is not set or empty", option, name)
+	}
+	return pw, nil
 }
 
 // refuseUnsupported names the first option of the built-in's redis block
@@ -160,8 +214,8 @@ func parseTLS(t *RedisTLS) (*tls.Config, error) {
 	return c, nil
 }
 
-// redisConn is a connected Redis client: a *resp.Client, or a *resp.Cluster
-// for several endpoints.
+// redisConn is a connected Redis client: a *resp.Client, a *resp.Cluster
+// for several endpoints, or a *resp.Sentinel.
 type redisConn interface {
 	EvalSha(ctx context.Context, sha string, keys []string, args []string) (interface{}, error)
 	ScriptLoad(ctx context.Context, script string) (string, error)
@@ -279,10 +333,19 @@ func (c *redisClient) connect(ctx context.Context) (redisConn, error) {
 	return cl, nil
 }
 
-// dial opens a client: of a standalone server within the dial timeout, or
-// of a Redis Cluster (reading its slot map and connecting to every master)
+// dial opens a client: of a standalone server, or of the master that Redis
+// Sentinels name, within the dial timeout, or of a Redis Cluster (reading its slot map and connecting to every master)
 // within the timeout of one decision.
 func (c *redisClient) dial(ctx context.Context) (redisConn, error) {
+	if so := c.opts.sentinel; so != nil {
+		dctx, cancel := context.WithTimeout(ctx, orDefault(c.opts.resp.DialTimeout, resp.DefaultDialTimeout))
+		defer cancel()
+		sc, err := resp.NewSentinel(dctx, *so, c.opts.resp)
+		if err != nil {
+			return nil, err
+		}
+		return sc, nil
+	}
 	if c.opts.seeds == nil {
 		dctx, cancel := context.WithTimeout(ctx, orDefault(c.opts.resp.DialTimeout, resp.DefaultDialTimeout))
 		defer cancel()

@@ -316,3 +316,36 @@ func TestCloseDuringDial(t *testing.T) {
 		t.Error("the connection dialed across close was left open")
 	}
 }
+
+// TestRedisSentinel: with redis.sentinel the plugin decides on the master
+// the Sentinels name, and after a failover, with the former master
+// stopped, Redis decides again within a bounded time (until then
+// onStoreError allow admits).
+func TestRedisSentinel(t *testing.T) {
+	rs := redistest.StartSentinel(t, "sluiceplugin")
+	cfg := &Config{Average: "1", Period: "1h", Burst: "2", OnStoreError: "allow",
+		Redis: &Redis{Sentinel: &RedisSentinel{MasterName: rs.Name, Endpoints: rs.Addrs}, Timeout: "300ms"}}
+	g := newTestRegistry()
+	h, _ := g.mustNew(t, cfg, "api@file")
+	if got := codes(h, request{}, 3); got != "200 200 429" {
+		t.Fatalf("through the Sentinels' master: %s, want 200 200 429", got)
+	}
+	rs.Failover(t)
+	rs.Replica.Stop() // the former master
+	// The promoted replica holds the replicated state: once the plugin
+	// asks the Sentinels again, Redis answers 429.
+	deadline := time.Now().Add(5 * time.Second)
+	seen := ""
+	for {
+		w, _ := do(h, request{})
+		seen += strconv.Itoa(w.Code) + " "
+		if w.Code == http.StatusTooManyRequests {
+			break
+		}
+		if !time.Now().Before(deadline) {
+			t.Fatalf("5 s after the failover Redis does not decide: %s", seen)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("after the failover: %s", seen)
+}

@@ -3,7 +3,8 @@
 // interpreter can run it. A Client sends one command at a time per
 // connection (no pipelining, no pub/sub) from a bounded pool and starts no
 // goroutines; a Cluster routes scripts to the masters of a Redis Cluster by
-// key slot, following MOVED and ASK redirections.
+// key slot, following MOVED and ASK redirections; a Sentinel follows the
+// master that Redis Sentinels name.
 //
 // Replies are decoded as: integer → int64, simple or bulk string → string,
 // array → []interface{}, nil bulk string or nil array → nil, error reply →
