@@ -13,7 +13,7 @@
 //	        burst          <cost units>         # token and leaky buckets; default: the quota, at least 1
 //	        algorithm      token_bucket|leaky_bucket|fixed_window|sliding_window_log|sliding_window_counter
 //	        cost           <number>|<placeholder>
-//	        max_delay      <duration>           # leaky_bucket: wait up to this long instead of rejecting
+//	        max_delay      <duration>           # leaky_bucket, token_bucket: wait up to this long instead of rejecting
 //	        match          { <request matchers> }
 //	        ipv4_prefix    <bits>               # key {client_ip} only: group IPv4 clients by network
 //	        ipv6_prefix    <bits>

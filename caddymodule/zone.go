@@ -78,8 +78,10 @@ type Zone struct {
 
 	// MaxDelay is, for leaky_bucket, the longest a request is held to
 	// pace it at the rate rather than rejected; zero (the default) holds
-	// requests as long as the queue (Burst) allows. Other algorithms
-	// refuse it.
+	// requests as long as the queue (Burst) allows. For token_bucket it is
+	// how long a request may wait for its missing tokens instead of being
+	// rejected (zero, the default: not at all), as Traefik's rateLimit
+	// does. Other algorithms refuse it.
 	MaxDelay caddy.Duration `json:"max_delay,omitempty"`
 
 	// MatchRaw restricts the zone to the requests that match every one of

@@ -91,7 +91,7 @@ func TestLimitValidateErrors(t *testing.T) {
 		{"burst on fixed_window", Limit{Name: "x", Algorithm: FixedWindow, Rate: perMin, Burst: 5}, "burst:"},
 		{"burst on sliding_window_log", Limit{Name: "x", Algorithm: SlidingWindowLog, Rate: perMin, Burst: 5}, "burst:"},
 		{"burst on sliding_window_counter", Limit{Name: "x", Algorithm: SlidingWindowCounter, Rate: perMin, Burst: 5}, "burst:"},
-		{"max_delay on token_bucket", Limit{Name: "x", Rate: perMin, MaxDelay: time.Second}, "max_delay:"},
+		{"max_delay on sliding_window_log", Limit{Name: "x", Algorithm: SlidingWindowLog, Rate: perMin, MaxDelay: time.Second}, "max_delay:"},
 		{"max_delay on fixed_window", Limit{Name: "x", Algorithm: FixedWindow, Rate: perMin, MaxDelay: time.Second}, "max_delay:"},
 		{"negative max_delay", Limit{Name: "x", Algorithm: LeakyBucket, Rate: perMin, MaxDelay: -time.Second}, "max_delay:"},
 		{"log quota above MaxLogQuota", Limit{Name: "x", Algorithm: SlidingWindowLog, Rate: Rate{Quota: MaxLogQuota + 1, Period: time.Hour}}, "rate:"},

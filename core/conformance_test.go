@@ -207,6 +207,7 @@ var conformanceCases = []struct {
 	{"Refund", confRefund},
 	{"LeakyBucketMaxDelay", confLeakyMaxDelay},
 	{"LeakyBucketWholeQueue", confLeakyWholeQueue},
+	{"TokenBucketMaxDelay", confTokenMaxDelay},
 	{"RateChange", confRateChange},
 	{"CapacityShrink", confCapacityShrink},
 }
@@ -669,6 +670,24 @@ func confLeakyMaxDelay(r *confRun) {
 	e := r.retryExact("take 4", l, "k", 1, d)
 	r.expect("take 4 after waiting", e, confWant{allowed: true, delay: 400 * ms, reset: 600 * ms})
 	r.expect("cost 3: fits the queue, but would wait 600 ms", r.take(l, "k", 3), confWant{retry: 200 * ms, reset: 600 * ms})
+}
+
+// confTokenMaxDelay: with MaxDelay a token_bucket admits a request whose
+// tokens come within it, with that delay, lending them (the bucket goes
+// into debt), as Traefik's rateLimit does; beyond it, RetryAfter is the
+// time until they do.
+func confTokenMaxDelay(r *confRun) {
+	ms := time.Millisecond
+	l := r.limit("maxdelay-tb", TokenBucket, "2/s", 1, 250*ms)
+	r.expect("take 1", r.take(l, "k", 1), confWant{allowed: true, reset: 500 * ms})
+	r.at(300 * ms)
+	// 0.6 token: 0.4 missing, 200 ms away.
+	r.expect("take 2 at 300 ms", r.take(l, "k", 1), confWant{allowed: true, delay: 200 * ms, reset: 700 * ms})
+	// 1.4 tokens owed: 700 ms away, 450 ms until within 250 ms.
+	d := r.take(l, "k", 1)
+	r.expect("take 3 at 300 ms", d, confWant{retry: 450 * ms, reset: 700 * ms})
+	e := r.retryExact("take 3", l, "k", 1, d)
+	r.expect("take 3 after waiting", e, confWant{allowed: true, delay: 250 * ms, reset: 750 * ms})
 }
 
 // confRateChange: a limit whose rate changes under the same name and

@@ -52,9 +52,11 @@ type Lane struct {
 	// sets ietf, x and ietf,x, on the gate's own clock, with a quota
 	// below maxSFInteger.
 	fast       bool
-	policy     string // RateLimit-Policy
-	ietfPrefix string // start of RateLimit
-	qText      string // X-RateLimit-Limit
+	most       float64 // the most deficit: capacity, and the tokens MaxDelay lends
+	owe        bool    // MaxDelay lends tokens
+	policy     string  // RateLimit-Policy
+	ietfPrefix string  // start of RateLimit
+	qText      string  // X-RateLimit-Limit
 	// fastReject: fast, and laneReject writes the 429 answers, which it
 	// does without jitter or Defer, with a body, for a cost that the
 	// limit can admit (known at NewLane for a token bucket); the body is
@@ -129,6 +131,7 @@ func NewLane(cfg LaneConfig) *Lane {
 	l.shared = a.Missing == MissingShared
 	l.clock = g.memClock
 	l.nsHash, l.capacity, l.quota = lim.nsHash, lim.capacity, lim.Rate.Quota
+	l.most, l.owe = lim.capacity+lim.owe, lim.owe > 0
 	l.period, l.unit = float64(lim.period), lim.unit
 	l.wholeCap = lim.capacity == float64(int64(lim.capacity))
 	l.headers = g.resp.Headers
@@ -173,8 +176,8 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 	if now > t {
 		t = now
 	}
-	if deficit > l.capacity {
-		deficit = l.capacity
+	if deficit > l.most {
+		deficit = l.most
 	}
 	if deficit > 0 {
 		deficit -= float64(t-sl.t) * l.quota / l.period
@@ -183,6 +186,10 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 		}
 	}
 	if l.capacity-deficit+eps < l.cost {
+		if l.owe && deficit+l.cost <= l.most+eps { // the request may wait for its tokens
+			laneShort(l, next, w, r, key, sh, h, held, &sl, now)
+			return
+		}
 		sh.mu.Unlock()
 		if l.fastReject {
 			laneRejectTB(l, w, deficit, now)
@@ -277,24 +284,6 @@ func laneAllowed(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 	next.ServeHTTP(w, r)
 }
 
-// laneRejectTB answers 429 for a fastReject lane's token bucket, which
-// held deficit at now, too much for the request: tokenBucket's rejection,
-// written out, answered by laneReject.
-func laneRejectTB(l *Lane, w http.ResponseWriter, deficit float64, now int64) {
-	ns := (l.cost - (l.capacity - deficit)) * l.unit
-	wait := int64(ns) // duration(ns), which rounds up
-	if float64(wait) < ns {
-		wait++
-	}
-	ns = deficit * l.unit
-	reset := int64(ns)
-	if float64(reset) < ns {
-		reset++
-	}
-	rem := l.capacity - deficit
-	laneReject(l, w, rem, reset, int64(duration(nextUnits(rem, deficit)*l.unit)), wait, now)
-}
-
 // laneReject answers 429 for a fastReject lane whose limit, at now, has
 // rem units left, is whole again in reset nanoseconds and admits the
 // request in wait (not Never): reject's answer, written out with the
@@ -351,6 +340,51 @@ func laneKey(l *Lane, r *http.Request) string {
 		return l.prefix + missingSharedKey
 	}
 	return ""
+}
+
+// laneShort finishes serveLaneTB, with sh locked, for a request whose
+// tokens the bucket lends (MaxDelay): tokenBucket decides it from the
+// state sl that h held at now, the state is saved, and the request waits
+// for its tokens as Gate.Serve makes it wait.
+func laneShort(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, sh *memShard, h uint64, held bool, sl *memSlot, now int64) {
+	st := State{T: sl.t, A: sl.a}
+	var v Verdict
+	exp := tokenBucket(l.limit, &st, now, l.cost, &v.Decision)
+	if v.Decision.Allowed {
+		if !held {
+			memRoom(l.mem, sh, now)
+		}
+		sh.slots[h] = memSlot{t: st.T, a: st.A, exp: exp}
+	}
+	sh.mu.Unlock()
+	if !l.clock {
+		now = 0
+	}
+	laneOneAnswer(l, next, w, r, []Ask{{Limit: l.limit, Key: key, Cost: l.cost}}, &v, now)
+}
+
+// laneRejectTB answers 429 for a fastReject lane's token bucket, which
+// held deficit at now, too much for the request even with what MaxDelay
+// lends: tokenBucket's rejection, written out, answered by laneReject.
+func laneRejectTB(l *Lane, w http.ResponseWriter, deficit float64, now int64) {
+	ns := (l.cost - (l.capacity - deficit) - l.limit.owe) * l.unit
+	wait := int64(ns) // duration(ns), which rounds up
+	if float64(wait) < ns {
+		wait++
+	}
+	ns = deficit * l.unit
+	reset := int64(ns)
+	if float64(reset) < ns {
+		reset++
+	}
+	rem, need := l.capacity-deficit, 0.0
+	if rem < 0 { // in debt
+		need = -rem + nextUnits(0, l.capacity)
+		rem = 0
+	} else {
+		need = nextUnits(rem, deficit)
+	}
+	laneReject(l, w, rem, reset, int64(duration(need*l.unit)), wait, now)
 }
 
 // laneAnswer finishes ServeLane for a token bucket that rejects: it

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"math/rand"
 	"net/http"
 	"net/http/httptest"
@@ -26,6 +27,8 @@ func TestServeLaneMatchesGate(t *testing.T) {
 	// Token buckets take serveLaneTB's path, the other algorithms
 	// serveLaneOne's. The leaky_bucket's max delay of 1 ns rejects what it
 	// would delay, which the test would have to wait out.
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
 	limits := []struct {
 		alg      Algorithm
 		rate     string
@@ -42,6 +45,10 @@ func TestServeLaneMatchesGate(t *testing.T) {
 		{SlidingWindowCounter, "10/m", 0, 2, 0},
 		{SlidingWindowLog, "4/s", 0, 1, 0},
 		{LeakyBucket, "3/s", 4, 1, 1},
+		// MaxDelay on a token bucket: the requests it delays come with a
+		// cancelled context, so they are refunded at once instead of
+		// waited out.
+		{TokenBucket, "5/s", 2, 1, 150 * time.Millisecond},
 	}
 	headerSets := []HeaderSet{DefaultHeaders, HeadersIETF, HeadersX, HeadersIETF | HeadersLegacy | HeadersX, HeadersOff}
 	remotes := []string{"192.0.2.1:1234", "192.0.2.2:80", "[2001:db8::1]:443", "not an address", ""}
@@ -107,12 +114,25 @@ func TestServeLaneMatchesGate(t *testing.T) {
 				label := string(lc.alg) + " limit " + strconv.Itoa(li) + " headers " + strconv.Itoa(int(hs)) + " missing " + missing.String()
 				for step := 0; step < steps; step++ {
 					remote := remotes[rng.Intn(len(remotes))]
+					if l.MaxDelay > 0 && lc.alg == TokenBucket && rng.Intn(3) == 0 {
+						// Tokens lent and not given back: another taker of
+						// the same key, straight from both stores, whose
+						// Take charges a delay without waiting it, puts
+						// the bucket into debt.
+						r := httptest.NewRequest(http.MethodGet, "/", nil)
+						r.RemoteAddr = remote
+						if key, ok := missing.Resolve(spec.Key(r)); ok {
+							asks := []Ask{{Limit: l, Key: "mw\x00" + key, Cost: lc.cost}}
+							laneStore.Take(context.Background(), asks, make([]Decision, 1))
+							slowStore.Take(context.Background(), asks, make([]Decision, 1))
+						}
+					}
 					var recs [2]*httptest.ResponseRecorder
 					var nexts [2]countingHandler
 					seen = seen[:0]
 					for i := range recs {
 						recs[i] = httptest.NewRecorder()
-						r := httptest.NewRequest(http.MethodGet, "/", nil)
+						r := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(cancelled)
 						r.RemoteAddr = remote
 						if i == 0 {
 							ServeLane(lane, &nexts[0], recs[0], r)

@@ -16,7 +16,8 @@ type Algorithm string
 const (
 	// TokenBucket holds up to Burst tokens, refilled continuously at
 	// Rate.Quota per Rate.Period; a request of cost c passes iff at least c
-	// tokens are present, and takes them.
+	// tokens are present, and takes them, or with MaxDelay iff they will be
+	// within it, and waits for them.
 	TokenBucket Algorithm = "token_bucket"
 	// LeakyBucket shapes traffic like NGINX's limit_req without nodelay:
 	// requests leave at the constant rate; one that can leave within
@@ -130,7 +131,10 @@ type Limit struct {
 	// must be at least 1, and reject a non-zero Burst.
 	Burst float64
 	// MaxDelay bounds the wait of a LeakyBucket request; zero means only the
-	// queue depth bounds it. Other algorithms reject a non-zero MaxDelay.
+	// queue depth bounds it. For a TokenBucket it is how long a request may
+	// wait for its missing tokens instead of being rejected (zero: it never
+	// waits), as in Traefik's rateLimit. Other algorithms reject a non-zero
+	// MaxDelay.
 	MaxDelay time.Duration
 
 	ns       string  // store namespace: name and algorithm
@@ -138,6 +142,7 @@ type Limit struct {
 	unit     float64 // nanoseconds of the period per cost unit
 	period   int64   // Rate.Period in nanoseconds
 	capacity float64 // effective burst
+	owe      float64 // token_bucket: the tokens MaxDelay lends, MaxDelay/unit
 	// answer holds the constant strings of its HTTP answers (answer.go),
 	// redis those of its script calls (redis.go).
 	answer limitAnswer
@@ -204,8 +209,8 @@ func (l *Limit) validate() error {
 		}
 		l.capacity = l.Rate.Quota
 	}
-	if l.MaxDelay != 0 && l.Algorithm != LeakyBucket {
-		return fmt.Errorf("max_delay: only leaky_bucket delays requests, not %s", l.Algorithm)
+	if l.MaxDelay != 0 && l.Algorithm != LeakyBucket && l.Algorithm != TokenBucket {
+		return fmt.Errorf("max_delay: only leaky_bucket and token_bucket delay requests, not %s", l.Algorithm)
 	}
 	if l.Algorithm == SlidingWindowLog && l.Rate.Quota > MaxLogQuota {
 		return fmt.Errorf("rate: sliding_window_log keeps one entry per request and accepts a quota of at most %d, got %v (use sliding_window_counter)", MaxLogQuota, l.Rate.Quota)
@@ -218,7 +223,11 @@ func (l *Limit) validate() error {
 	}
 	l.period = int64(l.Rate.Period)
 	l.unit = float64(l.period) / l.Rate.Quota
-	if span := l.capacity * l.unit; !(span <= float64(MaxSpan)) {
+	l.owe = 0
+	if l.Algorithm == TokenBucket {
+		l.owe = float64(l.MaxDelay) / l.unit
+	}
+	if span := l.capacity*l.unit + float64(l.MaxDelay); !(span <= float64(MaxSpan)) {
 		return fmt.Errorf("burst: refilling %v at %v takes longer than the %v sluice supports", l.capacity, l.Rate, MaxSpan)
 	}
 	l.ns = l.Name + ":" + string(l.Algorithm)

@@ -58,7 +58,7 @@ func propLimit(t *testing.T, rng *rand.Rand, alg Algorithm) *Limit {
 	if alg == TokenBucket || alg == LeakyBucket {
 		l.Burst = propBursts[rng.Intn(len(propBursts))]
 	}
-	if alg == LeakyBucket && rng.Intn(2) == 0 {
+	if (alg == LeakyBucket || alg == TokenBucket) && rng.Intn(2) == 0 {
 		l.MaxDelay = time.Duration(rng.Int63n(int64(l.Rate.Period))) + 1
 	}
 	if err := l.Validate(); err != nil {
@@ -124,12 +124,19 @@ func propTrace(t *testing.T, seed int64, rng *rand.Rand, l *Limit, steps int, ke
 		if (cost > l.Capacity()+eps) != (d.RetryAfter == Never) {
 			fail(step, "cost %v, capacity %v: RetryAfter %v", cost, l.Capacity(), d.RetryAfter)
 		}
-		if l.Algorithm != LeakyBucket && d.Delay != 0 {
-			fail(step, "Delay %v from %s", d.Delay, l.Algorithm)
+		if d.Delay != 0 && (l.MaxDelay == 0 && l.Algorithm != LeakyBucket || l.Algorithm != LeakyBucket && l.Algorithm != TokenBucket) {
+			fail(step, "Delay %v from %s with max_delay %v", d.Delay, l.Algorithm, l.MaxDelay)
+		}
+		if l.Algorithm == TokenBucket && d.Delay > l.MaxDelay+1 {
+			fail(step, "token_bucket Delay %v above MaxDelay %v", d.Delay, l.MaxDelay)
 		}
 
 		if d.Allowed {
-			adm = append(adm, propAdmission{at: eff, window: next.T, cost: cost})
+			at := eff
+			if l.Algorithm == TokenBucket {
+				at += int64(d.Delay) // a delayed request proceeds once its tokens are there
+			}
+			adm = append(adm, propAdmission{at: at, window: next.T, cost: cost})
 			if l.Algorithm == LeakyBucket {
 				start := now + int64(d.Delay)
 				if l.MaxDelay > 0 && d.Delay > l.MaxDelay {

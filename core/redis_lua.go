@@ -110,9 +110,11 @@ local function asks()
     local alg, quota, period, cap = ARGV[j + 1], tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
     local logkey, unit, horizon = false, period / quota, period
     if alg == 'swl' then logkey = KEYS[k + 1] end
-    if alg == 'tb' or alg == 'lb' then horizon = cap * unit elseif alg == 'swc' then horizon = 2 * period end
+    local maxdelay = tonumber(ARGV[j + 5])
+    if alg == 'tb' then horizon = cap * unit + maxdelay -- a debt included
+    elseif alg == 'lb' then horizon = cap * unit elseif alg == 'swc' then horizon = 2 * period end
     list[i] = {alg = alg, quota = quota, period = period, cap = cap,
-      maxdelay = tonumber(ARGV[j + 5]), cost = tonumber(ARGV[j + 6]), unit = unit,
+      maxdelay = maxdelay, cost = tonumber(ARGV[j + 6]), unit = unit,
       horizon = horizon, key = KEYS[k], logkey = logkey}
     k = k + 1
     if logkey then k = k + 1 end
@@ -174,13 +176,13 @@ end
 const luaTokenBucket = `
 local function token_bucket(st, now, p)
   if now < st.t then now = st.t end
-  local deficit = st.a
-  if deficit > p.cap then deficit = p.cap end
+  local deficit, owe = st.a, p.maxdelay / p.unit
+  if deficit > p.cap + owe then deficit = p.cap + owe end
   if deficit > 0 then
     deficit = deficit - (now - st.t) * p.quota / p.period
     if deficit < EPS then deficit = 0 end
   end
-  local ok, retry, a = false, 0, deficit
+  local ok, retry, a, delay = false, 0, deficit, 0
   local tokens = p.cap - deficit
   if p.cost > p.cap + EPS then
     retry = -1
@@ -188,12 +190,17 @@ local function token_bucket(st, now, p)
     ok = true
     a = deficit + p.cost
     if a > p.cap then a = p.cap end
+  elseif deficit + p.cost <= p.cap + owe + EPS then
+    ok = true
+    delay = (p.cost - tokens) * p.unit
+    a = deficit + p.cost
   else
-    retry = (p.cost - tokens) * p.unit
+    retry = (p.cost - tokens - owe) * p.unit
   end
   local nxt = 0
-  if a > 0 then nxt = next_units(p.cap - a, a) * p.unit end
-  return {ok = ok, rem = nonneg(p.cap - a), reset = a * p.unit, next = nxt, retry = retry, delay = 0,
+  if a > p.cap then nxt = (a - p.cap + next_units(0, p.cap)) * p.unit
+  elseif a > 0 then nxt = next_units(p.cap - a, a) * p.unit end
+  return {ok = ok, rem = nonneg(p.cap - a), reset = a * p.unit, next = nxt, retry = retry, delay = delay,
     fields = {'t', stamp(now), 'a', fmt(a)}, exp = now + a * p.unit}
 end
 `

@@ -7,6 +7,11 @@ package core
 // Refill is computed as elapsed·Quota/Period rather than elapsed·rate so that
 // whole numbers stay whole: 0.5 s at 2/s refills exactly 1 token.
 //
+// With MaxDelay, a request whose tokens would all be there within MaxDelay
+// is admitted with that Delay, the bucket going into debt (a deficit above
+// Capacity, at most MaxDelay's worth of refill), as Traefik's built-in
+// rateLimit does with its bounded wait of 1/(2·rate).
+//
 // It works on locals (t, deficit, c) and writes the state once: under
 // Yaegi every field read is a value the interpreter allocates on each call.
 func tokenBucket(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
@@ -14,8 +19,8 @@ func tokenBucket(l *Limit, s *State, now int64, cost float64, d *Decision) int64
 	if now < t {
 		now = t // a clock step back mints nothing
 	}
-	if deficit > c {
-		deficit = c // the capacity shrank: the bucket was empty, not in debt
+	if most := c + l.owe; deficit > most {
+		deficit = most // the capacity shrank: the bucket was empty, not in debt
 	}
 	if deficit > 0 {
 		deficit -= float64(now-t) * l.Rate.Quota / float64(l.period)
@@ -33,8 +38,16 @@ func tokenBucket(l *Limit, s *State, now int64, cost float64, d *Decision) int64
 		if deficit > c {
 			deficit = c
 		}
+	case deficit+cost <= c+l.owe+eps:
+		// With MaxDelay the bucket lends the missing tokens: the request
+		// waits until they are refilled, as golang.org/x/time/rate's
+		// Reserve and Traefik's rateLimit do.
+		d.Allowed = true
+		d.Delay = duration((cost - (c - deficit)) * l.unit)
+		deficit += cost
 	default:
-		d.RetryAfter = duration((cost - (c - deficit)) * l.unit)
+		// Until the tokens missing are within what MaxDelay lends.
+		d.RetryAfter = duration((cost - (c - deficit) - l.owe) * l.unit)
 	}
 	s.T = now
 	s.A = deficit
@@ -42,7 +55,9 @@ func tokenBucket(l *Limit, s *State, now int64, cost float64, d *Decision) int64
 		d.Remaining = c - deficit
 	}
 	d.Reset = duration(deficit * l.unit)
-	if deficit > 0 {
+	if deficit > c { // in debt: more once the debt and a unit are refilled
+		d.Next = duration((deficit - c + nextUnits(0, c)) * l.unit)
+	} else if deficit > 0 {
 		d.Next = duration(nextUnits(c-deficit, deficit) * l.unit)
 	}
 	return now + int64(d.Reset) // Expiry

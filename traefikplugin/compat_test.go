@@ -11,7 +11,7 @@ import (
 // TestBuiltinCompat decodes configurations written for Traefik's built-in
 // rateLimit middleware, as YAML and as labels, and checks that they limit
 // as the built-in does: a token bucket of size burst, refilled at
-// average/period.
+// average/period, that lets a request wait for its token up to 1/(2·rate).
 func TestBuiltinCompat(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -24,7 +24,8 @@ func TestBuiltinCompat(t *testing.T) {
 		{"yaml", map[string]interface{}{"average": 100, "period": "1m", "burst": 50}, 50, 600 * time.Millisecond},
 		{"labels", map[string]interface{}{"average": "100", "period": "1m", "burst": "50"}, 50, 600 * time.Millisecond},
 		{"period in seconds", map[string]interface{}{"average": "100", "period": "60", "burst": "50"}, 50, 600 * time.Millisecond},
-		// Defaults: period 1s, burst 1.
+		// Defaults: period 1s, burst 1. (In every case a token takes
+		// longer than the bounded wait.)
 		{"defaults", map[string]interface{}{"average": "5"}, 1, 200 * time.Millisecond},
 		{"burst 0 is 1", map[string]interface{}{"average": 5, "burst": 0}, 1, 200 * time.Millisecond},
 		{"slow rate", map[string]interface{}{"average": 1, "period": "1h", "burst": 2}, 2, time.Hour},
@@ -40,13 +41,12 @@ func TestBuiltinCompat(t *testing.T) {
 			if got, want := codes(h, req, tc.burst+1), repeat("200", tc.burst)+" 429"; got != want {
 				t.Fatalf("a burst: got %s, want %s", got, want)
 			}
+			// 1 ms before a token is back, the built-in's bounded wait
+			// (1/(2·rate), at most 500 ms) admits the request after 1 ms;
+			// the next one would wait a whole token more.
 			g.clock.advance(tc.every - time.Millisecond)
-			if got := codes(h, req, 1); got != "429" {
-				t.Fatalf("just before one token is back: got %s, want 429", got)
-			}
-			g.clock.advance(time.Millisecond)
 			if got := codes(h, req, 2); got != "200 429" {
-				t.Fatalf("one token later: got %s, want 200 429", got)
+				t.Fatalf("1 ms before one token is back: got %s, want 200 (delayed) 429", got)
 			}
 			if got, want := next.count(), int64(tc.burst+1); got != want {
 				t.Errorf("next called %d times, want %d", got, want)
@@ -202,5 +202,33 @@ func TestExemptIPs(t *testing.T) {
 	}
 	if _, err := parse(&Config{Average: "1", ExemptIPs: []string{"10.0.0.0/33"}}, "rl@file"); err == nil || !strings.Contains(err.Error(), "exemptIPs") {
 		t.Errorf("bad exemptIPs: error %v, want one naming exemptIPs", err)
+	}
+}
+
+// TestBuiltinMaxDelay: a token_bucket's maxDelay defaults to the bounded
+// wait of Traefik's rateLimit (its TestNewRateLimiter: average 200, burst
+// 10 → 2.5 ms), is 500 ms below one request per second, and "0" turns it
+// off.
+func TestBuiltinMaxDelay(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want time.Duration
+	}{
+		{Config{Average: "200", Burst: "10"}, 2500 * time.Microsecond},
+		{Config{Average: "100"}, 5 * time.Millisecond},
+		{Config{Average: "50", Period: "500ms"}, 5 * time.Millisecond},
+		{Config{Average: "5", Period: "10s"}, 500 * time.Millisecond},
+		{Config{Average: "2.5"}, 250 * time.Millisecond}, // 2/s, truncated as Traefik does
+		{Config{Average: "100", MaxDelay: "0"}, 0},
+		{Config{Average: "100", MaxDelay: "40ms"}, 40 * time.Millisecond},
+		{Config{Average: "100", Algorithm: "leaky_bucket"}, 0},
+	} {
+		s, err := parse(&tc.cfg, "rl@file")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.plans[0].limit.MaxDelay; got != tc.want {
+			t.Errorf("%+v: maxDelay %v, want %v", tc.cfg, got, tc.want)
+		}
 	}
 }

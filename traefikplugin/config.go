@@ -52,8 +52,10 @@ type Config struct {
 	// Cost is what one request costs, in the quota's units; default 1.
 	// Fractions are allowed. It is also the default of every Limits item.
 	Cost string
-	// MaxDelay, for leaky_bucket, is the longest a request is delayed
-	// instead of rejected: a duration or a number of seconds.
+	// MaxDelay is the longest a request is delayed instead of rejected: a
+	// duration or a number of seconds. For leaky_bucket the default is no
+	// bound but the queue's; for token_bucket the built-in's, 1/(2·rate)
+	// (500ms below one request per second), and "0" never delays.
 	MaxDelay string
 	// Key lists the parts of the bucket key, in sluice's syntax: client_ip,
 	// header:<Name>, host, method, path, query:<name>, cookie:<name>,

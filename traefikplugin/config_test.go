@@ -131,8 +131,11 @@ func checkFullSettings(t *testing.T, s *settings) {
 		missing  core.MissingKey
 	}
 	wants := []want{
-		{"default", core.TokenBucket, 100, time.Minute, 50, 0, 1.5, core.MissingShared},
-		{"global", core.TokenBucket, 1000, time.Minute, 1, 0, 1.5, core.MissingShared},
+		// A token_bucket's default maxDelay is the built-in's 1/(2·rate),
+		// the rate truncated to whole requests per second: 100/m is
+		// below 2/s (500 ms), 1000/m is 16/s (31.25 ms).
+		{"default", core.TokenBucket, 100, time.Minute, 50, 500 * time.Millisecond, 1.5, core.MissingShared},
+		{"global", core.TokenBucket, 1000, time.Minute, 1, 31250 * time.Microsecond, 1.5, core.MissingShared},
 		{"slow", core.LeakyBucket, 10, time.Second, 0, 500 * time.Millisecond, 1.5, core.MissingSkip},
 	}
 	for i, w := range wants {
@@ -243,7 +246,7 @@ func TestParseErrors(t *testing.T) {
 		{map[string]interface{}{"average": "1", "burst": "x"}, `burst "x": not a number`},
 		{map[string]interface{}{"average": "1", "algorithm": "magic"}, `algorithm "magic": unknown`},
 		{map[string]interface{}{"average": "1", "algorithm": "fixed_window", "burst": "5"}, "burst: fixed_window takes its capacity from the rate's quota"},
-		{map[string]interface{}{"average": "1", "maxDelay": "1s"}, "max_delay: only leaky_bucket delays requests"},
+		{map[string]interface{}{"average": "1", "algorithm": "fixed_window", "maxDelay": "1s"}, "max_delay: only leaky_bucket and token_bucket delay requests"},
 		{map[string]interface{}{"average": "1", "maxDelay": "later"}, `maxDelay "later"`},
 		{map[string]interface{}{"average": "1", "cost": "0"}, `cost "0": must be positive`},
 		{map[string]interface{}{"average": "1", "key": "client_ip,nonsense"}, `key: key part "nonsense": unknown kind`},

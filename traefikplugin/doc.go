@@ -21,9 +21,10 @@
 // Differences from the built-in, all deliberate:
 //
 //   - A rejected request gets sluice's 429 (rate-limit headers, Retry-After,
-//     a JSON body by default) at once. The built-in instead delays a
-//     request by up to 1/(2·rate) (at most 0.5 s) when its token is that
-//     close; use algorithm leaky_bucket with maxDelay to shape traffic.
+//     a JSON body by default). As in the built-in, a token_bucket request
+//     whose token comes within 1/(2·rate) (0.5 s below one request per
+//     second) waits for it (maxDelay sets the wait, "0" none); use
+//     algorithm leaky_bucket with maxDelay to shape traffic.
 //   - Every router using the middleware shares its quotas, and a
 //     configuration reload keeps the counters (the built-in starts afresh
 //     per router and per reload).

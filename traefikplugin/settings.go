@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/core"
 )
@@ -134,7 +135,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 		if item.Algorithm == "" {
 			item.Algorithm = cfg.Algorithm
 		}
-		if item.MaxDelay == "" && core.Algorithm(strings.TrimSpace(item.Algorithm)) == core.LeakyBucket {
+		if alg := core.Algorithm(strings.TrimSpace(item.Algorithm)); item.MaxDelay == "" && (alg == core.LeakyBucket || alg == core.TokenBucket || alg == "") {
 			item.MaxDelay = cfg.MaxDelay
 		}
 		l, err := buildLimit(item, option)
@@ -192,6 +193,22 @@ func parseCost(option, s string, def float64) (float64, error) {
 	return c, nil
 }
 
+// builtinMaxDelay is the bounded wait of Traefik's rateLimit for avg
+// requests per period: 1/(2·rate), the rate per second truncated to a
+// whole number as Traefik does, and 500ms below one request per second. A
+// token_bucket whose maxDelay is not set uses it, so that a built-in
+// configuration admits what the built-in admits.
+func builtinMaxDelay(avg float64, period time.Duration) time.Duration {
+	rate := avg * float64(time.Second) / float64(period)
+	if rate < 1 {
+		return 500 * time.Millisecond
+	}
+	if rate >= 1e9 {
+		return 0
+	}
+	return time.Second / (time.Duration(rate) * 2)
+}
+
 // buildLimit builds and validates the limit of item; option prefixes the
 // names of its options in errors ("" at the top level). It returns
 // errNoLimit when the average is zero or empty.
@@ -227,6 +244,9 @@ func buildLimit(item LimitConfig, option string) (*core.Limit, error) {
 	maxDelay, err := parseDuration(option+"maxDelay", item.MaxDelay)
 	if err != nil {
 		return nil, err
+	}
+	if alg == core.TokenBucket && strings.TrimSpace(item.MaxDelay) == "" {
+		maxDelay = builtinMaxDelay(avg, period)
 	}
 	l := &core.Limit{
 		Name:      strings.TrimSpace(item.Name),

@@ -69,11 +69,11 @@ const (
 // limits at once.
 var memoryCases = []pluginCase{
 	{name: "trivial plugin (one header)", trivial: true, remote: ipv4},
-	{name: "token_bucket allowed, IPv4", config: open, remote: ipv4, target: targetAllowed, ceiling: 250},
-	{name: "token_bucket allowed, IPv6", config: open, remote: ipv6, target: targetAllowed, ceiling: 313},
-	{name: "token_bucket rejected, IPv4", config: closed, remote: ipv4, rejected: true, target: targetRejected, ceiling: 524},
-	{name: "token_bucket rejected, IPv6", config: closed, remote: ipv6, rejected: true, target: targetRejected, ceiling: 587},
-	{name: "token_bucket allowed, headers off", config: with(open, "headers", "off"), remote: ipv4, target: targetAllowed, ceiling: 264},
+	{name: "token_bucket allowed, IPv4", config: open, remote: ipv4, target: targetAllowed, ceiling: 259},
+	{name: "token_bucket allowed, IPv6", config: open, remote: ipv6, target: targetAllowed, ceiling: 322},
+	{name: "token_bucket rejected, IPv4", config: closed, remote: ipv4, rejected: true, target: targetRejected, ceiling: 542},
+	{name: "token_bucket rejected, IPv6", config: closed, remote: ipv6, rejected: true, target: targetRejected, ceiling: 605},
+	{name: "token_bucket allowed, headers off", config: with(open, "headers", "off"), remote: ipv4, target: targetAllowed, ceiling: 272},
 	{name: "leaky_bucket allowed", config: with(open, "algorithm", "leaky_bucket"), remote: ipv4, target: targetOther, ceiling: 530},
 	{name: "leaky_bucket rejected", config: with(closed, "algorithm", "leaky_bucket"), remote: ipv4, rejected: true, target: targetOther, ceiling: 704},
 	{name: "fixed_window allowed", config: map[string]any{"algorithm": "fixed_window", "average": 1000000000}, remote: ipv4, target: targetOther, ceiling: 419},
@@ -86,10 +86,10 @@ var memoryCases = []pluginCase{
 	{name: "sliding_window_log rejected", config: map[string]any{"algorithm": "sliding_window_log", "average": 1, "period": "1h"}, remote: ipv4, rejected: true, target: targetOther, ceiling: 700},
 	{name: "two limits allowed (per IP + global)", config: with(open, "limits", []any{
 		map[string]any{"name": "global", "average": 1000000000, "burst": 1000000000, "key": "const:all"},
-	}), remote: ipv4, target: targetOther, ceiling: 1344},
+	}), remote: ipv4, target: targetOther, ceiling: 1399},
 	{name: "two limits, the second rejects", config: with(open, "limits", []any{
 		map[string]any{"name": "global", "average": 1, "period": "1h", "burst": 1, "key": "const:all"},
-	}), remote: ipv4, rejected: true, target: targetOther, ceiling: 1587},
+	}), remote: ipv4, rejected: true, target: targetOther, ceiling: 1642},
 }
 
 // plugins holds the two interpreters, loaded once per test binary: an
