@@ -11,7 +11,11 @@
 #                    builds it as it builds labels (strings, limits[0].name)
 #   4 dry-run        mode dry_run lets everything through, marks the upstream
 #   5 redis-shared   two Traefik processes share one Redis quota exactly
-#   6 redis-down     Redis hung, then killed: onStoreError deny → 429,
+#   6 rate table     Traefik's own rate table (its TestRateLimit, the cases of
+#                    a minute included) replayed against the built-in and
+#                    sluice (memory and Redis) with the same options: sluice
+#                    admits what the built-in admits (e2e/ratetable)
+#   7 redis-down     Redis hung, then killed: onStoreError deny → 429,
 #                    allow → 200, fallback local → half the quota, promptly;
 #                    then Redis restarted: Redis decides again
 #
@@ -103,7 +107,7 @@ tl_build_backend "$TMP/backend"
 backend_port="$(free_port)"
 tl_start_backend "$TMP/backend" "$backend_port"
 
-# The Redis the plugin keeps its counters in (stopped by test 6) ...
+# The Redis the plugin keeps its counters in (stopped by test 7) ...
 redis_port="$(free_port)"
 start_redis "$redis_port"
 redis_pid=$REDIS_PID
@@ -122,6 +126,8 @@ run="$TMP/run"
 mkdir -p "$run"
 tl_plugin_tree "$run"
 tl_render "$TESTDATA/dynamic.yml" "$run/dynamic.yml" "BACKEND=127.0.0.1:$backend_port" "REDIS=127.0.0.1:$redis_port"
+go build -o "$TMP/ratetable" ./e2e/ratetable
+"$TMP/ratetable" -into "$run/dynamic.yml" -redis "127.0.0.1:$redis_port"
 port_a="$(free_port)" port_b="$(free_port)"
 for i in a b; do
 	port_var="port_$i"
@@ -247,7 +253,25 @@ expect "redis-shared: the rest are 429" "$(grep -o 429 <<<"$codes" | wc -l | tr 
 keys="$(redis-cli -h 127.0.0.1 -p "$redis_port" dbsize 2>/dev/null || echo 0)"
 expect_re "redis-shared: the counters are in Redis" "$keys" '^[1-9][0-9]*$'
 
-# --- 6 redis-down ------------------------------------------------------------
+# --- 6 rate table ------------------------------------------------------------
+# About 75 s: the cases of 2 s one after another, then the two of a minute.
+rows=0
+while IFS= read -r line; do
+	case "$line" in
+	PASS:*)
+		pass "${line#PASS: }"
+		rows=$((rows + 1))
+		;;
+	FAIL:*)
+		fail "${line#FAIL: }"
+		rows=$((rows + 1))
+		;;
+	*) echo "$line" ;;
+	esac
+done < <("$TMP/ratetable" -base "$A" -long 2>&1 || true)
+[ "$rows" = 9 ] || fail "rate table: $rows of its 9 cases reported"
+
+# --- 7 redis-down ------------------------------------------------------------
 req "$A/redis-deny"
 expect "redis-down: redis-deny with Redis up → 200" "$CODE" 200
 codes=""

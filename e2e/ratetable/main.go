@@ -1,0 +1,228 @@
+// Command ratetable replays the rate table of Traefik's own rateLimit tests
+// (pkg/middlewares/ratelimiter, TestRateLimit) over HTTP against one real
+// Traefik: for each case, a client sends requests at the case's load, as
+// that test does, to the built-in rateLimit, to sluice in memory and to
+// sluice in Redis, all configured with the same options, and counts the
+// requests that reach the backend.
+//
+//	ratetable -into dynamic.yml -redis 127.0.0.1:6379  # adds the routers and middlewares
+//	ratetable -base http://127.0.0.1:8080 [-long]       # the run
+//
+// A case passes when every variant admits at most 102 % of what the table
+// wants (average·duration + burst, as Traefik's test computes it, plus one
+// for rounding), and sluice's counts are within 3 % of the want (at least
+// 2 requests) of the built-in's in the same run: sluice admits what the
+// built-in admits. The built-in's own lower bound (95 % of the want) is
+// reported but not enforced, since on a loaded machine it fails as often
+// as Traefik's test does on its CI, which lowers it to 60 %. -long adds
+// the cases of a minute. The cases of a few seconds run one after another,
+// each with its three variants at once; the cases of a minute run all at
+// once. Every loop is bounded by its duration.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// A rateCase is one row of Traefik's table.
+type rateCase struct {
+	desc     string
+	average  int
+	period   time.Duration // 0: 1s
+	burst    int           // 0: the built-in's default, 1
+	duration time.Duration
+	load     int // requests per second
+	initial  int // requests sent as fast as possible first
+}
+
+var cases = []rateCase{
+	{desc: "average is respected", average: 100, burst: 1, duration: 2 * time.Second, load: 400},
+	{desc: "burst allowed, no bursty traffic", average: 100, burst: 100, duration: 2 * time.Second, load: 200},
+	{desc: "burst allowed, initial burst, under capacity", average: 100, burst: 100, duration: 2 * time.Second, load: 200, initial: 50},
+	{desc: "burst allowed, initial burst, over capacity", average: 100, burst: 100, duration: 2 * time.Second, load: 200, initial: 150},
+	{desc: "burst over average, initial burst, over capacity", average: 100, burst: 200, duration: 2 * time.Second, load: 200, initial: 300},
+	{desc: "lower than 1/s", average: 5, period: 10 * time.Second, duration: 2 * time.Second, load: 100},
+	{desc: "lower than 1/s, longer", average: 5, period: 10 * time.Second, duration: time.Minute, load: 100},
+	{desc: "lower than 1/s, longer, harsher", average: 1, period: time.Minute, duration: time.Minute, load: 100},
+	{desc: "period below 1 second", average: 50, period: 500 * time.Millisecond, duration: 2 * time.Second, load: 300},
+}
+
+// variants are the middlewares each case runs through, by path prefix.
+var variants = []string{"builtin", "sluice", "redis"}
+
+func main() {
+	into := flag.String("into", "", "add the routers and middlewares to this file-provider configuration")
+	redis := flag.String("redis", "", "host:port of the Redis of the redis variant (with -into)")
+	base := flag.String("base", "", "Traefik's entryPoint, such as http://127.0.0.1:8080")
+	long := flag.Bool("long", false, "also run the cases of a minute")
+	flag.Parse()
+	if *into != "" {
+		if err := addConfig(*into, *redis); err != nil {
+			fmt.Fprintln(os.Stderr, "ratetable:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *base == "" {
+		fmt.Fprintln(os.Stderr, "ratetable: -base or -into is required")
+		os.Exit(2)
+	}
+	failed := false
+	var short, longCases []int
+	for i, c := range cases {
+		if c.duration < time.Minute {
+			short = append(short, i)
+		} else if *long {
+			longCases = append(longCases, i)
+		}
+	}
+	for _, i := range short {
+		failed = report(cases[i], run(*base, []int{i})[i]) || failed
+	}
+	if len(longCases) > 0 {
+		counts := run(*base, longCases)
+		for _, i := range longCases {
+			failed = report(cases[i], counts[i]) || failed
+		}
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+// addConfig rewrites the file-provider configuration at path, which has
+// "  routers:" and "  middlewares:" sections under http and a service
+// backend, adding for every case and variant a router on
+// /rt-<variant>-<case> and its middleware with the case's options.
+func addConfig(path, redis string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var routers, mws strings.Builder
+	for i, c := range cases {
+		opts := fmt.Sprintf("average: %d", c.average)
+		if c.period > 0 {
+			opts += fmt.Sprintf(", period: %s", c.period)
+		}
+		if c.burst > 0 {
+			opts += fmt.Sprintf(", burst: %d", c.burst)
+		}
+		for _, v := range variants {
+			name := fmt.Sprintf("rt-%s-%d", v, i)
+			fmt.Fprintf(&routers, "    %s:\n      rule: \"PathPrefix(`/%s`)\"\n      service: backend\n      middlewares: [%s]\n", name, name, name)
+		}
+		fmt.Fprintf(&mws, "    rt-builtin-%d:\n      rateLimit: {%s}\n", i, opts)
+		fmt.Fprintf(&mws, "    rt-sluice-%d:\n      plugin:\n        sluice: {%s}\n", i, opts)
+		fmt.Fprintf(&mws, "    rt-redis-%d:\n      plugin:\n        sluice: {%s, redis: {endpoints: [\"%s\"]}}\n", i, opts, redis)
+	}
+	text := string(b)
+	for _, sec := range []struct{ head, add string }{{"\n  routers:\n", routers.String()}, {"\n  middlewares:\n", mws.String()}} {
+		at := strings.Index(text, sec.head)
+		if at < 0 {
+			return fmt.Errorf("%s has no %q section", path, strings.TrimSpace(sec.head))
+		}
+		at += len(sec.head)
+		text = text[:at] + sec.add + text[at:]
+	}
+	return os.WriteFile(path, []byte(text), 0o644)
+}
+
+// run runs the cases idx with all their variants at once and returns the
+// requests admitted, by case and variant.
+func run(base string, idx []int) map[int]map[string]int {
+	counts := map[int]map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, i := range idx {
+		counts[i] = map[string]int{}
+		for _, v := range variants {
+			i, v := i, v
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n := load(fmt.Sprintf("%s/rt-%s-%d", base, v, i), cases[i])
+				mu.Lock()
+				counts[i][v] = n
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	return counts
+}
+
+// load is the loop of Traefik's test: one client sends a request, waits
+// for its answer (a delayed one included), and the next tick, after the
+// initial requests, which go as fast as the answers come; it returns the
+// number answered 200.
+func load(url string, c rateCase) int {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	ticker := time.NewTicker(time.Second / time.Duration(c.load))
+	defer ticker.Stop()
+	admitted := 0
+	for end := time.Now().Add(c.duration); !time.Now().After(end); {
+		if resp, err := client.Get(url); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				admitted++
+			}
+		}
+		if c.initial > 0 && admitted < c.initial {
+			continue
+		}
+		<-ticker.C
+	}
+	return admitted
+}
+
+// report prints a case's counts and reports whether it failed.
+func report(c rateCase, counts map[string]int) bool {
+	period := c.period
+	if period == 0 {
+		period = time.Second
+	}
+	burst := c.burst
+	if burst < 1 {
+		burst = 1
+	}
+	want := int(float64(c.average)*float64(c.duration)/float64(period)) + burst
+	most := want*102/100 + 1
+	near := want * 3 / 100
+	if near < 2 {
+		near = 2
+	}
+	var problems []string
+	for _, v := range variants {
+		if counts[v] > most {
+			problems = append(problems, fmt.Sprintf("%s admitted %d > %d", v, counts[v], most))
+		}
+	}
+	for _, v := range variants[1:] {
+		if d := counts[v] - counts["builtin"]; d > near || -d > near {
+			problems = append(problems, fmt.Sprintf("%s admitted %d, the built-in %d (differ by more than %d)", v, counts[v], counts["builtin"], near))
+		}
+	}
+	slow := ""
+	if counts["builtin"] < want*95/100 {
+		slow = " (the built-in below 95 %: a loaded machine)"
+	}
+	status := "PASS"
+	if len(problems) > 0 {
+		status = "FAIL"
+	}
+	fmt.Printf("%s: rate table %q: want %d, built-in %d, sluice %d, sluice+redis %d%s", status, c.desc, want, counts["builtin"], counts["sluice"], counts["redis"], slow)
+	if len(problems) > 0 {
+		fmt.Printf(": %s", strings.Join(problems, "; "))
+	}
+	fmt.Println()
+	return len(problems) > 0
+}
