@@ -262,6 +262,11 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisStoreConfig, error) {
 			r.Timeout = caddy.Duration(dur)
 		case "pool_size":
 			r.PoolSize, err = intArg(d, sub, 1, 1<<20)
+		case "readable_keys":
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			r.ReadableKeys = true
 		case "prefix":
 			if r.Prefix, err = oneArg(d, sub, nil); err == nil && strings.ContainsAny(r.Prefix, "{}") {
 				err = d.Errf("prefix %q: must not contain braces", r.Prefix)

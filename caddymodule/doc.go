@@ -37,6 +37,7 @@
 //	        timeout    <duration>               # default 100ms
 //	        pool_size  <n>
 //	        prefix     <key prefix>             # default sluice:
+//	        readable_keys                       # client keys in Redis key names (default: a digest)
 //	        breaker    <failures> <backoff>     # default 5 1s
 //	    }
 //	    on_store_error allow|deny

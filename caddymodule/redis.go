@@ -53,6 +53,10 @@ type RedisStoreConfig struct {
 	// sharing counters must use the same prefix. It must not contain
 	// braces.
 	Prefix string `json:"prefix,omitempty"`
+	// ReadableKeys puts the clients' keys (their addresses, API keys) in
+	// the names of the Redis keys, for debugging; by default the names
+	// carry a digest of each, so that Redis holds no client identity.
+	ReadableKeys bool `json:"readable_keys,omitempty"`
 	// Breaker is the circuit breaker in front of the store; absent means
 	// 5 consecutive failures open it for 1s.
 	Breaker *BreakerConfig `json:"breaker,omitempty"`
@@ -263,7 +267,7 @@ func newRedisStore(c *RedisStoreConfig) (*pooledStore, error) {
 		opts.Addrs = []string{c.Address}
 		client = redis.NewClient(opts.Simple())
 	}
-	st, err := core.NewRedisStore(core.RedisConfig{Client: scripter{client}, Prefix: c.Prefix, Cluster: cluster})
+	st, err := core.NewRedisStore(core.RedisConfig{Client: scripter{client}, Prefix: c.Prefix, Cluster: cluster, ReadableKeys: c.ReadableKeys})
 	if err != nil {
 		client.Close()
 		return nil, err

@@ -226,7 +226,7 @@ func TestRedisCluster(t *testing.T) {
 		zone("tenant", "3/m", "key", "{http.request.header.X-Tenant}"),
 	}
 	store := func(poolSize int) map[string]any {
-		return map[string]any{"redis": map[string]any{"addresses": c.Addrs, "pool_size": poolSize, "timeout": "1s"}}
+		return map[string]any{"redis": map[string]any{"addresses": c.Addrs, "pool_size": poolSize, "timeout": "1s", "readable_keys": true}}
 	}
 	urls := loadCaddy(t,
 		server{port: p[0], handler: map[string]any{"zones": zones, "store": store(4), "share": "instances"}},

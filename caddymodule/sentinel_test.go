@@ -67,6 +67,7 @@ func TestRedisSentinel(t *testing.T) {
 		store redis {
 			sentinel %s %s
 			timeout  1s
+			readable_keys # the test finds the counters by name
 		}
 	}
 	respond "ok"

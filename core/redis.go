@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"crypto/sha1"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -46,6 +47,10 @@ type RedisConfig struct {
 	// DefaultRedisPrefix. It must not contain braces, which would change
 	// the keys' Cluster hash tags.
 	Prefix string
+	// ReadableKeys puts the client's key itself (bounded by BoundKey) in
+	// the names of the Redis keys, for debugging; by default they carry a
+	// digest of it, so that Redis holds no client address or API key.
+	ReadableKeys bool
 	// Cluster says that Client is a Redis Cluster, where one script may
 	// only touch keys of one hash slot. Asks whose keys fall in several
 	// slots are then decided by check-then-refund instead of one script;
@@ -79,10 +84,14 @@ type RedisConfig struct {
 //
 // The state of (limit, key) is a hash at
 //
-//	Prefix + "{" + limit.Namespace() + ":" + BoundKey(key) + "}"
+//	Prefix + "{" + limit.Namespace() + ":" + "#" + digest(key) + "}"
 //
-// with any "{", "}" and "%" of the bounded key written %7B, %7D and %25.
-// holding decimal strings: t, State.T as "<Unix seconds> <nanoseconds>"
+// digest being the first 32 hexadecimal digits of the key's SHA-256, so that
+// whoever can read Redis sees no client's address or API key (a digest can
+// still be matched against guesses: an IPv4 address is one of 2³²); with
+// RedisConfig.ReadableKeys, BoundKey(key) stands in its place, with any
+// "{", "}" and "%" written %7B, %7D and %25. The hash holds decimal
+// strings: t, State.T as "<Unix seconds> <nanoseconds>"
 // (for the window algorithms, the current window's start, an instant like
 // the others', so that a limit whose period changes under the same name
 // keeps its counters as in a MemoryStore); a and b (State.A and State.B). A
@@ -96,9 +105,10 @@ type RedisConfig struct {
 // two windows, one period), even when a clock that stepped back left the
 // state ahead of it.
 type RedisStore struct {
-	client  Scripter
-	prefix  string
-	cluster bool
+	client   Scripter
+	prefix   string
+	cluster  bool
+	readable bool
 	// clock, when set (by tests only), supplies the instants instead of
 	// Redis's clock.
 	clock Clock
@@ -116,7 +126,7 @@ func NewRedisStore(cfg RedisConfig) (*RedisStore, error) {
 	if strings.ContainsAny(cfg.Prefix, "{}") {
 		return nil, fmt.Errorf("redis: prefix %q: must not contain braces", cfg.Prefix)
 	}
-	return &RedisStore{client: cfg.Client, prefix: cfg.Prefix, cluster: cfg.Cluster}, nil
+	return &RedisStore{client: cfg.Client, prefix: cfg.Prefix, cluster: cfg.Cluster, readable: cfg.ReadableKeys}, nil
 }
 
 // redisScript is a script's text and its SHA-1, the name EVALSHA uses.
@@ -330,7 +340,14 @@ func (s *RedisStore) key(l *Limit, key string) string { return redisKey(s, l, ke
 
 // redisKey is RedisStore.key.
 func redisKey(s *RedisStore, l *Limit, key string) string {
-	return s.prefix + l.redis.tag + tagSafe(BoundKey(key)) + "}"
+	if s.readable {
+		return s.prefix + l.redis.tag + tagSafe(BoundKey(key)) + "}"
+	}
+	if len(key) > MaxKeyLength {
+		return s.prefix + l.redis.tag + digestKey(key) + "}"
+	}
+	sum := sha256.Sum256([]byte(key)) // digestKey's digest, without its chunk buffer
+	return s.prefix + l.redis.tag + "#" + hex.EncodeToString(sum[:16]) + "}"
 }
 
 // tagSafe escapes the braces of a client's key, and the escape byte, as

@@ -2,6 +2,8 @@ package core
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"math"
 	"math/rand"
@@ -308,12 +310,13 @@ func TestRedisStoreFractionalCost(t *testing.T) {
 	}
 }
 
-// TestRedisStoreKeys checks the key layout and that every key expires when
-// its state becomes that of a fresh key.
+// TestRedisStoreKeys checks the key layout, by default with a digest of
+// the client's key and no trace of the key itself, with ReadableKeys with
+// the key, and that every key expires when its state becomes that of a
+// fresh key.
 func TestRedisStoreKeys(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	client := newRespClient(t, srv.Addr, 1)
-	s := newTestRedisStore(t, client, false)
 	ctx := context.Background()
 	tests := []struct {
 		alg     Algorithm
@@ -326,33 +329,56 @@ func TestRedisStoreKeys(t *testing.T) {
 		{SlidingWindowCounter, "5/s", 2000},
 		{SlidingWindowLog, "5/s", 1000},
 	}
-	for _, tt := range tests {
-		l := redisTestLimit(t, "ttl", tt.alg, tt.rate, 0, 0)
-		key := redisNonce + "/ttl"
-		redisTestTake(t, s, l, key, 1)
-		name := "sluice:{ttl:" + string(tt.alg) + ":" + key + "}"
-		names := []string{name}
-		if tt.alg == SlidingWindowLog {
-			names = append(names, name+":log")
+	for _, readable := range []bool{false, true} {
+		s, err := NewRedisStore(RedisConfig{Client: client, ReadableKeys: readable})
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, n := range names {
-			v, err := client.Do(ctx, "PTTL", n)
-			if err != nil {
-				t.Fatal(err)
+		key := redisNonce + "/ttl/" + strconv.FormatBool(readable)
+		for _, tt := range tests {
+			l := redisTestLimit(t, "ttl", tt.alg, tt.rate, 0, 0)
+			redisTestTake(t, s, l, key, 1)
+			part := "#" + hex.EncodeToString(sha256Of(key)[:16])
+			if readable {
+				part = key
 			}
-			if ms, ok := v.(int64); !ok || ms <= 0 || ms > tt.maxPTTL {
-				t.Errorf("%s: PTTL %s = %v, want in (0, %d]", tt.alg, n, v, tt.maxPTTL)
+			name := "sluice:{ttl:" + string(tt.alg) + ":" + part + "}"
+			names := []string{name}
+			if tt.alg == SlidingWindowLog {
+				names = append(names, name+":log")
 			}
+			for _, n := range names {
+				v, err := client.Do(ctx, "PTTL", n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ms, ok := v.(int64); !ok || ms <= 0 || ms > tt.maxPTTL {
+					t.Errorf("readable %v, %s: PTTL %s = %v, want in (0, %d]", readable, tt.alg, n, v, tt.maxPTTL)
+				}
+			}
+		}
+		v, err := client.Do(ctx, "KEYS", "*"+key+"*")
+		if n := len(v.([]interface{})); err != nil || (n > 0) != readable {
+			t.Errorf("readable %v: %d Redis keys name the client's key %q (%v)", readable, n, key, err)
+		}
+		// A long key is bounded, and braces in a key do not move its state.
+		l := redisTestLimit(t, "long", TokenBucket, "1/s", 0, 0)
+		long := strings.Repeat("}{x", 1000) + strconv.FormatBool(readable)
+		redisTestTake(t, s, l, long, 1)
+		part := "#" + hex.EncodeToString(sha256Of(long)[:16])
+		if readable {
+			part = BoundKey(long)
+		}
+		if v, err := client.Do(ctx, "EXISTS", "sluice:{long:token_bucket:"+part+"}"); err != nil || v != int64(1) {
+			t.Errorf("readable %v: state of a long key: EXISTS = %v, %v; want 1", readable, v, err)
 		}
 	}
-	// A long key is bounded, and braces in a key do not move its state.
-	l := redisTestLimit(t, "long", TokenBucket, "1/s", 0, 0)
-	long := strings.Repeat("}{x", 1000)
-	redisTestTake(t, s, l, long, 1)
-	v, err := client.Do(ctx, "EXISTS", "sluice:{long:token_bucket:"+BoundKey(long)+"}")
-	if err != nil || v != int64(1) {
-		t.Errorf("state of a long key: EXISTS = %v, %v; want 1", v, err)
-	}
+}
+
+// sha256Of is the SHA-256 of s.
+func sha256Of(s string) []byte {
+	sum := sha256.Sum256([]byte(s))
+	return sum[:]
 }
 
 // TestRedisStoreLogMerge: a sliding log at MaxLogQuota entries merges a new

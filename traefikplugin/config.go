@@ -189,6 +189,10 @@ type Redis struct {
 	// Sentinel, sluice's own, reaches the master of a set that Redis
 	// Sentinels monitor, instead of Endpoints.
 	Sentinel *RedisSentinel
+	// ReadableKeys, sluice's own, "true", puts the clients' keys (their
+	// addresses, API keys) in the names of the Redis keys, for debugging;
+	// by default the names carry a digest of each.
+	ReadableKeys string
 	// DialTimeout bounds opening a connection (TCP, TLS, AUTH, SELECT): a
 	// duration or a number of seconds; default 1s.
 	DialTimeout string

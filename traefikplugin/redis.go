@@ -37,6 +37,8 @@ type redisOptions struct {
 	seeds []string
 	// sentinel, when set, finds the master through Redis Sentinels.
 	sentinel *resp.SentinelOptions
+	// readable puts the clients' keys in Redis key names.
+	readable bool
 	// name designates the server or cluster in logs and errors.
 	name string
 	// id identifies the connection settings, secrets included; middlewares
@@ -120,6 +122,9 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 	if o.resp.WriteTimeout, err = parseDuration("redis.writeTimeout", r.WriteTimeout); err != nil {
 		return nil, err
 	}
+	if o.readable, err = parseBool("redis.readableKeys", r.ReadableKeys); err != nil {
+		return nil, err
+	}
 	if o.timeout, err = parseDuration("redis.timeout", r.Timeout); err != nil {
 		return nil, err
 	}
@@ -133,7 +138,7 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 	}
 	o.id = strings.Join([]string{strings.Join(endpoints, ","), o.resp.Username, o.resp.Password, strconv.Itoa(o.resp.DB),
 		strconv.Itoa(o.resp.PoolSize), o.resp.DialTimeout.String(), o.resp.ReadTimeout.String(),
-		o.resp.WriteTimeout.String(), o.timeout.String(), tlsID, sentinelID}, "\x00")
+		o.resp.WriteTimeout.String(), o.timeout.String(), tlsID, sentinelID, strconv.FormatBool(o.readable)}, "\x00")
 	return o, nil
 }
 
@@ -258,7 +263,7 @@ var errNotConnected = errors.New("not connected")
 // answers.
 func newRedisClient(ctx context.Context, o *redisOptions, clock core.Clock, log io.Writer) (*redisClient, error) {
 	c := &redisClient{opts: *o, clock: clock, log: log}
-	st, err := core.NewRedisStore(core.RedisConfig{Client: c, Cluster: o.seeds != nil})
+	st, err := core.NewRedisStore(core.RedisConfig{Client: c, Cluster: o.seeds != nil, ReadableKeys: o.readable})
 	if err != nil {
 		return nil, err
 	}
