@@ -697,3 +697,55 @@ func atoiOr(s string, def int) int {
 	}
 	return def
 }
+
+// TestAnswerSameForEveryKey: two clients in the same state get the same
+// answer, byte for byte (status, headers, body), allowed or rejected,
+// through Gate.Serve and through a Lane, and no answer contains a key or
+// a client address: an answer tells a client nothing about who it is to
+// the limiter (issue 10).
+func TestAnswerSameForEveryKey(t *testing.T) {
+	clients := []string{"198.51.100.7:1111", "[2001:db8::42]:2222"}
+	for _, body := range []BodyFormat{BodyJSON, BodyProblem, BodyText} {
+		clock := &fakeClock{now: confEpoch}
+		l := gateLimit(t, "api", TokenBucket, "2/m", 0)
+		store, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: store, Responder: Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX, Body: body}, Clock: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.memClock = true
+		spec, err := ParseKeySpec(nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lane := NewLane(LaneConfig{Gate: g, Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*KeySpec{spec}, Prefix: "lane\x00"})
+		for step := 0; step < 4; step++ { // 200, 200, 429, 429
+			for _, path := range []string{"gate", "lane"} {
+				var answers []string
+				for _, remote := range clients {
+					r := httptest.NewRequest(http.MethodGet, "/", nil)
+					r.RemoteAddr = remote
+					rec := httptest.NewRecorder()
+					if path == "lane" {
+						ServeLane(lane, &countingHandler{}, rec, r)
+					} else {
+						key, _ := spec.Key(r)
+						g.Serve(rec, r, []Ask{{Limit: l, Key: key, Cost: 1}})
+					}
+					got := renderAnswer(rec.Code, rec.Result().Header, rec.Body.String())
+					host := remote[:strings.LastIndexByte(remote, ':')]
+					if strings.Contains(got, strings.Trim(host, "[]")) {
+						t.Errorf("%s, body %d, step %d: the answer names the client %s:\n%s", path, body, step, host, got)
+					}
+					answers = append(answers, got)
+				}
+				if answers[0] != answers[1] {
+					t.Errorf("%s, body %d, step %d: two clients in one state answered differently:\n%s\n---\n%s", path, body, step, answers[0], answers[1])
+				}
+			}
+		}
+	}
+}
