@@ -10,7 +10,8 @@
 #            4th attempt; GET / is answered 429 within a bounded number of
 #            requests, with Retry-After, RateLimit, RateLimit-Policy,
 #            X-RateLimit-* and a JSON body; /account keys on the user that
-#            basic_auth verified; /slow shapes.
+#            basic_auth verified; /slow shapes; forwarded headers from
+#            the untrusted peer do not change the key.
 #   redis    a redis-server and two Caddy instances sharing it
 #            (e2e/testdata/redis.Caddyfile): requests spread over both, some
 #            at once, are admitted exactly up to the shared quota; then, with
@@ -160,6 +161,17 @@ expect_hdr X-RateLimit-Reset '[0-9]+' "the 429"
 expect_hdr Content-Type 'application/json.*' "the 429"
 grep -q '"error":"rate_limited"' "$tmp/b" || fail "the 429's body has no \"error\":\"rate_limited\": $(cat "$tmp/b")"
 pass "GET / #$rejected_at answered 429 with Retry-After $(hdr Retry-After), RateLimit, RateLimit-Policy, X-RateLimit-* and $(cat "$tmp/b")"
+
+# Spoofing: forwarded headers from a peer Caddy does not trust (no
+# trusted_proxies in the example) do not change the key: the bucket stays
+# the emptied one (a fresh key would have 4 left).
+for spoof in "X-Forwarded-For: 203.0.113.99" "X-Real-IP: 203.0.113.98" "Forwarded: for=203.0.113.97" \
+	"X-Forwarded-For: 203.0.113.96, 198.51.100.1"; do
+	code="$(req -H "$spoof" "$base/")"
+	[ "$(hdr X-RateLimit-Remaining)" = 0 ] ||
+		fail "GET / with '$spoof' from an untrusted peer: status $code, X-RateLimit-Remaining $(hdr X-RateLimit-Remaining), want 0 (the same key)"
+done
+pass "forwarded headers from an untrusted peer (X-Forwarded-For, X-Real-IP, Forwarded) do not change the key"
 
 code="$(req "$base/account")"
 [ "$code" = 401 ] || fail "GET /account without credentials: status $code, want 401"

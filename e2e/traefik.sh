@@ -188,6 +188,15 @@ expect_re "builtin-style: 429 X-RateLimit-Reset is a Unix time" "$(hdr X-RateLim
 expect_re "builtin-style: 429 Content-Type" "$(hdr Content-Type)" '^application/json'
 expect_re "builtin-style: 429 JSON body" "$(cat "$B")" \
 	"^\\{\"error\":\"rate_limited\",\"retryable\":true,\"retry_after\":$retry,\"policy\":\"default\"\\}"
+# Spoofing: Traefik's entryPoint trusts no peer here, so forwarded headers a
+# client sends do not change its key (the built-in's rule, which the plugin
+# follows): still the emptied bucket.
+spoofed=""
+for spoof in "X-Forwarded-For: 203.0.113.99" "X-Real-IP: 203.0.113.98" "X-Forwarded-For: 203.0.113.96, 198.51.100.1"; do
+	req "$A/builtin-style" -H "$spoof"
+	spoofed+="$CODE/$(hdr X-RateLimit-Remaining) "
+done
+expect "builtin-style: forwarded headers from an untrusted client do not change the key" "$spoofed" "429/0 429/0 429/0 "
 
 # --- 2 labels-style ----------------------------------------------------------
 codes=""

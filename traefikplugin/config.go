@@ -35,8 +35,9 @@ type Config struct {
 	// requestHost; ipStrategy then still says how its client_ip part is
 	// derived.
 	SourceCriterion *SourceCriterion
-	// Redis, when set, keeps the counters in Redis, shared by every
-	// Traefik instance that uses the same server.
+	// Redis, when set, keeps the counters in Redis (a standalone server,
+	// a Redis Cluster, or the master that Redis Sentinels name), shared by
+	// every Traefik instance that uses the same one.
 	Redis *Redis
 
 	// Name is the top-level limit's name in the RateLimit-Policy header
