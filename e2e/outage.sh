@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Redis outages under load against the real Caddy v2.11.9 and Traefik
+# v3.6.12 (e2e/outage): with a steady load on three endpoints limited in
+# Redis, one per failure policy (allow, deny, fallback local), Redis gets
+# SCRIPT FLUSH, CLIENT KILL TYPE normal, SIGSTOP (hung), SIGKILL (gone) and
+# a restart, on a fixed 11-second schedule. Checks, per host and policy:
+# no failed request and no 5xx; every answer from Redis while it works;
+# the policy's answers, each within 300 ms, while it is hung or gone;
+# Redis deciding again within 2 s of the restart; and the host's open file
+# descriptors no more than its Redis pool can add. Everything listens on 127.0.0.1 and
+# is stopped on exit; about 40 s in all.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/sluice-outage.XXXXXX")"
+# shellcheck source-path=SCRIPTDIR source=testdata/traefik/lib.sh
+source "$REPO/e2e/testdata/traefik/lib.sh"
+cleanup() {
+	tl_cleanup
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+export XDG_CONFIG_HOME="$TMP/config" XDG_DATA_HOME="$TMP/data"
+
+failures=0
+pass() { echo "PASS: $*"; }
+fail() {
+	echo "FAIL: $*"
+	failures=$((failures + 1))
+}
+fds() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
+
+# start_redis PORT starts a redis-server without persistence and sets
+# REDIS_PID; RESTART is the command that starts it again.
+start_redis() {
+	RESTART="redis-server --bind 127.0.0.1 --port $1 --save '' --appendonly no --logfile $TMP/redis-$1.log --daemonize yes --pidfile $TMP/redis-$1.pid"
+	sh -c "$RESTART"
+	tl_wait_port "$1" 10 || { echo "FAIL: redis-server did not listen on 127.0.0.1:$1"; exit 1; }
+	REDIS_PID="$(cat "$TMP/redis-$1.pid")"
+}
+# run_outage HOST HOST_PID PORT BASE: the schedule against HOST's three
+# endpoints under BASE, Redis on PORT.
+run_outage() {
+	local host="$1" hpid="$2" rport="$3" base="$4" before after line
+	before="$(fds "$hpid")"
+	while IFS= read -r line; do
+		case "$line" in
+		PASS:*) pass "$host: ${line#PASS: }" ;;
+		FAIL:*) fail "$host: ${line#FAIL: }" ;;
+		*) echo "$host: $line" ;;
+		esac
+	done < <("$TMP/outage" -redis "127.0.0.1:$rport" -pid "$REDIS_PID" -restart "$RESTART" \
+		"allow=$base/allow" "deny=$base/deny" "fallback=$base/fallback" 2>&1 || true)
+	sleep 1 # the last answers close their connections
+	after="$(fds "$hpid")"
+	# The Redis pools (10 connections each at most) may have grown.
+	if [ "$after" -le $((before + 12)) ]; then
+		pass "$host: $before open file descriptors before the outage, $after after (the Redis pool holds at most 10)"
+	else
+		fail "$host: $before open file descriptors before the outage, $after after: more than the Redis pool can hold"
+	fi
+	[ -f "$TMP/redis-$rport.pid" ] && kill "$(cat "$TMP/redis-$rport.pid")" 2>/dev/null || true
+}
+
+go build -o "$TMP/outage" ./e2e/outage
+
+# --- caddy -------------------------------------------------------------------
+[ -x ./caddy ] || timeout 1800 ./xcaddy.sh build
+rport="$(free_port)"
+start_redis "$rport"
+port="$(free_port)"
+{
+	echo "{"
+	echo "	admin off"
+	echo "}"
+	echo "http://127.0.0.1:$port {"
+	for policy in allow deny fallback; do
+		echo "	handle /$policy {"
+		echo "		sluice {"
+		echo "			zone $policy {"
+		echo "				rate 1/h"
+		echo "			}"
+		echo "			store redis {"
+		echo "				address 127.0.0.1:$rport"
+		echo "			}"
+		if [ "$policy" = fallback ]; then
+			echo "			fallback local"
+		else
+			echo "			on_store_error $policy"
+		fi
+		echo "		}"
+		echo "		respond \"ok\""
+		echo "	}"
+	done
+	echo "}"
+} >"$TMP/Caddyfile"
+./caddy run --config "$TMP/Caddyfile" --adapter caddyfile >"$TMP/caddy.log" 2>&1 &
+caddy_pid=$!
+TL_PIDS+=("$caddy_pid")
+tl_wait_port "$port" 30 || { echo "FAIL: caddy did not listen on 127.0.0.1:$port"; tail -20 "$TMP/caddy.log"; exit 1; }
+run_outage caddy "$caddy_pid" "$rport" "http://127.0.0.1:$port"
+
+# --- traefik -----------------------------------------------------------------
+traefik="$(bash scripts/build-traefik.sh | tail -n 1)"
+[ -x "$traefik" ] || { echo "FAIL: no Traefik binary: '$traefik'"; exit 1; }
+rport="$(free_port)"
+start_redis "$rport"
+tl_build_backend "$TMP/backend"
+backend_port="$(free_port)" tport="$(free_port)"
+tl_start_backend "$TMP/backend" "$backend_port"
+run="$TMP/run"
+mkdir -p "$run"
+tl_plugin_tree "$run"
+{
+	echo "http:"
+	echo "  services:"
+	echo "    backend:"
+	echo "      loadBalancer:"
+	echo "        servers:"
+	echo "          - url: \"http://127.0.0.1:$backend_port\""
+	echo "  routers:"
+	for policy in allow deny fallback; do
+		echo "    $policy:"
+		echo "      rule: \"PathPrefix(\`/$policy\`)\""
+		echo "      service: backend"
+		echo "      middlewares: [$policy]"
+	done
+	echo "  middlewares:"
+	for policy in allow deny fallback; do
+		opt="onStoreError: $policy"
+		[ "$policy" = fallback ] && opt="fallback: local"
+		echo "    $policy:"
+		echo "      plugin:"
+		echo "        sluice: {average: 1, period: 1h, $opt, redis: {endpoints: [\"127.0.0.1:$rport\"]}}"
+	done
+} >"$run/dynamic.yml"
+tl_render "$REPO/e2e/testdata/traefik/static.yml" "$run/static.yml" "PORT=$tport" "DYNAMIC=$run/dynamic.yml" "LOG=$run/traefik.log"
+tl_start_traefik "$traefik" "$run" "$run/static.yml"
+traefik_pid=$TL_LAST_PID
+tl_wait_traefik "$tport" "$run/traefik.log" /allow 60 || { echo "FAIL: Traefik did not load the plugin"; tail -20 "$run/traefik.log"; exit 1; }
+# The readiness probe took /allow's one request: Redis holds its state.
+run_outage traefik "$traefik_pid" "$rport" "http://127.0.0.1:$tport"
+
+if [ "$failures" -gt 0 ]; then
+	echo "outage: $failures check(s) FAILED"
+	exit 1
+fi
+echo "outage: all checks passed"

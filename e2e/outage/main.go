@@ -1,0 +1,248 @@
+// Command outage sends a steady load to endpoints limited in Redis while
+// it breaks Redis on a fixed schedule, and checks that every answer follows
+// the endpoint's failure policy within a bounded time:
+//
+//	0 s    load starts; decisions come from Redis
+//	1 s    SCRIPT FLUSH          (the scripts must be reloaded)
+//	2 s    CLIENT KILL TYPE normal (every connection is dropped)
+//	3 s    SIGSTOP redis-server  (hung: connections open, no answers)
+//	5 s    SIGCONT
+//	6 s    SIGKILL               (gone)
+//	8 s    -restart runs          (a fresh, empty Redis on the same port)
+//	11 s   load stops
+//
+//	outage -redis 127.0.0.1:6390 -pid 1234 -restart 'redis-server ... &' \
+//	    allow=http://127.0.0.1:8080/allow deny=http://127.0.0.1:8080/deny fallback=http://127.0.0.1:8080/fallback
+//
+// Each endpoint's name is its policy: allow (on_store_error allow), deny
+// (deny) or fallback (fallback local). Every limit is 1 per hour, so that
+// Redis answers 429 with the rate-limit headers from the second request
+// on; an answer without X-RateLimit-Limit comes from the failure policy.
+// Checks, per endpoint: no request fails and none gets a 5xx; while Redis
+// works (SCRIPT FLUSH and CLIENT KILL included) every answer comes from
+// Redis; while it is hung or gone, allow answers 200 and deny 429 with
+// Retry-After from the policy, fallback decides locally, and the slowest
+// answer takes at most -bound (the circuit breaker's probe, one request a
+// second, waits the store's timeout; the others are answered at once);
+// after the restart Redis decides again within -recover. It prints one line per endpoint and phase and PASS/FAIL lines.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// answer is one request's outcome.
+type answer struct {
+	at, took time.Duration // since the start; its latency
+	code     int           // 0: the request failed
+	redis    bool          // it carries X-RateLimit-Limit: a limit decided it
+	retry    bool          // it carries Retry-After
+}
+
+// phases of the schedule, by start.
+var phases = []struct {
+	name     string
+	from, to time.Duration
+	working  bool // Redis answers
+}{
+	{"working, then SCRIPT FLUSH and CLIENT KILL", 0, 3 * time.Second, true},
+	{"hung (SIGSTOP)", 3*time.Second + 300*time.Millisecond, 5 * time.Second, false},
+	{"gone (SIGKILL)", 6*time.Second + 300*time.Millisecond, 8 * time.Second, false},
+}
+
+func main() {
+	redis := flag.String("redis", "", "host:port of the redis-server")
+	pid := flag.Int("pid", 0, "its process id")
+	restart := flag.String("restart", "", "a shell command that starts it again, in the background")
+	rate := flag.Int("rate", 50, "requests per second to each endpoint")
+	bound := flag.Duration("bound", 300*time.Millisecond, "the slowest answer allowed while Redis is hung or gone")
+	recov := flag.Duration("recover", 2*time.Second, "the longest until Redis decides again after the restart")
+	flag.Parse()
+	if *redis == "" || *pid == 0 || *restart == "" || flag.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "outage: -redis, -pid, -restart and name=url endpoints are required")
+		os.Exit(2)
+	}
+	host, port, _ := strings.Cut(*redis, ":")
+	cli := func(args ...string) {
+		if out, err := exec.Command("redis-cli", append([]string{"-h", host, "-p", port}, args...)...).CombinedOutput(); err != nil {
+			fmt.Printf("outage: redis-cli %v: %v %s\n", args, err, out)
+		}
+	}
+	start := time.Now()
+	schedule := []struct {
+		at time.Duration
+		do func()
+	}{
+		{1 * time.Second, func() { cli("SCRIPT", "FLUSH") }},
+		{2 * time.Second, func() { cli("CLIENT", "KILL", "TYPE", "normal") }},
+		{3 * time.Second, func() { syscall.Kill(*pid, syscall.SIGSTOP) }},
+		{5 * time.Second, func() { syscall.Kill(*pid, syscall.SIGCONT) }},
+		{6 * time.Second, func() { syscall.Kill(*pid, syscall.SIGKILL) }},
+		{8 * time.Second, func() {
+			if err := exec.Command("sh", "-c", *restart).Run(); err != nil {
+				fmt.Println("outage: restart:", err)
+			}
+		}},
+	}
+	end := 11 * time.Second
+	go func() {
+		for _, ev := range schedule {
+			time.Sleep(time.Until(start.Add(ev.at)))
+			ev.do()
+		}
+	}()
+
+	names := make([]string, flag.NArg())
+	results := make([][]answer, flag.NArg())
+	var wg sync.WaitGroup
+	for i, arg := range flag.Args() {
+		name, url, _ := strings.Cut(arg, "=")
+		names[i] = name
+		i, url := i, url
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = load(url, *rate, start, end)
+		}()
+	}
+	wg.Wait()
+
+	failed := false
+	for i, name := range names {
+		failed = check(name, results[i], *bound, *recov) || failed
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+// load sends rate requests per second to url, each from its own goroutine
+// (so that a slow answer does not slow the load), until end, and returns
+// the answers by start time.
+func load(url string, rate int, start time.Time, end time.Duration) []answer {
+	client := &http.Client{Timeout: 5 * time.Second}
+	var mu sync.Mutex
+	var out []answer
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	for time.Since(start) < end {
+		<-tick.C
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := answer{at: time.Since(start)}
+			t0 := time.Now()
+			resp, err := client.Get(url)
+			a.took = time.Since(t0)
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				a.code = resp.StatusCode
+				a.redis = resp.Header.Get("X-Ratelimit-Limit") != ""
+				a.retry = resp.Header.Get("Retry-After") != ""
+			}
+			mu.Lock()
+			out = append(out, a)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	sort.Slice(out, func(i, j int) bool { return out[i].at < out[j].at })
+	return out
+}
+
+// check prints name's figures per phase and reports whether a check failed.
+func check(name string, as []answer, bound, recov time.Duration) bool {
+	var problems []string
+	for _, a := range as {
+		if a.code == 0 || a.code >= 500 {
+			problems = append(problems, fmt.Sprintf("at %.2f s status %d", a.at.Seconds(), a.code))
+			break
+		}
+	}
+	for _, p := range phases {
+		var in []answer
+		for _, a := range as {
+			if a.at >= p.from && a.at < p.to {
+				in = append(in, a)
+			}
+		}
+		byRedis, policy, ok, rejected, slowest := 0, 0, 0, 0, time.Duration(0)
+		var took []time.Duration
+		for _, a := range in {
+			took = append(took, a.took)
+			if a.took > slowest {
+				slowest = a.took
+			}
+			if a.redis {
+				byRedis++
+			} else {
+				policy++
+			}
+			switch {
+			case a.code == http.StatusOK:
+				ok++
+			case a.code == http.StatusTooManyRequests:
+				rejected++
+				if !a.retry {
+					problems = append(problems, fmt.Sprintf("%s: a 429 without Retry-After", p.name))
+				}
+			}
+		}
+		sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+		p99 := time.Duration(0)
+		if len(took) > 0 {
+			p99 = took[len(took)*99/100]
+		}
+		fmt.Printf("outage: %-8s %-44s %3d answers: %3d × 200, %3d × 429; %3d decided by a limit, %3d by the policy; p99 %v, slowest %v\n",
+			name, p.name, len(in), ok, rejected, byRedis, policy, p99.Round(time.Millisecond), slowest.Round(time.Millisecond))
+		switch {
+		case len(in) == 0:
+			problems = append(problems, p.name+": no answer")
+		case p.working && policy > 0:
+			problems = append(problems, fmt.Sprintf("%s: %d answers from the failure policy while Redis worked", p.name, policy))
+		case !p.working && slowest > bound:
+			problems = append(problems, fmt.Sprintf("%s: the slowest answer took %v, more than %v", p.name, slowest, bound))
+		case !p.working && name == "allow" && (ok != len(in) || byRedis > 0):
+			problems = append(problems, fmt.Sprintf("%s: allow answered %d × 200 of %d (%d decided by a limit)", p.name, ok, len(in), byRedis))
+		case !p.working && name == "deny" && (rejected != len(in) || byRedis > 0):
+			problems = append(problems, fmt.Sprintf("%s: deny answered %d × 429 of %d (%d decided by a limit)", p.name, rejected, len(in), byRedis))
+		case !p.working && name == "fallback" && policy > 0:
+			problems = append(problems, fmt.Sprintf("%s: fallback left %d answers to a policy", p.name, policy))
+		}
+	}
+	// Recovery: the first answer from a limit, after the restart, by the
+	// endpoints whose failure answers carry no limit.
+	if name != "fallback" {
+		restart := 8 * time.Second
+		back := time.Duration(-1)
+		for _, a := range as {
+			if a.at >= restart && a.redis {
+				back = a.at - restart
+				break
+			}
+		}
+		if back < 0 || back > recov {
+			problems = append(problems, fmt.Sprintf("Redis did not decide again within %v of the restart (%v)", recov, back))
+		} else {
+			fmt.Printf("outage: %-8s Redis decides again %v after the restart\n", name, back.Round(10*time.Millisecond))
+		}
+	}
+	if len(problems) > 0 {
+		fmt.Printf("FAIL: outage %s: %s\n", name, strings.Join(problems, "; "))
+		return true
+	}
+	fmt.Printf("PASS: outage %s: policy followed, bounded, recovered\n", name)
+	return false
+}
