@@ -9,9 +9,10 @@
 #            address in X-Forwarded-For from the trusted loopback peer:
 #            SOAK_KEYS (default 250000) distinct addresses, 2.5 × the cap.
 #            RSS bound: 60 MB over the RSS before the flood.
-#   traefik  the plugin keyed on header:X-API-Key, 10/h, in the process-wide
+#   traefik  the plugin keyed on header:X-API-Key, 11/h, in the process-wide
 #            store (1M keys): SOAK_TRAEFIK_KEYS (default 100000) API keys.
-#            RSS bound: 150 MB over the RSS before the flood.
+#            RSS bound: 150 MB over the RSS before the flood. Then 200
+#            reloads of its file-provider configuration under traffic.
 #
 #   reload   1000 Caddy reloads through its admin API under traffic:
 #            counters kept, no error answer (Caddy's own server swap drops a
@@ -206,9 +207,11 @@ http:
   middlewares:
     flood:
       plugin:
-        sluice: {average: 10, period: 1h, burst: 10, key: "header:X-API-Key"}
+        sluice: {average: 11, period: 1h, key: "header:X-API-Key"}
 YAML
 tl_render "$REPO/e2e/testdata/traefik/static.yml" "$run/static.yml" "PORT=$tport" "DYNAMIC=$run/dynamic.yml" "LOG=$run/traefik.log"
+# Watched, without throttling, for the reload storm.
+sed -i -e 's/^    watch: false$/    watch: true/' -e 's/^providers:$/providers:\n  providersThrottleDuration: 0s/' "$run/static.yml"
 tl_start_traefik "$traefik" "$run" "$run/static.yml"
 traefik_pid=$TL_LAST_PID
 if ! tl_wait_traefik "$tport" "$run/traefik.log" /flood 60; then
@@ -217,6 +220,53 @@ if ! tl_wait_traefik "$tport" "$run/traefik.log" /flood 60; then
 	exit 1
 fi
 flood "traefik, $tkeys API keys" "$traefik_pid" 150 -url "http://127.0.0.1:$tport/flood" -keys "$tkeys" -mode header -header X-API-Key
+
+# --- traefik reload storm ----------------------------------------------------
+# The file-provider configuration rewritten SOAK_TRAEFIK_RELOADS (default
+# 200) times, 50 ms apart, the average alternating between 10 and 11 per
+# hour (Traefik watches the file, without throttling, and calls the
+# plugin's New on every reload), under traffic: the victim of the flood
+# stays limited, the last rate applies, no error answer, file descriptors
+# and RSS flat.
+treloads="${SOAK_TRAEFIK_RELOADS:-200}"
+tvictim() { curl -s -o /dev/null -D - --max-time 5 -H "X-API-Key: victim" "http://127.0.0.1:$tport/flood" | tr -d '\r'; }
+f0="$(fds "$traefik_pid")" r0="$(rss "$traefik_pid")"
+rm -f "$TMP/reload-done" "$TMP/reload-codes"
+(
+	bad=0
+	while [ ! -e "$TMP/reload-done" ]; do
+		code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -H "X-API-Key: bystander" "http://127.0.0.1:$tport/flood" || true)"
+		case "$code" in 200 | 429) ;; *) bad=$((bad + 1)) ;; esac
+	done
+	echo "$bad" >"$TMP/reload-bad"
+) &
+traffic_pid=$!
+lost=0
+for i in $(seq 1 "$treloads"); do
+	sed "s/average: 1[01],/average: $((10 + i % 2)),/" "$run/dynamic.yml" >"$run/dynamic.tmp"
+	mv "$run/dynamic.tmp" "$run/dynamic.yml"
+	sleep 0.05
+	if [ $((i % 20)) = 0 ]; then
+		case "$(tvictim)" in *" 429"*) ;; *) lost=$((lost + 1)) ;; esac
+	fi
+done
+sleep 1
+policy="$(tvictim | sed -n 's/^Ratelimit-Policy: //Ip')"
+touch "$TMP/reload-done"
+wait "$traffic_pid" || true
+f1="$(fds "$traefik_pid")" r1="$(rss "$traefik_pid")"
+bad="$(cat "$TMP/reload-bad" 2>/dev/null || echo '?')"
+want="q=$((10 + treloads % 2));"
+if [ "$lost" = 0 ] && [ "$bad" = 0 ] && [[ "$policy" == *"$want"* ]]; then
+	pass "traefik: $treloads configuration reloads under traffic: no error answer, the spent victim limited at every check, the last rate applied ($policy)"
+else
+	fail "traefik: $treloads reloads: $bad error answers, the victim let through $lost times, RateLimit-Policy '$policy' (want $want)"
+fi
+if [ "$f1" -le $((f0 + 10)) ] && [ "$r1" -le $((r0 + 60)) ]; then
+	pass "traefik: after $treloads reloads file descriptors $f0 → $f1, RSS $r0 → $r1 MB"
+else
+	fail "traefik: after $treloads reloads file descriptors $f0 → $f1, RSS $r0 → $r1 MB: not flat"
+fi
 
 if [ "$failures" -gt 0 ]; then
 	echo "soak: $failures check(s) FAILED"
