@@ -14,6 +14,8 @@
 #            RSS bound: 150 MB over the RSS before the flood. Then 200
 #            reloads of its file-provider configuration under traffic.
 #
+#   ipv6     8 addresses rotated inside one /64 share its quota in Caddy
+#            with ipv6_prefix 64.
 #   reload   1000 Caddy reloads through its admin API under traffic:
 #            counters kept, no error answer (Caddy's own server swap drops a
 #            few connections, counted apart), goroutines, file descriptors
@@ -120,6 +122,16 @@ for rate in 10 11; do
 	}
 }
 http://127.0.0.1:$port {
+	handle /v6 {
+		sluice {
+			zone v6 {
+				key {client_ip}
+				rate 3/h
+				ipv6_prefix 64
+			}
+		}
+		respond "ok"
+	}
 	sluice {
 		zone storm {
 			key {client_ip}
@@ -135,6 +147,18 @@ done
 reload_pid=$!
 TL_PIDS+=("$reload_pid")
 tl_wait_port "$port" 30 || { echo "FAIL: caddy did not listen on 127.0.0.1:$port"; tail -20 "$TMP/caddy-reload.log"; exit 1; }
+# IPv6 rotation: with ipv6_prefix 64, addresses of one /64 share a bucket,
+# whatever their last 64 bits; another /64 has its own.
+v6=""
+for i in $(seq 1 8); do
+	v6+="$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -H "X-Forwarded-For: 2001:db8:5:6:$i:$((i * 7)):$((i * 13)):$i" "http://127.0.0.1:$port/v6") "
+done
+v6+="$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -H "X-Forwarded-For: 2001:db8:5:7::1" "http://127.0.0.1:$port/v6")"
+if [ "$v6" = "200 200 200 429 429 429 429 429 200" ]; then
+	pass "caddy: 8 addresses rotated inside one IPv6 /64 share its quota of 3 (ipv6_prefix 64); another /64 has its own"
+else
+	fail "caddy: IPv6 rotation inside one /64: $v6, want 200 200 200 429 429 429 429 429 200"
+fi
 goroutines() { curl -s --max-time 5 "http://127.0.0.1:$admin/debug/pprof/goroutine?debug=1" | sed -n 's/^goroutine profile: total //p'; }
 victim() { curl -s -o /dev/null -D - --max-time 5 -H "X-Forwarded-For: 192.0.2.77" "http://127.0.0.1:$port/" | tr -d '\r'; }
 for i in $(seq 1 12); do victim >/dev/null; done
