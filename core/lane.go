@@ -186,16 +186,7 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 		}
 	}
 	if l.capacity-deficit+eps < l.cost {
-		if l.owe && deficit+l.cost <= l.most+eps { // the request may wait for its tokens
-			laneShort(l, next, w, r, key, sh, h, held, &sl, now)
-			return
-		}
-		sh.mu.Unlock()
-		if l.fastReject {
-			laneRejectTB(l, w, deficit, now)
-		} else {
-			laneAnswer(l, next, w, r, key, &sl, now)
-		}
+		laneShort(l, next, w, r, key, sh, h, held, &sl, deficit, now)
 		return
 	}
 	deficit += l.cost
@@ -342,11 +333,27 @@ func laneKey(l *Lane, r *http.Request) string {
 	return ""
 }
 
-// laneShort finishes serveLaneTB, with sh locked, for a request whose
-// tokens the bucket lends (MaxDelay): tokenBucket decides it from the
-// state sl that h held at now, the state is saved, and the request waits
-// for its tokens as Gate.Serve makes it wait.
-func laneShort(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, sh *memShard, h uint64, held bool, sl *memSlot, now int64) {
+// laneShort finishes serveLaneTB, with sh locked, for a request the
+// bucket, which held deficit at now, cannot serve at once: rejected (by
+// laneRejectTB or laneAnswer) unless MaxDelay lends its tokens.
+func laneShort(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, sh *memShard, h uint64, held bool, sl *memSlot, deficit float64, now int64) {
+	if l.owe && deficit+l.cost <= l.most+eps { // the request may wait for its tokens
+		laneLend(l, next, w, r, key, sh, h, held, sl, now)
+		return
+	}
+	sh.mu.Unlock()
+	if l.fastReject {
+		laneRejectTB(l, w, deficit, now)
+	} else {
+		laneAnswer(l, next, w, r, key, sl, now)
+	}
+}
+
+// laneLend finishes laneShort, with sh locked, for a request whose tokens
+// the bucket lends (MaxDelay): tokenBucket decides it from the state sl
+// that h held at now, the state is saved, and the request waits for its
+// tokens as Gate.Serve makes it wait.
+func laneLend(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, sh *memShard, h uint64, held bool, sl *memSlot, now int64) {
 	st := State{T: sl.t, A: sl.a}
 	var v Verdict
 	exp := tokenBucket(l.limit, &st, now, l.cost, &v.Decision)
