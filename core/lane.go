@@ -39,7 +39,6 @@ type Lane struct {
 	shared   bool // the limit's MissingKey is MissingShared
 	clock    bool // g.memClock: the decision's instant is the headers' clock
 	limit    *Limit
-	wholeCap bool // the limit's capacity is a whole number of units
 	spec     *KeySpec
 	cost     float64
 	nsHash   uint64
@@ -133,7 +132,6 @@ func NewLane(cfg LaneConfig) *Lane {
 	l.nsHash, l.capacity, l.quota = lim.nsHash, lim.capacity, lim.Rate.Quota
 	l.most, l.owe = lim.capacity+lim.owe, lim.owe > 0
 	l.period, l.unit = float64(lim.period), lim.unit
-	l.wholeCap = lim.capacity == float64(int64(lim.capacity))
 	l.headers = g.resp.Headers
 	l.fast = l.clock && l.headers&HeadersLegacy == 0 && l.headers&HeadersIETF != 0 && l.headers&HeadersX != 0 &&
 		lim.capacity < maxSFInteger && lim.answer.ready
@@ -208,7 +206,8 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 		return
 	}
 	// laneAllowed, written out: the call would cost this path a twentieth.
-	rem := int64(l.capacity - deficit)
+	remUnits := l.capacity - deficit
+	rem := int64(remUnits)
 	remText := ""
 	if rem < smallInts {
 		remText = smallIntTexts[rem]
@@ -222,11 +221,22 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 	} else {
 		resetText = strconv.FormatInt(reset, 10)
 	}
-	// t, tokenBucket's Next: its Reset when at most one whole token is
-	// missing, the common case.
+	// t, tokenBucket's Next (nextUnits, duration, ietfT) computed as it
+	// computes it, to the nanosecond; often Reset's second, whose text is
+	// at hand.
+	need := 1 - (remUnits - float64(rem))
+	if need > deficit {
+		need = deficit
+	}
+	ns = need * l.unit
+	tsec := int64(ns)
+	if float64(tsec) < ns {
+		tsec++
+	}
+	tsec = (tsec + nsPerSecond - 1) / nsPerSecond
 	tText := resetText
-	if deficit > 1 || !l.wholeCap {
-		tText = laneNextTB(l, deficit)
+	if tsec != reset {
+		tText = laneSeconds(tsec)
 	}
 	vals := []string{l.policy, l.ietfPrefix + remText + ";t=" + tText, l.qText, remText, strconv.FormatInt(now/nsPerSecond+reset, 10)}
 	hd := w.Header()
@@ -238,11 +248,12 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 	next.ServeHTTP(w, r)
 }
 
-// laneNextTB is the t of a token bucket lane whose deficit after an
-// admission is deficit: tokenBucket's Next, in seconds as ietfT writes it.
-func laneNextTB(l *Lane, deficit float64) string {
-	d := Decision{Allowed: true, Next: duration(nextUnits(l.capacity-deficit, deficit) * l.unit)}
-	return ietfT(&d)
+// laneSeconds is the text of n seconds, as ietfT writes it.
+func laneSeconds(n int64) string {
+	if n < smallInts {
+		return smallIntTexts[n]
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // laneAllowed writes the headers of a fast lane's admitted request, whose

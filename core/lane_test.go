@@ -167,3 +167,46 @@ func TestServeLaneMatchesGate(t *testing.T) {
 		}
 	}
 }
+
+// TestServeLaneNextRounding: the lane's t is tokenBucket's Next rounded
+// as Gate.Serve rounds it, also where Next and Reset fall on either side
+// of a whole second (1 per 4 s, burst 10, cost 0.55, 1.4 s apart: Reset
+// 3000000001 ns, Next 3000000000 ns, t=3).
+func TestServeLaneNextRounding(t *testing.T) {
+	clock := &fakeClock{now: confEpoch}
+	l := gateLimit(t, "api", TokenBucket, "1/4s", 10)
+	resp := Responder{Headers: DefaultHeaders}
+	ms, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: ms, Responder: resp, Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.memClock = true
+	slow, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sg, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: &hiddenStore{slow}, Responder: resp, Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := ParseKeySpec(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lane := NewLane(LaneConfig{Gate: g, Asks: []LaneAsk{{Limit: l, Cost: 0.55}}, Specs: []*KeySpec{spec}})
+	for step := 0; step < 2; step++ {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		lr, gr := httptest.NewRecorder(), httptest.NewRecorder()
+		ServeLane(lane, &countingHandler{}, lr, r)
+		key, _ := spec.Key(r)
+		sg.Serve(gr, r, []Ask{{Limit: l, Key: key, Cost: 0.55}})
+		if got, want := lr.Header().Get("Ratelimit"), gr.Header().Get("Ratelimit"); got != want {
+			t.Fatalf("request %d: lane RateLimit %q, gate %q", step+1, got, want)
+		}
+		clock.Advance(1400 * time.Millisecond)
+	}
+}

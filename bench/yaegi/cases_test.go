@@ -69,11 +69,11 @@ const (
 // limits at once.
 var memoryCases = []pluginCase{
 	{name: "trivial plugin (one header)", trivial: true, remote: ipv4},
-	{name: "token_bucket allowed, IPv4", config: open, remote: ipv4, target: targetAllowed, ceiling: 247},
-	{name: "token_bucket allowed, IPv6", config: open, remote: ipv6, target: targetAllowed, ceiling: 310},
-	{name: "token_bucket rejected, IPv4", config: closed, remote: ipv4, rejected: true, target: targetRejected, ceiling: 560},
-	{name: "token_bucket rejected, IPv6", config: closed, remote: ipv6, rejected: true, target: targetRejected, ceiling: 623},
-	{name: "token_bucket allowed, headers off", config: with(open, "headers", "off"), remote: ipv4, target: targetAllowed, ceiling: 261},
+	{name: "token_bucket allowed, IPv4", config: open, remote: ipv4, target: targetAllowed, ceiling: 264},
+	{name: "token_bucket allowed, IPv6", config: open, remote: ipv6, target: targetAllowed, ceiling: 327},
+	{name: "token_bucket rejected, IPv4", config: closed, remote: ipv4, rejected: true, target: targetRejected, ceiling: 571},
+	{name: "token_bucket rejected, IPv6", config: closed, remote: ipv6, rejected: true, target: targetRejected, ceiling: 634},
+	{name: "token_bucket allowed, headers off", config: with(open, "headers", "off"), remote: ipv4, target: targetAllowed, ceiling: 271},
 	{name: "leaky_bucket allowed", config: with(open, "algorithm", "leaky_bucket"), remote: ipv4, target: targetOther, ceiling: 530},
 	{name: "leaky_bucket rejected", config: with(closed, "algorithm", "leaky_bucket"), remote: ipv4, rejected: true, target: targetOther, ceiling: 704},
 	{name: "fixed_window allowed", config: map[string]any{"algorithm": "fixed_window", "average": 1000000000}, remote: ipv4, target: targetOther, ceiling: 419},

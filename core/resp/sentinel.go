@@ -134,10 +134,24 @@ func sentinelMaster(s *Sentinel, ctx context.Context) (*Client, error) {
 	if closed {
 		return nil, ErrClosed
 	}
-	if !stale && time.Since(asked) < sentinelRecheck {
+	if stale {
+		return s.refresh(ctx, cl)
+	}
+	if time.Since(asked) < sentinelRecheck {
 		return cl, nil
 	}
-	return s.refresh(ctx, cl)
+	// The periodic recheck takes at most half of the time left, so that
+	// Sentinels that do not answer leave the command its share.
+	half := s.opts.DialTimeout
+	if half <= 0 {
+		half = DefaultDialTimeout
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		half = time.Until(dl) / 2
+	}
+	rctx, cancel := context.WithTimeout(ctx, half)
+	defer cancel()
+	return s.refresh(rctx, cl)
 }
 
 // sentinelFailed handles err, the failure of a command on cl: a reply
@@ -156,7 +170,7 @@ func sentinelFailed(s *Sentinel, ctx context.Context, cl *Client, err error, aga
 			return nil, err
 		}
 		next, rerr := s.refresh(ctx, cl)
-		if rerr != nil || next == cl {
+		if rerr != nil || next == nil || next == cl {
 			return nil, err
 		}
 		return again(next)
@@ -189,6 +203,10 @@ func (s *Sentinel) markStale() {
 // pool to use. old is the pool the caller saw.
 func (s *Sentinel) refresh(ctx context.Context, old *Client) (*Client, error) {
 	s.mu.Lock()
+	if s.closed || s.client == nil {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
 	if s.client != old || time.Since(s.asked) < minSentinelAsk {
 		cl := s.client // another caller refreshed, or one did just now
 		s.mu.Unlock()
@@ -255,10 +273,24 @@ func (s *Sentinel) connect(ctx context.Context, addr string) (*Client, error) {
 
 // askMaster returns the master's address from the first Sentinel that
 // names one.
+//
+// Each Sentinel gets its share of the time left: ctx's, or the dial
+// timeout, divided by the Sentinels not asked yet, so that one that
+// accepts connections but does not answer cannot spend the others' time.
 func (s *Sentinel) askMaster(ctx context.Context) (string, error) {
 	var errs []string
-	for _, a := range s.sopts.Addrs {
-		addr, err := s.askOne(ctx, a)
+	n := len(s.sopts.Addrs)
+	for i, a := range s.sopts.Addrs {
+		left := s.opts.DialTimeout
+		if left <= 0 {
+			left = DefaultDialTimeout
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			left = time.Until(dl)
+		}
+		actx, cancel := context.WithTimeout(ctx, left/time.Duration(n-i))
+		addr, err := s.askOne(actx, a)
+		cancel()
 		if err == nil {
 			return addr, nil
 		}

@@ -2,6 +2,7 @@ package resp
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -26,9 +27,27 @@ func TestSentinel(t *testing.T) {
 	if _, err := NewSentinel(ctx, SentinelOptions{Addrs: rs.Addrs}, Options{}); err == nil {
 		t.Fatal("no master name: no error")
 	}
-	s, err := NewSentinel(ctx, SentinelOptions{MasterName: rs.Name, Addrs: append([]string{"127.0.0.1:1"}, rs.Addrs...)}, Options{})
+	// A Sentinel that accepts connections but never answers, listed first,
+	// takes only its share of the time: the others are asked.
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	defer hung.Close()
+	go func() {
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	s, err := NewSentinel(sctx, SentinelOptions{MasterName: rs.Name, Addrs: append([]string{hung.Addr().String(), "127.0.0.1:1"}, rs.Addrs...)}, Options{})
+	cancel()
+	if err != nil {
+		t.Fatalf("with a hung Sentinel first: %v", err)
 	}
 	defer s.Close()
 	sha, err := s.ScriptLoad(ctx, setScript)
@@ -90,5 +109,30 @@ func TestSentinel(t *testing.T) {
 			t.Fatalf("3 s after the failover to %s: %v, %v; the new master holds %v", rs.Master.Addr, v, err, got)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSentinelClosed: a Sentinel closed while a command fails on it
+// answers ErrClosed or the command's error, never a nil client.
+func TestSentinelClosed(t *testing.T) {
+	rs := redistest.StartSentinel(t, "sluiceclosed")
+	ctx := context.Background()
+	s, err := NewSentinel(ctx, SentinelOptions{MasterName: rs.Name, Addrs: rs.Addrs}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	cl := s.client
+	s.asked = time.Now().Add(-2 * minSentinelAsk)
+	s.mu.Unlock()
+	s.Close()
+	readonly := Error("READONLY You can't write against a read only replica.")
+	if _, err := sentinelFailed(s, ctx, cl, readonly, func(c *Client) (interface{}, error) {
+		return c.Do(ctx, "PING")
+	}); err == nil {
+		t.Fatal("a READONLY refusal on a closed Sentinel: no error")
+	}
+	if _, err := s.EvalSha(ctx, "0", nil, nil); err != ErrClosed {
+		t.Fatalf("EvalSha after Close: %v, want ErrClosed", err)
 	}
 }
