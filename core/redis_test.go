@@ -107,6 +107,11 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 		redisTestLimit(t, "fw7", FixedWindow, "7/1500ms", 0, 0),
 		redisTestLimit(t, "swc7", SlidingWindowCounter, "7/1500ms", 0, 0),
 		redisTestLimit(t, "swl7", SlidingWindowLog, "7/1500ms", 0, 0),
+		// Token buckets that lend (MaxDelay), as the Traefik plugin's are
+		// by default, and leaky buckets with a fractional carry.
+		redisTestLimit(t, "tbd", TokenBucket, "10/s", 1, 50*time.Millisecond),
+		redisTestLimit(t, "tbd2", TokenBucket, "7/s", 3, 500*time.Millisecond),
+		redisTestLimit(t, "lb7", LeakyBucket, "7/s", 0, 0),
 	}
 	costs := []float64{0.1, 0.5, 1, 1, 1, 2, 2.5}
 	keys := []string{"a", "b"}
