@@ -345,26 +345,23 @@ func laneKey(l *Lane, r *http.Request) string {
 }
 
 // laneShort finishes serveLaneTB, with sh locked, for a request the
-// bucket, which held deficit at now, cannot serve at once: rejected (by
-// laneRejectTB or laneAnswer) unless MaxDelay lends its tokens.
+// bucket, which held deficit at now, cannot serve at once: laneRejectTB
+// answers a fastReject lane's rejection; otherwise, and whenever MaxDelay
+// lends the tokens, laneDecide does.
 func laneShort(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, sh *memShard, h uint64, held bool, sl *memSlot, deficit float64, now int64) {
-	if l.owe && deficit+l.cost <= l.most+eps { // the request may wait for its tokens
-		laneLend(l, next, w, r, key, sh, h, held, sl, now)
+	if l.fastReject && !(l.owe && deficit+l.cost <= l.most+eps) {
+		sh.mu.Unlock()
+		laneRejectTB(l, w, deficit, now)
 		return
 	}
-	sh.mu.Unlock()
-	if l.fastReject {
-		laneRejectTB(l, w, deficit, now)
-	} else {
-		laneAnswer(l, next, w, r, key, sl, now)
-	}
+	laneDecide(l, next, w, r, key, sh, h, held, sl, now)
 }
 
-// laneLend finishes laneShort, with sh locked, for a request whose tokens
-// the bucket lends (MaxDelay): tokenBucket decides it from the state sl
-// that h held at now, the state is saved, and the request waits for its
-// tokens as Gate.Serve makes it wait.
-func laneLend(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, sh *memShard, h uint64, held bool, sl *memSlot, now int64) {
+// laneDecide finishes laneShort, with sh locked: tokenBucket decides the
+// request from the state sl that h held at now, the state is saved if it
+// admitted the request (with a delay, when MaxDelay lends its tokens), and
+// the request is answered, or waits, as Gate.Serve answers it.
+func laneDecide(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, sh *memShard, h uint64, held bool, sl *memSlot, now int64) {
 	st := State{T: sl.t, A: sl.a}
 	var v Verdict
 	exp := tokenBucket(l.limit, &st, now, l.cost, &v.Decision)
@@ -403,21 +400,6 @@ func laneRejectTB(l *Lane, w http.ResponseWriter, deficit float64, now int64) {
 		need = nextUnits(rem, deficit)
 	}
 	laneReject(l, w, rem, reset, int64(duration(need*l.unit)), wait, now)
-}
-
-// laneAnswer finishes ServeLane for a token bucket that rejects: it
-// decides again, with tokenBucket itself, from the state sl the request
-// found at now, and answers as Gate.Serve does.
-func laneAnswer(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, sl *memSlot, now int64) {
-	st := State{T: sl.t, A: sl.a}
-	var v Verdict
-	tokenBucket(l.limit, &st, now, l.cost, &v.Decision)
-	classify1(l.gate, &v)
-	if !l.clock {
-		now = 0
-	}
-	asks := []Ask{{Limit: l.limit, Key: key, Cost: l.cost}}
-	laneFinish(l, next, w, r, &v, answer(l.gate, w, r, asks, &v, now))
 }
 
 // laneHeaders writes the headers of an admitted token bucket request whose
