@@ -240,7 +240,23 @@ func setHeaders(r *Responder, h http.Header, d *Decision, nowUnix int64) {
 	// append to one header reallocates instead of overwriting the next.
 	vals := []string{a.policy, "", a.qText, remText, ""}
 	if set&HeadersIETF != 0 && a.ready {
-		vals[1] = a.ietfPrefix + remText + ";t=" + ietfT(d)
+		// t: the time until more quota is available (Decision.Next) or,
+		// for a rejection, until the request's own quota is (RetryAfter
+		// without jitter, so that Retry-After is never earlier than t),
+		// in whole seconds rounded up.
+		t := int64(d.Next)
+		if !d.Allowed && d.RetryAfter != Never {
+			t = int64(d.RetryAfter)
+		}
+		tText := "0"
+		if t > 0 {
+			if t = (t-1)/nsPerSecond + 1; t < smallInts {
+				tText = smallIntTexts[t]
+			} else {
+				tText = strconv.FormatInt(t, 10)
+			}
+		}
+		vals[1] = a.ietfPrefix + remText + ";t=" + tText
 		h["Ratelimit-Policy"] = vals[0:1:1]
 		h["Ratelimit"] = vals[1:2:2]
 	}
@@ -253,28 +269,6 @@ func setHeaders(r *Responder, h http.Header, d *Decision, nowUnix int64) {
 		h["X-Ratelimit-Remaining"] = vals[3:4:4]
 		h["X-Ratelimit-Reset"] = vals[4:5:5]
 	}
-}
-
-// ietfT is the t of the IETF RateLimit field for d, in whole seconds
-// rounded up: the time until more quota is available (Decision.Next) or,
-// for a rejection, until the request's own quota is (RetryAfter without
-// jitter, so that Retry-After is never earlier than t). It is apart from
-// setHeaders, which the default header set calls on every response, for
-// the same reason as setLegacyHeaders: under Yaegi a function's whole body
-// is paid on each call.
-func ietfT(d *Decision) string {
-	t := int64(d.Next)
-	if !d.Allowed && d.RetryAfter != Never {
-		t = int64(d.RetryAfter)
-	}
-	n := int64(0) // ceilSeconds(t), inline
-	if t > 0 {
-		n = (t-1)/nsPerSecond + 1
-	}
-	if n < smallInts {
-		return smallIntTexts[n]
-	}
-	return strconv.FormatInt(n, 10)
 }
 
 // setLegacyHeaders writes the HeadersLegacy fields into h. It is apart

@@ -221,7 +221,7 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 	} else {
 		resetText = strconv.FormatInt(reset, 10)
 	}
-	// t, tokenBucket's Next (nextUnits, duration, ietfT) computed as it
+	// t, tokenBucket's Next (nextUnits, duration, setHeaders) computed as it
 	// computes it, to the nanosecond; often Reset's second, whose text is
 	// at hand.
 	need := 1 - (remUnits - float64(rem))
@@ -248,7 +248,7 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 	next.ServeHTTP(w, r)
 }
 
-// laneSeconds is the text of n seconds, as ietfT writes it.
+// laneSeconds is the text of n seconds, as setHeaders writes it.
 func laneSeconds(n int64) string {
 	if n < smallInts {
 		return smallIntTexts[n]
@@ -299,7 +299,7 @@ func laneReject(l *Lane, w http.ResponseWriter, rem float64, reset, next, wait, 
 	t := (reset + nsPerSecond - 1) / nsPerSecond
 	texts := []string{l.policy, "", l.qText, strconv.FormatInt(int64(rem), 10), strconv.FormatInt(now/nsPerSecond+t, 10),
 		"no-store", "", strconv.FormatInt(retry, 10), l.contentType, "nosniff"}
-	texts[1] = l.ietfPrefix + texts[3] + ";t=" + texts[7] // ietfT: a rejection's t is its Retry-After
+	texts[1] = l.ietfPrefix + texts[3] + ";t=" + texts[7] // setHeaders: a rejection's t is its Retry-After
 	body := l.bodyHead + texts[7] + l.bodyTail
 	texts[6] = strconv.Itoa(len(body))
 	hd := w.Header()
