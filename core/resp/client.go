@@ -236,7 +236,7 @@ func exec(c *Client, ctx context.Context, a, b, d []string) (interface{}, error)
 	}
 	v, sent, err := roundTrip(cn, deadline, a, b, d)
 	if err != nil {
-		return execFailed(c, ctx, cn, sent, err, a, b, d)
+		return execFailed(c, ctx, cn, true, sent, err, a, b, d)
 	}
 	c.slots <- cn
 	return v, nil
@@ -258,57 +258,43 @@ func execSlow(c *Client, ctx context.Context, took bool, a, b, d []string) (inte
 			return nil, err
 		}
 	}
-	v, retry, err := c.attempt(ctx, cn, a, b, d)
-	if retry {
-		v, _, err = c.attempt(ctx, nil, a, b, d)
-	}
-	return v, err
+	return c.attempt(ctx, cn, a, b, d)
 }
 
-// execFailed finishes exec after its command failed with err on the
-// reused connection cn, as attempt does: it keeps cn after an error reply,
-// and sends the command again on a new connection when cn was found
+// execFailed finishes a command that failed with err on cn, giving the
+// pool entry back: it keeps cn after an error reply, and sends the
+// command once more on a new connection when cn was reused and found
 // closed before the command reached the server.
-func execFailed(c *Client, ctx context.Context, cn *conn, sent bool, err error, a, b, d []string) (interface{}, error) {
+func execFailed(c *Client, ctx context.Context, cn *conn, reused, sent bool, err error, a, b, d []string) (interface{}, error) {
 	if _, ok := err.(Error); ok {
 		c.slots <- cn
 		return nil, err
 	}
 	cn.nc.Close()
-	if !sent {
-		v, _, err := c.attempt(ctx, nil, a, b, d)
-		return v, err
+	if reused && !sent {
+		return c.attempt(ctx, nil, a, b, d)
 	}
 	c.slots <- nil
 	return nil, ioError(ctx, a[0], err)
 }
 
 // attempt runs the command on cn, or on a new connection when cn is nil,
-// and gives the pool entry back, except when it reports retry: cn was a
-// reused connection found closed before the command reached the server.
-func (c *Client) attempt(ctx context.Context, cn *conn, a, b, d []string) (v interface{}, retry bool, err error) {
+// and gives the pool entry back.
+func (c *Client) attempt(ctx context.Context, cn *conn, a, b, d []string) (interface{}, error) {
 	reused := cn != nil
 	if !reused {
+		var err error
 		if cn, err = dial(ctx, &c.opts); err != nil {
 			c.slots <- nil
-			return nil, false, err
+			return nil, err
 		}
 	}
 	v, sent, err := roundTrip(cn, c.deadline(ctx), a, b, d)
-	if err == nil {
-		c.slots <- cn
-		return v, false, nil
+	if err != nil {
+		return execFailed(c, ctx, cn, reused, sent, err, a, b, d)
 	}
-	if _, ok := err.(Error); ok {
-		c.slots <- cn
-		return nil, false, err
-	}
-	cn.nc.Close()
-	if reused && !sent {
-		return nil, true, nil
-	}
-	c.slots <- nil
-	return nil, false, ioError(ctx, a[0], err)
+	c.slots <- cn
+	return v, nil
 }
 
 // get takes a pool entry, waiting until one is free or ctx ends. A nil
