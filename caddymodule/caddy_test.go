@@ -84,6 +84,9 @@ func loadCaddy(t *testing.T, servers ...server) []string {
 	if err := caddy.Load(raw, true); err != nil {
 		t.Fatalf("loading config: %v\n%s", err, raw)
 	}
+	// A reload closes the previous servers' idle connections; a request
+	// that reused one would fail with EOF.
+	client.CloseIdleConnections()
 	t.Cleanup(func() { _ = caddy.Stop() })
 	return urls
 }
