@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -168,6 +169,33 @@ func TestHeavyHittersEviction(t *testing.T) {
 		if hh.Key == "k0" {
 			t.Errorf("k0 still held: %+v", hh)
 		}
+	}
+}
+
+// TestHeavyHittersConcurrent adds from several goroutines at once; run
+// with -race. Every addition is counted.
+func TestHeavyHittersConcurrent(t *testing.T) {
+	h, err := NewHeavyHitters(8, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 500; i++ {
+				h.Add(confEpoch, "hot", 1, 2, 0)
+				h.Add(confEpoch, "g"+strconv.Itoa(g), 0, 1, 0)
+			}
+		}(g)
+	}
+	wg.Wait()
+	if top := h.Top(confEpoch, WeightRejected, 1).Keys; !equalHitters(top, []HeavyHitter{{Key: "hot", Count: 2000}}) {
+		t.Errorf("rejected: %+v, want hot 2000", top)
+	}
+	if top := h.Top(confEpoch, WeightAdmitted, 5).Keys; len(top) != 5 || top[0] != (HeavyHitter{Key: "hot", Count: 4000}) || top[1].Count != 500 {
+		t.Errorf("admitted: %+v, want hot 4000, then 500 for each goroutine's key", top)
 	}
 }
 
