@@ -170,3 +170,19 @@ func TestRedisStoreCountKeys(t *testing.T) {
 		t.Errorf("CountKeys with a budget of 1000 keys: %d, %v, %v; want incomplete", n, complete, err)
 	}
 }
+
+// TestRedisStoreInspectorCluster inspects and deletes states on a Redis
+// Cluster, where a state's keys share a slot; counting is refused.
+func TestRedisStoreInspectorCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	cs := newClusterScripter(t, cluster)
+	testInspector(t, func(t *testing.T, clock *fakeClock) Store {
+		s := newTestRedisStore(t, cs, true)
+		s.clock = clock.Now
+		return s
+	})
+	s := newTestRedisStore(t, cs, true)
+	if _, _, err := s.CountKeys(context.Background(), inspectLimits(t)[0], 1000); err == nil {
+		t.Error("CountKeys on a Cluster: no error")
+	}
+}
