@@ -51,6 +51,13 @@ const respondBody = "zone={http.sluice.zone} remaining={http.sluice.remaining} r
 // config is stopped when the test ends.
 func loadCaddy(t *testing.T, servers ...server) []string {
 	t.Helper()
+	return loadCaddyAdmin(t, 0, servers...)
+}
+
+// loadCaddyAdmin is loadCaddy with Caddy's admin endpoint listening on
+// 127.0.0.1:adminPort (0: disabled).
+func loadCaddyAdmin(t *testing.T, adminPort int, servers ...server) []string {
+	t.Helper()
 	srvs := map[string]any{}
 	urls := make([]string, len(servers))
 	for i, s := range servers {
@@ -72,8 +79,12 @@ func loadCaddy(t *testing.T, servers ...server) []string {
 		srvs["srv"+strconv.Itoa(i)] = srv
 		urls[i] = "http://127.0.0.1:" + strconv.Itoa(s.port)
 	}
+	admin := map[string]any{"disabled": true, "config": map[string]any{"persist": false}}
+	if adminPort != 0 {
+		admin = map[string]any{"listen": "127.0.0.1:" + strconv.Itoa(adminPort), "config": map[string]any{"persist": false}}
+	}
 	cfg := map[string]any{
-		"admin":   map[string]any{"disabled": true, "config": map[string]any{"persist": false}},
+		"admin":   admin,
 		"logging": map[string]any{"logs": map[string]any{"default": map[string]any{"level": "WARN"}}},
 		"apps":    map[string]any{"http": map[string]any{"servers": srvs}},
 	}

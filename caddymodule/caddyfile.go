@@ -153,6 +153,14 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 			z.IPv6Prefix, err = intArg(d, sub, 0, 128)
 		case "on_missing_key":
 			z.OnMissingKey, err = oneArg(d, sub, checked(core.ParseMissingKey))
+		case "near_limit":
+			z.NearLimit, err = shareArg(d, sub)
+		case "top_keys":
+			z.TopKeys, err = intArg(d, sub, core.MinSketchCounters, core.MaxSketchCounters)
+		case "top_window":
+			var dur time.Duration
+			dur, err = durationArg(d, sub)
+			z.TopWindow = caddy.Duration(dur)
 		default:
 			return d.Errf("zone %q: unrecognized subdirective %q", z.Name, sub)
 		}
@@ -407,4 +415,22 @@ func durationArg(d *caddyfile.Dispenser, name string) (time.Duration, error) {
 		return 0, d.Errf("%s %q: want a non-negative duration such as 500ms", name, s)
 	}
 	return dur, nil
+}
+
+// shareArg reads one share argument of the subdirective name, written as
+// a percentage ("10%") or a fraction ("0.1"), above 0 and at most 1.
+func shareArg(d *caddyfile.Dispenser, name string) (float64, error) {
+	s, err := oneArg(d, name, nil)
+	if err != nil {
+		return 0, err
+	}
+	num, pct := strings.CutSuffix(s, "%")
+	x, err := strconv.ParseFloat(num, 64)
+	if pct {
+		x /= 100
+	}
+	if err != nil || !(x > 0 && x <= 1) {
+		return 0, d.Errf("%s %q: want a share of the capacity above 0 and at most 100%%, such as 10%% or 0.1", name, s)
+	}
+	return x, nil
 }

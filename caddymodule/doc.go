@@ -18,6 +18,9 @@
 //	        ipv4_prefix    <bits>               # key {client_ip} only: group IPv4 clients by network
 //	        ipv6_prefix    <bits>
 //	        on_missing_key skip|shared
+//	        near_limit     <share>              # a near miss leaves less than this share of the capacity: 10% (default) or 0.1
+//	        top_keys       <n>                  # counters of the zone's heavy-hitter sketch, 8 to 1024; default 128
+//	        top_window     <duration>           # the sketch's window, 1s to 1h; /top covers the last one to two; default 1m
 //	    }
 //	    store memory [{ max_keys <n> }]
 //	    store redis {
@@ -83,6 +86,20 @@
 //	        }
 //	    }
 //	}
+//
+// # Admin API
+//
+// The module admin.api.sluice ([AdminAPI]) adds endpoints to Caddy's admin
+// API, loaded by Caddy's admin server without configuration:
+//
+//	GET    /sluice/zones                     every zone of the running config
+//	GET    /sluice/zones/<zone>/keys/<key>   a key's state: remaining, reset, next, in flight
+//	DELETE /sluice/zones/<zone>/keys/<key>   reset it
+//	GET    /sluice/zones/<zone>/top?n=20     the heaviest keys by rejections, admitted cost and near misses
+//
+// The metric caddy_http_sluice_decisions_total counts, besides each
+// decision's outcome, the allowed decisions that left the reported zone
+// under its near_limit share of the capacity, with outcome near_limit.
 //
 // # Placeholders
 //

@@ -111,7 +111,10 @@ type Handler struct {
 	Share string `json:"share,omitempty"`
 
 	gate      *core.Gate
-	stores    []string // pool keys this handler holds, released by Cleanup
+	store     *pooledStore // the primary store, which the admin API reads
+	stores    []string     // pool keys this handler holds, released by Cleanup
+	sketches  []string     // sketch pool keys this handler holds, released by Cleanup
+	admin     []*adminZone // the handler's zones in the admin API's registry
 	logger    *zap.Logger
 	warnings  *warnLimiter
 	metrics   *handlerMetrics
@@ -161,6 +164,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("zone %q: %w", z.Name, err)
 		}
 		z.prefix = zonePrefix(ctx, h.Share, z.Name)
+		z.nearAt = z.nearLimit() * z.limit.Capacity()
+		if z.top, err = h.acquireSketch(z); err != nil {
+			return fmt.Errorf("zone %q: %w", z.Name, err)
+		}
 		limits[i] = z.limit
 		h.zoneIndex[z.Name] = i
 	}
@@ -175,6 +182,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
+	h.store = st
 	cfg.Store, cfg.Timeout, cfg.Breaker = st.store, st.timeout, st.breaker
 	if h.Fallback == fallbackLocal {
 		fb, err := h.acquire(fallbackPoolKey, newFallbackStore)
@@ -189,8 +197,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.gate, err = core.NewGate(cfg); err != nil {
 		return err
 	}
-	h.metrics, err = newHandlerMetrics(ctx.GetMetricsRegistry(), h.Zones, st)
-	return err
+	if h.metrics, err = newHandlerMetrics(ctx.GetMetricsRegistry(), h.Zones, st); err != nil {
+		return err
+	}
+	h.register(ctx)
+	return nil
 }
 
 // responder builds the core.Responder of Headers, Body and RetryJitter.
@@ -251,6 +262,7 @@ func (h *Handler) Validate() error {
 // reference to a Redis store closes its client. It is safe to call more
 // than once and after a failed Provision.
 func (h *Handler) Cleanup() error {
+	h.unregister()
 	var errs []error
 	for _, key := range h.stores {
 		if _, err := stores.Delete(key); err != nil {
@@ -258,6 +270,12 @@ func (h *Handler) Cleanup() error {
 		}
 	}
 	h.stores = nil
+	for _, key := range h.sketches {
+		if _, err := sketches.Delete(key); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	h.sketches = nil
 	return errors.Join(errs...)
 }
 
@@ -269,14 +287,16 @@ func (h *Handler) Cleanup() error {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	var buf [8]core.Ask
-	asks := buf[:0]
-	for _, z := range h.Zones {
+	var zbuf [8]int
+	asks, zones := buf[:0], zbuf[:0] // zones[i]: the index of asks[i]'s zone
+	for i, z := range h.Zones {
 		ask, ok, err := z.ask(r, repl)
 		if err != nil {
 			return caddyhttp.Error(http.StatusInternalServerError, err)
 		}
 		if ok {
 			asks = append(asks, ask)
+			zones = append(zones, i)
 		}
 	}
 	if len(asks) == 0 {
@@ -288,7 +308,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	v, proceed := h.gate.Serve(w, r, asks)
 	elapsed := time.Since(start)
 	zone := h.reportedZone(v, asks)
-	h.metrics.observe(zone, v, elapsed)
+	near := v.Outcome == core.OutcomeAllowed && v.Decision.Limit != nil && v.Decision.Remaining < h.Zones[zone].nearAt
+	h.metrics.observe(zone, v, elapsed, near)
+	h.countKeys(start.UnixNano(), zone, near, v, asks, zones)
 
 	rejected := v.Outcome == core.OutcomeRejected || v.Outcome == core.OutcomeDryRunRejected ||
 		v.Outcome == core.OutcomeStoreErrorDeny
@@ -311,6 +333,31 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	}
 	return next.ServeHTTP(w, r)
+}
+
+// countKeys feeds the zones' heavy-hitter sketches with a verdict about
+// the zone of index reported: every zone asked is charged the cost it
+// admitted, and the reported zone counts a near miss or a rejection (a
+// rejection in dry_run mode too). Store failures and cancelled waits
+// count nothing.
+func (h *Handler) countKeys(now int64, reported int, near bool, v core.Verdict, asks []core.Ask, zones []int) {
+	switch v.Outcome {
+	case core.OutcomeAllowed:
+		for i := range asks {
+			z, n := h.Zones[zones[i]], 0.0
+			if near && zones[i] == reported {
+				n = 1
+			}
+			z.top.Add(now, z.topKey(asks[i].Key), 0, asks[i].Cost, n)
+		}
+	case core.OutcomeRejected, core.OutcomeDryRunRejected:
+		for i := range asks {
+			if zones[i] == reported {
+				z := h.Zones[reported]
+				z.top.Add(now, z.topKey(asks[i].Key), 1, 0, 0)
+			}
+		}
+	}
 }
 
 // errRateLimited is the error of a rejection that handle_errors answers

@@ -16,7 +16,7 @@ func newDecisionsVec() *prometheus.CounterVec {
 		Namespace: "caddy",
 		Subsystem: "http_sluice",
 		Name:      "decisions_total",
-		Help:      "Requests decided by sluice, by the zone reported and the outcome (allowed, rejected, dry_run_rejected, store_error_allowed, store_error_denied, cancelled).",
+		Help:      "Requests decided by sluice, by the zone reported and the outcome (allowed, rejected, dry_run_rejected, store_error_allowed, store_error_denied, cancelled); near_limit counts, among the allowed, those that left the zone less than its near_limit share of the capacity.",
 	}, []string{"zone", "outcome"})
 }
 
@@ -45,8 +45,13 @@ func newBreakerGauge(st *pooledStore) prometheus.GaugeFunc {
 // once at provisioning so that a request costs no label lookup.
 type handlerMetrics struct {
 	decisions [][core.NumOutcomes]prometheus.Counter // by zone index, then outcome
+	nearLimit []prometheus.Counter                   // outcome near_limit, by zone index
 	seconds   prometheus.Histogram
 }
+
+// outcomeNearLimit is the outcome label of the allowed decisions that were
+// near misses, counted besides allowed (so that allowed keeps its meaning).
+const outcomeNearLimit = "near_limit"
 
 // newHandlerMetrics registers the collectors in reg (nil: none), reusing
 // those already registered by another handler of the same config.
@@ -55,7 +60,7 @@ func newHandlerMetrics(reg *prometheus.Registry, zones []*Zone, st *pooledStore)
 	if err != nil {
 		return nil, err
 	}
-	m := &handlerMetrics{decisions: make([][core.NumOutcomes]prometheus.Counter, len(zones))}
+	m := &handlerMetrics{decisions: make([][core.NumOutcomes]prometheus.Counter, len(zones)), nearLimit: make([]prometheus.Counter, len(zones))}
 	if m.seconds, err = register(reg, newDecisionSeconds()); err != nil {
 		return nil, err
 	}
@@ -63,6 +68,7 @@ func newHandlerMetrics(reg *prometheus.Registry, zones []*Zone, st *pooledStore)
 		for o := 0; o < core.NumOutcomes; o++ {
 			m.decisions[i][o] = vec.WithLabelValues(z.Name, core.Outcome(o).String())
 		}
+		m.nearLimit[i] = vec.WithLabelValues(z.Name, outcomeNearLimit)
 	}
 	if st.breaker != nil {
 		if _, err := register(reg, newBreakerGauge(st)); err != nil {
@@ -91,12 +97,16 @@ func register[C prometheus.Collector](reg *prometheus.Registry, c C) (C, error) 
 	return c, err
 }
 
-// observe counts the verdict v about zone (an index in the handler's zones)
-// and the time the decision took: elapsed minus the leaky_bucket wait,
-// which is not known for a cancelled wait, whose time is not observed.
-func (m *handlerMetrics) observe(zone int, v core.Verdict, elapsed time.Duration) {
+// observe counts the verdict v about zone (an index in the handler's zones),
+// a near miss when near, and the time the decision took: elapsed minus
+// the leaky_bucket wait, which is not known for a cancelled wait, whose
+// time is not observed.
+func (m *handlerMetrics) observe(zone int, v core.Verdict, elapsed time.Duration, near bool) {
 	if o := int(v.Outcome); o >= 0 && o < core.NumOutcomes {
 		m.decisions[zone][o].Inc()
+	}
+	if near {
+		m.nearLimit[zone].Inc()
 	}
 	if v.Outcome == core.OutcomeCancelled {
 		return

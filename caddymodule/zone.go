@@ -107,6 +107,27 @@ type Zone struct {
 	// limited by the zone; provisioning logs that at info level.
 	OnMissingKey string `json:"on_missing_key,omitempty"`
 
+	// NearLimit is the share of the zone's capacity under which an
+	// admitted request counts as a near miss: a request that leaves less
+	// than NearLimit × capacity remaining (0.1, the default: less than
+	// 10 %). Near misses are counted by the decisions metric (outcome
+	// near_limit) and ranked by the admin API's top keys, to tell a limit
+	// that is too tight (many clients near it) from a client that
+	// misbehaves (one client rejected). Between 0 and 1; zero means 0.1.
+	NearLimit float64 `json:"near_limit,omitempty"`
+
+	// TopKeys is the number of counters of the zone's heavy-hitter
+	// sketch, for each ranking (rejected, admitted, near_limit) and
+	// window, that the admin API's /top reads: 8 to 1024, default 128.
+	// Keys whose count in a window is above its total divided by TopKeys
+	// are always found; memory is fixed, about 600 bytes per counter.
+	TopKeys int `json:"top_keys,omitempty"`
+
+	// TopWindow is the length of the sketch's windows: the rankings cover
+	// the current window and the previous one, so the last one to two
+	// windows. 1s to 1h, default 1m.
+	TopWindow caddy.Duration `json:"top_window,omitempty"`
+
 	limit   *core.Limit
 	match   caddyhttp.MatcherSet
 	missing core.MissingKey
@@ -123,6 +144,12 @@ type Zone struct {
 	prefix   string
 	cost     float64 // the cost when costTmpl is empty
 	costTmpl string  // the cost's placeholder template, or ""
+	// nearAt is the remaining capacity under which an admitted request
+	// is a near miss: NearLimit × capacity.
+	nearAt float64
+	// top ranks the zone's keys (admin.go); it is shared with the zones
+	// of the same prefix and name, across reloads.
+	top *core.HeavyHitters
 }
 
 // keyKind is how a zone builds its key.
@@ -256,7 +283,32 @@ func (z *Zone) validate() error {
 	if z.groups() && !isClientIPKey(z.key()) {
 		return fmt.Errorf("ipv4_prefix, ipv6_prefix: group client addresses, so apply only to the key %s, not %q", clientIPKey, z.Key)
 	}
+	if !(z.NearLimit >= 0 && z.NearLimit <= 1) {
+		return fmt.Errorf("near_limit: must be between 0 and 1 (a share of the capacity), got %v", z.NearLimit)
+	}
+	if _, err := core.NewHeavyHitters(z.TopKeys, time.Duration(z.TopWindow)); err != nil {
+		return fmt.Errorf("top_keys, top_window: %w", err)
+	}
 	return nil
+}
+
+// defaultNearLimit is the NearLimit of a zone that sets none.
+const defaultNearLimit = 0.1
+
+// nearLimit is NearLimit, defaulted.
+func (z *Zone) nearLimit() float64 {
+	if z.NearLimit == 0 {
+		return defaultNearLimit
+	}
+	return z.NearLimit
+}
+
+// topKey is the key (with its prefix removed: the key as the zone builds
+// it) under which the zone's sketch counts an ask's key; keys longer than
+// core.MaxKeyLength are counted as their digest, so that the sketch's
+// memory stays bounded.
+func (z *Zone) topKey(askKey string) string {
+	return core.BoundKey(strings.TrimPrefix(askKey, z.prefix))
 }
 
 // ask returns r's ask of the zone; ok is false when the zone does not apply

@@ -11,10 +11,15 @@
 #            requests, with Retry-After, RateLimit, RateLimit-Policy,
 #            X-RateLimit-* and a JSON body; /account keys on the user that
 #            basic_auth verified; /slow shapes; forwarded headers from
-#            the untrusted peer do not change the key.
+#            the untrusted peer do not change the key; the client at 429,
+#            reset through Caddy's admin API (DELETE
+#            /sluice/zones/per_ip/keys/127.0.0.1), is admitted on its next
+#            request, and /sluice/zones and /top show the zone and client.
 #   redis    a redis-server and two Caddy instances sharing it
 #            (e2e/testdata/redis.Caddyfile): requests spread over both, some
-#            at once, are admitted exactly up to the shared quota; then, with
+#            at once, are admitted exactly up to the shared quota; the key
+#            at 429, reset through one instance's admin API, is admitted by
+#            the other (the Redis keys are gone); then, with
 #            Redis frozen (SIGSTOP) and then gone, the instance configured
 #            on_store_error deny answers 429 and the one configured allow
 #            answers 200, each within the store timeout plus slack.
@@ -173,6 +178,37 @@ for spoof in "X-Forwarded-For: 203.0.113.99" "X-Real-IP: 203.0.113.98" "Forwarde
 done
 pass "forwarded headers from an untrusted peer (X-Forwarded-For, X-Real-IP, Forwarded) do not change the key"
 
+# admin_req sends one request to an admin endpoint ($1: host:port) with
+# method $2 and path $3; like req, it prints the status.
+admin_req() {
+	curl -sS --max-time 5 -X "$2" -D "$tmp/h" -o "$tmp/b" -w '%{http_code}' "http://$1$3" || echo 000
+}
+
+# The client is at 429 in zone per_ip: the admin API shows it spent,
+# resets it, and its next request is admitted.
+admin=localhost:2019
+code="$(admin_req $admin GET /sluice/zones/per_ip/keys/127.0.0.1)"
+[ "$code" = 200 ] || fail "admin GET per_ip key: status $code: $(cat "$tmp/b")"
+grep -q '"present":true,"remaining":0' "$tmp/b" || fail "admin GET per_ip key: $(cat "$tmp/b"), want present with 0 remaining"
+code="$(req "$base/")"
+[ "$code" = 429 ] || fail "GET / after the admin GET: status $code, want 429 (a GET of the key charges nothing)"
+code="$(admin_req $admin DELETE /sluice/zones/per_ip/keys/127.0.0.1)"
+[ "$code" = 200 ] && grep -q '"deleted":true' "$tmp/b" || fail "admin DELETE per_ip key: status $code: $(cat "$tmp/b")"
+code="$(req "$base/")"
+[ "$code" = 200 ] || fail "GET / after the admin DELETE: status $code, want 200"
+expect_hdr X-RateLimit-Remaining 4 "GET / after the admin DELETE"
+code="$(admin_req $admin GET /sluice/zones)"
+[ "$code" = 200 ] && grep -q '"id":"per_ip@srv0","name":"per_ip","server":"srv0","algorithm":"token_bucket"' "$tmp/b" ||
+	fail "admin GET /sluice/zones: status $code: $(cat "$tmp/b")"
+code="$(admin_req $admin GET '/sluice/zones/per_ip/top?n=3')"
+[ "$code" = 200 ] && grep -q '"rejected":\[{"key":"127.0.0.1","count":[1-9]' "$tmp/b" ||
+	fail "admin GET per_ip top: status $code: $(cat "$tmp/b")"
+code="$(admin_req $admin POST /sluice/zones/per_ip/keys/127.0.0.1)"
+[ "$code" = 405 ] || fail "admin POST per_ip key: status $code, want 405"
+code="$(admin_req $admin GET /sluice/zones/nope/keys/127.0.0.1)"
+[ "$code" = 404 ] || fail "admin GET of an unknown zone: status $code, want 404"
+pass "admin API: the client at 429, reset by DELETE /sluice/zones/per_ip/keys/127.0.0.1, is admitted on its next request; /sluice/zones and /top show the zone and the client"
+
 code="$(req "$base/account")"
 [ "$code" = 401 ] || fail "GET /account without credentials: status $code, want 401"
 code="$(req -u demo:demo "$base/account")"
@@ -198,13 +234,14 @@ pids+=("$redis_pid")
 wait_port "$redis_port" "$redis_pid" redis-server
 
 # Instance a denies and instance b allows requests Redis cannot decide.
-declare -A caddy_port caddy_pid
+declare -A caddy_port caddy_pid admin_port
 for name in a b; do
 	policy=deny
 	[ "$name" = b ] && policy=allow
 	caddy_port[$name]="$(free_port)"
+	admin_port[$name]="$(free_port)"
 	logs+=("$tmp/caddy-$name.log")
-	SLUICE_E2E_PORT="${caddy_port[$name]}" SLUICE_E2E_REDIS="127.0.0.1:$redis_port" \
+	SLUICE_E2E_PORT="${caddy_port[$name]}" SLUICE_E2E_ADMIN_PORT="${admin_port[$name]}" SLUICE_E2E_REDIS="127.0.0.1:$redis_port" \
 		SLUICE_E2E_PREFIX="sluice-e2e-$$:" SLUICE_E2E_ON_STORE_ERROR="$policy" \
 		./caddy run --config e2e/testdata/redis.Caddyfile --adapter caddyfile >"$tmp/caddy-$name.log" 2>&1 &
 	caddy_pid[$name]=$!
@@ -230,6 +267,20 @@ if [ "$admitted" -ne "$quota" ] || [ "$limited" -ne $((total - quota)) ]; then
 	fail "redis: $admitted admitted and $limited limited of $total (codes: $(sort "$tmp/codes" | uniq -c | tr '\n' ' ')), want $quota and $((total - quota))"
 fi
 pass "redis: two instances admitted exactly $admitted of $total requests (quota $quota), $limited answered 429"
+
+# The spent key, reset through instance a's admin API, is admitted by
+# instance b: the API deleted the Redis keys both instances share.
+code="$(req -H 'X-E2E-Client: quota' "$url_b")"
+[ "$code" = 429 ] || fail "redis: the spent key: status $code, want 429"
+code="$(admin_req "127.0.0.1:${admin_port[a]}" GET /sluice/zones/shared/keys/quota)"
+[ "$code" = 200 ] && grep -q '"present":true,"remaining":0' "$tmp/b" ||
+	fail "redis: admin GET of the spent key: status $code: $(cat "$tmp/b")"
+code="$(admin_req "127.0.0.1:${admin_port[a]}" DELETE /sluice/zones/shared/keys/quota)"
+[ "$code" = 200 ] && grep -q '"deleted":true' "$tmp/b" || fail "redis: admin DELETE of the spent key: status $code: $(cat "$tmp/b")"
+code="$(req -H 'X-E2E-Client: quota' "$url_b")"
+[ "$code" = 200 ] || fail "redis: the key reset through instance a, at instance b: status $code, want 200"
+expect_hdr X-RateLimit-Remaining 9 "redis: the key reset through instance a, at instance b"
+pass "redis: the key at 429, reset by DELETE on instance a's admin API, is admitted by instance b with 9 left"
 
 # check_store_error sends a request that Redis would admit to each instance
 # and expects a 429 from a (deny) and a 200 from b (allow) within 2 seconds

@@ -1,0 +1,438 @@
+package caddymodule
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+func init() {
+	caddy.RegisterModule(AdminAPI{})
+}
+
+// AdminAPI is the module admin.api.sluice: endpoints of Caddy's admin API
+// that show the zones of the running config, a key's state in a zone
+// (and reset it), and a zone's heaviest keys. Caddy's admin server loads
+// it by itself; it needs no configuration. Its endpoints are as
+// sensitive as the rest of the admin API: they name clients and reset
+// their limits.
+//
+//	GET    /sluice/zones                     every zone
+//	GET    /sluice/zones/<zone>/keys/<key>   a key's state
+//	DELETE /sluice/zones/<zone>/keys/<key>   reset it: the key's next request finds the zone whole
+//	GET    /sluice/zones/<zone>/top?n=20     the heaviest keys by rejections, admitted cost and near misses
+//
+// A zone is addressed by its ID, "<name>@<handler>", as /sluice/zones
+// lists it (the handler's part is the zone's key prefix without its
+// slash: "per_ip@srv0", "per_ip@srv0#1" for the second zone per_ip of
+// server srv0, "per_ip@=api" in share group api), or by its name alone
+// when no other zone of the running config has it. <key> is the key as
+// the zone builds it and /top shows it (for the key {client_ip}, the
+// client's address or, with a prefix, its network), path-escaped.
+type AdminAPI struct{}
+
+// CaddyModule returns the Caddy module information.
+func (AdminAPI) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "admin.api.sluice",
+		New: func() caddy.Module { return new(AdminAPI) },
+	}
+}
+
+// Routes returns the admin API's routes under /sluice/.
+func (AdminAPI) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{{Pattern: "/sluice/", Handler: caddy.AdminHandlerFunc(serveAdmin)}}
+}
+
+// adminZone is a zone of a provisioned handler, as the admin API finds it.
+type adminZone struct {
+	id     string // <name>@<prefix without its trailing slash>
+	server string // the server's name, or "" in a share group
+	h      *Handler
+	z      *Zone
+}
+
+// zoneRegistry holds the zones of every provisioned handler, by ID. Caddy
+// provisions a new config before it cleans up the old one, so during a
+// reload an ID may have two entries (and a share group's zones of one
+// name one per handler): the last registered, the newest, is the one the
+// API answers for.
+var zoneRegistry = struct {
+	sync.Mutex
+	byID map[string][]*adminZone
+}{byID: map[string][]*adminZone{}}
+
+// register adds the handler's zones to the registry.
+func (h *Handler) register(ctx caddy.Context) {
+	server := ""
+	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && srv != nil && h.Share == "" {
+		server = srv.Name()
+	}
+	zoneRegistry.Lock()
+	defer zoneRegistry.Unlock()
+	for _, z := range h.Zones {
+		az := &adminZone{id: z.Name + "@" + strings.TrimSuffix(z.prefix, "/"), server: server, h: h, z: z}
+		zoneRegistry.byID[az.id] = append(zoneRegistry.byID[az.id], az)
+		h.admin = append(h.admin, az)
+	}
+}
+
+// unregister removes the handler's zones from the registry.
+func (h *Handler) unregister() {
+	zoneRegistry.Lock()
+	defer zoneRegistry.Unlock()
+	for _, az := range h.admin {
+		list := zoneRegistry.byID[az.id]
+		for i, e := range list {
+			if e == az {
+				list = append(list[:i:i], list[i+1:]...)
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(zoneRegistry.byID, az.id)
+		} else {
+			zoneRegistry.byID[az.id] = list
+		}
+	}
+	h.admin = nil
+}
+
+// registeredZones returns the newest entry of every ID, sorted by ID.
+func registeredZones() []*adminZone {
+	zoneRegistry.Lock()
+	out := make([]*adminZone, 0, len(zoneRegistry.byID))
+	for _, list := range zoneRegistry.byID {
+		out = append(out, list[len(list)-1])
+	}
+	zoneRegistry.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	return out
+}
+
+// findZone returns the zone that ref (an ID, or a name no other zone has)
+// designates.
+func findZone(ref string) (*adminZone, error) {
+	var named []*adminZone
+	for _, az := range registeredZones() {
+		if az.id == ref {
+			return az, nil
+		}
+		if az.z.Name == ref {
+			named = append(named, az)
+		}
+	}
+	switch len(named) {
+	case 0:
+		return nil, apiError(http.StatusNotFound, "unknown zone %q", ref)
+	case 1:
+		return named[0], nil
+	}
+	ids := make([]string, len(named))
+	for i, az := range named {
+		ids[i] = az.id
+	}
+	return nil, apiError(http.StatusConflict, "zone name %q is used by several zones; use an ID: %s", ref, strings.Join(ids, ", "))
+}
+
+// sketches holds the zones' heavy-hitter sketches, keyed by sketchKey, so
+// that a config reload keeps the rankings and the zones of a share group
+// rank together.
+var sketches = caddy.NewUsagePool()
+
+// pooledSketch is a sketch in the pool.
+type pooledSketch struct{ *core.HeavyHitters }
+
+// Destruct implements caddy.Destructor; a sketch holds nothing to close.
+func (pooledSketch) Destruct() error { return nil }
+
+// acquireSketch returns the sketch of z, whose prefix is set, building it
+// on first use, and records it for Cleanup.
+func (h *Handler) acquireSketch(z *Zone) (*core.HeavyHitters, error) {
+	key := z.prefix + "\x00" + z.Name + "\x00" + strconv.Itoa(z.TopKeys) + "\x00" + time.Duration(z.TopWindow).String()
+	v, _, err := sketches.LoadOrNew(key, func() (caddy.Destructor, error) {
+		hh, err := core.NewHeavyHitters(z.TopKeys, time.Duration(z.TopWindow))
+		if err != nil {
+			return nil, fmt.Errorf("top_keys, top_window: %w", err)
+		}
+		return pooledSketch{hh}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.sketches = append(h.sketches, key)
+	return v.(pooledSketch).HeavyHitters, nil
+}
+
+// adminTimeout bounds each store call the admin API makes.
+const adminTimeout = 5 * time.Second
+
+// countBudget is the most Redis keys a zones listing scans per zone.
+const countBudget = 100000
+
+// serveAdmin routes the requests under /sluice/.
+func serveAdmin(w http.ResponseWriter, r *http.Request) error {
+	path := strings.TrimPrefix(r.URL.EscapedPath(), "/sluice/")
+	parts := strings.Split(path, "/")
+	for i, p := range parts {
+		u, err := url.PathUnescape(p)
+		if err != nil {
+			return apiError(http.StatusBadRequest, "path segment %q: %v", p, err)
+		}
+		parts[i] = u
+	}
+	switch {
+	case len(parts) == 1 && parts[0] == "zones":
+		if err := onlyMethods(r, http.MethodGet); err != nil {
+			return err
+		}
+		return writeJSON(w, listZones(r.Context()))
+	case len(parts) == 4 && parts[0] == "zones" && parts[2] == "keys":
+		if err := onlyMethods(r, http.MethodGet, http.MethodDelete); err != nil {
+			return err
+		}
+		az, err := findZone(parts[1])
+		if err != nil {
+			return err
+		}
+		if parts[3] == "" {
+			return apiError(http.StatusBadRequest, "empty key")
+		}
+		if r.Method == http.MethodDelete {
+			return deleteKey(w, r, az, parts[3])
+		}
+		return peekKey(w, r, az, parts[3])
+	case len(parts) == 3 && parts[0] == "zones" && parts[2] == "top":
+		if err := onlyMethods(r, http.MethodGet); err != nil {
+			return err
+		}
+		az, err := findZone(parts[1])
+		if err != nil {
+			return err
+		}
+		return topKeys(w, r, az)
+	}
+	return apiError(http.StatusNotFound, "resource not found: %s", r.URL.Path)
+}
+
+// zoneInfo is one zone in the answer of GET /sluice/zones.
+type zoneInfo struct {
+	ID        string  `json:"id"`
+	Name      string  `json:"name"`
+	Server    string  `json:"server,omitempty"`
+	Share     string  `json:"share,omitempty"`
+	Algorithm string  `json:"algorithm"`
+	Rate      string  `json:"rate"`
+	Quota     float64 `json:"quota"`
+	Period    float64 `json:"period_seconds"`
+	Burst     float64 `json:"burst"`
+	NearLimit float64 `json:"near_limit"`
+	Store     string  `json:"store"`
+	// Keys is the number of states the store holds, as KeysScope says;
+	// nil when the store cannot count them (a Redis Cluster) or failed to.
+	Keys         *int   `json:"keys"`
+	KeysScope    string `json:"keys_scope"`
+	KeysComplete bool   `json:"keys_complete"`
+	KeysError    string `json:"keys_error,omitempty"`
+}
+
+// zonesAnswer is the answer of GET /sluice/zones.
+type zonesAnswer struct {
+	Zones []zoneInfo `json:"zones"`
+}
+
+// listZones describes every registered zone. A memory store identifies
+// states by a hash of the zone and key, so its count is the whole
+// store's (scope "store"); a Redis store's is the count of the zone's
+// limit namespace (name and algorithm) on the server, scanned within
+// countBudget keys (scope "namespace", which the zones of the same name
+// and algorithm of other handlers share).
+func listZones(ctx context.Context) zonesAnswer {
+	ans := zonesAnswer{Zones: []zoneInfo{}}
+	counted := map[core.Store]int{} // memory stores' counts, once per store
+	for _, az := range registeredZones() {
+		z, l := az.z, az.z.limit
+		info := zoneInfo{
+			ID: az.id, Name: z.Name, Server: az.server, Share: az.h.Share,
+			Algorithm: string(l.Algorithm), Rate: l.Rate.String(), Quota: l.Rate.Quota,
+			Period: l.Rate.Period.Seconds(), Burst: l.Capacity(), NearLimit: z.nearLimit(),
+			Store: az.h.store.label,
+		}
+		switch st := az.h.store.store.(type) {
+		case *core.MemoryStore:
+			n, ok := counted[st]
+			if !ok {
+				n = st.Len()
+				counted[st] = n
+			}
+			info.Keys, info.KeysScope, info.KeysComplete = &n, "store", true
+		case *core.RedisStore:
+			info.KeysScope = "namespace"
+			cctx, cancel := context.WithTimeout(ctx, adminTimeout)
+			n, complete, err := st.CountKeys(cctx, l, countBudget)
+			cancel()
+			if err != nil {
+				info.KeysError = err.Error()
+			} else {
+				info.Keys, info.KeysComplete = &n, complete
+			}
+		}
+		ans.Zones = append(ans.Zones, info)
+	}
+	return ans
+}
+
+// keyAnswer is the answer of GET and DELETE /sluice/zones/<zone>/keys/<key>.
+type keyAnswer struct {
+	Zone      string   `json:"zone"`
+	Key       string   `json:"key"`
+	Present   bool     `json:"present"`
+	Remaining *float64 `json:"remaining,omitempty"`
+	Capacity  *float64 `json:"capacity,omitempty"`
+	Reset     *float64 `json:"reset_seconds,omitempty"`
+	Next      *float64 `json:"next_seconds,omitempty"`
+	InFlight  *float64 `json:"in_flight,omitempty"`
+	Deleted   *bool    `json:"deleted,omitempty"`
+}
+
+// inspector returns the zone's store as a core.Inspector.
+func (az *adminZone) inspector() (core.Inspector, error) {
+	in, ok := az.h.store.store.(core.Inspector)
+	if !ok {
+		return nil, apiError(http.StatusNotImplemented, "store %s cannot be inspected", az.h.store.label)
+	}
+	return in, nil
+}
+
+// peekKey answers GET /sluice/zones/<zone>/keys/<key>.
+func peekKey(w http.ResponseWriter, r *http.Request, az *adminZone, key string) error {
+	in, err := az.inspector()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
+	defer cancel()
+	ks, err := in.Peek(ctx, az.z.limit, az.z.prefix+key)
+	if err != nil {
+		return apiError(http.StatusServiceUnavailable, "store: %v", err)
+	}
+	capacity, reset, next := az.z.limit.Capacity(), ks.Reset.Seconds(), ks.Next.Seconds()
+	return writeJSON(w, keyAnswer{
+		Zone: az.id, Key: key, Present: ks.Present, Remaining: &ks.Remaining, Capacity: &capacity,
+		Reset: &reset, Next: &next, InFlight: &ks.InFlight,
+	})
+}
+
+// deleteKey answers DELETE /sluice/zones/<zone>/keys/<key>.
+func deleteKey(w http.ResponseWriter, r *http.Request, az *adminZone, key string) error {
+	in, err := az.inspector()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
+	defer cancel()
+	held, err := in.Delete(ctx, az.z.limit, az.z.prefix+key)
+	if err != nil {
+		return apiError(http.StatusServiceUnavailable, "store: %v", err)
+	}
+	return writeJSON(w, keyAnswer{Zone: az.id, Key: key, Present: false, Deleted: &held})
+}
+
+// topAnswer is the answer of GET /sluice/zones/<zone>/top.
+type topAnswer struct {
+	Zone      string     `json:"zone"`
+	Since     time.Time  `json:"since"`
+	Window    float64    `json:"window_seconds"`
+	Counters  int        `json:"counters"`
+	Rejected  []topEntry `json:"rejected"`
+	Admitted  []topEntry `json:"admitted"`
+	NearLimit []topEntry `json:"near_limit"`
+}
+
+// topEntry is one key of a ranking: its count over the windows, at most
+// error above the true count.
+type topEntry struct {
+	Key   string  `json:"key"`
+	Count float64 `json:"count"`
+	Error float64 `json:"error"`
+}
+
+// defaultTopN and maxTopN bound the n of /top.
+const (
+	defaultTopN = 20
+	maxTopN     = 2 * core.MaxSketchCounters
+)
+
+// topKeys answers GET /sluice/zones/<zone>/top?n=.
+func topKeys(w http.ResponseWriter, r *http.Request, az *adminZone) error {
+	n := defaultTopN
+	if s := r.URL.Query().Get("n"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n < 1 || n > maxTopN {
+			return apiError(http.StatusBadRequest, "n %q: want an integer from 1 to %d", s, maxTopN)
+		}
+	}
+	hh, now := az.z.top, time.Now().UnixNano()
+	ans := topAnswer{Zone: az.id, Window: hh.Window().Seconds(), Counters: hh.Counters()}
+	for w := core.Weight(0); int(w) < core.NumWeights; w++ {
+		top := hh.Top(now, w, n)
+		ans.Since = time.Unix(0, top.Since).UTC()
+		list := make([]topEntry, len(top.Keys))
+		for i, k := range top.Keys {
+			list[i] = topEntry{Key: k.Key, Count: k.Count, Error: k.Error}
+		}
+		switch w {
+		case core.WeightRejected:
+			ans.Rejected = list
+		case core.WeightAdmitted:
+			ans.Admitted = list
+		default:
+			ans.NearLimit = list
+		}
+	}
+	return writeJSON(w, ans)
+}
+
+// onlyMethods returns a 405 error unless r's method is one of methods.
+func onlyMethods(r *http.Request, methods ...string) error {
+	for _, m := range methods {
+		if r.Method == m {
+			return nil
+		}
+	}
+	return apiError(http.StatusMethodNotAllowed, "method %s not allowed (want %s)", r.Method, strings.Join(methods, " or "))
+}
+
+// apiError is a caddy.APIError of the given status.
+func apiError(status int, format string, args ...any) error {
+	return caddy.APIError{HTTPStatus: status, Err: fmt.Errorf(format, args...)}
+}
+
+// writeJSON writes v as the JSON answer.
+func writeJSON(w http.ResponseWriter, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return apiError(http.StatusInternalServerError, "encoding the answer: %v", err)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// Interface guards
+var (
+	_ caddy.AdminRouter = AdminAPI{}
+	_ caddy.Destructor  = pooledSketch{}
+)

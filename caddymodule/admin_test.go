@@ -1,0 +1,280 @@
+package caddymodule
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// adminAPI is Caddy's admin endpoint of a test config.
+type adminAPI struct {
+	t    *testing.T
+	base string
+}
+
+// call sends method to the admin endpoint's path and decodes the JSON
+// answer into out (when not nil); it returns the status.
+func (a adminAPI) call(method, path string, out any) int {
+	a.t.Helper()
+	req, err := http.NewRequest(method, a.base+path, nil)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if out != nil {
+		if err := json.Unmarshal(body, out); err != nil {
+			a.t.Fatalf("%s %s: status %d, body %q: %v", method, path, res.StatusCode, body, err)
+		}
+	}
+	return res.StatusCode
+}
+
+// mustCall is call that requires status 200.
+func (a adminAPI) mustCall(method, path string, out any) {
+	a.t.Helper()
+	var raw json.RawMessage
+	if status := a.call(method, path, &raw); status != http.StatusOK {
+		a.t.Fatalf("%s %s: status %d, body %s", method, path, status, raw)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			a.t.Fatal(err)
+		}
+	}
+}
+
+// String shows the answer's values rather than their pointers.
+func (k keyAnswer) String() string {
+	b, _ := json.Marshal(k)
+	return string(b)
+}
+
+// loadWithAdmin loads servers with the admin endpoint on a free port.
+func loadWithAdmin(t *testing.T, servers ...server) ([]string, adminAPI) {
+	t.Helper()
+	p := freePorts(t, 1)
+	urls := loadCaddyAdmin(t, p[0], servers...)
+	return urls, adminAPI{t: t, base: "http://127.0.0.1:" + strconv.Itoa(p[0])}
+}
+
+// testAdminReset: a client at 429, reset through the admin API, is
+// admitted on its next request; the API shows its state before and
+// after.
+func testAdminReset(t *testing.T, store map[string]any, wantStore string) {
+	p := freePorts(t, 1)
+	h := map[string]any{"zones": []any{zone("per_ip", "3/m")}}
+	if store != nil {
+		h["store"] = store
+	}
+	urls, api := loadWithAdmin(t, server{port: p[0], handler: h})
+	wantStatus(t, urls[0], []int{200, 200, 200, 429})
+
+	var zones zonesAnswer
+	api.mustCall("GET", "/sluice/zones", &zones)
+	if len(zones.Zones) != 1 {
+		t.Fatalf("zones: %+v, want one", zones)
+	}
+	z := zones.Zones[0]
+	if z.ID != "per_ip@srv0" || z.Name != "per_ip" || z.Server != "srv0" || z.Algorithm != "token_bucket" ||
+		z.Quota != 3 || z.Period != 60 || z.Burst != 3 || z.NearLimit != 0.1 || !strings.HasPrefix(z.Store, wantStore) ||
+		z.Keys == nil || *z.Keys < 1 || !z.KeysComplete {
+		t.Errorf("zone: %+v", z)
+	}
+
+	var k keyAnswer
+	api.mustCall("GET", "/sluice/zones/per_ip/keys/127.0.0.1", &k)
+	if !k.Present || *k.Remaining > 0.01 || *k.Capacity != 3 || *k.Reset <= 59 || *k.Reset > 60 || *k.Next <= 0 || *k.InFlight != 0 {
+		t.Errorf("the spent key: %v", k)
+	}
+	wantStatus(t, urls[0], []int{429}) // GET charged nothing
+	api.mustCall("DELETE", "/sluice/zones/per_ip@srv0/keys/127.0.0.1", &k)
+	if k.Deleted == nil || !*k.Deleted {
+		t.Errorf("DELETE: %+v, want deleted", k)
+	}
+	api.mustCall("GET", "/sluice/zones/per_ip/keys/127.0.0.1", &k)
+	if k.Present || *k.Remaining != 3 {
+		t.Errorf("after DELETE: %+v, want absent and whole", k)
+	}
+	wantStatus(t, urls[0], []int{200, 200, 200, 429})
+	api.mustCall("DELETE", "/sluice/zones/per_ip/keys/192.0.2.1", &k)
+	if *k.Deleted {
+		t.Errorf("DELETE of a key never seen: %+v, want deleted false", k)
+	}
+}
+
+func TestAdminResetMemory(t *testing.T) {
+	testAdminReset(t, nil, "memory")
+}
+
+func TestAdminResetRedis(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	testAdminReset(t, redisStore(rs.Addr, 2), "redis "+rs.Addr)
+
+	// The API deleted the real key: the one the take script writes,
+	// digested.
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer c.Close()
+	sum := sha256.Sum256([]byte("srv0/127.0.0.1"))
+	key := "sluice:{per_ip:token_bucket:#" + hex.EncodeToString(sum[:16]) + "}"
+	ctx := context.Background()
+	if n, err := c.Exists(ctx, key).Result(); err != nil || n != 1 {
+		t.Fatalf("EXISTS %s: %d, %v; want the key the requests wrote", key, n, err)
+	}
+	p := freePorts(t, 1)
+	_, api := loadWithAdmin(t, server{port: p[0], handler: map[string]any{"zones": []any{zone("per_ip", "3/m")}, "store": redisStore(rs.Addr, 2)}})
+	var k keyAnswer
+	api.mustCall("DELETE", "/sluice/zones/per_ip/keys/127.0.0.1", &k)
+	if n, err := c.Exists(ctx, key).Result(); err != nil || n != 0 || !*k.Deleted {
+		t.Errorf("after DELETE: EXISTS %d, %v; answer %+v", n, err, k)
+	}
+}
+
+// TestAdminTop ranks clients by rejections, admitted cost and near
+// misses, and counts near misses in the metrics.
+func TestAdminTop(t *testing.T) {
+	p := freePorts(t, 1)
+	urls, api := loadWithAdmin(t, server{port: p[0], handler: map[string]any{"zones": []any{
+		zone("api", "2/m", "key", "{http.request.header.X-Client}"),
+		zone("all", "100/m", "key", "all"),
+	}}})
+	wantStatus(t, urls[0], []int{200, 200, 429, 429, 429}, "X-Client", "a/b c")
+	wantStatus(t, urls[0], []int{200}, "X-Client", "d")
+	var top topAnswer
+	api.mustCall("GET", "/sluice/zones/api/top", &top)
+	if top.Zone != "api@srv0" || top.Counters != 128 || top.Window != 60 || top.Since.IsZero() {
+		t.Errorf("top: %+v", top)
+	}
+	want := func(name string, got []topEntry, want ...topEntry) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Errorf("%s: %+v, want %+v", name, got, want)
+			return
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("%s: %+v, want %+v", name, got, want)
+			}
+		}
+	}
+	want("rejected", top.Rejected, topEntry{Key: "a/b c", Count: 3})
+	want("admitted", top.Admitted, topEntry{Key: "a/b c", Count: 2}, topEntry{Key: "d", Count: 1})
+	want("near_limit", top.NearLimit, topEntry{Key: "a/b c", Count: 1})
+	api.mustCall("GET", "/sluice/zones/all/top?n=1", &top)
+	want("all: admitted", top.Admitted, topEntry{Key: "all", Count: 3}) // rejected requests are charged to no zone
+	want("all: rejected", top.Rejected)
+
+	if n := counter(t, "api", "near_limit"); n != 1 {
+		t.Errorf("near_limit decisions of api: %v, want 1 (besides allowed)", n)
+	}
+	if n := counter(t, "api", "allowed"); n != 3 {
+		t.Errorf("allowed decisions of api: %v, want 3", n)
+	}
+
+	// The key as /top shows it addresses it, path-escaped.
+	var k keyAnswer
+	api.mustCall("GET", "/sluice/zones/api/keys/"+url.PathEscape("a/b c"), &k)
+	if !k.Present || k.Key != "a/b c" || *k.Remaining > 0.01 {
+		t.Errorf("key a/b c: %v", k)
+	}
+}
+
+// TestAdminErrors checks the API's statuses: unknown zones and paths,
+// ambiguous names, bad arguments, wrong methods.
+func TestAdminErrors(t *testing.T) {
+	p := freePorts(t, 2)
+	_, api := loadWithAdmin(t,
+		server{port: p[0], handler: map[string]any{"zones": []any{zone("per_ip", "3/m"), zone("solo", "3/m")}}},
+		server{port: p[1], handler: map[string]any{"zones": []any{zone("per_ip", "3/m")}}},
+	)
+	for _, c := range []struct {
+		method, path string
+		status       int
+		msg          string
+	}{
+		{"GET", "/sluice/zones/nope/keys/1.2.3.4", 404, `unknown zone "nope"`},
+		{"GET", "/sluice/zones/per_ip/keys/1.2.3.4", 409, "per_ip@srv0, per_ip@srv1"},
+		{"GET", "/sluice/zones/per_ip@srv1/keys/1.2.3.4", 200, ""},
+		{"GET", "/sluice/zones/solo/keys/", 400, "empty key"},
+		{"GET", "/sluice/zones/solo/top?n=0", 400, "want an integer from 1 to 2048"},
+		{"GET", "/sluice/zones/solo/top?n=x", 400, "want an integer"},
+		{"GET", "/sluice/zones/nope/top", 404, "unknown zone"},
+		{"POST", "/sluice/zones/solo/keys/1.2.3.4", 405, "method POST not allowed"},
+		{"DELETE", "/sluice/zones", 405, "not allowed"},
+		{"PUT", "/sluice/zones/solo/top", 405, "not allowed"},
+		{"GET", "/sluice/zone", 404, "resource not found"},
+		{"GET", "/sluice/zones/solo/keys/a/b", 404, "resource not found"},
+	} {
+		var e struct {
+			Error string `json:"error"`
+		}
+		status := api.call(c.method, c.path, &e)
+		if status != c.status || !strings.Contains(e.Error, c.msg) {
+			t.Errorf("%s %s: %d %q, want %d and an error containing %q", c.method, c.path, status, e.Error, c.status, c.msg)
+		}
+	}
+	var zones zonesAnswer
+	api.mustCall("GET", "/sluice/zones", &zones)
+	var ids []string
+	for _, z := range zones.Zones {
+		ids = append(ids, z.ID)
+	}
+	if got := strings.Join(ids, " "); got != "per_ip@srv0 per_ip@srv1 solo@srv0" {
+		t.Errorf("zone IDs: %s", got)
+	}
+}
+
+// TestAdminReload: a reload replaces the zones (the new config's answer
+// for an ID, its rankings kept), and stopping Caddy removes them.
+func TestAdminReload(t *testing.T) {
+	p := freePorts(t, 1)
+	h := func(rate string) map[string]any {
+		return map[string]any{"zones": []any{zone("api", rate, "key", "{http.request.header.X-Client}")}}
+	}
+	urls, api := loadWithAdmin(t, server{port: p[0], handler: h("1/m")})
+	wantStatus(t, urls[0], []int{200, 429}, "X-Client", "x")
+	admin := freePorts(t, 1)[0]
+	urls = loadCaddyAdmin(t, admin, server{port: p[0], handler: h("5/m")})
+	api.base = "http://127.0.0.1:" + strconv.Itoa(admin)
+	var zones zonesAnswer
+	api.mustCall("GET", "/sluice/zones", &zones)
+	if len(zones.Zones) != 1 || zones.Zones[0].Quota != 5 {
+		t.Fatalf("after a reload: %+v, want the new zone alone", zones)
+	}
+	var top topAnswer
+	api.mustCall("GET", "/sluice/zones/api/top", &top)
+	if len(top.Rejected) != 1 || top.Rejected[0].Key != "x" {
+		t.Errorf("after a reload, rejected: %+v, want x kept", top.Rejected)
+	}
+	wantStatus(t, urls[0], []int{200, 200, 200, 200, 429}, "X-Client", "x") // the counters kept: 1 spent of 5
+	if err := caddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(registeredZones()); n != 0 {
+		t.Errorf("after stop: %d zones registered, want 0", n)
+	}
+	n := 0
+	sketches.Range(func(any, any) bool { n++; return true })
+	if n != 0 {
+		t.Errorf("after stop: %d sketches in the pool, want 0", n)
+	}
+}
