@@ -126,7 +126,11 @@ func TestFlightMemoryKPlusOne(t *testing.T) {
 // at some point, and that every slot is given back.
 func TestFlightMemoryExact(t *testing.T) {
 	st, _ := NewMemoryStore(MemoryConfig{})
-	const k, workers, rounds = 3, 32, 200
+	const k = 3
+	workers, rounds := 32, 200
+	if testing.Short() { // under Yaegi
+		workers, rounds = 8, 25
+	}
 	l := flightLimit(t, "conc", "", k)
 	g := flightGate(t, st, 0, l)
 	var inside, most, served int64
@@ -293,7 +297,11 @@ func TestFlightNoLeakUnderCancels(t *testing.T) {
 		case <-time.After(100 * time.Microsecond):
 		}
 	})
-	const n, workers = 10000, 16
+	const workers = 16
+	n := int64(10000)
+	if testing.Short() { // under Yaegi
+		n = 500
+	}
 	var next int64
 	var wg sync.WaitGroup
 	for i := 0; i < workers; i++ {
@@ -394,7 +402,11 @@ func TestFlightRedisRenewal(t *testing.T) {
 // TestFlightRedisExact is TestFlightMemoryExact on Redis.
 func TestFlightRedisExact(t *testing.T) {
 	st := flightRedisStore(t)
-	const k, workers, rounds = 3, 12, 40
+	const k = 3
+	workers, rounds := 12, 40
+	if testing.Short() { // under Yaegi
+		workers, rounds = 6, 10
+	}
 	l := flightLimit(t, "exact"+redisNonce, "", k)
 	g := flightGate(t, st, 0, l)
 	var inside, most, served int64

@@ -187,7 +187,7 @@ func leaseArgs(s *RedisStore, asks []Ask, lease string, ttl time.Duration) (keys
 	if ms < 1 {
 		ms = 1
 	}
-	args = make([]string, 2, 2+len(asks))
-	args[0], args[1] = lease, strconv.FormatInt(ms, 10)
+	// Not args[0], args[1] = ...: Yaegi leaves args[0] empty.
+	args = append(make([]string, 0, 2+len(asks)), lease, strconv.FormatInt(ms, 10))
 	return keys, args
 }
