@@ -254,9 +254,7 @@ func (s *Slots) Release() {
 }
 
 // releaseSlots is Release as a function: under Yaegi a method call costs
-// four times as much. It runs without the request's context, which may
-// have ended, bounded by the gate's timeout; a failure leaves a Redis
-// lease to expire.
+// four times as much.
 func releaseSlots(s *Slots) {
 	s.mu.Lock()
 	done := s.done
@@ -265,11 +263,17 @@ func releaseSlots(s *Slots) {
 		s.timer.Stop()
 	}
 	s.mu.Unlock()
-	if done {
-		return
+	if !done {
+		releaseLease(s.gate, s.store, s.asks, s.lease)
 	}
-	ctx, cancel := gateBackground(s.gate)
-	_ = s.store.releaseSlots(ctx, s.asks, s.lease)
+}
+
+// releaseLease gives back the slots of lease on store, without a
+// request's context, which may have ended, but bounded by the gate's
+// timeout; a failure leaves a Redis lease to expire.
+func releaseLease(g *Gate, store slotStore, asks []Ask, lease string) {
+	ctx, cancel := gateBackground(g)
+	_ = store.releaseSlots(ctx, asks, lease)
 	cancel()
 }
 
@@ -391,6 +395,12 @@ func takeFlight(g *Gate, ctx context.Context, asks, flight []Ask, failed error, 
 		}
 		if err == nil {
 			return holdSlots(g, gs.store, flight, lease, out, gs.remote), true, nil
+		}
+		if gs.remote && ctx.Err() != nil {
+			// The client left during the call, which Redis may have run
+			// nonetheless: give the lease back rather than leave its
+			// slots taken until it expires.
+			releaseLease(g, gs.store, flight, lease)
 		}
 	}
 	if gs.fallback == nil {
