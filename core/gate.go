@@ -332,15 +332,28 @@ func gateTake(g *Gate, ctx context.Context, asks []Ask, out []Decision) error {
 
 // gateReport tells b how a call it admitted went: a failure, unless the
 // client left (or its deadline passed), which says nothing about the
-// store; an unreported probe is replaced after the back-off.
+// store; an unreported probe is replaced after the back-off. A deadline
+// is checked on the clock as well as by ctx.Err, which reports it only
+// once ctx's timer has fired: a connection's deadline, set from ctx's,
+// may fail the call a moment before.
 func gateReport(g *Gate, b *Breaker, ctx context.Context, err error) {
 	switch {
 	case err == nil:
 		b.Success()
-	case ctx.Err() != nil:
+	case clientGone(ctx):
 	default:
 		b.Failure(gateNow(g))
 	}
+}
+
+// clientGone reports whether the request of ctx has ended: cancelled, or
+// past its deadline.
+func clientGone(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // classify picks the reported decision and the outcome.

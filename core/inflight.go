@@ -334,6 +334,14 @@ func flightDecide(g *Gate, ctx context.Context, asks []Ask) (Verdict, []Ask) {
 	out := make([]Decision, len(flight), len(flight)+1)
 	slots, decided, err := takeFlight(g, ctx, asks, flight, v.Err, out)
 	if !decided {
+		if clientGone(ctx) {
+			// The store failed because the client left: the request
+			// goes no further, not even through FailOpen.
+			if charged {
+				g.refund(rated, v.Fallback)
+			}
+			return Verdict{Outcome: OutcomeCancelled, Err: err}, rated
+		}
 		if g.cfg.OnStoreError == FailClosed {
 			if charged {
 				g.refund(rated, v.Fallback)
@@ -378,29 +386,28 @@ func takeFlight(g *Gate, ctx context.Context, asks, flight []Ask, failed error, 
 		err = ErrBreakerOpen
 	}
 	if err == nil {
-		tctx, cancel := ctx, context.CancelFunc(nil)
-		if g.cfg.Timeout > 0 {
-			tctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
-		}
+		// Not the request's context: a call cut short by the client may
+		// still run on the server, after a release sent on another
+		// connection, and leave the lease to expire; so the call always
+		// ends, within the gate's timeout, and a lease taken for a
+		// client that left meanwhile is given back at once.
 		lease := ""
 		if gs.remote {
 			lease = gs.leases + strconv.FormatUint(atomic.AddUint64(&gs.seq, 1), 36)
 		}
+		tctx, cancel := gateBackground(g)
 		err = gs.store.acquireSlots(tctx, flight, lease, gs.ttl, out)
-		if cancel != nil {
-			cancel()
-		}
+		cancel()
 		if b := g.cfg.Breaker; b != nil {
-			gateReport(g, b, ctx, err)
+			gateReport(g, b, context.Background(), err)
 		}
 		if err == nil {
-			return holdSlots(g, gs.store, flight, lease, out, gs.remote), true, nil
-		}
-		if gs.remote && ctx.Err() != nil {
-			// The client left during the call, which Redis may have run
-			// nonetheless: give the lease back rather than leave its
-			// slots taken until it expires.
-			releaseLease(g, gs.store, flight, lease)
+			slots = holdSlots(g, gs.store, flight, lease, out, gs.remote)
+			if slots != nil && clientGone(ctx) {
+				releaseSlots(slots)
+				return nil, false, ctx.Err()
+			}
+			return slots, true, nil
 		}
 	}
 	if gs.fallback == nil {
@@ -441,6 +448,9 @@ func holdSlots(g *Gate, store slotStore, asks []Ask, lease string, out []Decisio
 // released at once.
 func serveFlight(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask) (Verdict, bool) {
 	v, rated := flightDecide(g, r.Context(), asks)
+	if v.Outcome == OutcomeCancelled {
+		return v, false
+	}
 	ok := answer(g, w, r, rated, &v, 0)
 	if !ok && v.Slots != nil {
 		releaseSlots(v.Slots)

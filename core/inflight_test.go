@@ -440,3 +440,25 @@ func TestFlightRedisExact(t *testing.T) {
 		t.Errorf("at most %d requests inside at once, want exactly %d", most, k)
 	}
 }
+
+// TestFlightClientGone checks that a request whose client left while its
+// slots were taken goes no further: cancelled, holding nothing, its rate
+// refunded.
+func TestFlightClientGone(t *testing.T) {
+	st, _ := NewMemoryStore(MemoryConfig{})
+	l := flightLimit(t, "both", "1/h", 1)
+	g := flightGate(t, st, 0, l)
+	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	w := httptest.NewRecorder()
+	v, ok := g.Serve(w, httptest.NewRequest("GET", "/", nil).WithContext(ctx), asks)
+	if ok || v.Outcome != OutcomeCancelled || v.Slots != nil || st.InFlight() != 0 || len(w.Header()) != 0 {
+		t.Fatalf("client gone: proceed %v, %+v, %d held, headers %v", ok, v, st.InFlight(), w.Header())
+	}
+	if v := g.Decide(context.Background(), asks); v.Outcome != OutcomeAllowed {
+		t.Errorf("the next request: %+v; the cancelled one was charged to the rate", v)
+	} else {
+		v.Slots.Release()
+	}
+}
