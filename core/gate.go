@@ -67,7 +67,7 @@ const (
 	OutcomeDryRunRejected                 // a limit rejected it; passed in DryRun mode
 	OutcomeStoreErrorAllow                // the store failed; admitted by FailOpen
 	OutcomeStoreErrorDeny                 // the store failed; rejected by FailClosed
-	OutcomeCancelled                      // admitted with a delay, but the client left while waiting
+	OutcomeCancelled                      // admitted, but the client left during its delay or while its in-flight slots were taken
 )
 
 // NumOutcomes is the number of Outcome values, 0 to NumOutcomes-1: the
