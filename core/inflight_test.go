@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/resp"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -458,6 +460,115 @@ func TestFlightClientGone(t *testing.T) {
 	}
 	if v := g.Decide(context.Background(), asks); v.Outcome != OutcomeAllowed {
 		t.Errorf("the next request: %+v; the cancelled one was charged to the rate", v)
+	} else {
+		v.Slots.Release()
+	}
+}
+
+// downScripter fails every call, as a Redis that is down.
+type downScripter struct{}
+
+func (downScripter) EvalSha(ctx context.Context, sha string, keys, args []string) (interface{}, error) {
+	return nil, errors.New("connection refused")
+}
+
+func (downScripter) ScriptLoad(ctx context.Context, script string) (string, error) {
+	return "", errors.New("connection refused")
+}
+
+// TestFlightStoreDown checks the failure policies for slots: the local
+// fallback holds each instance's share, FailOpen admits without a slot,
+// FailClosed rejects.
+func TestFlightStoreDown(t *testing.T) {
+	down := newTestRedisStore(t, downScripter{}, false)
+	l := flightLimit(t, "conc", "", 4)
+	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	local, _ := NewMemoryStore(MemoryConfig{})
+	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: down, Fallback: local, Instances: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []*Slots
+	for i := 0; i < 3; i++ {
+		v := g.Decide(context.Background(), asks)
+		if want := i < 2; (v.Slots != nil) != want || !v.Fallback || v.Err == nil {
+			t.Fatalf("fallback, request %d: %+v, want a slot %v (max_in_flight 4 over 2 instances)", i, v, want)
+		}
+		held = append(held, v.Slots)
+	}
+	for _, s := range held {
+		s.Release()
+	}
+	if n := local.InFlight(); n != 0 {
+		t.Errorf("%d local slots held", n)
+	}
+	for _, c := range []struct {
+		policy StoreErrorPolicy
+		want   Outcome
+	}{{FailOpen, OutcomeStoreErrorAllow}, {FailClosed, OutcomeStoreErrorDeny}} {
+		g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: down, OnStoreError: c.policy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := g.Decide(context.Background(), asks); v.Outcome != c.want || v.Slots != nil {
+			t.Errorf("policy %v: %+v, want %v without slots", c.policy, v, c.want)
+		}
+	}
+}
+
+// TestFlightDryRun checks that a dry run lets a request over the limit
+// through, reported and holding no slot.
+func TestFlightDryRun(t *testing.T) {
+	st, _ := NewMemoryStore(MemoryConfig{})
+	l := flightLimit(t, "conc", "", 1)
+	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: st, Mode: DryRun})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	first, _ := g.Serve(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), asks)
+	v, ok := g.Serve(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), asks)
+	if !ok || v.Outcome != OutcomeDryRunRejected || v.Slots != nil || st.InFlight() != 1 {
+		t.Errorf("dry run over the limit: proceed %v, %+v, %d held", ok, v, st.InFlight())
+	}
+	first.Slots.Release()
+}
+
+// TestFlightRedisCluster takes the slots of two limits whose keys fall in
+// different hash slots of a Redis Cluster: a request refused by the second
+// gives back the lease the first granted it.
+func TestFlightRedisCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cc, err := resp.NewCluster(ctx, cluster.Addrs, resp.Options{PoolSize: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	st := newTestRedisStore(t, cc, true)
+	wide, narrow := flightLimit(t, "wide"+redisNonce, "", 2), flightLimit(t, "narrow"+redisNonce, "", 1)
+	g := flightGate(t, st, 0, wide, narrow)
+	both := []Ask{{Limit: wide, Key: "k", Cost: 1}, {Limit: narrow, Key: "k", Cost: 1}}
+	if groups := st.slotGroups([]Ask{{Limit: wide.flight, Key: "k"}, {Limit: narrow.flight, Key: "k"}}); len(groups) != 2 {
+		t.Skipf("the two limits' keys share a hash slot (%v)", groups)
+	}
+	first := g.Decide(context.Background(), both)
+	if first.Slots == nil {
+		t.Fatalf("first request: %+v", first)
+	}
+	if v := g.Decide(context.Background(), both); v.Outcome != OutcomeRejected {
+		t.Fatalf("second request, narrow full: %+v", v)
+	}
+	// wide holds the first request's lease only: one slot is free.
+	v := g.Decide(context.Background(), both[:1])
+	if v.Slots == nil {
+		t.Fatalf("a request of wide alone: %+v; the refused request kept its lease of wide", v)
+	}
+	v.Slots.Release()
+	first.Slots.Release()
+	if v := g.Decide(context.Background(), both); v.Slots == nil {
+		t.Errorf("after the releases: %+v", v)
 	} else {
 		v.Slots.Release()
 	}
