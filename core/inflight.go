@@ -124,6 +124,8 @@ func (s *MemoryStore) InFlight() int {
 	return t.total
 }
 
+// acquireSlots implements slotStore, exactly: one lock over the count of
+// every key of the request.
 func (s *MemoryStore) acquireSlots(ctx context.Context, asks []Ask, lease string, ttl time.Duration, out []Decision) error {
 	var hb [maxAsks]uint64
 	hs := hb[:0]
@@ -147,6 +149,7 @@ func (s *MemoryStore) acquireSlots(ctx context.Context, asks []Ask, lease string
 	return nil
 }
 
+// releaseSlots implements slotStore; a key's entry goes at zero.
 func (s *MemoryStore) releaseSlots(ctx context.Context, asks []Ask, lease string) error {
 	t := s.flight
 	t.mu.Lock()
@@ -166,6 +169,7 @@ func (s *MemoryStore) releaseSlots(ctx context.Context, asks []Ask, lease string
 	return nil
 }
 
+// renewSlots implements slotStore: a memory store's slots never expire.
 func (s *MemoryStore) renewSlots(ctx context.Context, asks []Ask, lease string, ttl time.Duration) error {
 	return nil
 }
@@ -192,7 +196,7 @@ func newGateSlots(cfg *GateConfig) (*gateSlots, error) {
 		flight = flight || l.MaxInFlight > 0
 	}
 	if cfg.LeaseTTL < 0 {
-		return nil, fmt.Errorf("lease_ttl: must be positive, got %v", cfg.LeaseTTL)
+		return nil, fmt.Errorf("lease_ttl: must not be negative, got %v", cfg.LeaseTTL)
 	}
 	if !flight {
 		return nil, nil
@@ -220,7 +224,7 @@ func newGateSlots(cfg *GateConfig) (*gateSlots, error) {
 }
 
 // flightShare is the in-flight slots of one of n instances deciding
-// locally while the store fails: max/n, but at least one.
+// locally while the store fails: most/n, but at least one.
 func flightShare(most, n int) int {
 	if most/n < 1 {
 		return 1
