@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -120,6 +119,8 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 			z.Key = strings.Join(args, " ")
 		case "rate":
 			z.Rate, err = oneArg(d, sub, checked(core.ParseRate))
+		case "max_in_flight":
+			z.MaxInFlight, err = intArg(d, sub, 1, 1<<30)
 		case "burst":
 			z.Burst, err = floatArg(d, sub, 0, math.Inf(1))
 		case "algorithm":
@@ -178,15 +179,7 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 // check validates a zone parsed from a Caddyfile as far as possible
 // without provisioning it: its limit and its key.
 func (z *Zone) check() error {
-	if z.Rate == "" {
-		return errors.New("rate: required")
-	}
-	rate, err := core.ParseRate(z.Rate)
-	if err != nil {
-		return err
-	}
-	l := core.Limit{Name: z.Name, Algorithm: core.Algorithm(z.Algorithm), Rate: rate, Burst: z.Burst, MaxDelay: time.Duration(z.MaxDelay)}
-	if err := l.Validate(); err != nil {
+	if _, err := z.coreLimit(); err != nil {
 		return err
 	}
 	return z.validate()
@@ -275,6 +268,12 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisStoreConfig, error) {
 				return nil, d.ArgErr()
 			}
 			r.ReadableKeys = true
+		case "lease_ttl":
+			var dur time.Duration
+			if dur, err = durationArg(d, sub); err == nil && dur == 0 {
+				err = d.Errf("lease_ttl %q: want a positive duration such as 35s", d.Val())
+			}
+			r.LeaseTTL = caddy.Duration(dur)
 		case "prefix":
 			if r.Prefix, err = oneArg(d, sub, nil); err == nil && strings.ContainsAny(r.Prefix, "{}") {
 				err = d.Errf("prefix %q: must not contain braces", r.Prefix)

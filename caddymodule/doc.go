@@ -9,7 +9,8 @@
 //	sluice [<matcher>] {
 //	    zone <name> {
 //	        key            <template>...        # default {client_ip}; several are joined by spaces
-//	        rate           <quota>/<period>     # required: 100/m, 5/s, 10/1m30s
+//	        rate           <quota>/<period>     # 100/m, 5/s, 10/1m30s; required unless max_in_flight
+//	        max_in_flight  <n>                  # at most n requests of a key in progress at once
 //	        burst          <cost units>         # token and leaky buckets; default: the quota, at least 1
 //	        algorithm      token_bucket|leaky_bucket|fixed_window|sliding_window_log|sliding_window_counter
 //	        cost           <number>|<placeholder>
@@ -42,6 +43,7 @@
 //	        prefix     <key prefix>             # default sluice:
 //	        readable_keys                       # client keys in Redis key names (default: a digest)
 //	        breaker    <failures> <backoff>     # default 5 1s
+//	        lease_ttl  <duration>               # in-flight leases; default the server's write_timeout + 5s, else 35s
 //	    }
 //	    on_store_error allow|deny
 //	    fallback       local
@@ -61,6 +63,15 @@
 // the same share group share the counters of their zones of the same name.
 // See [Handler] and [Zone] for the meaning of every setting; each has the
 // same name in JSON.
+//
+// A zone with max_in_flight also holds a slot of its key from the moment
+// its rate (if any) admits a request until the handlers after sluice
+// return, also when they panic or the client leaves; a request that finds
+// every slot taken is answered 429 with Retry-After: 1 and the policy
+// "<zone>";q=<n>;qu="concurrent-requests", and is charged to no zone. In
+// Redis a slot is a lease that expires lease_ttl after it was taken or
+// last renewed (long requests renew theirs every third of it), so that
+// the slots of a Caddy that crashed are free again after lease_ttl.
 //
 // # Order
 //

@@ -184,6 +184,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.store = st
 	cfg.Store, cfg.Timeout, cfg.Breaker = st.store, st.timeout, st.breaker
+	cfg.LeaseTTL = h.leaseTTL(ctx)
 	if h.Fallback == fallbackLocal {
 		fb, err := h.acquire(fallbackPoolKey, newFallbackStore)
 		if err != nil {
@@ -202,6 +203,24 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.register(ctx)
 	return nil
+}
+
+// leaseSlack is what the default lease_ttl adds to the server's
+// write_timeout: a request may last that long, and its lease a little
+// longer.
+const leaseSlack = 5 * time.Second
+
+// leaseTTL is the time to live of the Redis leases of max_in_flight
+// slots: the store's lease_ttl, else the server's write_timeout and
+// leaseSlack more, else core's default.
+func (h *Handler) leaseTTL(ctx caddy.Context) time.Duration {
+	if h.Store != nil && h.Store.Redis != nil && h.Store.Redis.LeaseTTL > 0 {
+		return time.Duration(h.Store.Redis.LeaseTTL)
+	}
+	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && srv != nil && srv.WriteTimeout > 0 {
+		return time.Duration(srv.WriteTimeout) + leaseSlack
+	}
+	return core.DefaultLeaseTTL
 }
 
 // responder builds the core.Responder of Headers, Body and RetryJitter.
@@ -237,6 +256,9 @@ func (h *Handler) Validate() error {
 		}
 	}
 	onRedis := h.Store != nil && h.Store.Redis != nil
+	if onRedis && h.Store.Redis.LeaseTTL != 0 && !h.inFlight() {
+		return errors.New("store: redis: lease_ttl: only zones with max_in_flight take leases")
+	}
 	switch h.Fallback {
 	case "":
 		if h.Instances != 0 {
@@ -256,6 +278,16 @@ func (h *Handler) Validate() error {
 		return h.Store.validate()
 	}
 	return nil
+}
+
+// inFlight reports whether a zone has max_in_flight.
+func (h *Handler) inFlight() bool {
+	for _, z := range h.Zones {
+		if z.MaxInFlight > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Cleanup releases the handler's references to its stores; the last
@@ -280,7 +312,9 @@ func (h *Handler) Cleanup() error {
 }
 
 // ServeHTTP decides r against every zone that applies to it and either
-// lets it proceed to next or answers it (429), through core's Gate. When an
+// lets it proceed to next or answers it (429), through core's Gate; the
+// in-flight slots of its zones with max_in_flight are held until next
+// returns. When an
 // admitted request's delay is cut short because the client left, it
 // returns nil without calling next: there is nobody left to answer, and
 // the decision is counted with outcome "cancelled".
@@ -306,6 +340,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	start := time.Now()
 	v, proceed := h.gate.Serve(w, r, asks)
+	defer v.Slots.Release() // max_in_flight: when next returns, panics included
 	elapsed := time.Since(start)
 	zone := h.reportedZone(v, asks)
 	near := v.Outcome == core.OutcomeAllowed && v.Decision.Limit != nil && v.Decision.Remaining < h.Zones[zone].nearAt

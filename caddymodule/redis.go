@@ -57,6 +57,12 @@ type RedisStoreConfig struct {
 	// the names of the Redis keys, for debugging; by default the names
 	// carry a digest of each, so that Redis holds no client identity.
 	ReadableKeys bool `json:"readable_keys,omitempty"`
+	// LeaseTTL is how long the lease of a max_in_flight slot lives in
+	// Redis unless renewed: the handler renews the leases of a request
+	// every third of it while the request lasts, and a Caddy that crashed
+	// leaves its slots taken for at most this long. Default: the server's
+	// write_timeout and 5s more, or, without a write_timeout, 35s.
+	LeaseTTL caddy.Duration `json:"lease_ttl,omitempty"`
 	// Breaker is the circuit breaker in front of the store; absent means
 	// 5 consecutive failures open it for 1s.
 	Breaker *BreakerConfig `json:"breaker,omitempty"`
@@ -128,6 +134,9 @@ func (c *RedisStoreConfig) validate() error {
 	if c.PoolSize < 0 {
 		return errors.New("store: redis: pool_size: must not be negative")
 	}
+	if c.LeaseTTL < 0 {
+		return errors.New("store: redis: lease_ttl: must not be negative")
+	}
 	if b := c.Breaker; b != nil && (b.Failures < 0 || b.Backoff < 0) {
 		return errors.New("store: redis: breaker: failures and backoff must not be negative")
 	}
@@ -178,6 +187,7 @@ func (c *RedisStoreConfig) resolve() (*RedisStoreConfig, error) {
 // password replaced by its SHA-256 so the key holds no secret.
 func (c *RedisStoreConfig) poolKey() string {
 	k := *c
+	k.LeaseTTL = 0 // the handler's, not the client's
 	if k.Password != "" {
 		sum := sha256.Sum256([]byte(k.Password))
 		k.Password = hex.EncodeToString(sum[:])

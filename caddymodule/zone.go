@@ -52,8 +52,19 @@ type Zone struct {
 
 	// Rate is the quota of cost units per period, written
 	// "<quota>/<period>": the period is a unit (ms, s, m, h or d) or a Go
-	// duration, as in "100/m", "5/s", "10/1m30s" or "2.5/s". Required.
+	// duration, as in "100/m", "5/s", "10/1m30s" or "2.5/s". Required
+	// unless MaxInFlight is set; a zone without a rate limits only the
+	// requests in flight.
 	Rate string `json:"rate,omitempty"`
+
+	// MaxInFlight, when positive, is the most requests of one key in
+	// progress at once: from the moment the zone admits a request until
+	// the handlers after sluice return (also when they panic or the
+	// client leaves). A request that finds every slot taken is answered
+	// 429 with Retry-After: 1 and is charged to no zone. With a Redis
+	// store, each slot is a lease that expires the store's LeaseTTL after
+	// it was taken or last renewed.
+	MaxInFlight int `json:"max_in_flight,omitempty"`
 
 	// Burst is the capacity in cost units: for token_bucket the bucket
 	// size, for leaky_bucket the queue depth (the request being served
@@ -163,18 +174,8 @@ const (
 
 // provision builds the zone's limit, key, cost and matchers.
 func (z *Zone) provision(ctx caddy.Context) error {
-	rate, err := core.ParseRate(z.Rate)
-	if err != nil {
-		return err
-	}
-	z.limit = &core.Limit{
-		Name:      z.Name,
-		Algorithm: core.Algorithm(z.Algorithm),
-		Rate:      rate,
-		Burst:     z.Burst,
-		MaxDelay:  time.Duration(z.MaxDelay),
-	}
-	if err := z.limit.Validate(); err != nil {
+	var err error
+	if z.limit, err = z.coreLimit(); err != nil {
 		return err
 	}
 
@@ -213,6 +214,35 @@ func (z *Zone) provision(ctx caddy.Context) error {
 		return err
 	}
 	return z.provisionMatch(ctx)
+}
+
+// coreLimit builds and validates the zone's limit: its rate, unless it
+// has none and a MaxInFlight, and its in-flight slots.
+func (z *Zone) coreLimit() (*core.Limit, error) {
+	l := &core.Limit{
+		Name:        z.Name,
+		Algorithm:   core.Algorithm(z.Algorithm),
+		Burst:       z.Burst,
+		MaxDelay:    time.Duration(z.MaxDelay),
+		MaxInFlight: z.MaxInFlight,
+	}
+	if z.Rate == "" && z.MaxInFlight == 0 {
+		return nil, errors.New("rate: required (or max_in_flight)")
+	}
+	if z.MaxInFlight < 0 {
+		return nil, fmt.Errorf("max_in_flight: must be positive, got %d", z.MaxInFlight)
+	}
+	if z.Rate != "" {
+		rate, err := core.ParseRate(z.Rate)
+		if err != nil {
+			return nil, err
+		}
+		l.Rate = rate
+	}
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // key is the key template, defaulted.

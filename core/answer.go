@@ -515,19 +515,34 @@ type limitAnswer struct {
 }
 
 // newLimitAnswer precomputes the answer strings of l advertising quota;
-// l's name and period must be valid. Names are escaped defensively although
-// Validate already refuses quotes and backslashes: in the structured
-// fields, bytes outside printable ASCII become '?' (a String cannot carry
-// them); in bodies, the name is a JSON string as encoding/json writes it.
+// l's name and period must be valid.
 func newLimitAnswer(l *Limit, quota float64) limitAnswer {
-	a := limitAnswer{ready: true, quota: quota}
-	a.qInt, a.qText = quotaTexts(quota)
-	sfName := sfString(l.Name)
 	capacity := l.capacity * quota / l.Rate.Quota // the same burst at this quota
 	q, w := policyWindow(capacity, quota, l.Rate.Period)
-	a.policy = sfName + ";q=" + strconv.FormatInt(q, 10) + ";w=" + strconv.FormatInt(w, 10)
+	return namedAnswer(l.Name, quota, ";q="+strconv.FormatInt(q, 10)+";w="+strconv.FormatInt(w, 10))
+}
+
+// newFlightAnswer precomputes the answer strings of the in-flight slots of
+// a limit named name, of which most may be held at once: its policy is
+// "name";q=most;qu="concurrent-requests", the quota unit of concurrency in
+// draft-ietf-httpapi-ratelimit-headers, without a window.
+func newFlightAnswer(name string, most int) limitAnswer {
+	return namedAnswer(name, float64(most), ";q="+strconv.Itoa(most)+`;qu="concurrent-requests"`)
+}
+
+// namedAnswer is the answer strings of a limit named nameText advertising
+// quota, whose RateLimit-Policy parameters are params. Names are escaped
+// defensively although Validate already refuses quotes and backslashes:
+// in the structured fields, bytes outside printable ASCII become '?' (a
+// String cannot carry them); in bodies, the name is a JSON string as
+// encoding/json writes it.
+func namedAnswer(nameText string, quota float64, params string) limitAnswer {
+	a := limitAnswer{ready: true, quota: quota}
+	a.qInt, a.qText = quotaTexts(quota)
+	sfName := sfString(nameText)
+	a.policy = sfName + params
 	a.ietfPrefix = sfName + ";r="
-	name, err := json.Marshal(l.Name)
+	name, err := json.Marshal(nameText)
 	if err != nil { // cannot happen for a string; keep the body well-formed anyway
 		name = []byte(`""`)
 	}

@@ -67,7 +67,7 @@ const (
 	OutcomeDryRunRejected                 // a limit rejected it; passed in DryRun mode
 	OutcomeStoreErrorAllow                // the store failed; admitted by FailOpen
 	OutcomeStoreErrorDeny                 // the store failed; rejected by FailClosed
-	OutcomeCancelled                      // admitted with a delay, but the client left while waiting
+	OutcomeCancelled                      // admitted, but the client left during its delay or while its in-flight slots were taken
 )
 
 // NumOutcomes is the number of Outcome values, 0 to NumOutcomes-1: the
@@ -99,6 +99,11 @@ type Verdict struct {
 	// the fallback store (Fallback true) or from the StoreErrorPolicy.
 	Err      error
 	Fallback bool
+	// Slots, when not nil, are the in-flight slots the admitted request
+	// holds (its limits with MaxInFlight): the host must Release them
+	// when its handler chain returns. Serve releases them itself when the
+	// request may not proceed.
+	Slots *Slots
 }
 
 // GateConfig configures a Gate.
@@ -137,6 +142,10 @@ type GateConfig struct {
 	// Clock supplies the instant for the Unix-time headers; nil means
 	// SystemClock().
 	Clock Clock
+	// LeaseTTL is how long a Redis lease on an in-flight slot lives
+	// unless renewed (see Slots): how long the slots of a crashed
+	// instance stay taken. Zero means DefaultLeaseTTL.
+	LeaseTTL time.Duration
 }
 
 // Gate runs the request path both adapters share: decide every applicable
@@ -157,6 +166,10 @@ type Gate struct {
 	// memClock reports that the gate and mem both read the system clock:
 	// Serve then takes the Unix time of the headers from the decision.
 	memClock bool
+	// slots is the in-flight part of a gate with MaxInFlight limits
+	// (inflight.go), which leaves mem nil: its requests take the general
+	// path. nil without such limits.
+	slots *gateSlots
 }
 
 // NewGate checks cfg and returns a Gate.
@@ -190,7 +203,11 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 		g.systemClock = newSystemClock()
 	}
 	g.redis, _ = cfg.Store.(*RedisStore)
-	if ms, ok := cfg.Store.(*MemoryStore); ok && cfg.Breaker == nil {
+	var err error
+	if g.slots, err = newGateSlots(&g.cfg); err != nil {
+		return nil, err
+	}
+	if ms, ok := cfg.Store.(*MemoryStore); ok && cfg.Breaker == nil && g.slots == nil {
 		g.mem = ms
 		g.memClock = cfg.Clock == nil && ms.clock == nil
 	}
@@ -210,6 +227,9 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 				floor = l.Capacity()
 			}
 			share.Rate.Quota /= float64(n)
+			if l.MaxInFlight > 0 {
+				share.MaxInFlight = flightShare(l.MaxInFlight, n)
+			}
 			if l.Algorithm == TokenBucket || l.Algorithm == LeakyBucket {
 				share.Burst = l.Capacity() / float64(n)
 				if share.Burst < floor {
@@ -235,8 +255,13 @@ func (g *Gate) Deferred() bool { return g.cfg.Responder.Defer }
 func (g *Gate) Store() Store { return g.cfg.Store }
 
 // Decide decides asks all-or-nothing and classifies the result. It neither
-// writes nor waits.
+// writes nor waits. The slots of an admitted request's in-flight limits
+// are taken: the caller must release the verdict's Slots.
 func (g *Gate) Decide(ctx context.Context, asks []Ask) Verdict {
+	if g.slots != nil {
+		v, _ := flightDecide(g, ctx, asks)
+		return v
+	}
 	return gateDecide(g, ctx, asks)
 }
 
@@ -307,15 +332,28 @@ func gateTake(g *Gate, ctx context.Context, asks []Ask, out []Decision) error {
 
 // gateReport tells b how a call it admitted went: a failure, unless the
 // client left (or its deadline passed), which says nothing about the
-// store; an unreported probe is replaced after the back-off.
+// store; an unreported probe is replaced after the back-off. A deadline
+// is checked on the clock as well as by ctx.Err, which reports it only
+// once ctx's timer has fired: a connection's deadline, set from ctx's,
+// may fail the call a moment before.
 func gateReport(g *Gate, b *Breaker, ctx context.Context, err error) {
 	switch {
 	case err == nil:
 		b.Success()
-	case ctx.Err() != nil:
+	case clientGone(ctx):
 	default:
 		b.Failure(gateNow(g))
 	}
+}
+
+// clientGone reports whether the request of ctx has ended: cancelled, or
+// past its deadline.
+func clientGone(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // classify picks the reported decision and the outcome.
@@ -357,7 +395,9 @@ func classify(g *Gate, out []Decision) Verdict {
 // for a rejection, and waits out an admitted request's delay, giving the
 // capacity back if the client leaves first. It reports whether the request
 // may proceed to the next handler; when it may not, the answer has been
-// written, except for OutcomeCancelled, where the client is gone.
+// written, except for OutcomeCancelled, where the client is gone. A
+// request that proceeds may hold in-flight slots (Verdict.Slots), which
+// the host releases when the next handler returns.
 func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, asks []Ask) (Verdict, bool) {
 	// Under Yaegi, entering a function costs about a microsecond plus tens
 	// of nanoseconds for every value in its body, executed or not, and a
@@ -388,6 +428,9 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, asks []Ask) (Verdic
 
 // serveAny is Serve for any store and number of asks.
 func serveAny(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask) (Verdict, bool) {
+	if g.slots != nil {
+		return serveFlight(g, w, r, asks)
+	}
 	v := gateDecide(g, r.Context(), asks)
 	return v, answer(g, w, r, asks, &v, 0)
 }

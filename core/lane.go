@@ -27,6 +27,7 @@ type Lane struct {
 	// exempt and exemptIP are LaneConfig's; exempt is nil without any.
 	exempt   []netip.Prefix
 	exemptIP *ClientIP
+	flight   bool // the gate has in-flight limits: serveLaneAny calls laneHold
 
 	// mem: the gate's store is in memory and unwatched, so the lane
 	// takes from it directly. one: mem, and a single enforced limit,
@@ -103,7 +104,7 @@ type LaneAsk struct {
 // NewLane returns the lane of cfg.
 func NewLane(cfg LaneConfig) *Lane {
 	g := cfg.Gate
-	l := &Lane{gate: g, asks: cfg.Asks, specs: cfg.Specs, prefix: cfg.Prefix, resp: g.resp, observe: cfg.Observe, watch: cfg.Watch}
+	l := &Lane{gate: g, asks: cfg.Asks, specs: cfg.Specs, prefix: cfg.Prefix, resp: g.resp, observe: cfg.Observe, watch: cfg.Watch, flight: g.slots != nil}
 	if g.cfg.Mode == DryRun {
 		l.dryRun = cfg.DryRunHeader
 	}
@@ -421,7 +422,7 @@ func laneHeaders(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 }
 
 // serveLaneAny is ServeLane for several limits, a watched or remote store,
-// a dry run, or exempt clients.
+// a dry run, exempt clients, or in-flight limits (whose gate has no mem).
 func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
 	if l.dryRun != "" {
 		delete(r.Header, l.dryRun)
@@ -433,6 +434,10 @@ func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 		}
 	}
 	asks := laneAsks(l, r)
+	if l.flight {
+		laneHold(l, next, w, r, asks)
+		return
+	}
 	var v Verdict
 	switch {
 	case l.mem == nil || len(asks) == 0:

@@ -136,6 +136,13 @@ type Limit struct {
 	// waits), as in Traefik's rateLimit. Other algorithms reject a non-zero
 	// MaxDelay.
 	MaxDelay time.Duration
+	// MaxInFlight, when positive, also bounds the requests of one key in
+	// progress at once: a request that would be the MaxInFlight+1-th is
+	// rejected, and an admitted one holds its slot until the host releases
+	// it when its handler chain returns (see Verdict.Slots). A limit with
+	// MaxInFlight may leave Rate zero (with no Algorithm, Burst or
+	// MaxDelay): it then limits concurrency only.
+	MaxInFlight int
 
 	ns       string  // store namespace: name and algorithm
 	nsHash   uint64  // FNV-1a of ns, mixed into in-memory key hashes
@@ -147,6 +154,9 @@ type Limit struct {
 	// redis those of its script calls (redis.go).
 	answer limitAnswer
 	redis  limitRedis
+	// flight, with MaxInFlight, is the limit that decides its in-flight
+	// slots (inflight.go); nil without.
+	flight *Limit
 }
 
 // Validate checks l, naming the offending field in its error, and fills in
@@ -164,6 +174,16 @@ func (l *Limit) Validate() error {
 func (l *Limit) validate() error {
 	if err := CheckLimitName(l.Name); err != nil {
 		return err
+	}
+	if l.MaxInFlight < 0 {
+		return fmt.Errorf("max_in_flight: must not be negative, got %d", l.MaxInFlight)
+	}
+	l.flight = nil
+	if l.MaxInFlight > 0 {
+		l.flight = newFlightLimit(l)
+		if l.Rate == (Rate{}) {
+			return l.validateFlightOnly()
+		}
 	}
 	if l.Algorithm == "" {
 		l.Algorithm = TokenBucket
@@ -236,6 +256,11 @@ func (l *Limit) validate() error {
 	l.redis = newLimitRedis(l)
 	return nil
 }
+
+// Rated reports whether l limits a rate, as every limit does but one that
+// only limits requests in flight (MaxInFlight, with a zero Rate). It is
+// valid after Validate.
+func (l *Limit) Rated() bool { return l.period > 0 }
 
 // Capacity is the most cost the limit can admit at once: Burst, or the quota
 // when Burst is zero. It is valid after Validate.

@@ -59,6 +59,7 @@ type MemoryStore struct {
 	// Yaegi allocates a zeroed copy of the type of every value a function
 	// reads, s.shards included, on every call.
 	shards []memShard
+	flight *flightTable // requests in flight (inflight.go)
 }
 
 type memShard struct {
@@ -83,7 +84,7 @@ func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
 	if cfg.MaxKeys == 0 {
 		cfg.MaxKeys = DefaultMaxKeys
 	}
-	s := &MemoryStore{clock: cfg.Clock, seed: maphash.MakeSeed(), shards: make([]memShard, memShards)}
+	s := &MemoryStore{clock: cfg.Clock, seed: maphash.MakeSeed(), shards: make([]memShard, memShards), flight: newFlightTable()}
 	if cfg.Clock == nil {
 		s.systemClock = newSystemClock()
 	}

@@ -23,6 +23,11 @@
 #            Redis frozen (SIGSTOP) and then gone, the instance configured
 #            on_store_error deny answers 429 and the one configured allow
 #            answers 200, each within the store timeout plus slack.
+#   inflight two Caddy instances sharing max_in_flight 3 in a new Redis
+#            (e2e/testdata/inflight.Caddyfile) in front of e2e/backend's slow
+#            requests: 4 at once give 3 × 200 and a 429 with the concurrency
+#            policy; an instance killed with 3 requests in progress leaves
+#            its slots taken for at most lease_ttl (2s).
 #
 # Prints PASS or FAIL lines and exits non-zero on the first failure, after
 # showing the logs of the servers it started.
@@ -308,3 +313,82 @@ pass "redis frozen: on_store_error deny answered 429, allow 200 ($timings)"
 stop "$redis_pid"
 check_store_error stopped
 pass "redis stopped: on_store_error deny answered 429, allow 200 ($timings)"
+
+# --- in flight ---------------------------------------------------------------
+# Two instances share max_in_flight 3 in a new Redis
+# (e2e/testdata/inflight.Caddyfile, lease_ttl 2s) in front of e2e/backend,
+# which holds a request for its ?sleep= duration.
+go build -o "$tmp/backend" ./e2e/backend || fail "building e2e/backend failed"
+backend_port="$(free_port)"
+logs+=("$tmp/backend.log")
+"$tmp/backend" -addr "127.0.0.1:$backend_port" >"$tmp/backend.log" 2>&1 &
+backend_pid=$!
+pids+=("$backend_pid")
+wait_port "$backend_port" "$backend_pid" backend
+redis_port="$(free_port)"
+logs+=("$tmp/redis-flight.log")
+redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no \
+	--logfile "$tmp/redis-flight.log" &
+redis_pid=$!
+pids+=("$redis_pid")
+wait_port "$redis_port" "$redis_pid" redis-server
+declare -A flight_port flight_pid
+for name in a b; do
+	flight_port[$name]="$(free_port)"
+	logs+=("$tmp/flight-$name.log")
+	SLUICE_E2E_PORT="${flight_port[$name]}" SLUICE_E2E_REDIS="127.0.0.1:$redis_port" \
+		SLUICE_E2E_PREFIX="sluice-e2e-flight-$$:" SLUICE_E2E_BACKEND="127.0.0.1:$backend_port" \
+		./caddy run --config e2e/testdata/inflight.Caddyfile --adapter caddyfile >"$tmp/flight-$name.log" 2>&1 &
+	flight_pid[$name]=$!
+	pids+=("$!")
+done
+for name in a b; do
+	wait_port "${flight_port[$name]}" "${flight_pid[$name]}" "caddy $name (in flight)"
+done
+fa="http://127.0.0.1:${flight_port[a]}" fb="http://127.0.0.1:${flight_port[b]}"
+
+# Four requests at once, two through each instance, each held 1.5 s
+# upstream: exactly three get a slot.
+printf '%s\n' "$fa/?sleep=1500ms" "$fb/?sleep=1500ms" "$fa/?sleep=1500ms" "$fb/?sleep=1500ms" >"$tmp/flight-urls"
+xargs -P 4 -n 1 curl -sS --max-time 10 -o /dev/null -w '%{http_code}\n' <"$tmp/flight-urls" >"$tmp/flight-codes" || true
+admitted="$(grep -cx 200 "$tmp/flight-codes" || true)"
+limited="$(grep -cx 429 "$tmp/flight-codes" || true)"
+if [ "$admitted" -ne 3 ] || [ "$limited" -ne 1 ]; then
+	fail "in flight: codes $(sort "$tmp/flight-codes" | uniq -c | tr '\n' ' ')for 4 slow requests at once, want 3 × 200 and 1 × 429"
+fi
+pass "in flight: 4 slow requests at once through two instances sharing max_in_flight 3 in Redis: $admitted admitted, $limited answered 429"
+
+# Three requests held through instance a take every slot; a is killed; its
+# leases, renewed every third of lease_ttl, expire within lease_ttl.
+for i in 1 2 3; do
+	curl -sS --max-time 30 -o /dev/null "$fa/?sleep=20s" >/dev/null 2>&1 &
+	pids+=("$!")
+done
+for ((i = 0; i < 50; i++)); do
+	code="$(req "$fb/")"
+	[ "$code" = 429 ] && break
+	sleep 0.1
+done
+[ "$code" = 429 ] || fail "in flight: with 3 requests held through instance a, instance b answered $code, want 429"
+expect_hdr RateLimit-Policy '"upstream";q=3;qu="concurrent-requests"' "in flight, the 429"
+expect_hdr RateLimit '"upstream";r=0;t=1' "in flight, the 429"
+expect_hdr Retry-After 1 "in flight, the 429"
+sleep 1 # past a renewal
+kill -KILL "${flight_pid[a]}"
+killed="$(date +%s%N)"
+wait "${flight_pid[a]}" 2>/dev/null || true
+freed=0
+for ((i = 0; i < 100; i++)); do
+	code="$(req "$fb/")"
+	if [ "$code" = 200 ]; then
+		freed="$(date +%s%N)"
+		break
+	fi
+	sleep 0.05
+done
+[ "$freed" -gt 0 ] || fail "in flight: the slots of the killed instance a were still taken after 5 s (lease_ttl 2s)"
+ms=$(((freed - killed) / 1000000))
+if ((ms > 2300)); then
+	fail "in flight: the slots of the killed instance a were free again after ${ms} ms, want at most lease_ttl 2s (and 300 ms of polling)"
+fi
+pass "in flight: the slots of instance a, killed with 3 requests in progress, were free again ${ms} ms after SIGKILL (lease_ttl 2s, renewed every 667 ms)"

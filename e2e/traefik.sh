@@ -11,6 +11,9 @@
 #                    builds it as it builds labels (strings, limits[0].name)
 #   4 dry-run        mode dry_run lets everything through, marks the upstream
 #   5 redis-shared   two Traefik processes share one Redis quota exactly
+#   5b in-flight     inFlightReq's amount (memory) and maxInFlight over both
+#                    Traefiks (Redis) of 2: 3 slow requests at once (e2e/backend's
+#                    ?sleep=) give 2 × 200 and a 429 with the concurrency policy
 #   6 rate table     Traefik's own rate table (its TestRateLimit, the cases of
 #                    a minute included) replayed against the built-in and
 #                    sluice (memory and Redis) with the same options: sluice
@@ -261,6 +264,34 @@ expect "redis-shared: the quota is split between the instances" "$ok_a/$ok_b" "5
 expect "redis-shared: the rest are 429" "$(grep -o 429 <<<"$codes" | wc -l | tr -d ' ')" 14
 keys="$(redis-cli -h 127.0.0.1 -p "$redis_port" dbsize 2>/dev/null || echo 0)"
 expect_re "redis-shared: the counters are in Redis" "$keys" '^[1-9][0-9]*$'
+
+# --- 5b in-flight -------------------------------------------------------------
+# at_once URL... requests every URL at the same time and prints the status
+# codes, sorted.
+at_once() {
+	printf '%s\n' "$@" | xargs -P "$#" -n 1 curl -s -o /dev/null -w '%{http_code}\n' --max-time 10 | sort | tr '\n' ' '
+}
+slow="inflight-memory?sleep=1500ms"
+expect "in-flight (memory, inFlightReq's amount 2): 3 slow requests at once" "$(at_once "$A/$slow" "$A/$slow" "$A/$slow")" "200 200 429 "
+slow="inflight-redis?sleep=1500ms"
+expect "in-flight (Redis, maxInFlight 2 over both Traefiks): 3 slow requests at once" \
+	"$(at_once "$A/$slow" "$A2/$slow" "$A/$slow")" "200 200 429 "
+held=()
+for i in 1 2; do
+	curl -s -o /dev/null --max-time 10 "$A/inflight-redis?sleep=2s" &
+	held+=("$!")
+done
+for i in $(seq 1 30); do
+	req "$A2/inflight-redis"
+	[ "$CODE" != 429 ] || break
+	sleep 0.1
+done
+expect "in-flight: with 2 requests held through Traefik a, Traefik b answers" "$CODE" 429
+expect "in-flight: the 429's RateLimit-Policy" "$(hdr RateLimit-Policy)" '"default";q=2;qu="concurrent-requests"'
+expect "in-flight: the 429's Retry-After" "$(hdr Retry-After)" 1
+wait "${held[@]}" 2>/dev/null || true
+req "$A2/inflight-redis"
+expect "in-flight: once they are done, Traefik b admits" "$CODE" 200
 
 # --- 6 rate table ------------------------------------------------------------
 # About 75 s: the cases of 2 s one after another, then the two of a minute.

@@ -72,6 +72,21 @@ type Config struct {
 	// a header, query parameter or cookie the key is built from is not
 	// limited; the plugin logs that once, at debug level, when it loads.
 	OnMissingKey string
+	// MaxInFlight, when positive, is the most requests of one key (the
+	// top-level limit's) in progress at once, as Traefik's inFlightReq
+	// middleware counts them: from the moment the limits admit a request
+	// until the handlers after the middleware return, also when the
+	// client leaves. A request that finds every slot taken is answered 429
+	// with Retry-After: 1 and is charged to no limit. With Average empty
+	// or "0", the top-level limit limits only the requests in flight.
+	// With Redis, each slot is a lease that expires redis.leaseTTL after
+	// it was taken or last renewed.
+	MaxInFlight string
+	// Amount is inFlightReq's name for MaxInFlight (set one of them), so
+	// that an inFlightReq configuration works renamed: with Amount and no
+	// Average, Limits, SourceCriterion or Key, requests are grouped by the
+	// request host, as inFlightReq does by default.
+	Amount string
 	// Limits are further limits decided together with the top-level one,
 	// all-or-nothing: a request is charged to every limit that applies to
 	// it or, if any rejects it, to none. Use it to combine, for example, a
@@ -126,8 +141,11 @@ type LimitConfig struct {
 	// Name identifies the limit in the RateLimit-Policy header, in 429
 	// bodies and in the store. Required; unique within the middleware.
 	Name string
-	// Average is the quota per Period. Required; "0" disables the item.
+	// Average is the quota per Period. Required unless MaxInFlight is
+	// set; "0" disables the item's rate.
 	Average string
+	// MaxInFlight is as Config.MaxInFlight, for the item's key.
+	MaxInFlight string
 	// Period is a duration or a number of seconds; default one second.
 	Period string
 	// Burst is as Config.Burst.
@@ -194,6 +212,13 @@ type Redis struct {
 	// addresses, API keys) in the names of the Redis keys, for debugging;
 	// by default the names carry a digest of each.
 	ReadableKeys string
+	// LeaseTTL, sluice's own, is how long the lease of a maxInFlight slot
+	// lives in Redis unless renewed: a duration or a number of seconds.
+	// The middleware renews a request's leases every third of it while the
+	// request lasts, so it bounds only how long the slots of a Traefik that
+	// crashed stay taken. Default 35s (Traefik's entryPoints have no
+	// write timeout by default; set it a few seconds above yours).
+	LeaseTTL string
 	// DialTimeout bounds opening a connection (TCP, TLS, AUTH, SELECT): a
 	// duration or a number of seconds; default 1s.
 	DialTimeout string

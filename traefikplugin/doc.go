@@ -15,7 +15,9 @@
 // dialTimeout, readTimeout, writeTimeout, poolSize, maxActiveConns). On top of them come
 // sluice's own: algorithm, cost, maxDelay, key, onMissingKey, limits,
 // headers, body, mode, onStoreError, fallback, instances, retryJitter,
-// trustedProxies, exemptIPs, redis.timeout and redis.sentinel. See [Config] for each. Every value may be a string, as
+// trustedProxies, exemptIPs, redis.timeout and redis.sentinel, and
+// maxInFlight (inFlightReq's amount, which is accepted too) with
+// redis.leaseTTL. See [Config] for each. Every value may be a string, as
 // Docker labels give it.
 //
 // Differences from the built-in, all deliberate:

@@ -46,6 +46,7 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 		OnStoreError: s.policy,
 		Clock:        gateClock,
 		MaxCost:      costs,
+		LeaseTTL:     s.leaseTTL,
 	}
 	if rc != nil {
 		cfg.Store = rc.store

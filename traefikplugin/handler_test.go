@@ -219,7 +219,7 @@ func TestLeakyBucketCancel(t *testing.T) {
 			t.Errorf("request %d: next called %d times, RateLimit %q; want 1, and the same delay each time (refunded)", i, next.count(), w.Header().Get("Ratelimit"))
 		}
 	}
-	if got := g.stdout.String(); !strings.Contains(got, "1 request cancelled while delayed") {
+	if got := g.stdout.String(); !strings.Contains(got, "1 request cancelled by the client before proceeding") {
 		t.Errorf("log: %q", got)
 	}
 }

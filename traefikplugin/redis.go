@@ -129,6 +129,12 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 		return nil, err
 	}
 	o.timeout = orDefault(o.timeout, core.DefaultRedisTimeout)
+	if s.leaseTTL, err = parseDuration("redis.leaseTTL", r.LeaseTTL); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(r.LeaseTTL) != "" && s.leaseTTL == 0 {
+		return nil, fmt.Errorf("redis.leaseTTL %q: must be positive", r.LeaseTTL)
+	}
 	var tlsID string
 	if r.TLS != nil {
 		if o.resp.TLS, err = parseTLS(r.TLS); err != nil {

@@ -96,6 +96,6 @@ func summary(counts [core.NumOutcomes]int) string {
 	add(core.OutcomeDryRunRejected, "would have been rejected (dry run)")
 	add(core.OutcomeStoreErrorDeny, "denied while the store failed")
 	add(core.OutcomeStoreErrorAllow, "allowed while the store failed")
-	add(core.OutcomeCancelled, "cancelled while delayed")
+	add(core.OutcomeCancelled, "cancelled by the client before proceeding")
 	return strings.Join(parts, ", ")
 }

@@ -24,6 +24,7 @@ type settings struct {
 	redis     *redisOptions // nil: the in-memory store
 	fallback  bool
 	instances int
+	leaseTTL  time.Duration // redis.leaseTTL, or 0 for core's default
 	// notes are remarks about the configuration, logged once when the
 	// registry entry is created; infos likewise, but at debug level (the
 	// plugin's standard output), as they warn of nothing wrong.
@@ -107,12 +108,19 @@ func parse(cfg *Config, name string) (*settings, error) {
 		topName = defaultLimitName
 	}
 	top := LimitConfig{
-		Name:      topName,
-		Average:   cfg.Average,
-		Period:    cfg.Period,
-		Burst:     cfg.Burst,
-		Algorithm: cfg.Algorithm,
-		MaxDelay:  cfg.MaxDelay,
+		Name:        topName,
+		Average:     cfg.Average,
+		Period:      cfg.Period,
+		Burst:       cfg.Burst,
+		Algorithm:   cfg.Algorithm,
+		MaxDelay:    cfg.MaxDelay,
+		MaxInFlight: cfg.MaxInFlight,
+	}
+	if strings.TrimSpace(cfg.Amount) != "" {
+		if strings.TrimSpace(cfg.MaxInFlight) != "" {
+			return nil, errors.New("amount, maxInFlight: set one of them (amount is inFlightReq's name for maxInFlight)")
+		}
+		top.MaxInFlight = cfg.Amount
 	}
 	switch l, err := buildLimit(top, ""); {
 	case err == errNoLimit:
@@ -129,8 +137,8 @@ func parse(cfg *Config, name string) (*settings, error) {
 		if strings.TrimSpace(item.Name) == "" {
 			return nil, fmt.Errorf("%s.name: required", option)
 		}
-		if strings.TrimSpace(item.Average) == "" {
-			return nil, fmt.Errorf("%s.average: required (\"0\" disables the limit)", option)
+		if strings.TrimSpace(item.Average) == "" && strings.TrimSpace(item.MaxInFlight) == "" {
+			return nil, fmt.Errorf("%s.average: required (\"0\" disables the limit), or maxInFlight", option)
 		}
 		if item.Algorithm == "" {
 			item.Algorithm = cfg.Algorithm
@@ -170,6 +178,9 @@ func parse(cfg *Config, name string) (*settings, error) {
 	if len(s.plans) > maxLimits {
 		return nil, fmt.Errorf("limits: at most %d limits per middleware, got %d", maxLimits, len(s.plans))
 	}
+	if s.leaseTTL != 0 && !hasInFlight(s.plans) {
+		return nil, errors.New("redis.leaseTTL: only limits with maxInFlight take leases")
+	}
 	seen := map[string]bool{}
 	for _, p := range s.plans {
 		if seen[p.limit.Name] {
@@ -178,6 +189,16 @@ func parse(cfg *Config, name string) (*settings, error) {
 		seen[p.limit.Name] = true
 	}
 	return s, nil
+}
+
+// hasInFlight reports whether a plan's limit has MaxInFlight.
+func hasInFlight(plans []limitPlan) bool {
+	for _, p := range plans {
+		if p.limit.MaxInFlight > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // parseCost parses a positive cost; empty yields def.
@@ -211,7 +232,8 @@ func builtinMaxDelay(avg float64, period time.Duration) time.Duration {
 
 // buildLimit builds and validates the limit of item; option prefixes the
 // names of its options in errors ("" at the top level). It returns
-// errNoLimit when the average is zero or empty.
+// errNoLimit when the average is zero or empty and there is no
+// maxInFlight.
 func buildLimit(item LimitConfig, option string) (*core.Limit, error) {
 	if option != "" {
 		option += "."
@@ -220,8 +242,15 @@ func buildLimit(item LimitConfig, option string) (*core.Limit, error) {
 	if err != nil {
 		return nil, err
 	}
+	inFlight, err := parseInt(option+"maxInFlight", item.MaxInFlight, 0, 0, 1<<30)
+	if err != nil {
+		return nil, err
+	}
 	if avg == 0 {
-		return nil, errNoLimit
+		if inFlight == 0 {
+			return nil, errNoLimit
+		}
+		return flightOnlyLimit(item, option, inFlight)
 	}
 	period, err := parseDuration(option+"period", item.Period)
 	if err != nil {
@@ -249,12 +278,40 @@ func buildLimit(item LimitConfig, option string) (*core.Limit, error) {
 		maxDelay = builtinMaxDelay(avg, period)
 	}
 	l := &core.Limit{
-		Name:      strings.TrimSpace(item.Name),
-		Algorithm: alg,
-		Rate:      core.Rate{Quota: avg, Period: period},
-		Burst:     burst,
-		MaxDelay:  maxDelay,
+		Name:        strings.TrimSpace(item.Name),
+		Algorithm:   alg,
+		Rate:        core.Rate{Quota: avg, Period: period},
+		Burst:       burst,
+		MaxDelay:    maxDelay,
+		MaxInFlight: inFlight,
 	}
+	return validLimit(l, option)
+}
+
+// flightOnlyLimit builds the limit of an item without a rate that limits
+// inFlight requests at once. An item's algorithm and maxDelay may come
+// from the top level, and are ignored; its own burst is refused, as are,
+// at the top level, an algorithm and a maxDelay.
+func flightOnlyLimit(item LimitConfig, option string, inFlight int) (*core.Limit, error) {
+	l := &core.Limit{Name: strings.TrimSpace(item.Name), MaxInFlight: inFlight}
+	if strings.TrimSpace(item.Burst) != "" {
+		return nil, fmt.Errorf("%sburst: only a rate has a burst (set average, or remove burst)", option)
+	}
+	if option == "" {
+		l.Algorithm = core.Algorithm(strings.ToLower(strings.TrimSpace(item.Algorithm)))
+		if _, err := parseDuration("maxDelay", item.MaxDelay); err != nil {
+			return nil, err
+		}
+		if strings.TrimSpace(item.MaxDelay) != "" {
+			return nil, errors.New("maxDelay: only a rate delays requests (set average, or remove maxDelay)")
+		}
+	}
+	return validLimit(l, option)
+}
+
+// validLimit validates l, prefixing its error with option, the item's
+// path ("limits[0].", or "" at the top level).
+func validLimit(l *core.Limit, option string) (*core.Limit, error) {
 	if err := l.Validate(); err != nil {
 		if option != "" {
 			return nil, fmt.Errorf("%s %w", strings.TrimSuffix(option, "."), err)
@@ -301,7 +358,7 @@ func parseSource(cfg *Config, s *settings) (*core.ClientIP, keyDefaults, error) 
 		keys.missing = core.MissingSkip
 	case header != "":
 		keys.parts, keys.fromSource = []string{"header:" + header}, true
-	case host:
+	case host || inFlightReqStyle(cfg):
 		keys.parts, keys.fromSource = []string{"host"}, true
 	default:
 		keys.parts, keys.fromSource = []string{"client_ip"}, true
@@ -315,6 +372,15 @@ func parseSource(cfg *Config, s *settings) (*core.ClientIP, keyDefaults, error) 
 		}
 	}
 	return ip, keys, nil
+}
+
+// inFlightReqStyle reports whether cfg reads as a configuration of
+// Traefik's inFlightReq middleware (amount, and no rate, limits or
+// ipStrategy), whose requests are grouped by the request host by default.
+func inFlightReqStyle(cfg *Config) bool {
+	avg := strings.TrimSpace(cfg.Average)
+	return strings.TrimSpace(cfg.Amount) != "" && (avg == "" || avg == "0") && len(cfg.Limits) == 0 &&
+		(cfg.SourceCriterion == nil || cfg.SourceCriterion.IPStrategy == nil)
 }
 
 // parseClientIP builds the client_ip rule from ipStrategy and

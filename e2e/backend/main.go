@@ -2,7 +2,9 @@
 // benchmarks: a loopback HTTP server that answers every request with 200 and
 // the body "ok", as fast as net/http allows. It echoes the request header
 // X-Sluice-Dry-Run, the plugin's dry-run mark, as the response header
-// X-Seen-Dry-Run, so that a test sees what reached the upstream.
+// X-Seen-Dry-Run, so that a test sees what reached the upstream. A query
+// "sleep=<duration>" holds the request that long first, or until its
+// client leaves: a slow upstream for the in-flight tests.
 //
 //	go run ./e2e/backend -addr 127.0.0.1:18081
 //
@@ -14,6 +16,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"time"
 )
 
 func main() {
@@ -37,6 +40,16 @@ func main() {
 		hdr["Content-Type"] = []string{"text/plain; charset=utf-8"}
 		if v := r.Header.Get("X-Sluice-Dry-Run"); v != "" {
 			hdr["X-Seen-Dry-Run"] = []string{v}
+		}
+		if r.URL.RawQuery != "" {
+			if d, err := time.ParseDuration(r.URL.Query().Get("sleep")); err == nil {
+				t := time.NewTimer(d)
+				select {
+				case <-t.C:
+				case <-r.Context().Done():
+					t.Stop()
+				}
+			}
 		}
 		w.Write(body)
 	})

@@ -1,0 +1,480 @@
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// In-flight limits. A Limit with MaxInFlight holds, besides its rate, a
+// count of its key's requests in progress. A Gate decides a request's
+// rates first (all-or-nothing, as always) and only if they admit it takes
+// one in-flight slot of every limit that has MaxInFlight, again
+// all-or-nothing; if a slot is refused, the rates' charges are refunded
+// (Store.Refund), so that a rejected request holds nothing anywhere. An
+// admitted request keeps its slots until the host releases them
+// (Verdict.Slots) when its handler chain returns: after the response, a
+// panic or the client's cancellation alike.
+//
+// The slots of a limit are decided by a Limit of their own (Limit.flight),
+// named as the limit, whose answer strings advertise the concurrency
+// (RateLimit-Policy: "api";q=10;qu="concurrent-requests") and whose
+// namespace, "<name>:in_flight", keeps its keys apart from the rate's.
+
+// FlightRetryAfter is the Retry-After of a request refused an in-flight
+// slot: short, since a slot frees as soon as any request of the key ends
+// (jittered like every Retry-After by Responder.Jitter).
+const FlightRetryAfter = time.Second
+
+// DefaultLeaseTTL is the time to live of a Redis in-flight lease when
+// GateConfig.LeaseTTL is zero: 30 s, a common request timeout, and 5 s
+// more. It bounds how long the slots of a proxy that crashed stay taken.
+const DefaultLeaseTTL = 35 * time.Second
+
+// newFlightLimit returns the limit that decides the in-flight slots of l.
+func newFlightLimit(l *Limit) *Limit {
+	f := &Limit{Name: l.Name, MaxInFlight: l.MaxInFlight}
+	f.ns = l.Name + ":in_flight"
+	f.nsHash = fnv1a(f.ns)
+	f.capacity = float64(l.MaxInFlight)
+	f.answer = newFlightAnswer(l.Name, l.MaxInFlight)
+	f.redis = limitRedis{tag: "{" + f.ns + ":"}
+	return f
+}
+
+// validateFlightOnly finishes Validate for a limit of requests in flight
+// only (a zero Rate), which has no algorithm, burst or delay.
+func (l *Limit) validateFlightOnly() error {
+	switch {
+	case l.Algorithm != "":
+		return fmt.Errorf("algorithm %q: only a rate has an algorithm (set rate, or remove algorithm)", l.Algorithm)
+	case l.Burst != 0:
+		return errors.New("burst: only a rate has a burst (set rate, or remove burst)")
+	case l.MaxDelay != 0:
+		return errors.New("max_delay: only a rate delays requests (set rate, or remove max_delay)")
+	}
+	f := l.flight
+	l.period, l.unit, l.capacity, l.owe = 0, 0, 0, 0
+	l.ns, l.nsHash = f.ns, f.nsHash
+	l.answer, l.redis = limitAnswer{}, limitRedis{}
+	return nil
+}
+
+// flightDecision is the decision of a flight limit l on a request that
+// found held slots of its key taken: admitted when one is free, with the
+// slots left after it as Remaining; otherwise rejected, to retry after
+// FlightRetryAfter. Reset and Next, which a count of requests in progress
+// does not know, are FlightRetryAfter when no slot is left, else zero.
+func flightDecision(l *Limit, held int) Decision {
+	k := l.MaxInFlight
+	d := Decision{Limit: l, Allowed: held < k, Quota: float64(k)}
+	if d.Allowed && held+1 < k {
+		d.Remaining = float64(k - held - 1)
+		return d
+	}
+	d.Reset, d.Next = FlightRetryAfter, FlightRetryAfter
+	if !d.Allowed {
+		d.RetryAfter = FlightRetryAfter
+	}
+	return d
+}
+
+// slotStore is a store that counts requests in flight: the MemoryStore
+// exactly, the RedisStore by leases that expire. asks are of flight
+// limits (Limit.flight); lease names the request's slots, and ttl is how
+// long a Redis lease lives without renewal.
+type slotStore interface {
+	// acquireSlots takes a slot of every ask for lease if each has one
+	// free, else none, and writes each ask's decision to out.
+	acquireSlots(ctx context.Context, asks []Ask, lease string, ttl time.Duration, out []Decision) error
+	// releaseSlots gives back the slots of lease.
+	releaseSlots(ctx context.Context, asks []Ask, lease string) error
+	// renewSlots extends the slots of lease to ttl from now; a memory
+	// store's never expire.
+	renewSlots(ctx context.Context, asks []Ask, lease string, ttl time.Duration) error
+}
+
+// flightTable is a MemoryStore's count of requests in flight, by the hash
+// of (flight limit, key) as its states are. A key's entry exists only
+// while it has requests in flight, so the table holds at most one entry
+// per request in progress.
+type flightTable struct {
+	mu    sync.Mutex
+	held  map[uint64]int
+	total int
+}
+
+func newFlightTable() *flightTable {
+	return &flightTable{held: make(map[uint64]int)}
+}
+
+// InFlight is the number of in-flight slots the store's requests hold,
+// over every limit and key.
+func (s *MemoryStore) InFlight() int {
+	t := s.flight
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.total
+}
+
+// acquireSlots implements slotStore, exactly: one lock over the count of
+// every key of the request.
+func (s *MemoryStore) acquireSlots(ctx context.Context, asks []Ask, lease string, ttl time.Duration, out []Decision) error {
+	var hb [maxAsks]uint64
+	hs := hb[:0]
+	for i := range asks {
+		hs = append(hs, memHash(s, asks[i].Limit, asks[i].Key))
+	}
+	t := s.flight
+	all := true
+	t.mu.Lock()
+	for i := range asks {
+		out[i] = flightDecision(asks[i].Limit, t.held[hs[i]])
+		all = all && out[i].Allowed
+	}
+	if all {
+		for _, h := range hs {
+			t.held[h]++
+		}
+		t.total += len(hs)
+	}
+	t.mu.Unlock()
+	return nil
+}
+
+// releaseSlots implements slotStore; a key's entry goes at zero.
+func (s *MemoryStore) releaseSlots(ctx context.Context, asks []Ask, lease string) error {
+	t := s.flight
+	t.mu.Lock()
+	for i := range asks {
+		h := memHash(s, asks[i].Limit, asks[i].Key)
+		switch n := t.held[h]; {
+		case n > 1:
+			t.held[h] = n - 1
+		case n == 1:
+			delete(t.held, h)
+		default:
+			continue
+		}
+		t.total--
+	}
+	t.mu.Unlock()
+	return nil
+}
+
+// renewSlots implements slotStore: a memory store's slots never expire.
+func (s *MemoryStore) renewSlots(ctx context.Context, asks []Ask, lease string, ttl time.Duration) error {
+	return nil
+}
+
+// gateSlots is the in-flight part of a Gate that has limits with
+// MaxInFlight.
+type gateSlots struct {
+	store    slotStore // the gate's primary store
+	fallback slotStore // its fallback, or nil
+	ttl      time.Duration
+	// remote: the store is a RedisStore, whose leases expire and are
+	// named by leases and a counter: random, so that instances sharing
+	// a Redis never pick the same name.
+	remote bool
+	leases string
+	seq    uint64
+}
+
+// newGateSlots returns the in-flight part of a gate of cfg, or nil when
+// no limit of cfg has MaxInFlight.
+func newGateSlots(cfg *GateConfig) (*gateSlots, error) {
+	flight := false
+	for _, l := range cfg.Limits {
+		flight = flight || l.MaxInFlight > 0
+	}
+	if cfg.LeaseTTL < 0 {
+		return nil, fmt.Errorf("lease_ttl: must not be negative, got %v", cfg.LeaseTTL)
+	}
+	if !flight {
+		return nil, nil
+	}
+	gs := &gateSlots{ttl: cfg.LeaseTTL}
+	if gs.ttl == 0 {
+		gs.ttl = DefaultLeaseTTL
+	}
+	var ok bool
+	if gs.store, ok = cfg.Store.(slotStore); !ok {
+		return nil, fmt.Errorf("max_in_flight: the store %T does not count requests in flight (the memory and Redis stores do)", cfg.Store)
+	}
+	if cfg.Fallback != nil {
+		if gs.fallback, ok = cfg.Fallback.(slotStore); !ok {
+			return nil, fmt.Errorf("max_in_flight: the fallback store %T does not count requests in flight", cfg.Fallback)
+		}
+	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("max_in_flight: naming leases: %w", err)
+	}
+	gs.leases = hex.EncodeToString(b[:]) + "-"
+	_, gs.remote = cfg.Store.(*RedisStore)
+	return gs, nil
+}
+
+// flightShare is the in-flight slots of one of n instances deciding
+// locally while the store fails: most/n, but at least one.
+func flightShare(most, n int) int {
+	if most/n < 1 {
+		return 1
+	}
+	return most / n
+}
+
+// Slots are the in-flight slots an admitted request holds: one of each of
+// its limits with MaxInFlight. The host must call Release when the request
+// is done, that is when its handler chain returns (with defer, so that a
+// panic releases them too). A Redis lease not released, because the
+// process died or Redis could not be reached, expires GateConfig.LeaseTTL
+// after it was taken or last renewed; while the request lasts, its leases
+// are renewed every third of that.
+type Slots struct {
+	gate  *Gate
+	store slotStore
+	asks  []Ask
+	lease string
+	mu    sync.Mutex
+	timer *time.Timer // renews a Redis lease; nil for memory
+	done  bool
+}
+
+// Release gives the slots back. It may be called on nil Slots, and more
+// than once: only the first call releases.
+func (s *Slots) Release() {
+	if s != nil {
+		releaseSlots(s)
+	}
+}
+
+// releaseSlots is Release as a function: under Yaegi a method call costs
+// four times as much.
+func releaseSlots(s *Slots) {
+	s.mu.Lock()
+	done := s.done
+	s.done = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.mu.Unlock()
+	if !done {
+		releaseLease(s.gate, s.store, s.asks, s.lease)
+	}
+}
+
+// releaseLease gives back the slots of lease on store, without a
+// request's context, which may have ended, but bounded by the gate's
+// timeout; a failure leaves a Redis lease to expire.
+func releaseLease(g *Gate, store slotStore, asks []Ask, lease string) {
+	ctx, cancel := gateBackground(g)
+	_ = store.releaseSlots(ctx, asks, lease)
+	cancel()
+}
+
+// renew extends the leases and arms the next renewal, unless the slots
+// were released meanwhile.
+func (s *Slots) renew() {
+	s.mu.Lock()
+	done := s.done
+	s.mu.Unlock()
+	if done {
+		return
+	}
+	gs := s.gate.slots
+	ctx, cancel := gateBackground(s.gate)
+	_ = s.store.renewSlots(ctx, s.asks, s.lease, gs.ttl) // a failure is retried at the next renewal
+	cancel()
+	s.mu.Lock()
+	if !s.done {
+		s.timer.Reset(gs.ttl / 3)
+	}
+	s.mu.Unlock()
+}
+
+// gateBackground is a context for work that outlives a request's own
+// (refunds, releases, renewals): bounded by the gate's timeout.
+func gateBackground(g *Gate) (context.Context, context.CancelFunc) {
+	if g.cfg.Timeout > 0 {
+		return context.WithTimeout(context.Background(), g.cfg.Timeout)
+	}
+	return context.WithCancel(context.Background())
+}
+
+// flightDecide is Decide for a gate with in-flight limits. It decides the
+// rates of asks (those of limits that have one), then, if they admit the
+// request, takes its in-flight slots, refunding the rates' charges if a
+// slot is refused or the store fails under FailClosed. It returns the
+// verdict, holding the slots taken, and the asks of the rates, which
+// answer refunds if the client leaves during a delay.
+func flightDecide(g *Gate, ctx context.Context, asks []Ask) (Verdict, []Ask) {
+	rated := make([]Ask, 0, len(asks))
+	var flight []Ask
+	for i := range asks {
+		l := asks[i].Limit
+		if l.flight != nil {
+			flight = append(flight, Ask{Limit: l.flight, Key: asks[i].Key, Cost: 1})
+		}
+		if l.Rated() {
+			rated = append(rated, asks[i])
+		}
+	}
+	v := gateDecide(g, ctx, rated)
+	if len(flight) == 0 || v.Outcome != OutcomeAllowed && v.Outcome != OutcomeStoreErrorAllow {
+		return v, rated
+	}
+	// The rates are charged unless the store failed and FailOpen let the
+	// request through uncharged.
+	charged := v.Err == nil || v.Fallback
+	out := make([]Decision, len(flight), len(flight)+1)
+	slots, decided, err := takeFlight(g, ctx, asks, flight, v.Err, out)
+	if !decided {
+		if clientGone(ctx) {
+			// The store failed because the client left: the request
+			// goes no further, not even through FailOpen.
+			if charged {
+				g.refund(rated, v.Fallback)
+			}
+			return Verdict{Outcome: OutcomeCancelled, Err: err}, rated
+		}
+		if g.cfg.OnStoreError == FailClosed {
+			if charged {
+				g.refund(rated, v.Fallback)
+			}
+			return Verdict{Outcome: OutcomeStoreErrorDeny, Err: err, Decision: Decision{RetryAfter: time.Second}}, rated
+		}
+		v.Outcome, v.Err = OutcomeStoreErrorAllow, err
+		return v, rated
+	}
+	if v.Decision.Limit != nil {
+		out = append(out, v.Decision)
+	}
+	nv := classify(g, out)
+	nv.Err, nv.Fallback = v.Err, v.Fallback
+	if err != nil {
+		nv.Err, nv.Fallback = err, true
+	}
+	if nv.Outcome != OutcomeAllowed {
+		if charged {
+			g.refund(rated, v.Fallback)
+		}
+		return nv, rated
+	}
+	nv.Delay, nv.Slots = v.Delay, slots
+	if v.Outcome == OutcomeStoreErrorAllow {
+		nv.Outcome = OutcomeStoreErrorAllow
+	}
+	return nv, rated
+}
+
+// takeFlight takes the in-flight slots flight of the request whose asks
+// they come from, from the gate's store or, when it fails (or failed
+// already, with failed, for the request's rates), from the fallback store
+// with each instance's share. It writes the decisions to out and returns
+// the slots if all of them were granted. decided is false when no store
+// decided (out is then unspecified and nothing is held); err is the
+// primary store's error, if it failed.
+func takeFlight(g *Gate, ctx context.Context, asks, flight []Ask, failed error, out []Decision) (slots *Slots, decided bool, err error) {
+	gs := g.slots
+	err = failed
+	if b := g.cfg.Breaker; err == nil && b != nil && atomic.LoadInt32(&b.state) != breakerClosed && !b.Allow(gateNow(g)) {
+		err = ErrBreakerOpen
+	}
+	if err == nil {
+		// Not the request's context: a call cut short by the client may
+		// still run on the server, after a release sent on another
+		// connection, and leave the lease to expire; so the call always
+		// ends, within the gate's timeout, and a lease taken for a
+		// client that left meanwhile is given back at once.
+		lease := ""
+		if gs.remote {
+			lease = gs.leases + strconv.FormatUint(atomic.AddUint64(&gs.seq, 1), 36)
+		}
+		tctx, cancel := gateBackground(g)
+		err = gs.store.acquireSlots(tctx, flight, lease, gs.ttl, out)
+		cancel()
+		if b := g.cfg.Breaker; b != nil {
+			gateReport(g, b, context.Background(), err)
+		}
+		if err == nil {
+			slots = holdSlots(g, gs.store, flight, lease, out, gs.remote)
+			if slots != nil && clientGone(ctx) {
+				releaseSlots(slots)
+				return nil, false, ctx.Err()
+			}
+			return slots, true, nil
+		}
+	}
+	if gs.fallback == nil {
+		return nil, false, err
+	}
+	local := make([]Ask, 0, len(flight))
+	for i := range asks {
+		if l := g.fallback[asks[i].Limit]; l.flight != nil {
+			local = append(local, Ask{Limit: l.flight, Key: asks[i].Key, Cost: 1})
+		}
+	}
+	if ferr := gs.fallback.acquireSlots(ctx, local, "", 0, out); ferr != nil {
+		return nil, false, err
+	}
+	return holdSlots(g, gs.fallback, local, "", out, false), true, err
+}
+
+// holdSlots returns the Slots that acquireSlots took for lease on store
+// with the decisions out, or nil if one refused; a lease that expires (on
+// Redis) is renewed every third of its lifetime.
+func holdSlots(g *Gate, store slotStore, asks []Ask, lease string, out []Decision, expires bool) *Slots {
+	for i := range out {
+		if !out[i].Allowed {
+			return nil
+		}
+	}
+	s := &Slots{gate: g, store: store, asks: asks, lease: lease}
+	if expires {
+		s.mu.Lock()
+		s.timer = time.AfterFunc(g.slots.ttl/3, s.renew)
+		s.mu.Unlock()
+	}
+	return s
+}
+
+// serveFlight is Serve for a gate with in-flight limits: serveAny's work
+// around flightDecide. The slots of a request that may not proceed are
+// released at once.
+func serveFlight(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask) (Verdict, bool) {
+	v, rated := flightDecide(g, r.Context(), asks)
+	if v.Outcome == OutcomeCancelled {
+		return v, false
+	}
+	ok := answer(g, w, r, rated, &v, 0)
+	if !ok && v.Slots != nil {
+		releaseSlots(v.Slots)
+		v.Slots = nil
+	}
+	return v, ok
+}
+
+// laneHold is ServeLane for a lane whose gate has in-flight limits, on
+// the asks of r: serveFlight, then the request passes on holding its
+// slots, which are released when next returns or panics.
+func laneHold(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask) {
+	v, ok := serveFlight(l.gate, w, r, asks)
+	if v.Slots != nil {
+		defer releaseSlots(v.Slots)
+	}
+	laneFinish(l, next, w, r, &v, ok)
+}
+
+var (
+	_ slotStore = (*MemoryStore)(nil)
+	_ slotStore = (*RedisStore)(nil)
+)

@@ -1,0 +1,193 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// In-flight slots in Redis are leases. The slots of (flight limit, key)
+// are a sorted set at the key's Redis name (redisKey, so digested like a
+// rate's, in the namespace "<name>:in_flight"), whose members are the
+// requests' lease names scored by their expiry, in milliseconds of
+// Redis's clock (TIME). Taking a slot removes the expired leases and adds
+// the request's if fewer than MaxInFlight remain, for every ask of the
+// call or none; releasing removes it (ZREM); renewing moves its expiry
+// (ZADD XX, never adding back a lease that expired), so that a lease whose request outlives its time to live is
+// kept, while the lease of a request whose proxy died expires. The set
+// itself expires when its last lease could (PEXPIRE), so idle keys cost
+// nothing.
+
+// luaLeaseClock reads Redis's clock in milliseconds, the leases' scores,
+// and the time to live ARGV[2] in milliseconds; ARGV[1] is the lease.
+const luaLeaseClock = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease, ttl = ARGV[1], tonumber(ARGV[2])
+local function keep(key)
+  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+end
+`
+
+// redisAcquireScript takes a slot of every key for the lease if each key
+// has fewer live leases than its ARGV[2+i], or none, and returns how many
+// live leases each key held before, separated by spaces.
+const redisAcquireScript = luaLeaseClock + `
+local held, all = {}, true
+for i, key in ipairs(KEYS) do
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  held[i] = redis.call('ZCARD', key)
+  if held[i] >= tonumber(ARGV[2 + i]) then all = false end
+end
+if all then
+  for i, key in ipairs(KEYS) do
+    redis.call('ZADD', key, now + ttl, lease)
+    keep(key)
+  end
+end
+return table.concat(held, ' ')
+`
+
+// redisRenewScript moves the lease's expiry to ttl from now in every key
+// that still holds it, and returns how many do.
+const redisRenewScript = luaLeaseClock + `
+local n = 0
+for _, key in ipairs(KEYS) do
+  if redis.call('ZSCORE', key, lease) then
+    redis.call('ZADD', key, 'XX', now + ttl, lease)
+    keep(key)
+    n = n + 1
+  end
+end
+return n
+`
+
+// redisReleaseScript removes the lease from every key.
+const redisReleaseScript = `
+for _, key in ipairs(KEYS) do redis.call('ZREM', key, ARGV[1]) end
+return 0
+`
+
+var (
+	redisAcquire = newRedisScript(redisAcquireScript)
+	redisRenew   = newRedisScript(redisRenewScript)
+	redisRelease = newRedisScript(redisReleaseScript)
+)
+
+// acquireSlots implements slotStore. In a Cluster, asks whose keys fall in
+// several hash slots are taken slot by slot; at the first refusal or
+// failure the leases already taken are released.
+func (s *RedisStore) acquireSlots(ctx context.Context, asks []Ask, lease string, ttl time.Duration, out []Decision) error {
+	var groups [][]int
+	if s.cluster && len(asks) > 1 {
+		groups = s.slotGroups(asks)
+	}
+	if len(groups) < 2 {
+		return acquireLeases(s, ctx, asks, lease, ttl, out)
+	}
+	for i, g := range groups {
+		dec := make([]Decision, len(g))
+		err := acquireLeases(s, ctx, pickAsks(asks, g), lease, ttl, dec)
+		all := err == nil
+		for j, k := range g {
+			out[k] = dec[j]
+			all = all && dec[j].Allowed
+		}
+		if all {
+			continue
+		}
+		for _, taken := range groups[:i] {
+			_ = evalLeases(s, ctx, redisRelease, pickAsks(asks, taken), lease, 0) // or it expires
+		}
+		if err != nil {
+			return err
+		}
+		// The slots of the groups not asked would have been granted, as
+		// far as this request can tell; classify reports a refusal.
+		for _, rest := range groups[i+1:] {
+			for _, k := range rest {
+				out[k] = flightDecision(asks[k].Limit, 0)
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+// releaseSlots implements slotStore.
+func (s *RedisStore) releaseSlots(ctx context.Context, asks []Ask, lease string) error {
+	return s.eachSlot(asks, func(sub []Ask) error { return evalLeases(s, ctx, redisRelease, sub, lease, 0) })
+}
+
+// renewSlots implements slotStore.
+func (s *RedisStore) renewSlots(ctx context.Context, asks []Ask, lease string, ttl time.Duration) error {
+	return s.eachSlot(asks, func(sub []Ask) error { return evalLeases(s, ctx, redisRenew, sub, lease, ttl) })
+}
+
+// eachSlot calls f with the asks of each Cluster hash slot, or with all
+// of them on a standalone server, and returns the first error after
+// calling it for every slot.
+func (s *RedisStore) eachSlot(asks []Ask, f func([]Ask) error) error {
+	if !s.cluster || len(asks) < 2 {
+		return f(asks)
+	}
+	var first error
+	for _, g := range s.slotGroups(asks) {
+		if err := f(pickAsks(asks, g)); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// acquireLeases runs the acquire script once for asks and decodes the
+// decisions into out.
+func acquireLeases(s *RedisStore, ctx context.Context, asks []Ask, lease string, ttl time.Duration, out []Decision) error {
+	keys, args := leaseArgs(s, asks, lease, ttl)
+	for i := range asks {
+		args = append(args, strconv.Itoa(asks[i].Limit.MaxInFlight))
+	}
+	reply, err := evalScript(s, ctx, redisAcquire, keys, args)
+	if err != nil {
+		return err
+	}
+	text, ok := reply.(string)
+	fields := strings.Fields(text)
+	if !ok || len(fields) != len(asks) {
+		return fmt.Errorf("redis: unexpected reply to the acquire script: %s, want %d counts", describeReply(reply), len(asks))
+	}
+	for i, f := range fields {
+		held, err := strconv.Atoi(f)
+		if err != nil {
+			return fmt.Errorf("redis: unexpected reply to the acquire script: %s: %w", describeReply(reply), err)
+		}
+		out[i] = flightDecision(asks[i].Limit, held)
+	}
+	return nil
+}
+
+// evalLeases runs the renew or the release script once for asks.
+func evalLeases(s *RedisStore, ctx context.Context, script *redisScript, asks []Ask, lease string, ttl time.Duration) error {
+	keys, args := leaseArgs(s, asks, lease, ttl)
+	_, err := evalScript(s, ctx, script, keys, args)
+	return err
+}
+
+// leaseArgs builds the KEYS of a lease script call, one sorted set per
+// ask, and its first two ARGV: the lease and the time to live in
+// milliseconds (at least 1).
+func leaseArgs(s *RedisStore, asks []Ask, lease string, ttl time.Duration) (keys, args []string) {
+	keys = make([]string, len(asks))
+	for i := range asks {
+		keys[i] = redisKey(s, asks[i].Limit, asks[i].Key)
+	}
+	ms := int64((ttl + time.Millisecond - 1) / time.Millisecond)
+	if ms < 1 {
+		ms = 1
+	}
+	// Not args[0], args[1] = ...: Yaegi leaves args[0] empty.
+	args = append(make([]string, 0, 2+len(asks)), lease, strconv.FormatInt(ms, 10))
+	return keys, args
+}
