@@ -239,7 +239,9 @@ type zoneInfo struct {
 	Period    float64 `json:"period_seconds"`
 	Burst     float64 `json:"burst"`
 	NearLimit float64 `json:"near_limit"`
-	Store     string  `json:"store"`
+	// MaxInFlight is the zone's max_in_flight, 0 without.
+	MaxInFlight int    `json:"max_in_flight,omitempty"`
+	Store       string `json:"store"`
 	// Keys is the number of states the store holds, as KeysScope says;
 	// nil when the store cannot count them (a Redis Cluster) or failed to.
 	Keys         *int   `json:"keys"`
@@ -267,7 +269,7 @@ func listZones(ctx context.Context) zonesAnswer {
 		info := zoneInfo{
 			ID: az.id, Name: z.Name, Server: az.server, Share: az.h.Share,
 			Algorithm: string(l.Algorithm), Rate: l.Rate.String(), Quota: l.Rate.Quota,
-			Period: l.Rate.Period.Seconds(), Burst: l.Capacity(), NearLimit: z.nearLimit(),
+			Period: l.Rate.Period.Seconds(), Burst: l.Capacity(), NearLimit: z.nearLimit(), MaxInFlight: l.MaxInFlight,
 			Store: az.h.store.label,
 		}
 		switch st := az.h.store.store.(type) {
@@ -303,7 +305,8 @@ type keyAnswer struct {
 	Capacity  *float64 `json:"capacity,omitempty"`
 	Reset     *float64 `json:"reset_seconds,omitempty"`
 	Next      *float64 `json:"next_seconds,omitempty"`
-	InFlight  *float64 `json:"in_flight,omitempty"`
+	Queued    *float64 `json:"queued,omitempty"`
+	InFlight  *int     `json:"in_flight,omitempty"`
 	Deleted   *bool    `json:"deleted,omitempty"`
 }
 
@@ -328,11 +331,16 @@ func peekKey(w http.ResponseWriter, r *http.Request, az *adminZone, key string) 
 	if err != nil {
 		return apiError(http.StatusServiceUnavailable, "store: %v", err)
 	}
-	capacity, reset, next := az.z.limit.Capacity(), ks.Reset.Seconds(), ks.Next.Seconds()
-	return writeJSON(w, keyAnswer{
-		Zone: az.id, Key: key, Present: ks.Present, Remaining: &ks.Remaining, Capacity: &capacity,
-		Reset: &reset, Next: &next, InFlight: &ks.InFlight,
-	})
+	l := az.z.limit
+	ans := keyAnswer{Zone: az.id, Key: key, Present: ks.Present, Remaining: &ks.Remaining}
+	if l.Rated() {
+		capacity, reset, next := l.Capacity(), ks.Reset.Seconds(), ks.Next.Seconds()
+		ans.Capacity, ans.Reset, ans.Next, ans.Queued = &capacity, &reset, &next, &ks.Queued
+	}
+	if l.MaxInFlight > 0 {
+		ans.InFlight = &ks.InFlight
+	}
+	return writeJSON(w, ans)
 }
 
 // deleteKey answers DELETE /sluice/zones/<zone>/keys/<key>.

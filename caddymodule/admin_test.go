@@ -103,7 +103,7 @@ func testAdminReset(t *testing.T, store map[string]any, wantStore string) {
 
 	var k keyAnswer
 	api.mustCall("GET", "/sluice/zones/per_ip/keys/127.0.0.1", &k)
-	if !k.Present || *k.Remaining > 0.01 || *k.Capacity != 3 || *k.Reset <= 59 || *k.Reset > 60 || *k.Next <= 0 || *k.InFlight != 0 {
+	if !k.Present || *k.Remaining > 0.01 || *k.Capacity != 3 || *k.Reset <= 59 || *k.Reset > 60 || *k.Next <= 0 || *k.Queued != 0 || k.InFlight != nil {
 		t.Errorf("the spent key: %v", k)
 	}
 	wantStatus(t, urls[0], []int{429}) // GET charged nothing

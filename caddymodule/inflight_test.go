@@ -299,3 +299,55 @@ func TestInFlightLeaseTTL(t *testing.T) {
 		t.Errorf("lease_ttl 7s: %v", got)
 	}
 }
+
+// TestAdminInFlight reads, through the admin API, the requests in progress
+// of a zone limiting them only: two slow requests hold two of its three
+// slots, and once they end none is held.
+func TestAdminInFlight(t *testing.T) {
+	for name, store := range flightStores(t) {
+		t.Run(name, func(t *testing.T) {
+			st := store()
+			b := newSlowBackend(t, 10*time.Second)
+			p := freePorts(t, 1)
+			urls, api := loadWithAdmin(t, slowServer(t, p[0], map[string]any{
+				"zones": []any{map[string]any{"name": "conc", "key": "all", "max_in_flight": 3}},
+				"store": st.json,
+			}))
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			for i := 0; i < 2; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					req, _ := http.NewRequestWithContext(ctx, http.MethodGet, urls[0], nil)
+					if resp, err := http.DefaultClient.Do(req); err == nil {
+						resp.Body.Close()
+					}
+				}()
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for atomic.LoadInt64(&b.inside) < 2 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			var zones zonesAnswer
+			api.mustCall("GET", "/sluice/zones", &zones)
+			if len(zones.Zones) != 1 || zones.Zones[0].MaxInFlight != 3 {
+				t.Errorf("zones: %+v, want one with max_in_flight 3", zones)
+			}
+			var k keyAnswer
+			api.mustCall("GET", "/sluice/zones/conc/keys/all", &k)
+			if !k.Present || k.InFlight == nil || *k.InFlight != 2 || *k.Remaining != 1 || k.Capacity != nil {
+				t.Errorf("with two requests in progress: %v, want 2 in flight, 1 remaining", k)
+			}
+			cancel()
+			wg.Wait()
+			for st.held(t) > 0 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			api.mustCall("GET", "/sluice/zones/conc/keys/all", &k)
+			if k.Present || *k.InFlight != 0 || *k.Remaining != 3 {
+				t.Errorf("once they ended: %v, want none in flight", k)
+			}
+		})
+	}
+}

@@ -22,12 +22,17 @@ type KeyState struct {
 	// Next is the time until more than Remaining is available (see
 	// Decision.Next); zero when whole.
 	Next time.Duration
-	// InFlight is the cost admitted with a delay that the limit still
+	// Queued is the cost admitted with a delay that the limit still
 	// holds: a leaky_bucket's queue (the requests waiting for their turn
 	// and the one whose interval is running), a token_bucket's tokens lent
 	// to waiting requests (MaxDelay). It is zero for the window
 	// algorithms, which never delay.
-	InFlight float64
+	Queued float64
+	// InFlight, for a limit with MaxInFlight, is the number of the key's
+	// requests in progress, each holding a slot (in Redis, the leases that
+	// have not expired). For a limit of requests in flight only, Present
+	// reports whether any is, and Remaining is the slots left.
+	InFlight int
 }
 
 // Inspector is a Store that can report and forget a key's state, for
@@ -36,9 +41,24 @@ type Inspector interface {
 	// Peek reports the state of (l, key) at the store's current instant
 	// without changing it. key is the Ask's Key.
 	Peek(ctx context.Context, l *Limit, key string) (KeyState, error)
-	// Delete forgets the state of (l, key), so that its next request finds
-	// the limit whole, and reports whether a state was held.
+	// Delete forgets the rate state of (l, key), so that its next request
+	// finds the limit whole, and reports whether a state was held. The
+	// slots of requests in progress (MaxInFlight) are theirs until they
+	// end: Delete leaves them.
 	Delete(ctx context.Context, l *Limit, key string) (bool, error)
+}
+
+// flightState completes ks, the state of (l, key) held or not, with the
+// key's held requests in flight, for a limit with MaxInFlight.
+func flightState(l *Limit, ks KeyState, held int) KeyState {
+	ks.InFlight = held
+	if !l.Rated() {
+		ks.Present, ks.Remaining = held > 0, float64(l.MaxInFlight-held)
+		if ks.Remaining < 0 {
+			ks.Remaining = 0
+		}
+	}
+	return ks
 }
 
 // peekState computes the KeyState of st, the state of a key of l held
@@ -58,9 +78,9 @@ func peekState(l *Limit, st State, present bool, now int64) KeyState {
 	switch l.Algorithm {
 	case TokenBucket:
 		// Past the capacity, the deficit is what the bucket lent.
-		ks.InFlight = nonNegative(st.A - l.capacity)
+		ks.Queued = nonNegative(st.A - l.capacity)
 	case LeakyBucket:
-		ks.InFlight = nonNegative(float64(st.T-now)+st.A) / l.unit
+		ks.Queued = nonNegative(float64(st.T-now)+st.A) / l.unit
 	}
 	return ks
 }
@@ -83,6 +103,22 @@ func peekLog(l *Limit, st State, now int64) KeyState {
 // Peek implements Inspector. It reads the state under its shard's lock,
 // hashed as Take hashes it.
 func (s *MemoryStore) Peek(ctx context.Context, l *Limit, key string) (KeyState, error) {
+	var ks KeyState
+	if l.Rated() {
+		ks = memPeek(s, l, key)
+	}
+	if l.flight == nil {
+		return ks, nil
+	}
+	h, t := memHash(s, l.flight, key), s.flight
+	t.mu.Lock()
+	held := t.held[h]
+	t.mu.Unlock()
+	return flightState(l, ks, held), nil
+}
+
+// memPeek is MemoryStore.Peek for the rate of l.
+func memPeek(s *MemoryStore, l *Limit, key string) KeyState {
 	h := memHash(s, l, key)
 	sh := &s.shards[h>>memShardShift]
 	var st State
@@ -95,11 +131,14 @@ func (s *MemoryStore) Peek(ctx context.Context, l *Limit, key string) (KeyState,
 	}
 	now := memNow(s)
 	sh.mu.Unlock()
-	return peekState(l, st, held && sl.exp > now, now), nil
+	return peekState(l, st, held && sl.exp > now, now)
 }
 
 // Delete implements Inspector.
 func (s *MemoryStore) Delete(ctx context.Context, l *Limit, key string) (bool, error) {
+	if !l.Rated() {
+		return false, nil
+	}
 	h := memHash(s, l, key)
 	sh := &s.shards[h>>memShardShift]
 	sh.mu.Lock()
@@ -115,11 +154,35 @@ var (
 	redisPeek   = newRedisScript(redisPeekScript)
 	redisDelete = newRedisScript(redisDeleteScript)
 	redisCount  = newRedisScript(redisCountScript)
+	redisLeases = newRedisScript(redisLeasesScript)
 )
 
 // Peek implements Inspector with one read-only script on Redis's clock
 // (luaPeekMain), at the keys Take writes.
 func (s *RedisStore) Peek(ctx context.Context, l *Limit, key string) (KeyState, error) {
+	var ks KeyState
+	if l.Rated() {
+		var err error
+		if ks, err = redisPeekRate(s, ctx, l, key); err != nil {
+			return ks, err
+		}
+	}
+	if l.flight == nil {
+		return ks, nil
+	}
+	reply, err := evalScript(s, ctx, redisLeases, []string{redisKey(s, l.flight, key)}, nil)
+	if err != nil {
+		return KeyState{}, err
+	}
+	held, ok := reply.(int64)
+	if !ok {
+		return KeyState{}, errors.New("redis: unexpected reply to the lease count script: " + describeReply(reply))
+	}
+	return flightState(l, ks, int(held)), nil
+}
+
+// redisPeekRate is RedisStore.Peek for the rate of l.
+func redisPeekRate(s *RedisStore, ctx context.Context, l *Limit, key string) (KeyState, error) {
 	keys, args := scriptArgs(s, []Ask{{Limit: l, Key: key}}, false)
 	reply, err := evalScript(s, ctx, redisPeek, keys, args)
 	if err != nil {
@@ -139,12 +202,15 @@ func (s *RedisStore) Peek(ctx context.Context, l *Limit, key string) (KeyState, 
 	if n[0] == 0 {
 		return KeyState{Remaining: l.capacity}, nil
 	}
-	return KeyState{Present: true, Remaining: nonNegative(n[1]), Reset: duration(n[2]), Next: duration(n[3]), InFlight: nonNegative(n[4])}, nil
+	return KeyState{Present: true, Remaining: nonNegative(n[1]), Reset: duration(n[2]), Next: duration(n[3]), Queued: nonNegative(n[4])}, nil
 }
 
 // Delete implements Inspector: it deletes the state's keys (a sliding
 // window log's list too).
 func (s *RedisStore) Delete(ctx context.Context, l *Limit, key string) (bool, error) {
+	if !l.Rated() {
+		return false, nil // the key is the leases' (namespace "<name>:in_flight")
+	}
 	k := redisKey(s, l, key)
 	reply, err := evalScript(s, ctx, redisDelete, []string{k, k + ":log"}, nil)
 	if err != nil {
@@ -166,7 +232,11 @@ func (s *RedisStore) CountKeys(ctx context.Context, l *Limit, budget int) (n int
 	if s.cluster {
 		return 0, false, errors.New("redis: counting keys is not supported on a Cluster")
 	}
-	pattern := globEscape(s.prefix+l.redis.tag) + "*}"
+	tag := l.redis.tag
+	if !l.Rated() {
+		tag = l.flight.redis.tag // the keys with requests in flight
+	}
+	pattern := globEscape(s.prefix+tag) + "*}"
 	cursor := "0"
 	for scanned := 0; scanned < budget; scanned += redisCountStep {
 		reply, err := evalScript(s, ctx, redisCount, nil, []string{cursor, pattern, strconv.Itoa(redisCountStep)})
@@ -210,7 +280,14 @@ var _ Inspector = (*RedisStore)(nil)
 const (
 	redisPeekScript   = luaPrelude + luaTokenBucket + luaLeakyBucket + luaFixedWindow + luaSlidingCounter + luaPeekMain
 	redisDeleteScript = "return redis.call('DEL', unpack(KEYS))"
-	redisCountScript  = `
+	// redisLeasesScript counts the leases of KEYS[1] that have not
+	// expired on Redis's clock (luaLeaseClock's milliseconds).
+	redisLeasesScript = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+`
+	redisCountScript = `
 local r = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', ARGV[3])
 return {r[1], #r[2]}
 `

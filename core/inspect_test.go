@@ -62,8 +62,8 @@ func testInspector(t *testing.T, newStore func(t *testing.T, clock *fakeClock) S
 					t.Fatalf("op %d at +%v: Peek %+v, decision %+v", op, time.Duration(clock.Now()-confEpoch), ks, d)
 				}
 				delays := l.Algorithm == LeakyBucket || l.MaxDelay > 0
-				if ks.InFlight < 0 || ks.InFlight > 0 && !delays {
-					t.Fatalf("op %d: in flight %v for %s", op, ks.InFlight, l.Name)
+				if ks.Queued < 0 || ks.Queued > 0 && !delays {
+					t.Fatalf("op %d: in flight %v for %s", op, ks.Queued, l.Name)
 				}
 			}
 			// Spend the limit, then delete it: whole again.
@@ -115,9 +115,9 @@ func TestRedisStoreInspector(t *testing.T) {
 	}
 }
 
-// TestInspectorInFlight checks the cost a leaky bucket queues and a token
+// TestInspectorQueued checks the cost a leaky bucket queues and a token
 // bucket lends, in memory and in Redis.
-func TestInspectorInFlight(t *testing.T) {
+func TestInspectorQueued(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	clock := &fakeClock{now: confEpoch}
 	rs := newTestRedisStore(t, newRespClient(t, srv.Addr, 1), false)
@@ -130,7 +130,7 @@ func TestInspectorInFlight(t *testing.T) {
 	tb := redisTestLimit(t, "tbq", TokenBucket, "10/s", 2, time.Second)
 	ctx := context.Background()
 	for _, st := range []Store{ms, rs} {
-		key := redisNonce + "/inflight"
+		key := redisNonce + "/queued"
 		for i := 0; i < 3; i++ {
 			redisTestTake(t, st, lb, key, 1)
 		}
@@ -138,11 +138,11 @@ func TestInspectorInFlight(t *testing.T) {
 			redisTestTake(t, st, tb, key, 1)
 		}
 		in := st.(Inspector)
-		if ks, _ := in.Peek(ctx, lb, key); ks.InFlight != 3 || ks.Reset != 300*time.Millisecond {
-			t.Errorf("%T: leaky bucket %+v, want 3 in flight, reset 300ms", st, ks)
+		if ks, _ := in.Peek(ctx, lb, key); ks.Queued != 3 || ks.Reset != 300*time.Millisecond {
+			t.Errorf("%T: leaky bucket %+v, want 3 queued, reset 300ms", st, ks)
 		}
-		if ks, _ := in.Peek(ctx, tb, key); ks.InFlight != 3 || ks.Remaining != 0 {
-			t.Errorf("%T: token bucket %+v, want 3 in flight, none remaining", st, ks)
+		if ks, _ := in.Peek(ctx, tb, key); ks.Queued != 3 || ks.Remaining != 0 {
+			t.Errorf("%T: token bucket %+v, want 3 lent, none remaining", st, ks)
 		}
 	}
 }
@@ -184,5 +184,53 @@ func TestRedisStoreInspectorCluster(t *testing.T) {
 	s := newTestRedisStore(t, cs, true)
 	if _, _, err := s.CountKeys(context.Background(), inspectLimits(t)[0], 1000); err == nil {
 		t.Error("CountKeys on a Cluster: no error")
+	}
+}
+
+// TestInspectorInFlight checks the requests in flight Peek reports for a
+// limit with a rate and max_in_flight and for one of requests in flight
+// only, in memory and in Redis, and that Delete leaves their slots.
+func TestInspectorInFlight(t *testing.T) {
+	ms, err := NewMemoryStore(MemoryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, st := range []Store{ms, flightRedisStore(t)} {
+		rated := flightLimit(t, "peekrated", "100/h", 3) // refills 0.03 a second
+		only := flightLimit(t, "peekonly", "", 3)
+		g := flightGate(t, st, time.Minute, rated, only)
+		key := redisNonce + "/flight"
+		asks := []Ask{{Limit: rated, Key: key, Cost: 1}, {Limit: only, Key: key, Cost: 1}}
+		var held []*Slots
+		for i := 0; i < 2; i++ {
+			v := g.Decide(ctx, asks)
+			if v.Slots == nil {
+				t.Fatalf("%T: request %d holds no slot: %+v", st, i, v)
+			}
+			held = append(held, v.Slots)
+		}
+		in := st.(Inspector)
+		if ks, err := in.Peek(ctx, rated, key); err != nil || !ks.Present || ks.InFlight != 2 || ks.Remaining < 98 || ks.Remaining > 98.1 {
+			t.Errorf("%T: rated %+v, %v; want present, 2 in flight, 98 remaining", st, ks, err)
+		}
+		if ks, err := in.Peek(ctx, only, key); err != nil || !ks.Present || ks.InFlight != 2 || ks.Remaining != 1 {
+			t.Errorf("%T: in flight only %+v, %v; want present, 2 in flight, 1 remaining", st, ks, err)
+		}
+		if ok, err := in.Delete(ctx, only, key); ok || err != nil {
+			t.Errorf("%T: Delete of a limit of requests in flight only = %v, %v; want false, nil", st, ok, err)
+		}
+		if ok, err := in.Delete(ctx, rated, key); !ok || err != nil {
+			t.Errorf("%T: Delete = %v, %v; want true, nil", st, ok, err)
+		}
+		if ks, _ := in.Peek(ctx, rated, key); ks.Present || ks.InFlight != 2 || ks.Remaining != 100 {
+			t.Errorf("%T: after Delete %+v; want the rate whole and the 2 slots held", st, ks)
+		}
+		for _, s := range held {
+			s.Release()
+		}
+		if ks, _ := in.Peek(ctx, only, key); ks.Present || ks.InFlight != 0 || ks.Remaining != 3 {
+			t.Errorf("%T: after the releases %+v; want none in flight, 3 remaining", st, ks)
+		}
 	}
 }
