@@ -233,8 +233,8 @@ type zoneInfo struct {
 	Name      string  `json:"name"`
 	Server    string  `json:"server,omitempty"`
 	Share     string  `json:"share,omitempty"`
-	Algorithm string  `json:"algorithm"`
-	Rate      string  `json:"rate"`
+	Algorithm string  `json:"algorithm,omitempty"` // empty for max_in_flight alone
+	Rate      string  `json:"rate,omitempty"`
 	Quota     float64 `json:"quota"`
 	Period    float64 `json:"period_seconds"`
 	Burst     float64 `json:"burst"`
@@ -271,6 +271,9 @@ func listZones(ctx context.Context) zonesAnswer {
 			Algorithm: string(l.Algorithm), Rate: l.Rate.String(), Quota: l.Rate.Quota,
 			Period: l.Rate.Period.Seconds(), Burst: l.Capacity(), NearLimit: z.nearLimit(), MaxInFlight: l.MaxInFlight,
 			Store: az.h.store.label,
+		}
+		if !l.Rated() {
+			info.Rate = ""
 		}
 		switch st := az.h.store.store.(type) {
 		case *core.MemoryStore:
