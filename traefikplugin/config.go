@@ -110,6 +110,14 @@ type Config struct {
 	// has already removed the header of every untrusted peer (see the
 	// package documentation).
 	TrustedProxies []string
+	// MaxKeys, when set, gives the middleware an in-memory store of its
+	// own holding at most this many (limit, key) states, instead of the
+	// process-wide one (1,048,576 states) that every middleware without
+	// MaxKeys shares: a flood of this middleware's keys then evicts only
+	// its own states, and others' floods never evict its. With Redis it
+	// sizes the store of fallback: local, and needs it. Changing it starts
+	// the middleware's in-memory counters afresh.
+	MaxKeys string
 	// ExemptIPs lists client networks (CIDR prefixes or addresses) whose
 	// requests bypass every limit of the middleware, without rate-limit
 	// headers: monitoring, internal services. The client's address is the

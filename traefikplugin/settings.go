@@ -13,6 +13,9 @@ import (
 // maxLimits is the most limits one middleware may define.
 const maxLimits = 32
 
+// maxMemoryKeys is the largest maxKeys, as for the Caddy module's max_keys.
+const maxMemoryKeys = 1 << 30
+
 // settings is a Config parsed and checked: everything a registry entry
 // needs to build its Gate.
 type settings struct {
@@ -24,6 +27,9 @@ type settings struct {
 	redis     *redisOptions // nil: the in-memory store
 	fallback  bool
 	instances int
+	// maxKeys, when positive, is the capacity of the middleware's own
+	// in-memory store; zero means the process-wide store.
+	maxKeys int
 	// notes are remarks about the configuration, logged once when the
 	// registry entry is created; infos likewise, but at debug level (the
 	// plugin's standard output), as they warn of nothing wrong.
@@ -391,7 +397,7 @@ func parseAnswers(cfg *Config, s *settings) error {
 	return nil
 }
 
-// parseStore reads Redis, OnStoreError, Fallback and Instances.
+// parseStore reads Redis, OnStoreError, Fallback, Instances and MaxKeys.
 func parseStore(cfg *Config, s *settings) error {
 	var err error
 	if s.policy, err = core.ParseStoreErrorPolicy(cfg.OnStoreError); err != nil {
@@ -410,11 +416,17 @@ func parseStore(cfg *Config, s *settings) error {
 	if !s.fallback && strings.TrimSpace(cfg.Instances) != "" {
 		return errors.New("instances: only fallback: local divides quotas by the number of instances; set it or remove instances")
 	}
+	if s.maxKeys, err = parseInt("maxKeys", cfg.MaxKeys, 0, 1, maxMemoryKeys); err != nil {
+		return err
+	}
 	if cfg.Redis == nil {
 		if s.fallback {
 			return errors.New("fallback: local only applies with redis, the store it stands in for")
 		}
 		return nil
+	}
+	if s.maxKeys > 0 && !s.fallback {
+		return errors.New("maxKeys: sizes the in-memory store, which with redis only fallback: local uses; set fallback: local or remove maxKeys")
 	}
 	s.redis, err = parseRedis(cfg.Redis, s)
 	return err
