@@ -124,6 +124,10 @@ type Config struct {
 	// one the key's client_ip part takes, as ipStrategy and TrustedProxies
 	// derive it.
 	ExemptIPs []string
+	// Unknown collects the options Traefik passes that the plugin does
+	// not know (mapstructure's remain); New refuses any, naming it, so that
+	// a misspelt option is not silently ignored.
+	Unknown map[string]interface{} `mapstructure:",remain"`
 }
 
 // LimitConfig is one item of Config.Limits. Options left empty take the
@@ -150,6 +154,8 @@ type LimitConfig struct {
 	MaxDelay string
 	// OnMissingKey is as Config.OnMissingKey.
 	OnMissingKey string
+	// Unknown is as Config.Unknown.
+	Unknown map[string]interface{} `mapstructure:",remain"`
 }
 
 // SourceCriterion is Traefik's rateLimit.sourceCriterion. At most one of its
@@ -162,6 +168,8 @@ type SourceCriterion struct {
 	// RequestHost, "true", keys requests by the requested host (without
 	// its port and lowercased, unlike Traefik's built-in).
 	RequestHost string
+	// Unknown is as Config.Unknown.
+	Unknown map[string]interface{} `mapstructure:",remain"`
 }
 
 // IPStrategy is Traefik's ipStrategy: how the client IP is found.
@@ -178,6 +186,8 @@ type IPStrategy struct {
 	// IPv6Subnet, between 1 and 128, groups IPv6 clients by this prefix
 	// length (64: one bucket per /64).
 	IPv6Subnet string
+	// Unknown is as Config.Unknown.
+	Unknown map[string]interface{} `mapstructure:",remain"`
 }
 
 // Redis is Traefik's rateLimit.redis, for one standalone Redis server.
@@ -223,6 +233,8 @@ type Redis struct {
 	// what to use instead, rather than ignoring them.
 	MinIdleConns string
 	Secret       string
+	// Unknown is as Config.Unknown.
+	Unknown map[string]interface{} `mapstructure:",remain"`
 }
 
 // RedisSentinel names a master set monitored by Redis Sentinels: the
@@ -237,6 +249,8 @@ type RedisSentinel struct {
 	// require it; Password may be "env:NAME" as for Redis.Password.
 	Username string
 	Password string
+	// Unknown is as Config.Unknown.
+	Unknown map[string]interface{} `mapstructure:",remain"`
 }
 
 // RedisTLS is Traefik's client TLS configuration. CA, Cert and Key are each
@@ -254,6 +268,8 @@ type RedisTLS struct {
 	// the plugin cannot read: New refuses them (use CA, Cert and Key).
 	CASecret   string
 	CertSecret string
+	// Unknown is as Config.Unknown.
+	Unknown map[string]interface{} `mapstructure:",remain"`
 }
 
 // CreateConfig returns an empty configuration: no limit until Average or

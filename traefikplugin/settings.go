@@ -56,11 +56,16 @@ type keyDefaults struct {
 	// fromSource is set when parts come from SourceCriterion, where a
 	// missing key is shared as in Traefik's built-in.
 	fromSource bool
+	// option is the option parts come from, for errors.
+	option string
 }
 
 // parse checks cfg, the configuration of middleware name, and returns its
 // settings.
 func parse(cfg *Config, name string) (*settings, error) {
+	if err := refuseUnknown(cfg); err != nil {
+		return nil, err
+	}
 	s := &settings{}
 	ip, keys, err := parseSource(cfg, s)
 	if err != nil {
@@ -83,7 +88,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 	}
 
 	specIndex := map[string]int{}
-	add := func(option string, l *core.Limit, parts []string, missing core.MissingKey, cost float64) error {
+	add := func(option, costOption string, l *core.Limit, parts []string, missing core.MissingKey, cost float64) error {
 		id := strings.Join(parts, "\x00")
 		i, ok := specIndex[id]
 		if !ok {
@@ -94,6 +99,9 @@ func parse(cfg *Config, name string) (*settings, error) {
 			i = len(s.specs)
 			s.specs = append(s.specs, spec)
 			specIndex[id] = i
+		}
+		if c := l.Capacity(); cost > c {
+			return fmt.Errorf("%s: %v is above the capacity of limit %q (%v: its burst, or for a window algorithm its average), so no request could ever pass; lower the cost or raise the capacity", costOption, cost, l.Name, c)
 		}
 		s.plans = append(s.plans, limitPlan{limit: l, spec: i, missing: missing, cost: cost})
 		if missing == core.MissingSkip {
@@ -125,7 +133,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 	case err != nil:
 		return nil, err
 	default:
-		if err := add("key", l, keys.parts, keys.missing, cost); err != nil {
+		if err := add(keys.option, "cost", l, keys.parts, keys.missing, cost); err != nil {
 			return nil, err
 		}
 	}
@@ -151,9 +159,9 @@ func parse(cfg *Config, name string) (*settings, error) {
 		if err != nil {
 			return nil, err
 		}
-		parts, missing := keys.parts, keys.missing
+		parts, missing, keyOption := keys.parts, keys.missing, keys.option
 		if k := parseList(item.Key); len(k) > 0 {
-			parts, missing = k, core.MissingSkip
+			parts, missing, keyOption = k, core.MissingSkip, option+".key"
 			if cfg.OnMissingKey != "" {
 				missing = keys.missing // the explicit top-level choice
 			}
@@ -163,13 +171,14 @@ func parse(cfg *Config, name string) (*settings, error) {
 				return nil, fmt.Errorf("%s.onMissingKey %q: want skip or shared", option, item.OnMissingKey)
 			}
 		}
-		c := cost
+		c, costOption := cost, "cost"
 		if item.Cost != "" {
-			if c, err = parseCost(option+".cost", item.Cost, cost); err != nil {
+			costOption = option + ".cost"
+			if c, err = parseCost(costOption, item.Cost, cost); err != nil {
 				return nil, err
 			}
 		}
-		if err := add(option+".key", l, parts, missing, c); err != nil {
+		if err := add(keyOption, costOption, l, parts, missing, c); err != nil {
 			return nil, err
 		}
 	}
@@ -262,12 +271,37 @@ func buildLimit(item LimitConfig, option string) (*core.Limit, error) {
 		MaxDelay:  maxDelay,
 	}
 	if err := l.Validate(); err != nil {
-		if option != "" {
-			return nil, fmt.Errorf("%s %w", strings.TrimSuffix(option, "."), err)
-		}
-		return nil, err
+		return nil, limitError(option, err)
 	}
 	return l, nil
+}
+
+// coreOptions turn the beginnings of core.Limit's errors, which name its
+// fields in the Caddyfile's words, into the plugin's options.
+var coreOptions = []struct{ core, option string }{
+	{"rate: period ", "period "},
+	{"rate: ", "average: "},
+	{"rate ", "average "},
+	{"max_delay: ", "maxDelay: "},
+	{"burst", "burst"},
+	{"algorithm ", "algorithm "},
+	{"name ", "name "},
+}
+
+// limitError is err, an error of core.Limit.Validate, naming the option
+// of the limit whose options begin with option ("" or "limits[i].").
+func limitError(option string, err error) error {
+	inner := err
+	if u := errors.Unwrap(err); u != nil {
+		inner = u // without core's `limit "name": `
+	}
+	msg := inner.Error()
+	for _, c := range coreOptions {
+		if strings.HasPrefix(msg, c.core) {
+			return errors.New(option + c.option + strings.TrimPrefix(msg, c.core))
+		}
+	}
+	return fmt.Errorf("%s%w", option, err)
 }
 
 // parseSource reads SourceCriterion, TrustedProxies, Key and OnMissingKey:
@@ -304,13 +338,13 @@ func parseSource(cfg *Config, s *settings) (*core.ClientIP, keyDefaults, error) 
 	case len(keys.parts) > 0 && host:
 		return nil, keys, errors.New("key and sourceCriterion.requestHost are mutually exclusive: write host as a key part")
 	case len(keys.parts) > 0:
-		keys.missing = core.MissingSkip
+		keys.missing, keys.option = core.MissingSkip, "key"
 	case header != "":
-		keys.parts, keys.fromSource = []string{"header:" + header}, true
+		keys.parts, keys.fromSource, keys.option = []string{"header:" + header}, true, "sourceCriterion.requestHeaderName"
 	case host:
-		keys.parts, keys.fromSource = []string{"host"}, true
+		keys.parts, keys.fromSource, keys.option = []string{"host"}, true, "sourceCriterion.requestHost"
 	default:
-		keys.parts, keys.fromSource = []string{"client_ip"}, true
+		keys.parts, keys.fromSource, keys.option = []string{"client_ip"}, true, "sourceCriterion"
 	}
 	if keys.fromSource {
 		keys.missing = core.MissingShared
