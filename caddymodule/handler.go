@@ -157,8 +157,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if z == nil {
 			return fmt.Errorf("zones[%d]: null", i)
 		}
+		if first, ok := h.zoneIndex[z.Name]; ok {
+			return fmt.Errorf("zones[%d].name %q: zones[%d] has the same name", i, z.Name, first)
+		}
 		if err := z.provision(ctx); err != nil {
-			return fmt.Errorf("zone %q: %w", z.Name, err)
+			return fmt.Errorf("zones[%d].%w", i, err)
 		}
 		z.prefix = zonePrefix(ctx, h.Share, z.Name)
 		limits[i] = z.limit
@@ -215,14 +218,9 @@ func (h *Handler) Validate() error {
 	if len(h.Zones) == 0 {
 		return errors.New("zones: at least one zone is required")
 	}
-	seen := make(map[string]bool, len(h.Zones))
-	for _, z := range h.Zones {
-		if seen[z.Name] {
-			return fmt.Errorf("zone %q: defined twice", z.Name)
-		}
-		seen[z.Name] = true
+	for i, z := range h.Zones {
 		if err := z.validate(); err != nil {
-			return fmt.Errorf("zone %q: %w", z.Name, err)
+			return fmt.Errorf("zones[%d].%w", i, err)
 		}
 	}
 	onRedis := h.Store != nil && h.Store.Redis != nil
