@@ -289,7 +289,12 @@ func newRedisStore(c *RedisStoreConfig) (*pooledStore, error) {
 	}
 	timeout := time.Duration(c.Timeout)
 	// Retries are off: a reply lost after the script ran would charge a
-	// retried request twice. Deadlines come from the request's context,
+	// retried request twice. So are dial retries (go-redis retries a
+	// failed dial 5 times, 100ms apart): within one decision's Timeout
+	// they only add failed dials, and once a pool has counted pool_size of
+	// them go-redis stops dialing and retries once a second on its own, so
+	// a Redis back from an outage would wait for that and then for the
+	// breaker's next probe. Deadlines come from the request's context,
 	// bounded by Timeout. RESP2 keeps script replies in the types
 	// core.Scripter documents; CLIENT SETINFO is not sent because servers
 	// before 7.2 refuse it.
@@ -301,6 +306,7 @@ func newRedisStore(c *RedisStoreConfig) (*pooledStore, error) {
 		PoolSize:              c.PoolSize,
 		Protocol:              2,
 		MaxRetries:            -1,
+		DialerRetries:         1,
 		DialTimeout:           timeout,
 		ReadTimeout:           timeout,
 		WriteTimeout:          timeout,
