@@ -6,8 +6,11 @@
 # a restart, on a fixed 11-second schedule. Checks, per host and policy:
 # no failed request and no 5xx; every answer from Redis while it works;
 # the policy's answers, each within 300 ms, while it is hung or gone;
-# Redis deciding again within 2 s of the restart; and the host's open file
-# descriptors no more than its Redis pool can add. Everything listens on 127.0.0.1 and
+# Redis deciding again within 2 s of the restart; once Redis answers again,
+# every answer from Redis within 1 s, which admits at most its quota, and
+# before that allow admitting all, deny none, fallback at most its local
+# share; and the host's open file descriptors no more than its Redis pool
+# can add. Everything listens on 127.0.0.1 and
 # is stopped on exit; about 40 s in all.
 set -euo pipefail
 
@@ -82,14 +85,17 @@ port="$(free_port)"
 	for policy in allow deny fallback; do
 		echo "	handle /$policy {"
 		echo "		sluice {"
+		rate=1/h
+		[ "$policy" = fallback ] && rate=2/h
 		echo "			zone $policy {"
-		echo "				rate 1/h"
+		echo "				rate $rate"
 		echo "			}"
 		echo "			store redis {"
 		echo "				address 127.0.0.1:$rport"
 		echo "			}"
 		if [ "$policy" = fallback ]; then
 			echo "			fallback local"
+			echo "			instances 2"
 		else
 			echo "			on_store_error $policy"
 		fi
@@ -132,11 +138,11 @@ tl_plugin_tree "$run"
 	done
 	echo "  middlewares:"
 	for policy in allow deny fallback; do
-		opt="onStoreError: $policy"
-		[ "$policy" = fallback ] && opt="fallback: local"
+		opt="average: 1, onStoreError: $policy"
+		[ "$policy" = fallback ] && opt="average: 2, fallback: local, instances: 2"
 		echo "    $policy:"
 		echo "      plugin:"
-		echo "        sluice: {average: 1, period: 1h, $opt, redis: {endpoints: [\"127.0.0.1:$rport\"]}}"
+		echo "        sluice: {$opt, period: 1h, redis: {endpoints: [\"127.0.0.1:$rport\"]}}"
 	done
 } >"$run/dynamic.yml"
 tl_render "$REPO/e2e/testdata/traefik/static.yml" "$run/static.yml" "PORT=$tport" "DYNAMIC=$run/dynamic.yml" "LOG=$run/traefik.log"

@@ -15,16 +15,23 @@
 //	    allow=http://127.0.0.1:8080/allow deny=http://127.0.0.1:8080/deny fallback=http://127.0.0.1:8080/fallback
 //
 // Each endpoint's name is its policy: allow (on_store_error allow), deny
-// (deny) or fallback (fallback local). Every limit is 1 per hour, so that
-// Redis answers 429 with the rate-limit headers from the second request
-// on; an answer without X-RateLimit-Limit comes from the failure policy.
+// (deny) or fallback (fallback local, with instances 2). Every limit is 1
+// per hour (fallback: 2 per hour, so that its local share, 1, tells a local
+// answer from Redis's by X-RateLimit-Limit), so that Redis answers 429
+// with the rate-limit headers from the first requests on; an answer
+// without X-RateLimit-Limit comes from the failure policy.
 // Checks, per endpoint: no request fails and none gets a 5xx; while Redis
 // works (SCRIPT FLUSH and CLIENT KILL included) every answer comes from
 // Redis; while it is hung or gone, allow answers 200 and deny 429 with
 // Retry-After from the policy, fallback decides locally, and the slowest
 // answer takes at most -bound (the circuit breaker's probe, one request a
 // second, waits the store's timeout; the others are answered at once);
-// after the restart Redis decides again within -recover. It prints one line per endpoint and phase and PASS/FAIL lines.
+// after the restart Redis decides again within -recover; and once Redis
+// answers PING again, within -holds every answer comes from Redis, which
+// admits at most its quota (it restarted empty), while before that allow
+// admits all, deny none, and fallback at most its local share (see
+// checkReturn). It prints one line per endpoint and phase and PASS/FAIL
+// lines.
 package main
 
 import (
@@ -35,6 +42,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,6 +54,7 @@ type answer struct {
 	at, took time.Duration // since the start; its latency
 	code     int           // 0: the request failed
 	redis    bool          // it carries X-RateLimit-Limit: a limit decided it
+	limit    string        // its X-RateLimit-Limit: the quota of the limit that decided it
 	retry    bool          // it carries Retry-After
 }
 
@@ -67,6 +76,8 @@ func main() {
 	rate := flag.Int("rate", 50, "requests per second to each endpoint")
 	bound := flag.Duration("bound", 300*time.Millisecond, "the slowest answer allowed while Redis is hung or gone")
 	recov := flag.Duration("recover", 2*time.Second, "the longest until Redis decides again after the restart")
+	holds := flag.Duration("holds", time.Second, "the longest, once Redis answers PING again, until the limit in Redis decides every request")
+	instances := flag.Int("instances", 2, "the fallback endpoint's instances: its local share is its quota divided by them")
 	flag.Parse()
 	if *redis == "" || *pid == 0 || *restart == "" || flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "outage: -redis, -pid, -restart and name=url endpoints are required")
@@ -79,6 +90,9 @@ func main() {
 		}
 	}
 	start := time.Now()
+	// back is when Redis answers PING again after the restart.
+	var backMu sync.Mutex
+	back := time.Duration(-1)
 	schedule := []struct {
 		at time.Duration
 		do func()
@@ -91,6 +105,14 @@ func main() {
 		{8 * time.Second, func() {
 			if err := exec.Command("sh", "-c", *restart).Run(); err != nil {
 				fmt.Println("outage: restart:", err)
+			}
+			for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				if out, err := exec.Command("redis-cli", "-h", host, "-p", port, "PING").Output(); err == nil && strings.TrimSpace(string(out)) == "PONG" {
+					backMu.Lock()
+					back = time.Since(start)
+					backMu.Unlock()
+					return
+				}
 			}
 		}},
 	}
@@ -117,9 +139,18 @@ func main() {
 	}
 	wg.Wait()
 
+	backMu.Lock()
+	backAt := back
+	backMu.Unlock()
+	if backAt < 0 {
+		fmt.Println("FAIL: outage: Redis did not answer PING within 2 s of the restart")
+		os.Exit(1)
+	}
+	fmt.Printf("outage: Redis answers PING %v after the restart\n", (backAt - 8*time.Second).Round(time.Millisecond))
 	failed := false
 	for i, name := range names {
 		failed = check(name, results[i], *bound, *recov) || failed
+		failed = checkReturn(name, results[i], backAt, *holds, *instances) || failed
 	}
 	if failed {
 		os.Exit(1)
@@ -149,7 +180,8 @@ func load(url string, rate int, start time.Time, end time.Duration) []answer {
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 				a.code = resp.StatusCode
-				a.redis = resp.Header.Get("X-Ratelimit-Limit") != ""
+				a.limit = resp.Header.Get("X-Ratelimit-Limit")
+				a.redis = a.limit != ""
 				a.retry = resp.Header.Get("Retry-After") != ""
 			}
 			mu.Lock()
@@ -244,5 +276,73 @@ func check(name string, as []answer, bound, recov time.Duration) bool {
 		return true
 	}
 	fmt.Printf("PASS: outage %s: policy followed, bounded, recovered\n", name)
+	return false
+}
+
+// checkReturn measures name's admissions once Redis is back (answering
+// PING at back, empty after its restart) against the bound README.md and
+// SECURITY.md document: within holds the limit in Redis decides every
+// request again; before that, allow admits every request, deny none, and
+// fallback at most its local share (the quota divided by instances, spent
+// during the outage already); from then on Redis admits
+// at most one full bucket (its quota here), having lost its counters. An
+// answer comes from Redis when it carries the quota of the answers of the
+// working phase (the local fallback's quota is a share of it: -instances
+// 2 makes the two differ) and, for allow and deny, any quota at all. It
+// prints the figures and reports whether a check failed.
+func checkReturn(name string, as []answer, back, holds time.Duration, instances int) bool {
+	full := ""
+	for _, a := range as {
+		if a.at < phases[0].to && a.redis {
+			full = a.limit
+			break
+		}
+	}
+	quota, _ := strconv.ParseFloat(full, 64)
+	fromRedis := func(a answer) bool { return a.redis && a.limit == full }
+	var problems []string
+	last := time.Duration(-1) // start of the last answer not from Redis, since back
+	beforeOK, redisOK, redisAll := 0, 0, 0
+	for _, a := range as {
+		if a.at < back {
+			continue
+		}
+		if !fromRedis(a) {
+			last = a.at - back
+			if a.code == http.StatusOK {
+				beforeOK++
+			}
+			continue
+		}
+		redisAll++
+		if a.code == http.StatusOK {
+			redisOK++
+		}
+	}
+	holdsAfter := "at once"
+	if last >= 0 {
+		holdsAfter = fmt.Sprintf("after %v", last.Round(time.Millisecond))
+	}
+	fmt.Printf("outage: %-8s after Redis is back: the limit in Redis decides every request %s (bound %v); before that %d admitted by the %s; then Redis admitted %d of %d (bound: its quota, %s)\n",
+		name, holdsAfter, holds, beforeOK, map[bool]string{true: "local fallback", false: "policy"}[name == "fallback"], redisOK, redisAll, full)
+	switch {
+	case full == "" || quota <= 0:
+		problems = append(problems, "no answer from Redis while it worked")
+	case last > holds:
+		problems = append(problems, fmt.Sprintf("an answer not from Redis %v after Redis was back, more than %v", last, holds))
+	case redisAll == 0:
+		problems = append(problems, "no answer from Redis after it was back")
+	case float64(redisOK) > quota:
+		problems = append(problems, fmt.Sprintf("Redis admitted %d after it was back, more than its quota %v", redisOK, quota))
+	case name == "deny" && beforeOK > 0:
+		problems = append(problems, fmt.Sprintf("deny admitted %d before Redis decided again", beforeOK))
+	case name == "fallback" && float64(beforeOK) > quota/float64(instances):
+		problems = append(problems, fmt.Sprintf("the local fallback admitted %d after Redis was back, more than its share %v", beforeOK, quota/float64(instances)))
+	}
+	if len(problems) > 0 {
+		fmt.Printf("FAIL: outage %s after Redis returns: %s\n", name, strings.Join(problems, "; "))
+		return true
+	}
+	fmt.Printf("PASS: outage %s after Redis returns: bounded\n", name)
 	return false
 }
