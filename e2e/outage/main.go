@@ -32,6 +32,19 @@
 // admits all, deny none, and fallback at most its local share (see
 // checkReturn). It prints one line per endpoint and phase and PASS/FAIL
 // lines.
+//
+// With -sentinel, it runs a failover instead: the same load for 6 s, and
+// at 2 s SENTINEL FAILOVER of -master asked of that Sentinel (the
+// endpoints' store follows the master the Sentinels name):
+//
+//	outage -sentinel 127.0.0.1:26379 -master mymaster allow=http://127.0.0.1:8080/failover
+//
+// Checks: the new master runs the endpoints' scripts within -switch of the
+// failover (the recovery, printed in seconds; before, the old master or
+// the failure policy answers); and per endpoint: no request fails and none
+// gets a 5xx; every answer before the failover comes from Redis; after it,
+// the failure policy answers for at most -switch, and Redis, holding the
+// counters it replicated, admits at most its quota more.
 package main
 
 import (
@@ -66,7 +79,9 @@ var phases = []struct {
 }{
 	{"working, then SCRIPT FLUSH and CLIENT KILL", 0, 3 * time.Second, true},
 	{"hung (SIGSTOP)", 3*time.Second + 300*time.Millisecond, 5 * time.Second, false},
-	{"gone (SIGKILL)", 6*time.Second + 300*time.Millisecond, 8 * time.Second, false},
+	// Until the store's timeout before the restart: a request started
+	// later may be decided by the restarted Redis.
+	{"gone (SIGKILL)", 6*time.Second + 300*time.Millisecond, 8*time.Second - 100*time.Millisecond, false},
 }
 
 func main() {
@@ -78,7 +93,16 @@ func main() {
 	recov := flag.Duration("recover", 2*time.Second, "the longest until Redis decides again after the restart")
 	holds := flag.Duration("holds", time.Second, "the longest, once Redis answers PING again, until the limit in Redis decides every request")
 	instances := flag.Int("instances", 2, "the fallback endpoint's instances: its local share is its quota divided by them")
+	sentinel := flag.String("sentinel", "", "host:port of a Sentinel: run a failover instead of the outage schedule")
+	master := flag.String("master", "mymaster", "with -sentinel, the master set to fail over")
+	switchBound := flag.Duration("switch", 4*time.Second, "with -sentinel, the longest after SENTINEL FAILOVER until the new master runs the scripts, and the failure policy may answer")
 	flag.Parse()
+	if *sentinel != "" && flag.NArg() > 0 {
+		if failover(*sentinel, *master, *rate, *switchBound, flag.Args()) {
+			os.Exit(1)
+		}
+		return
+	}
 	if *redis == "" || *pid == 0 || *restart == "" || flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "outage: -redis, -pid, -restart and name=url endpoints are required")
 		os.Exit(2)
@@ -344,5 +368,137 @@ func checkReturn(name string, as []answer, back, holds time.Duration, instances 
 		return true
 	}
 	fmt.Printf("PASS: outage %s after Redis returns: bounded\n", name)
+	return false
+}
+
+// failover loads the endpoints args (name=url) for 6 s while, at 2 s, the
+// Sentinel at sentinel fails master over, and checks each endpoint's
+// answers against bound (see the package documentation). It reports
+// whether a check failed.
+func failover(sentinel, master string, rate int, bound time.Duration, args []string) bool {
+	host, port, _ := strings.Cut(sentinel, ":")
+	cli := func(a ...string) (string, error) {
+		out, err := exec.Command("redis-cli", append([]string{"-h", host, "-p", port}, a...)...).Output()
+		return strings.TrimSpace(string(out)), err
+	}
+	before, _ := cli("SENTINEL", "get-master-addr-by-name", master)
+	start := time.Now()
+	const at, end = 2 * time.Second, 6 * time.Second
+	var mu sync.Mutex
+	asked, named, moved := time.Duration(-1), time.Duration(-1), time.Duration(-1)
+	go func() {
+		time.Sleep(time.Until(start.Add(at)))
+		if out, err := cli("SENTINEL", "FAILOVER", master); err != nil || out != "OK" {
+			fmt.Printf("outage: SENTINEL FAILOVER %s: %q %v\n", master, out, err)
+			return
+		}
+		mu.Lock()
+		asked = time.Since(start)
+		mu.Unlock()
+		var addr []string
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && addr == nil; time.Sleep(10 * time.Millisecond) {
+			if now, _ := cli("SENTINEL", "get-master-addr-by-name", master); now != before && now != "" {
+				mu.Lock()
+				named = time.Since(start)
+				mu.Unlock()
+				addr = strings.Fields(now)
+			}
+		}
+		if len(addr) != 2 {
+			return
+		}
+		// The hosts have moved when the new master runs their scripts
+		// itself: as a replica it only applied their effects.
+		for time.Since(start) < end {
+			out, _ := exec.Command("redis-cli", "-h", addr[0], "-p", addr[1], "INFO", "commandstats").Output()
+			if strings.Contains(string(out), "cmdstat_evalsha:calls=") {
+				mu.Lock()
+				moved = time.Since(start)
+				mu.Unlock()
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	results := make([][]answer, len(args))
+	var wg sync.WaitGroup
+	for i, arg := range args {
+		_, url, _ := strings.Cut(arg, "=")
+		i, url := i, url
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = load(url, rate, start, end)
+		}()
+	}
+	wg.Wait()
+	mu.Lock()
+	askedAt, namedAt, movedAt := asked, named, moved
+	mu.Unlock()
+	if askedAt < 0 || namedAt < 0 {
+		fmt.Printf("FAIL: outage failover: SENTINEL FAILOVER not done (asked at %v, new master named at %v)\n", askedAt, namedAt)
+		return true
+	}
+	if movedAt < 0 || movedAt-askedAt > bound {
+		fmt.Printf("FAIL: outage failover: the new master ran no script within %v of SENTINEL FAILOVER (the Sentinel named it after %v)\n", bound, (namedAt - askedAt).Round(time.Millisecond))
+		return true
+	}
+	fmt.Printf("outage: failover: the Sentinel names the new master %v after SENTINEL FAILOVER; the host's scripts run on it %.2f s after (the recovery; bound %v)\n",
+		(namedAt - askedAt).Round(time.Millisecond), (movedAt - askedAt).Seconds(), bound)
+	failed := false
+	for i, arg := range args {
+		name, _, _ := strings.Cut(arg, "=")
+		if checkFailover(name, results[i], askedAt, bound) {
+			failed = true
+		}
+	}
+	return failed
+}
+
+// checkFailover checks name's answers around a failover asked at asked,
+// prints its figures, and reports whether a check failed.
+func checkFailover(name string, as []answer, asked, bound time.Duration) bool {
+	var problems []string
+	for _, a := range as {
+		if a.code == 0 || a.code >= 500 {
+			problems = append(problems, fmt.Sprintf("at %.2f s status %d", a.at.Seconds(), a.code))
+			break
+		}
+	}
+	quota := 0.0
+	recovery, policy, admitted, decided := time.Duration(0), 0, 0, 0
+	for _, a := range as {
+		switch {
+		case a.at < asked && !a.redis:
+			problems = append(problems, fmt.Sprintf("at %.2f s, before the failover, an answer from the failure policy", a.at.Seconds()))
+		case a.at < asked:
+			quota, _ = strconv.ParseFloat(a.limit, 64)
+		case !a.redis:
+			policy++
+			recovery = a.at - asked
+		default:
+			decided++
+			if a.code == http.StatusOK {
+				admitted++
+			}
+		}
+	}
+	fmt.Printf("outage: %-8s failover: %d answers from the policy, the last %.2f s after SENTINEL FAILOVER (bound %v); after it Redis decided %d, admitted %d (bound: its quota, %v)\n",
+		name, policy, recovery.Seconds(), bound, decided, admitted, quota)
+	switch {
+	case quota == 0:
+		problems = append(problems, "no answer from Redis before the failover")
+	case recovery > bound:
+		problems = append(problems, fmt.Sprintf("the policy answered %v after the failover, more than %v", recovery, bound))
+	case decided == 0:
+		problems = append(problems, "no answer from the new master")
+	case float64(admitted) > quota:
+		problems = append(problems, fmt.Sprintf("the new master admitted %d, more than the quota %v", admitted, quota))
+	}
+	if len(problems) > 0 {
+		fmt.Printf("FAIL: outage %s failover: %s\n", name, strings.Join(problems, "; "))
+		return true
+	}
+	fmt.Printf("PASS: outage %s failover: no failed request, %d answers from the policy, no admission beyond the quota\n", name, policy)
 	return false
 }
