@@ -96,11 +96,11 @@ start_sentinel() {
 	local dir="$TMP/sentinel-$1" m r s
 	mkdir -p "$dir"
 	m="$(free_port)"
-	redis-server --bind 127.0.0.1 --port "$m" --save '' --appendonly no --repl-diskless-sync-delay 0 \
+	redis-server --bind 127.0.0.1 --port "$m" --dir "$dir" --save "" --appendonly no --repl-diskless-sync-delay 0 \
 		--logfile "$dir/master.log" --daemonize yes --pidfile "$TMP/redis-$m.pid"
 	tl_wait_port "$m" 10 || { echo "FAIL: the Sentinel's master did not listen"; exit 1; }
 	r="$(free_port)"
-	redis-server --bind 127.0.0.1 --port "$r" --save '' --appendonly no --repl-diskless-sync-delay 0 --replicaof 127.0.0.1 "$m" \
+	redis-server --bind 127.0.0.1 --port "$r" --dir "$dir" --save "" --appendonly no --repl-diskless-sync-delay 0 --replicaof 127.0.0.1 "$m" \
 		--logfile "$dir/replica.log" --daemonize yes --pidfile "$TMP/redis-$r.pid"
 	wait_for 15 sh -c "redis-cli -p $m INFO replication | grep -q 'state=online'" || { echo "FAIL: the replica did not sync"; exit 1; }
 	s="$(free_port)"
