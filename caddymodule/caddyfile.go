@@ -97,10 +97,11 @@ func noArg(d *caddyfile.Dispenser, name string) error {
 // parseZone reads "zone <name> { ... }".
 func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 	var z Zone
-	if args := d.RemainingArgs(); len(args) != 1 {
+	args := d.RemainingArgs()
+	if len(args) != 1 {
 		return d.Errf("zone: want one name before the block, got %d arguments", len(args))
 	}
-	z.Name = d.Val()
+	z.Name = args[0]
 	for _, other := range h.Zones {
 		if other.Name == z.Name {
 			return d.Errf("zone %q: defined twice", z.Name)
