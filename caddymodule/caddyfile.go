@@ -24,15 +24,13 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	seen := make(map[string]bool)
+	lines := make(map[string]int) // of the subdirectives, for errors found at the end
 	for d.NextBlock(0) {
 		sub := d.Val()
-		if sub != "zone" {
-			if seen[sub] {
-				return d.Errf("duplicate subdirective %q", sub)
-			}
-			seen[sub] = true
+		if _, dup := lines[sub]; dup && sub != "zone" {
+			return d.Errf("duplicate subdirective %q", sub)
 		}
+		lines[sub] = d.Line()
 		var err error
 		switch sub {
 		case "zone":
@@ -50,7 +48,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "headers":
 			h.Headers = d.RemainingArgs()
 			if len(h.Headers) == 0 {
-				return d.ArgErr()
+				return d.Err("headers: want at least one of ietf, legacy, x or off")
 			}
 			if _, err := core.ParseHeaderSet(h.Headers); err != nil {
 				return d.Err(err.Error())
@@ -67,10 +65,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "share":
 			h.Share, err = oneArg(d, sub, nil)
 		case "log_key":
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			h.LogKey = true
+			h.LogKey, err = true, noArg(d, sub)
 		default:
 			return d.Errf("unrecognized sluice subdirective %q", sub)
 		}
@@ -82,7 +77,18 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.Err("sluice: at least one zone is required")
 	}
 	if err := h.Validate(); err != nil {
+		if line, ok := lines[leadingField(err.Error())]; ok {
+			return fmt.Errorf("%w, at %s:%d", err, d.File(), line)
+		}
 		return d.Err(err.Error())
+	}
+	return nil
+}
+
+// noArg checks that the flag subdirective name has no argument.
+func noArg(d *caddyfile.Dispenser, name string) error {
+	if d.NextArg() {
+		return d.Errf("%s: takes no argument, got %q", name, d.Val())
 	}
 	return nil
 }
@@ -90,31 +96,31 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // parseZone reads "zone <name> { ... }".
 func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 	var z Zone
-	if !d.NextArg() {
-		return d.ArgErr()
+	args := d.RemainingArgs()
+	if len(args) != 1 {
+		return d.Errf("zone: want one name before the block, got %d arguments", len(args))
 	}
-	z.Name = d.Val()
-	if d.NextArg() {
-		return d.ArgErr()
-	}
+	z.Name = args[0]
 	for _, other := range h.Zones {
 		if other.Name == z.Name {
 			return d.Errf("zone %q: defined twice", z.Name)
 		}
 	}
-	seen := make(map[string]bool)
+	// lines are the lines of the zone's name and subdirectives, so that
+	// an error found in the zone as a whole points at the one at fault.
+	lines := map[string]int{"name": d.Line()}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		sub := d.Val()
-		if seen[sub] {
+		if _, dup := lines[sub]; dup && sub != "name" {
 			return d.Errf("zone %q: duplicate subdirective %q", z.Name, sub)
 		}
-		seen[sub] = true
+		lines[sub] = d.Line()
 		var err error
 		switch sub {
 		case "key":
 			args := d.RemainingArgs()
 			if len(args) == 0 {
-				return d.ArgErr()
+				return d.Err("key: want a template, such as {client_ip} or {http.request.header.X-API-Key}")
 			}
 			z.Key = strings.Join(args, " ")
 		case "rate":
@@ -160,7 +166,9 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 			z.TopKeys, err = intArg(d, sub, core.MinSketchCounters, core.MaxSketchCounters)
 		case "top_window":
 			var dur time.Duration
-			dur, err = durationArg(d, sub)
+			if dur, err = durationArg(d, sub); err == nil && (dur < core.MinSketchWindow || dur > core.MaxSketchWindow) {
+				err = d.Errf("top_window %q: want a duration from %v to %v", d.Val(), core.MinSketchWindow, core.MaxSketchWindow)
+			}
 			z.TopWindow = caddy.Duration(dur)
 		default:
 			return d.Errf("zone %q: unrecognized subdirective %q", z.Name, sub)
@@ -170,17 +178,40 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 		}
 	}
 	if err := z.check(); err != nil {
+		if line, ok := lines[leadingField(err.Error())]; ok {
+			return fmt.Errorf("zone %q: %w, at %s:%d", z.Name, err, d.File(), line)
+		}
 		return d.Errf("zone %q: %v", z.Name, err)
 	}
 	h.Zones = append(h.Zones, &z)
 	return nil
 }
 
+// leadingField returns the subdirective an error message begins with:
+// its leading run of lower-case letters, digits and underscores.
+func leadingField(msg string) string {
+	i := 0
+	for i < len(msg) && (msg[i] == '_' || msg[i] >= 'a' && msg[i] <= 'z' || msg[i] >= '0' && msg[i] <= '9') {
+		i++
+	}
+	return msg[:i]
+}
+
 // check validates a zone parsed from a Caddyfile as far as possible
 // without provisioning it: its limit and its key.
 func (z *Zone) check() error {
-	if _, err := z.coreLimit(); err != nil {
+	l, err := z.coreLimit()
+	if err != nil {
 		return err
+	}
+	if c := string(z.Cost); c != "" && !strings.ContainsAny(c, "{}") && l.Rated() {
+		cost, err := parseCost(c)
+		if err != nil {
+			return err
+		}
+		if err := checkCost(cost, l); err != nil {
+			return err
+		}
 	}
 	return z.validate()
 }
@@ -188,11 +219,11 @@ func (z *Zone) check() error {
 // parseStore reads "store memory [{ ... }]" or "store redis { ... }".
 func (h *Handler) parseStore(d *caddyfile.Dispenser) error {
 	if !d.NextArg() {
-		return d.ArgErr()
+		return d.Err("store: want memory or redis")
 	}
 	kind := d.Val()
 	if d.NextArg() {
-		return d.ArgErr()
+		return d.Errf("store %s: unexpected argument %q (options go in a block)", kind, d.Val())
 	}
 	h.Store = new(StoreConfig)
 	switch kind {
@@ -228,27 +259,31 @@ func (h *Handler) parseStore(d *caddyfile.Dispenser) error {
 // parseRedis reads the block of "store redis".
 func parseRedis(d *caddyfile.Dispenser) (*RedisStoreConfig, error) {
 	r := new(RedisStoreConfig)
-	seen := make(map[string]bool)
+	lines := make(map[string]int) // of the subdirectives, for errors found at the end
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		sub := d.Val()
-		if seen[sub] {
+		if _, dup := lines[sub]; dup {
 			return nil, d.Errf("store redis: duplicate subdirective %q", sub)
 		}
-		seen[sub] = true
+		lines[sub] = d.Line()
 		var err error
 		switch sub {
 		case "address":
-			r.Address, err = oneArg(d, sub, nil)
+			if r.Address, err = oneArg(d, sub, nil); err == nil {
+				err = addrErr(d, r)
+			}
 		case "addresses":
 			if r.Addresses = d.RemainingArgs(); len(r.Addresses) == 0 {
-				return nil, d.ArgErr()
+				return nil, d.Err("addresses: want the host:port of at least one Cluster node")
 			}
+			err = addrErr(d, r)
 		case "sentinel":
 			args := d.RemainingArgs()
 			if len(args) < 2 {
-				return nil, d.ArgErr()
+				return nil, d.Err("sentinel: want the master's name and at least one Sentinel's host:port")
 			}
 			r.Sentinel = &SentinelConfig{Master: args[0], Addresses: args[1:]}
+			err = addrErr(d, r)
 		case "username":
 			r.Username, err = oneArg(d, sub, nil)
 		case "password":
@@ -264,10 +299,7 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisStoreConfig, error) {
 		case "pool_size":
 			r.PoolSize, err = intArg(d, sub, 1, 1<<20)
 		case "readable_keys":
-			if d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			r.ReadableKeys = true
+			r.ReadableKeys, err = true, noArg(d, sub)
 		case "lease_ttl":
 			var dur time.Duration
 			if dur, err = durationArg(d, sub); err == nil && dur == 0 {
@@ -280,8 +312,8 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisStoreConfig, error) {
 			}
 		case "breaker":
 			var failures, backoff string
-			if !d.Args(&failures, &backoff) || d.NextArg() {
-				return nil, d.ArgErr()
+			if !d.AllArgs(&failures, &backoff) {
+				return nil, d.Errf("breaker: want two arguments, <failures> <backoff>, such as breaker 5 1s")
 			}
 			b := new(BreakerConfig)
 			n, perr := strconv.Atoi(failures)
@@ -302,15 +334,27 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisStoreConfig, error) {
 		}
 	}
 	if err := r.validate(); err != nil {
+		field := leadingField(strings.TrimPrefix(err.Error(), "store.redis."))
+		if line, ok := lines[field]; ok {
+			return nil, fmt.Errorf("%w, at %s:%d", err, d.File(), line)
+		}
 		return nil, d.Err(err.Error())
 	}
 	return r, nil
 }
 
+// addrErr checks the addresses of r read so far, at the current line.
+func addrErr(d *caddyfile.Dispenser, r *RedisStoreConfig) error {
+	if err := r.checkAddresses(false); err != nil {
+		return d.Err(err.Error())
+	}
+	return nil
+}
+
 // parseRedisTLS reads "tls [{ ... }]".
 func parseRedisTLS(d *caddyfile.Dispenser) (*RedisTLSConfig, error) {
 	if d.NextArg() {
-		return nil, d.ArgErr()
+		return nil, d.Errf("tls: unexpected argument %q (options go in a block)", d.Val())
 	}
 	t := new(RedisTLSConfig)
 	seen := make(map[string]bool)
@@ -331,10 +375,7 @@ func parseRedisTLS(d *caddyfile.Dispenser) (*RedisTLSConfig, error) {
 		case "server_name":
 			t.ServerName, err = oneArg(d, sub, nil)
 		case "insecure_skip_verify":
-			if d.NextArg() {
-				return nil, d.ArgErr()
-			}
-			t.InsecureSkipVerify = true
+			t.InsecureSkipVerify, err = true, noArg(d, sub)
 		default:
 			return nil, d.Errf("tls: unrecognized subdirective %q", sub)
 		}
@@ -349,10 +390,11 @@ func parseRedisTLS(d *caddyfile.Dispenser) (*RedisTLSConfig, error) {
 // check is not nil, checks it, turning check's error into one with the file
 // and line that names the subdirective.
 func oneArg(d *caddyfile.Dispenser, name string, check func(string) error) (string, error) {
-	var v string
-	if !d.AllArgs(&v) {
-		return "", d.ArgErr()
+	args := d.RemainingArgs()
+	if len(args) != 1 {
+		return "", d.Errf("%s: want one argument, got %d", name, len(args))
 	}
+	v := args[0]
 	if check != nil {
 		if err := check(v); err != nil {
 			msg := err.Error()

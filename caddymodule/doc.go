@@ -73,6 +73,19 @@
 // last renewed (long requests renew theirs every third of it), so that
 // the slots of a Caddy that crashed are free again after lease_ttl.
 //
+// # Errors
+//
+// A bad value fails the adapt or the load with one error that names it: in
+// a Caddyfile, the subdirective and its file and line ("zone \"api\": cost
+// 5: above the zone's capacity of 2 ..., at Caddyfile:7"); in JSON, the
+// field by its path ("zones[0].max_delay \"soon\": want a duration ...",
+// "store.redis.tls.verify: unknown field"). A cost above the zone's
+// capacity, which no request could pay, and a key template whose braces
+// do not pair are errors too. A Redis server that cannot be reached is
+// not: the config loads and on_store_error or the fallback answers until
+// Redis does, so that restarting Caddy during a Redis outage does not take
+// every site down (with deny, those requests get 429 with Retry-After: 1).
+//
 // # Order
 //
 // The directive runs before basic_auth by default, so that unauthenticated

@@ -160,8 +160,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if z == nil {
 			return fmt.Errorf("zones[%d]: null", i)
 		}
+		if first, ok := h.zoneIndex[z.Name]; ok {
+			return fmt.Errorf("zones[%d].name %q: zones[%d] has the same name", i, z.Name, first)
+		}
 		if err := z.provision(ctx); err != nil {
-			return fmt.Errorf("zone %q: %w", z.Name, err)
+			return fmt.Errorf("zones[%d].%w", i, err)
 		}
 		z.prefix = zonePrefix(ctx, h.Share, z.Name)
 		z.nearAt = z.nearLimit() * z.limit.Capacity()
@@ -245,19 +248,14 @@ func (h *Handler) Validate() error {
 	if len(h.Zones) == 0 {
 		return errors.New("zones: at least one zone is required")
 	}
-	seen := make(map[string]bool, len(h.Zones))
-	for _, z := range h.Zones {
-		if seen[z.Name] {
-			return fmt.Errorf("zone %q: defined twice", z.Name)
-		}
-		seen[z.Name] = true
+	for i, z := range h.Zones {
 		if err := z.validate(); err != nil {
-			return fmt.Errorf("zone %q: %w", z.Name, err)
+			return fmt.Errorf("zones[%d].%w", i, err)
 		}
 	}
 	onRedis := h.Store != nil && h.Store.Redis != nil
 	if onRedis && h.Store.Redis.LeaseTTL != 0 && !h.inFlight() {
-		return errors.New("store: redis: lease_ttl: only zones with max_in_flight take leases")
+		return errors.New("store.redis.lease_ttl: only zones with max_in_flight take leases")
 	}
 	switch h.Fallback {
 	case "":

@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"encoding/json"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -291,53 +290,6 @@ func TestReloadKeepsCounters(t *testing.T) {
 	}
 	if n, ok := stores.References("memory:1000000"); ok {
 		t.Errorf("after stop: memory store still has %d references", n)
-	}
-}
-
-// TestProvisionErrors checks that bad JSON values fail when the config
-// loads, naming the field.
-func TestProvisionErrors(t *testing.T) {
-	tests := []struct {
-		handler string
-		want    string
-	}{
-		{`{"zones":[{"name":"api","rate":"100/fortnight"}]}`, `zone "api": rate "100/fortnight": unknown unit`},
-		{`{"zones":[{"name":"api","rate":"1/s","algorithm":"gcra"}]}`, `zone "api": limit "api": algorithm "gcra": unknown`},
-		{`{"zones":[{"name":"api","rate":"1/s","ipv4_prefix":33}]}`, `zone "api": ipv4_prefix: must be between 0 and 32, got 33`},
-		{`{"zones":[{"name":"api","rate":"1/s","key":"{http.request.host}","ipv6_prefix":64}]}`, `zone "api": ipv4_prefix, ipv6_prefix: group client addresses`},
-		{`{"zones":[{"name":"api","rate":"1/s","cost":-1}]}`, `zone "api": cost "-1": must be positive`},
-		{`{"zones":[{"name":"api","rate":"1/s"},{"name":"api","rate":"2/s"}]}`, `limit "api": defined twice`},
-		{`{"zones":[]}`, `zones: at least one zone is required`},
-		{`{"zones":[{"name":"api","rate":"1/s"}],"headers":["draft"]}`, `headers "draft": unknown`},
-		{`{"zones":[{"name":"api","rate":"1/s"}],"body":"html"}`, `body "html": unknown`},
-		{`{"zones":[{"name":"api","rate":"1/s"}],"mode":"shadow"}`, `mode "shadow"`},
-		{`{"zones":[{"name":"api","rate":"1/s"}],"on_store_error":"maybe"}`, `on_store_error "maybe"`},
-		{`{"zones":[{"name":"api","rate":"1/s"}],"retry_jitter":1.5}`, `retry_jitter: must be between 0 and 1, got 1.5`},
-		{`{"zones":[{"name":"api","rate":"1/s"}],"fallback":"local"}`, `fallback: local applies only to a redis store`},
-		{`{"zones":[{"name":"api","rate":"1/s"}],"store":{"memory":{},"redis":{"address":"127.0.0.1:1"}}}`, `store: set memory or redis, not both`},
-		{`{"zones":[{"name":"api","rate":"1/s"}],"store":{"redis":{"address":"127.0.0.1:1","prefix":"{x}"}}}`, `prefix "{x}": must not contain braces`},
-		{`{"zones":[{"name":"api","rate":"1/s"}],"store":{"redis":{"address":"127.0.0.1:1","tls":{"ca":"/nonexistent/ca.pem"}}}}`, `tls: ca: neither PEM text nor a readable file: open /nonexistent/ca.pem`},
-	}
-	for _, tt := range tests {
-		var h map[string]any
-		if err := json.Unmarshal([]byte(tt.handler), &h); err != nil {
-			t.Fatal(err)
-		}
-		h["handler"] = "sluice"
-		raw, _ := json.Marshal(map[string]any{"apps": map[string]any{"http": map[string]any{"servers": map[string]any{
-			"srv0": map[string]any{"listen": []string{"127.0.0.1:0"}, "routes": []any{map[string]any{"handle": []any{h}}}},
-		}}}})
-		var cfg caddy.Config
-		if err := json.Unmarshal(raw, &cfg); err != nil {
-			t.Fatal(err)
-		}
-		err := caddy.Validate(&cfg)
-		if err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%s:\nerror %v\nwant one containing %q", tt.handler, err, tt.want)
-		}
-	}
-	if n := poolSize(); n != 0 {
-		t.Errorf("failed provisions left %d stores in the pool", n)
 	}
 }
 

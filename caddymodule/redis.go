@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -107,7 +108,8 @@ type BreakerConfig struct {
 	Backoff caddy.Duration `json:"backoff,omitempty"`
 }
 
-// validate checks c without building anything.
+// validate checks c without building anything. Addresses holding a
+// placeholder are checked by resolve, once expanded.
 func (c *RedisStoreConfig) validate() error {
 	n := 0
 	if c.Address != "" {
@@ -118,30 +120,77 @@ func (c *RedisStoreConfig) validate() error {
 	}
 	if c.Sentinel != nil {
 		n++
-		if c.Sentinel.Master == "" || len(c.Sentinel.Addresses) == 0 {
-			return errors.New("store: redis: sentinel: needs a master name and at least one address")
+		if c.Sentinel.Master == "" {
+			return errors.New("store.redis.sentinel.master: required, the name of the master set")
+		}
+		if len(c.Sentinel.Addresses) == 0 {
+			return errors.New("store.redis.sentinel.addresses: at least one Sentinel host:port is required")
 		}
 	}
 	if n != 1 {
-		return errors.New("store: redis: set exactly one of address, addresses (Cluster) and sentinel")
+		return errors.New("store.redis: set exactly one of address, addresses (Cluster) and sentinel")
+	}
+	if err := c.checkAddresses(false); err != nil {
+		return err
 	}
 	if err := core.CheckRedisDB(c.DB, len(c.Addresses) > 0); err != nil {
-		return fmt.Errorf("store: redis: %w", err)
+		return fmt.Errorf("store.redis.%w", err)
+	}
+	if c.Username != "" && c.Password == "" {
+		return errors.New("store.redis.username: needs a password (an ACL user authenticates with both)")
 	}
 	if c.Timeout < 0 {
-		return errors.New("store: redis: timeout: must not be negative")
+		return errors.New("store.redis.timeout: must not be negative")
 	}
 	if c.PoolSize < 0 {
-		return errors.New("store: redis: pool_size: must not be negative")
+		return errors.New("store.redis.pool_size: must not be negative")
 	}
 	if c.LeaseTTL < 0 {
-		return errors.New("store: redis: lease_ttl: must not be negative")
+		return errors.New("store.redis.lease_ttl: must not be negative")
 	}
-	if b := c.Breaker; b != nil && (b.Failures < 0 || b.Backoff < 0) {
-		return errors.New("store: redis: breaker: failures and backoff must not be negative")
+	if b := c.Breaker; b != nil && b.Failures < 0 {
+		return errors.New("store.redis.breaker.failures: must not be negative")
+	}
+	if b := c.Breaker; b != nil && b.Backoff < 0 {
+		return errors.New("store.redis.breaker.backoff: must not be negative")
 	}
 	if t := c.TLS; t != nil && (t.Cert == "") != (t.Key == "") {
-		return errors.New("store: redis: tls: cert and key go together")
+		return errors.New("store.redis.tls: cert and key go together")
+	}
+	if strings.ContainsAny(c.Prefix, "{}") {
+		return fmt.Errorf("store.redis.prefix %q: must not contain braces", c.Prefix)
+	}
+	return nil
+}
+
+// checkAddresses checks that every address is host:port; unless expanded,
+// it skips those holding a placeholder.
+func (c *RedisStoreConfig) checkAddresses(expanded bool) error {
+	check := func(option, a string) error {
+		if !expanded && strings.Contains(a, "{") {
+			return nil
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("store.redis.%s %q: want host:port", option, a)
+		}
+		return nil
+	}
+	if c.Address != "" {
+		if err := check("address", c.Address); err != nil {
+			return err
+		}
+	}
+	for _, a := range c.Addresses {
+		if err := check("addresses", a); err != nil {
+			return err
+		}
+	}
+	if c.Sentinel != nil {
+		for _, a := range c.Sentinel.Addresses {
+			if err := check("sentinel.addresses", a); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -149,6 +198,9 @@ func (c *RedisStoreConfig) validate() error {
 // resolve returns a copy of c with its placeholders expanded and its
 // defaults filled in.
 func (c *RedisStoreConfig) resolve() (*RedisStoreConfig, error) {
+	if err := c.validate(); err != nil {
+		return nil, err // Caddy validates after provisioning
+	}
 	repl := caddy.NewReplacer()
 	expand := func(s string) string { return repl.ReplaceKnown(s, "") }
 	r := *c
@@ -177,8 +229,11 @@ func (c *RedisStoreConfig) resolve() (*RedisStoreConfig, error) {
 	if r.Prefix == "" {
 		r.Prefix = core.DefaultRedisPrefix
 	}
-	if strings.ContainsAny(r.Prefix, "{}") {
-		return nil, fmt.Errorf("store: redis: prefix %q: must not contain braces", r.Prefix)
+	if c.Address != "" && r.Address == "" {
+		return nil, fmt.Errorf("store.redis.address %q: expands to nothing", c.Address)
+	}
+	if err := r.checkAddresses(true); err != nil {
+		return nil, err
 	}
 	return &r, nil
 }
@@ -229,7 +284,7 @@ func (c *RedisStoreConfig) tlsConfig() (*tls.Config, error) {
 	}
 	cfg, err := core.TLSConfig(t.CA, t.Cert, t.Key, t.InsecureSkipVerify, t.ServerName)
 	if err != nil {
-		return nil, fmt.Errorf("store: redis: tls: %w", err)
+		return nil, fmt.Errorf("store.redis.tls: %w", err)
 	}
 	return cfg, nil
 }
@@ -244,7 +299,12 @@ func newRedisStore(c *RedisStoreConfig) (*pooledStore, error) {
 	}
 	timeout := time.Duration(c.Timeout)
 	// Retries are off: a reply lost after the script ran would charge a
-	// retried request twice. Deadlines come from the request's context,
+	// retried request twice. So are dial retries (go-redis retries a
+	// failed dial 5 times, 100ms apart): within one decision's Timeout
+	// they only add failed dials, and once a pool has counted pool_size of
+	// them go-redis stops dialing and retries once a second on its own, so
+	// a Redis back from an outage would wait for that and then for the
+	// breaker's next probe. Deadlines come from the request's context,
 	// bounded by Timeout. RESP2 keeps script replies in the types
 	// core.Scripter documents; CLIENT SETINFO is not sent because servers
 	// before 7.2 refuse it.
@@ -256,6 +316,7 @@ func newRedisStore(c *RedisStoreConfig) (*pooledStore, error) {
 		PoolSize:              c.PoolSize,
 		Protocol:              2,
 		MaxRetries:            -1,
+		DialerRetries:         1,
 		DialTimeout:           timeout,
 		ReadTimeout:           timeout,
 		WriteTimeout:          timeout,

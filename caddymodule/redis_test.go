@@ -313,3 +313,21 @@ func TestStoreLabelsDiffer(t *testing.T) {
 		labels[l] = true
 	}
 }
+
+// TestRedisUnreachableAtStart: a Redis that cannot be reached when the
+// config loads is not a configuration error (a Caddy restarted during a
+// Redis outage keeps serving): the config loads, and each handler's
+// failure policy answers until Redis does: 429 with Retry-After under
+// deny, 200 under allow.
+func TestRedisUnreachableAtStart(t *testing.T) {
+	p := freePorts(t, 3)
+	store := redisStore("127.0.0.1:"+strconv.Itoa(p[2]), 2, "timeout", "100ms")
+	urls := loadCaddy(t,
+		server{port: p[0], handler: map[string]any{"zones": []any{zone("deny", "10/m")}, "store": store, "on_store_error": "deny"}},
+		server{port: p[1], handler: map[string]any{"zones": []any{zone("allow", "10/m")}, "store": store}},
+	)
+	if r := wantStatus(t, urls[0], []int{429})[0]; r.header.Get("Retry-After") != "1" {
+		t.Errorf("deny with Redis unreachable: Retry-After %q, want 1", r.header.Get("Retry-After"))
+	}
+	wantStatus(t, urls[1], []int{200})
+}

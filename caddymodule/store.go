@@ -36,7 +36,7 @@ func (c *StoreConfig) validate() error {
 		return errors.New("store: set memory or redis, not both")
 	}
 	if c.Memory != nil && c.Memory.MaxKeys < 0 {
-		return errors.New("store: memory: max_keys: must not be negative")
+		return errors.New("store.memory.max_keys: must not be negative")
 	}
 	if c.Redis != nil {
 		return c.Redis.validate()

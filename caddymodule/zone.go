@@ -178,6 +178,9 @@ func (z *Zone) provision(ctx caddy.Context) error {
 	if z.limit, err = z.coreLimit(); err != nil {
 		return err
 	}
+	if err := z.checkTop(); err != nil {
+		return err
+	}
 
 	switch key := z.key(); {
 	case isClientIPKey(key):
@@ -213,6 +216,11 @@ func (z *Zone) provision(ctx caddy.Context) error {
 	if err := z.provisionCost(); err != nil {
 		return err
 	}
+	if z.costTmpl == "" && z.limit.Rated() {
+		if err := checkCost(z.cost, z.limit); err != nil {
+			return err
+		}
+	}
 	return z.provisionMatch(ctx)
 }
 
@@ -240,9 +248,28 @@ func (z *Zone) coreLimit() (*core.Limit, error) {
 		l.Rate = rate
 	}
 	if err := l.Validate(); err != nil {
-		return nil, err
+		return nil, limitField(err)
 	}
 	return l, nil
+}
+
+// limitField returns err, an error of core.Limit.Validate, without the
+// limit's name, so that it begins with the field at fault ("rate", "burst",
+// "max_delay", "algorithm", "name"): the zone names the limit already.
+func limitField(err error) error {
+	if inner := errors.Unwrap(err); inner != nil {
+		return inner
+	}
+	return err
+}
+
+// checkCost refuses a fixed cost above the capacity of l, which no request
+// could ever pay.
+func checkCost(cost float64, l *core.Limit) error {
+	if c := l.Capacity(); cost > c {
+		return fmt.Errorf("cost %v: above the zone's capacity of %v (its burst, or the quota of a window algorithm), so no request could ever pass; lower the cost or raise the burst", cost, c)
+	}
+	return nil
 }
 
 // key is the key template, defaulted.
@@ -310,14 +337,60 @@ func (z *Zone) provisionMatch(ctx caddy.Context) error {
 
 // validate checks the settings that provision does not need.
 func (z *Zone) validate() error {
+	if err := checkKey(z.key()); err != nil {
+		return err
+	}
 	if z.groups() && !isClientIPKey(z.key()) {
-		return fmt.Errorf("ipv4_prefix, ipv6_prefix: group client addresses, so apply only to the key %s, not %q", clientIPKey, z.Key)
+		option := "ipv4_prefix"
+		if z.IPv4Prefix == 0 {
+			option = "ipv6_prefix"
+		}
+		return fmt.Errorf("%s: groups client addresses, so it applies only to the key %s, not %q", option, clientIPKey, z.Key)
 	}
 	if !(z.NearLimit >= 0 && z.NearLimit <= 1) {
 		return fmt.Errorf("near_limit: must be between 0 and 1 (a share of the capacity), got %v", z.NearLimit)
 	}
-	if _, err := core.NewHeavyHitters(z.TopKeys, time.Duration(z.TopWindow)); err != nil {
-		return fmt.Errorf("top_keys, top_window: %w", err)
+	return z.checkTop()
+}
+
+// checkTop checks TopKeys and TopWindow, zero meaning their defaults.
+func (z *Zone) checkTop() error {
+	if n := z.TopKeys; n != 0 && (n < core.MinSketchCounters || n > core.MaxSketchCounters) {
+		return fmt.Errorf("top_keys: must be between %d and %d, got %d", core.MinSketchCounters, core.MaxSketchCounters, n)
+	}
+	if w := time.Duration(z.TopWindow); w != 0 && (w < core.MinSketchWindow || w > core.MaxSketchWindow) {
+		return fmt.Errorf("top_window: must be between %v and %v, got %v", core.MinSketchWindow, core.MaxSketchWindow, w)
+	}
+	return nil
+}
+
+// checkKey checks that the braces of a key template pair up into
+// placeholders with names, as Caddy's replacer reads them (a brace escaped
+// with a backslash is text): a brace left open or closed twice would make
+// the key a literal text, one counter for every client.
+func checkKey(key string) error {
+	open := -1
+	for i := 0; i < len(key); i++ {
+		switch key[i] {
+		case '\\':
+			i++
+		case '{':
+			if open >= 0 {
+				return fmt.Errorf("key %q: a { inside the placeholder opened at byte %d", key, open)
+			}
+			open = i
+		case '}':
+			switch {
+			case open < 0:
+				return fmt.Errorf("key %q: a } at byte %d closes no placeholder", key, i)
+			case i == open+1:
+				return fmt.Errorf("key %q: an empty placeholder {}", key)
+			}
+			open = -1
+		}
+	}
+	if open >= 0 {
+		return fmt.Errorf("key %q: the placeholder opened at byte %d is not closed", key, open)
 	}
 	return nil
 }

@@ -141,8 +141,8 @@ func TestZoneProvisionErrors(t *testing.T) {
 		want string
 	}{
 		{Zone{Name: "z", Rate: "ten per second"}, `rate "ten per second"`},
-		{Zone{Name: "z", Rate: "10/s", Algorithm: "gcra"}, `limit "z": algorithm "gcra": unknown`},
-		{Zone{Name: "z", Rate: "10/s", Algorithm: "fixed_window", Burst: 3}, `limit "z": burst:`},
+		{Zone{Name: "z", Rate: "10/s", Algorithm: "gcra"}, `algorithm "gcra": unknown`},
+		{Zone{Name: "z", Rate: "10/s", Algorithm: "fixed_window", Burst: 3}, `burst: fixed_window takes its capacity`},
 		{Zone{Name: "a:b", Rate: "10/s"}, `name "a:b"`},
 		{Zone{Name: "z", Rate: "10/s", IPv4Prefix: 40}, "ipv4_prefix: must be between 0 and 32, got 40"},
 		{Zone{Name: "z", Rate: "10/s", IPv6Prefix: -1}, "ipv6_prefix: must be between 0 and 128, got -1"},
@@ -159,7 +159,7 @@ func TestZoneProvisionErrors(t *testing.T) {
 		}
 	}
 	z := Zone{Name: "z", Rate: "10/s", Key: "{http.request.header.X-API-Key}", IPv6Prefix: 64}
-	if err := z.validate(); err == nil || !strings.Contains(err.Error(), "ipv4_prefix, ipv6_prefix") {
+	if err := z.validate(); err == nil || !strings.HasPrefix(err.Error(), "ipv6_prefix: groups client addresses") {
 		t.Errorf("prefix on a header key: validate error %v", err)
 	}
 }

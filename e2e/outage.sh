@@ -6,9 +6,17 @@
 # a restart, on a fixed 11-second schedule. Checks, per host and policy:
 # no failed request and no 5xx; every answer from Redis while it works;
 # the policy's answers, each within 300 ms, while it is hung or gone;
-# Redis deciding again within 2 s of the restart; and the host's open file
-# descriptors no more than its Redis pool can add. Everything listens on 127.0.0.1 and
-# is stopped on exit; about 40 s in all.
+# Redis deciding again within 2 s of the restart; once Redis answers again,
+# every answer from Redis within 1 s, which admits at most its quota, and
+# before that allow admitting all, deny none, fallback at most its local
+# share; and the host's open file descriptors no more than its Redis pool
+# can add. Then, on a fourth endpoint whose store follows the master a
+# Redis Sentinel names (a master, a replica, one Sentinel), SENTINEL
+# FAILOVER under load: the new master running the host's scripts within
+# 4 s (the recovery, printed in seconds), no failed request, the policy
+# answering for at most 4 s, no admission beyond the quota (the new master
+# holds the counters it replicated). Everything listens on 127.0.0.1 and is
+# stopped on exit; about 50 s in all.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,6 +29,10 @@ TMP="$(mktemp -d "${TMPDIR:-/tmp}/sluice-outage.XXXXXX")"
 source "$REPO/e2e/testdata/traefik/lib.sh"
 cleanup() {
 	tl_cleanup
+	local f
+	for f in "$TMP"/redis-*.pid; do
+		[ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+	done
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -67,12 +79,61 @@ run_outage() {
 	[ -f "$TMP/redis-$rport.pid" ] && kill "$(cat "$TMP/redis-$rport.pid")" 2>/dev/null || true
 }
 
+# wait_for SECONDS COMMAND... retries COMMAND every 0.1 s until it succeeds
+# or SECONDS pass.
+wait_for() {
+	local deadline=$((SECONDS + $1))
+	shift
+	until "$@" >/dev/null 2>&1; do
+		[ "$SECONDS" -lt "$deadline" ] || return 1
+		sleep 0.1
+	done
+}
+# start_sentinel NAME starts a master, its replica and a Sentinel (quorum 1)
+# monitoring them as mymaster, on loopback ports, and sets SENTINEL_PORT once
+# the replica is in sync and the Sentinel knows it.
+start_sentinel() {
+	local dir="$TMP/sentinel-$1" m r s
+	mkdir -p "$dir"
+	m="$(free_port)"
+	redis-server --bind 127.0.0.1 --port "$m" --dir "$dir" --save "" --appendonly no --repl-diskless-sync-delay 0 \
+		--logfile "$dir/master.log" --daemonize yes --pidfile "$TMP/redis-$m.pid"
+	tl_wait_port "$m" 10 || { echo "FAIL: the Sentinel's master did not listen"; exit 1; }
+	r="$(free_port)"
+	redis-server --bind 127.0.0.1 --port "$r" --dir "$dir" --save "" --appendonly no --repl-diskless-sync-delay 0 --replicaof 127.0.0.1 "$m" \
+		--logfile "$dir/replica.log" --daemonize yes --pidfile "$TMP/redis-$r.pid"
+	wait_for 15 sh -c "redis-cli -p $m INFO replication | grep -q 'state=online'" || { echo "FAIL: the replica did not sync"; exit 1; }
+	s="$(free_port)"
+	printf 'port %s\nbind 127.0.0.1\nprotected-mode no\ndir %s\nsentinel monitor mymaster 127.0.0.1 %s 1\nsentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 2000\n' \
+		"$s" "$dir" "$m" >"$dir/sentinel.conf"
+	redis-server "$dir/sentinel.conf" --sentinel --logfile "$dir/sentinel.log" --daemonize yes --pidfile "$TMP/redis-$s.pid"
+	wait_for 15 sh -c "redis-cli -p $s SENTINEL replicas mymaster | grep -qx $r" || { echo "FAIL: the Sentinel did not learn of the replica"; tail -5 "$dir/sentinel.log"; exit 1; }
+	SENTINEL_PORT=$s
+}
+# run_failover HOST URL: SENTINEL FAILOVER under load of URL, whose store
+# follows the Sentinel's master; then the Sentinel's servers are stopped.
+run_failover() {
+	local host="$1" line f
+	while IFS= read -r line; do
+		case "$line" in
+		PASS:*) pass "$host: ${line#PASS: }" ;;
+		FAIL:*) fail "$host: ${line#FAIL: }" ;;
+		*) echo "$host: $line" ;;
+		esac
+	done < <("$TMP/outage" -sentinel "127.0.0.1:$SENTINEL_PORT" -master mymaster "allow=$2" 2>&1 || true)
+	for f in "$TMP"/redis-*.pid; do
+		[ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null && rm -f "$f"
+	done
+	return 0
+}
+
 go build -o "$TMP/outage" ./e2e/outage
 
 # --- caddy -------------------------------------------------------------------
 [ -x ./caddy ] || timeout 1800 ./xcaddy.sh build
 rport="$(free_port)"
 start_redis "$rport"
+start_sentinel caddy
 port="$(free_port)"
 {
 	echo "{"
@@ -82,14 +143,17 @@ port="$(free_port)"
 	for policy in allow deny fallback; do
 		echo "	handle /$policy {"
 		echo "		sluice {"
+		rate=1/h
+		[ "$policy" = fallback ] && rate=2/h
 		echo "			zone $policy {"
-		echo "				rate 1/h"
+		echo "				rate $rate"
 		echo "			}"
 		echo "			store redis {"
 		echo "				address 127.0.0.1:$rport"
 		echo "			}"
 		if [ "$policy" = fallback ]; then
 			echo "			fallback local"
+			echo "			instances 2"
 		else
 			echo "			on_store_error $policy"
 		fi
@@ -97,6 +161,17 @@ port="$(free_port)"
 		echo "		respond \"ok\""
 		echo "	}"
 	done
+	echo "	handle /failover {"
+	echo "		sluice {"
+	echo "			zone failover {"
+	echo "				rate 1/h"
+	echo "			}"
+	echo "			store redis {"
+	echo "				sentinel mymaster 127.0.0.1:$SENTINEL_PORT"
+	echo "			}"
+	echo "		}"
+	echo "		respond \"ok\""
+	echo "	}"
 	echo "}"
 } >"$TMP/Caddyfile"
 ./caddy run --config "$TMP/Caddyfile" --adapter caddyfile >"$TMP/caddy.log" 2>&1 &
@@ -104,12 +179,14 @@ caddy_pid=$!
 TL_PIDS+=("$caddy_pid")
 tl_wait_port "$port" 30 || { echo "FAIL: caddy did not listen on 127.0.0.1:$port"; tail -20 "$TMP/caddy.log"; exit 1; }
 run_outage caddy "$caddy_pid" "$rport" "http://127.0.0.1:$port"
+run_failover caddy "http://127.0.0.1:$port/failover"
 
 # --- traefik -----------------------------------------------------------------
 traefik="$(bash scripts/build-traefik.sh | tail -n 1)"
 [ -x "$traefik" ] || { echo "FAIL: no Traefik binary: '$traefik'"; exit 1; }
 rport="$(free_port)"
 start_redis "$rport"
+start_sentinel traefik
 tl_build_backend "$TMP/backend"
 backend_port="$(free_port)" tport="$(free_port)"
 tl_start_backend "$TMP/backend" "$backend_port"
@@ -124,7 +201,7 @@ tl_plugin_tree "$run"
 	echo "        servers:"
 	echo "          - url: \"http://127.0.0.1:$backend_port\""
 	echo "  routers:"
-	for policy in allow deny fallback; do
+	for policy in allow deny fallback failover; do
 		echo "    $policy:"
 		echo "      rule: \"PathPrefix(\`/$policy\`)\""
 		echo "      service: backend"
@@ -132,12 +209,15 @@ tl_plugin_tree "$run"
 	done
 	echo "  middlewares:"
 	for policy in allow deny fallback; do
-		opt="onStoreError: $policy"
-		[ "$policy" = fallback ] && opt="fallback: local"
+		opt="average: 1, onStoreError: $policy"
+		[ "$policy" = fallback ] && opt="average: 2, fallback: local, instances: 2"
 		echo "    $policy:"
 		echo "      plugin:"
-		echo "        sluice: {average: 1, period: 1h, $opt, redis: {endpoints: [\"127.0.0.1:$rport\"]}}"
+		echo "        sluice: {$opt, period: 1h, redis: {endpoints: [\"127.0.0.1:$rport\"]}}"
 	done
+	echo "    failover:"
+	echo "      plugin:"
+	echo "        sluice: {average: 1, period: 1h, redis: {sentinel: {masterName: mymaster, endpoints: [\"127.0.0.1:$SENTINEL_PORT\"]}}}"
 } >"$run/dynamic.yml"
 tl_render "$REPO/e2e/testdata/traefik/static.yml" "$run/static.yml" "PORT=$tport" "DYNAMIC=$run/dynamic.yml" "LOG=$run/traefik.log"
 tl_start_traefik "$traefik" "$run" "$run/static.yml"
@@ -145,6 +225,7 @@ traefik_pid=$TL_LAST_PID
 tl_wait_traefik "$tport" "$run/traefik.log" /allow 60 || { echo "FAIL: Traefik did not load the plugin"; tail -20 "$run/traefik.log"; exit 1; }
 # The readiness probe took /allow's one request: Redis holds its state.
 run_outage traefik "$traefik_pid" "$rport" "http://127.0.0.1:$tport"
+run_failover traefik "http://127.0.0.1:$tport/failover"
 
 if [ "$failures" -gt 0 ]; then
 	echo "outage: $failures check(s) FAILED"

@@ -9,10 +9,12 @@
 #            address in X-Forwarded-For from the trusted loopback peer:
 #            SOAK_KEYS (default 250000) distinct addresses, 2.5 × the cap.
 #            RSS bound: 60 MB over the RSS before the flood.
-#   traefik  the plugin keyed on header:X-API-Key, 11/h, in the process-wide
-#            store (1M keys): SOAK_TRAEFIK_KEYS (default 100000) API keys.
-#            RSS bound: 150 MB over the RSS before the flood. Then 200
-#            reloads of its file-provider configuration under traffic.
+#   traefik  the plugin keyed on header:X-API-Key, 11/h, in a store of its
+#            own of maxKeys 100000: SOAK_TRAEFIK_KEYS (default 100000) API
+#            keys. RSS bound: 150 MB over the RSS before the flood. Then, in
+#            a second Traefik, 1000 calls of New by reloads of its
+#            file-provider configuration under traffic (10 routers use the
+#            middleware), with goroutines, file descriptors and RSS flat.
 #
 #   ipv6     8 addresses rotated inside one /64 share its quota in Caddy
 #            with ipv6_prefix 64.
@@ -231,11 +233,9 @@ http:
   middlewares:
     flood:
       plugin:
-        sluice: {average: 11, period: 1h, key: "header:X-API-Key"}
+        sluice: {average: 11, period: 1h, key: "header:X-API-Key", maxKeys: 100000}
 YAML
 tl_render "$REPO/e2e/testdata/traefik/static.yml" "$run/static.yml" "PORT=$tport" "DYNAMIC=$run/dynamic.yml" "LOG=$run/traefik.log"
-# Watched, without throttling, for the reload storm.
-sed -i -e 's/^    watch: false$/    watch: true/' -e 's/^providers:$/providers:\n  providersThrottleDuration: 0s/' "$run/static.yml"
 tl_start_traefik "$traefik" "$run" "$run/static.yml"
 traefik_pid=$TL_LAST_PID
 if ! tl_wait_traefik "$tport" "$run/traefik.log" /flood 60; then
@@ -243,53 +243,105 @@ if ! tl_wait_traefik "$tport" "$run/traefik.log" /flood 60; then
 	tail -20 "$run/traefik.log"
 	exit 1
 fi
-flood "traefik, $tkeys API keys" "$traefik_pid" 150 -url "http://127.0.0.1:$tport/flood" -keys "$tkeys" -mode header -header X-API-Key
+flood "traefik, $tkeys API keys, maxKeys 100000" "$traefik_pid" 150 -url "http://127.0.0.1:$tport/flood" -keys "$tkeys" -mode header -header X-API-Key
+kill "$traefik_pid" && wait "$traefik_pid" 2>/dev/null || true
 
 # --- traefik reload storm ----------------------------------------------------
-# The file-provider configuration rewritten SOAK_TRAEFIK_RELOADS (default
-# 200) times, 50 ms apart, the average alternating between 10 and 11 per
-# hour (Traefik watches the file, without throttling, and calls the
-# plugin's New on every reload), under traffic: the victim of the flood
-# stays limited, the last rate applies, no error answer, file descriptors
-# and RSS flat.
-treloads="${SOAK_TRAEFIK_RELOADS:-200}"
-tvictim() { curl -s -o /dev/null -D - --max-time 5 -H "X-API-Key: victim" "http://127.0.0.1:$tport/flood" | tr -d '\r'; }
-f0="$(fds "$traefik_pid")" r0="$(rss "$traefik_pid")"
+# Traefik calls the plugin's New once per router using a middleware on every
+# configuration reload. A second Traefik watches its file-provider
+# configuration (without throttling), with debug logs and its debug API on
+# a loopback entryPoint: 10 routers use one middleware, and the file is
+# rewritten, the average alternating between 10 and 11 per hour, until
+# Traefik has called New SOAK_TRAEFIK_NEWS (default 1000) times, counted in
+# its log ("Adding tracing to middleware", which it logs when a middleware's
+# constructor returns; a write Traefik has not applied yet when the next
+# comes is coalesced with it), while a client loops on one router: the
+# spent victim stays limited, the last rate applies, no error answer,
+# goroutines, file descriptors and RSS flat. At most 600 writes and 60 s.
+news="${SOAK_TRAEFIK_NEWS:-1000}"
+routers=10
+tport="$(free_port)" aport="$(free_port)"
+storm="$TMP/storm"
+mkdir -p "$storm"
+tl_plugin_tree "$storm"
+storm_config() {
+	echo "http:"
+	echo "  services:"
+	echo "    backend:"
+	echo "      loadBalancer:"
+	echo "        servers:"
+	echo "          - url: \"http://127.0.0.1:$backend_port\""
+	echo "  routers:"
+	for r in $(seq 1 "$routers"); do
+		echo "    r$r:"
+		echo "      rule: \"PathPrefix(\`/r$r\`)\""
+		echo "      service: backend"
+		echo "      middlewares: [storm]"
+	done
+	echo "  middlewares:"
+	echo "    storm:"
+	echo "      plugin:"
+	echo "        sluice: {average: $1, period: 1h, key: \"header:X-API-Key\", maxKeys: 100000}"
+}
+storm_config 11 >"$storm/dynamic.yml"
+tl_render "$REPO/e2e/testdata/traefik/static.yml" "$storm/static.yml" "PORT=$tport" "DYNAMIC=$storm/dynamic.yml" "LOG=$storm/traefik.log"
+sed -i -e 's/^    watch: false$/    watch: true/' -e 's/^providers:$/providers:\n  providersThrottleDuration: 0s/' \
+	-e 's/^  level: INFO$/  level: DEBUG/' -e "s/^entryPoints:\$/entryPoints:\n  traefik:\n    address: \"127.0.0.1:$aport\"/" "$storm/static.yml"
+printf 'api:\n  insecure: true\n  debug: true\n' >>"$storm/static.yml"
+tl_start_traefik "$traefik" "$storm" "$storm/static.yml"
+storm_pid=$TL_LAST_PID
+if ! tl_wait_traefik "$tport" "$storm/traefik.log" /r1 60; then
+	echo "FAIL: Traefik did not load the plugin"
+	tail -20 "$storm/traefik.log"
+	exit 1
+fi
+tgoroutines() { curl -s --max-time 5 "http://127.0.0.1:$aport/debug/pprof/goroutine?debug=1" | sed -n 's/^goroutine profile: total //p'; }
+tvictim() { curl -s -o /dev/null -D - --max-time 5 -H "X-API-Key: victim" "http://127.0.0.1:$tport/r1" | tr -d '\r'; }
+newcalls() { grep -c 'Adding tracing to middleware.*middlewareName=storm@file' "$storm/traefik.log" || true; }
+for i in $(seq 1 12); do tvictim >/dev/null; done
+n0="$(newcalls)" g0="$(tgoroutines)" f0="$(fds "$storm_pid")" r0="$(rss "$storm_pid")"
 rm -f "$TMP/reload-done" "$TMP/reload-codes"
 (
 	bad=0
 	while [ ! -e "$TMP/reload-done" ]; do
-		code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -H "X-API-Key: bystander" "http://127.0.0.1:$tport/flood" || true)"
+		code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -H "X-API-Key: bystander" "http://127.0.0.1:$tport/r1" || true)"
 		case "$code" in 200 | 429) ;; *) bad=$((bad + 1)) ;; esac
 	done
 	echo "$bad" >"$TMP/reload-bad"
 ) &
 traffic_pid=$!
-lost=0
-for i in $(seq 1 "$treloads"); do
-	sed "s/average: 1[01],/average: $((10 + i % 2)),/" "$run/dynamic.yml" >"$run/dynamic.tmp"
-	mv "$run/dynamic.tmp" "$run/dynamic.yml"
-	sleep 0.05
-	if [ $((i % 20)) = 0 ]; then
+started=$SECONDS lost=0 writes=0 n1="$n0"
+while [ $((n1 - n0)) -lt "$news" ] && [ "$writes" -lt 600 ] && [ $((SECONDS - started)) -lt 60 ]; do
+	writes=$((writes + 1))
+	storm_config $((10 + writes % 2)) >"$storm/dynamic.tmp"
+	mv "$storm/dynamic.tmp" "$storm/dynamic.yml"
+	sleep 0.02
+	if [ $((writes % 10)) = 0 ]; then
 		case "$(tvictim)" in *" 429"*) ;; *) lost=$((lost + 1)) ;; esac
+		n1="$(newcalls)"
 	fi
 done
+took=$((SECONDS - started))
+# The last write applied: its rate is the one in effect.
 sleep 1
+n1="$(newcalls)"
 policy="$(tvictim | sed -n 's/^Ratelimit-Policy: //Ip')"
 touch "$TMP/reload-done"
 wait "$traffic_pid" || true
-f1="$(fds "$traefik_pid")" r1="$(rss "$traefik_pid")"
+sleep 1
+g1="$(tgoroutines)" f1="$(fds "$storm_pid")" r1="$(rss "$storm_pid")"
 bad="$(cat "$TMP/reload-bad" 2>/dev/null || echo '?')"
-want="q=$((10 + treloads % 2));"
-if [ "$lost" = 0 ] && [ "$bad" = 0 ] && [[ "$policy" == *"$want"* ]]; then
-	pass "traefik: $treloads configuration reloads under traffic: no error answer, the spent victim limited at every check, the last rate applied ($policy)"
+calls=$((n1 - n0))
+want="q=$((10 + writes % 2));"
+if [ "$calls" -ge "$news" ] && [ "$lost" = 0 ] && [ "$bad" = 0 ] && [[ "$policy" == *"$want"* ]]; then
+	pass "traefik: $calls calls of New ($((calls / routers)) reloads applied of $writes file writes, $routers routers) in $took s under traffic: no error answer, the spent victim limited at every check, the last rate applied ($policy)"
 else
-	fail "traefik: $treloads reloads: $bad error answers, the victim let through $lost times, RateLimit-Policy '$policy' (want $want)"
+	fail "traefik: $calls calls of New (want $news) from $writes file writes in $took s: $bad error answers, the victim let through $lost times, RateLimit-Policy '$policy' (want $want)"
 fi
-if [ "$f1" -le $((f0 + 10)) ] && [ "$r1" -le $((r0 + 60)) ]; then
-	pass "traefik: after $treloads reloads file descriptors $f0 → $f1, RSS $r0 → $r1 MB"
+if [ "$g1" -le $((g0 + 20)) ] && [ "$f1" -le $((f0 + 10)) ] && [ "$r1" -le $((r0 + 60)) ]; then
+	pass "traefik: after $calls calls of New goroutines $g0 → $g1, file descriptors $f0 → $f1, RSS $r0 → $r1 MB"
 else
-	fail "traefik: after $treloads reloads file descriptors $f0 → $f1, RSS $r0 → $r1 MB: not flat"
+	fail "traefik: after $calls calls of New goroutines $g0 → $g1, file descriptors $f0 → $f1, RSS $r0 → $r1 MB: not flat"
 fi
 
 if [ "$failures" -gt 0 ]; then

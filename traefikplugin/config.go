@@ -125,12 +125,24 @@ type Config struct {
 	// has already removed the header of every untrusted peer (see the
 	// package documentation).
 	TrustedProxies []string
+	// MaxKeys, when set, gives the middleware an in-memory store of its
+	// own holding at most this many (limit, key) states, instead of the
+	// process-wide one (1,048,576 states) that every middleware without
+	// MaxKeys shares: a flood of this middleware's keys then evicts only
+	// its own states, and others' floods never evict its. With Redis it
+	// sizes the store of fallback: local, and needs it. Changing it starts
+	// the middleware's in-memory counters afresh.
+	MaxKeys string
 	// ExemptIPs lists client networks (CIDR prefixes or addresses) whose
 	// requests bypass every limit of the middleware, without rate-limit
 	// headers: monitoring, internal services. The client's address is the
 	// one the key's client_ip part takes, as ipStrategy and TrustedProxies
 	// derive it.
 	ExemptIPs []string
+	// Unknown collects the options Traefik passes that the plugin does
+	// not know (mapstructure's remain); New refuses any, naming it, so that
+	// a misspelt option is not silently ignored.
+	Unknown map[string]interface{} `mapstructure:",remain"`
 }
 
 // LimitConfig is one item of Config.Limits. Options left empty take the
@@ -160,6 +172,8 @@ type LimitConfig struct {
 	MaxDelay string
 	// OnMissingKey is as Config.OnMissingKey.
 	OnMissingKey string
+	// Unknown is as Config.Unknown.
+	Unknown map[string]interface{} `mapstructure:",remain"`
 }
 
 // SourceCriterion is Traefik's rateLimit.sourceCriterion. At most one of its
@@ -172,6 +186,8 @@ type SourceCriterion struct {
 	// RequestHost, "true", keys requests by the requested host (without
 	// its port and lowercased, unlike Traefik's built-in).
 	RequestHost string
+	// Unknown is as Config.Unknown.
+	Unknown map[string]interface{} `mapstructure:",remain"`
 }
 
 // IPStrategy is Traefik's ipStrategy: how the client IP is found.
@@ -188,6 +204,8 @@ type IPStrategy struct {
 	// IPv6Subnet, between 1 and 128, groups IPv6 clients by this prefix
 	// length (64: one bucket per /64).
 	IPv6Subnet string
+	// Unknown is as Config.Unknown.
+	Unknown map[string]interface{} `mapstructure:",remain"`
 }
 
 // Redis is Traefik's rateLimit.redis, for one standalone Redis server.
@@ -240,6 +258,8 @@ type Redis struct {
 	// what to use instead, rather than ignoring them.
 	MinIdleConns string
 	Secret       string
+	// Unknown is as Config.Unknown.
+	Unknown map[string]interface{} `mapstructure:",remain"`
 }
 
 // RedisSentinel names a master set monitored by Redis Sentinels: the
@@ -254,6 +274,8 @@ type RedisSentinel struct {
 	// require it; Password may be "env:NAME" as for Redis.Password.
 	Username string
 	Password string
+	// Unknown is as Config.Unknown.
+	Unknown map[string]interface{} `mapstructure:",remain"`
 }
 
 // RedisTLS is Traefik's client TLS configuration. CA, Cert and Key are each
@@ -271,6 +293,8 @@ type RedisTLS struct {
 	// the plugin cannot read: New refuses them (use CA, Cert and Key).
 	CASecret   string
 	CertSecret string
+	// Unknown is as Config.Unknown.
+	Unknown map[string]interface{} `mapstructure:",remain"`
 }
 
 // CreateConfig returns an empty configuration: no limit until Average or

@@ -10,7 +10,8 @@ import (
 // decodeLikeTraefik decodes m into the struct out points to the way Traefik
 // decodes a plugin's configuration: mapstructure with WeaklyTypedInput and
 // StringToSliceHookFunc(","), option names matched in any letter case,
-// unknown options ignored. It covers the kinds Config uses: strings (from
+// the options no field names collected in the field tagged
+// `mapstructure:",remain"`. It covers the kinds Config uses: strings (from
 // strings, numbers and booleans, a boolean becoming "1" or "0" as
 // mapstructure writes it), string lists (from a list or one
 // comma-separated string), pointers to structs and lists of structs (from
@@ -21,14 +22,29 @@ func decodeLikeTraefik(m map[string]interface{}, out interface{}) error {
 
 func decodeStruct(path string, m map[string]interface{}, v reflect.Value) error {
 	t := v.Type()
+	remain := -1
+	for i := 0; i < t.NumField(); i++ {
+		if strings.HasSuffix(t.Field(i).Tag.Get("mapstructure"), ",remain") {
+			remain = i
+		}
+	}
 	for k, raw := range m {
+		known := false
 		for i := 0; i < t.NumField(); i++ {
-			if !strings.EqualFold(t.Field(i).Name, k) {
+			if i == remain || !strings.EqualFold(t.Field(i).Name, k) {
 				continue
 			}
+			known = true
 			if err := decodeValue(path+k, raw, v.Field(i)); err != nil {
 				return err
 			}
+		}
+		if !known && remain >= 0 {
+			f := v.Field(remain)
+			if f.IsNil() {
+				f.Set(reflect.ValueOf(map[string]interface{}{}))
+			}
+			f.SetMapIndex(reflect.ValueOf(k), reflect.ValueOf(raw))
 		}
 	}
 	return nil

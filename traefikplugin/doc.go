@@ -15,8 +15,8 @@
 // dialTimeout, readTimeout, writeTimeout, poolSize, maxActiveConns). On top of them come
 // sluice's own: algorithm, cost, maxDelay, key, onMissingKey, limits,
 // headers, body, mode, onStoreError, fallback, instances, retryJitter,
-// trustedProxies, exemptIPs, redis.timeout and redis.sentinel, and
-// maxInFlight (inFlightReq's amount, which is accepted too) with
+// trustedProxies, exemptIPs, maxKeys, redis.timeout and redis.sentinel,
+// and maxInFlight (inFlightReq's amount, which is accepted too) with
 // redis.leaseTTL. See [Config] for each. Every value may be a string, as
 // Docker labels give it.
 //
@@ -69,8 +69,10 @@
 // shared by every middleware with the same connection settings and closed
 // with the last of them. The in-memory store is one for the whole process,
 // bounded to 1,048,576 (limit, key) states, whose memory grows with the
-// states held (about 50-100 bytes each); each middleware's keys
-// are prefixed with its name, so middlewares never share a bucket, while
+// states held (about 50-100 bytes each); a middleware with maxKeys has a
+// store of its own instead, of that capacity, kept across its reloads while
+// maxKeys stays the same and dropped with its last configuration. Each
+// middleware's keys are prefixed with its name, so middlewares never share a bucket, while
 // the RateLimit-Policy header shows the plain limit name. The top-level
 // limit is named "default", or as the name option says, never after the
 // middleware. Nothing starts a goroutine.

@@ -20,6 +20,7 @@ type entry struct {
 	name   string
 	lane   *core.Lane
 	redis  *redisClient // nil with the in-memory store
+	own    string       // the registry's ownStoreID of its own in-memory store, or ""
 	report *report
 
 	used uint64 // registry.seq of the last New that returned it; under registry.mu

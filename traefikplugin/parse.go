@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -83,6 +84,9 @@ func parseDuration(option, s string) (time.Duration, error) {
 			return 0, fmt.Errorf("%s %q: out of range", option, s)
 		}
 		d = time.Duration(f * float64(time.Second))
+		if f > 0 && d == 0 {
+			return 0, fmt.Errorf("%s %q: shorter than a nanosecond", option, s)
+		}
 	} else {
 		d, err = time.ParseDuration(s)
 		if err != nil {
@@ -120,3 +124,56 @@ const defaultLimitName = "default"
 
 // defaultPeriod is Traefik's default rateLimit period.
 const defaultPeriod = time.Second
+
+// refuseUnknown names the first option of cfg, in a fixed order, that the
+// plugin does not know.
+func refuseUnknown(cfg *Config) error {
+	if err := unknownOption("", cfg.Unknown); err != nil {
+		return err
+	}
+	if sc := cfg.SourceCriterion; sc != nil {
+		if err := unknownOption("sourceCriterion.", sc.Unknown); err != nil {
+			return err
+		}
+		if st := sc.IPStrategy; st != nil {
+			if err := unknownOption("sourceCriterion.ipStrategy.", st.Unknown); err != nil {
+				return err
+			}
+		}
+	}
+	for i := range cfg.Limits {
+		if err := unknownOption("limits["+strconv.Itoa(i)+"].", cfg.Limits[i].Unknown); err != nil {
+			return err
+		}
+	}
+	r := cfg.Redis
+	if r == nil {
+		return nil
+	}
+	if err := unknownOption("redis.", r.Unknown); err != nil {
+		return err
+	}
+	if r.Sentinel != nil {
+		if err := unknownOption("redis.sentinel.", r.Sentinel.Unknown); err != nil {
+			return err
+		}
+	}
+	if r.TLS != nil {
+		return unknownOption("redis.tls.", r.TLS.Unknown)
+	}
+	return nil
+}
+
+// unknownOption reports the first, in sorted order, of the options of
+// unknown, found under path.
+func unknownOption(path string, unknown map[string]interface{}) error {
+	if len(unknown) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(unknown))
+	for k := range unknown {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return fmt.Errorf("%s%s: unknown option (see the options in the plugin's README; names match in any letter case)", path, names[0])
+}

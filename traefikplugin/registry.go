@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"strconv"
 	"sync"
 
 	"github.com/sluicehq/sluice/core"
@@ -57,10 +58,12 @@ func (errorLog) Write(p []byte) (int, error) {
 // an unchanged configuration finds it again; a changed configuration gets a
 // new entry, with the new settings in effect at once.
 //
-// Counters live in stores shared by all entries, so they survive both kinds
+// Counters live in stores shared by entries, so they survive both kinds
 // of reload: the in-memory store is one for the whole process, and keys are
 // prefixed with the middleware's name so that middlewares never share a
-// bucket; a limit whose name and algorithm are unchanged keeps its counters
+// bucket; a middleware with maxKeys has an in-memory store of its own
+// instead, shared by its entries of that capacity and dropped with the last
+// of them; a limit whose name and algorithm are unchanged keeps its counters
 // under a changed rate or burst, which then applies. Redis clients are
 // shared by every entry with the same connection settings and closed when
 // the last such entry goes.
@@ -83,7 +86,8 @@ type registry struct {
 	stderr      io.Writer // configuration notes, store outages
 
 	mu      sync.Mutex
-	memory  *core.MemoryStore // created on first use
+	memory  *core.MemoryStore    // created on first use
+	own     map[string]*ownStore // middlewares' own stores, by ownStoreID
 	entries map[string]*entry
 	redis   map[string]*redisClient // by redisOptions.id
 	seq     uint64                  // counts New calls; entry.used
@@ -101,6 +105,7 @@ func newRegistry(clock core.Clock, memoryKeys int, stdout, stderr io.Writer) *re
 		stdout:      stdout,
 		stderr:      stderr,
 		entries:     map[string]*entry{},
+		own:         map[string]*ownStore{},
 		redis:       map[string]*redisClient{},
 	}
 	if clock == nil {
@@ -159,21 +164,32 @@ func (g *registry) new(ctx context.Context, next http.Handler, cfg *Config, name
 // build creates the entry id for s, or returns the one a concurrent call
 // created first.
 func (g *registry) build(ctx context.Context, id, name string, s *settings) (*entry, error) {
-	memory, err := g.memoryStore()
+	var memory *core.MemoryStore
+	var err error
+	own := ""
+	if s.maxKeys > 0 {
+		own = ownStoreID(name, s.maxKeys)
+		memory, err = g.ownStore(own, s.maxKeys)
+	} else {
+		memory, err = g.memoryStore()
+	}
 	if err != nil {
 		return nil, err
 	}
 	var rc *redisClient
 	if s.redis != nil {
 		if rc, err = g.redisClient(ctx, s.redis); err != nil {
+			g.releaseOwn(own)
 			return nil, err
 		}
 	}
 	e, err := newEntry(name, s, memory, rc, g.coreClock, g.clock, g.stdout)
 	if err != nil {
 		g.release(rc)
+		g.releaseOwn(own)
 		return nil, err
 	}
+	e.own = own
 
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -181,6 +197,7 @@ func (g *registry) build(ctx context.Context, id, name string, s *settings) (*en
 	if old := g.entries[id]; old != nil {
 		old.used = g.seq
 		g.releaseLocked(rc)
+		g.releaseOwnLocked(own)
 		return old, nil
 	}
 	e.used = g.seq
@@ -207,6 +224,53 @@ func (g *registry) memoryStore() (*core.MemoryStore, error) {
 		g.memory = st
 	}
 	return g.memory, nil
+}
+
+// ownStore is the in-memory store of the middlewares with maxKeys of one
+// name and capacity, and how many registry entries use it.
+type ownStore struct {
+	store *core.MemoryStore
+	refs  int
+}
+
+// ownStoreID identifies the own store of middleware name with capacity
+// maxKeys.
+func ownStoreID(name string, maxKeys int) string {
+	return name + "\x00" + strconv.Itoa(maxKeys)
+}
+
+// ownStore returns the own store id, of capacity maxKeys, creating it if
+// needed, and counts one more reference to it.
+func (g *registry) ownStore(id string, maxKeys int) (*core.MemoryStore, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if o := g.own[id]; o != nil {
+		o.refs++
+		return o.store, nil
+	}
+	st, err := core.NewMemoryStore(core.MemoryConfig{MaxKeys: maxKeys, Clock: g.coreClock})
+	if err != nil {
+		return nil, err
+	}
+	g.own[id] = &ownStore{store: st, refs: 1}
+	return st, nil
+}
+
+// releaseOwn drops one reference to the own store id ("": none).
+func (g *registry) releaseOwn(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.releaseOwnLocked(id)
+}
+
+func (g *registry) releaseOwnLocked(id string) {
+	o := g.own[id]
+	if o == nil {
+		return
+	}
+	if o.refs--; o.refs <= 0 {
+		delete(g.own, id)
+	}
 }
 
 // redisClient returns the client for o, creating it if needed, and counts
@@ -289,4 +353,5 @@ func (g *registry) dropLocked(id string) {
 	e := g.entries[id]
 	delete(g.entries, id)
 	g.releaseLocked(e.redis)
+	g.releaseOwnLocked(e.own)
 }

@@ -190,3 +190,66 @@ func TestSkippedKeyNote(t *testing.T) {
 		t.Errorf("stdout %q, want nothing for shared or client_ip keys", got)
 	}
 }
+
+// TestMaxKeys checks that a middleware with maxKeys has an in-memory store
+// of its own, of that capacity: a flood of its keys fills only that store,
+// never the process-wide one nor another middleware's; its reloads keep it
+// and its counters; a changed maxKeys starts afresh; and the store goes
+// with the last entry that uses it.
+func TestMaxKeys(t *testing.T) {
+	g := newTestRegistry()
+	g.maxVersions = 1 // each reload drops the configuration it replaces
+	keyed := func(maxKeys string) *Config {
+		return &Config{Average: "1", Period: "1h", Burst: "2", Key: []string{"header:X-Key"}, MaxKeys: maxKeys}
+	}
+	flood, _ := g.mustNew(t, keyed("128"), "flood@file")
+	other, _ := g.mustNew(t, &Config{Average: "1", Period: "1h", Key: []string{"header:X-Key"}}, "other@file")
+	victim := request{headers: map[string]string{"X-Key": "victim"}}
+	if got := codes(flood, victim, 3); got != "200 200 429" {
+		t.Fatalf("flood@file's victim: got %s, want 200 200 429", got)
+	}
+	codes(other, victim, 1)
+	n := 1000
+	if testing.Short() {
+		n = 300 // the interpreter
+	}
+	for i := 0; i < n; i++ {
+		do(flood, request{headers: map[string]string{"X-Key": "k" + strconv.Itoa(i)}})
+	}
+	g.mu.Lock()
+	own := g.own[ownStoreID("flood@file", 128)]
+	shared := g.memory
+	g.mu.Unlock()
+	if own == nil || own.store == shared {
+		t.Fatalf("flood@file has no store of its own: %+v", own)
+	}
+	if own.store.Cap() != 128 || own.store.Len() > 128 {
+		t.Errorf("own store: cap %d, %d states held; want 128 and at most 128", own.store.Cap(), own.store.Len())
+	}
+	if got := shared.Len(); got != 1 {
+		t.Errorf("the process-wide store holds %d states after the flood, want 1 (other@file's victim)", got)
+	}
+	if got := codes(flood, victim, 1); got != "429" {
+		t.Errorf("flood@file's spent victim after %d keys: got %s, want 429 (the state closest to expiring goes first)", n, got)
+	}
+	if got := codes(other, victim, 1); got != "429" {
+		t.Errorf("other@file's spent victim: got %s, want 429", got)
+	}
+
+	// A reload with another setting but the same maxKeys: the same store.
+	flood, _ = g.mustNew(t, &Config{Average: "1", Period: "1h", Burst: "3", Key: []string{"header:X-Key"}, MaxKeys: "128"}, "flood@file")
+	if got := codes(flood, victim, 2); got != "200 429" {
+		t.Errorf("burst 3, same maxKeys: got %s, want 200 429 (the counters kept)", got)
+	}
+	// Another maxKeys: a store of its own, counters afresh.
+	flood, _ = g.mustNew(t, keyed("256"), "flood@file")
+	if got := codes(flood, victim, 3); got != "200 200 429" {
+		t.Errorf("maxKeys 256: got %s, want 200 200 429 (a new store)", got)
+	}
+	g.mu.Lock()
+	_, kept := g.own[ownStoreID("flood@file", 128)]
+	g.mu.Unlock()
+	if kept {
+		t.Error("the store of maxKeys 128 outlived every entry using it")
+	}
+}

@@ -13,6 +13,9 @@ import (
 // maxLimits is the most limits one middleware may define.
 const maxLimits = 32
 
+// maxMemoryKeys is the largest maxKeys, as for the Caddy module's max_keys.
+const maxMemoryKeys = 1 << 30
+
 // settings is a Config parsed and checked: everything a registry entry
 // needs to build its Gate.
 type settings struct {
@@ -25,6 +28,9 @@ type settings struct {
 	fallback  bool
 	instances int
 	leaseTTL  time.Duration // redis.leaseTTL, or 0 for core's default
+	// maxKeys, when positive, is the capacity of the middleware's own
+	// in-memory store; zero means the process-wide store.
+	maxKeys int
 	// notes are remarks about the configuration, logged once when the
 	// registry entry is created; infos likewise, but at debug level (the
 	// plugin's standard output), as they warn of nothing wrong.
@@ -51,11 +57,16 @@ type keyDefaults struct {
 	// fromSource is set when parts come from SourceCriterion, where a
 	// missing key is shared as in Traefik's built-in.
 	fromSource bool
+	// option is the option parts come from, for errors.
+	option string
 }
 
 // parse checks cfg, the configuration of middleware name, and returns its
 // settings.
 func parse(cfg *Config, name string) (*settings, error) {
+	if err := refuseUnknown(cfg); err != nil {
+		return nil, err
+	}
 	s := &settings{}
 	ip, keys, err := parseSource(cfg, s)
 	if err != nil {
@@ -78,7 +89,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 	}
 
 	specIndex := map[string]int{}
-	add := func(option string, l *core.Limit, parts []string, missing core.MissingKey, cost float64) error {
+	add := func(option, costOption string, l *core.Limit, parts []string, missing core.MissingKey, cost float64) error {
 		id := strings.Join(parts, "\x00")
 		i, ok := specIndex[id]
 		if !ok {
@@ -89,6 +100,9 @@ func parse(cfg *Config, name string) (*settings, error) {
 			i = len(s.specs)
 			s.specs = append(s.specs, spec)
 			specIndex[id] = i
+		}
+		if c := l.Capacity(); cost > c && l.Rated() {
+			return fmt.Errorf("%s: %v is above the capacity of limit %q (%v: its burst, or for a window algorithm its average), so no request could ever pass; lower the cost or raise the capacity", costOption, cost, l.Name, c)
 		}
 		s.plans = append(s.plans, limitPlan{limit: l, spec: i, missing: missing, cost: cost})
 		if missing == core.MissingSkip {
@@ -120,6 +134,9 @@ func parse(cfg *Config, name string) (*settings, error) {
 		if strings.TrimSpace(cfg.MaxInFlight) != "" {
 			return nil, errors.New("amount, maxInFlight: set one of them (amount is inFlightReq's name for maxInFlight)")
 		}
+		if _, err := parseInt("amount", cfg.Amount, 0, 0, 1<<30); err != nil {
+			return nil, err
+		}
 		top.MaxInFlight = cfg.Amount
 	}
 	switch l, err := buildLimit(top, ""); {
@@ -127,7 +144,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 	case err != nil:
 		return nil, err
 	default:
-		if err := add("key", l, keys.parts, keys.missing, cost); err != nil {
+		if err := add(keys.option, "cost", l, keys.parts, keys.missing, cost); err != nil {
 			return nil, err
 		}
 	}
@@ -153,9 +170,9 @@ func parse(cfg *Config, name string) (*settings, error) {
 		if err != nil {
 			return nil, err
 		}
-		parts, missing := keys.parts, keys.missing
+		parts, missing, keyOption := keys.parts, keys.missing, keys.option
 		if k := parseList(item.Key); len(k) > 0 {
-			parts, missing = k, core.MissingSkip
+			parts, missing, keyOption = k, core.MissingSkip, option+".key"
 			if cfg.OnMissingKey != "" {
 				missing = keys.missing // the explicit top-level choice
 			}
@@ -165,13 +182,14 @@ func parse(cfg *Config, name string) (*settings, error) {
 				return nil, fmt.Errorf("%s.onMissingKey %q: want skip or shared", option, item.OnMissingKey)
 			}
 		}
-		c := cost
+		c, costOption := cost, "cost"
 		if item.Cost != "" {
-			if c, err = parseCost(option+".cost", item.Cost, cost); err != nil {
+			costOption = option + ".cost"
+			if c, err = parseCost(costOption, item.Cost, cost); err != nil {
 				return nil, err
 			}
 		}
-		if err := add(option+".key", l, parts, missing, c); err != nil {
+		if err := add(keyOption, costOption, l, parts, missing, c); err != nil {
 			return nil, err
 		}
 	}
@@ -313,12 +331,41 @@ func flightOnlyLimit(item LimitConfig, option string, inFlight int) (*core.Limit
 // path ("limits[0].", or "" at the top level).
 func validLimit(l *core.Limit, option string) (*core.Limit, error) {
 	if err := l.Validate(); err != nil {
-		if option != "" {
-			return nil, fmt.Errorf("%s %w", strings.TrimSuffix(option, "."), err)
-		}
-		return nil, err
+		return nil, limitError(option, err)
 	}
 	return l, nil
+}
+
+// coreOptions turn the beginnings of core.Limit's errors, which name its
+// fields in the Caddyfile's words, into the plugin's options.
+var coreOptions = []struct{ core, option string }{
+	{"rate: period ", "period "},
+	{"rate: ", "average: "},
+	{"rate ", "average "},
+	{"max_delay: ", "maxDelay: "},
+	{"burst", "burst"},
+	{"algorithm ", "algorithm "},
+	{"name ", "name "},
+}
+
+// coreWords rewrites the names of core's limit fields that core's errors
+// give as advice into the plugin's options.
+var coreWords = strings.NewReplacer("(set rate,", "(set average,", "remove max_delay)", "remove maxDelay)")
+
+// limitError is err, an error of core.Limit.Validate, naming the option
+// of the limit whose options begin with option ("" or "limits[i].").
+func limitError(option string, err error) error {
+	inner := err
+	if u := errors.Unwrap(err); u != nil {
+		inner = u // without core's `limit "name": `
+	}
+	msg := coreWords.Replace(inner.Error())
+	for _, c := range coreOptions {
+		if strings.HasPrefix(msg, c.core) {
+			return errors.New(option + c.option + strings.TrimPrefix(msg, c.core))
+		}
+	}
+	return fmt.Errorf("%s%w", option, err)
 }
 
 // parseSource reads SourceCriterion, TrustedProxies, Key and OnMissingKey:
@@ -355,13 +402,13 @@ func parseSource(cfg *Config, s *settings) (*core.ClientIP, keyDefaults, error) 
 	case len(keys.parts) > 0 && host:
 		return nil, keys, errors.New("key and sourceCriterion.requestHost are mutually exclusive: write host as a key part")
 	case len(keys.parts) > 0:
-		keys.missing = core.MissingSkip
+		keys.missing, keys.option = core.MissingSkip, "key"
 	case header != "":
-		keys.parts, keys.fromSource = []string{"header:" + header}, true
+		keys.parts, keys.fromSource, keys.option = []string{"header:" + header}, true, "sourceCriterion.requestHeaderName"
 	case host || inFlightReqStyle(cfg):
-		keys.parts, keys.fromSource = []string{"host"}, true
+		keys.parts, keys.fromSource, keys.option = []string{"host"}, true, "sourceCriterion.requestHost"
 	default:
-		keys.parts, keys.fromSource = []string{"client_ip"}, true
+		keys.parts, keys.fromSource, keys.option = []string{"client_ip"}, true, "sourceCriterion"
 	}
 	if keys.fromSource {
 		keys.missing = core.MissingShared
@@ -457,7 +504,7 @@ func parseAnswers(cfg *Config, s *settings) error {
 	return nil
 }
 
-// parseStore reads Redis, OnStoreError, Fallback and Instances.
+// parseStore reads Redis, OnStoreError, Fallback, Instances and MaxKeys.
 func parseStore(cfg *Config, s *settings) error {
 	var err error
 	if s.policy, err = core.ParseStoreErrorPolicy(cfg.OnStoreError); err != nil {
@@ -476,11 +523,17 @@ func parseStore(cfg *Config, s *settings) error {
 	if !s.fallback && strings.TrimSpace(cfg.Instances) != "" {
 		return errors.New("instances: only fallback: local divides quotas by the number of instances; set it or remove instances")
 	}
+	if s.maxKeys, err = parseInt("maxKeys", cfg.MaxKeys, 0, 1, maxMemoryKeys); err != nil {
+		return err
+	}
 	if cfg.Redis == nil {
 		if s.fallback {
 			return errors.New("fallback: local only applies with redis, the store it stands in for")
 		}
 		return nil
+	}
+	if s.maxKeys > 0 && !s.fallback {
+		return errors.New("maxKeys: sizes the in-memory store, which with redis only fallback: local uses; set fallback: local or remove maxKeys")
 	}
 	s.redis, err = parseRedis(cfg.Redis, s)
 	return err

@@ -142,6 +142,16 @@ func load(tb testing.TB, dir, imp string) *plugin {
 // returns New's handler in front of next.
 func (p *plugin) handler(tb testing.TB, config map[string]any, name string, next http.Handler) http.Handler {
 	tb.Helper()
+	h, err := p.newHandler(tb, config, name, next)
+	if err != nil {
+		tb.Fatalf("New(%v): %v", config, err)
+	}
+	return h
+}
+
+// newHandler is handler, returning New's error.
+func (p *plugin) newHandler(tb testing.TB, config map[string]any, name string, next http.Handler) (http.Handler, error) {
+	tb.Helper()
 	cfg := p.createConfig.Call(nil)[0]
 	if len(config) > 0 {
 		dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
@@ -158,13 +168,13 @@ func (p *plugin) handler(tb testing.TB, config map[string]any, name string, next
 	}
 	out := p.newFn.Call([]reflect.Value{reflect.ValueOf(context.Background()), reflect.ValueOf(next), cfg, reflect.ValueOf(name)})
 	if err, _ := out[1].Interface().(error); err != nil {
-		tb.Fatalf("New(%v): %v", config, err)
+		return nil, err
 	}
 	h, ok := out[0].Interface().(http.Handler)
 	if !ok {
 		tb.Fatalf("New returned %T, not an http.Handler", out[0].Interface())
 	}
-	return h
+	return h, nil
 }
 
 // writer is a compiled ResponseWriter, as Traefik's are: it keeps the
@@ -229,4 +239,24 @@ func measure(h http.Handler, nx *next, req *http.Request, warm, rounds, n int) c
 	serve()
 	c.passed = nx.n > seen
 	return c
+}
+
+// TestUnknownOption: through Traefik's own decoder (mapstructure) and the
+// interpreter, an option the plugin does not know reaches its Unknown
+// fields and New refuses it, naming it, at the top level and in a block.
+func TestUnknownOption(t *testing.T) {
+	sluice, _ := loadPlugins(t)
+	for _, tc := range []struct {
+		config map[string]any
+		want   string
+	}{
+		{map[string]any{"average": 10, "averge": 10}, "sluice unknown@file: averge: unknown option"},
+		{map[string]any{"average": 10, "redis": map[string]any{"endpoint": "127.0.0.1:6379"}}, "sluice unknown@file: redis.endpoint: unknown option"},
+		{map[string]any{"limits": []any{map[string]any{"name": "a", "average": 1, "rate": "1/s"}}}, "sluice unknown@file: limits[0].rate: unknown option"},
+	} {
+		_, err := sluice.newHandler(t, tc.config, "unknown@file", &next{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: New error %v, want one containing %q", tc.config, err, tc.want)
+		}
+	}
 }

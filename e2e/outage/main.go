@@ -15,16 +15,36 @@
 //	    allow=http://127.0.0.1:8080/allow deny=http://127.0.0.1:8080/deny fallback=http://127.0.0.1:8080/fallback
 //
 // Each endpoint's name is its policy: allow (on_store_error allow), deny
-// (deny) or fallback (fallback local). Every limit is 1 per hour, so that
-// Redis answers 429 with the rate-limit headers from the second request
-// on; an answer without X-RateLimit-Limit comes from the failure policy.
+// (deny) or fallback (fallback local, with instances 2). Every limit is 1
+// per hour (fallback: 2 per hour, so that its local share, 1, tells a local
+// answer from Redis's by X-RateLimit-Limit), so that Redis answers 429
+// with the rate-limit headers from the first requests on; an answer
+// without X-RateLimit-Limit comes from the failure policy.
 // Checks, per endpoint: no request fails and none gets a 5xx; while Redis
 // works (SCRIPT FLUSH and CLIENT KILL included) every answer comes from
 // Redis; while it is hung or gone, allow answers 200 and deny 429 with
 // Retry-After from the policy, fallback decides locally, and the slowest
 // answer takes at most -bound (the circuit breaker's probe, one request a
 // second, waits the store's timeout; the others are answered at once);
-// after the restart Redis decides again within -recover. It prints one line per endpoint and phase and PASS/FAIL lines.
+// after the restart Redis decides again within -recover; and once Redis
+// answers PING again, within -holds every answer comes from Redis, which
+// admits at most its quota (it restarted empty), while before that allow
+// admits all, deny none, and fallback at most its local share (see
+// checkReturn). It prints one line per endpoint and phase and PASS/FAIL
+// lines.
+//
+// With -sentinel, it runs a failover instead: the same load for 6 s, and
+// at 2 s SENTINEL FAILOVER of -master asked of that Sentinel (the
+// endpoints' store follows the master the Sentinels name):
+//
+//	outage -sentinel 127.0.0.1:26379 -master mymaster allow=http://127.0.0.1:8080/failover
+//
+// Checks: the new master runs the endpoints' scripts within -switch of the
+// failover (the recovery, printed in seconds; before, the old master or
+// the failure policy answers); and per endpoint: no request fails and none
+// gets a 5xx; every answer before the failover comes from Redis; after it,
+// the failure policy answers for at most -switch, and Redis, holding the
+// counters it replicated, admits at most its quota more.
 package main
 
 import (
@@ -35,6 +55,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,6 +67,7 @@ type answer struct {
 	at, took time.Duration // since the start; its latency
 	code     int           // 0: the request failed
 	redis    bool          // it carries X-RateLimit-Limit: a limit decided it
+	limit    string        // its X-RateLimit-Limit: the quota of the limit that decided it
 	retry    bool          // it carries Retry-After
 }
 
@@ -57,7 +79,9 @@ var phases = []struct {
 }{
 	{"working, then SCRIPT FLUSH and CLIENT KILL", 0, 3 * time.Second, true},
 	{"hung (SIGSTOP)", 3*time.Second + 300*time.Millisecond, 5 * time.Second, false},
-	{"gone (SIGKILL)", 6*time.Second + 300*time.Millisecond, 8 * time.Second, false},
+	// Until the store's timeout before the restart: a request started
+	// later may be decided by the restarted Redis.
+	{"gone (SIGKILL)", 6*time.Second + 300*time.Millisecond, 8*time.Second - 100*time.Millisecond, false},
 }
 
 func main() {
@@ -67,7 +91,18 @@ func main() {
 	rate := flag.Int("rate", 50, "requests per second to each endpoint")
 	bound := flag.Duration("bound", 300*time.Millisecond, "the slowest answer allowed while Redis is hung or gone")
 	recov := flag.Duration("recover", 2*time.Second, "the longest until Redis decides again after the restart")
+	holds := flag.Duration("holds", time.Second, "the longest, once Redis answers PING again, until the limit in Redis decides every request")
+	instances := flag.Int("instances", 2, "the fallback endpoint's instances: its local share is its quota divided by them")
+	sentinel := flag.String("sentinel", "", "host:port of a Sentinel: run a failover instead of the outage schedule")
+	master := flag.String("master", "mymaster", "with -sentinel, the master set to fail over")
+	switchBound := flag.Duration("switch", 4*time.Second, "with -sentinel, the longest after SENTINEL FAILOVER until the new master runs the scripts, and the failure policy may answer")
 	flag.Parse()
+	if *sentinel != "" && flag.NArg() > 0 {
+		if failover(*sentinel, *master, *rate, *switchBound, flag.Args()) {
+			os.Exit(1)
+		}
+		return
+	}
 	if *redis == "" || *pid == 0 || *restart == "" || flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "outage: -redis, -pid, -restart and name=url endpoints are required")
 		os.Exit(2)
@@ -79,6 +114,9 @@ func main() {
 		}
 	}
 	start := time.Now()
+	// back is when Redis answers PING again after the restart.
+	var backMu sync.Mutex
+	back := time.Duration(-1)
 	schedule := []struct {
 		at time.Duration
 		do func()
@@ -91,6 +129,14 @@ func main() {
 		{8 * time.Second, func() {
 			if err := exec.Command("sh", "-c", *restart).Run(); err != nil {
 				fmt.Println("outage: restart:", err)
+			}
+			for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				if out, err := exec.Command("redis-cli", "-h", host, "-p", port, "PING").Output(); err == nil && strings.TrimSpace(string(out)) == "PONG" {
+					backMu.Lock()
+					back = time.Since(start)
+					backMu.Unlock()
+					return
+				}
 			}
 		}},
 	}
@@ -117,9 +163,18 @@ func main() {
 	}
 	wg.Wait()
 
+	backMu.Lock()
+	backAt := back
+	backMu.Unlock()
+	if backAt < 0 {
+		fmt.Println("FAIL: outage: Redis did not answer PING within 2 s of the restart")
+		os.Exit(1)
+	}
+	fmt.Printf("outage: Redis answers PING %v after the restart\n", (backAt - 8*time.Second).Round(time.Millisecond))
 	failed := false
 	for i, name := range names {
 		failed = check(name, results[i], *bound, *recov) || failed
+		failed = checkReturn(name, results[i], backAt, *holds, *instances) || failed
 	}
 	if failed {
 		os.Exit(1)
@@ -149,7 +204,8 @@ func load(url string, rate int, start time.Time, end time.Duration) []answer {
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 				a.code = resp.StatusCode
-				a.redis = resp.Header.Get("X-Ratelimit-Limit") != ""
+				a.limit = resp.Header.Get("X-Ratelimit-Limit")
+				a.redis = a.limit != ""
 				a.retry = resp.Header.Get("Retry-After") != ""
 			}
 			mu.Lock()
@@ -244,5 +300,205 @@ func check(name string, as []answer, bound, recov time.Duration) bool {
 		return true
 	}
 	fmt.Printf("PASS: outage %s: policy followed, bounded, recovered\n", name)
+	return false
+}
+
+// checkReturn measures name's admissions once Redis is back (answering
+// PING at back, empty after its restart) against the bound README.md and
+// SECURITY.md document: within holds the limit in Redis decides every
+// request again; before that, allow admits every request, deny none, and
+// fallback at most its local share (the quota divided by instances, spent
+// during the outage already); from then on Redis admits
+// at most one full bucket (its quota here), having lost its counters. An
+// answer comes from Redis when it carries the quota of the answers of the
+// working phase (the local fallback's quota is a share of it: -instances
+// 2 makes the two differ) and, for allow and deny, any quota at all. It
+// prints the figures and reports whether a check failed.
+func checkReturn(name string, as []answer, back, holds time.Duration, instances int) bool {
+	full := ""
+	for _, a := range as {
+		if a.at < phases[0].to && a.redis {
+			full = a.limit
+			break
+		}
+	}
+	quota, _ := strconv.ParseFloat(full, 64)
+	fromRedis := func(a answer) bool { return a.redis && a.limit == full }
+	var problems []string
+	last := time.Duration(-1) // start of the last answer not from Redis, since back
+	beforeOK, redisOK, redisAll := 0, 0, 0
+	for _, a := range as {
+		if a.at < back {
+			continue
+		}
+		if !fromRedis(a) {
+			last = a.at - back
+			if a.code == http.StatusOK {
+				beforeOK++
+			}
+			continue
+		}
+		redisAll++
+		if a.code == http.StatusOK {
+			redisOK++
+		}
+	}
+	holdsAfter := "at once"
+	if last >= 0 {
+		holdsAfter = fmt.Sprintf("after %v", last.Round(time.Millisecond))
+	}
+	fmt.Printf("outage: %-8s after Redis is back: the limit in Redis decides every request %s (bound %v); before that %d admitted by the %s; then Redis admitted %d of %d (bound: its quota, %s)\n",
+		name, holdsAfter, holds, beforeOK, map[bool]string{true: "local fallback", false: "policy"}[name == "fallback"], redisOK, redisAll, full)
+	switch {
+	case full == "" || quota <= 0:
+		problems = append(problems, "no answer from Redis while it worked")
+	case last > holds:
+		problems = append(problems, fmt.Sprintf("an answer not from Redis %v after Redis was back, more than %v", last, holds))
+	case redisAll == 0:
+		problems = append(problems, "no answer from Redis after it was back")
+	case float64(redisOK) > quota:
+		problems = append(problems, fmt.Sprintf("Redis admitted %d after it was back, more than its quota %v", redisOK, quota))
+	case name == "deny" && beforeOK > 0:
+		problems = append(problems, fmt.Sprintf("deny admitted %d before Redis decided again", beforeOK))
+	case name == "fallback" && float64(beforeOK) > quota/float64(instances):
+		problems = append(problems, fmt.Sprintf("the local fallback admitted %d after Redis was back, more than its share %v", beforeOK, quota/float64(instances)))
+	}
+	if len(problems) > 0 {
+		fmt.Printf("FAIL: outage %s after Redis returns: %s\n", name, strings.Join(problems, "; "))
+		return true
+	}
+	fmt.Printf("PASS: outage %s after Redis returns: bounded\n", name)
+	return false
+}
+
+// failover loads the endpoints args (name=url) for 6 s while, at 2 s, the
+// Sentinel at sentinel fails master over, and checks each endpoint's
+// answers against bound (see the package documentation). It reports
+// whether a check failed.
+func failover(sentinel, master string, rate int, bound time.Duration, args []string) bool {
+	host, port, _ := strings.Cut(sentinel, ":")
+	cli := func(a ...string) (string, error) {
+		out, err := exec.Command("redis-cli", append([]string{"-h", host, "-p", port}, a...)...).Output()
+		return strings.TrimSpace(string(out)), err
+	}
+	before, _ := cli("SENTINEL", "get-master-addr-by-name", master)
+	start := time.Now()
+	const at, end = 2 * time.Second, 6 * time.Second
+	var mu sync.Mutex
+	asked, named, moved := time.Duration(-1), time.Duration(-1), time.Duration(-1)
+	go func() {
+		time.Sleep(time.Until(start.Add(at)))
+		if out, err := cli("SENTINEL", "FAILOVER", master); err != nil || out != "OK" {
+			fmt.Printf("outage: SENTINEL FAILOVER %s: %q %v\n", master, out, err)
+			return
+		}
+		mu.Lock()
+		asked = time.Since(start)
+		mu.Unlock()
+		var addr []string
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && addr == nil; time.Sleep(10 * time.Millisecond) {
+			if now, _ := cli("SENTINEL", "get-master-addr-by-name", master); now != before && now != "" {
+				mu.Lock()
+				named = time.Since(start)
+				mu.Unlock()
+				addr = strings.Fields(now)
+			}
+		}
+		if len(addr) != 2 {
+			return
+		}
+		// The hosts have moved when the new master runs their scripts
+		// itself: as a replica it only applied their effects.
+		for time.Since(start) < end {
+			out, _ := exec.Command("redis-cli", "-h", addr[0], "-p", addr[1], "INFO", "commandstats").Output()
+			if strings.Contains(string(out), "cmdstat_evalsha:calls=") {
+				mu.Lock()
+				moved = time.Since(start)
+				mu.Unlock()
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	results := make([][]answer, len(args))
+	var wg sync.WaitGroup
+	for i, arg := range args {
+		_, url, _ := strings.Cut(arg, "=")
+		i, url := i, url
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = load(url, rate, start, end)
+		}()
+	}
+	wg.Wait()
+	mu.Lock()
+	askedAt, namedAt, movedAt := asked, named, moved
+	mu.Unlock()
+	if askedAt < 0 || namedAt < 0 {
+		fmt.Printf("FAIL: outage failover: SENTINEL FAILOVER not done (asked at %v, new master named at %v)\n", askedAt, namedAt)
+		return true
+	}
+	if movedAt < 0 || movedAt-askedAt > bound {
+		fmt.Printf("FAIL: outage failover: the new master ran no script within %v of SENTINEL FAILOVER (the Sentinel named it after %v)\n", bound, (namedAt - askedAt).Round(time.Millisecond))
+		return true
+	}
+	fmt.Printf("outage: failover: the Sentinel names the new master %v after SENTINEL FAILOVER; the host's scripts run on it %.2f s after (the recovery; bound %v)\n",
+		(namedAt - askedAt).Round(time.Millisecond), (movedAt - askedAt).Seconds(), bound)
+	failed := false
+	for i, arg := range args {
+		name, _, _ := strings.Cut(arg, "=")
+		if checkFailover(name, results[i], askedAt, bound) {
+			failed = true
+		}
+	}
+	return failed
+}
+
+// checkFailover checks name's answers around a failover asked at asked,
+// prints its figures, and reports whether a check failed.
+func checkFailover(name string, as []answer, asked, bound time.Duration) bool {
+	var problems []string
+	for _, a := range as {
+		if a.code == 0 || a.code >= 500 {
+			problems = append(problems, fmt.Sprintf("at %.2f s status %d", a.at.Seconds(), a.code))
+			break
+		}
+	}
+	quota := 0.0
+	recovery, policy, admitted, decided := time.Duration(0), 0, 0, 0
+	for _, a := range as {
+		switch {
+		case a.at < asked && !a.redis:
+			problems = append(problems, fmt.Sprintf("at %.2f s, before the failover, an answer from the failure policy", a.at.Seconds()))
+		case a.at < asked:
+			quota, _ = strconv.ParseFloat(a.limit, 64)
+		case !a.redis:
+			policy++
+			recovery = a.at - asked
+		default:
+			decided++
+			if a.code == http.StatusOK {
+				admitted++
+			}
+		}
+	}
+	fmt.Printf("outage: %-8s failover: %d answers from the policy, the last %.2f s after SENTINEL FAILOVER (bound %v); after it Redis decided %d, admitted %d (bound: its quota, %v)\n",
+		name, policy, recovery.Seconds(), bound, decided, admitted, quota)
+	switch {
+	case quota == 0:
+		problems = append(problems, "no answer from Redis before the failover")
+	case recovery > bound:
+		problems = append(problems, fmt.Sprintf("the policy answered %v after the failover, more than %v", recovery, bound))
+	case decided == 0:
+		problems = append(problems, "no answer from the new master")
+	case float64(admitted) > quota:
+		problems = append(problems, fmt.Sprintf("the new master admitted %d, more than the quota %v", admitted, quota))
+	}
+	if len(problems) > 0 {
+		fmt.Printf("FAIL: outage %s failover: %s\n", name, strings.Join(problems, "; "))
+		return true
+	}
+	fmt.Printf("PASS: outage %s failover: no failed request, %d answers from the policy, no admission beyond the quota\n", name, policy)
 	return false
 }

@@ -1,0 +1,448 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+)
+
+// zoneOK is a valid zone, three lines, for the rows about other options.
+var zoneOK = []string{"zone a {", "\trate 1/s", "}"}
+
+// with returns lines after zoneOK.
+func with(lines ...string) []string { return append(append([]string{}, zoneOK...), lines...) }
+
+// redisWith returns a valid zone and a store redis block holding lines.
+func redisWith(lines ...string) []string {
+	return append(append(with("store redis {"), lines...), "}")
+}
+
+// badCaddyfiles are bad sluice blocks, at least one for every
+// subdirective (TestBadCaddyfileCoversEverySubdirective checks it), each
+// with the subdirective it is bad in (zone.<sub>, store <kind>.<sub>, and
+// <level>* for an unknown one), the line of the block the error must point
+// at (0: the Caddyfile adapts, and the error comes when the config loads),
+// and what the error must contain.
+var badCaddyfiles = []struct {
+	option string
+	block  []string
+	line   int
+	want   string
+}{
+	{"*", with("limits 5"), 4, `unrecognized sluice subdirective "limits"`},
+	{"zone", []string{"zone a b {", "\trate 1/s", "}"}, 1, "zone: want one name before the block, got 2 arguments"},
+	{"zone", []string{"zone {", "\trate 1/s", "}"}, 1, "zone: want one name before the block, got 0 arguments"},
+	{"zone", append(with(), zoneOK...), 4, `zone "a": defined twice`},
+	{"zone", []string{"mode enforce"}, 2, "sluice: at least one zone is required"},
+	{"zone", []string{"zone a:b {", "\trate 1/s", "}"}, 1, `zone "a:b": name "a:b": must not contain quotes`},
+	{"zone.*", []string{"zone a {", "\trate 1/s", "\tlimit 5", "}"}, 3, `zone "a": unrecognized subdirective "limit"`},
+	{"zone.*", []string{"zone a {", "\trate 1/s", "\trate 2/s", "}"}, 3, `zone "a": duplicate subdirective "rate"`},
+	{"zone.key", []string{"zone a {", "\tkey", "\trate 1/s", "}"}, 2, "key: want a template"},
+	{"zone.key", []string{"zone a {", "\tkey {http.request.header.X-Key", "\trate 1/s", "}"}, 2, `key "{http.request.header.X-Key": the placeholder opened at byte 0 is not closed`},
+	{"zone.key", []string{"zone a {", "\tkey tenant}", "\trate 1/s", "}"}, 2, `key "tenant}": a } at byte 6 closes no placeholder`},
+	{"zone.rate", []string{"zone a {", "\trate lots", "}"}, 2, `rate "lots"`},
+	{"zone.rate", []string{"zone a {", "\trate 0/s", "}"}, 2, `rate "0/s"`},
+	{"zone.rate", []string{"zone a {", "\trate -1/s", "}"}, 2, `rate "-1/s"`},
+	{"zone.rate", []string{"zone a {", "\trate 1/0s", "}"}, 2, `rate "1/0s"`},
+	{"zone.rate", []string{"zone a {", "\tburst 5", "}"}, 3, `zone "a": rate: required`},
+	{"zone.rate", []string{"zone a {", "\trate 20000/m", "\talgorithm sliding_window_log", "}"}, 2, "rate: sliding_window_log keeps one entry per request and accepts a quota of at most 10000"},
+	{"zone.rate", []string{"zone a {", "\trate 1/2s", "\trate 3/s", "}"}, 3, `duplicate subdirective "rate"`},
+	{"zone.burst", []string{"zone a {", "\trate 1/s", "\tburst -1", "}"}, 3, `burst "-1": want a number of at least 0`},
+	{"zone.burst", []string{"zone a {", "\trate 1/s", "\tburst x", "}"}, 3, `burst "x": want a number`},
+	{"zone.burst", []string{"zone a {", "\trate 1/s", "\talgorithm fixed_window", "\tburst 5", "}"}, 4, "burst: fixed_window takes its capacity from the rate's quota"},
+	{"zone.algorithm", []string{"zone a {", "\trate 1/s", "\talgorithm magic", "}"}, 3, `algorithm "magic": unknown (want token_bucket`},
+	{"zone.cost", []string{"zone a {", "\trate 1/s", "\tcost 0", "}"}, 3, `cost "0": must be positive`},
+	{"zone.cost", []string{"zone a {", "\trate 1/s", "\tcost NaN", "}"}, 3, `cost "NaN"`},
+	{"zone.cost", []string{"zone a {", "\trate 1/s", "\tcost five", "}"}, 3, `cost "five": not a number or a placeholder`},
+	{"zone.cost", []string{"zone a {", "\trate 10/s", "\tburst 2", "\tcost 5", "}"}, 4, "cost 5: above the zone's capacity of 2"},
+	{"zone.max_delay", []string{"zone a {", "\trate 1/s", "\tmax_delay soon", "}"}, 3, `max_delay "soon": want a non-negative duration`},
+	{"zone.max_delay", []string{"zone a {", "\trate 1/s", "\tmax_delay -1s", "}"}, 3, `max_delay "-1s": want a non-negative duration`},
+	{"zone.max_delay", []string{"zone a {", "\trate 1/s", "\talgorithm fixed_window", "\tmax_delay 1s", "}"}, 4, "max_delay: only leaky_bucket and token_bucket delay requests"},
+	{"zone.max_in_flight", []string{"zone a {", "\tmax_in_flight x", "}"}, 2, `max_in_flight "x": want an integer from 1 to`},
+	{"zone.max_in_flight", []string{"zone a {", "\tmax_in_flight 0", "}"}, 2, `max_in_flight "0": want an integer from 1 to`},
+	{"zone.algorithm", []string{"zone a {", "\tmax_in_flight 2", "\talgorithm fixed_window", "}"}, 3, `zone "a": algorithm "fixed_window": only a rate has an algorithm (set rate, or remove algorithm)`},
+	{"zone.near_limit", []string{"zone a {", "\trate 1/s", "\tnear_limit 150%", "}"}, 3, `near_limit "150%": want a share of the capacity above 0 and at most 100%`},
+	{"zone.near_limit", []string{"zone a {", "\trate 1/s", "\tnear_limit close", "}"}, 3, `near_limit "close": want a share of the capacity`},
+	{"zone.top_keys", []string{"zone a {", "\trate 1/s", "\ttop_keys 2", "}"}, 3, `top_keys "2": want an integer from 8 to 1024`},
+	{"zone.top_keys", []string{"zone a {", "\trate 1/s", "\ttop_keys many", "}"}, 3, `top_keys "many": want an integer from 8 to 1024`},
+	{"zone.top_window", []string{"zone a {", "\trate 1/s", "\ttop_window soon", "}"}, 3, `top_window "soon": want a non-negative duration`},
+	{"zone.top_window", []string{"zone a {", "\trate 1/s", "\ttop_window 2h", "}"}, 3, `top_window "2h": want a duration from 1s to 1h0m0s`},
+	{"zone.match", []string{"zone a {", "\trate 1/s", "\tmatch {", "\t\tnosuchmatcher x", "\t}", "}"}, 5, "match: getting matcher module 'nosuchmatcher'"},
+	{"zone.ipv4_prefix", []string{"zone a {", "\trate 1/s", "\tipv4_prefix 33", "}"}, 3, `ipv4_prefix "33": want an integer from 0 to 32`},
+	{"zone.ipv4_prefix", []string{"zone a {", "\trate 1/s", "\tkey {http.request.header.X-Key}", "\tipv4_prefix 24", "}"}, 4, "ipv4_prefix: groups client addresses, so it applies only to the key {client_ip}"},
+	{"zone.ipv6_prefix", []string{"zone a {", "\trate 1/s", "\tipv6_prefix 129", "}"}, 3, `ipv6_prefix "129": want an integer from 0 to 128`},
+	{"zone.ipv6_prefix", []string{"zone a {", "\trate 1/s", "\tipv6_prefix x", "}"}, 3, `ipv6_prefix "x": want an integer`},
+	{"zone.on_missing_key", []string{"zone a {", "\trate 1/s", "\ton_missing_key maybe", "}"}, 3, `on_missing_key: missing key policy "maybe": unknown (want skip or shared)`},
+	{"store", with("store"), 4, "store: want memory or redis"},
+	{"store.*", with("store disk"), 4, `store "disk": unknown (want memory or redis)`},
+	{"store.memory", with("store memory extra"), 4, `store memory: unexpected argument "extra"`},
+	{"store memory.*", with("store memory {", "\tkeys 5", "}"), 5, `store memory: unrecognized subdirective "keys"`},
+	{"store memory.max_keys", with("store memory {", "\tmax_keys 0", "}"), 5, `max_keys "0": want an integer from 1 to 1073741824`},
+	{"store memory.max_keys", with("store memory {", "\tmax_keys many", "}"), 5, `max_keys "many": want an integer`},
+	{"store.redis", with("store redis {", "}"), 5, "store.redis: set exactly one of address, addresses (Cluster) and sentinel"},
+	{"store redis.*", redisWith("\taddress 127.0.0.1:6379", "\thost x"), 6, `store redis: unrecognized subdirective "host"`},
+	{"store redis.address", redisWith("\taddress localhost"), 5, `store.redis.address "localhost": want host:port`},
+	{"store redis.address", redisWith("\taddress a:1 b:2"), 5, "address: want one argument, got 2"},
+	{"store redis.address", redisWith("\taddress 127.0.0.1:6379", "\taddresses 127.0.0.1:7000"), 7, "store.redis: set exactly one of address, addresses (Cluster) and sentinel"},
+	{"store redis.addresses", redisWith("\taddresses"), 5, "addresses: want the host:port of at least one Cluster node"},
+	{"store redis.addresses", redisWith("\taddresses 127.0.0.1:7000 nohost"), 5, `store.redis.addresses "nohost": want host:port`},
+	{"store redis.sentinel", redisWith("\tsentinel mymaster"), 5, "sentinel: want the master's name and at least one Sentinel's host:port"},
+	{"store redis.sentinel", redisWith("\tsentinel mymaster nohost"), 5, `store.redis.sentinel.addresses "nohost": want host:port`},
+	{"store redis.username", redisWith("\taddress 127.0.0.1:6379", "\tusername app"), 6, "store.redis.username: needs a password"},
+	{"store redis.password", redisWith("\taddress 127.0.0.1:6379", "\tpassword a b"), 6, "password: want one argument, got 2"},
+	{"store redis.db", redisWith("\taddress 127.0.0.1:6379", "\tdb -1"), 6, `db "-1": want an integer from 0 to`},
+	{"store redis.db", redisWith("\taddresses 127.0.0.1:7000", "\tdb 1"), 6, "store.redis.db 1: a Redis Cluster has only database 0"},
+	{"store redis.tls", redisWith("\taddress 127.0.0.1:6379", "\ttls yes"), 6, `tls: unexpected argument "yes"`},
+	{"store redis.tls.*", redisWith("\taddress 127.0.0.1:6379", "\ttls {", "\t\tverify no", "\t}"), 7, `tls: unrecognized subdirective "verify"`},
+	{"store redis.tls.ca", redisWith("\taddress 127.0.0.1:6379", "\ttls {", "\t\tca /nonexistent/ca.pem", "\t}"), 0, "store.redis.tls: ca: neither PEM text nor a readable file"},
+	{"store redis.tls.cert", redisWith("\taddress 127.0.0.1:6379", "\ttls {", "\t\tcert /nonexistent/cert.pem", "\t}"), 6, "store.redis.tls: cert and key go together"},
+	{"store redis.tls.cert", redisWith("\taddress 127.0.0.1:6379", "\ttls {", "\t\tcert /nonexistent/cert.pem", "\t\tkey /nonexistent/key.pem", "\t}"), 0, "store.redis.tls: cert: neither PEM text nor a readable file"},
+	{"store redis.tls.key", redisWith("\taddress 127.0.0.1:6379", "\ttls {", "\t\tkey /nonexistent/key.pem", "\t}"), 6, "store.redis.tls: cert and key go together"},
+	{"store redis.tls.server_name", redisWith("\taddress 127.0.0.1:6379", "\ttls {", "\t\tserver_name a b", "\t}"), 7, "server_name: want one argument, got 2"},
+	{"store redis.tls.insecure_skip_verify", redisWith("\taddress 127.0.0.1:6379", "\ttls {", "\t\tinsecure_skip_verify yes", "\t}"), 7, `insecure_skip_verify: takes no argument, got "yes"`},
+	{"store redis.timeout", redisWith("\taddress 127.0.0.1:6379", "\ttimeout soon"), 6, `timeout "soon": want a non-negative duration`},
+	{"store redis.lease_ttl", redisWith("\taddress 127.0.0.1:6379", "\tlease_ttl soon"), 6, `lease_ttl "soon": want a non-negative duration`},
+	{"store redis.lease_ttl", redisWith("\taddress 127.0.0.1:6379", "\tlease_ttl 0s"), 6, `lease_ttl "0s": want a positive duration`},
+	{"store redis.lease_ttl", redisWith("\taddress 127.0.0.1:6379", "\tlease_ttl 10s"), 4, "store.redis.lease_ttl: only zones with max_in_flight take leases"},
+	{"store redis.timeout", redisWith("\taddress 127.0.0.1:6379", "\ttimeout -1s"), 6, `timeout "-1s": want a non-negative duration`},
+	{"store redis.pool_size", redisWith("\taddress 127.0.0.1:6379", "\tpool_size 0"), 6, `pool_size "0": want an integer from 1 to`},
+	{"store redis.readable_keys", redisWith("\taddress 127.0.0.1:6379", "\treadable_keys yes"), 6, `readable_keys: takes no argument, got "yes"`},
+	{"store redis.prefix", redisWith("\taddress 127.0.0.1:6379", "\tprefix {x}"), 6, `prefix "{x}": must not contain braces`},
+	{"store redis.breaker", redisWith("\taddress 127.0.0.1:6379", "\tbreaker x 1s"), 6, `breaker: failures "x": want a positive integer`},
+	{"store redis.breaker", redisWith("\taddress 127.0.0.1:6379", "\tbreaker 5 soon"), 6, `breaker: backoff "soon": want a positive duration`},
+	{"store redis.breaker", redisWith("\taddress 127.0.0.1:6379", "\tbreaker 5"), 6, "breaker: want two arguments, <failures> <backoff>"},
+	{"on_store_error", with("on_store_error panic"), 4, `on_store_error "panic": want allow or deny`},
+	{"fallback", with("fallback remote"), 4, `fallback "remote": unknown (want local)`},
+	{"fallback", with("fallback local"), 4, "fallback: local applies only to a redis store"},
+	{"instances", with("store redis {", "\taddress 127.0.0.1:6379", "}", "fallback local", "instances 0"), 8, `instances "0": want an integer from 1 to`},
+	{"instances", with("instances 2"), 4, "instances: only used by fallback local"},
+	{"headers", with("headers"), 4, "headers: want at least one of ietf, legacy, x or off"},
+	{"headers", with("headers ietf fancy"), 4, `headers "fancy": unknown (want ietf, legacy, x or off)`},
+	{"headers", with("headers off ietf"), 4, `headers "off,ietf": off cannot be combined`},
+	{"body", with("body html"), 4, `body "html": unknown (want json, problem, text, none or error)`},
+	{"mode", with("mode audit"), 4, `mode "audit": want enforce or dry_run`},
+	{"mode", with("mode enforce", "mode dry_run"), 5, `duplicate subdirective "mode"`},
+	{"retry_jitter", with("retry_jitter 2"), 4, `retry_jitter "2": want a number from 0 to 1`},
+	{"retry_jitter", with("retry_jitter some"), 4, `retry_jitter "some": want a number from 0 to 1`},
+	{"share", with("share"), 4, "share: want one argument, got 0"},
+	{"share", with("share a b"), 4, "share: want one argument, got 2"},
+	{"log_key", with("log_key yes"), 4, `log_key: takes no argument, got "yes"`},
+}
+
+// TestBadCaddyfile checks that every bad sluice block fails with one
+// error naming the subdirective and pointing at its line (Caddyfile:N),
+// or, for what only loading can find (an unreadable file), fails to load
+// naming it.
+func TestBadCaddyfile(t *testing.T) {
+	adapter := caddyconfig.GetAdapter("caddyfile")
+	for _, tc := range badCaddyfiles {
+		block := "\t\t" + strings.Join(tc.block, "\n\t\t")
+		in := ":8080 {\n\tsluice {\n" + block + "\n\t}\n}\n"
+		out, _, err := adapter.Adapt([]byte(in), nil)
+		name := tc.option + ": " + strings.Join(tc.block, " | ")
+		if tc.line == 0 {
+			if err != nil {
+				t.Errorf("%s: adapt: %v, want an error at load", name, err)
+				continue
+			}
+			var cfg caddy.Config
+			if err := json.Unmarshal(out, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			err = caddy.Validate(&cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: load error %v, want one containing %q", name, err, tc.want)
+			}
+			continue
+		}
+		at := fmt.Sprintf("at Caddyfile:%d", tc.line+2)
+		switch {
+		case err == nil:
+			t.Errorf("%s: adapted without error, want one containing %q", name, tc.want)
+		case !strings.Contains(err.Error(), tc.want):
+			t.Errorf("%s:\n got %v\nwant an error containing %q", name, err, tc.want)
+		case !strings.Contains(err.Error(), at):
+			t.Errorf("%s: error %v, want it %s", name, err, at)
+		case !strings.Contains(err.Error(), lastWord(tc.option)):
+			t.Errorf("%s: error %v does not name %q", name, err, lastWord(tc.option))
+		}
+	}
+	if n := poolSize(); n != 0 {
+		t.Errorf("failed loads left %d stores in the pool", n)
+	}
+}
+
+// lastWord is the subdirective an option path ends with ("max_keys" of
+// "store memory.max_keys"), or for <level>* its level's word.
+func lastWord(option string) string {
+	option = strings.TrimSuffix(strings.TrimSuffix(option, "*"), ".")
+	if option == "" {
+		return "sluice"
+	}
+	if i := strings.LastIndexAny(option, ". "); i >= 0 {
+		return option[i+1:]
+	}
+	return option
+}
+
+// caddyfileLevels are the switches of caddyfile.go on a subdirective, by
+// function and switch tag, and the prefix of their options in
+// badCaddyfiles.
+var caddyfileLevels = map[string]string{
+	"UnmarshalCaddyfile sub": "",
+	"parseZone sub":          "zone.",
+	"parseStore kind":        "store.",
+	"parseStore d.Val()":     "store memory.",
+	"parseRedis sub":         "store redis.",
+	"parseRedisTLS sub":      "store redis.tls.",
+}
+
+// TestBadCaddyfileCoversEverySubdirective reads the subdirective switches
+// of caddyfile.go and fails when a subdirective, or a level's unknown
+// subdirective, has no row in badCaddyfiles.
+func TestBadCaddyfileCoversEverySubdirective(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "caddyfile.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	covered := map[string]bool{}
+	for _, tc := range badCaddyfiles {
+		covered[tc.option] = true
+	}
+	var options []string
+	for _, decl := range f.Decls {
+		fn, ok := decl.(*ast.FuncDecl)
+		if !ok {
+			continue
+		}
+		ast.Inspect(fn.Body, func(n ast.Node) bool {
+			sw, ok := n.(*ast.SwitchStmt)
+			if !ok || sw.Tag == nil {
+				return true
+			}
+			level := fn.Name.Name + " " + exprString(sw.Tag)
+			prefix, ok := caddyfileLevels[level]
+			if !ok {
+				t.Errorf("a switch in %s on %s: add it to caddyfileLevels and its options to badCaddyfiles", fn.Name.Name, exprString(sw.Tag))
+				return true
+			}
+			options = append(options, prefix+"*")
+			for _, stmt := range sw.Body.List {
+				for _, e := range stmt.(*ast.CaseClause).List {
+					if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+						s, _ := strconv.Unquote(lit.Value)
+						options = append(options, prefix+s)
+					}
+				}
+			}
+			return true
+		})
+	}
+	var missing []string
+	for _, o := range options {
+		if !covered[o] {
+			missing = append(missing, o)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("subdirectives without a bad-value row in badCaddyfiles: %s", strings.Join(missing, ", "))
+	}
+	if len(options) < 45 {
+		t.Errorf("found %d subdirectives in caddyfile.go, fewer than there are", len(options))
+	}
+}
+
+// exprString prints a switch tag: an identifier or a method call.
+func exprString(e ast.Expr) string {
+	switch x := e.(type) {
+	case *ast.Ident:
+		return x.Name
+	case *ast.CallExpr:
+		return exprString(x.Fun) + "()"
+	case *ast.SelectorExpr:
+		return exprString(x.X) + "." + x.Sel.Name
+	}
+	return fmt.Sprintf("%T", e)
+}
+
+// zj is a handler with one zone "a" of rate 1/s and more of the zone's
+// fields; hj is a handler with that zone and more of the handler's fields;
+// rj is a handler with that zone and a Redis store of these fields.
+func zj(fields string) string { return `{"zones":[{"name":"a","rate":"1/s",` + fields + `}]}` }
+func hj(fields string) string { return `{"zones":[{"name":"a","rate":"1/s"}],` + fields + `}` }
+func rj(fields string) string { return hj(`"store":{"redis":{` + fields + `}}`) }
+
+// badJSON are bad handler configurations in JSON, at least one for every
+// field (TestBadJSONCoversEveryField checks it), each with the field's
+// path (zones.<field> for a zone's; <path>* for an unknown field) and what
+// the error of loading it must contain: the path of the field at fault.
+var badJSON = []struct {
+	field, handler, want string
+}{
+	{"*", hj(`"limits":1`), "http.handlers.sluice: limits: unknown field"},
+	{"zones", `{"zones":[]}`, "zones: at least one zone is required"},
+	{"zones", `{"zones":[null]}`, "zones[0]: null"},
+	{"zones", `{"zones":{}}`, "zones: want []json.RawMessage, got a JSON object"},
+	{"zones.*", zj(`"burts":2`), "zones[0].burts: unknown field"},
+	{"zones.name", `{"zones":[{"rate":"1/s"}]}`, "zones[0].name: must not be empty"},
+	{"zones.name", `{"zones":[{"name":"a:b","rate":"1/s"}]}`, `zones[0].name "a:b": must not contain quotes`},
+	{"zones.name", `{"zones":[{"name":"a","rate":"1/s"},{"name":"a","rate":"2/s"}]}`, `zones[1].name "a": zones[0] has the same name`},
+	{"zones.key", zj(`"key":"{http.request.header.X"`), `zones[0].key "{http.request.header.X": the placeholder opened at byte 0 is not closed`},
+	{"zones.key", zj(`"key":5`), "zones[0].key: want string, got a JSON number"},
+	{"zones.rate", `{"zones":[{"name":"a"}]}`, "zones[0].rate"},
+	{"zones.rate", `{"zones":[{"name":"a","rate":"lots"}]}`, `zones[0].rate "lots"`},
+	{"zones.rate", `{"zones":[{"name":"a","rate":"1/0s"}]}`, `zones[0].rate "1/0s"`},
+	{"zones.rate", `{"zones":[{"name":"a","rate":"20000/m","algorithm":"sliding_window_log"}]}`, "zones[0].rate: sliding_window_log keeps one entry per request and accepts a quota of at most 10000"},
+	{"zones.burst", zj(`"burst":-1`), "zones[0].burst: must be a non-negative number, got -1"},
+	{"zones.burst", zj(`"burst":"5"`), "zones[0].burst: want float64, got a JSON string"},
+	{"zones.algorithm", zj(`"algorithm":"gcra"`), `zones[0].algorithm "gcra": unknown`},
+	{"zones.cost", zj(`"cost":-1`), `zones[0].cost "-1": must be positive`},
+	{"zones.cost", zj(`"burst":2,"cost":5`), "zones[0].cost 5: above the zone's capacity of 2"},
+	{"zones.max_delay", zj(`"max_delay":"soon"`), `zones[0].max_delay "soon": want a duration`},
+	{"zones.max_in_flight", zj(`"max_in_flight":-1`), "zones[0].max_in_flight: must be positive, got -1"},
+	{"zones.max_in_flight", zj(`"max_in_flight":"2"`), "zones[0].max_in_flight: want int, got a JSON string"},
+	{"zones.near_limit", zj(`"near_limit":1.5`), "zones[0].near_limit: must be between 0 and 1"},
+	{"zones.near_limit", zj(`"near_limit":"10%"`), "zones[0].near_limit: want float64, got a JSON string"},
+	{"zones.top_keys", zj(`"top_keys":2`), "zones[0].top_keys: must be between 8 and 1024, got 2"},
+	{"zones.top_keys", zj(`"top_keys":"many"`), "zones[0].top_keys: want int, got a JSON string"},
+	{"zones.top_window", zj(`"top_window":"soon"`), `zones[0].top_window "soon": want a duration`},
+	{"zones.top_window", zj(`"top_window":"2h"`), "zones[0].top_window: must be between 1s and 1h0m0s, got 2h0m0s"},
+	{"zones.max_delay", zj(`"max_delay":-1`), "zones[0].max_delay: must not be negative"},
+	{"zones.max_delay", zj(`"algorithm":"fixed_window","max_delay":"1s"`), "zones[0].max_delay: only leaky_bucket and token_bucket delay requests"},
+	{"zones.match", zj(`"match":{"nosuchmatcher":{}}`), "zones[0].match: "},
+	{"zones.ipv4_prefix", zj(`"ipv4_prefix":33`), "zones[0].ipv4_prefix: must be between 0 and 32, got 33"},
+	{"zones.ipv6_prefix", zj(`"ipv6_prefix":129`), "zones[0].ipv6_prefix: must be between 0 and 128, got 129"},
+	{"zones.ipv6_prefix", zj(`"key":"{http.request.host}","ipv6_prefix":64`), "zones[0].ipv6_prefix: groups client addresses"},
+	{"zones.on_missing_key", zj(`"on_missing_key":"drop"`), `zones[0].on_missing_key: missing key policy "drop": unknown`},
+	{"store", hj(`"store":{"memory":{},"redis":{"address":"127.0.0.1:1"}}`), "store: set memory or redis, not both"},
+	{"store.*", hj(`"store":{"disk":{}}`), "store.disk: unknown field"},
+	{"store.memory.*", hj(`"store":{"memory":{"keys":1}}`), "store.memory.keys: unknown field"},
+	{"store.memory.max_keys", hj(`"store":{"memory":{"max_keys":-1}}`), "store.memory.max_keys: must not be negative"},
+	{"store.memory.max_keys", hj(`"store":{"memory":{"max_keys":"many"}}`), "store.memory.max_keys: want int, got a JSON string"},
+	{"store.redis.*", rj(`"address":"127.0.0.1:1","host":"x"`), "store.redis.host: unknown field"},
+	{"store.redis.address", rj(`"address":"localhost"`), `store.redis.address "localhost": want host:port`},
+	{"store.redis.address", rj(`"address":"{env.SLUICE_TEST_UNSET_VARIABLE}"`), `store.redis.address "{env.SLUICE_TEST_UNSET_VARIABLE}": expands to nothing`},
+	{"store.redis.addresses", rj(`"addresses":["127.0.0.1:7000","nohost"]`), `store.redis.addresses "nohost": want host:port`},
+	{"store.redis.sentinel.*", rj(`"sentinel":{"master":"m","addresses":["127.0.0.1:26379"],"name":"m"}`), "store.redis.sentinel.name: unknown field"},
+	{"store.redis.sentinel.master", rj(`"sentinel":{"addresses":["127.0.0.1:26379"]}`), "store.redis.sentinel.master: required"},
+	{"store.redis.sentinel.master", rj(`"sentinel":{"master":5}`), "store.redis.sentinel.master: want string, got a JSON number"},
+	{"store.redis.sentinel.addresses", rj(`"sentinel":{"master":"m"}`), "store.redis.sentinel.addresses: at least one Sentinel host:port"},
+	{"store.redis.sentinel.addresses", rj(`"sentinel":{"master":"m","addresses":["nohost"]}`), `store.redis.sentinel.addresses "nohost": want host:port`},
+	{"store.redis.username", rj(`"address":"127.0.0.1:1","username":"app"`), "store.redis.username: needs a password"},
+	{"store.redis.password", rj(`"address":"127.0.0.1:1","password":5`), "store.redis.password: want string, got a JSON number"},
+	{"store.redis.db", rj(`"address":"127.0.0.1:1","db":-1`), "store.redis.db: must not be negative, got -1"},
+	{"store.redis.db", rj(`"addresses":["127.0.0.1:7000"],"db":1`), "store.redis.db 1: a Redis Cluster has only database 0"},
+	{"store.redis.tls.*", rj(`"address":"127.0.0.1:1","tls":{"verify":true}`), "store.redis.tls.verify: unknown field"},
+	{"store.redis.tls.ca", rj(`"address":"127.0.0.1:1","tls":{"ca":"/nonexistent/ca.pem"}`), "store.redis.tls: ca: neither PEM text nor a readable file"},
+	{"store.redis.tls.cert", rj(`"address":"127.0.0.1:1","tls":{"cert":"/nonexistent/cert.pem"}`), "store.redis.tls: cert and key go together"},
+	{"store.redis.tls.key", rj(`"address":"127.0.0.1:1","tls":{"key":"/nonexistent/key.pem"}`), "store.redis.tls: cert and key go together"},
+	{"store.redis.tls.server_name", rj(`"address":"127.0.0.1:1","tls":{"server_name":5}`), "store.redis.tls.server_name: want string, got a JSON number"},
+	{"store.redis.tls.insecure_skip_verify", rj(`"address":"127.0.0.1:1","tls":{"insecure_skip_verify":"yes"}`), "store.redis.tls.insecure_skip_verify: want bool, got a JSON string"},
+	{"store.redis.timeout", rj(`"address":"127.0.0.1:1","timeout":"soon"`), `store.redis.timeout "soon": want a duration`},
+	{"store.redis.lease_ttl", rj(`"address":"127.0.0.1:1","lease_ttl":"soon"`), `store.redis.lease_ttl "soon": want a duration`},
+	{"store.redis.lease_ttl", rj(`"address":"127.0.0.1:1","lease_ttl":-1`), "store.redis.lease_ttl: must not be negative"},
+	{"store.redis.lease_ttl", rj(`"address":"127.0.0.1:1","lease_ttl":"10s"`), "store.redis.lease_ttl: only zones with max_in_flight take leases"},
+	{"store.redis.timeout", rj(`"address":"127.0.0.1:1","timeout":-1`), "store.redis.timeout: must not be negative"},
+	{"store.redis.pool_size", rj(`"address":"127.0.0.1:1","pool_size":-1`), "store.redis.pool_size: must not be negative"},
+	{"store.redis.prefix", rj(`"address":"127.0.0.1:1","prefix":"{x}"`), `store.redis.prefix "{x}": must not contain braces`},
+	{"store.redis.readable_keys", rj(`"address":"127.0.0.1:1","readable_keys":"yes"`), "store.redis.readable_keys: want bool, got a JSON string"},
+	{"store.redis.breaker.*", rj(`"address":"127.0.0.1:1","breaker":{"fails":1}`), "store.redis.breaker.fails: unknown field"},
+	{"store.redis.breaker.failures", rj(`"address":"127.0.0.1:1","breaker":{"failures":-1}`), "store.redis.breaker.failures: must not be negative"},
+	{"store.redis.breaker.backoff", rj(`"address":"127.0.0.1:1","breaker":{"backoff":"soon"}`), `store.redis.breaker.backoff "soon": want a duration`},
+	{"store.redis.breaker.backoff", rj(`"address":"127.0.0.1:1","breaker":{"backoff":-1}`), "store.redis.breaker.backoff: must not be negative"},
+	{"on_store_error", hj(`"on_store_error":"maybe"`), `on_store_error "maybe": want allow or deny`},
+	{"fallback", hj(`"fallback":"remote"`), `fallback "remote": unknown (want local)`},
+	{"fallback", hj(`"fallback":"local"`), "fallback: local applies only to a redis store"},
+	{"instances", hj(`"fallback":"local","instances":-1,"store":{"redis":{"address":"127.0.0.1:1"}}`), "instances: the local fallback divides each quota by the number of instances, which must be at least 1"},
+	{"instances", hj(`"instances":2`), "instances: only used by fallback local"},
+	{"headers", hj(`"headers":["draft"]`), `headers "draft": unknown`},
+	{"headers", hj(`"headers":["off","ietf"]`), `headers "off,ietf": off cannot be combined`},
+	{"headers", hj(`"headers":"ietf"`), "headers: want []string, got a JSON string"},
+	{"body", hj(`"body":"html"`), `body "html": unknown`},
+	{"mode", hj(`"mode":"shadow"`), `mode "shadow": want enforce or dry_run`},
+	{"retry_jitter", hj(`"retry_jitter":1.5`), "retry_jitter: must be between 0 and 1, got 1.5"},
+	{"retry_jitter", hj(`"retry_jitter":-0.1`), "retry_jitter: must be between 0 and 1, got -0.1"},
+	{"log_key", hj(`"log_key":"yes"`), "log_key: want bool, got a JSON string"},
+	{"share", hj(`"share":5`), "share: want string, got a JSON number"},
+}
+
+// TestBadJSON loads every bad JSON configuration as Caddy does and checks
+// that it fails with an error naming the field by its path.
+func TestBadJSON(t *testing.T) {
+	for _, tc := range badJSON {
+		var h map[string]any
+		if err := json.Unmarshal([]byte(tc.handler), &h); err != nil {
+			t.Fatalf("%s: %v", tc.handler, err)
+		}
+		h["handler"] = "sluice"
+		raw, _ := json.Marshal(map[string]any{"apps": map[string]any{"http": map[string]any{"servers": map[string]any{
+			"srv0": map[string]any{"listen": []string{"127.0.0.1:0"}, "routes": []any{map[string]any{"handle": []any{h}}}},
+		}}}})
+		var cfg caddy.Config
+		if err := json.Unmarshal(raw, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		err := caddy.Validate(&cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %s:\n got %v\nwant an error containing %q", tc.field, tc.handler, err, tc.want)
+		}
+	}
+	if n := poolSize(); n != 0 {
+		t.Errorf("failed loads left %d stores in the pool", n)
+	}
+}
+
+// TestBadJSONCoversEveryField reflects over the handler's JSON fields and
+// fails when one, or a level's unknown field, has no row in badJSON.
+func TestBadJSONCoversEveryField(t *testing.T) {
+	covered := map[string]bool{}
+	for _, tc := range badJSON {
+		covered[tc.field] = true
+	}
+	var missing []string
+	for _, f := range jsonFields(reflect.TypeOf(Handler{}), "") {
+		if !covered[f] {
+			missing = append(missing, f)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("JSON fields without a bad-value row in badJSON: %s", strings.Join(missing, ", "))
+	}
+}
+
+// jsonFields lists the JSON field paths of the struct type t under prefix,
+// recursively into structs and lists of structs, and prefix+"*" for each
+// level's unknown fields.
+func jsonFields(t reflect.Type, prefix string) []string {
+	out := []string{prefix + "*"}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "" || name == "-" {
+			continue
+		}
+		ft := f.Type
+		for ft.Kind() == reflect.Ptr || ft.Kind() == reflect.Slice {
+			ft = ft.Elem()
+		}
+		if ft.Kind() == reflect.Struct {
+			out = append(out, jsonFields(ft, prefix+name+".")...)
+			continue
+		}
+		out = append(out, prefix+name)
+	}
+	return out
+}
