@@ -278,7 +278,7 @@ var _ Inspector = (*RedisStore)(nil)
 // cost of zero with the take script's algorithms, which charges nothing,
 // and writes nothing.
 const (
-	redisPeekScript   = luaPrelude + luaTokenBucket + luaLeakyBucket + luaFixedWindow + luaSlidingCounter + luaPeekMain
+	redisPeekScript   = luaPrelude + luaTokenBucket + luaLeakyBucket + luaFixedWindow + luaSlidingCounter + luaTrimLog + luaPeekMain
 	redisDeleteScript = "return redis.call('DEL', unpack(KEYS))"
 	// redisLeasesScript counts the leases of KEYS[1] that have not
 	// expired on Redis's clock (luaLeaseClock's milliseconds).
@@ -308,13 +308,7 @@ local st = load(p.key)
 if p.alg == 'swl' then
   if now < st.t then now = st.t end
   local len, rd = call('LLEN', p.logkey), reader(p.logkey)
-  local a, drop = st.a, 0
-  while drop < len do
-    local et, ec = rd(drop)
-    if et + p.period > now then break end
-    a = a - ec
-    drop = drop + 1
-  end
+  local a, drop = trim_log(st, now, p, rd, len)
   if drop == len then return absent end
   local oldest, newest = rd(drop), rd(len - 1)
   return '1 ' .. fmt(nonneg(p.cap - a)) .. ' ' .. fmt(mceil(newest + p.period - now)) .. ' ' .. fmt(mceil(oldest + p.period - now)) .. ' 0'

@@ -327,14 +327,11 @@ local function sliding_counter(st, now, p)
 end
 `
 
-// luaSlidingLog mirrors (*Limit).slidingLog and (*Limit).trimLog in
-// window.go. State: t is the newest instant seen, a the sum of the costs in
-// the log, a list of entries, oldest first, under its own key.
-const luaSlidingLog = `
-local function sliding_log(st, now, p)
-  if now < st.t then now = st.t end
-  local rd = reader(p.logkey)
-  local len = call('LLEN', p.logkey)
+// luaTrimLog mirrors (*Limit).trimLog: the sum of the costs in the log of
+// len entries read by rd once those older than a period before now are
+// dropped, and how many are.
+const luaTrimLog = `
+local function trim_log(st, now, p, rd, len)
   local a, drop = st.a, 0
   while drop < len do
     local et, ec = rd(drop)
@@ -342,6 +339,19 @@ local function sliding_log(st, now, p)
     a = a - ec
     drop = drop + 1
   end
+  return a, drop
+end
+`
+
+// luaSlidingLog mirrors (*Limit).slidingLog and (*Limit).trimLog in
+// window.go. State: t is the newest instant seen, a the sum of the costs in
+// the log, a list of entries, oldest first, under its own key.
+const luaSlidingLog = luaTrimLog + `
+local function sliding_log(st, now, p)
+  if now < st.t then now = st.t end
+  local rd = reader(p.logkey)
+  local len = call('LLEN', p.logkey)
+  local a, drop = trim_log(st, now, p, rd, len)
   local n = len - drop
   if n == 0 then a = 0 end
   local ok, retry, push, set, newest = false, 0, false, false, 0
