@@ -12,7 +12,9 @@
 // -every keys the victim sends one more, which must still be answered 429
 // with X-RateLimit-Remaining 0. The flood stops after -keys keys or -max,
 // whichever comes first. It prints one line of figures, prefixed PASS, or
-// FAIL when the victim was let through once or a request failed.
+// FAIL when the victim was let through once or a request failed. With
+// -victim=false there is no victim: it only sends the keys, as to a
+// process without limits that bench/rss.sh compares with one.
 package main
 
 import (
@@ -35,6 +37,7 @@ func main() {
 	conc := flag.Int("conc", 16, "concurrent workers")
 	every := flag.Int("every", 2000, "keys between two requests of the victim")
 	most := flag.Duration("max", 2*time.Minute, "the longest the flood may take")
+	victim := flag.Bool("victim", true, "run the victim; false: only send the keys (to an unlimited endpoint, for comparison)")
 	flag.Parse()
 	if *url == "" {
 		fmt.Fprintln(os.Stderr, "soak: -url is required")
@@ -67,7 +70,7 @@ func main() {
 		return resp.StatusCode, resp.Header.Get("X-Ratelimit-Remaining")
 	}
 
-	spent := false
+	spent := !*victim
 	for n := 0; n < 100 && !spent; n++ {
 		code, _ := get(-1)
 		spent = code == http.StatusTooManyRequests
@@ -100,7 +103,7 @@ func main() {
 				default:
 					atomic.AddInt64(&other, 1)
 				}
-				if i%*every == 0 {
+				if *victim && i%*every == 0 {
 					atomic.AddInt64(&victimChecks, 1)
 					if code, rem := get(-1); code != http.StatusTooManyRequests || rem != "0" {
 						atomic.AddInt64(&victimLost, 1)

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Resident memory of the real Caddy (./caddy, built by ./xcaddy.sh) and
+# Traefik v3.6.12 with and without sluice's in-memory store: each process
+# idle (started, ten requests served) and after e2e/soak has sent it
+# KEYS (default 100000) distinct keys, one request each. Plain and sluice
+# processes run side by side and get the same requests, so what the table
+# shows beside each sluice figure is what the same process costs without it.
+#
+#   bench/rss.sh            # about a minute
+#   KEYS=1000000 bench/rss.sh
+#
+# Caddy's zone is keyed on an API key header, 10/h; Traefik's middleware
+# likewise (key header:X-API-Key); both with the default max_keys. Prints
+# one line per host: idle RSS plain and with sluice, then after the keys.
+# Everything listens on 127.0.0.1.
+# shellcheck source-path=SCRIPTDIR source=../e2e/testdata/traefik/lib.sh
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+REPO="$PWD"
+keys="${KEYS:-100000}"
+TMP="$(mktemp -d)"
+TL_PIDS=()
+source e2e/testdata/traefik/lib.sh
+cleanup() {
+	tl_cleanup
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# rss PID prints the resident set of PID in MB.
+rss() { awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+# settle URL sends ten requests and waits two seconds.
+settle() {
+	for _ in 1 2 3 4 5 6 7 8 9 10; do tl_status "$1" >/dev/null; done
+	sleep 2
+}
+# flood URL sends the keys.
+flood() { "$TMP/soak" -victim=false -max 600s -url "$1" -keys "$keys" -mode header -header X-API-Key >/dev/null 2>&1 || true; }
+
+go build -o "$TMP/soak" ./e2e/soak
+[ -x ./caddy ] || timeout 1800 ./xcaddy.sh build
+
+# --- caddy -------------------------------------------------------------------
+declare -A cport cpid
+for side in plain sluice; do
+	cport[$side]="$(free_port)"
+	block=""
+	if [ "$side" = sluice ]; then
+		block='sluice {
+		zone api {
+			key {http.request.header.X-API-Key}
+			rate 10/h
+		}
+	}'
+	fi
+	cat >"$TMP/$side.Caddyfile" <<CADDY
+{
+	admin off
+}
+http://127.0.0.1:${cport[$side]} {
+	$block
+	respond "ok"
+}
+CADDY
+	./caddy run --config "$TMP/$side.Caddyfile" --adapter caddyfile >"$TMP/caddy-$side.log" 2>&1 &
+	cpid[$side]=$!
+	TL_PIDS+=("${cpid[$side]}")
+	tl_wait_port "${cport[$side]}" 30 || { echo "rss: caddy ($side) did not start"; tail -20 "$TMP/caddy-$side.log"; exit 1; }
+done
+for side in plain sluice; do settle "http://127.0.0.1:${cport[$side]}/"; done
+ci_plain="$(rss "${cpid[plain]}")" ci_sluice="$(rss "${cpid[sluice]}")"
+for side in plain sluice; do flood "http://127.0.0.1:${cport[$side]}/"; done
+cf_plain="$(rss "${cpid[plain]}")" cf_sluice="$(rss "${cpid[sluice]}")"
+
+# --- traefik -----------------------------------------------------------------
+traefik="$(bash scripts/build-traefik.sh | tail -n 1)"
+tl_build_backend "$TMP/backend"
+backend_port="$(free_port)"
+tl_start_backend "$TMP/backend" "$backend_port"
+declare -A tport tpid
+for side in plain sluice; do
+	run="$TMP/traefik-$side"
+	mkdir -p "$run"
+	tport[$side]="$(free_port)"
+	mw=""
+	if [ "$side" = sluice ]; then
+		tl_plugin_tree "$run"
+		mw='      middlewares: [api]
+  middlewares:
+    api:
+      plugin:
+        sluice: {average: 10, period: 1h, key: "header:X-API-Key"}'
+	fi
+	cat >"$run/dynamic.yml" <<YAML
+http:
+  services:
+    backend:
+      loadBalancer:
+        servers:
+          - url: "http://127.0.0.1:$backend_port"
+  routers:
+    api:
+      rule: "PathPrefix(\`/\`)"
+      service: backend
+$mw
+YAML
+	tl_render "$REPO/e2e/testdata/traefik/static.yml" "$run/static.yml" "PORT=${tport[$side]}" \
+		"DYNAMIC=$run/dynamic.yml" "LOG=$run/traefik.log"
+	if [ "$side" = plain ]; then
+		sed -i '/^experimental:/,$d' "$run/static.yml" # no plugin at all
+	fi
+	tl_start_traefik "$traefik" "$run" "$run/static.yml"
+	tpid[$side]=$TL_LAST_PID
+done
+deadline=$((SECONDS + 60))
+for side in plain sluice; do
+	until [ "$(tl_status "http://127.0.0.1:${tport[$side]}/")" = 200 ]; do
+		[ "$SECONDS" -lt "$deadline" ] || { echo "rss: traefik ($side) not ready"; tail -20 "$TMP/traefik-$side/traefik.log"; exit 1; }
+		sleep 0.2
+	done
+done
+for side in plain sluice; do settle "http://127.0.0.1:${tport[$side]}/"; done
+ti_plain="$(rss "${tpid[plain]}")" ti_sluice="$(rss "${tpid[sluice]}")"
+for side in plain sluice; do flood "http://127.0.0.1:${tport[$side]}/"; done
+tf_plain="$(rss "${tpid[plain]}")" tf_sluice="$(rss "${tpid[sluice]}")"
+
+printf '%-8s %-22s %-22s\n' host "idle: plain / sluice" "$keys keys: plain / sluice"
+awk -v a="$ci_plain" -v b="$ci_sluice" -v c="$cf_plain" -v d="$cf_sluice" 'BEGIN {
+	printf "%-8s %6.1f / %6.1f MB (%+5.1f)  %6.1f / %6.1f MB (%+5.1f)\n", "caddy", a, b, b - a, c, d, d - c }'
+awk -v a="$ti_plain" -v b="$ti_sluice" -v c="$tf_plain" -v d="$tf_sluice" 'BEGIN {
+	printf "%-8s %6.1f / %6.1f MB (%+5.1f)  %6.1f / %6.1f MB (%+5.1f)\n", "traefik", a, b, b - a, c, d, d - c }'
