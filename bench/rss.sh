@@ -11,7 +11,9 @@
 #
 # Caddy's zone is keyed on an API key header, 10/h; Traefik's middleware
 # likewise (key header:X-API-Key); both with the default max_keys. Prints
-# one line per host: idle RSS plain and with sluice, then after the keys.
+# one line per host: idle RSS plain and with sluice, then after the keys;
+# and for Traefik a line against a Traefik running a plugin that sets one
+# header, which isolates what Yaegi costs any plugin.
 # Everything listens on 127.0.0.1.
 # shellcheck source-path=SCRIPTDIR source=../e2e/testdata/traefik/lib.sh
 set -euo pipefail
@@ -35,6 +37,43 @@ rss() { awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 settle() {
 	for _ in 1 2 3 4 5 6 7 8 9 10; do tl_status "$1" >/dev/null; done
 	sleep 2
+}
+# trivial_tree DIR lays out in DIR/plugins-local a local plugin that sets
+# one header: what any Yaegi plugin costs Traefik, beside sluice.
+trivial_tree() {
+	local dst="$1/plugins-local/src/example.com/trivial"
+	mkdir -p "$dst"
+	printf 'module example.com/trivial\n\ngo 1.22\n' >"$dst/go.mod"
+	cat >"$dst/.traefik.yml" <<'YML'
+displayName: trivial
+type: middleware
+import: example.com/trivial
+summary: sets one header
+testData: {}
+YML
+	cat >"$dst/trivial.go" <<'GO'
+package trivial
+
+import (
+	"context"
+	"net/http"
+)
+
+type Config struct{}
+
+func CreateConfig() *Config { return &Config{} }
+
+type handler struct{ next http.Handler }
+
+func New(ctx context.Context, next http.Handler, config *Config, name string) (http.Handler, error) {
+	return &handler{next: next}, nil
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Trivial", "1")
+	h.next.ServeHTTP(w, r)
+}
+GO
 }
 # flood URL sends the keys.
 flood() { "$TMP/soak" -victim=false -max 600s -url "$1" -keys "$keys" -mode header -header X-API-Key >/dev/null 2>&1 || true; }
@@ -80,19 +119,29 @@ tl_build_backend "$TMP/backend"
 backend_port="$(free_port)"
 tl_start_backend "$TMP/backend" "$backend_port"
 declare -A tport tpid
-for side in plain sluice; do
+for side in plain trivial sluice; do
 	run="$TMP/traefik-$side"
 	mkdir -p "$run"
 	tport[$side]="$(free_port)"
 	mw=""
-	if [ "$side" = sluice ]; then
+	case "$side" in
+	sluice)
 		tl_plugin_tree "$run"
 		mw='      middlewares: [api]
   middlewares:
     api:
       plugin:
         sluice: {average: 10, period: 1h, key: "header:X-API-Key"}'
-	fi
+		;;
+	trivial)
+		trivial_tree "$run"
+		mw='      middlewares: [api]
+  middlewares:
+    api:
+      plugin:
+        sluice: {}'
+		;;
+	esac
 	cat >"$run/dynamic.yml" <<YAML
 http:
   services:
@@ -108,26 +157,29 @@ $mw
 YAML
 	tl_render "$REPO/e2e/testdata/traefik/static.yml" "$run/static.yml" "PORT=${tport[$side]}" \
 		"DYNAMIC=$run/dynamic.yml" "LOG=$run/traefik.log"
-	if [ "$side" = plain ]; then
-		sed -i '/^experimental:/,$d' "$run/static.yml" # no plugin at all
-	fi
+	case "$side" in
+	plain) sed -i '/^experimental:/,$d' "$run/static.yml" ;; # no plugin at all
+	trivial) sed -i 's|moduleName: github.com/sluicehq/sluice|moduleName: example.com/trivial|' "$run/static.yml" ;;
+	esac
 	tl_start_traefik "$traefik" "$run" "$run/static.yml"
 	tpid[$side]=$TL_LAST_PID
 done
 deadline=$((SECONDS + 60))
-for side in plain sluice; do
+for side in plain trivial sluice; do
 	until [ "$(tl_status "http://127.0.0.1:${tport[$side]}/")" = 200 ]; do
 		[ "$SECONDS" -lt "$deadline" ] || { echo "rss: traefik ($side) not ready"; tail -20 "$TMP/traefik-$side/traefik.log"; exit 1; }
 		sleep 0.2
 	done
 done
-for side in plain sluice; do settle "http://127.0.0.1:${tport[$side]}/"; done
-ti_plain="$(rss "${tpid[plain]}")" ti_sluice="$(rss "${tpid[sluice]}")"
-for side in plain sluice; do flood "http://127.0.0.1:${tport[$side]}/"; done
-tf_plain="$(rss "${tpid[plain]}")" tf_sluice="$(rss "${tpid[sluice]}")"
+for side in plain trivial sluice; do settle "http://127.0.0.1:${tport[$side]}/"; done
+ti_plain="$(rss "${tpid[plain]}")" ti_trivial="$(rss "${tpid[trivial]}")" ti_sluice="$(rss "${tpid[sluice]}")"
+for side in plain trivial sluice; do flood "http://127.0.0.1:${tport[$side]}/"; done
+tf_plain="$(rss "${tpid[plain]}")" tf_trivial="$(rss "${tpid[trivial]}")" tf_sluice="$(rss "${tpid[sluice]}")"
 
-printf '%-8s %-22s %-22s\n' host "idle: plain / sluice" "$keys keys: plain / sluice"
+printf '%-8s %-28s %-28s\n' host "idle: plain / sluice" "$keys keys: plain / sluice"
 awk -v a="$ci_plain" -v b="$ci_sluice" -v c="$cf_plain" -v d="$cf_sluice" 'BEGIN {
 	printf "%-8s %6.1f / %6.1f MB (%+5.1f)  %6.1f / %6.1f MB (%+5.1f)\n", "caddy", a, b, b - a, c, d, d - c }'
 awk -v a="$ti_plain" -v b="$ti_sluice" -v c="$tf_plain" -v d="$tf_sluice" 'BEGIN {
 	printf "%-8s %6.1f / %6.1f MB (%+5.1f)  %6.1f / %6.1f MB (%+5.1f)\n", "traefik", a, b, b - a, c, d, d - c }'
+awk -v a="$ti_trivial" -v b="$ti_sluice" -v c="$tf_trivial" -v d="$tf_sluice" 'BEGIN {
+	printf "%-8s %6.1f / %6.1f MB (%+5.1f)  %6.1f / %6.1f MB (%+5.1f)  (plain: Traefik with a one-header plugin)\n", "traefik", a, b, b - a, c, d, d - c }'
