@@ -79,7 +79,7 @@ GO
 flood() { "$TMP/soak" -victim=false -max 600s -url "$1" -keys "$keys" -mode header -header X-API-Key >/dev/null 2>&1 || true; }
 
 go build -o "$TMP/soak" ./e2e/soak
-[ -x ./caddy ] || timeout 1800 ./xcaddy.sh build
+timeout 1800 ./xcaddy.sh build # incremental: a ./caddy older than the source would measure old code
 
 # --- caddy -------------------------------------------------------------------
 declare -A cport cpid

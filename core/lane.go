@@ -351,6 +351,9 @@ func laneKey(l *Lane, r *http.Request) string {
 // lends the tokens, laneDecide does.
 func laneShort(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, sh *memShard, h uint64, held bool, sl *memSlot, deficit float64, now int64) {
 	if l.fastReject && !(l.owe && deficit+l.cost <= l.most+eps) {
+		if held {
+			memTouch(sh, h, *sl, l.limit, now)
+		}
 		sh.mu.Unlock()
 		laneRejectTB(l, w, deficit, now)
 		return
@@ -371,6 +374,8 @@ func laneDecide(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reque
 			memRoom(l.mem, sh, now)
 		}
 		sh.slots[h] = memSlot{t: st.T, a: st.A, exp: exp}
+	} else if held {
+		memTouch(sh, h, *sl, l.limit, now)
 	}
 	sh.mu.Unlock()
 	if !l.clock {

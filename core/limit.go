@@ -157,6 +157,10 @@ type Limit struct {
 	// flight, with MaxInFlight, is the limit that decides its in-flight
 	// slots (inflight.go); nil without.
 	flight *Limit
+	// keep is how long a state lives that has just taken the whole
+	// capacity: how long, at least, a MemoryStore keeps the state of a key
+	// after a request it rejected (memTouch).
+	keep int64
 }
 
 // Validate checks l, naming the offending field in its error, and fills in
@@ -252,6 +256,9 @@ func (l *Limit) validate() error {
 	}
 	l.ns = l.Name + ":" + string(l.Algorithm)
 	l.nsHash = fnv1a(l.ns)
+	var spent State
+	var d Decision
+	l.keep = decide(l, &spent, 0, l.capacity, &d)
 	l.answer = newLimitAnswer(l, l.Rate.Quota)
 	l.redis = newLimitRedis(l)
 	return nil

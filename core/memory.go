@@ -30,7 +30,10 @@ type MemoryConfig struct {
 	// state is kept until it expires (is equivalent to a fresh one); when
 	// a new key arrives at it, the store forgets one state of the shard:
 	// the first expired one among memSample (16) it examines, or else the
-	// one of them closest to expiring. Zero means DefaultMaxKeys.
+	// one of them closest to expiring. A request a state rejects keeps it
+	// at least as long as one that has just spent the whole capacity, so
+	// that a key being limited is not the one that goes while it keeps
+	// asking. Zero means DefaultMaxKeys.
 	MaxKeys int
 	// Clock supplies instants; nil means SystemClock().
 	Clock Clock
@@ -155,6 +158,20 @@ func memSave(s *MemoryStore, sh *memShard, h uint64, l *Limit, st *State, exp, n
 	}
 }
 
+// memTouch keeps sl, the state of h that l held when it rejected a request
+// at now, for l.keep at least, as if the request had just spent the
+// whole capacity, and a nanosecond more, to outlive the states of new keys
+// made at the same instant: the key is being limited, and a flood of new
+// keys, which evicts the states closest to expiring first (memRoom), must
+// not forget it while it keeps asking, which would hand it the capacity
+// again.
+func memTouch(sh *memShard, h uint64, sl memSlot, l *Limit, now int64) {
+	if keep := now + l.keep + 1; sl.exp < keep {
+		sl.exp = keep
+		sh.slots[h] = sl
+	}
+}
+
 // memRoom prepares sh, whose mutex is held, for one new state at now. It
 // examines up to memSample states and forgets the first one expired for
 // memGrace, so that while new keys arrive, states of keys never seen again
@@ -255,8 +272,16 @@ func takeMany(s *MemoryStore, asks []Ask, out []Decision) {
 		for i := range asks {
 			memSave(s, &s.shards[hs[i]>>memShardShift], hs[i], asks[i].Limit, &sts[i], exps[i], now)
 		}
-	} else if full != nil {
-		restoreLogs(s, hs, full, newest)
+	} else {
+		if full != nil {
+			restoreLogs(s, hs, full, newest)
+		}
+		for i := range asks {
+			sh := &s.shards[hs[i]>>memShardShift]
+			if sl, held := sh.slots[hs[i]]; held {
+				memTouch(sh, hs[i], sl, asks[i].Limit, now)
+			}
+		}
 	}
 	for _, i := range order {
 		s.shards[i].mu.Unlock()
@@ -320,6 +345,8 @@ func take1(s *MemoryStore, a *Ask, d *Decision) int64 {
 		if l.Algorithm == SlidingWindowLog {
 			memPutLog(sh, h, st.Log)
 		}
+	} else if held {
+		memTouch(sh, h, sl, l, now)
 	}
 	sh.mu.Unlock()
 	return now

@@ -459,3 +459,41 @@ func TestMemoryStoreFullLog(t *testing.T) {
 		t.Errorf("admission into a full log: %v allocations, want 0 (no copy)", n)
 	}
 }
+
+// TestMemoryStoreKeepsLimitedKey: a key whose requests are being rejected
+// keeps its state through a flood of new keys ten times the cap, even when
+// its state would expire as soon as theirs (burst 1): each rejection keeps
+// it as long as a state that has just spent the whole capacity. Alone
+// (take1) and with a second limit (takeMany).
+func TestMemoryStoreKeepsLimitedKey(t *testing.T) {
+	perShard := 32
+	if testing.Short() {
+		perShard = 8 // the interpreter
+	}
+	for _, asks := range []int{1, 2} {
+		s, clock := memStore(t, memShards*perShard)
+		l := algLimit(t, TokenBucket, "11/h", 1, 0)
+		global := algLimit(t, TokenBucket, "1000000/s", 1000000, 0)
+		ask := func(key string) []Ask {
+			a := []Ask{{Limit: l, Key: key, Cost: 1}}
+			if asks == 2 {
+				a = append(a, Ask{Limit: global, Key: "all", Cost: 1})
+			}
+			return a
+		}
+		if !memTake(t, s, ask("victim")...)[0].Allowed {
+			t.Fatal("the victim's first request was rejected")
+		}
+		for i := 0; i < 10*s.Cap(); i++ {
+			memTake(t, s, ask("k"+strconv.Itoa(i))...)
+			if i%100 == 0 {
+				clock.Advance(time.Millisecond)
+			}
+			if i%50 == 0 {
+				if d := memTake(t, s, ask("victim")...); d[0].Allowed {
+					t.Fatalf("%d asks: the limited victim admitted again after %d new keys (its state evicted)", asks, i)
+				}
+			}
+		}
+	}
+}

@@ -253,3 +253,27 @@ func TestMaxKeys(t *testing.T) {
 		t.Error("the store of maxKeys 128 outlived every entry using it")
 	}
 }
+
+// TestLimitedKeyKeptThroughFlood: with the built-in's default burst of 1, a
+// spent key that keeps asking stays rejected through a flood of new keys
+// ten times maxKeys (the lane's own path: serveLaneTB).
+func TestLimitedKeyKeptThroughFlood(t *testing.T) {
+	g := newTestRegistry()
+	maxKeys := 6400
+	if testing.Short() {
+		maxKeys = 640 // the interpreter
+	}
+	flood, _ := g.mustNew(t, &Config{Average: "11", Period: "1h", Key: []string{"header:X-API-Key"}, MaxKeys: strconv.Itoa(maxKeys)}, "flood@file")
+	victim := request{headers: map[string]string{"X-API-Key": "victim"}}
+	if got := codes(flood, victim, 2); got != "200 429" {
+		t.Fatalf("the victim: got %s, want 200 429", got)
+	}
+	for i := 0; i < 10*maxKeys; i++ {
+		do(flood, request{headers: map[string]string{"X-API-Key": "k" + strconv.Itoa(i)}})
+		if i%100 == 0 {
+			if rec, _ := do(flood, victim); rec.Code != 429 {
+				t.Fatalf("the spent victim after %d new keys: %d, want 429 (its state evicted)", i, rec.Code)
+			}
+		}
+	}
+}
