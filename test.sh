@@ -72,13 +72,16 @@ stage_yaegi_compat() {
 stage_test() { go test -race -count=1 ./...; }
 
 stage_fuzz() {
-	local pkg name
+	local pkg name out
 	while read -r pkg; do
 		while read -r name; do
 			[[ "$name" == Fuzz* ]] || continue
-			echo "fuzz: $pkg $name"
-			go test -run '^$' -fuzz "^${name}\$" -fuzztime "${FUZZTIME:-3s}" "$pkg" >/dev/null ||
-				{ go test -run '^$' -fuzz "^${name}\$" -fuzztime 1x "$pkg"; return 1; }
+			if ! out="$(go test -run '^$' -fuzz "^${name}\$" -fuzztime "${FUZZTIME:-3s}" "$pkg" 2>&1)"; then
+				echo "fuzz: $pkg $name FAILED:"
+				echo "$out"
+				return 1
+			fi
+			echo "fuzz: $pkg $name: $(grep -o 'execs: [0-9]*' <<<"$out" | tail -n 1 | tr -d ':') executions, no failure"
 		done < <(go test -list '^Fuzz' "$pkg" 2>/dev/null)
 	done < <(go list ./...)
 }
