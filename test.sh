@@ -81,7 +81,7 @@ stage_fuzz() {
 				echo "$out"
 				return 1
 			fi
-			echo "fuzz: $pkg $name: $(grep -o 'execs: [0-9]*' <<<"$out" | tail -n 1 | tr -d ':') executions, no failure"
+			echo "fuzz: $pkg $name: $(grep -o 'execs: [0-9]*' <<<"$out" | tail -n 1 | sed 's/execs: //') executions, no failure"
 		done < <(go test -list '^Fuzz' "$pkg" 2>/dev/null)
 	done < <(go list ./...)
 }

@@ -360,13 +360,24 @@ pass "in flight: 4 slow requests at once through two instances sharing max_in_fl
 
 # Three requests held through instance a take every slot; a is killed; its
 # leases, renewed every third of lease_ttl, expire within lease_ttl.
-for i in 1 2 3; do
+# A probe holds a slot for a moment, and may so turn away a held request
+# that arrives meanwhile: each one that ended is replaced.
+held=()
+hold() {
 	curl -sS --max-time 30 -o /dev/null "$fa/?sleep=20s" >/dev/null 2>&1 &
 	pids+=("$!")
-done
+	held+=("$!")
+}
+for i in 1 2 3; do hold; done
+sleep 0.3
 for ((i = 0; i < 50; i++)); do
 	code="$(req "$fb/")"
 	[ "$code" = 429 ] && break
+	live=0
+	for p in "${held[@]}"; do
+		! kill -0 "$p" 2>/dev/null || live=$((live + 1))
+	done
+	for ((j = live; j < 3; j++)); do hold; done
 	sleep 0.1
 done
 [ "$code" = 429 ] || fail "in flight: with 3 requests held through instance a, instance b answered $code, want 429"
