@@ -11,16 +11,29 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
+// inspectScale stretches the periods of inspectLimits and testInspector's
+// clock steps: 1, or 60 with -short (under Yaegi, where a request can take
+// longer than a second of real time, in which Redis would expire a state
+// the fake clock still holds).
+func inspectScale() time.Duration {
+	if testing.Short() {
+		return 60
+	}
+	return 1
+}
+
 // inspectLimits are limits of every algorithm, with and without delays.
 func inspectLimits(t *testing.T) []*Limit {
+	unit := "/" + (inspectScale() * time.Second).String()
+	delay := inspectScale() * 500 * time.Millisecond
 	return []*Limit{
-		redisTestLimit(t, "tb", TokenBucket, "10/s", 5, 0),
-		redisTestLimit(t, "tbd", TokenBucket, "7/s", 3, 500*time.Millisecond),
-		redisTestLimit(t, "lb", LeakyBucket, "5/s", 5, 0),
-		redisTestLimit(t, "lbd", LeakyBucket, "3/s", 4, 500*time.Millisecond),
-		redisTestLimit(t, "fw", FixedWindow, "5/s", 0, 0),
-		redisTestLimit(t, "swc", SlidingWindowCounter, "4/s", 0, 0),
-		redisTestLimit(t, "swl", SlidingWindowLog, "3/s", 0, 0),
+		redisTestLimit(t, "tb", TokenBucket, "10"+unit, 5, 0),
+		redisTestLimit(t, "tbd", TokenBucket, "7"+unit, 3, delay),
+		redisTestLimit(t, "lb", LeakyBucket, "5"+unit, 5, 0),
+		redisTestLimit(t, "lbd", LeakyBucket, "3"+unit, 4, delay),
+		redisTestLimit(t, "fw", FixedWindow, "5"+unit, 0, 0),
+		redisTestLimit(t, "swc", SlidingWindowCounter, "4"+unit, 0, 0),
+		redisTestLimit(t, "swl", SlidingWindowLog, "3"+unit, 0, 0),
 	}
 }
 
@@ -42,7 +55,7 @@ func testInspector(t *testing.T, newStore func(t *testing.T, clock *fakeClock) S
 			rnd := rand.New(rand.NewSource(3))
 			costs := []float64{0.5, 1, 1, 2}
 			for op := 0; op < 200; op++ {
-				clock.Advance(time.Duration(rnd.Intn(300)) * time.Millisecond)
+				clock.Advance(time.Duration(rnd.Intn(300)) * inspectScale() * time.Millisecond)
 				d := redisTestTake(t, st, l, key, costs[rnd.Intn(len(costs))])
 				ks, err := in.Peek(ctx, l, key)
 				if err != nil {
@@ -82,9 +95,9 @@ func testInspector(t *testing.T, newStore func(t *testing.T, clock *fakeClock) S
 			if held, err := in.Delete(ctx, l, key+"/other"); err != nil || held {
 				t.Fatalf("Delete of a key never seen: %v, %v; want false", held, err)
 			}
-			clock.Advance(time.Hour)
+			clock.Advance(inspectScale() * time.Hour)
 			if ks, _ := in.Peek(ctx, l, key); ks.Present {
-				t.Fatalf("an hour later: %+v, want absent (expired)", ks)
+				t.Fatalf("%v later: %+v, want absent (expired)", inspectScale()*time.Hour, ks)
 			}
 		})
 	}
