@@ -86,10 +86,10 @@ var memoryCases = []pluginCase{
 	{name: "sliding_window_log rejected", config: map[string]any{"algorithm": "sliding_window_log", "average": 1, "period": "1h"}, remote: ipv4, rejected: true, target: targetOther, ceiling: 721},
 	{name: "two limits allowed (per IP + global)", config: with(open, "limits", []any{
 		map[string]any{"name": "global", "average": 1000000000, "burst": 1000000000, "key": "const:all"},
-	}), remote: ipv4, target: targetOther, ceiling: 1414},
+	}), remote: ipv4, target: targetOther, ceiling: 1397},
 	{name: "two limits, the second rejects", config: with(open, "limits", []any{
 		map[string]any{"name": "global", "average": 1, "period": "1h", "burst": 1, "key": "const:all"},
-	}), remote: ipv4, rejected: true, target: targetOther, ceiling: 1704},
+	}), remote: ipv4, rejected: true, target: targetOther, ceiling: 1713},
 }
 
 // plugins holds the two interpreters, loaded once per test binary: an
