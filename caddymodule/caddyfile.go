@@ -204,7 +204,7 @@ func (z *Zone) check() error {
 	if err != nil {
 		return err
 	}
-	if c := string(z.Cost); c != "" && !strings.ContainsAny(c, "{}") && l.Rated() {
+	if c := string(z.Cost); c != "" && !strings.ContainsAny(c, "{}") {
 		cost, err := parseCost(c)
 		if err != nil {
 			return err

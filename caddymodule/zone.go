@@ -216,7 +216,7 @@ func (z *Zone) provision(ctx caddy.Context) error {
 	if err := z.provisionCost(); err != nil {
 		return err
 	}
-	if z.costTmpl == "" && z.limit.Rated() {
+	if z.costTmpl == "" {
 		if err := checkCost(z.cost, z.limit); err != nil {
 			return err
 		}
@@ -266,7 +266,7 @@ func limitField(err error) error {
 // checkCost refuses a fixed cost above the capacity of l, which no request
 // could ever pay.
 func checkCost(cost float64, l *core.Limit) error {
-	if c := l.Capacity(); cost > c {
+	if c := l.Capacity(); !l.Fits(cost) {
 		return fmt.Errorf("cost %v: above the zone's capacity of %v (its burst, or the quota of a window algorithm), so no request could ever pass; lower the cost or raise the burst", cost, c)
 	}
 	return nil

@@ -269,6 +269,11 @@ func (l *Limit) validate() error {
 // valid after Validate.
 func (l *Limit) Rated() bool { return l.period > 0 }
 
+// Fits reports whether a request of cost can ever be admitted by l: its
+// cost is at most the capacity, or l limits requests in flight only,
+// where a cost does not count. It is valid after Validate.
+func (l *Limit) Fits(cost float64) bool { return !l.Rated() || cost <= l.capacity }
+
 // Capacity is the most cost the limit can admit at once: Burst, or the quota
 // when Burst is zero. It is valid after Validate.
 func (l *Limit) Capacity() float64 { return l.capacity }

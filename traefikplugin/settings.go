@@ -101,7 +101,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 			s.specs = append(s.specs, spec)
 			specIndex[id] = i
 		}
-		if c := l.Capacity(); cost > c && l.Rated() {
+		if c := l.Capacity(); !l.Fits(cost) {
 			return fmt.Errorf("%s: %v is above the capacity of limit %q (%v: its burst, or for a window algorithm its average), so no request could ever pass; lower the cost or raise the capacity", costOption, cost, l.Name, c)
 		}
 		s.plans = append(s.plans, limitPlan{limit: l, spec: i, missing: missing, cost: cost})
