@@ -38,43 +38,6 @@ settle() {
 	for _ in 1 2 3 4 5 6 7 8 9 10; do tl_status "$1" >/dev/null; done
 	sleep 2
 }
-# trivial_tree DIR lays out in DIR/plugins-local a local plugin that sets
-# one header: what any Yaegi plugin costs Traefik, beside sluice.
-trivial_tree() {
-	local dst="$1/plugins-local/src/example.com/trivial"
-	mkdir -p "$dst"
-	printf 'module example.com/trivial\n\ngo 1.22\n' >"$dst/go.mod"
-	cat >"$dst/.traefik.yml" <<'YML'
-displayName: trivial
-type: middleware
-import: example.com/trivial
-summary: sets one header
-testData: {}
-YML
-	cat >"$dst/trivial.go" <<'GO'
-package trivial
-
-import (
-	"context"
-	"net/http"
-)
-
-type Config struct{}
-
-func CreateConfig() *Config { return &Config{} }
-
-type handler struct{ next http.Handler }
-
-func New(ctx context.Context, next http.Handler, config *Config, name string) (http.Handler, error) {
-	return &handler{next: next}, nil
-}
-
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("X-Trivial", "1")
-	h.next.ServeHTTP(w, r)
-}
-GO
-}
 # flood URL sends the keys.
 flood() { "$TMP/soak" -victim=false -max 600s -url "$1" -keys "$keys" -mode header -header X-API-Key >/dev/null 2>&1 || true; }
 
@@ -134,7 +97,7 @@ for side in plain trivial sluice; do
         sluice: {average: 10, period: 1h, key: "header:X-API-Key"}'
 		;;
 	trivial)
-		trivial_tree "$run"
+		tl_trivial_tree "$run"
 		mw='      middlewares: [api]
   middlewares:
     api:

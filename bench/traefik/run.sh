@@ -2,14 +2,16 @@
 # Throughput of the real Traefik v3.6.12 in front of a fast loopback backend
 # (e2e/backend) through (a) no middleware, (b) the built-in rateLimit and
 # (c) the sluice plugin under Yaegi, the two limiters with limits the load
-# never reaches (average and burst 100000000), all in one Traefik process.
-# Rounds interleave a b c so that drift on a shared machine hits all three.
+# never reaches (average and burst 100000000), and (d) a plugin that only
+# sets one header: what any Yaegi plugin costs, the floor under (c). All
+# four run in one Traefik process, and rounds interleave a b c d so that
+# drift on a shared machine hits all of them.
 #
 #   bench/traefik/run.sh                  # 3 rounds of wrk -t2 -c32 -d5s
 #   ROUNDS=5 DURATION=10s bench/traefik/run.sh
 #
 # Prints req/s per round and variant, the medians, and the ratios c/b
-# (target ≥ 0.9) and c/a. Everything listens on 127.0.0.1; the backend, wrk
+# (target ≥ 0.9), c/a and d/b. Everything listens on 127.0.0.1; the backend, wrk
 # and Traefik share the machine's cores, so absolute numbers are low and
 # only the ratios mean much. Takes about 1 minute with the defaults.
 set -euo pipefail
@@ -51,17 +53,19 @@ tl_start_backend "$TMP/backend" "$backend_port"
 run="$TMP/run"
 mkdir -p "$run"
 tl_plugin_tree "$run"
+tl_trivial_tree "$run"
 port="$(free_port)"
 tl_render "$REPO/bench/traefik/dynamic.yml" "$run/dynamic.yml" "BACKEND=127.0.0.1:$backend_port"
 tl_render "$REPO/e2e/testdata/traefik/static.yml" "$run/static.yml" "PORT=$port" \
 	"DYNAMIC=$run/dynamic.yml" "LOG=$run/traefik.log"
+printf '    trivial:\n      moduleName: example.com/trivial\n' >>"$run/static.yml"
 tl_start_traefik "$traefik" "$run" "$run/static.yml"
 if ! tl_wait_traefik "$port" "$run/traefik.log" /sluice 60; then
 	tail -n 40 "$run/traefik.log" "$run/static.yml.out" 2>/dev/null || true
 	exit 1
 fi
 base="http://127.0.0.1:$port"
-for v in none builtin; do
+for v in none builtin trivial; do
 	[ "$(tl_status "$base/$v")" = 200 ] || { echo "bench: GET /$v is not 200"; exit 1; }
 done
 
@@ -81,27 +85,35 @@ load() {
 
 median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-echo "bench: Traefik v3.6.12, wrk -t$threads -c$conns -d$duration, $rounds rounds of a b c ($(nproc) cores)"
-for v in none builtin sluice; do
+echo "bench: Traefik v3.6.12, wrk -t$threads -c$conns -d$duration, $rounds rounds of a b c d ($(nproc) cores)"
+for v in none builtin sluice trivial; do
 	load "$v" 1s >/dev/null # warm-up: connections, Yaegi's first calls
 done
-declare -A all=([none]="" [builtin]="" [sluice]="")
-printf '%-6s %14s %14s %14s\n' round "(a) none" "(b) rateLimit" "(c) sluice"
+declare -A all=([none]="" [builtin]="" [sluice]="" [trivial]="")
+printf '%-6s %14s %14s %14s %14s %8s\n' round "(a) none" "(b) rateLimit" "(c) sluice" "(d) one header" "(c)/(b)"
+ratios=""
 for r in $(seq 1 "$rounds"); do
 	row=()
-	for v in none builtin sluice; do
+	for v in none builtin sluice trivial; do
 		rps="$(load "$v" "$duration")"
 		all[$v]+="$rps "
 		row+=("$rps")
 	done
-	printf '%-6s %14s %14s %14s\n' "$r" "${row[@]}"
+	ratio="$(awk -v b="${row[1]}" -v c="${row[2]}" 'BEGIN { printf "%.3f", c / b }')"
+	ratios+="$ratio "
+	printf '%-6s %14s %14s %14s %14s %8s\n' "$r" "${row[@]}" "$ratio"
 done
 ma="$(median <<<"${all[none]}")"
 mb="$(median <<<"${all[builtin]}")"
 mc="$(median <<<"${all[sluice]}")"
-printf '%-6s %14.0f %14.0f %14.0f\n' median "$ma" "$mb" "$mc"
-awk -v a="$ma" -v b="$mb" -v c="$mc" 'BEGIN {
-	printf "ratio (c)/(b) sluice/rateLimit: %.3f (target >= 0.9: %s)\n", c / b, (c / b >= 0.9) ? "met" : "NOT met"
+md="$(median <<<"${all[trivial]}")"
+printf '%-6s %14.0f %14.0f %14.0f %14.0f\n' median "$ma" "$mb" "$mc" "$md"
+lo="$(tr ' ' '\n' <<<"$ratios" | sed '/^$/d' | sort -g | head -n 1)"
+hi="$(tr ' ' '\n' <<<"$ratios" | sed '/^$/d' | sort -g | tail -n 1)"
+awk -v a="$ma" -v b="$mb" -v c="$mc" -v d="$md" -v lo="$lo" -v hi="$hi" 'BEGIN {
+	printf "ratio (c)/(b) sluice/rateLimit: %.3f (target >= 0.9: %s), rounds %.3f to %.3f\n", c / b, (c / b >= 0.9) ? "met" : "NOT met", lo, hi
 	printf "ratio (c)/(a) sluice/none:      %.3f\n", c / a
 	printf "ratio (b)/(a) rateLimit/none:   %.3f\n", b / a
+	printf "ratio (d)/(b) one header/rateLimit: %.3f (any Yaegi plugin)\n", d / b
+	printf "ratio (c)/(d) sluice/one header:    %.3f\n", c / d
 }'

@@ -33,6 +33,45 @@ tl_plugin_tree() {
 	done < <(cd "$REPO" && find core traefikplugin -type f -name '*.go' ! -name '*_test.go')
 }
 
+# tl_trivial_tree DIR lays out in DIR/plugins-local a local plugin that sets
+# one header: what any Yaegi plugin costs Traefik, beside sluice (bench/rss.sh,
+# bench/traefik/run.sh).
+tl_trivial_tree() {
+	local dst="$1/plugins-local/src/example.com/trivial"
+	mkdir -p "$dst"
+	printf 'module example.com/trivial\n\ngo 1.22\n' >"$dst/go.mod"
+	cat >"$dst/.traefik.yml" <<'YML'
+displayName: trivial
+type: middleware
+import: example.com/trivial
+summary: sets one header
+testData: {}
+YML
+	cat >"$dst/trivial.go" <<'GO'
+package trivial
+
+import (
+	"context"
+	"net/http"
+)
+
+type Config struct{}
+
+func CreateConfig() *Config { return &Config{} }
+
+type handler struct{ next http.Handler }
+
+func New(ctx context.Context, next http.Handler, config *Config, name string) (http.Handler, error) {
+	return &handler{next: next}, nil
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Trivial", "1")
+	h.next.ServeHTTP(w, r)
+}
+GO
+}
+
 # tl_render TEMPLATE OUT NAME=VALUE... copies TEMPLATE to OUT, replacing
 # every @NAME@ by VALUE.
 tl_render() {
