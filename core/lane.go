@@ -54,6 +54,7 @@ type Lane struct {
 	fast       bool
 	most       float64 // the most deficit: capacity, and the tokens MaxDelay lends
 	owe        bool    // MaxDelay lends tokens
+	lent       float64 // how many: the limit's owe
 	policy     string  // RateLimit-Policy
 	ietfPrefix string  // start of RateLimit
 	qText      string  // X-RateLimit-Limit
@@ -131,7 +132,7 @@ func NewLane(cfg LaneConfig) *Lane {
 	l.shared = a.Missing == MissingShared
 	l.clock = g.memClock
 	l.nsHash, l.capacity, l.quota = lim.nsHash, lim.capacity, lim.Rate.Quota
-	l.most, l.owe = lim.capacity+lim.owe, lim.owe > 0
+	l.most, l.owe, l.lent = lim.capacity+lim.owe, lim.owe > 0, lim.owe
 	l.period, l.unit = float64(lim.period), lim.unit
 	l.headers = g.resp.Headers
 	l.fast = l.clock && l.headers&HeadersLegacy == 0 && l.headers&HeadersIETF != 0 && l.headers&HeadersX != 0 &&
@@ -147,31 +148,45 @@ func NewLane(cfg LaneConfig) *Lane {
 }
 
 // serveLaneTB is ServeLane for one enforced token_bucket limit in the
-// in-memory store: the path written out.
-func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
-	key := r.RemoteAddr
-	if !l.ipv4 || key == "" || key[0] == '[' {
-		key = laneKey(l, r)
-	} else if _, err := netip.ParseAddrPort(key); err != nil {
-		key = laneKey(l, r)
+// in-memory store: the path written out. Its parameters after r are its
+// variables, which ServeLane passes as zero values: Yaegi allocates a
+// function's parameters once per call, where a var or := allocates each
+// variable again when it runs. They are assigned with =, which writes a
+// call's or an operation's result straight into its variable. Its
+// standard library functions are package variables (fmtInt and the
+// others), whose names, unlike a selector such as strconv.FormatInt, take
+// no value of the frame.
+func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
+	key, remText, tText string, s *MemoryStore, h uint64, sh *memShard, sl memSlot, held bool, err error,
+	now, t, reset, n int64, deficit, ns float64, vals []string, hd http.Header) {
+	key = r.RemoteAddr
+	if l.ipv4 && key != "" && key[0] != '[' {
+		if _, err = parseAddrPort(key); err == nil {
+			key = l.prefix + key[:lastIndexByte(key, ':')]
+		} else {
+			key = laneKey(l, r)
+		}
 	} else {
-		key = l.prefix + key[:strings.LastIndexByte(key, ':')]
+		key = laneKey(l, r)
 	}
 	if key == "" { // MissingSkip
 		next.ServeHTTP(w, r)
 		return
 	}
-	s := l.mem
-	h := maphash.String(s.seed, key) ^ l.nsHash
-	sh := &s.shards[h>>memShardShift]
+	s = l.mem
+	h = hashString(s.seed, key)
+	h ^= l.nsHash
+	sh = &s.shards[h>>memShardShift]
 	sh.mu.Lock()
-	sl, held := sh.slots[h]
-	now := s.wall + int64(time.Since(s.base))
+	sl, held = sh.slots[h]
+	now = int64(timeSince(s.base))
+	now += s.wall
 	if s.clock != nil {
 		now = s.clock()
 	}
 	// tokenBucket's refill and admission, written out.
-	t, deficit := sl.t, sl.a
+	t = sl.t
+	deficit = sl.a
 	if now > t {
 		t = now
 	}
@@ -185,15 +200,15 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 		}
 	}
 	if l.capacity-deficit+eps < l.cost {
-		laneShort(l, next, w, r, key, sh, h, held, &sl, deficit, now)
+		laneShort(l, next, w, r, key, sh, h, held, &sl, deficit, now, 0, 0, 0, 0, 0)
 		return
 	}
 	deficit += l.cost
 	if deficit > l.capacity {
 		deficit = l.capacity
 	}
-	ns := deficit * l.unit
-	reset := int64(ns) // duration(ns), which rounds up
+	ns = deficit * l.unit
+	reset = int64(ns) // duration(ns), which rounds up
 	if float64(reset) < ns {
 		reset++
 	}
@@ -206,41 +221,42 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 		laneHeaders(l, next, w, r, deficit, reset, now)
 		return
 	}
-	// laneAllowed, written out: the call would cost this path a twentieth.
-	remUnits := l.capacity - deficit
-	rem := int64(remUnits)
-	remText := ""
-	if rem < smallInts {
-		remText = smallIntTexts[rem]
+	// setHeaders for ietf and x, written out. Remaining (n) is what the
+	// bucket holds (ns), whole units.
+	ns = l.capacity - deficit
+	n = int64(ns)
+	if n < smallInts {
+		remText = smallIntTexts[n]
 	} else {
-		remText = strconv.FormatInt(rem, 10)
-	}
-	reset = (reset + nsPerSecond - 1) / nsPerSecond
-	resetText := ""
-	if reset < smallInts {
-		resetText = smallIntTexts[reset]
-	} else {
-		resetText = strconv.FormatInt(reset, 10)
+		remText = fmtInt(n, 10)
 	}
 	// t, tokenBucket's Next (nextUnits, duration, setHeaders) computed as it
-	// computes it, to the nanosecond; often Reset's second, whose text is
-	// at hand.
-	need := 1 - (remUnits - float64(rem))
-	if need > deficit {
-		need = deficit
+	// computes it, to the nanosecond (t is reused for it): the units to
+	// the next whole one, no more than the deficit.
+	ns -= float64(n)
+	ns = 1 - ns
+	if ns > deficit {
+		ns = deficit
 	}
-	ns = need * l.unit
-	tsec := int64(ns)
-	if float64(tsec) < ns {
-		tsec++
+	ns *= l.unit
+	t = int64(ns)
+	if float64(t) < ns {
+		t++
 	}
-	tsec = (tsec + nsPerSecond - 1) / nsPerSecond
-	tText := resetText
-	if tsec != reset {
-		tText = laneSeconds(tsec)
+	t += nsPerSecond - 1
+	t /= nsPerSecond
+	if t < smallInts {
+		tText = smallIntTexts[t]
+	} else {
+		tText = fmtInt(t, 10)
 	}
-	vals := []string{l.policy, l.ietfPrefix + remText + ";t=" + tText, l.qText, remText, strconv.FormatInt(now/nsPerSecond+reset, 10)}
-	hd := w.Header()
+	// X-RateLimit-Reset: the second the limit is whole again.
+	reset += nsPerSecond - 1
+	reset /= nsPerSecond
+	now /= nsPerSecond
+	now += reset
+	vals = []string{l.policy, l.ietfPrefix + remText + ";t=" + tText, l.qText, remText, fmtInt(now, 10)}
+	hd = w.Header()
 	hd["Ratelimit-Policy"] = vals[0:1:1]
 	hd["Ratelimit"] = vals[1:2:2]
 	hd["X-Ratelimit-Limit"] = vals[2:3:3]
@@ -249,13 +265,18 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 	next.ServeHTTP(w, r)
 }
 
-// laneSeconds is the text of n seconds, as setHeaders writes it.
-func laneSeconds(n int64) string {
-	if n < smallInts {
-		return smallIntTexts[n]
-	}
-	return strconv.FormatInt(n, 10)
-}
+// The standard library functions of the lanes' paths, as package
+// variables: see serveLaneTB.
+var (
+	noSlot        memSlot // serveLaneTB's sl, zero
+	fmtInt        = strconv.FormatInt
+	parseAddrPort = netip.ParseAddrPort
+	lastIndexByte = strings.LastIndexByte
+	hashString    = maphash.String
+	timeSince     = time.Since
+	itoa          = strconv.Itoa
+	writeString   = io.WriteString
+)
 
 // laneAllowed writes the headers of a fast lane's admitted request, whose
 // limit has remaining units left and is whole again in reset nanoseconds
@@ -291,19 +312,25 @@ func laneAllowed(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 // rem units left, is whole again in reset nanoseconds and admits the
 // request in wait (not Never): reject's answer, written out with the
 // formats of setHeaders and reject. It then reports the rejection to the
-// observer.
-func laneReject(l *Lane, w http.ResponseWriter, rem float64, reset, next, wait, now int64) {
-	retry := (wait + nsPerSecond - 1) / nsPerSecond
+// observer. Its parameters after now are its variables, zero, as
+// serveLaneTB's are.
+func laneReject(l *Lane, w http.ResponseWriter, rem float64, reset, next, wait, now int64,
+	retry, t int64, remText, retryText, body string, texts []string, hd http.Header, v Verdict) {
+	retry = wait + (nsPerSecond - 1)
+	retry /= nsPerSecond
 	if retry < 1 {
 		retry = 1
 	}
-	t := (reset + nsPerSecond - 1) / nsPerSecond
-	texts := []string{l.policy, "", l.qText, strconv.FormatInt(int64(rem), 10), strconv.FormatInt(now/nsPerSecond+t, 10),
-		"no-store", "", strconv.FormatInt(retry, 10), l.contentType, "nosniff"}
-	texts[1] = l.ietfPrefix + texts[3] + ";t=" + texts[7] // setHeaders: a rejection's t is its Retry-After
-	body := l.bodyHead + texts[7] + l.bodyTail
-	texts[6] = strconv.Itoa(len(body))
-	hd := w.Header()
+	t = reset + (nsPerSecond - 1)
+	t /= nsPerSecond
+	t += now / nsPerSecond
+	remText = fmtInt(int64(rem), 10)
+	retryText = fmtInt(retry, 10)
+	body = l.bodyHead + retryText + l.bodyTail
+	// setHeaders: a rejection's t is its Retry-After.
+	texts = []string{l.policy, l.ietfPrefix + remText + ";t=" + retryText, l.qText, remText, fmtInt(t, 10),
+		"no-store", itoa(len(body)), retryText, l.contentType, "nosniff"}
+	hd = w.Header()
 	hd["Ratelimit-Policy"] = texts[0:1:1]
 	hd["Ratelimit"] = texts[1:2:2]
 	hd["X-Ratelimit-Limit"] = texts[2:3:3]
@@ -315,9 +342,9 @@ func laneReject(l *Lane, w http.ResponseWriter, rem float64, reset, next, wait, 
 	hd["Content-Type"] = texts[8:9:9]
 	hd["X-Content-Type-Options"] = texts[9:10:10]
 	w.WriteHeader(http.StatusTooManyRequests)
-	_, _ = io.WriteString(w, body) // a failed write means the client is gone
+	_, _ = writeString(w, body) // a failed write means the client is gone
 	if l.observe != nil {
-		v := Verdict{Outcome: OutcomeRejected, Decision: Decision{Limit: l.limit, Quota: l.quota, Remaining: rem,
+		v = Verdict{Outcome: OutcomeRejected, Decision: Decision{Limit: l.limit, Quota: l.quota, Remaining: rem,
 			Reset: time.Duration(reset), Next: time.Duration(next), RetryAfter: time.Duration(wait)}}
 		l.observe(&v)
 	}
@@ -346,19 +373,51 @@ func laneKey(l *Lane, r *http.Request) string {
 }
 
 // laneShort finishes serveLaneTB, with sh locked, for a request the
-// bucket, which held deficit at now, cannot serve at once: laneRejectTB
-// answers a fastReject lane's rejection; otherwise, and whenever MaxDelay
-// lends the tokens, laneDecide does.
-func laneShort(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, sh *memShard, h uint64, held bool, sl *memSlot, deficit float64, now int64) {
-	if l.fastReject && !(l.owe && deficit+l.cost <= l.most+eps) {
-		if held {
-			memTouch(sh, h, *sl, l.limit, now)
-		}
-		sh.mu.Unlock()
-		laneRejectTB(l, w, deficit, now)
+// bucket, which held deficit at now, cannot serve at once. It answers a
+// fastReject lane's rejection with tokenBucket's answer, written out, by
+// laneReject; otherwise, and whenever MaxDelay lends the tokens,
+// laneDecide does. Its parameters after now are its variables, zero, as
+// serveLaneTB's are.
+func laneShort(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, sh *memShard, h uint64, held bool, sl *memSlot, deficit float64, now int64,
+	wait, reset, t int64, rem, ns float64) {
+	if !l.fastReject || l.owe && deficit+l.cost <= l.most+eps {
+		laneDecide(l, next, w, r, key, sh, h, held, sl, now)
 		return
 	}
-	laneDecide(l, next, w, r, key, sh, h, held, sl, now)
+	if held {
+		memTouch(sh, h, *sl, l.limit, now)
+	}
+	sh.mu.Unlock()
+	// Until the tokens missing are within what MaxDelay lends.
+	rem = l.capacity - deficit
+	ns = l.cost - rem
+	ns -= l.lent
+	ns *= l.unit
+	wait = int64(ns) // duration(ns), which rounds up
+	if float64(wait) < ns {
+		wait++
+	}
+	ns = deficit * l.unit
+	reset = int64(ns)
+	if float64(reset) < ns {
+		reset++
+	}
+	// Next: nextUnits, then duration.
+	if rem < 0 { // in debt
+		ns = nextUnits(0, l.capacity) - rem
+		rem = 0
+	} else {
+		ns = 1 - (rem - float64(int64(rem))) // rem < maxSFInteger: whole below 1<<53
+		if ns > deficit {
+			ns = deficit
+		}
+	}
+	ns *= l.unit
+	t = int64(ns)
+	if float64(t) < ns {
+		t++
+	}
+	laneReject(l, w, rem, reset, t, wait, now, 0, 0, "", "", "", nil, nil, Verdict{})
 }
 
 // laneDecide finishes laneShort, with sh locked: tokenBucket decides the
@@ -382,30 +441,6 @@ func laneDecide(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reque
 		now = 0
 	}
 	laneOneAnswer(l, next, w, r, []Ask{{Limit: l.limit, Key: key, Cost: l.cost}}, &v, now)
-}
-
-// laneRejectTB answers 429 for a fastReject lane's token bucket, which
-// held deficit at now, too much for the request even with what MaxDelay
-// lends: tokenBucket's rejection, written out, answered by laneReject.
-func laneRejectTB(l *Lane, w http.ResponseWriter, deficit float64, now int64) {
-	ns := (l.cost - (l.capacity - deficit) - l.limit.owe) * l.unit
-	wait := int64(ns) // duration(ns), which rounds up
-	if float64(wait) < ns {
-		wait++
-	}
-	ns = deficit * l.unit
-	reset := int64(ns)
-	if float64(reset) < ns {
-		reset++
-	}
-	rem, need := l.capacity-deficit, 0.0
-	if rem < 0 { // in debt
-		need = -rem + nextUnits(0, l.capacity)
-		rem = 0
-	} else {
-		need = nextUnits(rem, deficit)
-	}
-	laneReject(l, w, rem, reset, int64(duration(need*l.unit)), wait, now)
 }
 
 // laneHeaders writes the headers of an admitted token bucket request whose
@@ -500,7 +535,7 @@ func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 func laneOneAnswer(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask, v *Verdict, now int64) {
 	d := &v.Decision
 	if !d.Allowed && l.fastReject && d.RetryAfter != Never {
-		laneReject(l, w, d.Remaining, int64(d.Reset), int64(d.Next), int64(d.RetryAfter), now)
+		laneReject(l, w, d.Remaining, int64(d.Reset), int64(d.Next), int64(d.RetryAfter), now, 0, 0, "", "", "", nil, nil, Verdict{})
 		return
 	}
 	classify1(l.gate, v)
@@ -557,7 +592,7 @@ func laneAsks(l *Lane, r *http.Request) []Ask {
 func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
 	switch {
 	case l.tb:
-		serveLaneTB(l, next, w, r)
+		serveLaneTB(l, next, w, r, "", "", "", nil, 0, nil, noSlot, false, nil, 0, 0, 0, 0, 0, 0, nil, nil)
 	case l.one:
 		serveLaneOne(l, next, w, r)
 	default:
