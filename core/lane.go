@@ -268,7 +268,9 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 // The standard library functions of the lanes' paths, as package
 // variables: see serveLaneTB.
 var (
-	noSlot        memSlot // serveLaneTB's sl, zero
+	noSlot        memSlot  // serveLaneTB's sl, zero
+	noVerdict     Verdict  // laneReject's v, zero
+	noDecision    Decision // laneSetHeaders' d, zero
 	fmtInt        = strconv.FormatInt
 	parseAddrPort = netip.ParseAddrPort
 	lastIndexByte = strings.LastIndexByte
@@ -417,7 +419,7 @@ func laneShort(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 	if float64(t) < ns {
 		t++
 	}
-	laneReject(l, w, rem, reset, t, wait, now, 0, 0, "", "", "", nil, nil, Verdict{})
+	laneReject(l, w, rem, reset, t, wait, now, 0, 0, "", "", "", nil, nil, noVerdict)
 }
 
 // laneDecide finishes laneShort, with sh locked: tokenBucket decides the
@@ -445,20 +447,27 @@ func laneDecide(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reque
 
 // laneHeaders writes the headers of an admitted token bucket request whose
 // deficit after the decision is deficit, and which is whole again in
-// reset nanoseconds: setHeaders' work, for the header sets and quotas
-// ServeLane does not write itself.
+// reset nanoseconds, for the header sets and quotas ServeLane does not
+// write itself, and passes the request on. The headers are laneSetHeaders'
+// work, apart so that a lane without headers does not pay for its body.
 func laneHeaders(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, deficit float64, reset, now int64) {
 	if l.headers != HeadersOff {
-		d := Decision{Limit: l.limit, Allowed: true, Quota: l.quota, Remaining: l.capacity - deficit, Reset: time.Duration(reset)}
-		if deficit > 0 {
-			d.Next = duration(nextUnits(d.Remaining, deficit) * l.unit)
-		}
-		if !l.clock {
-			now = gateNow(l.gate)
-		}
-		setHeaders(l.resp, w.Header(), &d, now/nsPerSecond)
+		laneSetHeaders(l, w, deficit, reset, now, noDecision)
 	}
 	next.ServeHTTP(w, r)
+}
+
+// laneSetHeaders is setHeaders for laneHeaders; d is its variable, zero
+// (see serveLaneTB).
+func laneSetHeaders(l *Lane, w http.ResponseWriter, deficit float64, reset, now int64, d Decision) {
+	d = Decision{Limit: l.limit, Allowed: true, Quota: l.quota, Remaining: l.capacity - deficit, Reset: time.Duration(reset)}
+	if deficit > 0 {
+		d.Next = duration(nextUnits(d.Remaining, deficit) * l.unit)
+	}
+	if !l.clock {
+		now = gateNow(l.gate)
+	}
+	setHeaders(l.resp, w.Header(), &d, now/nsPerSecond)
 }
 
 // serveLaneAny is ServeLane for several limits, a watched or remote store,
@@ -535,7 +544,7 @@ func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 func laneOneAnswer(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask, v *Verdict, now int64) {
 	d := &v.Decision
 	if !d.Allowed && l.fastReject && d.RetryAfter != Never {
-		laneReject(l, w, d.Remaining, int64(d.Reset), int64(d.Next), int64(d.RetryAfter), now, 0, 0, "", "", "", nil, nil, Verdict{})
+		laneReject(l, w, d.Remaining, int64(d.Reset), int64(d.Next), int64(d.RetryAfter), now, 0, 0, "", "", "", nil, nil, noVerdict)
 		return
 	}
 	classify1(l.gate, v)
@@ -567,7 +576,7 @@ func laneAsks(l *Lane, r *http.Request) []Ask {
 	asks := make([]Ask, 0, len(l.asks))
 	for i := range l.asks {
 		p := &l.asks[i]
-		if key, ok := p.Missing.Resolve(keys[p.Spec], true); ok {
+		if key, ok := MissingKey.Resolve(p.Missing, keys[p.Spec], true); ok { // a method expression: a method call costs more under Yaegi
 			asks = append(asks, Ask{Limit: p.Limit, Key: l.prefix + key, Cost: p.Cost})
 		}
 	}
