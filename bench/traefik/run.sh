@@ -10,8 +10,8 @@
 #   bench/traefik/run.sh                  # 3 rounds of wrk -t2 -c32 -d5s
 #   ROUNDS=5 DURATION=10s bench/traefik/run.sh
 #
-# Prints req/s per round and variant, the medians, and the ratios c/b
-# (target ≥ 0.9), c/a and d/b. Everything listens on 127.0.0.1; the backend, wrk
+# Prints req/s per round and variant, the medians of req/s and of the p99
+# latencies, and the ratios c/b (target ≥ 0.9, p99 ≤ 1.2×), c/a and d/b. Everything listens on 127.0.0.1; the backend, wrk
 # and Traefik share the machine's cores, so absolute numbers are low and
 # only the ratios mean much. Takes about 1 minute with the defaults.
 set -euo pipefail
@@ -69,18 +69,20 @@ for v in none builtin trivial; do
 	[ "$(tl_status "$base/$v")" = 200 ] || { echo "bench: GET /$v is not 200"; exit 1; }
 done
 
-# load PATH DURATION prints the req/s of one wrk run, failing on any error
-# or non-2xx answer.
+# load PATH DURATION prints the req/s and the p99 latency in ms of one wrk
+# run, failing on any error or non-2xx answer.
 load() {
-	local out rps
-	out="$(wrk -t"$threads" -c"$conns" -d"$2" "$base/$1" 2>&1)"
+	local out rps p99
+	out="$(wrk --latency -t"$threads" -c"$conns" -d"$2" "$base/$1" 2>&1)"
 	rps="$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")"
-	if [ -z "$rps" ] || grep -qE 'Non-2xx|Socket errors' <<<"$out"; then
+	p99="$(awk '$1 == "99%" { v = $2; u = v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v)
+		print (u == "us") ? v / 1000 : (u == "s") ? v * 1000 : v }' <<<"$out")"
+	if [ -z "$rps" ] || [ -z "$p99" ] || grep -qE 'Non-2xx|Socket errors' <<<"$out"; then
 		echo "bench: wrk on /$1 failed or saw errors:" >&2
 		echo "$out" >&2
 		return 1
 	fi
-	echo "$rps"
+	echo "$rps $p99"
 }
 
 median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
@@ -89,14 +91,16 @@ echo "bench: Traefik v3.6.12, wrk -t$threads -c$conns -d$duration, $rounds round
 for v in none builtin sluice trivial; do
 	load "$v" 1s >/dev/null # warm-up: connections, Yaegi's first calls
 done
-declare -A all=([none]="" [builtin]="" [sluice]="" [trivial]="")
+declare -A all=([none]="" [builtin]="" [sluice]="" [trivial]="") lat=([none]="" [builtin]="" [sluice]="" [trivial]="")
 printf '%-6s %14s %14s %14s %14s %8s\n' round "(a) none" "(b) rateLimit" "(c) sluice" "(d) one header" "(c)/(b)"
 ratios=""
 for r in $(seq 1 "$rounds"); do
 	row=()
 	for v in none builtin sluice trivial; do
-		rps="$(load "$v" "$duration")"
+		read -r rps p99 < <(load "$v" "$duration")
+		[ -n "$rps" ] || exit 1
 		all[$v]+="$rps "
+		lat[$v]+="$p99 "
 		row+=("$rps")
 	done
 	ratio="$(awk -v b="${row[1]}" -v c="${row[2]}" 'BEGIN { printf "%.3f", c / b }')"
@@ -108,10 +112,14 @@ mb="$(median <<<"${all[builtin]}")"
 mc="$(median <<<"${all[sluice]}")"
 md="$(median <<<"${all[trivial]}")"
 printf '%-6s %14.0f %14.0f %14.0f %14.0f\n' median "$ma" "$mb" "$mc" "$md"
+la="$(median <<<"${lat[none]}")" lb="$(median <<<"${lat[builtin]}")"
+lc="$(median <<<"${lat[sluice]}")" ld="$(median <<<"${lat[trivial]}")"
+printf '%-6s %14s %14s %14s %14s\n' "p99 ms" "$la" "$lb" "$lc" "$ld"
 lo="$(tr ' ' '\n' <<<"$ratios" | sed '/^$/d' | sort -g | head -n 1)"
 hi="$(tr ' ' '\n' <<<"$ratios" | sed '/^$/d' | sort -g | tail -n 1)"
-awk -v a="$ma" -v b="$mb" -v c="$mc" -v d="$md" -v lo="$lo" -v hi="$hi" 'BEGIN {
+awk -v a="$ma" -v b="$mb" -v c="$mc" -v d="$md" -v lo="$lo" -v hi="$hi" -v lb="$lb" -v lc="$lc" 'BEGIN {
 	printf "ratio (c)/(b) sluice/rateLimit: %.3f (target >= 0.9: %s), rounds %.3f to %.3f\n", c / b, (c / b >= 0.9) ? "met" : "NOT met", lo, hi
+	printf "p99 (c)/(b) sluice/rateLimit:   %.3f (target <= 1.2: %s)\n", lc / lb, (lc / lb <= 1.2) ? "met" : "NOT met"
 	printf "ratio (c)/(a) sluice/none:      %.3f\n", c / a
 	printf "ratio (b)/(a) rateLimit/none:   %.3f\n", b / a
 	printf "ratio (d)/(b) one header/rateLimit: %.3f (any Yaegi plugin)\n", d / b
