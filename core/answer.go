@@ -365,7 +365,7 @@ func reject(r *Responder, w http.ResponseWriter, d *Decision, nowUnix int64) {
 		h["Content-Type"] = vals[3:4:4]
 		h["X-Content-Type-Options"] = vals[4:5:5]
 	}
-	w.WriteHeader(http.StatusTooManyRequests)
+	w.WriteHeader(statusTooManyRequests)
 	if len(body) > 0 {
 		_, _ = w.Write(body) // a failed write means the client is gone
 	}

@@ -265,6 +265,11 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 	next.ServeHTTP(w, r)
 }
 
+// statusTooManyRequests is http.StatusTooManyRequests as a constant of this
+// package: under Yaegi a constant of another package is a value of the
+// frame of every function that uses it.
+const statusTooManyRequests = 429
+
 // The standard library functions of the lanes' paths, as package
 // variables: see serveLaneTB.
 var (
@@ -343,7 +348,7 @@ func laneReject(l *Lane, w http.ResponseWriter, rem float64, reset, next, wait, 
 	hd["Retry-After"] = texts[7:8:8]
 	hd["Content-Type"] = texts[8:9:9]
 	hd["X-Content-Type-Options"] = texts[9:10:10]
-	w.WriteHeader(http.StatusTooManyRequests)
+	w.WriteHeader(statusTooManyRequests)
 	_, _ = writeString(w, body) // a failed write means the client is gone
 	if l.observe != nil {
 		v = Verdict{Outcome: OutcomeRejected, Decision: Decision{Limit: l.limit, Quota: l.quota, Remaining: rem,

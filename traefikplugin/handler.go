@@ -67,12 +67,22 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 		redis:  rc,
 		report: &report{name: name, out: out, clock: clock},
 	}
+	// Without Redis, note is all there is to do: under Yaegi the call of
+	// observe would cost every rejection a frame.
+	obs := func(v *core.Verdict) {
+		if v.Outcome != core.OutcomeAllowed {
+			note(e.report, v.Outcome)
+		}
+	}
+	if rc != nil {
+		obs = func(v *core.Verdict) { observe(e, v) }
+	}
 	e.lane = core.NewLane(core.LaneConfig{
 		Gate:         gate,
 		Asks:         asks,
 		Specs:        s.specs,
 		Prefix:       name + "\x00",
-		Observe:      func(v *core.Verdict) { observe(e, v) },
+		Observe:      obs,
 		Watch:        rc != nil,
 		DryRunHeader: DryRunHeader,
 		Exempt:       s.exempt,
