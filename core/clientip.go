@@ -74,6 +74,10 @@ type ClientIP struct {
 	// Key: 24 keys an IPv4 client by its /24, 64 an IPv6 client by its /64.
 	// Zero, or the full length (32 or 128), keys by the full address.
 	IPv4Prefix, IPv6Prefix int
+
+	// realIP: Header names X-Real-IP (set by Validate), so that a request
+	// does not compare header names.
+	realIP bool
 }
 
 // ParsePrefixes parses a list of CIDR prefixes ("10.0.0.0/8",
@@ -154,6 +158,7 @@ func (c *ClientIP) Validate() error {
 	if c.IPv6Prefix < 0 || c.IPv6Prefix > 128 {
 		return fmt.Errorf("ipv6_prefix: must be between 0 and 128, got %d", c.IPv6Prefix)
 	}
+	c.realIP = realIP
 	return nil
 }
 
@@ -228,62 +233,42 @@ func clientAddr(c *ClientIP, r *http.Request) (netip.Addr, string, bool) {
 	if !c.AnyPeer && (len(c.TrustedProxies) == 0 || !containsAddr(c.TrustedProxies, peer)) {
 		return peer, text, true
 	}
-	if c.Header == "" || c.Header == headerXFF || strings.EqualFold(c.Header, headerXFF) {
-		if a, ok := fromForwardedFor(c, r.Header[headerXFF]); ok {
-			return a, "", true
-		}
-	} else if strings.EqualFold(c.Header, headerRealIP) {
-		// A proxy sets X-Real-IP; if several lines arrive, the last one
-		// is the nearest proxy's.
-		if v := r.Header[headerRealIP]; len(v) > 0 {
-			if a, ok := parseHop(v[len(v)-1]); ok {
-				return a, "", true
-			}
-		}
+	if a, t, ok := forwardedAddr(c, r); ok {
+		return a, t, true
 	}
 	return peer, text, true
 }
 
-// fromForwardedFor picks the client from the X-Forwarded-For lines, read as
-// one comma-separated list, examining at most MaxForwardedHops entries from
-// the right. It reports false when the header names no client.
-func fromForwardedFor(c *ClientIP, lines []string) (netip.Addr, bool) {
-	var leftmost netip.Addr // last skipped entry, for Depth 0
-	n := 0                  // entries examined
+// forwardedAddr returns the client that the forwarding header of a trusted
+// peer names, and its text as parseHop gives it; false if it names none.
+// Each way of reading the header is a function of its own: under Yaegi a
+// function's call pays for its whole body.
+func forwardedAddr(c *ClientIP, r *http.Request) (netip.Addr, string, bool) {
+	if c.realIP {
+		// A proxy sets X-Real-IP; if several lines arrive, the last one
+		// is the nearest proxy's.
+		if v := r.Header[headerRealIP]; len(v) > 0 {
+			return parseHop(v[len(v)-1])
+		}
+		return netip.Addr{}, "", false
+	}
+	if c.Depth > 0 {
+		return forwardedAt(c.Depth, r.Header[headerXFF])
+	}
+	return fromForwardedFor(c, r.Header[headerXFF])
+}
+
+// forwardedAt picks the depth-th entry from the right of the
+// X-Forwarded-For lines, read as one comma-separated list (depth is at
+// most MaxForwardedHops). It reports false when there are fewer entries or
+// that one is not an address.
+func forwardedAt(depth int, lines []string) (netip.Addr, string, bool) {
 	for li := len(lines) - 1; li >= 0; li-- {
 		s := lines[li]
 		for {
-			if n == MaxForwardedHops {
-				return netip.Addr{}, false
-			}
-			n++
 			i := strings.LastIndexByte(s, ',')
-			if c.Depth > 0 {
-				if n == c.Depth {
-					return parseHop(s[i+1:])
-				}
-			} else {
-				a, ok := parseHop(s[i+1:])
-				if !ok {
-					return netip.Addr{}, false
-				}
-				// The prefix checks are written out: this loop may run
-				// MaxForwardedHops times, and under Yaegi every
-				// interpreted call costs about a microsecond.
-				skip := false
-				for _, p := range c.TrustedProxies {
-					if p.Contains(a) {
-						skip = true
-						break
-					}
-				}
-				for j := 0; !skip && j < len(c.ExcludedIPs); j++ {
-					skip = c.ExcludedIPs[j].Contains(a)
-				}
-				if !skip {
-					return a, true
-				}
-				leftmost = a
+			if depth--; depth == 0 {
+				return parseHop(s[i+1:])
 			}
 			if i < 0 {
 				break
@@ -291,7 +276,54 @@ func fromForwardedFor(c *ClientIP, lines []string) (netip.Addr, bool) {
 			s = s[:i]
 		}
 	}
-	return leftmost, leftmost.IsValid()
+	return netip.Addr{}, "", false
+}
+
+// fromForwardedFor picks the client from the X-Forwarded-For lines, read as
+// one comma-separated list, for a Depth of 0: walking from the right, the
+// first entry in neither TrustedProxies nor ExcludedIPs, examining at most
+// MaxForwardedHops entries, or the leftmost if every entry is skipped. It
+// returns the client's canonical text when parseHop has it (else ""), and
+// false when the header names no client.
+func fromForwardedFor(c *ClientIP, lines []string) (netip.Addr, string, bool) {
+	var leftmost netip.Addr // last skipped entry
+	n := 0                  // entries examined
+	for li := len(lines) - 1; li >= 0; li-- {
+		s := lines[li]
+		for {
+			if n == MaxForwardedHops {
+				return netip.Addr{}, "", false
+			}
+			n++
+			i := strings.LastIndexByte(s, ',')
+			a, text, ok := parseHop(s[i+1:])
+			if !ok {
+				return netip.Addr{}, "", false
+			}
+			// The prefix checks are written out: this loop may run
+			// MaxForwardedHops times, and under Yaegi every interpreted
+			// call costs about a microsecond.
+			skip := false
+			for _, p := range c.TrustedProxies {
+				if p.Contains(a) {
+					skip = true
+					break
+				}
+			}
+			for j := 0; !skip && j < len(c.ExcludedIPs); j++ {
+				skip = c.ExcludedIPs[j].Contains(a)
+			}
+			if !skip {
+				return a, text, true
+			}
+			leftmost = a
+			if i < 0 {
+				break
+			}
+			s = s[:i]
+		}
+	}
+	return leftmost, "", leftmost.IsValid()
 }
 
 // parsePeer parses Request.RemoteAddr, normally "ip:port", also accepting a
@@ -316,31 +348,43 @@ func parsePeer(remote string) (netip.Addr, string, bool) {
 
 // parseHop parses one forwarding-header entry: an IP address, optionally
 // with a port ("203.0.113.7:4711", "[2001:db8::1]:443") or in brackets,
-// surrounded by optional spaces or tabs. Anything else is garbage.
-func parseHop(s string) (netip.Addr, bool) {
-	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
+// surrounded by optional spaces or tabs. Anything else is garbage. text is
+// the address's canonical form when the entry holds it verbatim (an IPv4
+// address alone), else "". It runs on every request behind a trusted
+// proxy, so the rarer forms are parseHopPort's.
+func parseHop(s string) (netip.Addr, string, bool) {
+	s = strings.Trim(s, " \t")
 	if s == "" || len(s) > maxHopLength {
-		return netip.Addr{}, false
+		return netip.Addr{}, "", false
 	}
 	a, err := netip.ParseAddr(s)
 	if err != nil {
-		if s[0] == '[' && s[len(s)-1] == ']' {
-			a, err = netip.ParseAddr(s[1 : len(s)-1])
-		} else {
-			var ap netip.AddrPort
-			ap, err = netip.ParseAddrPort(s)
-			a = ap.Addr()
-		}
-		if err != nil {
-			return netip.Addr{}, false
-		}
+		return parseHopPort(s)
 	}
-	return a.Unmap().WithZone(""), true
+	if a.Is4() {
+		// netip accepts only the canonical dotted quad, and an IPv4
+		// address has neither a zone nor a mapping to undo.
+		return a, s, true
+	}
+	return a.Unmap().WithZone(""), "", true
+}
+
+// parseHopPort is parseHop for an entry, trimmed and not empty, that is not
+// an address alone: an address in brackets, or with a port.
+func parseHopPort(s string) (netip.Addr, string, bool) {
+	var a netip.Addr
+	var err error
+	if s[0] == '[' && s[len(s)-1] == ']' {
+		a, err = netip.ParseAddr(s[1 : len(s)-1])
+	} else {
+		var ap netip.AddrPort
+		ap, err = netip.ParseAddrPort(s)
+		a = ap.Addr()
+	}
+	if err != nil {
+		return netip.Addr{}, "", false
+	}
+	return a.Unmap().WithZone(""), "", true
 }
 
 // containsAddr reports whether any of prefixes contains a.

@@ -33,10 +33,13 @@ type Lane struct {
 	// takes from it directly. one: mem, and a single enforced limit,
 	// whose fields follow. tb: one, a token_bucket, which ServeLane
 	// writes out.
-	mem      *MemoryStore
-	one      bool
-	tb       bool
-	ipv4     bool // the key is the peer's full IPv4 address
+	mem  *MemoryStore
+	one  bool
+	tb   bool
+	ipv4 bool // the key is the peer's full IPv4 address
+	// clientIP is the spec's ClientIP when the key is the client's
+	// address and nothing else, else nil.
+	clientIP *ClientIP
 	shared   bool // the limit's MissingKey is MissingShared
 	clock    bool // g.memClock: the decision's instant is the headers' clock
 	limit    *Limit
@@ -129,6 +132,9 @@ func NewLane(cfg LaneConfig) *Lane {
 	l.one, l.limit, l.spec, l.cost = true, lim, cfg.Specs[a.Spec], a.Cost
 	l.tb = lim.Algorithm == TokenBucket
 	l.ipv4 = l.spec.ipv4
+	if len(l.spec.parts) == 1 && l.spec.parts[0].kind == partClientIP {
+		l.clientIP = l.spec.ip
+	}
 	l.shared = a.Missing == MissingShared
 	l.clock = g.memClock
 	l.nsHash, l.capacity, l.quota = lim.nsHash, lim.capacity, lim.Rate.Quota
@@ -164,10 +170,10 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 		if _, err = parseAddrPort(key); err == nil {
 			key = l.prefix + key[:lastIndexByte(key, ':')]
 		} else {
-			key = laneKey(l, r)
+			key = laneKey(l, r, "", false)
 		}
 	} else {
-		key = laneKey(l, r)
+		key = laneKey(l, r, "", false)
 	}
 	if key == "" { // MissingSkip
 		next.ServeHTTP(w, r)
@@ -361,14 +367,20 @@ func laneReject(l *Lane, w http.ResponseWriter, rem float64, reset, next, wait, 
 // request but an IPv4 peer's keyed by its address: "" when the request has
 // no key and the limit skips such requests. It takes an IPv6 peer's
 // address itself rather than through KeySpec.Key, whose IPv4 path it would
-// pay for under Yaegi.
-func laneKey(l *Lane, r *http.Request) string {
-	key, ok := "", false
-	if l.spec.ipv6 && r.RemoteAddr != "" && r.RemoteAddr[0] == '[' {
-		key, ok = peerKey6(r.RemoteAddr)
+// pay for under Yaegi, and a client address behind proxies from clientKey
+// rather than through specKey. key and ok are its variables, zero (see
+// serveLaneTB).
+func laneKey(l *Lane, r *http.Request, key string, ok bool) string {
+	key = r.RemoteAddr
+	if l.spec.ipv6 && key != "" && key[0] == '[' {
+		key, ok = peerKey6(key)
 	}
 	if !ok {
-		key, ok = specKey(l.spec, r)
+		if l.clientIP != nil {
+			key, ok = clientKey(l.clientIP, r)
+		} else {
+			key, ok = specKey(l.spec, r)
+		}
 	}
 	if ok && key != "" {
 		return l.prefix + key

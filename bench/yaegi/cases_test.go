@@ -41,6 +41,7 @@ type pluginCase struct {
 	trivial bool // the one-header plugin instead of sluice
 	config  map[string]any
 	remote  string
+	header  http.Header // of the request, beside the client address
 	// rejected: every measured request is answered 429 (the first one,
 	// unmeasured, takes the only token).
 	rejected bool
@@ -73,6 +74,12 @@ var memoryCases = []pluginCase{
 	{name: "token_bucket allowed, IPv6", config: open, remote: ipv6, target: targetAllowed, ceiling: 327},
 	{name: "token_bucket rejected, IPv4", config: closed, remote: ipv4, rejected: true, target: targetRejected, ceiling: 596},
 	{name: "token_bucket rejected, IPv6", config: closed, remote: ipv6, rejected: true, target: targetRejected, ceiling: 659},
+	// Behind a load balancer, as Traefik's built-in rateLimit is
+	// configured there, and keyed by an API key.
+	{name: "token_bucket allowed, behind a proxy (depth 1)", config: with(open, "sourceCriterion", map[string]any{"ipStrategy": map[string]any{"depth": 1}}),
+		remote: ipv4, header: http.Header{"X-Forwarded-For": {"198.51.100.7, 203.0.113.9"}}, target: targetAllowed, ceiling: 466},
+	{name: "token_bucket allowed, keyed by a header", config: with(open, "sourceCriterion", map[string]any{"requestHeaderName": "X-Api-Key"}),
+		remote: ipv4, header: http.Header{"X-Api-Key": {"key-123456"}}, target: targetAllowed, ceiling: 276},
 	{name: "token_bucket allowed, headers off", config: with(open, "headers", "off"), remote: ipv4, target: targetAllowed, ceiling: 271},
 	{name: "leaky_bucket allowed", config: with(open, "algorithm", "leaky_bucket"), remote: ipv4, target: targetOther, ceiling: 530},
 	{name: "leaky_bucket rejected", config: with(closed, "algorithm", "leaky_bucket"), remote: ipv4, rejected: true, target: targetOther, ceiling: 725},
@@ -126,6 +133,9 @@ func build(tb testing.TB, c pluginCase, seq int) (http.Handler, *next, *http.Req
 	h := p.handler(tb, c.config, "case"+strconv.Itoa(seq)+"@file", nx)
 	req := httptest.NewRequest(http.MethodGet, "http://example.com/", nil)
 	req.RemoteAddr = c.remote
+	for k, v := range c.header {
+		req.Header[k] = v
+	}
 	probe := measure(h, nx, req, 1, 1, 1)
 	if probe.passed == c.rejected || (c.rejected && probe.status != http.StatusTooManyRequests) {
 		tb.Fatalf("%s: status %d, reached next %v; want rejected %v", c.name, probe.status, probe.passed, c.rejected)
