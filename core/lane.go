@@ -294,25 +294,29 @@ var (
 // laneAllowed writes the headers of a fast lane's admitted request, whose
 // limit has remaining units left and is whole again in reset nanoseconds
 // after now, and passes the request on: setHeaders for ietf and x, with
-// Remaining and Reset formatted as it formats them.
-func laneAllowed(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, remaining float64, reset, nextNs, now int64) {
-	rem := int64(remaining)
-	remText := ""
+// Remaining and Reset formatted as it formats them. Its parameters after
+// now are its variables, zero (see serveLaneTB).
+func laneAllowed(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, remaining float64, reset, nextNs, now int64,
+	rem int64, remText, tText string, vals []string, hd http.Header) {
+	rem = int64(remaining)
 	if rem < smallInts {
 		remText = smallIntTexts[rem]
 	} else {
-		remText = strconv.FormatInt(rem, 10)
+		remText = fmtInt(rem, 10)
 	}
-	reset = (reset + nsPerSecond - 1) / nsPerSecond
-	nextNs = (nextNs + nsPerSecond - 1) / nsPerSecond
-	tText := ""
+	reset += nsPerSecond - 1
+	reset /= nsPerSecond
+	nextNs += nsPerSecond - 1
+	nextNs /= nsPerSecond
 	if nextNs < smallInts {
 		tText = smallIntTexts[nextNs]
 	} else {
-		tText = strconv.FormatInt(nextNs, 10)
+		tText = fmtInt(nextNs, 10)
 	}
-	vals := []string{l.policy, l.ietfPrefix + remText + ";t=" + tText, l.qText, remText, strconv.FormatInt(now/nsPerSecond+reset, 10)}
-	hd := w.Header()
+	now /= nsPerSecond
+	now += reset
+	vals = []string{l.policy, l.ietfPrefix + remText + ";t=" + tText, l.qText, remText, fmtInt(now, 10)}
+	hd = w.Header()
 	hd["Ratelimit-Policy"] = vals[0:1:1]
 	hd["Ratelimit"] = vals[1:2:2]
 	hd["X-Ratelimit-Limit"] = vals[2:3:3]
@@ -522,9 +526,11 @@ func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 }
 
 // serveLaneOne is ServeLane for one enforced limit of any algorithm in
-// the in-memory store: Gate.Serve's own path, without its generality.
-func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
-	key, ok := (*KeySpec).Key(l.spec, r)
+// the in-memory store: Gate.Serve's own path, without its generality. Its
+// parameters after r are its variables, zero (see serveLaneTB).
+func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
+	key string, ok bool, asks []Ask, v Verdict, now int64) {
+	key, ok = (*KeySpec).Key(l.spec, r)
 	if !ok || key == "" {
 		if !l.shared {
 			next.ServeHTTP(w, r)
@@ -532,9 +538,8 @@ func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 		}
 		key = missingSharedKey
 	}
-	asks := []Ask{{Limit: l.limit, Key: l.prefix + key, Cost: l.cost}}
-	var v Verdict
-	now := take1(l.mem, &asks[0], &v.Decision)
+	asks = []Ask{{Limit: l.limit, Key: l.prefix + key, Cost: l.cost}}
+	now = take1(l.mem, &asks[0], &v.Decision)
 	if !l.clock {
 		now = 0
 	}
@@ -543,7 +548,7 @@ func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 	if l.fast {
-		laneAllowed(l, next, w, r, v.Decision.Remaining, int64(v.Decision.Reset), int64(v.Decision.Next), now)
+		laneAllowed(l, next, w, r, v.Decision.Remaining, int64(v.Decision.Reset), int64(v.Decision.Next), now, 0, "", "", nil, nil)
 		return
 	}
 	if l.headers != HeadersOff {
@@ -620,7 +625,7 @@ func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 	case l.tb:
 		serveLaneTB(l, next, w, r, "", "", "", nil, 0, nil, noSlot, false, nil, 0, 0, 0, 0, 0, 0, nil, nil)
 	case l.one:
-		serveLaneOne(l, next, w, r)
+		serveLaneOne(l, next, w, r, "", false, nil, noVerdict, 0)
 	default:
 		serveLaneAny(l, next, w, r)
 	}
