@@ -493,22 +493,21 @@ func laneSetHeaders(l *Lane, w http.ResponseWriter, deficit float64, reset, now 
 
 // serveLaneAny is ServeLane for several limits, a watched or remote store,
 // a dry run, exempt clients, or in-flight limits (whose gate has no mem).
-func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
+// Its parameters after r are its variables, zero (see serveLaneTB).
+func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
+	asks []Ask, v Verdict, out []Decision) {
 	if l.dryRun != "" {
 		delete(r.Header, l.dryRun)
 	}
-	if l.exempt != nil {
-		if a, ok := (*ClientIP).Addr(l.exemptIP, r); ok && containsAddr(l.exempt, a) {
-			next.ServeHTTP(w, r)
-			return
-		}
+	if l.exempt != nil && laneExempt(l, r) {
+		next.ServeHTTP(w, r)
+		return
 	}
-	asks := laneAsks(l, r)
+	asks = laneAsks(l, r, nil, nil, 0, "", false)
 	if l.flight {
 		laneHold(l, next, w, r, asks)
 		return
 	}
-	var v Verdict
 	switch {
 	case l.mem == nil || len(asks) == 0:
 		v = gateDecide(l.gate, r.Context(), asks)
@@ -518,11 +517,17 @@ func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 		take1(l.mem, &asks[0], &v.Decision)
 		classify1(l.gate, &v)
 	default:
-		out := make([]Decision, len(asks))
+		out = make([]Decision, len(asks))
 		takeMany(l.mem, asks, out)
 		v = classify(l.gate, out)
 	}
 	laneFinish(l, next, w, r, &v, answer(l.gate, w, r, asks, &v, 0))
+}
+
+// laneExempt reports whether r's client is in l's exempt networks.
+func laneExempt(l *Lane, r *http.Request) bool {
+	a, ok := (*ClientIP).Addr(l.exemptIP, r)
+	return ok && containsAddr(l.exempt, a)
 }
 
 // serveLaneOne is ServeLane for one enforced limit of any algorithm in
@@ -589,17 +594,19 @@ func laneFinish(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reque
 }
 
 // laneAsks returns the asks of every limit of l that applies to r,
-// building each distinct key once.
-func laneAsks(l *Lane, r *http.Request) []Ask {
-	keys := make([]string, len(l.specs))
-	for i, s := range l.specs {
-		keys[i], _ = (*KeySpec).Key(s, r) // "" when missing
+// building each distinct key once. Its parameters after r are its
+// variables, zero (see serveLaneTB); its loops count with i, since under
+// Yaegi a range loop's variables are allocated again on every iteration.
+func laneAsks(l *Lane, r *http.Request, keys []string, asks []Ask, i int, key string, ok bool) []Ask {
+	keys = make([]string, len(l.specs))
+	for i = 0; i < len(keys); i++ {
+		keys[i], _ = (*KeySpec).Key(l.specs[i], r) // "" when missing
 	}
-	asks := make([]Ask, 0, len(l.asks))
-	for i := range l.asks {
-		p := &l.asks[i]
-		if key, ok := MissingKey.Resolve(p.Missing, keys[p.Spec], true); ok { // a method expression: a method call costs more under Yaegi
-			asks = append(asks, Ask{Limit: p.Limit, Key: l.prefix + key, Cost: p.Cost})
+	asks = make([]Ask, 0, len(l.asks))
+	for i = 0; i < len(l.asks); i++ {
+		// A method expression: a method call costs more under Yaegi.
+		if key, ok = MissingKey.Resolve(l.asks[i].Missing, keys[l.asks[i].Spec], true); ok {
+			asks = append(asks, Ask{Limit: l.asks[i].Limit, Key: l.prefix + key, Cost: l.asks[i].Cost})
 		}
 	}
 	return asks
@@ -627,6 +634,6 @@ func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 	case l.one:
 		serveLaneOne(l, next, w, r, "", false, nil, noVerdict, 0)
 	default:
-		serveLaneAny(l, next, w, r)
+		serveLaneAny(l, next, w, r, nil, noVerdict, nil)
 	}
 }
