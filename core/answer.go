@@ -201,11 +201,74 @@ func (r *Responder) SetHeaders(h http.Header, d *Decision, nowUnix int64) {
 }
 
 // setHeaders is SetHeaders as a function (see the note above SetHeaders).
+// The default header set, ietf and x, for a limit whose answer texts are
+// ready, is setIETFXHeaders' work; anything else is setAnyHeaders'.
 func setHeaders(r *Responder, h http.Header, d *Decision, nowUnix int64) {
-	set := r.Headers
-	if set == HeadersOff || d == nil {
+	if r.Headers == HeadersOff || d == nil {
 		return
 	}
+	if l := d.Limit; r.Headers == headersIETFX && l != nil && l.answer.ready && l.answer.quota == d.Quota {
+		setIETFXHeaders(h, &l.answer, d, nowUnix, 0, 0, 0, "", "", nil)
+		return
+	}
+	setAnyHeaders(r, h, d, nowUnix)
+}
+
+// headersIETFX is HeadersIETF|HeadersX as a variable: Yaegi v0.16.1
+// compares a value with an | of typed constants wrongly.
+var headersIETFX = HeadersIETF | HeadersX
+
+// setIETFXHeaders is setAnyHeaders for the header set ietf and x and the
+// answer texts a of d's limit. Its parameters after nowUnix are its
+// variables, zero: under Yaegi a parameter is allocated once per call,
+// where a := allocates its variable again each time it runs.
+func setIETFXHeaders(h http.Header, a *limitAnswer, d *Decision, nowUnix int64,
+	rem, reset, t int64, remText, tText string, vals []string) {
+	if d.Remaining >= maxSFInteger { // floorUnits(d.Remaining)
+		rem = maxSFInteger
+	} else if d.Remaining > 0 {
+		rem = int64(d.Remaining)
+	}
+	reset = int64(d.Reset) // ceilSeconds(d.Reset)
+	t = reset % nsPerSecond
+	reset /= nsPerSecond
+	if t > 0 {
+		reset++
+	} else if reset < 0 {
+		reset = 0
+	}
+	if rem < smallInts {
+		remText = smallIntTexts[rem]
+	} else {
+		remText = fmtInt(rem, 10)
+	}
+	// t as setAnyHeaders computes it.
+	t = int64(d.Next)
+	if !d.Allowed && d.RetryAfter != Never {
+		t = int64(d.RetryAfter)
+	}
+	tText = "0"
+	if t > 0 {
+		t--
+		t /= nsPerSecond
+		if t++; t < smallInts {
+			tText = smallIntTexts[t]
+		} else {
+			tText = fmtInt(t, 10)
+		}
+	}
+	nowUnix += reset
+	vals = []string{a.policy, a.ietfPrefix + remText + ";t=" + tText, a.qText, remText, fmtInt(nowUnix, 10)}
+	h["Ratelimit-Policy"] = vals[0:1:1]
+	h["Ratelimit"] = vals[1:2:2]
+	h["X-Ratelimit-Limit"] = vals[2:3:3]
+	h["X-Ratelimit-Remaining"] = vals[3:4:4]
+	h["X-Ratelimit-Reset"] = vals[4:5:5]
+}
+
+// setAnyHeaders is setHeaders for any header set and decision.
+func setAnyHeaders(r *Responder, h http.Header, d *Decision, nowUnix int64) {
+	set := r.Headers
 	var a *limitAnswer
 	if l := d.Limit; l != nil && l.answer.ready && l.answer.quota == d.Quota {
 		a = &l.answer
