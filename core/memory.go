@@ -328,31 +328,49 @@ func shardOrder(order []int, i int) []int {
 }
 
 // take1 decides one ask into *d and returns the instant it decided at:
-// Take's common case, and the Gate's. The hash (memHash) and the clock
-// reading (memNow) are inline.
+// Take's common case, and the Gate's. The hash (memHash), the clock
+// reading (memNow) and decide's dispatch are inline, as is a
+// sliding_window_log's load and save of its entries, in its case: under
+// Yaegi each call, and each value the function reads, costs (see decide).
 func take1(s *MemoryStore, a *Ask, d *Decision) int64 {
 	l := a.Limit
-	h := maphash.String(s.seed, a.Key) ^ l.nsHash
+	h := hashString(s.seed, a.Key)
+	h ^= l.nsHash
 	sh := &s.shards[h>>memShardShift]
 	sh.mu.Lock()
 	sl, held := sh.slots[h]
-	st := State{T: sl.t, A: sl.a, B: sl.b}
-	if held && l.Algorithm == SlidingWindowLog {
-		st.Log = sh.logs[h]
-	}
-	now := s.wall + int64(time.Since(s.base))
+	st := &State{T: sl.t, A: sl.a, B: sl.b}
+	now := int64(timeSince(s.base))
+	now += s.wall
 	if s.clock != nil {
 		now = s.clock()
 	}
-	exp := decide(l, &st, now, a.Cost, d)
+	exp := now
+	switch l.Algorithm {
+	case TokenBucket:
+		exp = tokenBucket(l, st, now, a.Cost, d)
+	case LeakyBucket:
+		exp = leakyBucket(l, st, now, a.Cost, d, 0, 0, 0, 0, 0, 0, false)
+	case FixedWindow:
+		exp = fixedWindow(l, st, now, a.Cost, d, 0, 0)
+	case SlidingWindowLog:
+		if held {
+			st.Log = sh.logs[h]
+		}
+		exp = slidingLog(l, st, now, a.Cost, d, 0, 0)
+		if d.Allowed {
+			// Before memRoom, which forgets another state (h is not
+			// held) if any.
+			memPutLog(sh, h, st.Log)
+		}
+	default:
+		exp = slidingCounter(l, st, now, a.Cost, d, 0, 0, 0, 0, 0, 0)
+	}
 	if d.Allowed {
 		if !held {
 			memRoom(s, sh, now)
 		}
 		sh.slots[h] = memSlot{t: st.T, a: st.A, b: st.B, exp: exp}
-		if l.Algorithm == SlidingWindowLog {
-			memPutLog(sh, h, st.Log)
-		}
 	} else if held {
 		memTouch(sh, h, sl, l, now)
 	}
