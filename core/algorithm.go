@@ -48,13 +48,13 @@ func decide(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
 	case TokenBucket:
 		return tokenBucket(l, s, now, cost, d)
 	case LeakyBucket:
-		return leakyBucket(l, s, now, cost, d, 0, 0, 0, 0, 0, 0, false)
+		return leakyBucket(l, s, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, false)
 	case FixedWindow:
-		return fixedWindow(l, s, now, cost, d, 0, 0)
+		return fixedWindow(l, s, now, cost, d, 0, 0, 0)
 	case SlidingWindowLog:
-		return slidingLog(l, s, now, cost, d, 0, 0)
+		return slidingLog(l, s, now, cost, d, 0, 0, 0, nil)
 	default:
-		return slidingCounter(l, s, now, cost, d, 0, 0, 0, 0, 0, 0)
+		return slidingCounter(l, s, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 	}
 }
 

@@ -29,7 +29,7 @@ import "math"
 // zero values, and duration, nonNegative, nextUnits and leakyEnd are
 // written out: see decide.
 func leakyBucket(l *Limit, s *State, now int64, cost float64, d *Decision,
-	start, ahead, most int64, carry, delay, backlog float64, fits bool) int64 {
+	start, ahead, most int64, carry, delay, backlog, c, u float64, fits bool) int64 {
 	// The queue ends at T + A, A a fraction of a nanosecond in [0, 1):
 	// each admission adds cost·Period/Quota exactly, so that rounding
 	// never costs a slot of the queue (7/s admits 7 at an instant).
@@ -39,17 +39,19 @@ func leakyBucket(l *Limit, s *State, now int64, cost float64, d *Decision,
 		start = now
 		carry = 0
 	}
+	c = l.capacity // and u is l.unit, as below
+	u = l.unit
 	ahead = start - now // the delay is ahead + carry
 	delay = float64(ahead) + carry
-	backlog = delay / l.unit
+	backlog = delay / u
 	// The delay fits MaxDelay, compared in whole nanoseconds.
 	most = int64(l.MaxDelay)
 	fits = most == 0 || ahead < most || (ahead == most && carry == 0)
 	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	switch {
-	case cost > l.capacity+eps:
+	case cost > c+eps:
 		d.RetryAfter = Never
-	case backlog+cost <= l.capacity+eps && fits:
+	case backlog+cost <= c+eps && fits:
 		d.Allowed = true
 		switch { // duration(delay)
 		case delay <= 0:
@@ -61,7 +63,7 @@ func leakyBucket(l *Limit, s *State, now int64, cost float64, d *Decision,
 				d.Delay++
 			}
 		}
-		delay = carry + cost*l.unit
+		delay = carry + cost*u
 		ahead = int64(delay) // whole nanoseconds of delay
 		s.T = start + ahead
 		s.A = delay - float64(ahead)
@@ -69,7 +71,7 @@ func leakyBucket(l *Limit, s *State, now int64, cost float64, d *Decision,
 		// The backlog drains at one unit per l.unit: wait until the
 		// request fits the queue and, with MaxDelay, until its own wait
 		// is short enough (ahead: byDelay).
-		delay = (backlog + cost - l.capacity) * l.unit
+		delay = (backlog + cost - c) * u
 		if !fits {
 			ahead -= most
 			if carry > 0 {
@@ -97,8 +99,8 @@ func leakyBucket(l *Limit, s *State, now int64, cost float64, d *Decision,
 	if delay < 0 {
 		delay = 0
 	}
-	backlog = delay / l.unit
-	d.Remaining = l.capacity - backlog
+	backlog = delay / u
+	d.Remaining = c - backlog
 	if d.Remaining < 0 {
 		d.Remaining = 0
 	}
@@ -120,7 +122,7 @@ func leakyBucket(l *Limit, s *State, now int64, cost float64, d *Decision,
 		if carry > backlog {
 			carry = backlog
 		}
-		carry *= l.unit
+		carry *= u
 		switch {
 		case carry <= 0:
 		case carry >= float64(Never):

@@ -319,7 +319,7 @@ func takeMany(s *MemoryStore, asks []Ask, out []Decision) {
 				full = true
 				m.newest = st.Log[len(st.Log)-1]
 			}
-			m.exp = slidingLog(a.Limit, st, now, a.Cost, d, 0, 0)
+			m.exp = slidingLog(a.Limit, st, now, a.Cost, d, 0, 0, 0, nil)
 		default:
 			m.exp = decide(a.Limit, st, now, a.Cost, d)
 		}
@@ -401,21 +401,21 @@ func take1(s *MemoryStore, a *Ask, d *Decision) int64 {
 	case TokenBucket:
 		exp = tokenBucket(l, st, now, a.Cost, d)
 	case LeakyBucket:
-		exp = leakyBucket(l, st, now, a.Cost, d, 0, 0, 0, 0, 0, 0, false)
+		exp = leakyBucket(l, st, now, a.Cost, d, 0, 0, 0, 0, 0, 0, 0, 0, false)
 	case FixedWindow:
-		exp = fixedWindow(l, st, now, a.Cost, d, 0, 0)
+		exp = fixedWindow(l, st, now, a.Cost, d, 0, 0, 0)
 	case SlidingWindowLog:
 		if held {
 			st.Log = sh.logs[h]
 		}
-		exp = slidingLog(l, st, now, a.Cost, d, 0, 0)
+		exp = slidingLog(l, st, now, a.Cost, d, 0, 0, 0, nil)
 		if d.Allowed {
 			// Before memRoom, which forgets another state (h is not
 			// held) if any.
 			memPutLog(sh, h, st.Log)
 		}
 	default:
-		exp = slidingCounter(l, st, now, a.Cost, d, 0, 0, 0, 0, 0, 0)
+		exp = slidingCounter(l, st, now, a.Cost, d, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 	}
 	if d.Allowed {
 		if !held {

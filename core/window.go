@@ -11,40 +11,43 @@ import "time"
 // Its parameters after d are its variables, which its callers pass as
 // zero values, and mod, duration and nonNegative are written out: see
 // decide.
-func fixedWindow(l *Limit, s *State, now int64, cost float64, d *Decision, m int64, reset time.Duration) int64 {
+func fixedWindow(l *Limit, s *State, now int64, cost float64, d *Decision, t int64, a float64, reset time.Duration) int64 {
 	if now < s.T {
 		now = s.T
 	}
-	m = now % l.period
-	if m < 0 {
-		m += l.period
+	t = now % l.period // mod(now, l.period)
+	if t < 0 {
+		t += l.period
 	}
-	if now-m != s.T {
-		s.T = now - m
-		s.A = 0
-	}
-	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	// duration of the rest of the window, a whole number of nanoseconds
 	// in (0, Never), which it leaves as it is.
-	reset = nanos(float64(l.period - m))
+	reset = nanos(float64(l.period - t))
+	t = now - t // the window's start
+	a = s.A     // the window's count
+	if t != s.T {
+		s.T = t
+		a = 0
+	}
+	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	switch {
 	case cost > l.capacity+eps:
 		d.RetryAfter = Never
-	case s.A+cost <= l.capacity+eps:
+	case a+cost <= l.capacity+eps:
 		d.Allowed = true
-		s.A += cost
+		a += cost
 	default:
 		d.RetryAfter = reset // the next window is empty and cost fits it
 	}
-	d.Remaining = l.capacity - s.A
+	s.A = a
+	d.Remaining = l.capacity - a
 	if d.Remaining < 0 {
 		d.Remaining = 0
 	}
-	if s.A > 0 {
+	if a > 0 {
 		d.Reset = reset
 		d.Next = reset
 	}
-	return s.T + l.period // Expiry
+	return t + l.period // Expiry
 }
 
 // slidingCounter approximates the count of the last Period by the current
@@ -60,50 +63,54 @@ func fixedWindow(l *Limit, s *State, now int64, cost float64, d *Decision, m int
 // zero values, and mod, duration, nonNegative and nextUnits are written
 // out: see decide.
 func slidingCounter(l *Limit, s *State, now int64, cost float64, d *Decision,
-	start int64, p, elapsed, estimate, x, left float64) int64 {
+	start int64, a, b, c, p, elapsed, estimate, x, left float64) int64 {
 	if now < s.T {
 		now = s.T
 	}
-	start = now % l.period
+	start = now % l.period // mod(now, l.period)
 	if start < 0 {
 		start += l.period
 	}
 	start = now - start
-	// One field per statement: Yaegi v0.16.1 can mis-assign several
-	// fields of a struct in one.
+	// a and b: the current and previous windows' counts, written back
+	// below; c: the capacity.
+	a = s.A
+	b = s.B
 	switch {
 	case start == s.T:
 	case start == s.T+l.period:
-		s.B = s.A
-		s.A = 0
-		s.T = start
+		b = a
+		a = 0
 	default:
-		s.B = 0
-		s.A = 0
-		s.T = start
+		b = 0
+		a = 0
 	}
+	s.T = start
+	c = l.capacity
 	p = float64(l.period)
 	elapsed = float64(now - start)
-	estimate = s.B*(1-elapsed/p) + s.A
+	estimate = b*(1-elapsed/p) + a
 	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	switch {
-	case cost > l.capacity+eps:
+	case cost > c+eps:
 		d.RetryAfter = Never
-	case estimate+cost <= l.capacity+eps:
+	case estimate+cost <= c+eps:
 		d.Allowed = true
-		s.A += cost
+		a += cost
 		estimate += cost
-	case s.A+cost <= l.capacity+eps:
+	case a+cost <= c+eps:
 		// Passes later in this window, once enough of prev has slid out:
-		// prev·(1 − f) + cost ≤ Quota − cur, f = x.
-		x = 1 - (l.capacity-s.A-cost)/s.B
+		// prev·(1 − f) + cur + cost ≤ Quota, f = x.
+		x = 1 - (c-a-cost)/b
 		x = x*p - elapsed
 	default:
 		// Passes in the next window, where cur becomes prev:
 		// cur·(1 − g) + cost ≤ Quota, g = x.
-		x = 1 - (l.capacity-cost)/s.A
+		x = 1 - (c-cost)/a
 		x = p - elapsed + x*p
 	}
+	s.A = a
+	s.B = b
 	if !d.Allowed && d.RetryAfter == 0 { // RetryAfter: duration(x), at least 1
 		switch {
 		case x <= 0:
@@ -117,16 +124,16 @@ func slidingCounter(l *Limit, s *State, now int64, cost float64, d *Decision,
 			}
 		}
 	}
-	d.Remaining = l.capacity - estimate
+	d.Remaining = c - estimate
 	if d.Remaining < 0 {
 		d.Remaining = 0
 	}
 	// Reset: elapsed is in [0, p), so these are whole numbers of
 	// nanoseconds in (0, Never), which duration leaves as they are.
 	switch {
-	case s.A > 0:
+	case a > 0:
 		d.Reset = nanos(2*p - elapsed)
-	case s.B > 0:
+	case b > 0:
 		d.Reset = nanos(p - elapsed)
 	}
 	if estimate > 0 {
@@ -142,10 +149,10 @@ func slidingCounter(l *Limit, s *State, now int64, cost float64, d *Decision,
 		}
 		left = p - elapsed
 		estimate = left + p // whole when both windows are over
-		if s.B > 0 && x <= s.B*left/p {
-			estimate = x * p / s.B
-		} else if x -= s.B * left / p; s.A > 0 && x < s.A {
-			estimate = left + x*p/s.A
+		if b > 0 && x <= b*left/p {
+			estimate = x * p / b
+		} else if x -= b * left / p; a > 0 && x < a {
+			estimate = left + x*p/a
 		}
 		switch {
 		case estimate <= 0:
@@ -158,10 +165,10 @@ func slidingCounter(l *Limit, s *State, now int64, cost float64, d *Decision,
 			}
 		}
 	}
-	if s.A > 0 { // Expiry
-		return s.T + 2*l.period
+	if a > 0 { // Expiry
+		return start + 2*l.period
 	}
-	return s.T + l.period
+	return start + l.period
 }
 
 // slidingLog keeps every admitted request of the last Period as an entry
@@ -176,35 +183,40 @@ func slidingCounter(l *Limit, s *State, now int64, cost float64, d *Decision,
 //
 // Its parameters after d are its variables, which its callers pass as
 // zero values, and duration and nonNegative are written out: see decide.
-func slidingLog(l *Limit, s *State, now int64, cost float64, d *Decision, n int, need float64) int64 {
+func slidingLog(l *Limit, s *State, now int64, cost float64, d *Decision,
+	n int, t int64, need float64, log []LogEntry) int64 {
 	if now < s.T {
 		now = s.T
 	}
 	s.T = now
 	trimLog(l, s, now)
+	log = s.Log
+	n = len(log)
 	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	switch {
 	case cost > l.capacity+eps:
 		d.RetryAfter = Never
 	case s.A+cost <= l.capacity+eps:
 		d.Allowed = true
-		if n = len(s.Log); n >= MaxLogQuota {
+		if n >= MaxLogQuota {
 			// The log is full: merge into the newest entry, moved to
 			// now, in place. That entry is the one element of the
 			// original log that a decision overwrites (Decide copies a
 			// full log first; takeMany restores the entry when it does
 			// not save), so an admission costs O(1), not a copy.
-			s.Log[n-1] = LogEntry{T: now, Cost: s.Log[n-1].Cost + cost}
+			log[n-1] = LogEntry{T: now, Cost: log[n-1].Cost + cost}
 		} else {
 			// Appending writes past the original log's length only,
 			// so that log is intact too.
-			s.Log = append(s.Log, LogEntry{T: now, Cost: cost})
+			log = append(log, LogEntry{T: now, Cost: cost})
+			s.Log = log
+			n++
 		}
 		s.A += cost
 	default:
 		// Wait until enough of the oldest entries expire.
 		need = s.A + cost - l.capacity
-		for _, e := range s.Log {
+		for _, e := range log {
 			need -= e.Cost
 			if need <= eps {
 				// duration of a whole number of nanoseconds in (0,
@@ -222,14 +234,15 @@ func slidingLog(l *Limit, s *State, now int64, cost float64, d *Decision, n int,
 	if d.Remaining < 0 {
 		d.Remaining = 0
 	}
-	if n = len(s.Log); n == 0 {
+	if n == 0 {
 		return 0 // Expiry
 	}
-	// Reset, until the newest entry expires, and Next, until the oldest
-	// does: whole numbers of nanoseconds in (0, Never), as above.
-	d.Reset = nanos(float64(s.Log[n-1].T + l.period - now))
-	d.Next = nanos(float64(s.Log[0].T + l.period - now))
-	return s.Log[n-1].T + l.period
+	// Reset, until the newest entry expires (t), and Next, until the
+	// oldest does: whole numbers of nanoseconds in (0, Never), as above.
+	t = log[n-1].T + l.period
+	d.Reset = nanos(float64(t - now))
+	d.Next = nanos(float64(log[0].T + l.period - now))
+	return t
 }
 
 // trimLog drops the entries that no longer count at now, by reslicing (the
