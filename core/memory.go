@@ -167,8 +167,9 @@ func memSave(s *MemoryStore, sh *memShard, h uint64, l *Limit, st *State, exp, n
 // not forget it while it keeps asking, which would hand it the capacity
 // again.
 func memTouch(sh *memShard, h uint64, sl memSlot, l *Limit, now int64) {
-	if keep := now + l.keep + 1; sl.exp < keep {
-		sl.exp = keep
+	now += l.keep + 1 // the expiry to keep, in now: no := (see decide)
+	if sl.exp < now {
+		sl.exp = now
 		sh.slots[h] = sl
 	}
 }
@@ -396,26 +397,26 @@ func take1(s *MemoryStore, a *Ask, d *Decision) int64 {
 	if s.clock != nil {
 		now = s.clock()
 	}
-	exp := now
+	exp, cost := now, a.Cost
 	switch l.Algorithm {
 	case TokenBucket:
-		exp = tokenBucket(l, st, now, a.Cost, d)
+		exp = tokenBucket(l, st, now, cost, d)
 	case LeakyBucket:
-		exp = leakyBucket(l, st, now, a.Cost, d, 0, 0, 0, 0, 0, 0, 0, 0, false)
+		exp = leakyBucket(l, st, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, false)
 	case FixedWindow:
-		exp = fixedWindow(l, st, now, a.Cost, d, 0, 0, 0)
+		exp = fixedWindow(l, st, now, cost, d, 0, 0, 0)
 	case SlidingWindowLog:
 		if held {
 			st.Log = sh.logs[h]
 		}
-		exp = slidingLog(l, st, now, a.Cost, d, 0, 0, 0, nil)
+		exp = slidingLog(l, st, now, cost, d, 0, 0, 0, nil)
 		if d.Allowed {
 			// Before memRoom, which forgets another state (h is not
 			// held) if any.
 			memPutLog(sh, h, st.Log)
 		}
 	default:
-		exp = slidingCounter(l, st, now, a.Cost, d, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+		exp = slidingCounter(l, st, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 	}
 	if d.Allowed {
 		if !held {
