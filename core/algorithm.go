@@ -30,20 +30,31 @@ func (l *Limit) Decide(s State, now int64, cost float64) (State, Decision) {
 // overwrites *d, and returns the next state's Expiry. It takes pointers
 // because under Yaegi every struct passed or returned by value is copied
 // through reflection, and every interpreted call costs about a
-// microsecond: the in-memory store's hot path calls only this function and
-// one algorithm, which computes the expiry from what it has at hand.
+// microsecond: the in-memory store's hot path (take1) calls one algorithm
+// only, which computes the expiry from what it has at hand.
+//
+// The algorithms are written for Yaegi, which runs the Traefik plugin's
+// decisions: an interpreted call costs a frame, a copy of each argument
+// and a value for every parameter, variable and intermediate result of
+// the callee's whole body, so the helpers duration, nextUnits, mod and
+// nonNegative are written out where a decision calls them every time
+// (Go's compiler inlines them anyway), as is leakyEnd. And since := (or
+// var) allocates its variable again each time it runs, the algorithms
+// but tokenBucket (whose signature Lane shares) take their variables as
+// trailing parameters, which callers pass as zero values: a constant
+// argument costs nothing.
 func decide(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
 	switch l.Algorithm {
 	case TokenBucket:
 		return tokenBucket(l, s, now, cost, d)
 	case LeakyBucket:
-		return leakyBucket(l, s, now, cost, d)
+		return leakyBucket(l, s, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, false)
 	case FixedWindow:
-		return fixedWindow(l, s, now, cost, d)
+		return fixedWindow(l, s, now, cost, d, 0, 0, 0)
 	case SlidingWindowLog:
-		return slidingLog(l, s, now, cost, d)
+		return slidingLog(l, s, now, cost, d, 0, 0, 0, nil)
 	default:
-		return slidingCounter(l, s, now, cost, d)
+		return slidingCounter(l, s, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 	}
 }
 
@@ -114,7 +125,8 @@ func nextUnits(rem, used float64) float64 {
 }
 
 // duration converts nanoseconds to a Duration, rounding up, so that waiting
-// RetryAfter is always enough.
+// RetryAfter is always enough. Of a whole number of nanoseconds in
+// (0, Never) it is the conversion alone (nanos).
 func duration(ns float64) time.Duration {
 	if ns <= 0 {
 		return 0
@@ -128,6 +140,11 @@ func duration(ns float64) time.Duration {
 	}
 	return d
 }
+
+// nanos is time.Duration under a name of this package, for the
+// algorithms' conversions: under Yaegi the selector time.Duration is a
+// value allocated on each call, a name of the package none.
+type nanos = time.Duration
 
 // mod is the non-negative remainder of a by b (b > 0).
 func mod(a, b int64) int64 {

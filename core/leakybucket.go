@@ -24,62 +24,123 @@ import "math"
 // also at most the number of unit requests that could still be admitted
 // one after another, ⌊(MaxDelay − ahead)·Quota/Period⌋ + 1, and 0 once
 // ahead exceeds MaxDelay.
-func leakyBucket(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
+//
+// Its parameters after d are its variables, which its callers pass as
+// zero values, and duration, nonNegative, nextUnits and leakyEnd are
+// written out: see decide.
+func leakyBucket(l *Limit, s *State, now int64, cost float64, d *Decision,
+	start, ahead, most int64, carry, delay, backlog, c, u float64, fits bool) int64 {
 	// The queue ends at T + A, A a fraction of a nanosecond in [0, 1):
 	// each admission adds cost·Period/Quota exactly, so that rounding
 	// never costs a slot of the queue (7/s admits 7 at an instant).
-	start, carry := s.T, s.A
+	start = s.T
+	carry = s.A
 	if start < now {
-		start, carry = now, 0
+		start = now
+		carry = 0
 	}
-	ahead := start - now // the delay is ahead + carry
-	delay := float64(ahead) + carry
-	backlog := delay / l.unit
+	c = l.capacity // and u is l.unit, as below
+	u = l.unit
+	ahead = start - now // the delay is ahead + carry
+	delay = float64(ahead) + carry
+	backlog = delay / u
 	// The delay fits MaxDelay, compared in whole nanoseconds.
-	most := int64(l.MaxDelay)
-	fits := most == 0 || ahead < most || (ahead == most && carry == 0)
+	most = int64(l.MaxDelay)
+	fits = most == 0 || ahead < most || (ahead == most && carry == 0)
 	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	switch {
-	case cost > l.capacity+eps:
+	case cost > c+eps:
 		d.RetryAfter = Never
-	case backlog+cost <= l.capacity+eps && fits:
+	case backlog+cost <= c+eps && fits:
 		d.Allowed = true
-		d.Delay = duration(delay)
-		x := carry + cost*l.unit
-		whole := int64(x)
-		s.T, s.A = start+whole, x-float64(whole)
+		switch { // duration(delay)
+		case delay <= 0:
+		case delay >= float64(Never):
+			d.Delay = Never
+		default:
+			d.Delay = nanos(delay)
+			if float64(d.Delay) < delay {
+				d.Delay++
+			}
+		}
+		delay = carry + cost*u
+		ahead = int64(delay) // whole nanoseconds of delay
+		s.T = start + ahead
+		s.A = delay - float64(ahead)
 	default:
 		// The backlog drains at one unit per l.unit: wait until the
 		// request fits the queue and, with MaxDelay, until its own wait
-		// is short enough.
-		wait := (backlog + cost - l.capacity) * l.unit
+		// is short enough (ahead: byDelay).
+		delay = (backlog + cost - c) * u
 		if !fits {
-			byDelay := ahead - most
+			ahead -= most
 			if carry > 0 {
-				byDelay++
+				ahead++
 			}
-			if float64(byDelay) > wait {
-				wait = float64(byDelay)
+			if float64(ahead) > delay {
+				delay = float64(ahead)
 			}
 		}
-		d.RetryAfter = duration(wait)
-		if d.RetryAfter == 0 {
+		switch { // duration(delay), at least 1
+		case delay <= 0:
 			d.RetryAfter = 1
+		case delay >= float64(Never):
+			d.RetryAfter = Never
+		default:
+			d.RetryAfter = nanos(delay)
+			if float64(d.RetryAfter) < delay {
+				d.RetryAfter++
+			}
 		}
 	}
-	queued := float64(s.T-now) + s.A
-	if queued < 0 {
-		queued = 0
+	// delay: queued, the nanoseconds that the queue holds; backlog: as
+	// many units.
+	delay = float64(s.T-now) + s.A
+	if delay < 0 {
+		delay = 0
 	}
-	d.Remaining = nonNegative(l.capacity - queued/l.unit)
-	d.Reset = duration(queued)
-	if queued > 0 {
-		d.Next = duration(nextUnits(d.Remaining, queued/l.unit) * l.unit)
+	backlog = delay / u
+	d.Remaining = c - backlog
+	if d.Remaining < 0 {
+		d.Remaining = 0
+	}
+	if delay > 0 {
+		switch { // duration(queued)
+		case delay >= float64(Never):
+			d.Reset = Never
+		default:
+			d.Reset = nanos(delay)
+			if float64(d.Reset) < delay {
+				d.Reset++
+			}
+		}
+		// Next: nextUnits(Remaining, backlog) units, then duration.
+		carry = 1
+		if d.Remaining < 1<<53 {
+			carry -= d.Remaining - float64(int64(d.Remaining))
+		}
+		if carry > backlog {
+			carry = backlog
+		}
+		carry *= u
+		switch {
+		case carry <= 0:
+		case carry >= float64(Never):
+			d.Next = Never
+		default:
+			d.Next = nanos(carry)
+			if float64(d.Next) < carry {
+				d.Next++
+			}
+		}
 	}
 	if l.MaxDelay > 0 {
-		leakyByDelay(l, queued, d)
+		leakyByDelay(l, delay, d)
 	}
-	return leakyEnd(s)
+	if s.A > 0 { // Expiry: leakyEnd
+		return s.T + 1
+	}
+	return s.T
 }
 
 // leakyByDelay bounds d.Remaining of a leaky bucket with a MaxDelay whose

@@ -129,7 +129,8 @@ func memHash(s *MemoryStore, l *Limit, key string) uint64 {
 	return maphash.String(s.seed, key) ^ l.nsHash
 }
 
-// memNow reads the store's clock. take1 and ServeLane repeat it inline.
+// memNow reads the store's clock. take1, takeMany and ServeLane repeat it
+// inline.
 func memNow(s *MemoryStore) int64 {
 	if s.clock == nil {
 		return s.wall + int64(time.Since(s.base))
@@ -166,21 +167,22 @@ func memSave(s *MemoryStore, sh *memShard, h uint64, l *Limit, st *State, exp, n
 // not forget it while it keeps asking, which would hand it the capacity
 // again.
 func memTouch(sh *memShard, h uint64, sl memSlot, l *Limit, now int64) {
-	if keep := now + l.keep + 1; sl.exp < keep {
-		sl.exp = keep
+	now += l.keep + 1 // the expiry to keep, in now: no := (see decide)
+	if sl.exp < now {
+		sl.exp = now
 		sh.slots[h] = sl
 	}
 }
 
-// memTouchAll is memTouch for the held states of asks, whose hashes are
-// hs, which takeMany rejected at now with their shards locked. It is a
-// function of its own so that takeMany's admissions do not pay for it
+// memTouchAll is memTouch for the held states of asks, whose hashes
+// ms hold, which takeMany rejected at now with their shards locked. It is
+// a function of its own so that takeMany's admissions do not pay for it
 // under Yaegi.
-func memTouchAll(s *MemoryStore, asks []Ask, hs []uint64, now int64) {
+func memTouchAll(s *MemoryStore, asks []Ask, ms []memAsk, now int64) {
 	for i := range asks {
-		sh := &s.shards[hs[i]>>memShardShift]
-		if sl, held := sh.slots[hs[i]]; held {
-			memTouch(sh, hs[i], sl, asks[i].Limit, now)
+		sh := &s.shards[ms[i].h>>memShardShift]
+		if sl, held := sh.slots[ms[i].h]; held {
+			memTouch(sh, ms[i].h, sl, asks[i].Limit, now)
 		}
 	}
 }
@@ -243,69 +245,119 @@ func (s *MemoryStore) Take(ctx context.Context, asks []Ask, out []Decision) erro
 	return nil
 }
 
+// memAsk is what takeMany holds of one ask: its hash, the state decided
+// and its expiry, and whether the ask's log was full (MaxLogQuota
+// entries) when loaded, with its newest entry then: slidingLog merges an
+// admission into that entry in place, the only element of a stored log
+// that a decision writes, which restoreLogs puts back when the asks are
+// not saved.
+type memAsk struct {
+	h      uint64
+	exp    int64
+	st     State
+	full   bool
+	newest LogEntry
+}
+
 // takeMany is Take for several asks. It is apart from Take because Yaegi
 // allocates a function's local arrays on every call, even on paths that do
-// not use them.
+// not use them. The hash (memHash), the clock reading (memNow) and the
+// load and save of each state (memLoad, memSave) are inline, a
+// token_bucket or sliding_window_log ask calls its algorithm without
+// decide (the first for the common case, the second for its log), and
+// the variables are declared once, outside the loops: under Yaegi each
+// call costs, and a := in a loop allocates its variable again at each
+// iteration (see decide).
 func takeMany(s *MemoryStore, asks []Ask, out []Decision) {
-	var hb [maxAsks]uint64
-	var stb [maxAsks]State
-	var eb [maxAsks]int64
+	var mb [maxAsks]memAsk
 	var ib [maxAsks]int
-	hs, sts, exps, order := hb[:0], stb[:0], eb[:0], ib[:0]
+	ms, order := mb[:0], ib[:0]
 	if len(asks) > maxAsks {
-		hs, sts, exps, order = make([]uint64, 0, len(asks)), make([]State, 0, len(asks)), make([]int64, 0, len(asks)), make([]int, 0, len(asks))
+		ms, order = make([]memAsk, 0, len(asks)), make([]int, 0, len(asks))
 	}
+	var a *Ask
+	var m *memAsk
+	var st *State
+	var d *Decision
+	var sh *memShard
+	var sl memSlot
+	var held bool
 	for i := range asks {
-		h := memHash(s, asks[i].Limit, asks[i].Key)
-		hs = append(hs, h)
-		order = shardOrder(order, int(h>>memShardShift))
+		a = &asks[i]
+		ms = append(ms, memAsk{h: hashString(s.seed, a.Key)})
+		m = &ms[i]
+		m.h ^= a.Limit.nsHash
+		if i == 0 { // shardOrder of no shards, without its call
+			order = append(order, int(m.h>>memShardShift))
+		} else {
+			order = shardOrder(order, int(m.h>>memShardShift))
+		}
 	}
 	for _, i := range order {
 		s.shards[i].mu.Lock()
 	}
-	now := memNow(s)
-	all := true
-	// The asks whose full log decide may merge into in place, and the
-	// newest entries of those logs.
-	var full []int
-	var newest []LogEntry
+	now := int64(timeSince(s.base))
+	now += s.wall
+	if s.clock != nil {
+		now = s.clock()
+	}
+	all, full := true, false
 	for i := range asks {
-		a := &asks[i]
-		sh := &s.shards[hs[i]>>memShardShift]
-		sts = append(sts, State{})
-		st := &sts[i]
-		memLoad(sh, hs[i], a.Limit, st)
-		if n := len(st.Log); n >= MaxLogQuota {
-			full, newest = append(full, i), append(newest, st.Log[n-1])
+		a = &asks[i]
+		m = &ms[i]
+		st = &m.st
+		d = &out[i]
+		sh = &s.shards[m.h>>memShardShift]
+		sl = sh.slots[m.h]
+		*st = State{T: sl.t, A: sl.a, B: sl.b}
+		switch a.Limit.Algorithm {
+		case TokenBucket:
+			m.exp = tokenBucket(a.Limit, st, now, a.Cost, d)
+		case SlidingWindowLog:
+			st.Log = sh.logs[m.h]
+			if len(st.Log) >= MaxLogQuota {
+				m.full = true
+				full = true
+				m.newest = st.Log[len(st.Log)-1]
+			}
+			m.exp = slidingLog(a.Limit, st, now, a.Cost, d, 0, 0, 0, nil)
+		default:
+			m.exp = decide(a.Limit, st, now, a.Cost, d)
 		}
-		exps = append(exps, decide(a.Limit, st, now, a.Cost, &out[i]))
-		all = all && out[i].Allowed
+		all = all && d.Allowed
 	}
 	if all {
 		for i := range asks {
-			memSave(s, &s.shards[hs[i]>>memShardShift], hs[i], asks[i].Limit, &sts[i], exps[i], now)
+			m = &ms[i]
+			st = &m.st
+			sh = &s.shards[m.h>>memShardShift]
+			if _, held = sh.slots[m.h]; !held {
+				memRoom(s, sh, now)
+			}
+			sh.slots[m.h] = memSlot{t: st.T, a: st.A, b: st.B, exp: m.exp}
+			if asks[i].Limit.Algorithm == SlidingWindowLog {
+				memPutLog(sh, m.h, st.Log)
+			}
 		}
 	} else {
-		if full != nil {
-			restoreLogs(s, hs, full, newest)
+		if full {
+			restoreLogs(s, ms)
 		}
-		memTouchAll(s, asks, hs, now)
+		memTouchAll(s, asks, ms, now)
 	}
 	for _, i := range order {
 		s.shards[i].mu.Unlock()
 	}
 }
 
-// restoreLogs puts back, for takeMany's asks that were not saved, the
-// newest entry of each full log it decided: slidingLog merges an admission
-// into that entry in place, and it is the only element of a stored log
-// that a decision writes. full holds the asks' indexes, newest their
-// entries as loaded.
-func restoreLogs(s *MemoryStore, hs []uint64, full []int, newest []LogEntry) {
-	for j, i := range full {
-		h := hs[i]
-		log := s.shards[h>>memShardShift].logs[h]
-		log[len(log)-1] = newest[j]
+// restoreLogs puts back, for takeMany's asks ms that were not saved, the
+// newest entry of each full log it decided (see memAsk).
+func restoreLogs(s *MemoryStore, ms []memAsk) {
+	for i := range ms {
+		if m := &ms[i]; m.full {
+			log := s.shards[m.h>>memShardShift].logs[m.h]
+			log[len(log)-1] = m.newest
+		}
 	}
 }
 
@@ -328,31 +380,49 @@ func shardOrder(order []int, i int) []int {
 }
 
 // take1 decides one ask into *d and returns the instant it decided at:
-// Take's common case, and the Gate's. The hash (memHash) and the clock
-// reading (memNow) are inline.
+// Take's common case, and the Gate's. The hash (memHash), the clock
+// reading (memNow) and decide's dispatch are inline, as is a
+// sliding_window_log's load and save of its entries, in its case: under
+// Yaegi each call, and each value the function reads, costs (see decide).
 func take1(s *MemoryStore, a *Ask, d *Decision) int64 {
 	l := a.Limit
-	h := maphash.String(s.seed, a.Key) ^ l.nsHash
+	h := hashString(s.seed, a.Key)
+	h ^= l.nsHash
 	sh := &s.shards[h>>memShardShift]
 	sh.mu.Lock()
 	sl, held := sh.slots[h]
-	st := State{T: sl.t, A: sl.a, B: sl.b}
-	if held && l.Algorithm == SlidingWindowLog {
-		st.Log = sh.logs[h]
-	}
-	now := s.wall + int64(time.Since(s.base))
+	st := &State{T: sl.t, A: sl.a, B: sl.b}
+	now := int64(timeSince(s.base))
+	now += s.wall
 	if s.clock != nil {
 		now = s.clock()
 	}
-	exp := decide(l, &st, now, a.Cost, d)
+	exp, cost := now, a.Cost
+	switch l.Algorithm {
+	case TokenBucket:
+		exp = tokenBucket(l, st, now, cost, d)
+	case LeakyBucket:
+		exp = leakyBucket(l, st, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, false)
+	case FixedWindow:
+		exp = fixedWindow(l, st, now, cost, d, 0, 0, 0)
+	case SlidingWindowLog:
+		if held {
+			st.Log = sh.logs[h]
+		}
+		exp = slidingLog(l, st, now, cost, d, 0, 0, 0, nil)
+		if d.Allowed {
+			// Before memRoom, which forgets another state (h is not
+			// held) if any.
+			memPutLog(sh, h, st.Log)
+		}
+	default:
+		exp = slidingCounter(l, st, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+	}
 	if d.Allowed {
 		if !held {
 			memRoom(s, sh, now)
 		}
 		sh.slots[h] = memSlot{t: st.T, a: st.A, b: st.B, exp: exp}
-		if l.Algorithm == SlidingWindowLog {
-			memPutLog(sh, h, st.Log)
-		}
 	} else if held {
 		memTouch(sh, h, sl, l, now)
 	}

@@ -54,11 +54,43 @@ func tokenBucket(l *Limit, s *State, now int64, cost float64, d *Decision) int64
 	if c > deficit {
 		d.Remaining = c - deficit
 	}
-	d.Reset = duration(deficit * l.unit)
+	// Reset: duration(deficit·unit), written out, as is nextUnits below
+	// (see decide); c is reused for the nanoseconds.
+	if deficit > 0 {
+		c = deficit * l.unit
+		switch {
+		case c >= float64(Never):
+			d.Reset = Never
+		default:
+			d.Reset = nanos(c)
+			if float64(d.Reset) < c {
+				d.Reset++
+			}
+		}
+		c = l.capacity
+	}
 	if deficit > c { // in debt: more once the debt and a unit are refilled
 		d.Next = duration((deficit - c + nextUnits(0, c)) * l.unit)
 	} else if deficit > 0 {
-		d.Next = duration(nextUnits(c-deficit, deficit) * l.unit)
+		// nextUnits(c − deficit, deficit), c − deficit being Remaining.
+		c = 1
+		if d.Remaining < 1<<53 {
+			c -= d.Remaining - float64(int64(d.Remaining))
+		}
+		if c > deficit {
+			c = deficit
+		}
+		c *= l.unit
+		switch {
+		case c <= 0:
+		case c >= float64(Never):
+			d.Next = Never
+		default:
+			d.Next = nanos(c)
+			if float64(d.Next) < c {
+				d.Next++
+			}
+		}
 	}
 	return now + int64(d.Reset) // Expiry
 }

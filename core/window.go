@@ -1,36 +1,53 @@
 package core
 
+import "time"
+
 // fixedWindow counts cost per window [k·Period, (k+1)·Period) aligned to
 // instant zero (the Unix epoch for SystemClock), so every server agrees on
 // the boundaries. A request passes iff count + cost ≤ Quota. Its known flaw
 // is deliberate and tested: Quota requests at the end of one window and
 // Quota more at the start of the next all pass.
-func fixedWindow(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
+//
+// Its parameters after d are its variables, which its callers pass as
+// zero values, and mod, duration and nonNegative are written out: see
+// decide.
+func fixedWindow(l *Limit, s *State, now int64, cost float64, d *Decision, t int64, a float64, reset time.Duration) int64 {
 	if now < s.T {
 		now = s.T
 	}
-	start := now - mod(now, l.period)
-	if start != s.T {
-		s.T = start
-		s.A = 0
+	t = now % l.period // mod(now, l.period)
+	if t < 0 {
+		t += l.period
+	}
+	// duration of the rest of the window, a whole number of nanoseconds
+	// in (0, Never), which it leaves as it is.
+	reset = nanos(float64(l.period - t))
+	t = now - t // the window's start
+	a = s.A     // the window's count
+	if t != s.T {
+		s.T = t
+		a = 0
 	}
 	*d = Decision{Limit: l, Quota: l.Rate.Quota}
-	reset := duration(float64(start + l.period - now))
 	switch {
 	case cost > l.capacity+eps:
 		d.RetryAfter = Never
-	case s.A+cost <= l.capacity+eps:
+	case a+cost <= l.capacity+eps:
 		d.Allowed = true
-		s.A += cost
+		a += cost
 	default:
 		d.RetryAfter = reset // the next window is empty and cost fits it
 	}
-	d.Remaining = nonNegative(l.capacity - s.A)
-	if s.A > 0 {
+	s.A = a
+	d.Remaining = l.capacity - a
+	if d.Remaining < 0 {
+		d.Remaining = 0
+	}
+	if a > 0 {
 		d.Reset = reset
 		d.Next = reset
 	}
-	return s.T + l.period // Expiry
+	return t + l.period // Expiry
 }
 
 // slidingCounter approximates the count of the last Period by the current
@@ -41,78 +58,117 @@ func fixedWindow(l *Limit, s *State, now int64, cost float64, d *Decision) int64
 //
 // (prev 80, cur 20, 30 % into the window: 80·0.7 + 20 = 76). A request
 // passes iff estimate + cost ≤ Quota. Windows are aligned as in fixedWindow.
-func slidingCounter(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
+//
+// Its parameters after d are its variables, which its callers pass as
+// zero values, and mod, duration, nonNegative and nextUnits are written
+// out: see decide.
+func slidingCounter(l *Limit, s *State, now int64, cost float64, d *Decision,
+	start int64, a, b, c, p, elapsed, estimate, x, left float64) int64 {
 	if now < s.T {
 		now = s.T
 	}
-	start := now - mod(now, l.period)
-	// One field per statement: Yaegi v0.16.1 can mis-assign several
-	// fields of a struct in one.
+	start = now % l.period // mod(now, l.period)
+	if start < 0 {
+		start += l.period
+	}
+	start = now - start
+	// a and b: the current and previous windows' counts, written back
+	// below; c: the capacity.
+	a = s.A
+	b = s.B
 	switch {
 	case start == s.T:
 	case start == s.T+l.period:
-		s.B = s.A
-		s.A = 0
-		s.T = start
+		b = a
+		a = 0
 	default:
-		s.B = 0
-		s.A = 0
-		s.T = start
+		b = 0
+		a = 0
 	}
-	p := float64(l.period)
-	elapsed := float64(now - start)
-	estimate := s.B*(1-elapsed/p) + s.A
+	s.T = start
+	c = l.capacity
+	p = float64(l.period)
+	elapsed = float64(now - start)
+	estimate = b*(1-elapsed/p) + a
 	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	switch {
-	case cost > l.capacity+eps:
+	case cost > c+eps:
 		d.RetryAfter = Never
-	case estimate+cost <= l.capacity+eps:
+	case estimate+cost <= c+eps:
 		d.Allowed = true
-		s.A += cost
+		a += cost
 		estimate += cost
-	case s.A+cost <= l.capacity+eps:
+	case a+cost <= c+eps:
 		// Passes later in this window, once enough of prev has slid out:
-		// prev·(1 − f) + cur + cost ≤ Quota.
-		f := 1 - (l.capacity-s.A-cost)/s.B
-		d.RetryAfter = duration(f*p - elapsed)
+		// prev·(1 − f) + cur + cost ≤ Quota, f = x.
+		x = 1 - (c-a-cost)/b
+		x = x*p - elapsed
 	default:
 		// Passes in the next window, where cur becomes prev:
-		// cur·(1 − g) + cost ≤ Quota.
-		g := 1 - (l.capacity-cost)/s.A
-		d.RetryAfter = duration(p - elapsed + g*p)
+		// cur·(1 − g) + cost ≤ Quota, g = x.
+		x = 1 - (c-cost)/a
+		x = p - elapsed + x*p
 	}
-	if d.RetryAfter == 0 && !d.Allowed {
-		d.RetryAfter = 1
+	s.A = a
+	s.B = b
+	if !d.Allowed && d.RetryAfter == 0 { // RetryAfter: duration(x), at least 1
+		switch {
+		case x <= 0:
+			d.RetryAfter = 1
+		case x >= float64(Never):
+			d.RetryAfter = Never
+		default:
+			d.RetryAfter = nanos(x)
+			if float64(d.RetryAfter) < x {
+				d.RetryAfter++
+			}
+		}
 	}
-	d.Remaining = nonNegative(l.capacity - estimate)
+	d.Remaining = c - estimate
+	if d.Remaining < 0 {
+		d.Remaining = 0
+	}
+	// Reset: elapsed is in [0, p), so these are whole numbers of
+	// nanoseconds in (0, Never), which duration leaves as they are.
 	switch {
-	case s.A > 0:
-		d.Reset = duration(2*p - elapsed)
-	case s.B > 0:
-		d.Reset = duration(p - elapsed)
+	case a > 0:
+		d.Reset = nanos(2*p - elapsed)
+	case b > 0:
+		d.Reset = nanos(p - elapsed)
 	}
 	if estimate > 0 {
-		counterNext(s, d, estimate, p, elapsed)
+		// Next: the time until the estimate drops by the units that
+		// floored Remaining needs to grow (x, nextUnits), as prev slides
+		// out during this window, then cur during the next.
+		x = 1
+		if d.Remaining < 1<<53 {
+			x -= d.Remaining - float64(int64(d.Remaining))
+		}
+		if x > estimate {
+			x = estimate
+		}
+		left = p - elapsed
+		estimate = left + p // whole when both windows are over
+		if b > 0 && x <= b*left/p {
+			estimate = x * p / b
+		} else if x -= b * left / p; a > 0 && x < a {
+			estimate = left + x*p/a
+		}
+		switch {
+		case estimate <= 0:
+		case estimate >= float64(Never):
+			d.Next = Never
+		default:
+			d.Next = nanos(estimate)
+			if float64(d.Next) < estimate {
+				d.Next++
+			}
+		}
 	}
-	if s.A > 0 { // Expiry
-		return s.T + 2*l.period
+	if a > 0 { // Expiry
+		return start + 2*l.period
 	}
-	return s.T + l.period
-}
-
-// counterNext sets d.Next of a sliding window counter whose estimate,
-// elapsed into a window of p ns, is estimate: the time until the estimate
-// drops by the units that floored Remaining needs to grow, as prev slides
-// out during this window, then cur during the next.
-func counterNext(s *State, d *Decision, estimate, p, elapsed float64) {
-	need, left := nextUnits(d.Remaining, estimate), p-elapsed
-	next := left + p // whole when both windows are over
-	if s.B > 0 && need <= s.B*left/p {
-		next = need * p / s.B
-	} else if need -= s.B * left / p; s.A > 0 && need < s.A {
-		next = left + need*p/s.A
-	}
-	d.Next = duration(next)
+	return start + l.period
 }
 
 // slidingLog keeps every admitted request of the last Period as an entry
@@ -124,38 +180,49 @@ func counterNext(s *State, d *Decision, estimate, p, elapsed float64) {
 // fractional costs would make the log longer than that, the newest entry
 // absorbs the one before it (the older cost then expires later than it
 // would have: conservative, never admitting more than Quota).
-func slidingLog(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
+//
+// Its parameters after d are its variables, which its callers pass as
+// zero values, and duration and nonNegative are written out: see decide.
+func slidingLog(l *Limit, s *State, now int64, cost float64, d *Decision,
+	n int, t int64, need float64, log []LogEntry) int64 {
 	if now < s.T {
 		now = s.T
 	}
 	s.T = now
 	trimLog(l, s, now)
+	log = s.Log
+	n = len(log)
 	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	switch {
 	case cost > l.capacity+eps:
 		d.RetryAfter = Never
 	case s.A+cost <= l.capacity+eps:
 		d.Allowed = true
-		if n := len(s.Log); n >= MaxLogQuota {
+		if n >= MaxLogQuota {
 			// The log is full: merge into the newest entry, moved to
 			// now, in place. That entry is the one element of the
 			// original log that a decision overwrites (Decide copies a
 			// full log first; takeMany restores the entry when it does
 			// not save), so an admission costs O(1), not a copy.
-			s.Log[n-1] = LogEntry{T: now, Cost: s.Log[n-1].Cost + cost}
+			log[n-1] = LogEntry{T: now, Cost: log[n-1].Cost + cost}
 		} else {
 			// Appending writes past the original log's length only,
 			// so that log is intact too.
-			s.Log = append(s.Log, LogEntry{T: now, Cost: cost})
+			log = append(log, LogEntry{T: now, Cost: cost})
+			s.Log = log
+			n++
 		}
 		s.A += cost
 	default:
 		// Wait until enough of the oldest entries expire.
-		need := s.A + cost - l.capacity
-		for _, e := range s.Log {
+		need = s.A + cost - l.capacity
+		for _, e := range log {
 			need -= e.Cost
 			if need <= eps {
-				d.RetryAfter = duration(float64(e.T + l.period - now))
+				// duration of a whole number of nanoseconds in (0,
+				// Never) (the entry still counts), which it leaves
+				// as it is.
+				d.RetryAfter = nanos(float64(e.T + l.period - now))
 				break
 			}
 		}
@@ -163,14 +230,19 @@ func slidingLog(l *Limit, s *State, now int64, cost float64, d *Decision) int64 
 			d.RetryAfter = 1
 		}
 	}
-	d.Remaining = nonNegative(l.capacity - s.A)
-	if len(s.Log) == 0 {
+	d.Remaining = l.capacity - s.A
+	if d.Remaining < 0 {
+		d.Remaining = 0
+	}
+	if n == 0 {
 		return 0 // Expiry
 	}
-	exp := s.Log[len(s.Log)-1].T + l.period
-	d.Reset = duration(float64(exp - now))
-	d.Next = duration(float64(s.Log[0].T + l.period - now)) // the oldest entry expires
-	return exp
+	// Reset, until the newest entry expires (t), and Next, until the
+	// oldest does: whole numbers of nanoseconds in (0, Never), as above.
+	t = log[n-1].T + l.period
+	d.Reset = nanos(float64(t - now))
+	d.Next = nanos(float64(log[0].T + l.period - now))
+	return t
 }
 
 // trimLog drops the entries that no longer count at now, by reslicing (the
