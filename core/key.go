@@ -20,6 +20,12 @@ type KeySpec struct {
 	// IPv4 addresses in full; Key then handles an IPv4 peer inline. ipv6:
 	// likewise for IPv6 addresses, which peerKey6 handles.
 	ipv4, ipv6 bool
+	// fixed: every part is a constant, so the key is always constKey
+	// (and constOK), computed once: a global limit's key costs a request
+	// nothing under Yaegi.
+	fixed    bool
+	constKey string
+	constOK  bool
 }
 
 // partKind is the kind of one key part.
@@ -83,6 +89,13 @@ func ParseKeySpec(parts []string, ip *ClientIP) (*KeySpec, error) {
 	}
 	k.ipv4 = k.ipv4 && len(k.parts) == 1 && k.parts[0].kind == partClientIP
 	k.ipv6 = k.ipv4 && (ip.IPv6Prefix == 0 || ip.IPv6Prefix == 128)
+	k.fixed = true
+	for _, p := range k.parts {
+		k.fixed = k.fixed && p.kind == partConst
+	}
+	if k.fixed {
+		k.constKey, k.constOK = specKey(k, nil) // constants never read the request
+	}
 	return k, nil
 }
 
@@ -178,6 +191,9 @@ func (k *KeySpec) Key(r *http.Request) (string, bool) {
 				return key, true
 			}
 		}
+	}
+	if k.fixed {
+		return k.constKey, k.constOK
 	}
 	return specKey(k, r)
 }
