@@ -231,7 +231,7 @@ func takeAsks(s *RedisStore, ctx context.Context, asks []Ask, out []Decision, ch
 	if err != nil {
 		return err
 	}
-	return decodeDecisions(reply, asks, out)
+	return decodeDecisions(reply, asks, out, "", false, nil, 0, 0, 0, 0, 0, 0, 0, 0, 0, noFields, nil)
 }
 
 // refundAsks runs the refund script once for asks.
@@ -381,73 +381,156 @@ func redisAlgorithmCode(a Algorithm) string {
 
 // decodeDecisions decodes the take script's reply into out[:len(asks)]:
 // a string of one decision per ask, separated by commas, each of
-// redisReplyFields numbers separated by spaces (see luaTakeMain). Whole
-// numbers of up to 18 digits are read by hand: under Yaegi a call into
-// strconv costs as much as a loop over the whole reply.
-func decodeDecisions(reply interface{}, asks []Ask, out []Decision) error {
-	text, ok := reply.(string)
-	if !ok {
-		return fmt.Errorf("redis: unexpected reply to the take script: %s, want a string", describeReply(reply))
+// redisReplyFields numbers separated by spaces (see luaTakeMain).
+//
+// It reads the shape the script returns for nearly every decision: whole
+// numbers of at most 15 digits, which float64 holds exactly, so that they
+// convert to a Decision as integers, without duration; only a fractional
+// number of remaining tokens is read by strconv. An ask with any other
+// field (a negative or fractional duration, infinity, a longer number, or
+// a malformed reply) is decoded by decodeAsk.
+//
+// It runs on every request served by Redis, under Yaegi too, where a
+// variable declared in a body is allocated again each time its
+// declaration runs (at every digit here): so its parameters after out are
+// its variables, and callers pass them as zero values (noFields for w).
+func decodeDecisions(reply interface{}, asks []Ask, out []Decision,
+	text string, ok bool, err error, i, j, p, q, start int, n time.Duration, c, end byte, rem float64, w [redisReplyFields]time.Duration, o *Decision) error {
+	if text, ok = reply.(string); !ok {
+		return badTakeReply(reply, -1)
 	}
-	var f [redisReplyFields]float64
-	p := 0
-	for i := range asks {
-		for j := 0; j < redisReplyFields; j++ {
-			// The field is text[p:q], ended by a space, or by a comma
-			// or the end after the last field of an ask.
-			end := byte(' ')
+	for i = 0; i < len(asks); i++ {
+		start = p
+		for j = 0; j < redisReplyFields; j++ {
+			end = ' '
 			if j == redisReplyFields-1 {
 				end = ','
 			}
-			if p > len(text) {
-				return fmt.Errorf("redis: unexpected reply to the take script: %s, want %d decisions of %d numbers", describeReply(reply), len(asks), redisReplyFields)
-			}
-			q, n, whole := p, int64(0), true
-			if q < len(text) && text[q] == '-' {
-				q++
-			}
-			for ; q < len(text) && text[q] != end; q++ {
-				d := text[q] - '0'
-				if d > 9 || q-p >= 18 {
-					whole = false
+			n = 0
+			for q = p; q < len(text); q++ {
+				c = text[q] - '0'
+				if c > 9 {
+					break
 				}
-				n = n*10 + int64(d)
+				n = n*10 + time.Duration(c)
 			}
-			if whole && q > p && text[p] != '-' {
-				f[j] = float64(n)
-			} else if x, err := replyNumber(text[p:q]); err == nil {
-				f[j] = x
-			} else {
-				return fmt.Errorf("redis: unexpected reply to the take script: %s: ask %d, field %d: %w", describeReply(reply), i, j, err)
+			if q < len(text) && text[q] != end {
+				if j != 1 || text[q] != '.' {
+					break
+				}
+				// A fractional number of tokens remaining, as a token
+				// bucket's often is.
+				for q < len(text) && text[q] != ' ' {
+					q++
+				}
+				if q == len(text) {
+					break
+				}
+				if rem, err = parseFloat(text[p:q], 64); err != nil {
+					break
+				}
+			} else if q == p || q-p > 15 || q == len(text) && j != redisReplyFields-1 {
+				break
+			} else if j == 1 {
+				rem = float64(n)
 			}
+			w[j] = n
 			p = q + 1
 		}
-		l := asks[i].Limit
-		d := Decision{
-			Limit:     l,
-			Allowed:   f[0] == 1,
-			Quota:     l.Rate.Quota,
-			Remaining: nonNegative(f[1]),
-			Reset:     duration(f[2]),
-			Next:      duration(f[5]),
-		}
-		if d.Allowed {
-			d.Delay = duration(f[4])
-		} else {
-			d.RetryAfter = Never
-			if f[3] >= 0 {
-				d.RetryAfter = duration(f[3])
+		if j < redisReplyFields {
+			if p, err = decodeAsk(reply, text, asks, out, i, start); err != nil {
+				return err
 			}
-			if d.RetryAfter == 0 {
-				d.RetryAfter = 1
-			}
+			continue
 		}
-		out[i] = d
+		o = &out[i]
+		*o = Decision{Limit: asks[i].Limit, Allowed: w[0] == 1, Remaining: rem, Reset: w[2], Next: w[5]}
+		o.Quota = o.Limit.Rate.Quota
+		if o.Allowed {
+			o.Delay = w[4]
+		} else if o.RetryAfter = w[3]; o.RetryAfter == 0 {
+			o.RetryAfter = 1
+		}
 	}
 	if p != len(text)+1 {
-		return fmt.Errorf("redis: unexpected reply to the take script: %s, want %d decisions of %d numbers", describeReply(reply), len(asks), redisReplyFields)
+		return badTakeReply(reply, len(asks))
 	}
 	return nil
+}
+
+// badTakeReply is the error of a take script reply that is not a string
+// (asks < 0) or does not hold the decisions of asks asks.
+func badTakeReply(reply interface{}, asks int) error {
+	if asks < 0 {
+		return fmt.Errorf("redis: unexpected reply to the take script: %s, want a string", describeReply(reply))
+	}
+	return fmt.Errorf("redis: unexpected reply to the take script: %s, want %d decisions of %d numbers", describeReply(reply), asks, redisReplyFields)
+}
+
+// noFields is decodeDecisions' w, zero.
+var noFields [redisReplyFields]time.Duration
+
+// parseFloat is strconv.ParseFloat: under Yaegi a package's function is a
+// value of every function that names it, a variable's is not.
+var parseFloat = strconv.ParseFloat
+
+// decodeAsk decodes the decision of ask i, which starts at text[p:], into
+// out[i] for decodeDecisions, and returns the start of the next one: whole
+// numbers of up to 18 digits by hand, others by replyNumber.
+func decodeAsk(reply interface{}, text string, asks []Ask, out []Decision, i, p int) (int, error) {
+	var f [redisReplyFields]float64
+	for j := 0; j < redisReplyFields; j++ {
+		// The field is text[p:q], ended by a space, or by a comma
+		// or the end after the last field of an ask.
+		end := byte(' ')
+		if j == redisReplyFields-1 {
+			end = ','
+		}
+		if p > len(text) {
+			return 0, badTakeReply(reply, len(asks))
+		}
+		q, n, whole := p, int64(0), true
+		if q < len(text) && text[q] == '-' {
+			q++
+		}
+		for ; q < len(text) && text[q] != end; q++ {
+			d := text[q] - '0'
+			if d > 9 || q-p >= 18 {
+				whole = false
+			}
+			n = n*10 + int64(d)
+		}
+		if whole && q > p && text[p] != '-' {
+			f[j] = float64(n)
+		} else if x, err := replyNumber(text[p:q]); err == nil {
+			f[j] = x
+		} else {
+			return 0, fmt.Errorf("redis: unexpected reply to the take script: %s: ask %d, field %d: %w", describeReply(reply), i, j, err)
+		}
+		p = q + 1
+	}
+	l := asks[i].Limit
+	d := Decision{
+		Limit:     l,
+		Allowed:   f[0] == 1,
+		Quota:     l.Rate.Quota,
+		Remaining: nonNegative(f[1]),
+		Reset:     duration(f[2]),
+		Next:      duration(f[5]),
+	}
+	if d.Allowed {
+		d.Delay = duration(f[4])
+	} else {
+		d.RetryAfter = Never
+		if f[3] >= 0 {
+			d.RetryAfter = duration(f[3])
+		}
+		if d.RetryAfter == 0 {
+			d.RetryAfter = 1
+		}
+	}
+	out[i] = d
+	return p, nil
 }
 
 // replyNumber reads a number the scripts return as an integer or as a
