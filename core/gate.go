@@ -311,18 +311,11 @@ func gateTake(g *Gate, ctx context.Context, asks []Ask, out []Decision) error {
 	if b != nil && atomic.LoadInt32(&b.state) != breakerClosed && !b.Allow(gateNow(g)) {
 		return ErrBreakerOpen
 	}
-	tctx, cancel := ctx, context.CancelFunc(nil)
-	if g.cfg.Timeout > 0 {
-		tctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
-	}
 	var err error
-	if g.redis != nil { // a method expression: under Yaegi far cheaper than an interface call
-		err = (*RedisStore).Take(g.redis, tctx, asks, out)
+	if g.redis != nil { // a function: under Yaegi far cheaper than an interface call
+		err = gateTakeRedis(g.redis, ctx, g.cfg.Timeout, asks, out, nil, nil, nil, nil, noTime, nil, noSum, nil, nil)
 	} else {
-		err = g.cfg.Store.Take(tctx, asks, out)
-	}
-	if cancel != nil {
-		cancel()
+		err = gateTakeStore(g, ctx, asks, out)
 	}
 	if b != nil && (err != nil || atomic.LoadInt32(&b.state) != breakerClosed || atomic.LoadInt32(&b.fails) != 0) {
 		gateReport(g, b, ctx, err)
