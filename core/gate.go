@@ -272,12 +272,7 @@ func gateDecide(g *Gate, ctx context.Context, asks []Ask) Verdict {
 	if len(asks) == 0 {
 		return Verdict{Outcome: OutcomeAllowed}
 	}
-	var buf [maxAsks]Decision
-	out := buf[:]
-	if len(asks) > maxAsks {
-		out = make([]Decision, len(asks))
-	}
-	out = out[:len(asks)]
+	out := make([]Decision, len(asks)) // on the heap anyway: stores keep it
 	if err := gateTake(g, ctx, asks, out); err != nil {
 		return gateFailed(g, ctx, asks, out, err)
 	}
@@ -473,7 +468,7 @@ func answer(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask, v *Verd
 // gateNow reads the gate's clock.
 func gateNow(g *Gate) int64 {
 	if g.cfg.Clock == nil {
-		return g.wall + int64(time.Since(g.base))
+		return g.wall + int64(timeSince(g.base))
 	}
 	return g.cfg.Clock()
 }
