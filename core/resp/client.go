@@ -190,7 +190,7 @@ func (c *Client) EvalSha(ctx context.Context, sha string, keys []string, args []
 // deadline: under Yaegi that costs more than the command itself.
 //
 // It is a function: under Yaegi a method call costs four times as much.
-func Run(c *Client, ctx context.Context, start time.Time, timeout time.Duration, name string, cmd []byte) (interface{}, error) {
+func Run(c *Client, ctx context.Context, start time.Time, timeout time.Duration, name string, cmd []byte) (v interface{}, err error) {
 	var cn *conn
 	select {
 	case x := <-c.slots:
@@ -209,14 +209,15 @@ func Run(c *Client, ctx context.Context, start time.Time, timeout time.Duration,
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
-	if err := cn.nc.SetDeadline(deadline); err != nil {
+	// err is the results', not a new variable: under Yaegi each variable
+	// declared costs an allocation when its declaration runs.
+	if err = cn.nc.SetDeadline(deadline); err != nil {
 		return runSlow(c, ctx, start, timeout, name, cmd, cn, true, false, err)
 	}
-	if _, err := cn.nc.Write(cmd); err != nil {
+	if _, err = cn.nc.Write(cmd); err != nil {
 		return runSlow(c, ctx, start, timeout, name, cmd, cn, true, false, err)
 	}
-	v, err := readText(cn.br, nil, nil, 0, 0, 0)
-	if err != nil {
+	if v, err = readText(cn.br, nil, nil, 0, 0, 0); err != nil {
 		return runSlow(c, ctx, start, timeout, name, cmd, cn, true, err != io.EOF, err)
 	}
 	c.slots <- cn
