@@ -276,6 +276,11 @@ func gateDecide(g *Gate, ctx context.Context, asks []Ask) Verdict {
 	if err := gateTake(g, ctx, asks, out); err != nil {
 		return gateFailed(g, ctx, asks, out, err)
 	}
+	if len(out) == 1 { // classify's verdict, its loop aside (as Serve's)
+		v := Verdict{Decision: out[0]}
+		classify1(g, &v)
+		return v
+	}
 	return classify(g, out)
 }
 
