@@ -207,7 +207,7 @@ func (s *RedisStore) Take(ctx context.Context, asks []Ask, out []Decision) error
 	return takeSlots(s, ctx, asks, out)
 }
 
-// gateTakeRedis is Take for a Gate, within timeout of its start (when
+// gateTakeRedis is Take for gateDecide, within timeout of its start (when
 // positive), which Take's caller would set on ctx: the common decision
 // (see RedisDirect) goes straight to the store's RESP client, the others
 // through Take with ctx bounded by timeout.
@@ -259,10 +259,10 @@ var (
 	noTime    time.Time         // gateTakeRedis' start, zero
 )
 
-// gateTakeStore is gateTake for a store other than a RedisStore, within
-// the gate's timeout. It is apart from gateTake, which under Yaegi would
-// otherwise pay for its values on every Redis decision, and beside
-// gateTakeRedis, gateTake's other case.
+// gateTakeStore is gateDecide's call of a store other than a RedisStore,
+// within the gate's timeout. It is apart from gateDecide, which under
+// Yaegi would otherwise pay for its values on every Redis decision, and
+// beside gateTakeRedis, gateDecide's other case.
 func gateTakeStore(g *Gate, ctx context.Context, asks []Ask, out []Decision) error {
 	if g.cfg.Timeout <= 0 {
 		return g.cfg.Store.Take(ctx, asks, out)
