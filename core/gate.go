@@ -267,19 +267,34 @@ func (g *Gate) Decide(ctx context.Context, asks []Ask) Verdict {
 
 // gateDecide is Decide as a function: under Yaegi a method call costs four
 // times as much, and every call pays for every value of the callee's body,
-// so the rare paths are in gateFailed.
+// so the rare paths are in gateFailed. It asks the primary store through
+// the breaker and the timeout (the breaker's methods are called only when
+// it is not simply closed), and then classifies the decisions.
 func gateDecide(g *Gate, ctx context.Context, asks []Ask) Verdict {
 	if len(asks) == 0 {
 		return Verdict{Outcome: OutcomeAllowed}
 	}
-	var buf [maxAsks]Decision
-	out := buf[:]
-	if len(asks) > maxAsks {
-		out = make([]Decision, len(asks))
+	out := make([]Decision, len(asks)) // on the heap anyway: stores keep it
+	b := g.cfg.Breaker
+	if b != nil && atomic.LoadInt32(&b.state) != breakerClosed && !b.Allow(gateNow(g)) {
+		return gateFailed(g, ctx, asks, out, ErrBreakerOpen)
 	}
-	out = out[:len(asks)]
-	if err := gateTake(g, ctx, asks, out); err != nil {
+	var err error
+	if g.redis != nil { // a function: under Yaegi far cheaper than an interface call
+		err = gateTakeRedis(g.redis, ctx, g.cfg.Timeout, asks, out, nil, nil, nil, nil, noTime, nil, noSum, nil, nil)
+	} else {
+		err = gateTakeStore(g, ctx, asks, out)
+	}
+	if b != nil && (err != nil || atomic.LoadInt32(&b.state) != breakerClosed || atomic.LoadInt32(&b.fails) != 0) {
+		gateReport(g, b, ctx, err)
+	}
+	if err != nil {
 		return gateFailed(g, ctx, asks, out, err)
+	}
+	if len(out) == 1 { // classify's verdict, its loop aside (as Serve's)
+		v := Verdict{Decision: out[0]}
+		classify1(g, &v)
+		return v
 	}
 	return classify(g, out)
 }
@@ -303,32 +318,6 @@ func gateFailed(g *Gate, ctx context.Context, asks []Ask, out []Decision, err er
 // ErrBreakerOpen is the store error of decisions made while the circuit
 // breaker is open.
 var ErrBreakerOpen = errors.New("sluice: store circuit breaker is open")
-
-// gateTake asks the primary store, through the breaker and the timeout.
-// The breaker's methods are called only when it is not simply closed.
-func gateTake(g *Gate, ctx context.Context, asks []Ask, out []Decision) error {
-	b := g.cfg.Breaker
-	if b != nil && atomic.LoadInt32(&b.state) != breakerClosed && !b.Allow(gateNow(g)) {
-		return ErrBreakerOpen
-	}
-	tctx, cancel := ctx, context.CancelFunc(nil)
-	if g.cfg.Timeout > 0 {
-		tctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
-	}
-	var err error
-	if g.redis != nil { // a method expression: under Yaegi far cheaper than an interface call
-		err = (*RedisStore).Take(g.redis, tctx, asks, out)
-	} else {
-		err = g.cfg.Store.Take(tctx, asks, out)
-	}
-	if cancel != nil {
-		cancel()
-	}
-	if b != nil && (err != nil || atomic.LoadInt32(&b.state) != breakerClosed || atomic.LoadInt32(&b.fails) != 0) {
-		gateReport(g, b, ctx, err)
-	}
-	return err
-}
 
 // gateReport tells b how a call it admitted went: a failure, unless the
 // client left (or its deadline passed), which says nothing about the
@@ -480,7 +469,7 @@ func answer(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask, v *Verd
 // gateNow reads the gate's clock.
 func gateNow(g *Gate) int64 {
 	if g.cfg.Clock == nil {
-		return g.wall + int64(time.Since(g.base))
+		return g.wall + int64(timeSince(g.base))
 	}
 	return g.cfg.Clock()
 }

@@ -10,6 +10,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/core/resp"
@@ -56,6 +57,34 @@ type RedisConfig struct {
 	// slots are then decided by check-then-refund instead of one script;
 	// see RedisStore.Take.
 	Cluster bool
+	// Direct, when not nil, holds the *resp.Client that Client runs
+	// scripts on while connected to a standalone server (nil otherwise),
+	// for a Gate's decisions to reach it without Client: see RedisDirect.
+	// A *resp.Client given as Client is so used by itself.
+	Direct *RedisDirect
+}
+
+// RedisDirect holds the standalone RESP client, if any, that a RedisStore
+// may call itself for a Gate's common decision: one ask of cost 1, with the
+// default prefix and digested keys. The store then sends that decision's
+// script call, encoded once per limit but for the key's digest, straight
+// to the client, and reads its reply; under Yaegi this costs a fraction of
+// a call through the Scripter interface into interpreted code, and of
+// encoding the call anew. Everything else goes through the store's
+// Client: other decisions, and a decision the client cannot make at once
+// (it is closed, or the server does not know the script). The zero value
+// holds no client.
+type RedisDirect struct {
+	mu     sync.Mutex
+	client *resp.Client
+}
+
+// Set makes d hold c, nil for none: the client that the store's Client
+// runs scripts on, as long as it does.
+func (d *RedisDirect) Set(c *resp.Client) {
+	d.mu.Lock()
+	d.client = c
+	d.mu.Unlock()
 }
 
 // RedisStore is a Store kept in Redis (5.0 or newer) or Redis Cluster, shared
@@ -109,6 +138,9 @@ type RedisStore struct {
 	prefix   string
 	cluster  bool
 	readable bool
+	// direct is RedisConfig.Direct, nil unless the store uses the default
+	// prefix and digested keys, those of limitRedis.take.
+	direct *RedisDirect
 	// clock, when set (by tests only), supplies the instants instead of
 	// Redis's clock.
 	clock Clock
@@ -126,7 +158,14 @@ func NewRedisStore(cfg RedisConfig) (*RedisStore, error) {
 	if strings.ContainsAny(cfg.Prefix, "{}") {
 		return nil, fmt.Errorf("redis: prefix %q: must not contain braces", cfg.Prefix)
 	}
-	return &RedisStore{client: cfg.Client, prefix: cfg.Prefix, cluster: cfg.Cluster, readable: cfg.ReadableKeys}, nil
+	direct := cfg.Direct
+	if c, ok := cfg.Client.(*resp.Client); ok && direct == nil {
+		direct = &RedisDirect{client: c}
+	}
+	if cfg.Prefix != DefaultRedisPrefix || cfg.ReadableKeys || cfg.Cluster {
+		direct = nil
+	}
+	return &RedisStore{client: cfg.Client, prefix: cfg.Prefix, cluster: cfg.Cluster, readable: cfg.ReadableKeys, direct: direct}, nil
 }
 
 // redisScript is a script's text and its SHA-1, the name EVALSHA uses.
@@ -166,6 +205,105 @@ func (s *RedisStore) Take(ctx context.Context, asks []Ask, out []Decision) error
 		return takeAsks(s, ctx, asks, out, true)
 	}
 	return takeSlots(s, ctx, asks, out)
+}
+
+// gateTakeRedis is Take for gateDecide, within timeout of its start (when
+// positive), which Take's caller would set on ctx: the common decision
+// (see RedisDirect) goes straight to the store's RESP client, the others
+// through Take with ctx bounded by timeout.
+//
+// It runs on every request a Gate decides on Redis, under Yaegi too,
+// where a variable declared in a body is allocated again each time its
+// declaration runs: so its parameters after out are its variables, and
+// its caller passes them as zero values (noTime and noSum for start and
+// sum). Its rare cases are in other functions, since every call pays for
+// every value of the called function's body, executed or not.
+func gateTakeRedis(s *RedisStore, ctx context.Context, timeout time.Duration, asks []Ask, out []Decision,
+	d *RedisDirect, a *Ask, lr *limitRedis, cl *resp.Client, start time.Time, cmd []byte, sum [sha256.Size]byte, reply interface{}, err error) error {
+	if d = s.direct; d == nil || len(asks) != 1 || s.clock != nil {
+		return takeWithin(s, ctx, timeout, asks, out)
+	}
+	if a = &asks[0]; a.Cost != 1 || len(a.Key) > MaxKeyLength {
+		return takeWithin(s, ctx, timeout, asks, out)
+	}
+	if lr = &a.Limit.redis; lr.take == "" {
+		return takeWithin(s, ctx, timeout, asks, out)
+	}
+	d.mu.Lock()
+	cl = d.client
+	d.mu.Unlock()
+	if cl == nil {
+		return takeWithin(s, ctx, timeout, asks, out)
+	}
+	start = timeNow()
+	cmd = []byte(lr.take)
+	sum = sha256Sum([]byte(a.Key))
+	hexEncode(cmd[lr.hole:], sum[:16])
+	if lr.hole2 != 0 {
+		copy(cmd[lr.hole2:], cmd[lr.hole:lr.hole+32])
+	}
+	if reply, err = resp.Run(cl, ctx, start, timeout, "EVALSHA", cmd); err != nil {
+		return gateTakeFailed(s, ctx, start, timeout, asks, out, err)
+	}
+	return decodeDecisions(reply, asks, out, "", false, nil, 0, 0, 0, 0, 0, 0, 0, 0, 0, noFields, nil)
+}
+
+// Functions of the standard library that gateTakeRedis calls: under Yaegi a
+// package's function is a value of every function that names it, a
+// variable's is not.
+var (
+	timeNow   = time.Now
+	sha256Sum = sha256.Sum256
+	hexEncode = hex.Encode
+	noSum     [sha256.Size]byte // gateTakeRedis' sum, zero
+	noTime    time.Time         // gateTakeRedis' start, zero
+)
+
+// gateTakeStore is gateDecide's call of a store other than a RedisStore,
+// within the gate's timeout. It is apart from gateDecide, which under
+// Yaegi would otherwise pay for its values on every Redis decision, and
+// beside gateTakeRedis, gateDecide's other case.
+func gateTakeStore(g *Gate, ctx context.Context, asks []Ask, out []Decision) error {
+	if g.cfg.Timeout <= 0 {
+		return g.cfg.Store.Take(ctx, asks, out)
+	}
+	tctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
+	err := g.cfg.Store.Take(tctx, asks, out)
+	cancel()
+	return err
+}
+
+// takeWithin is Take with ctx bounded by timeout, when positive.
+func takeWithin(s *RedisStore, ctx context.Context, timeout time.Duration, asks []Ask, out []Decision) error {
+	if timeout <= 0 {
+		return (*RedisStore).Take(s, ctx, asks, out)
+	}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	err := (*RedisStore).Take(s, tctx, asks, out)
+	cancel()
+	return err
+}
+
+// gateTakeFailed finishes gateTakeRedis after its client failed with err,
+// timeout after start at most: a closed client sent nothing, and the
+// store's Client connects again; any other error is what evalScript makes
+// of it, after loading the script and running it again if the server did
+// not know it.
+func gateTakeFailed(s *RedisStore, ctx context.Context, start time.Time, timeout time.Duration, asks []Ask, out []Decision, err error) error {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, start.Add(timeout))
+		defer cancel()
+	}
+	if err == resp.ErrClosed {
+		return (*RedisStore).Take(s, ctx, asks, out)
+	}
+	keys, args := scriptArgs(s, asks, true)
+	reply, err := evalFailed(s, ctx, redisTake, keys, args, err)
+	if err != nil {
+		return err
+	}
+	return decodeDecisions(reply, asks, out, "", false, nil, 0, 0, 0, 0, 0, 0, 0, 0, 0, noFields, nil)
 }
 
 // takeSlots is Take for several asks in a Cluster. It is apart from Take,
@@ -231,7 +369,7 @@ func takeAsks(s *RedisStore, ctx context.Context, asks []Ask, out []Decision, ch
 	if err != nil {
 		return err
 	}
-	return decodeDecisions(reply, asks, out)
+	return decodeDecisions(reply, asks, out, "", false, nil, 0, 0, 0, 0, 0, 0, 0, 0, 0, noFields, nil)
 }
 
 // refundAsks runs the refund script once for asks.
@@ -319,20 +457,46 @@ func clockArg(ns int64) string {
 
 // limitRedis holds the constant parts of a limit's script calls, computed
 // once by Validate: the start of its keys' hash tag and its five ARGV
-// values besides the cost.
+// values besides the cost; and the take script's call for one ask of
+// cost 1, as RedisDirect sends it.
 type limitRedis struct {
 	tag  string // "{" + Namespace() + ":"
 	log  bool   // a sliding window log, which has a second key
 	args [5]string
+	// take is the whole EVALSHA of the take script, encoded, charging
+	// one ask of cost 1 of a store with the default prefix and digested
+	// keys on Redis's clock, but for the key's digest: its 32
+	// hexadecimal digits are at take[hole:] (and at take[hole2:] for the
+	// second key of a sliding window log, 0 otherwise).
+	take        string
+	hole, hole2 int
 }
 
 func newLimitRedis(l *Limit) limitRedis {
-	return limitRedis{
+	lr := limitRedis{
 		tag: "{" + l.ns + ":",
 		log: l.Algorithm == SlidingWindowLog,
 		args: [5]string{redisAlgorithmCode(l.Algorithm), formatFloat(l.Rate.Quota),
 			strconv.FormatInt(l.period, 10), formatFloat(l.capacity), strconv.FormatInt(int64(l.MaxDelay), 10)},
 	}
+	// scriptArgs' keys and ARGV for that ask, a digest of zeros standing
+	// for the key's.
+	head := DefaultRedisPrefix + lr.tag + "#"
+	key := head + strings.Repeat("0", 32) + "}"
+	args := []string{"EVALSHA", redisTake.sha, "1", key}
+	if lr.log {
+		args = append(args, key+":log")
+		args[2] = "2"
+	}
+	args = append(args, "", "1", lr.args[0], lr.args[1], lr.args[2], lr.args[3], lr.args[4], "1")
+	lr.take = string(resp.AppendCommand(nil, args...))
+	// The first "sluice:{" is the key's: what precedes is digits, EVALSHA
+	// and the SHA-1 in hexadecimal.
+	lr.hole = strings.Index(lr.take, head) + len(head)
+	if lr.log {
+		lr.hole2 = lr.hole + strings.Index(lr.take[lr.hole:], head) + len(head)
+	}
+	return lr
 }
 
 // key is the hash holding the state of (l, key).
@@ -381,73 +545,156 @@ func redisAlgorithmCode(a Algorithm) string {
 
 // decodeDecisions decodes the take script's reply into out[:len(asks)]:
 // a string of one decision per ask, separated by commas, each of
-// redisReplyFields numbers separated by spaces (see luaTakeMain). Whole
-// numbers of up to 18 digits are read by hand: under Yaegi a call into
-// strconv costs as much as a loop over the whole reply.
-func decodeDecisions(reply interface{}, asks []Ask, out []Decision) error {
-	text, ok := reply.(string)
-	if !ok {
-		return fmt.Errorf("redis: unexpected reply to the take script: %s, want a string", describeReply(reply))
+// redisReplyFields numbers separated by spaces (see luaTakeMain).
+//
+// It reads the shape the script returns for nearly every decision: whole
+// numbers of at most 15 digits, which float64 holds exactly, so that they
+// convert to a Decision as integers, without duration; only a fractional
+// number of remaining tokens is read by strconv. An ask with any other
+// field (a negative or fractional duration, infinity, a longer number, or
+// a malformed reply) is decoded by decodeAsk.
+//
+// It runs on every request served by Redis, under Yaegi too, where a
+// variable declared in a body is allocated again each time its
+// declaration runs (at every digit here): so its parameters after out are
+// its variables, and callers pass them as zero values (noFields for w).
+func decodeDecisions(reply interface{}, asks []Ask, out []Decision,
+	text string, ok bool, err error, i, j, p, q, start int, n time.Duration, c, end byte, rem float64, w [redisReplyFields]time.Duration, o *Decision) error {
+	if text, ok = reply.(string); !ok {
+		return badTakeReply(reply, -1)
 	}
-	var f [redisReplyFields]float64
-	p := 0
-	for i := range asks {
-		for j := 0; j < redisReplyFields; j++ {
-			// The field is text[p:q], ended by a space, or by a comma
-			// or the end after the last field of an ask.
-			end := byte(' ')
+	for i = 0; i < len(asks); i++ {
+		start = p
+		for j = 0; j < redisReplyFields; j++ {
+			end = ' '
 			if j == redisReplyFields-1 {
 				end = ','
 			}
-			if p > len(text) {
-				return fmt.Errorf("redis: unexpected reply to the take script: %s, want %d decisions of %d numbers", describeReply(reply), len(asks), redisReplyFields)
-			}
-			q, n, whole := p, int64(0), true
-			if q < len(text) && text[q] == '-' {
-				q++
-			}
-			for ; q < len(text) && text[q] != end; q++ {
-				d := text[q] - '0'
-				if d > 9 || q-p >= 18 {
-					whole = false
+			n = 0
+			for q = p; q < len(text); q++ {
+				c = text[q] - '0'
+				if c > 9 {
+					break
 				}
-				n = n*10 + int64(d)
+				n = n*10 + time.Duration(c)
 			}
-			if whole && q > p && text[p] != '-' {
-				f[j] = float64(n)
-			} else if x, err := replyNumber(text[p:q]); err == nil {
-				f[j] = x
-			} else {
-				return fmt.Errorf("redis: unexpected reply to the take script: %s: ask %d, field %d: %w", describeReply(reply), i, j, err)
+			if q < len(text) && text[q] != end {
+				if j != 1 || text[q] != '.' {
+					break
+				}
+				// A fractional number of tokens remaining, as a token
+				// bucket's often is.
+				for q < len(text) && text[q] != ' ' {
+					q++
+				}
+				if q == len(text) {
+					break
+				}
+				if rem, err = parseFloat(text[p:q], 64); err != nil {
+					break
+				}
+			} else if q == p || q-p > 15 || q == len(text) && j != redisReplyFields-1 {
+				break
+			} else if j == 1 {
+				rem = float64(n)
 			}
+			w[j] = n
 			p = q + 1
 		}
-		l := asks[i].Limit
-		d := Decision{
-			Limit:     l,
-			Allowed:   f[0] == 1,
-			Quota:     l.Rate.Quota,
-			Remaining: nonNegative(f[1]),
-			Reset:     duration(f[2]),
-			Next:      duration(f[5]),
-		}
-		if d.Allowed {
-			d.Delay = duration(f[4])
-		} else {
-			d.RetryAfter = Never
-			if f[3] >= 0 {
-				d.RetryAfter = duration(f[3])
+		if j < redisReplyFields {
+			if p, err = decodeAsk(reply, text, asks, out, i, start); err != nil {
+				return err
 			}
-			if d.RetryAfter == 0 {
-				d.RetryAfter = 1
-			}
+			continue
 		}
-		out[i] = d
+		o = &out[i]
+		*o = Decision{Limit: asks[i].Limit, Allowed: w[0] == 1, Remaining: rem, Reset: w[2], Next: w[5]}
+		o.Quota = o.Limit.Rate.Quota
+		if o.Allowed {
+			o.Delay = w[4]
+		} else if o.RetryAfter = w[3]; o.RetryAfter == 0 {
+			o.RetryAfter = 1
+		}
 	}
 	if p != len(text)+1 {
-		return fmt.Errorf("redis: unexpected reply to the take script: %s, want %d decisions of %d numbers", describeReply(reply), len(asks), redisReplyFields)
+		return badTakeReply(reply, len(asks))
 	}
 	return nil
+}
+
+// badTakeReply is the error of a take script reply that is not a string
+// (asks < 0) or does not hold the decisions of asks asks.
+func badTakeReply(reply interface{}, asks int) error {
+	if asks < 0 {
+		return fmt.Errorf("redis: unexpected reply to the take script: %s, want a string", describeReply(reply))
+	}
+	return fmt.Errorf("redis: unexpected reply to the take script: %s, want %d decisions of %d numbers", describeReply(reply), asks, redisReplyFields)
+}
+
+// noFields is decodeDecisions' w, zero.
+var noFields [redisReplyFields]time.Duration
+
+// parseFloat is strconv.ParseFloat: under Yaegi a package's function is a
+// value of every function that names it, a variable's is not.
+var parseFloat = strconv.ParseFloat
+
+// decodeAsk decodes the decision of ask i, which starts at text[p:], into
+// out[i] for decodeDecisions, and returns the start of the next one: whole
+// numbers of up to 18 digits by hand, others by replyNumber.
+func decodeAsk(reply interface{}, text string, asks []Ask, out []Decision, i, p int) (int, error) {
+	var f [redisReplyFields]float64
+	for j := 0; j < redisReplyFields; j++ {
+		// The field is text[p:q], ended by a space, or by a comma
+		// or the end after the last field of an ask.
+		end := byte(' ')
+		if j == redisReplyFields-1 {
+			end = ','
+		}
+		if p > len(text) {
+			return 0, badTakeReply(reply, len(asks))
+		}
+		q, n, whole := p, int64(0), true
+		if q < len(text) && text[q] == '-' {
+			q++
+		}
+		for ; q < len(text) && text[q] != end; q++ {
+			d := text[q] - '0'
+			if d > 9 || q-p >= 18 {
+				whole = false
+			}
+			n = n*10 + int64(d)
+		}
+		if whole && q > p && text[p] != '-' {
+			f[j] = float64(n)
+		} else if x, err := replyNumber(text[p:q]); err == nil {
+			f[j] = x
+		} else {
+			return 0, fmt.Errorf("redis: unexpected reply to the take script: %s: ask %d, field %d: %w", describeReply(reply), i, j, err)
+		}
+		p = q + 1
+	}
+	l := asks[i].Limit
+	d := Decision{
+		Limit:     l,
+		Allowed:   f[0] == 1,
+		Quota:     l.Rate.Quota,
+		Remaining: nonNegative(f[1]),
+		Reset:     duration(f[2]),
+		Next:      duration(f[5]),
+	}
+	if d.Allowed {
+		d.Delay = duration(f[4])
+	} else {
+		d.RetryAfter = Never
+		if f[3] >= 0 {
+			d.RetryAfter = duration(f[3])
+		}
+		if d.RetryAfter == 0 {
+			d.RetryAfter = 1
+		}
+	}
+	out[i] = d
+	return p, nil
 }
 
 // replyNumber reads a number the scripts return as an integer or as a

@@ -247,6 +247,9 @@ type redisClient struct {
 
 	store   *core.RedisStore
 	breaker core.Breaker
+	// direct holds client while it is a standalone server's *resp.Client,
+	// for the store to send its common decisions to without EvalSha.
+	direct core.RedisDirect
 
 	mu       sync.Mutex
 	client   redisConn // nil until connected and after close
@@ -269,7 +272,7 @@ var errNotConnected = errors.New("not connected")
 // answers.
 func newRedisClient(ctx context.Context, o *redisOptions, clock core.Clock, log io.Writer) (*redisClient, error) {
 	c := &redisClient{opts: *o, clock: clock, log: log}
-	st, err := core.NewRedisStore(core.RedisConfig{Client: c, Cluster: o.seeds != nil, ReadableKeys: o.readable})
+	st, err := core.NewRedisStore(core.RedisConfig{Client: c, Cluster: o.seeds != nil, ReadableKeys: o.readable, Direct: &c.direct})
 	if err != nil {
 		return nil, err
 	}
@@ -340,6 +343,9 @@ func (c *redisClient) connect(ctx context.Context) (redisConn, error) {
 	// assignment to fields.
 	c.client = cl
 	c.lastErr = nil
+	if one, ok := cl.(*resp.Client); ok {
+		c.direct.Set(one)
+	}
 	c.mu.Unlock()
 	return cl, nil
 }
@@ -383,7 +389,8 @@ func (c *redisClient) dial(ctx context.Context) (redisConn, error) {
 // standalone server's client is called through a method expression, and
 // connecting and retrying are in evalShaSlow, since under Yaegi a method
 // call costs four times a function's and every call pays for every value
-// of the callee's body.
+// of the callee's body. (A standalone server's common decisions do not
+// come here: the store sends them to the client that c.direct holds.)
 func (c *redisClient) EvalSha(ctx context.Context, sha string, keys []string, args []string) (interface{}, error) {
 	c.mu.Lock()
 	cl := c.client
@@ -468,6 +475,7 @@ func (c *redisClient) close() {
 	c.mu.Lock()
 	cl := c.client
 	c.client = nil
+	c.direct.Set(nil)
 	c.gen++
 	c.mu.Unlock()
 	if cl != nil {

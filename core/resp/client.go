@@ -17,6 +17,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -175,6 +176,77 @@ func (c *Client) EvalSha(ctx context.Context, sha string, keys []string, args []
 	return exec(c, ctx, head[:], keys, args)
 }
 
+// Run sends cmd, a command already encoded as a RESP array of bulk
+// strings (see AppendCommand) and named name (for errors), and returns its
+// decoded reply, as Do would. It is for a caller that sends commands made
+// of the same arguments but for a few bytes, such as the Redis store's
+// take script for one limit, and saves it encoding them each time; the
+// reply is expected to be a bulk string, other ones cost a little more.
+//
+// The command must end within timeout of start, when timeout is positive,
+// as if ctx had that deadline: start is the instant the caller's work
+// began, and bounds the client's own timeouts too. Only a call that must
+// wait for a connection, dial one, or fail creates a context with that
+// deadline: under Yaegi that costs more than the command itself.
+//
+// It is a function: under Yaegi a method call costs four times as much.
+func Run(c *Client, ctx context.Context, start time.Time, timeout time.Duration, name string, cmd []byte) (v interface{}, err error) {
+	var cn *conn
+	select {
+	case x := <-c.slots:
+		if x == nil {
+			return runSlow(c, ctx, start, timeout, name, cmd, nil, true, false, nil)
+		}
+		cn = x
+	default:
+		return runSlow(c, ctx, start, timeout, name, cmd, nil, false, false, nil)
+	}
+	d := c.timeout
+	if timeout > 0 && timeout < d {
+		d = timeout
+	}
+	deadline := start.Add(d)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	// err is the results', not a new variable: under Yaegi each variable
+	// declared costs an allocation when its declaration runs.
+	if err = cn.nc.SetDeadline(deadline); err != nil {
+		return runSlow(c, ctx, start, timeout, name, cmd, cn, true, false, err)
+	}
+	if _, err = cn.nc.Write(cmd); err != nil {
+		return runSlow(c, ctx, start, timeout, name, cmd, cn, true, false, err)
+	}
+	if v, err = readText(cn.br, nil, nil, 0, 0, 0); err != nil {
+		return runSlow(c, ctx, start, timeout, name, cmd, cn, true, err != io.EOF, err)
+	}
+	c.slots <- cn
+	return v, nil
+}
+
+// runSlow is Run for a call that did not simply succeed on an idle
+// connection, with ctx bounded by the call's timeout: when cn is nil, a
+// call that found no idle connection (took says whether it holds a pool
+// entry, nil), and else one that failed with err on cn (sent says whether
+// the command may have reached the server).
+func runSlow(c *Client, ctx context.Context, start time.Time, timeout time.Duration, name string, cmd []byte, cn *conn, took, sent bool, err error) (interface{}, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, start.Add(timeout))
+		defer cancel()
+	}
+	if cn == nil {
+		return execSlow(c, ctx, took, []string{name}, nil, nil, cmd)
+	}
+	return execFailed(c, ctx, cn, true, sent, err, []string{name}, nil, nil, cmd)
+}
+
+// AppendCommand appends the command args (name first) to buf, encoded as
+// a RESP array of bulk strings, the form Run sends.
+func AppendCommand(buf []byte, args ...string) []byte {
+	return appendCommand(buf, args, nil, nil)
+}
+
 // ScriptLoad loads script into the server's script cache (SCRIPT LOAD)
 // and returns its SHA-1 in hexadecimal.
 func (c *Client) ScriptLoad(ctx context.Context, script string) (string, error) {
@@ -224,19 +296,19 @@ func exec(c *Client, ctx context.Context, a, b, d []string) (interface{}, error)
 	select {
 	case x := <-c.slots:
 		if x == nil {
-			return execSlow(c, ctx, true, a, b, d)
+			return execSlow(c, ctx, true, a, b, d, nil)
 		}
 		cn = x
 	default:
-		return execSlow(c, ctx, false, a, b, d)
+		return execSlow(c, ctx, false, a, b, d, nil)
 	}
 	deadline := time.Now().Add(c.timeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
-	v, sent, err := roundTrip(cn, deadline, a, b, d)
+	v, sent, err := roundTrip(cn, deadline, a, b, d, nil)
 	if err != nil {
-		return execFailed(c, ctx, cn, true, sent, err, a, b, d)
+		return execFailed(c, ctx, cn, true, sent, err, a, b, d, nil)
 	}
 	c.slots <- cn
 	return v, nil
@@ -244,8 +316,9 @@ func exec(c *Client, ctx context.Context, a, b, d []string) (interface{}, error)
 
 // execSlow is exec for a call that found no idle connection: it waits for
 // a pool entry unless took says it holds one (nil), and runs the command on
-// it, or on a new connection.
-func execSlow(c *Client, ctx context.Context, took bool, a, b, d []string) (interface{}, error) {
+// it, or on a new connection. The command is raw, already encoded, when
+// not nil (see Run), and else made of a, b and d.
+func execSlow(c *Client, ctx context.Context, took bool, a, b, d []string, raw []byte) (interface{}, error) {
 	var cn *conn
 	if took {
 		if atomic.LoadInt32(&c.closed) != 0 {
@@ -258,21 +331,21 @@ func execSlow(c *Client, ctx context.Context, took bool, a, b, d []string) (inte
 			return nil, err
 		}
 	}
-	return c.attempt(ctx, cn, a, b, d)
+	return c.attempt(ctx, cn, a, b, d, raw)
 }
 
 // execFailed finishes a command that failed with err on cn, giving the
 // pool entry back: it keeps cn after an error reply, and sends the
 // command once more on a new connection when cn was reused and found
-// closed before the command reached the server.
-func execFailed(c *Client, ctx context.Context, cn *conn, reused, sent bool, err error, a, b, d []string) (interface{}, error) {
+// closed before the command reached the server. a[0] names the command.
+func execFailed(c *Client, ctx context.Context, cn *conn, reused, sent bool, err error, a, b, d []string, raw []byte) (interface{}, error) {
 	if _, ok := err.(Error); ok {
 		c.slots <- cn
 		return nil, err
 	}
 	cn.nc.Close()
 	if reused && !sent {
-		return c.attempt(ctx, nil, a, b, d)
+		return c.attempt(ctx, nil, a, b, d, raw)
 	}
 	c.slots <- nil
 	return nil, ioError(ctx, a[0], err)
@@ -280,7 +353,7 @@ func execFailed(c *Client, ctx context.Context, cn *conn, reused, sent bool, err
 
 // attempt runs the command on cn, or on a new connection when cn is nil,
 // and gives the pool entry back.
-func (c *Client) attempt(ctx context.Context, cn *conn, a, b, d []string) (interface{}, error) {
+func (c *Client) attempt(ctx context.Context, cn *conn, a, b, d []string, raw []byte) (interface{}, error) {
 	reused := cn != nil
 	if !reused {
 		var err error
@@ -289,9 +362,9 @@ func (c *Client) attempt(ctx context.Context, cn *conn, a, b, d []string) (inter
 			return nil, err
 		}
 	}
-	v, sent, err := roundTrip(cn, c.deadline(ctx), a, b, d)
+	v, sent, err := roundTrip(cn, c.deadline(ctx), a, b, d, raw)
 	if err != nil {
-		return execFailed(c, ctx, cn, reused, sent, err, a, b, d)
+		return execFailed(c, ctx, cn, reused, sent, err, a, b, d, raw)
 	}
 	c.slots <- cn
 	return v, nil

@@ -469,9 +469,9 @@ func (c *Client) execAsking(ctx context.Context, sha string, keys, args []string
 	}
 	deadline := c.deadline(ctx)
 	var v interface{}
-	_, _, err = roundTrip(cn, deadline, []string{"ASKING"}, nil, nil)
+	_, _, err = roundTrip(cn, deadline, []string{"ASKING"}, nil, nil, nil)
 	if err == nil {
-		v, _, err = roundTrip(cn, deadline, head, keys, args)
+		v, _, err = roundTrip(cn, deadline, head, keys, args, nil)
 	}
 	if err == nil {
 		c.slots <- cn

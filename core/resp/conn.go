@@ -71,7 +71,7 @@ func dial(ctx context.Context, o *Options) (*conn, error) {
 // setup runs a connection-setup command before deadline, closing the
 // connection if it fails; what names the command in errors.
 func (cn *conn) setup(deadline time.Time, args []string, what string) error {
-	_, _, err := roundTrip(cn, deadline, args, nil, nil)
+	_, _, err := roundTrip(cn, deadline, args, nil, nil, nil)
 	if err == nil {
 		return nil
 	}
@@ -82,25 +82,28 @@ func (cn *conn) setup(deadline time.Time, args []string, what string) error {
 	return fmt.Errorf("resp: %s to %s: %w", what, cn.nc.RemoteAddr(), err)
 }
 
-// roundTrip sends the command made of a, b and c (in that order) and reads
-// its reply, all before deadline. sent reports whether the command may
+// roundTrip sends the command made of a, b and c (in that order), or raw
+// when not nil, a command already encoded, and reads its reply, all before
+// deadline. sent reports whether the command may
 // have reached the server: false when writing failed or the connection
 // turned out closed before any byte of the reply, so that the command was
 // certainly not executed by the server that once accepted this connection.
 //
 // It is a function: under Yaegi a method call costs four times as much.
-func roundTrip(cn *conn, deadline time.Time, a, b, c []string) (v interface{}, sent bool, err error) {
+func roundTrip(cn *conn, deadline time.Time, a, b, c []string, raw []byte) (v interface{}, sent bool, err error) {
 	if err := cn.nc.SetDeadline(deadline); err != nil {
 		return nil, false, err
 	}
-	buf := appendCommand(cn.wbuf[:0], a, b, c)
-	if cap(buf) <= maxKeptWrite {
-		cn.wbuf = buf
+	buf := raw
+	if buf == nil {
+		if buf = appendCommand(cn.wbuf[:0], a, b, c); cap(buf) <= maxKeptWrite {
+			cn.wbuf = buf
+		}
 	}
 	if _, err := cn.nc.Write(buf); err != nil {
 		return nil, false, err
 	}
-	v, err = readReply(cn.br, 0)
+	v, err = readReplyAt(cn.br, 0, nil, nil)
 	return v, err != io.EOF, err
 }
 

@@ -59,7 +59,17 @@ func protocolError(what string) error {
 // body, executed or not: readReply holds the scalars, and a short length
 // is read by hand rather than by strconv; arrays are in readArray.
 func readReply(r *bufio.Reader, depth int) (interface{}, error) {
-	line, err := r.ReadSlice('\n')
+	return readReplyAt(r, depth, nil, nil)
+}
+
+// readReplyAt is readReply for a reply whose first line, line, a caller
+// has already read from r with ReadSlice, which returned err; with a nil
+// line and err, it reads the line itself. The package calls it rather
+// than readReply, one call fewer.
+func readReplyAt(r *bufio.Reader, depth int, line []byte, err error) (interface{}, error) {
+	if line == nil && err == nil {
+		line, err = r.ReadSlice('\n')
+	}
 	n := len(line) - 2 // the line without its CRLF is line[:n]
 	if err != nil || n < 1 || line[n] != '\r' {
 		if line, err = checkLine(r, line, err); err != nil {
@@ -141,7 +151,7 @@ func readArray(r *bufio.Reader, k int64, depth int) (interface{}, error) {
 	a := make([]interface{}, 0, hint)
 	var replyErr error
 	for i := int64(0); i < k; i++ {
-		v, err := readReply(r, depth+1)
+		v, err := readReplyAt(r, depth+1, nil, nil)
 		if err != nil {
 			// Read past error elements, to leave r at the next reply.
 			if _, ok := err.(Error); !ok {
@@ -222,4 +232,50 @@ func unexpected(err error) error {
 		return io.ErrUnexpectedEOF
 	}
 	return err
+}
+
+// readText reads a reply expected to be a short bulk string without line
+// feeds, as the Redis store's take script returns (see Run), in two
+// ReadSlice calls and without copying but into the string returned: its
+// header "$<up to 4 digits>\r\n", then the text and its CRLF. Any other
+// reply is read by readReplyAt from the line already read, and a bulk
+// string with a line feed or longer than r's buffer by readTextRest.
+//
+// Its parameters after r are its variables, zero: under Yaegi a variable
+// declared in a body is allocated again each time its declaration runs.
+func readText(r *bufio.Reader, line []byte, err error, i, n int, d byte) (interface{}, error) {
+	if line, err = r.ReadSlice('\n'); err != nil || len(line) < 4 || len(line) > 7 || line[0] != '$' || line[len(line)-2] != '\r' {
+		return readReplyAt(r, 0, line, err)
+	}
+	for i = 1; i < len(line)-2; i++ {
+		if d = line[i] - '0'; d > 9 {
+			return readReplyAt(r, 0, line, err)
+		}
+		n = n*10 + int(d)
+	}
+	if line, err = r.ReadSlice('\n'); err != nil || len(line) != n+2 || line[n] != '\r' {
+		return readTextRest(r, n, line, err)
+	}
+	return string(line[:n]), nil
+}
+
+// readTextRest finishes readText for a bulk string of n bytes (fewer than
+// 10000) of which ReadSlice returned got, with err: what readBulk would
+// have returned reading the whole string.
+func readTextRest(r *bufio.Reader, n int, got []byte, err error) (interface{}, error) {
+	if len(got) < n+2 {
+		if err != nil && err != bufio.ErrBufferFull {
+			return nil, unexpected(err)
+		}
+		b := make([]byte, n+2)
+		k := copy(b, got)
+		if _, err := io.ReadFull(r, b[k:]); err != nil {
+			return nil, unexpected(err)
+		}
+		got = b
+	}
+	if got[n] != '\r' || got[n+1] != '\n' {
+		return nil, protocolError("bulk string not terminated by CRLF")
+	}
+	return string(got[:n]), nil
 }

@@ -1,0 +1,305 @@
+package core
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"math"
+	"net"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core/resp"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// fakeRedis is a RESP server for tests: it answers PING with PONG and
+// every other command with reply (a bulk string), or not at all when
+// silent, and records the commands it received.
+type fakeRedis struct {
+	addr   string
+	reply  string
+	silent bool
+	mu     sync.Mutex
+	cmds   [][]string
+}
+
+func startFakeRedis(t *testing.T, reply string, silent bool) *fakeRedis {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeRedis{addr: l.Addr().String(), reply: reply, silent: silent}
+	var conns []net.Conn
+	var mu sync.Mutex
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go f.serve(c)
+		}
+	}()
+	return f
+}
+
+func (f *fakeRedis) serve(c net.Conn) {
+	r := bufio.NewReader(c)
+	for {
+		cmd, err := readFakeCommand(r)
+		if err != nil {
+			return
+		}
+		if cmd[0] == "PING" {
+			io.WriteString(c, "+PONG\r\n")
+			continue
+		}
+		f.mu.Lock()
+		f.cmds = append(f.cmds, cmd)
+		f.mu.Unlock()
+		if !f.silent {
+			io.WriteString(c, "$"+strconv.Itoa(len(f.reply))+"\r\n"+f.reply+"\r\n")
+		}
+	}
+}
+
+func (f *fakeRedis) commands() [][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([][]string(nil), f.cmds...)
+}
+
+// readFakeCommand reads an array of bulk strings.
+func readFakeCommand(r *bufio.Reader) ([]string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	if line[0] != '*' {
+		return nil, errors.New("not an array: " + line)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(line[1:]))
+	if err != nil {
+		return nil, err
+	}
+	cmd := make([]string, n)
+	for i := range cmd {
+		if line, err = r.ReadString('\n'); err != nil {
+			return nil, err
+		}
+		k, err := strconv.Atoi(strings.TrimSpace(line[1:]))
+		if err != nil || line[0] != '$' {
+			return nil, errors.New("not a bulk string: " + line)
+		}
+		b := make([]byte, k+2)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return nil, err
+		}
+		cmd[i] = string(b[:k])
+	}
+	return cmd, nil
+}
+
+// TestRedisDirectCommand: the script call a Gate sends straight to the
+// RESP client is the one Take sends through the Scripter, for every
+// algorithm and key.
+func TestRedisDirectCommand(t *testing.T) {
+	f := startFakeRedis(t, "1 4 250000000 0 0 250000000", false)
+	client := newRespClient(t, f.addr, 1)
+	if s := newTestRedisStore(t, client, false); s.direct == nil || s.direct.client != client {
+		t.Fatal("a store of a *resp.Client holds no direct client")
+	}
+	cs := &countingEvals{Scripter: client}
+	direct := &RedisDirect{}
+	direct.Set(client)
+	s, err := NewRedisStore(RedisConfig{Client: cs, Direct: direct})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewGate(GateConfig{Store: s, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"10.0.0.1", "", "{a}b%c}", "κλειδί", strings.Repeat("k", MaxKeyLength)}
+	for _, alg := range []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindowCounter, SlidingWindowLog} {
+		l := redisTestLimit(t, "direct-"+string(alg), alg, "5/s", 0, 0)
+		for _, key := range keys {
+			asks := []Ask{{Limit: l, Key: key, Cost: 1}}
+			v := g.Decide(context.Background(), asks)
+			if v.Err != nil || !v.Decision.Allowed || v.Decision.Remaining != 4 || v.Decision.Reset != 250*time.Millisecond {
+				t.Fatalf("%s %q: verdict %+v", alg, key, v)
+			}
+			cmds := f.commands()
+			got := cmds[len(cmds)-1]
+			k, a := scriptArgs(s, asks, true)
+			want := append([]string{"EVALSHA", redisTake.sha, strconv.Itoa(len(k))}, k...)
+			want = append(want, a...)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("%s %q: sent\n%q\nwant\n%q", alg, key, got, want)
+			}
+		}
+	}
+	if n := len(f.commands()); n != 5*len(keys) || cs.evals != 0 {
+		t.Errorf("%d commands, %d through Client; want %d, none", n, cs.evals, 5*len(keys))
+	}
+}
+
+// TestRedisDirectTimeout: a decision sent straight to the RESP client
+// fails within the gate's timeout, with the context's deadline error.
+func TestRedisDirectTimeout(t *testing.T) {
+	f := startFakeRedis(t, "", true)
+	ctx := context.Background()
+	client, err := resp.New(ctx, resp.Options{Addr: f.addr, ReadTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	s := newTestRedisStore(t, client, false)
+	g, err := NewGate(GateConfig{Store: s, Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := redisTestLimit(t, "direct-timeout", TokenBucket, "5/s", 0, 0)
+	began := time.Now()
+	v := g.Decide(ctx, []Ask{{Limit: l, Key: "k", Cost: 1}})
+	if took := time.Since(began); took > time.Second {
+		t.Errorf("decision took %v, timeout 50ms", took)
+	}
+	if v.Outcome != OutcomeStoreErrorAllow || !errors.Is(v.Err, context.DeadlineExceeded) || !strings.HasPrefix(v.Err.Error(), "redis: resp: EVALSHA: ") {
+		t.Errorf("verdict %+v (error %v), want a store error allowed, the context's deadline", v, v.Err)
+	}
+}
+
+// countingEvals counts a Scripter's EvalSha and ScriptLoad calls.
+type countingEvals struct {
+	Scripter
+	evals, loads int32
+}
+
+func (c *countingEvals) EvalSha(ctx context.Context, sha string, keys []string, args []string) (interface{}, error) {
+	atomic.AddInt32(&c.evals, 1)
+	return c.Scripter.EvalSha(ctx, sha, keys, args)
+}
+
+func (c *countingEvals) ScriptLoad(ctx context.Context, script string) (string, error) {
+	atomic.AddInt32(&c.loads, 1)
+	return c.Scripter.ScriptLoad(ctx, script)
+}
+
+// TestRedisDirect: a Gate's common decisions go straight to the client
+// RedisDirect holds, deciding as Take does; the others, a decision after
+// SCRIPT FLUSH, and one whose direct client is closed, go through Client.
+func TestRedisDirect(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	client := newRespClient(t, srv.Addr, 2)
+	cs := &countingEvals{Scripter: client}
+	direct := &RedisDirect{}
+	direct.Set(client)
+	s, err := NewRedisStore(RedisConfig{Client: cs, Direct: direct})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewGate(GateConfig{Store: s, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	counts := func(what string, evals, loads int32) {
+		t.Helper()
+		if e, l := atomic.LoadInt32(&cs.evals), atomic.LoadInt32(&cs.loads); e != evals || l != loads {
+			t.Fatalf("%s: %d EvalSha and %d ScriptLoad through Client, want %d and %d", what, e, l, evals, loads)
+		}
+	}
+	for _, alg := range []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindowCounter, SlidingWindowLog} {
+		l := redisTestLimit(t, "direct-"+redisNonce+string(alg), alg, "2/h", 0, 0)
+		viaGate, viaTake := redisNonce+"/gate", redisNonce+"/take"
+		for i := 0; i < 3; i++ {
+			v := g.Decide(ctx, []Ask{{Limit: l, Key: viaGate, Cost: 1}})
+			d := redisTestTake(t, s, l, viaTake, 1)
+			if v.Err != nil || v.Decision.Allowed != d.Allowed || math.Abs(v.Decision.Remaining-d.Remaining) > 0.01 || v.Decision.Quota != d.Quota ||
+				(v.Decision.RetryAfter == Never) != (d.RetryAfter == Never) {
+				t.Errorf("%s, decision %d: gate %+v (%v), Take %+v", alg, i+1, v.Decision, v.Err, d)
+			}
+			if want := i < 2; d.Allowed != want {
+				t.Errorf("%s, decision %d: allowed %v", alg, i+1, d.Allowed)
+			}
+		}
+		for _, key := range []string{viaGate, viaTake} {
+			keys, _ := scriptArgs(s, []Ask{{Limit: l, Key: key, Cost: 1}}, false)
+			for _, k := range keys {
+				if n, err := client.Do(ctx, "PTTL", k); err != nil || n.(int64) <= 0 {
+					t.Errorf("%s: PTTL %s = %v, %v", alg, k, n, err)
+				}
+			}
+		}
+	}
+	counts("decisions", 5*3+1, 1) // the first loaded the script
+
+	l := redisTestLimit(t, "direct-"+redisNonce+"-flush", TokenBucket, "10/s", 0, 0)
+	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	if _, err := client.Do(ctx, "SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	if v := g.Decide(ctx, asks); v.Err != nil || !v.Decision.Allowed {
+		t.Fatalf("after SCRIPT FLUSH: %+v", v)
+	}
+	counts("after SCRIPT FLUSH", 5*3+2, 2)
+
+	// Not the common case: through Client.
+	if v := g.Decide(ctx, []Ask{{Limit: l, Key: "k", Cost: 2}}); v.Err != nil || !v.Decision.Allowed {
+		t.Fatalf("cost 2: %+v", v)
+	}
+	counts("cost 2", 5*3+3, 2)
+
+	closed := newRespClient(t, srv.Addr, 1)
+	closed.Close()
+	direct.Set(closed)
+	if v := g.Decide(ctx, asks); v.Err != nil || !v.Decision.Allowed {
+		t.Fatalf("direct client closed: %+v", v)
+	}
+	counts("direct client closed", 5*3+4, 2)
+	direct.Set(nil)
+	if v := g.Decide(ctx, asks); v.Err != nil || !v.Decision.Allowed {
+		t.Fatalf("no direct client: %+v", v)
+	}
+	counts("no direct client", 5*3+5, 2)
+}
+
+// TestRedisDirectOnlyDefault: a store with another prefix, readable keys
+// or a Cluster uses no direct client.
+func TestRedisDirectOnlyDefault(t *testing.T) {
+	for _, cfg := range []RedisConfig{
+		{Prefix: "app:"},
+		{ReadableKeys: true},
+		{Cluster: true},
+	} {
+		cfg.Client = &resp.Client{}
+		cfg.Direct = &RedisDirect{}
+		s, err := NewRedisStore(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.direct != nil {
+			t.Errorf("%+v: a direct client", cfg)
+		}
+	}
+}
