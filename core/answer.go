@@ -240,7 +240,7 @@ func setIETFXHeaders(h http.Header, a *limitAnswer, d *Decision, nowUnix int64,
 	if rem < smallInts {
 		remText = smallIntTexts[rem]
 	} else {
-		remText = fmtInt(rem, 10)
+		remText = strconv.FormatInt(rem, 10)
 	}
 	// t as setAnyHeaders computes it.
 	t = int64(d.Next)
@@ -254,11 +254,11 @@ func setIETFXHeaders(h http.Header, a *limitAnswer, d *Decision, nowUnix int64,
 		if t++; t < smallInts {
 			tText = smallIntTexts[t]
 		} else {
-			tText = fmtInt(t, 10)
+			tText = strconv.FormatInt(t, 10)
 		}
 	}
 	nowUnix += reset
-	vals = []string{a.policy, a.ietfPrefix + remText + ";t=" + tText, a.qText, remText, fmtInt(nowUnix, 10)}
+	vals = []string{a.policy, a.ietfPrefix + remText + ";t=" + tText, a.qText, remText, strconv.FormatInt(nowUnix, 10)}
 	h["Ratelimit-Policy"] = vals[0:1:1]
 	h["Ratelimit"] = vals[1:2:2]
 	h["X-Ratelimit-Limit"] = vals[2:3:3]

@@ -469,7 +469,7 @@ func answer(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask, v *Verd
 // gateNow reads the gate's clock.
 func gateNow(g *Gate) int64 {
 	if g.cfg.Clock == nil {
-		return g.wall + int64(timeSince(g.base))
+		return g.wall + int64(time.Since(g.base))
 	}
 	return g.cfg.Clock()
 }

@@ -284,7 +284,7 @@ func takeMany(s *MemoryStore, asks []Ask, out []Decision) {
 	var held bool
 	for i := range asks {
 		a = &asks[i]
-		ms = append(ms, memAsk{h: hashString(s.seed, a.Key)})
+		ms = append(ms, memAsk{h: maphash.String(s.seed, a.Key)})
 		m = &ms[i]
 		m.h ^= a.Limit.nsHash
 		if i == 0 { // shardOrder of no shards, without its call
@@ -296,7 +296,7 @@ func takeMany(s *MemoryStore, asks []Ask, out []Decision) {
 	for _, i := range order {
 		s.shards[i].mu.Lock()
 	}
-	now := int64(timeSince(s.base))
+	now := int64(time.Since(s.base))
 	now += s.wall
 	if s.clock != nil {
 		now = s.clock()
@@ -386,13 +386,13 @@ func shardOrder(order []int, i int) []int {
 // Yaegi each call, and each value the function reads, costs (see decide).
 func take1(s *MemoryStore, a *Ask, d *Decision) int64 {
 	l := a.Limit
-	h := hashString(s.seed, a.Key)
+	h := maphash.String(s.seed, a.Key)
 	h ^= l.nsHash
 	sh := &s.shards[h>>memShardShift]
 	sh.mu.Lock()
 	sl, held := sh.slots[h]
 	st := &State{T: sl.t, A: sl.a, B: sl.b}
-	now := int64(timeSince(s.base))
+	now := int64(time.Since(s.base))
 	now += s.wall
 	if s.clock != nil {
 		now = s.clock()
