@@ -313,7 +313,7 @@ local function sliding_counter(st, now, p)
   end
   local rem, nxt = nonneg(p.cap - estimate), 0
   if estimate > 0 then
-    -- counterNext: prev slides out during this window, then cur.
+    -- slidingCounter's Next: prev slides out during this window, then cur.
     local need, left = next_units(rem, estimate), p.period - elapsed
     if b > 0 and need <= b * left / p.period then
       nxt = need * p.period / b
