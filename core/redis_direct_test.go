@@ -128,17 +128,7 @@ func TestRedisDirectCommand(t *testing.T) {
 	if s := newTestRedisStore(t, client, false); s.direct == nil || s.direct.client != client {
 		t.Fatal("a store of a *resp.Client holds no direct client")
 	}
-	cs := &countingEvals{Scripter: client}
-	direct := &RedisDirect{}
-	direct.Set(client)
-	s, err := NewRedisStore(RedisConfig{Client: cs, Direct: direct})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := NewGate(GateConfig{Store: s, Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, _, s, g := directGate(t, client)
 	keys := []string{"10.0.0.1", "", "{a}b%c}", "κλειδί", strings.Repeat("k", MaxKeyLength)}
 	for _, alg := range []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindowCounter, SlidingWindowLog} {
 		l := redisTestLimit(t, "direct-"+string(alg), alg, "5/s", 0, 0)
@@ -189,6 +179,23 @@ func TestRedisDirectTimeout(t *testing.T) {
 	}
 }
 
+// directGate returns a Gate on a RedisStore whose Client counts its calls
+// (cs) and runs them on client, which direct holds too.
+func directGate(t *testing.T, client *resp.Client) (cs *countingEvals, direct *RedisDirect, s *RedisStore, g *Gate) {
+	t.Helper()
+	cs = &countingEvals{Scripter: client}
+	direct = &RedisDirect{}
+	direct.Set(client)
+	s, err := NewRedisStore(RedisConfig{Client: cs, Direct: direct})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err = NewGate(GateConfig{Store: s, Timeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	return cs, direct, s, g
+}
+
 // countingEvals counts a Scripter's EvalSha and ScriptLoad calls.
 type countingEvals struct {
 	Scripter
@@ -211,17 +218,7 @@ func (c *countingEvals) ScriptLoad(ctx context.Context, script string) (string, 
 func TestRedisDirect(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	client := newRespClient(t, srv.Addr, 2)
-	cs := &countingEvals{Scripter: client}
-	direct := &RedisDirect{}
-	direct.Set(client)
-	s, err := NewRedisStore(RedisConfig{Client: cs, Direct: direct})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := NewGate(GateConfig{Store: s, Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, direct, s, g := directGate(t, client)
 	ctx := context.Background()
 	counts := func(what string, evals, loads int32) {
 		t.Helper()

@@ -70,12 +70,19 @@ func StartSentinel(t testing.TB, name string) *Sentinel {
 		t.Fatalf("redistest: %v", err)
 	}
 	bin := requireBinary(t, "redis-server")
+	// One cleanup for every Sentinel, not t.Cleanup(p.stop) in the loop:
+	// under Yaegi those method values did not stop every Sentinel, and
+	// each interpreted run left two or three running.
+	t.Cleanup(func() {
+		for _, p := range s.procs {
+			p.stop()
+		}
+	})
 	for i := 0; i < sentinelCount; i++ {
 		p, addr, err := startSentinel(bin, t.TempDir(), name, s.Master.Port)
 		if err != nil {
 			t.Fatalf("redistest: starting sentinel: %v", err)
 		}
-		t.Cleanup(p.stop)
 		s.procs = append(s.procs, p)
 		s.Addrs = append(s.Addrs, addr)
 	}
