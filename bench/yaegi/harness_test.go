@@ -25,32 +25,10 @@ const (
 	pluginImport = module + "/traefikplugin"
 )
 
-// trivialImport is a plugin that sets one response header: the least a
-// Traefik plugin costs, measured beside sluice in every run.
+// trivialImport is a plugin that sets one response header
+// (bench/testdata/trivial): the least a Traefik plugin costs, measured
+// beside sluice in every run.
 const trivialImport = "example.com/trivial"
-
-const trivialSource = `package trivial
-
-import (
-	"context"
-	"net/http"
-)
-
-type Config struct{}
-
-func CreateConfig() *Config { return &Config{} }
-
-type handler struct{ next http.Handler }
-
-func New(ctx context.Context, next http.Handler, config *Config, name string) (http.Handler, error) {
-	return &handler{next: next}, nil
-}
-
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("X-Trivial", "1")
-	h.next.ServeHTTP(w, r)
-}
-`
 
 // ballast stands for the live heap of the Traefik process around the
 // plugin (some 100 MB of RSS in the runs of bench/traefik): the garbage
@@ -88,13 +66,7 @@ func gopath(tb testing.TB) string {
 			}
 		}
 	}
-	trivial := filepath.Join(dir, "src", trivialImport, "trivial.go")
-	if err := os.MkdirAll(filepath.Dir(trivial), 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.WriteFile(trivial, []byte(trivialSource), 0o644); err != nil {
-		tb.Fatal(err)
-	}
+	copyFile(tb, filepath.Join(root, "bench", "testdata", "trivial", "trivial.go"), filepath.Join(dir, "src", trivialImport, "trivial.go"))
 	return dir
 }
 

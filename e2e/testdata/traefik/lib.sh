@@ -39,37 +39,8 @@ tl_plugin_tree() {
 tl_trivial_tree() {
 	local dst="$1/plugins-local/src/example.com/trivial"
 	mkdir -p "$dst"
-	printf 'module example.com/trivial\n\ngo 1.22\n' >"$dst/go.mod"
-	cat >"$dst/.traefik.yml" <<'YML'
-displayName: trivial
-type: middleware
-import: example.com/trivial
-summary: sets one header
-testData: {}
-YML
-	cat >"$dst/trivial.go" <<'GO'
-package trivial
-
-import (
-	"context"
-	"net/http"
-)
-
-type Config struct{}
-
-func CreateConfig() *Config { return &Config{} }
-
-type handler struct{ next http.Handler }
-
-func New(ctx context.Context, next http.Handler, config *Config, name string) (http.Handler, error) {
-	return &handler{next: next}, nil
-}
-
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("X-Trivial", "1")
-	h.next.ServeHTTP(w, r)
-}
-GO
+	cp "$REPO/bench/testdata/trivial/go.mod" "$REPO/bench/testdata/trivial/.traefik.yml" \
+		"$REPO/bench/testdata/trivial/trivial.go" "$dst/"
 }
 
 # tl_render TEMPLATE OUT NAME=VALUE... copies TEMPLATE to OUT, replacing

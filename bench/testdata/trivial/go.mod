@@ -1,0 +1,3 @@
+module example.com/trivial
+
+go 1.22
