@@ -291,40 +291,6 @@ var (
 	writeString   = io.WriteString
 )
 
-// laneAllowed writes the headers of a fast lane's admitted request, whose
-// limit has remaining units left and is whole again in reset nanoseconds
-// after now, and passes the request on: setHeaders for ietf and x, with
-// Remaining and Reset formatted as it formats them. Its parameters after
-// now are its variables, zero (see serveLaneTB).
-func laneAllowed(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, remaining float64, reset, nextNs, now int64,
-	rem int64, remText, tText string, vals []string, hd http.Header) {
-	rem = int64(remaining)
-	if rem < smallInts {
-		remText = smallIntTexts[rem]
-	} else {
-		remText = fmtInt(rem, 10)
-	}
-	reset += nsPerSecond - 1
-	reset /= nsPerSecond
-	nextNs += nsPerSecond - 1
-	nextNs /= nsPerSecond
-	if nextNs < smallInts {
-		tText = smallIntTexts[nextNs]
-	} else {
-		tText = fmtInt(nextNs, 10)
-	}
-	now /= nsPerSecond
-	now += reset
-	vals = []string{l.policy, l.ietfPrefix + remText + ";t=" + tText, l.qText, remText, fmtInt(now, 10)}
-	hd = w.Header()
-	hd["Ratelimit-Policy"] = vals[0:1:1]
-	hd["Ratelimit"] = vals[1:2:2]
-	hd["X-Ratelimit-Limit"] = vals[2:3:3]
-	hd["X-Ratelimit-Remaining"] = vals[3:4:4]
-	hd["X-Ratelimit-Reset"] = vals[4:5:5]
-	next.ServeHTTP(w, r)
-}
-
 // laneReject answers 429 for a fastReject lane whose limit, at now, has
 // rem units left, is whole again in reset nanoseconds and admits the
 // request in wait (not Never): reject's answer, written out with the
@@ -553,7 +519,8 @@ func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 	if l.fast {
-		laneAllowed(l, next, w, r, v.Decision.Remaining, int64(v.Decision.Reset), int64(v.Decision.Next), now, 0, "", "", nil, nil)
+		setIETFXHeaders(w.Header(), &l.limit.answer, &v.Decision, now/nsPerSecond, 0, 0, 0, "", "", nil)
+		next.ServeHTTP(w, r)
 		return
 	}
 	if l.headers != HeadersOff {
