@@ -142,3 +142,38 @@ func FuzzResponder(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDepthKey: behind load balancers, as Traefik's ipStrategy.depth
+// configures it, the key that depthKey takes for an IPv4 entry is the one
+// that clientAddr and groupKey find, for any peer and any header.
+func FuzzDepthKey(f *testing.F) {
+	f.Add("192.0.2.1:1", "203.0.113.7, 10.0.0.1", 1)
+	f.Add("192.0.2.1:1", "203.0.113.7 ,\t10.0.0.1", 2)
+	f.Add("192.0.2.1:1", "2001:db8::1, 203.0.113.7:80", 1)
+	f.Add("192.0.2.1:1", "[2001:db8::1], 010.0.0.1", 2)
+	f.Add("@", "203.0.113.7", 1)
+	f.Add("192.0.2.1", "203.0.113.7", 1)
+	f.Add("[2001:db8::1]:443", ", ,203.0.113.7", 3)
+	f.Add("192.0.2.1:1", strings.Repeat("1.2.3.4,", 40), 32)
+	f.Add("192.0.2.1:1", "::ffff:203.0.113.7", 1)
+	f.Fuzz(func(t *testing.T, remote, xff string, depth int) {
+		if depth < 1 || depth > MaxForwardedHops {
+			return
+		}
+		for _, v4 := range []int{0, 24, 32} {
+			c := &ClientIP{AnyPeer: true, Depth: depth, IPv4Prefix: v4, IPv6Prefix: 64}
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			r := newRequest(remote)
+			for _, line := range strings.Split(xff, "\n") {
+				r.Header.Add(headerXFF, line)
+			}
+			got, ok := clientKey(c, r)
+			want, wantOK := addrKey(c, r)
+			if got != want || ok != wantOK {
+				t.Fatalf("peer %q, X-Forwarded-For %q, depth %d, ipv4 /%d: key %q, %v; want %q, %v", remote, xff, depth, v4, got, ok, want, wantOK)
+			}
+		}
+	})
+}
