@@ -70,12 +70,14 @@ type Lane struct {
 	contentType        string
 
 	// rd: ServeLane decides on Redis by serveLaneRedis (see newLaneRedis),
-	// with limit, spec, cost, quota, ipv4, clientIP and shared as for one;
-	// direct, breaker and timeout are the gate's store's and config's;
-	// take, hole and hole2 the limit's limitRedis call; sys the gate's
-	// system clock, nil with a GateConfig.Clock; down is LaneConfig's with
-	// Watch and Observe, &alwaysDown with Watch and Observe but no Down,
-	// else nil: serveLaneRedis observes an admission while *down is not 0.
+	// with limit, spec, cost, quota, ipv4, clientIP and shared as for one.
+	// direct, breaker and timeout are the gate's store's and config's,
+	// bstate and bfails the breaker's state and fails (nil without one);
+	// take, hole and hole2 the limit's limitRedis call, answer its
+	// limitAnswer; sys the gate's system clock, nil with a
+	// GateConfig.Clock. down is LaneConfig's with Watch and Observe,
+	// &alwaysDown with them but no Down, else nil: serveLaneRedis
+	// observes an admission while *down is not 0.
 	rd          bool
 	direct      *RedisDirect
 	breaker     *Breaker
@@ -84,6 +86,9 @@ type Lane struct {
 	hole, hole2 int
 	sys         *systemClock
 	down        *int32
+	bstate      *int32
+	bfails      *int32
+	answer      *limitAnswer
 }
 
 // LaneConfig configures a Lane.

@@ -34,7 +34,10 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 		l.clientIP = l.spec.ip
 	}
 	l.shared = a.Missing == MissingShared
-	l.direct, l.breaker, l.timeout = s.direct, g.cfg.Breaker, g.cfg.Timeout
+	l.direct, l.breaker, l.timeout, l.answer = s.direct, g.cfg.Breaker, g.cfg.Timeout, &lim.answer
+	if b := g.cfg.Breaker; b != nil {
+		l.bstate, l.bfails = &b.state, &b.fails
+	}
 	if cfg.Watch && cfg.Observe != nil {
 		l.down = cfg.Down
 		if l.down == nil {
@@ -76,7 +79,7 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 	} else {
 		key = laneKey(l, r, "", false)
 	}
-	if key == "" || len(key) > MaxKeyLength || l.breaker != nil && loadInt32(&l.breaker.state) != breakerClosed {
+	if key == "" || len(key) > MaxKeyLength || l.bstate != nil && loadInt32(l.bstate) != breakerClosed {
 		serveLaneAny(l, next, w, r, nil, noVerdict, nil)
 		return
 	}
@@ -106,7 +109,7 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 	// parseFloat, which reads a whole one as decodeDecisions does; the
 	// others whole numbers of 1 to 15 digits, fields 2 to 4 in f and the
 	// last in n.
-	if text, ok = reply.(string); !ok || len(text) < 11 || text[0] != '1' || text[1] != ' ' {
+	if text, ok = reply.(string); !ok || len(text) < 11 || text[:2] != "1 " {
 		laneRedisSlow(l, next, w, r, key, ctx, start, reply, nil)
 		return
 	}
@@ -135,7 +138,7 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 	}
 	// gateDecide's report of a success to a breaker that is not simply
 	// closed (another request's failure may have come meanwhile).
-	if l.breaker != nil && (loadInt32(&l.breaker.state) != breakerClosed || loadInt32(&l.breaker.fails) != 0) {
+	if l.bstate != nil && (loadInt32(l.bstate) != breakerClosed || loadInt32(l.bfails) != 0) {
 		gateReport(l.gate, l.breaker, ctx, nil)
 	}
 	v.Decision = Decision{Limit: l.limit, Allowed: true, Quota: l.quota, Remaining: rem, Reset: f[2], Next: n}
@@ -146,7 +149,7 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 	} else {
 		now = gateNow(l.gate)
 	}
-	setIETFXHeaders(w.Header(), &l.limit.answer, &v.Decision, now/nsPerSecond, 0, 0, 0, "", "", nil)
+	setIETFXHeaders(w.Header(), l.answer, &v.Decision, now/nsPerSecond, 0, 0, 0, "", "", nil)
 	if l.down != nil && loadInt32(l.down) != 0 {
 		l.observe(&v)
 	}
