@@ -99,7 +99,7 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 		hexEncode(cmd[l.hole2:], sum[:16])
 	}
 	ctx = r.Context()
-	if reply, err = resp.Run(cl, ctx, start, l.timeout, "EVALSHA", cmd); err != nil {
+	if reply, err = resp.Run(cl, ctx, start, l.timeout, "EVALSHA", cmd, 0, noTime, noTime, false); err != nil {
 		laneRedisSlow(l, next, w, r, key, ctx, start, reply, err)
 		return
 	}
