@@ -48,23 +48,27 @@ func simplyAllowed(v *Verdict) bool {
 	return v.Outcome == OutcomeAllowed && v.Delay == 0 && v.Err == nil
 }
 
+// localAddr matches the local address in a connection's error.
+var localAddr = regexp.MustCompile(`127\.0\.0\.1:[0-9]+->`)
+
+// observedKept returns vs but for the simply allowed verdicts when
+// unobserved is set.
+func observedKept(vs []Verdict, unobserved bool) []Verdict {
+	var out []Verdict
+	for i := range vs {
+		if !unobserved || !simplyAllowed(&vs[i]) {
+			out = append(out, vs[i])
+		}
+	}
+	return out
+}
+
 // observedAlike reports whether the verdicts a and b observed are the
 // same, but for the simply allowed ones when unobserved may leave them
 // out; errors are compared by their text but for the local addresses of
 // connections (each lane's connection is its own).
-var localAddr = regexp.MustCompile(`127\.0\.0\.1:[0-9]+->`)
-
 func observedAlike(a, b []Verdict, unobserved bool) bool {
-	keep := func(vs []Verdict) []Verdict {
-		var out []Verdict
-		for _, v := range vs {
-			if !unobserved || !simplyAllowed(&v) {
-				out = append(out, v)
-			}
-		}
-		return out
-	}
-	a, b = keep(a), keep(b)
+	a, b = observedKept(a, unobserved), observedKept(b, unobserved)
 	if len(a) != len(b) {
 		return false
 	}
@@ -73,7 +77,8 @@ func observedAlike(a, b []Verdict, unobserved bool) bool {
 		if (x.Err == nil) != (y.Err == nil) || x.Err != nil && localAddr.ReplaceAllString(x.Err.Error(), "") != localAddr.ReplaceAllString(y.Err.Error(), "") {
 			return false
 		}
-		x.Err, y.Err = nil, nil
+		x.Err = nil // one field per statement: Yaegi panics on a nil in a tuple assignment to fields
+		y.Err = nil
 		if !reflect.DeepEqual(x, y) {
 			return false
 		}
