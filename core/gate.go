@@ -269,7 +269,8 @@ func (g *Gate) Decide(ctx context.Context, asks []Ask) Verdict {
 // times as much, and every call pays for every value of the callee's body,
 // so the rare paths are in gateFailed. It asks the primary store through
 // the breaker and the timeout (the breaker's methods are called only when
-// it is not simply closed), and then classifies the decisions.
+// it is not simply closed), and gateDecided reports the call and
+// classifies the decisions.
 func gateDecide(g *Gate, ctx context.Context, asks []Ask) Verdict {
 	if len(asks) == 0 {
 		return Verdict{Outcome: OutcomeAllowed}
@@ -285,6 +286,14 @@ func gateDecide(g *Gate, ctx context.Context, asks []Ask) Verdict {
 	} else {
 		err = gateTakeStore(g, ctx, asks, out)
 	}
+	return gateDecided(g, ctx, asks, out, err)
+}
+
+// gateDecided finishes gateDecide after the primary store decided asks
+// into out, or failed with err: it reports the call to the breaker unless
+// it is simply closed and the call succeeded, and returns the verdict.
+func gateDecided(g *Gate, ctx context.Context, asks []Ask, out []Decision, err error) Verdict {
+	b := g.cfg.Breaker
 	if b != nil && (err != nil || atomic.LoadInt32(&b.state) != breakerClosed || atomic.LoadInt32(&b.fails) != 0) {
 		gateReport(g, b, ctx, err)
 	}

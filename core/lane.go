@@ -68,6 +68,27 @@ type Lane struct {
 	fastReject         bool
 	bodyHead, bodyTail string
 	contentType        string
+
+	// rd: ServeLane decides on Redis by serveLaneRedis (see newLaneRedis),
+	// with limit, spec, cost, quota, ipv4, clientIP and shared as for one.
+	// direct, breaker and timeout are the gate's store's and config's,
+	// bstate and bfails the breaker's state and fails (nil without one);
+	// take, hole and hole2 the limit's limitRedis call, answer its
+	// limitAnswer; sys the gate's system clock, nil with a
+	// GateConfig.Clock. down is LaneConfig's with Watch and Observe,
+	// &alwaysDown with them but no Down, else nil: serveLaneRedis
+	// observes an admission while *down is not 0.
+	rd          bool
+	direct      *RedisDirect
+	breaker     *Breaker
+	timeout     time.Duration
+	take        string
+	hole, hole2 int
+	sys         *systemClock
+	down        *int32
+	bstate      *int32
+	bfails      *int32
+	answer      *limitAnswer
 }
 
 // LaneConfig configures a Lane.
@@ -95,6 +116,13 @@ type LaneConfig struct {
 	// client address.
 	Exempt   []netip.Prefix
 	ExemptIP *ClientIP
+	// Down, if set with Watch, is a host's flag, loaded atomically, that
+	// is not 0 while it deems the store down: the lane may then leave a
+	// verdict simply allowed (no delay, no store error) unobserved while
+	// *Down is 0, for a host whose observer has nothing to do with such
+	// a verdict but report the store's recovery. Under Yaegi the call
+	// of an observer costs far more than the load.
+	Down *int32
 }
 
 // LaneAsk is how a Lane builds one limit's ask.
@@ -122,6 +150,7 @@ func NewLane(cfg LaneConfig) *Lane {
 		return l
 	}
 	if l.mem == nil {
+		newLaneRedis(l, cfg)
 		return l
 	}
 	if len(cfg.Asks) != 1 || g.cfg.Mode != Enforce {
@@ -591,6 +620,7 @@ func laneAsks(l *Lane, r *http.Request, keys []string, asks []Ask, i int, key st
 // admitting a request, is written out here with as few values as it
 // takes: the key of an IPv4 peer, the lookup of MemoryStore.take1, the
 // admission of tokenBucket and the headers of setHeaders (serveLaneTB).
+// So is the common decision on Redis (serveLaneRedis).
 // Everything else is in functions that it calls only when needed, since
 // entering a function pays for its whole body; the tests prove every path
 // identical to Gate.Serve's.
@@ -600,6 +630,8 @@ func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 		serveLaneTB(l, next, w, r, "", "", "", nil, 0, nil, noSlot, false, nil, 0, 0, 0, 0, 0, 0, nil, nil)
 	case l.one:
 		serveLaneOne(l, next, w, r, "", false, nil, noVerdict, 0)
+	case l.rd:
+		serveLaneRedis(l, next, w, r, "", nil, nil, nil, noTime, nil, noSum, nil, "", false, 0, 0, 0, 0, 0, 0, noFields, 0, noVerdict)
 	default:
 		serveLaneAny(l, next, w, r, nil, noVerdict, nil)
 	}

@@ -242,7 +242,7 @@ func gateTakeRedis(s *RedisStore, ctx context.Context, timeout time.Duration, as
 	if lr.hole2 != 0 {
 		copy(cmd[lr.hole2:], cmd[lr.hole:lr.hole+32])
 	}
-	if reply, err = resp.Run(cl, ctx, start, timeout, "EVALSHA", cmd); err != nil {
+	if reply, err = resp.Run(cl, ctx, start, timeout, "EVALSHA", cmd, 0, noTime, noTime, false); err != nil {
 		return gateTakeFailed(s, ctx, start, timeout, asks, out, err)
 	}
 	return decodeDecisions(reply, asks, out, "", false, nil, 0, 0, 0, 0, 0, 0, 0, 0, 0, noFields, nil)

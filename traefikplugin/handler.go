@@ -74,8 +74,13 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 			note(e.report, v.Outcome)
 		}
 	}
+	// With Redis, observe follows its health: a verdict simply allowed
+	// matters only while an outage is reported (down), which the lane
+	// loads before calling it.
+	var down *int32
 	if rc != nil {
 		obs = func(v *core.Verdict) { observe(e, v) }
+		down = &rc.down
 	}
 	e.lane = core.NewLane(core.LaneConfig{
 		Gate:         gate,
@@ -84,6 +89,7 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 		Prefix:       name + "\x00",
 		Observe:      obs,
 		Watch:        rc != nil,
+		Down:         down,
 		DryRunHeader: DryRunHeader,
 		Exempt:       s.exempt,
 		ExemptIP:     s.ip,

@@ -59,6 +59,11 @@ func FuzzReadText(f *testing.F) {
 	})
 }
 
+// run is Run without its variables.
+func run(c *Client, ctx context.Context, start time.Time, timeout time.Duration, name string, cmd []byte) (interface{}, error) {
+	return Run(c, ctx, start, timeout, name, cmd, 0, time.Time{}, time.Time{}, false)
+}
+
 // TestRun: Run sends encoded commands and decodes every kind of reply.
 func TestRun(t *testing.T) {
 	s := redistest.Start(t, redistest.Options{})
@@ -86,7 +91,7 @@ func TestRun(t *testing.T) {
 		{[]string{"GET", "k"}, "a\r\nb\nc", ""},
 	}
 	for _, st := range steps {
-		v, err := Run(c, ctx, time.Now(), time.Second, st.args[0], AppendCommand(nil, st.args...))
+		v, err := run(c, ctx, time.Now(), time.Second, st.args[0], AppendCommand(nil, st.args...))
 		if st.err != "" {
 			if _, ok := err.(Error); !ok || !strings.HasPrefix(err.Error(), st.err) {
 				t.Errorf("%q: got %#v, %v; want an error reply %s", st.args, v, err, st.err)
@@ -108,28 +113,28 @@ func TestRunTimeouts(t *testing.T) {
 	blpop := AppendCommand(nil, "BLPOP", "empty", "5")
 	ctx := context.Background()
 	began := time.Now()
-	_, err := Run(c, ctx, began, 30*time.Millisecond, "BLPOP", blpop)
+	_, err := run(c, ctx, began, 30*time.Millisecond, "BLPOP", blpop)
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(began) > 2*time.Second {
 		t.Errorf("past the timeout: %v after %v, want context.DeadlineExceeded", err, time.Since(began))
 	}
 	// start counts: a timeout already past fails at once.
-	_, err = Run(c, ctx, time.Now().Add(-time.Minute), time.Second, "BLPOP", blpop)
+	_, err = run(c, ctx, time.Now().Add(-time.Minute), time.Second, "BLPOP", blpop)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("timeout past at start: %v, want context.DeadlineExceeded", err)
 	}
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
 	defer cancel()
-	_, err = Run(c, dctx, time.Now(), 0, "BLPOP", blpop)
+	_, err = run(c, dctx, time.Now(), 0, "BLPOP", blpop)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("past ctx's deadline: %v, want context.DeadlineExceeded", err)
 	}
 	c2 := newClient(t, Options{Addr: s.Addr, ReadTimeout: 30 * time.Millisecond, WriteTimeout: 30 * time.Millisecond})
-	_, err = Run(c2, ctx, time.Now(), time.Minute, "BLPOP", blpop)
+	_, err = run(c2, ctx, time.Now(), time.Minute, "BLPOP", blpop)
 	if !errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("past the client's timeouts: %v, want only a deadline error", err)
 	}
 	for _, cl := range []*Client{c, c2} {
-		if v, err := Run(cl, ctx, time.Now(), time.Second, "PING", AppendCommand(nil, "PING")); err != nil || v != "PONG" {
+		if v, err := run(cl, ctx, time.Now(), time.Second, "PING", AppendCommand(nil, "PING")); err != nil || v != "PONG" {
 			t.Errorf("PING after a timeout: %#v, %v", v, err)
 		}
 	}
@@ -146,7 +151,7 @@ func TestRunPool(t *testing.T) {
 	warm(t, c, 4)
 	s.Restart(t)
 	for i := 0; i < 8; i++ {
-		if v, err := Run(c, ctx, time.Now(), time.Second, "INCR", incr); err != nil || v != int64(i+1) {
+		if v, err := run(c, ctx, time.Now(), time.Second, "INCR", incr); err != nil || v != int64(i+1) {
 			t.Fatalf("INCR %d after restart: %#v, %v", i, v, err)
 		}
 	}
@@ -158,7 +163,7 @@ func TestRunPool(t *testing.T) {
 		}
 		held = append(held, cn)
 	}
-	_, err := Run(c, ctx, time.Now(), 30*time.Millisecond, "INCR", incr)
+	_, err := run(c, ctx, time.Now(), 30*time.Millisecond, "INCR", incr)
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "waiting for a connection") {
 		t.Errorf("pool exhausted: %v, want a deadline error while waiting", err)
 	}
@@ -166,7 +171,7 @@ func TestRunPool(t *testing.T) {
 		c.slots <- cn
 	}
 	c.Close()
-	if _, err := Run(c, ctx, time.Now(), time.Second, "INCR", incr); err != ErrClosed {
+	if _, err := run(c, ctx, time.Now(), time.Second, "INCR", incr); err != ErrClosed {
 		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
 }

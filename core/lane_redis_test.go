@@ -1,0 +1,261 @@
+package core
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// redisLanePair returns two lanes of cfg's one limit on store, each on a
+// gate of its own (with its own breaker, failing by policy, timeout 50 ms,
+// the clock clock, nil for the system clock), that record what they
+// observe in seen: the first takes serveLaneRedis' path, the second, the
+// same lane with that path off, the general one.
+func redisLanePair(t *testing.T, store *RedisStore, l *Limit, policy StoreErrorPolicy, clock Clock, cfg LaneConfig, seen *[2][]Verdict) [2]*Lane {
+	t.Helper()
+	var lanes [2]*Lane
+	for i := range lanes {
+		g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: store, Responder: Responder{Headers: DefaultHeaders, Body: BodyJSON},
+			OnStoreError: policy, Timeout: 50 * time.Millisecond, Breaker: &Breaker{Failures: 3, Backoff: time.Hour}, Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := cfg
+		c.Gate = g
+		k := i
+		c.Observe = func(v *Verdict) { seen[k] = append(seen[k], *v) }
+		lanes[i] = NewLane(c)
+	}
+	if !lanes[0].rd {
+		t.Fatal("the lane does not take serveLaneRedis' path")
+	}
+	lanes[1].rd = false
+	return lanes
+}
+
+// simplyAllowed reports whether v is a verdict that a lane with
+// LaneConfig.Down may leave unobserved while *Down is 0.
+func simplyAllowed(v *Verdict) bool {
+	return v.Outcome == OutcomeAllowed && v.Delay == 0 && v.Err == nil
+}
+
+// localAddr matches the local address in a connection's error.
+var localAddr = regexp.MustCompile(`127\.0\.0\.1:[0-9]+->`)
+
+// observedKept returns vs but for the simply allowed verdicts when
+// unobserved is set.
+func observedKept(vs []Verdict, unobserved bool) []Verdict {
+	var out []Verdict
+	for i := range vs {
+		if !unobserved || !simplyAllowed(&vs[i]) {
+			out = append(out, vs[i])
+		}
+	}
+	return out
+}
+
+// observedAlike reports whether the verdicts a and b observed are the
+// same, but for the simply allowed ones when unobserved may leave them
+// out; errors are compared by their text but for the local addresses of
+// connections (each lane's connection is its own).
+func observedAlike(a, b []Verdict, unobserved bool) bool {
+	a, b = observedKept(a, unobserved), observedKept(b, unobserved)
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if (x.Err == nil) != (y.Err == nil) || x.Err != nil && localAddr.ReplaceAllString(x.Err.Error(), "") != localAddr.ReplaceAllString(y.Err.Error(), "") {
+			return false
+		}
+		x.Err = nil // one field per statement: Yaegi panics on a nil in a tuple assignment to fields
+		y.Err = nil
+		if !reflect.DeepEqual(x, y) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestServeLaneRedisMatchesGeneral: a lane that takes serveLaneRedis'
+// path answers every request as the same lane does on the general path
+// (serveLaneAny, gateDecide, gateTakeRedis, answer) when Redis replies the
+// same to both: status, headers, body, whether the request went on, and
+// the verdicts observed (but for those simply allowed, which LaneConfig.Down
+// lets it leave out), for admissions with a whole or fractional number
+// remaining or a delay, rejections, unusual and malformed replies, and a
+// server that does not answer, failing open and closed, through the
+// breaker's opening; for peers with and without a key, keys too long to
+// send as they are, and every observer.
+func TestServeLaneRedisMatchesGeneral(t *testing.T) {
+	replies := []string{
+		"1 4 250000000 0 0 250000000",
+		"1 0 1000000000 0 0 1000000000",
+		"1 4.499999999 250000001 0 0 125000000",
+		"1 9007199254740993 1 0 0 1", // more digits than decodeDecisions reads
+		"1 1e3 1 0 0 1",
+		"1 1234567890123456 1 0 0 1",
+		"1 4 1234567890123456 0 0 1",
+		"1 4 250000000 7 0 250000000", // a retry, ignored in an admission
+		"1 4 250000000 0 1000 250000000",
+		"0 0 250000000 250000000 0 250000000",
+		"0 0 250000000 0 0 250000000",
+		"0 -1 3 -1 0 3",
+		"01 4 250000000 0 0 250000000",
+		"1 4 250000000 0 0 ",
+		"1 4 250000000 0 0",
+		"1 4 250000000 0 0 1 2",
+		"1 4 250000000 0 0 1,1 4 250000000 0 0 1",
+		"1 4 25x 0 0 1",
+		"1  4 1 0 0 1",
+		"1 NaN 1 0 0 1",
+		"1 -4 1 0 0 1",
+		"1 4 -1 0 0 1",
+		"1 4 1.5 0 0 1",
+		"2 4 1 0 0 1",
+		"",
+		"silent",
+	}
+	remotes := []string{"192.0.2.1:1234", "[2001:db8::1]:443", "not an address", ""}
+	for _, reply := range replies {
+		f := startFakeRedis(t, reply, reply == "silent")
+		client := newRespClient(t, f.addr, 1)
+		store := newTestRedisStore(t, client, false)
+		l := redisTestLimit(t, "lane-redis", TokenBucket, "4/s", 5, 0)
+		spec, err := ParseKeySpec(nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for variant := 0; variant < 6; variant++ {
+			var down int32
+			cfg := LaneConfig{Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*KeySpec{spec}, Prefix: "mw\x00"}
+			switch variant {
+			case 1:
+				cfg.Watch = true
+			case 2, 3:
+				cfg.Watch, cfg.Down = true, &down
+				down = int32(variant - 2)
+			case 4:
+				cfg.Asks[0].Missing = MissingShared
+				cfg.Watch, cfg.Down = true, &down
+			case 5:
+				cfg.Prefix = strings.Repeat("p", MaxKeyLength)
+			}
+			policy := StoreErrorPolicy(variant % 2)
+			clock := &fakeClock{now: confEpoch}
+			var seen [2][]Verdict
+			lanes := redisLanePair(t, store, l, policy, clock.Now, cfg, &seen)
+			label := strconv.Quote(reply) + " variant " + strconv.Itoa(variant)
+			for step := 0; step < 5; step++ {
+				for _, remote := range remotes {
+					var recs [2]*httptest.ResponseRecorder
+					var nexts [2]countingHandler
+					for i := range lanes {
+						recs[i] = httptest.NewRecorder()
+						r := httptest.NewRequest(http.MethodGet, "/", nil)
+						r.RemoteAddr = remote
+						ServeLane(lanes[i], &nexts[i], recs[i], r)
+					}
+					if recs[0].Code != recs[1].Code || !reflect.DeepEqual(recs[0].Header(), recs[1].Header()) ||
+						recs[0].Body.String() != recs[1].Body.String() || nexts[0].n != nexts[1].n {
+						t.Fatalf("%s, step %d, client %q: lane answered %d %v %q (next %d), general path %d %v %q (next %d)", label, step, remote,
+							recs[0].Code, recs[0].Header(), recs[0].Body, nexts[0].n, recs[1].Code, recs[1].Header(), recs[1].Body, nexts[1].n)
+					}
+					if !observedAlike(seen[0], seen[1], cfg.Down != nil && atomic.LoadInt32(&down) == 0) {
+						t.Fatalf("%s, step %d, client %q: lane observed %+v, general path %+v", label, step, remote, seen[0], seen[1])
+					}
+					seen[0], seen[1] = seen[0][:0], seen[1][:0]
+					clock.Advance(300 * time.Millisecond)
+				}
+			}
+		}
+	}
+}
+
+// TestServeLaneRedisSystemClock: on the system clock, the lane's headers
+// are the general path's (X-RateLimit-Reset read on the gate's clock
+// after the decision: a request is tried again if a second began
+// between the two).
+func TestServeLaneRedisSystemClock(t *testing.T) {
+	f := startFakeRedis(t, "1 4 250000000 0 0 250000000", false)
+	store := newTestRedisStore(t, newRespClient(t, f.addr, 1), false)
+	l := redisTestLimit(t, "lane-redis-clock", TokenBucket, "4/s", 5, 0)
+	spec, err := ParseKeySpec(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen [2][]Verdict
+	lanes := redisLanePair(t, store, l, FailOpen, nil, LaneConfig{Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*KeySpec{spec}}, &seen)
+	if lanes[0].sys == nil {
+		t.Fatal("the lane does not read the system clock inline")
+	}
+	for try := 0; ; try++ {
+		var recs [2]*httptest.ResponseRecorder
+		for i := range lanes {
+			recs[i] = httptest.NewRecorder()
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			ServeLane(lanes[i], &countingHandler{}, recs[i], r)
+		}
+		if reflect.DeepEqual(recs[0].Header(), recs[1].Header()) {
+			break
+		}
+		if try == 2 {
+			t.Fatalf("lane headers %v, general path %v", recs[0].Header(), recs[1].Header())
+		}
+	}
+}
+
+// TestServeLaneRedisScripts: on a real server, serveLaneRedis decides
+// as the store's Take does, loads the script again after SCRIPT FLUSH
+// through the store's Client, as gateTakeRedis does, and leaves what it
+// cannot send at once to the general path: a direct client closed or
+// gone.
+func TestServeLaneRedisScripts(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	client := newRespClient(t, srv.Addr, 2)
+	cs, direct, s, _ := directGate(t, client)
+	l := redisTestLimit(t, "lane-redis-"+redisNonce, TokenBucket, "2/h", 3, 0)
+	spec, err := ParseKeySpec(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen [2][]Verdict
+	lanes := redisLanePair(t, s, l, FailClosed, nil, LaneConfig{Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*KeySpec{spec}, Watch: true}, &seen)
+	serve := func(what string, code int, remaining string, evals, loads int32) {
+		t.Helper()
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		ServeLane(lanes[0], &countingHandler{}, w, r)
+		if w.Code != code || w.Header().Get("X-Ratelimit-Remaining") != remaining {
+			t.Fatalf("%s: answered %d %v, want %d and %s remaining", what, w.Code, w.Header(), code, remaining)
+		}
+		if len(seen[0]) != 1 || seen[0][0].Err != nil {
+			t.Fatalf("%s: observed %+v", what, seen[0])
+		}
+		seen[0] = seen[0][:0]
+		if e, l := atomic.LoadInt32(&cs.evals), atomic.LoadInt32(&cs.loads); e != evals || l != loads {
+			t.Fatalf("%s: %d EvalSha and %d ScriptLoad through Client, want %d and %d", what, e, l, evals, loads)
+		}
+	}
+	serve("first", 200, "2", 1, 1) // the first loaded the script
+	if _, err := client.Do(context.Background(), "SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	serve("after SCRIPT FLUSH", 200, "1", 2, 2)
+	serve("direct", 200, "0", 2, 2)
+	closed := newRespClient(t, srv.Addr, 1)
+	closed.Close()
+	direct.Set(closed)
+	serve("direct client closed", 429, "0", 3, 2)
+	direct.Set(nil)
+	serve("no direct client", 429, "0", 4, 2)
+}
