@@ -68,6 +68,10 @@ type Lane struct {
 	fastReject         bool
 	bodyHead, bodyTail string
 	contentType        string
+
+	// answer: one, the limit's answer texts, which setIETFXHeaders
+	// writes.
+	answer *limitAnswer
 }
 
 // LaneConfig configures a Lane.
@@ -144,6 +148,7 @@ func NewLane(cfg LaneConfig) *Lane {
 	l.fast = l.clock && l.headers&HeadersLegacy == 0 && l.headers&HeadersIETF != 0 && l.headers&HeadersX != 0 &&
 		lim.capacity < maxSFInteger && lim.answer.ready
 	l.policy, l.ietfPrefix, l.qText = lim.answer.policy, lim.answer.ietfPrefix, lim.answer.qText
+	l.answer = &lim.answer
 	rs := g.resp
 	if l.fast && rs.Jitter == 0 && !rs.Defer && rs.Body < BodyNone && (!l.tb || a.Cost <= lim.capacity+eps) {
 		t := &bodyTexts[rs.Body]
@@ -282,6 +287,7 @@ var (
 	noSlot        memSlot  // serveLaneTB's sl, zero
 	noVerdict     Verdict  // laneReject's v, zero
 	noDecision    Decision // laneSetHeaders' d, zero
+	noState       State    // take1's st, zero
 	fmtInt        = strconv.FormatInt
 	parseAddrPort = netip.ParseAddrPort
 	lastIndexByte = strings.LastIndexByte
@@ -480,7 +486,7 @@ func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 	case len(asks) == 1:
 		// Decide's work without its generality: a MemoryStore never
 		// fails.
-		take1(l.mem, &asks[0], &v.Decision)
+		take1(l.mem, asks[0].Limit, asks[0].Key, asks[0].Cost, &v.Decision, 0, nil, noSlot, false, noState, nil, 0, 0)
 		classify1(l.gate, &v)
 	default:
 		out = make([]Decision, len(asks))
@@ -497,38 +503,39 @@ func laneExempt(l *Lane, r *http.Request) bool {
 }
 
 // serveLaneOne is ServeLane for one enforced limit of any algorithm in
-// the in-memory store: Gate.Serve's own path, without its generality. Its
-// parameters after r are its variables, zero (see serveLaneTB).
+// the in-memory store: Gate.Serve's own path, without its generality. It
+// builds an IPv4 peer's key as serveLaneTB does, and any other by
+// laneKey, rather than through KeySpec.Key: under Yaegi that call costs
+// more than the few lines it repeats. Its parameters after r are its
+// variables, zero (see serveLaneTB).
 func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
-	key string, ok bool, asks []Ask, v Verdict, now int64) {
-	key, ok = (*KeySpec).Key(l.spec, r)
-	if !ok || key == "" {
-		if !l.shared {
-			next.ServeHTTP(w, r)
-			return
+	key string, err error, v Verdict, d *Decision, now int64) {
+	key = r.RemoteAddr
+	if l.ipv4 && key != "" && key[0] != '[' {
+		if _, err = parseAddrPort(key); err == nil {
+			key = l.prefix + key[:lastIndexByte(key, ':')]
+		} else {
+			key = laneKey(l, r, "", false)
 		}
-		key = missingSharedKey
+	} else {
+		key = laneKey(l, r, "", false)
 	}
-	asks = []Ask{{Limit: l.limit, Key: l.prefix + key, Cost: l.cost}}
-	now = take1(l.mem, &asks[0], &v.Decision)
-	if !l.clock {
-		now = 0
-	}
-	if !v.Decision.Allowed || v.Decision.Delay > 0 {
-		laneOneAnswer(l, next, w, r, asks, &v, now)
-		return
-	}
-	if l.fast {
-		setIETFXHeaders(w.Header(), &l.limit.answer, &v.Decision, now/nsPerSecond, 0, 0, 0, "", "", nil)
+	if key == "" { // MissingSkip
 		next.ServeHTTP(w, r)
 		return
 	}
-	if l.headers != HeadersOff {
-		if now == 0 {
-			now = gateNow(l.gate)
-		}
-		setHeaders(l.resp, w.Header(), &v.Decision, now/nsPerSecond)
+	d = &v.Decision
+	now = take1(l.mem, l.limit, key, l.cost, d, 0, nil, noSlot, false, noState, nil, 0, 0)
+	if !l.clock {
+		now = 0
 	}
+	if !d.Allowed || d.Delay > 0 || !l.fast {
+		// answer writes an admitted request's headers as setHeaders
+		// does, and passes it on.
+		laneOneAnswer(l, next, w, r, []Ask{{Limit: l.limit, Key: key, Cost: l.cost}}, &v, now)
+		return
+	}
+	setIETFXHeaders(w.Header(), l.answer, d, now/nsPerSecond, 0, 0, 0, "", "", nil)
 	next.ServeHTTP(w, r)
 }
 
@@ -599,7 +606,7 @@ func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 	case l.tb:
 		serveLaneTB(l, next, w, r, "", "", "", nil, 0, nil, noSlot, false, nil, 0, 0, 0, 0, 0, 0, nil, nil)
 	case l.one:
-		serveLaneOne(l, next, w, r, "", false, nil, noVerdict, 0)
+		serveLaneOne(l, next, w, r, "", nil, noVerdict, nil, 0)
 	default:
 		serveLaneAny(l, next, w, r, nil, noVerdict, nil)
 	}

@@ -238,7 +238,7 @@ const maxAsks = 8
 // and saves the new states only if every ask is allowed.
 func (s *MemoryStore) Take(ctx context.Context, asks []Ask, out []Decision) error {
 	if len(asks) == 1 {
-		take1(s, &asks[0], &out[0])
+		take1(s, asks[0].Limit, asks[0].Key, asks[0].Cost, &out[0], 0, nil, noSlot, false, noState, nil, 0, 0)
 		return nil
 	}
 	takeMany(s, asks, out)
@@ -379,44 +379,46 @@ func shardOrder(order []int, i int) []int {
 	return order
 }
 
-// take1 decides one ask into *d and returns the instant it decided at:
-// Take's common case, and the Gate's. The hash (memHash), the clock
-// reading (memNow) and decide's dispatch are inline, as is a
-// sliding_window_log's load and save of its entries, in its case: under
-// Yaegi each call, and each value the function reads, costs (see decide).
-func take1(s *MemoryStore, a *Ask, d *Decision) int64 {
-	l := a.Limit
-	h := maphash.String(s.seed, a.Key)
+// take1 decides the ask of cost on limit l for key into *d and returns the
+// instant it decided at: Take's common case, the Gate's and the Lane's.
+// The hash (memHash), the clock reading (memNow) and decide's dispatch are
+// inline, as is a sliding_window_log's load and save of its entries, in
+// its case: under Yaegi each call, and each value the function reads,
+// costs (see decide). Its parameters after d are its variables, which
+// callers pass as zero values (see serveLaneTB); ps points to st.
+func take1(s *MemoryStore, l *Limit, key string, cost float64, d *Decision,
+	h uint64, sh *memShard, sl memSlot, held bool, st State, ps *State, now, exp int64) int64 {
+	h = hashString(s.seed, key)
 	h ^= l.nsHash
-	sh := &s.shards[h>>memShardShift]
+	sh = &s.shards[h>>memShardShift]
 	sh.mu.Lock()
-	sl, held := sh.slots[h]
-	st := &State{T: sl.t, A: sl.a, B: sl.b}
-	now := int64(time.Since(s.base))
+	sl, held = sh.slots[h]
+	st = State{T: sl.t, A: sl.a, B: sl.b}
+	ps = &st
+	now = int64(timeSince(s.base))
 	now += s.wall
 	if s.clock != nil {
 		now = s.clock()
 	}
-	exp, cost := now, a.Cost
 	switch l.Algorithm {
 	case TokenBucket:
-		exp = tokenBucket(l, st, now, cost, d)
+		exp = tokenBucket(l, ps, now, cost, d)
 	case LeakyBucket:
-		exp = leakyBucket(l, st, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, false)
+		exp = leakyBucket(l, ps, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, false)
 	case FixedWindow:
-		exp = fixedWindow(l, st, now, cost, d, 0, 0, 0)
+		exp = fixedWindow(l, ps, now, cost, d, 0, 0, 0)
 	case SlidingWindowLog:
 		if held {
 			st.Log = sh.logs[h]
 		}
-		exp = slidingLog(l, st, now, cost, d, 0, 0, 0, nil)
+		exp = slidingLog(l, ps, now, cost, d, 0, 0, 0, nil)
 		if d.Allowed {
 			// Before memRoom, which forgets another state (h is not
 			// held) if any.
 			memPutLog(sh, h, st.Log)
 		}
 	default:
-		exp = slidingCounter(l, st, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+		exp = slidingCounter(l, ps, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 	}
 	if d.Allowed {
 		if !held {
