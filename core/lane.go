@@ -535,7 +535,7 @@ func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 		laneOneAnswer(l, next, w, r, []Ask{{Limit: l.limit, Key: key, Cost: l.cost}}, &v, now)
 		return
 	}
-	setIETFXHeaders(w.Header(), l.answer, d, now/nsPerSecond, 0, 0, 0, "", "", nil)
+	setIETFXHeaders(w.Header(), l.answer, d, now/nsPerSecond, 0, 0, 0, 0, "", "", nil)
 	next.ServeHTTP(w, r)
 }
 
