@@ -72,6 +72,8 @@ type Lane struct {
 	// answer: one, the limit's answer texts, which setIETFXHeaders
 	// writes.
 	answer *limitAnswer
+	// memClock: g.memClock, for laneMany.
+	memClock bool
 }
 
 // LaneConfig configures a Lane.
@@ -128,6 +130,7 @@ func NewLane(cfg LaneConfig) *Lane {
 	if l.mem == nil {
 		return l
 	}
+	l.memClock = g.memClock
 	if len(cfg.Asks) != 1 || g.cfg.Mode != Enforce {
 		return l
 	}
@@ -467,7 +470,7 @@ func laneSetHeaders(l *Lane, w http.ResponseWriter, deficit float64, reset, now 
 // a dry run, exempt clients, or in-flight limits (whose gate has no mem).
 // Its parameters after r are its variables, zero (see serveLaneTB).
 func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
-	asks []Ask, v Verdict, out []Decision) {
+	asks []Ask, v Verdict) {
 	if l.dryRun != "" {
 		delete(r.Header, l.dryRun)
 	}
@@ -475,7 +478,7 @@ func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 		next.ServeHTTP(w, r)
 		return
 	}
-	asks = laneAsks(l, r, nil, nil, 0, "", false)
+	asks = laneAsks(l, r, nil, nil, 0, "", nil, nil, nil)
 	if l.flight {
 		laneHold(l, next, w, r, asks)
 		return
@@ -489,11 +492,42 @@ func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 		take1(l.mem, asks[0].Limit, asks[0].Key, asks[0].Cost, &v.Decision, 0, nil, noSlot, false, noState, nil, 0, 0)
 		classify1(l.gate, &v)
 	default:
-		out = make([]Decision, len(asks))
-		takeMany(l.mem, asks, out)
-		v = classify(l.gate, out)
+		laneMany(l, next, w, r, asks, nil, nil, nil, 0, 0, noVerdict)
+		return
 	}
 	laneFinish(l, next, w, r, &v, answer(l.gate, w, r, asks, &v, 0))
+}
+
+// laneMany finishes serveLaneAny for several asks on the in-memory store.
+// When every limit admits the request at once, which needs neither
+// classify's generality nor answer's, it writes the headers of the
+// decision classify reports, that of the limit closest to exhaustion, on
+// the clock of the decisions when that is the gate's (memClock), and
+// passes the request on. Its parameters after asks are its variables,
+// zero (see serveLaneTB).
+func laneMany(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask,
+	out []Decision, d, best *Decision, i int, now int64, v Verdict) {
+	out = make([]Decision, len(asks))
+	now = takeMany(l.mem, asks, out, noMemAsks, noOrder, nil, nil, nil, nil, nil, nil, nil, nil, noSlot, false, false, false, 0, 0)
+	best = &out[0]
+	for i = 0; i < len(out); i++ {
+		d = &out[i]
+		if !d.Allowed || d.Delay > 0 {
+			v = classify(l.gate, out)
+			laneFinish(l, next, w, r, &v, answer(l.gate, w, r, asks, &v, 0))
+			return
+		}
+		if d.Remaining*best.Quota < best.Remaining*d.Quota { // as classify chooses
+			best = d
+		}
+	}
+	if l.resp.Headers != HeadersOff {
+		if !l.memClock {
+			now = gateNow(l.gate)
+		}
+		setHeaders(l.resp, w.Header(), best, now/nsPerSecond)
+	}
+	next.ServeHTTP(w, r)
 }
 
 // laneExempt reports whether r's client is in l's exempt networks.
@@ -571,17 +605,36 @@ func laneFinish(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reque
 // building each distinct key once. Its parameters after r are its
 // variables, zero (see serveLaneTB); its loops count with i, since under
 // Yaegi a range loop's variables are allocated again on every iteration.
-func laneAsks(l *Lane, r *http.Request, keys []string, asks []Ask, i int, key string, ok bool) []Ask {
+// A constant key (a global limit's), an IPv4 peer's key (as serveLaneTB
+// builds it) and MissingKey.Resolve are inline: under Yaegi each call of
+// KeySpec.Key or Resolve costs a frame more than the lines it saves.
+func laneAsks(l *Lane, r *http.Request, keys []string, asks []Ask, i int, key string, spec *KeySpec, a *LaneAsk, err error) []Ask {
 	keys = make([]string, len(l.specs))
 	for i = 0; i < len(keys); i++ {
-		keys[i], _ = (*KeySpec).Key(l.specs[i], r) // "" when missing
+		spec = l.specs[i]
+		if spec.fixed {
+			keys[i] = spec.constKey
+			continue
+		}
+		key = r.RemoteAddr
+		if spec.ipv4 && key != "" && key[0] != '[' {
+			if _, err = parseAddrPort(key); err == nil {
+				keys[i] = key[:lastIndexByte(key, ':')]
+				continue
+			}
+		}
+		keys[i], _ = (*KeySpec).Key(spec, r) // "" when missing
 	}
 	asks = make([]Ask, 0, len(l.asks))
 	for i = 0; i < len(l.asks); i++ {
-		// A method expression: a method call costs more under Yaegi.
-		if key, ok = MissingKey.Resolve(l.asks[i].Missing, keys[l.asks[i].Spec], true); ok {
-			asks = append(asks, Ask{Limit: l.asks[i].Limit, Key: l.prefix + key, Cost: l.asks[i].Cost})
+		a = &l.asks[i]
+		if key = keys[a.Spec]; key == "" { // Resolve(key, true)
+			if a.Missing != MissingShared {
+				continue
+			}
+			key = missingSharedKey
 		}
+		asks = append(asks, Ask{Limit: a.Limit, Key: l.prefix + key, Cost: a.Cost})
 	}
 	return asks
 }
@@ -608,6 +661,6 @@ func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 	case l.one:
 		serveLaneOne(l, next, w, r, "", nil, noVerdict, nil, 0)
 	default:
-		serveLaneAny(l, next, w, r, nil, noVerdict, nil)
+		serveLaneAny(l, next, w, r, nil, noVerdict)
 	}
 }
