@@ -208,7 +208,7 @@ func setHeaders(r *Responder, h http.Header, d *Decision, nowUnix int64) {
 		return
 	}
 	if l := d.Limit; r.Headers == headersIETFX && l != nil && l.answer.ready && l.answer.quota == d.Quota {
-		setIETFXHeaders(h, &l.answer, d, nowUnix, 0, 0, 0, "", "", nil)
+		setIETFXHeaders(h, &l.answer, d, nowUnix, 0, 0, 0, 0, "", "", nil)
 		return
 	}
 	setAnyHeaders(r, h, d, nowUnix)
@@ -221,18 +221,20 @@ var headersIETFX = HeadersIETF | HeadersX
 // setIETFXHeaders is setAnyHeaders for the header set ietf and x and the
 // answer texts a of d's limit. Its parameters after nowUnix are its
 // variables, zero: under Yaegi a parameter is allocated once per call,
-// where a := allocates its variable again each time it runs.
+// where a := allocates its variable again each time it runs. Each field
+// of d is read once, and t is a Duration, so that d's durations need no
+// conversion: under Yaegi each selector and conversion is a value.
 func setIETFXHeaders(h http.Header, a *limitAnswer, d *Decision, nowUnix int64,
-	rem, reset, t int64, remText, tText string, vals []string) {
-	if d.Remaining >= maxSFInteger { // floorUnits(d.Remaining)
+	rem, reset int64, t nanos, x float64, remText, tText string, vals []string) {
+	x = d.Remaining // floorUnits(x)
+	if x >= maxSFInteger {
 		rem = maxSFInteger
-	} else if d.Remaining > 0 {
-		rem = int64(d.Remaining)
+	} else if x > 0 {
+		rem = int64(x)
 	}
-	reset = int64(d.Reset) // ceilSeconds(d.Reset)
-	t = reset % nsPerSecond
-	reset /= nsPerSecond
-	if t > 0 {
+	t = d.Reset // ceilSeconds(t)
+	reset = int64(t / nanos(nsPerSecond))
+	if t%nanos(nsPerSecond) > 0 {
 		reset++
 	} else if reset < 0 {
 		reset = 0
@@ -240,25 +242,25 @@ func setIETFXHeaders(h http.Header, a *limitAnswer, d *Decision, nowUnix int64,
 	if rem < smallInts {
 		remText = smallIntTexts[rem]
 	} else {
-		remText = strconv.FormatInt(rem, 10)
+		remText = fmtInt(rem, 10)
 	}
 	// t as setAnyHeaders computes it.
-	t = int64(d.Next)
-	if !d.Allowed && d.RetryAfter != Never {
-		t = int64(d.RetryAfter)
+	t = d.RetryAfter
+	if d.Allowed || t == Never {
+		t = d.Next
 	}
 	tText = "0"
 	if t > 0 {
 		t--
-		t /= nsPerSecond
+		t /= nanos(nsPerSecond)
 		if t++; t < smallInts {
 			tText = smallIntTexts[t]
 		} else {
-			tText = strconv.FormatInt(t, 10)
+			tText = fmtInt(int64(t), 10)
 		}
 	}
 	nowUnix += reset
-	vals = []string{a.policy, a.ietfPrefix + remText + ";t=" + tText, a.qText, remText, strconv.FormatInt(nowUnix, 10)}
+	vals = []string{a.policy, a.ietfPrefix + remText + ";t=" + tText, a.qText, remText, fmtInt(nowUnix, 10)}
 	h["Ratelimit-Policy"] = vals[0:1:1]
 	h["Ratelimit"] = vals[1:2:2]
 	h["X-Ratelimit-Limit"] = vals[2:3:3]

@@ -407,7 +407,7 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, asks []Ask) (Verdic
 	}
 	var v Verdict
 	d := &v.Decision
-	now := take1(g.mem, &asks[0], d)
+	now := take1(g.mem, asks[0].Limit, asks[0].Key, asks[0].Cost, d, 0, nil, noSlot, false, noState, nil, 0, 0)
 	if !g.memClock {
 		now = 0
 	}

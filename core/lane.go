@@ -69,12 +69,17 @@ type Lane struct {
 	bodyHead, bodyTail string
 	contentType        string
 
+	// answer: one or rd, the limit's answer texts, which setIETFXHeaders
+	// writes.
+	answer *limitAnswer
+	// memClock: g.memClock, for laneMany.
+	memClock bool
+
 	// rd: ServeLane decides on Redis by serveLaneRedis (see newLaneRedis),
 	// with limit, spec, cost, quota, ipv4, clientIP and shared as for one.
 	// direct, breaker and timeout are the gate's store's and config's,
 	// bstate and bfails the breaker's state and fails (nil without one);
-	// take, hole and hole2 the limit's limitRedis call, answer its
-	// limitAnswer; sys the gate's system clock, nil with a
+	// take, hole and hole2 the limit's limitRedis call; sys the gate's system clock, nil with a
 	// GateConfig.Clock. down is LaneConfig's with Watch and Observe,
 	// &alwaysDown with them but no Down, else nil: serveLaneRedis
 	// observes an admission while *down is not 0.
@@ -88,7 +93,6 @@ type Lane struct {
 	down        *int32
 	bstate      *int32
 	bfails      *int32
-	answer      *limitAnswer
 }
 
 // LaneConfig configures a Lane.
@@ -153,6 +157,7 @@ func NewLane(cfg LaneConfig) *Lane {
 		newLaneRedis(l, cfg)
 		return l
 	}
+	l.memClock = g.memClock
 	if len(cfg.Asks) != 1 || g.cfg.Mode != Enforce {
 		return l
 	}
@@ -173,6 +178,7 @@ func NewLane(cfg LaneConfig) *Lane {
 	l.fast = l.clock && l.headers&HeadersLegacy == 0 && l.headers&HeadersIETF != 0 && l.headers&HeadersX != 0 &&
 		lim.capacity < maxSFInteger && lim.answer.ready
 	l.policy, l.ietfPrefix, l.qText = lim.answer.policy, lim.answer.ietfPrefix, lim.answer.qText
+	l.answer = &lim.answer
 	rs := g.resp
 	if l.fast && rs.Jitter == 0 && !rs.Defer && rs.Body < BodyNone && (!l.tb || a.Cost <= lim.capacity+eps) {
 		t := &bodyTexts[rs.Body]
@@ -311,6 +317,7 @@ var (
 	noSlot        memSlot  // serveLaneTB's sl, zero
 	noVerdict     Verdict  // laneReject's v, zero
 	noDecision    Decision // laneSetHeaders' d, zero
+	noState       State    // take1's st, zero
 	fmtInt        = strconv.FormatInt
 	parseAddrPort = netip.ParseAddrPort
 	lastIndexByte = strings.LastIndexByte
@@ -490,7 +497,7 @@ func laneSetHeaders(l *Lane, w http.ResponseWriter, deficit float64, reset, now 
 // a dry run, exempt clients, or in-flight limits (whose gate has no mem).
 // Its parameters after r are its variables, zero (see serveLaneTB).
 func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
-	asks []Ask, v Verdict, out []Decision) {
+	asks []Ask, v Verdict) {
 	if l.dryRun != "" {
 		delete(r.Header, l.dryRun)
 	}
@@ -498,7 +505,7 @@ func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 		next.ServeHTTP(w, r)
 		return
 	}
-	asks = laneAsks(l, r, nil, nil, 0, "", false)
+	asks = laneAsks(l, r, nil, nil, 0, "", nil, nil, nil)
 	if l.flight {
 		laneHold(l, next, w, r, asks)
 		return
@@ -509,14 +516,45 @@ func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 	case len(asks) == 1:
 		// Decide's work without its generality: a MemoryStore never
 		// fails.
-		take1(l.mem, &asks[0], &v.Decision)
+		take1(l.mem, asks[0].Limit, asks[0].Key, asks[0].Cost, &v.Decision, 0, nil, noSlot, false, noState, nil, 0, 0)
 		classify1(l.gate, &v)
 	default:
-		out = make([]Decision, len(asks))
-		takeMany(l.mem, asks, out)
-		v = classify(l.gate, out)
+		laneMany(l, next, w, r, asks, nil, nil, nil, 0, 0, noVerdict)
+		return
 	}
 	laneFinish(l, next, w, r, &v, answer(l.gate, w, r, asks, &v, 0))
+}
+
+// laneMany finishes serveLaneAny for several asks on the in-memory store.
+// When every limit admits the request at once, which needs neither
+// classify's generality nor answer's, it writes the headers of the
+// decision classify reports, that of the limit closest to exhaustion, on
+// the clock of the decisions when that is the gate's (memClock), and
+// passes the request on. Its parameters after asks are its variables,
+// zero (see serveLaneTB).
+func laneMany(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask,
+	out []Decision, d, best *Decision, i int, now int64, v Verdict) {
+	out = make([]Decision, len(asks))
+	now = takeMany(l.mem, asks, out, noMemAsks, noOrder, nil, nil, nil, nil, nil, nil, nil, nil, noSlot, false, false, false, 0, 0)
+	best = &out[0]
+	for i = 0; i < len(out); i++ {
+		d = &out[i]
+		if !d.Allowed || d.Delay > 0 {
+			v = classify(l.gate, out)
+			laneFinish(l, next, w, r, &v, answer(l.gate, w, r, asks, &v, 0))
+			return
+		}
+		if d.Remaining*best.Quota < best.Remaining*d.Quota { // as classify chooses
+			best = d
+		}
+	}
+	if l.resp.Headers != HeadersOff {
+		if !l.memClock {
+			now = gateNow(l.gate)
+		}
+		setHeaders(l.resp, w.Header(), best, now/nsPerSecond)
+	}
+	next.ServeHTTP(w, r)
 }
 
 // laneExempt reports whether r's client is in l's exempt networks.
@@ -526,38 +564,39 @@ func laneExempt(l *Lane, r *http.Request) bool {
 }
 
 // serveLaneOne is ServeLane for one enforced limit of any algorithm in
-// the in-memory store: Gate.Serve's own path, without its generality. Its
-// parameters after r are its variables, zero (see serveLaneTB).
+// the in-memory store: Gate.Serve's own path, without its generality. It
+// builds an IPv4 peer's key as serveLaneTB does, and any other by
+// laneKey, rather than through KeySpec.Key: under Yaegi that call costs
+// more than the few lines it repeats. Its parameters after r are its
+// variables, zero (see serveLaneTB).
 func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
-	key string, ok bool, asks []Ask, v Verdict, now int64) {
-	key, ok = (*KeySpec).Key(l.spec, r)
-	if !ok || key == "" {
-		if !l.shared {
-			next.ServeHTTP(w, r)
-			return
+	key string, err error, v Verdict, d *Decision, now int64) {
+	key = r.RemoteAddr
+	if l.ipv4 && key != "" && key[0] != '[' {
+		if _, err = parseAddrPort(key); err == nil {
+			key = l.prefix + key[:lastIndexByte(key, ':')]
+		} else {
+			key = laneKey(l, r, "", false)
 		}
-		key = missingSharedKey
+	} else {
+		key = laneKey(l, r, "", false)
 	}
-	asks = []Ask{{Limit: l.limit, Key: l.prefix + key, Cost: l.cost}}
-	now = take1(l.mem, &asks[0], &v.Decision)
-	if !l.clock {
-		now = 0
-	}
-	if !v.Decision.Allowed || v.Decision.Delay > 0 {
-		laneOneAnswer(l, next, w, r, asks, &v, now)
-		return
-	}
-	if l.fast {
-		setIETFXHeaders(w.Header(), &l.limit.answer, &v.Decision, now/nsPerSecond, 0, 0, 0, "", "", nil)
+	if key == "" { // MissingSkip
 		next.ServeHTTP(w, r)
 		return
 	}
-	if l.headers != HeadersOff {
-		if now == 0 {
-			now = gateNow(l.gate)
-		}
-		setHeaders(l.resp, w.Header(), &v.Decision, now/nsPerSecond)
+	d = &v.Decision
+	now = take1(l.mem, l.limit, key, l.cost, d, 0, nil, noSlot, false, noState, nil, 0, 0)
+	if !l.clock {
+		now = 0
 	}
+	if !d.Allowed || d.Delay > 0 || !l.fast {
+		// answer writes an admitted request's headers as setHeaders
+		// does, and passes it on.
+		laneOneAnswer(l, next, w, r, []Ask{{Limit: l.limit, Key: key, Cost: l.cost}}, &v, now)
+		return
+	}
+	setIETFXHeaders(w.Header(), l.answer, d, now/nsPerSecond, 0, 0, 0, 0, "", "", nil)
 	next.ServeHTTP(w, r)
 }
 
@@ -593,17 +632,36 @@ func laneFinish(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reque
 // building each distinct key once. Its parameters after r are its
 // variables, zero (see serveLaneTB); its loops count with i, since under
 // Yaegi a range loop's variables are allocated again on every iteration.
-func laneAsks(l *Lane, r *http.Request, keys []string, asks []Ask, i int, key string, ok bool) []Ask {
+// A constant key (a global limit's), an IPv4 peer's key (as serveLaneTB
+// builds it) and MissingKey.Resolve are inline: under Yaegi each call of
+// KeySpec.Key or Resolve costs a frame more than the lines it saves.
+func laneAsks(l *Lane, r *http.Request, keys []string, asks []Ask, i int, key string, spec *KeySpec, a *LaneAsk, err error) []Ask {
 	keys = make([]string, len(l.specs))
 	for i = 0; i < len(keys); i++ {
-		keys[i], _ = (*KeySpec).Key(l.specs[i], r) // "" when missing
+		spec = l.specs[i]
+		if spec.fixed {
+			keys[i] = spec.constKey
+			continue
+		}
+		key = r.RemoteAddr
+		if spec.ipv4 && key != "" && key[0] != '[' {
+			if _, err = parseAddrPort(key); err == nil {
+				keys[i] = key[:lastIndexByte(key, ':')]
+				continue
+			}
+		}
+		keys[i], _ = (*KeySpec).Key(spec, r) // "" when missing
 	}
 	asks = make([]Ask, 0, len(l.asks))
 	for i = 0; i < len(l.asks); i++ {
-		// A method expression: a method call costs more under Yaegi.
-		if key, ok = MissingKey.Resolve(l.asks[i].Missing, keys[l.asks[i].Spec], true); ok {
-			asks = append(asks, Ask{Limit: l.asks[i].Limit, Key: l.prefix + key, Cost: l.asks[i].Cost})
+		a = &l.asks[i]
+		if key = keys[a.Spec]; key == "" { // Resolve(key, true)
+			if a.Missing != MissingShared {
+				continue
+			}
+			key = missingSharedKey
 		}
+		asks = append(asks, Ask{Limit: a.Limit, Key: l.prefix + key, Cost: a.Cost})
 	}
 	return asks
 }
@@ -629,10 +687,10 @@ func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 	case l.tb:
 		serveLaneTB(l, next, w, r, "", "", "", nil, 0, nil, noSlot, false, nil, 0, 0, 0, 0, 0, 0, nil, nil)
 	case l.one:
-		serveLaneOne(l, next, w, r, "", false, nil, noVerdict, 0)
+		serveLaneOne(l, next, w, r, "", nil, noVerdict, nil, 0)
 	case l.rd:
 		serveLaneRedis(l, next, w, r, "", nil, nil, nil, noTime, nil, noSum, nil, "", false, 0, 0, 0, 0, 0, 0, noFields, 0, noVerdict)
 	default:
-		serveLaneAny(l, next, w, r, nil, noVerdict, nil)
+		serveLaneAny(l, next, w, r, nil, noVerdict)
 	}
 }

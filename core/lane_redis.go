@@ -80,14 +80,14 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 		key = laneKey(l, r, "", false)
 	}
 	if key == "" || len(key) > MaxKeyLength || l.bstate != nil && loadInt32(l.bstate) != breakerClosed {
-		serveLaneAny(l, next, w, r, nil, noVerdict, nil)
+		serveLaneAny(l, next, w, r, nil, noVerdict)
 		return
 	}
 	l.direct.mu.Lock()
 	cl = l.direct.client
 	l.direct.mu.Unlock()
 	if cl == nil {
-		serveLaneAny(l, next, w, r, nil, noVerdict, nil)
+		serveLaneAny(l, next, w, r, nil, noVerdict)
 		return
 	}
 	// gateTakeRedis' call.
@@ -149,7 +149,7 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 	} else {
 		now = gateNow(l.gate)
 	}
-	setIETFXHeaders(w.Header(), l.answer, &v.Decision, now/nsPerSecond, 0, 0, 0, "", "", nil)
+	setIETFXHeaders(w.Header(), l.answer, &v.Decision, now/nsPerSecond, 0, 0, 0, 0, "", "", nil)
 	if l.down != nil && loadInt32(l.down) != 0 {
 		l.observe(&v)
 	}

@@ -210,3 +210,110 @@ func TestServeLaneNextRounding(t *testing.T) {
 		clock.Advance(1400 * time.Millisecond)
 	}
 }
+
+// TestServeLaneManyMatchesGate: a lane of two limits in the in-memory
+// store, one per client and one global (laneAsks, takeMany, laneMany),
+// answers every request exactly as Gate.Serve answers the same asks on
+// the general path, for every algorithm of the per-client limit and every
+// header set.
+func TestServeLaneManyMatchesGate(t *testing.T) {
+	algs := []struct {
+		alg   Algorithm
+		rate  string
+		burst float64
+	}{
+		{TokenBucket, "3/s", 0},
+		{FixedWindow, "5/s", 0},
+		{SlidingWindowCounter, "10/m", 0},
+		{SlidingWindowLog, "4/s", 0},
+		{LeakyBucket, "3/s", 4},
+	}
+	headerSets := []HeaderSet{DefaultHeaders, HeadersIETF, HeadersX, HeadersIETF | HeadersLegacy | HeadersX, HeadersOff}
+	remotes := []string{"192.0.2.1:1234", "192.0.2.2:80", "[2001:db8::1]:443", "not an address", ""}
+	steps := 200
+	if testing.Short() {
+		steps = 40
+	}
+	rng := rand.New(rand.NewSource(12))
+	for ai, ac := range algs {
+		for hi, hs := range headerSets {
+			clock := &fakeClock{now: confEpoch}
+			per := gateLimit(t, "per", ac.alg, ac.rate, ac.burst)
+			if ac.alg == LeakyBucket {
+				per.MaxDelay = 1 // rejects what it would delay
+				if err := per.Validate(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			global := gateLimit(t, "global", TokenBucket, "7/s", 5)
+			limits := []*Limit{per, global}
+			resp := Responder{Headers: hs, Body: BodyFormat((ai + hi) % 4)}
+			laneStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			laneGate, err := NewGate(GateConfig{Limits: limits, Store: laneStore, Responder: resp, Clock: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			laneGate.memClock = true // as in TestServeLaneMatchesGate
+			slowStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			slowGate, err := NewGate(GateConfig{Limits: limits, Store: &hiddenStore{slowStore}, Responder: resp, Clock: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ipSpec, err := ParseKeySpec(nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			allSpec, err := ParseKeySpec([]string{"const:all"}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var seen []Verdict
+			lane := NewLane(LaneConfig{Gate: laneGate, Asks: []LaneAsk{{Limit: per, Spec: 0, Cost: 1}, {Limit: global, Spec: 1, Cost: 1}},
+				Specs: []*KeySpec{ipSpec, allSpec}, Prefix: "mw\x00", Observe: func(v *Verdict) { seen = append(seen, *v) }})
+			label := string(ac.alg) + " headers " + strconv.Itoa(int(hs))
+			for step := 0; step < steps; step++ {
+				remote := remotes[rng.Intn(len(remotes))]
+				var recs [2]*httptest.ResponseRecorder
+				var nexts [2]countingHandler
+				seen = seen[:0]
+				for i := range recs {
+					recs[i] = httptest.NewRecorder()
+					r := httptest.NewRequest(http.MethodGet, "/", nil)
+					r.RemoteAddr = remote
+					if i == 0 {
+						ServeLane(lane, &nexts[0], recs[0], r)
+						continue
+					}
+					var asks []Ask
+					if key, ok := MissingSkip.Resolve(ipSpec.Key(r)); ok {
+						asks = append(asks, Ask{Limit: per, Key: "mw\x00" + key, Cost: 1})
+					}
+					asks = append(asks, Ask{Limit: global, Key: "mw\x00all", Cost: 1})
+					v, pass := slowGate.Serve(recs[1], r, asks)
+					if pass {
+						nexts[1].n++
+					}
+					if v.Outcome == OutcomeAllowed && v.Delay == 0 {
+						if len(seen) != 0 {
+							t.Fatalf("%s, step %d: lane observed %+v of an allowed request", label, step, seen)
+						}
+					} else if len(seen) != 1 || !reflect.DeepEqual(seen[0], v) {
+						t.Fatalf("%s, step %d: lane observed %+v, gate's verdict %+v", label, step, seen, v)
+					}
+				}
+				if recs[0].Code != recs[1].Code || !reflect.DeepEqual(recs[0].Header(), recs[1].Header()) ||
+					recs[0].Body.String() != recs[1].Body.String() || nexts[0].n != nexts[1].n {
+					t.Fatalf("%s, step %d, client %q: lane answered %d %v %q (next %d), gate %d %v %q (next %d)", label, step, remote,
+						recs[0].Code, recs[0].Header(), recs[0].Body, nexts[0].n, recs[1].Code, recs[1].Header(), recs[1].Body, nexts[1].n)
+				}
+				clock.Advance(time.Duration(rng.Int63n(int64(300 * time.Millisecond))))
+			}
+		}
+	}
+}

@@ -238,12 +238,18 @@ const maxAsks = 8
 // and saves the new states only if every ask is allowed.
 func (s *MemoryStore) Take(ctx context.Context, asks []Ask, out []Decision) error {
 	if len(asks) == 1 {
-		take1(s, &asks[0], &out[0])
+		take1(s, asks[0].Limit, asks[0].Key, asks[0].Cost, &out[0], 0, nil, noSlot, false, noState, nil, 0, 0)
 		return nil
 	}
-	takeMany(s, asks, out)
+	takeMany(s, asks, out, noMemAsks, noOrder, nil, nil, nil, nil, nil, nil, nil, nil, noSlot, false, false, false, 0, 0)
 	return nil
 }
+
+// noMemAsks and noOrder are takeMany's mb and ib, zero.
+var (
+	noMemAsks [maxAsks]memAsk
+	noOrder   [maxAsks]int
+)
 
 // memAsk is what takeMany holds of one ask: its hash, the state decided
 // and its expiry, and whether the ask's log was full (MaxLogQuota
@@ -259,60 +265,57 @@ type memAsk struct {
 	newest LogEntry
 }
 
-// takeMany is Take for several asks. It is apart from Take because Yaegi
-// allocates a function's local arrays on every call, even on paths that do
-// not use them. The hash (memHash), the clock reading (memNow) and the
-// load and save of each state (memLoad, memSave) are inline, a
-// token_bucket or sliding_window_log ask calls its algorithm without
-// decide (the first for the common case, the second for its log), and
-// the variables are declared once, outside the loops: under Yaegi each
-// call costs, and a := in a loop allocates its variable again at each
-// iteration (see decide).
-func takeMany(s *MemoryStore, asks []Ask, out []Decision) {
-	var mb [maxAsks]memAsk
-	var ib [maxAsks]int
-	ms, order := mb[:0], ib[:0]
+// takeMany is Take for several asks, and returns the instant it decided
+// at. It is apart from Take because Yaegi allocates a function's local
+// arrays on every call, even on paths that do not use them. The hash
+// (memHash), the clock reading (memNow) and the load and save of each
+// state (memLoad, memSave) are inline, a token_bucket or
+// sliding_window_log ask calls its algorithm without decide (the first
+// for the common case, the second for its log), and its loops count with
+// i: under Yaegi each call costs, and a range loop's variables are
+// allocated again at each iteration. Its parameters after out are its
+// variables, which callers pass as zero values (see serveLaneTB): mb and
+// ib hold ms and order for up to maxAsks asks.
+func takeMany(s *MemoryStore, asks []Ask, out []Decision,
+	mb [maxAsks]memAsk, ib [maxAsks]int, ms []memAsk, order []int, a *Ask, l *Limit, m *memAsk, st *State,
+	d *Decision, sh *memShard, sl memSlot, held, all, full bool, i int, now int64) int64 {
 	if len(asks) > maxAsks {
-		ms, order = make([]memAsk, 0, len(asks)), make([]int, 0, len(asks))
+		ms, order = make([]memAsk, len(asks)), make([]int, 0, len(asks))
+	} else {
+		ms, order = mb[:len(asks)], ib[:0]
 	}
-	var a *Ask
-	var m *memAsk
-	var st *State
-	var d *Decision
-	var sh *memShard
-	var sl memSlot
-	var held bool
-	for i := range asks {
+	for i = 0; i < len(asks); i++ {
 		a = &asks[i]
-		ms = append(ms, memAsk{h: maphash.String(s.seed, a.Key)})
 		m = &ms[i]
+		m.h = hashString(s.seed, a.Key)
 		m.h ^= a.Limit.nsHash
 		if i == 0 { // shardOrder of no shards, without its call
 			order = append(order, int(m.h>>memShardShift))
 		} else {
-			order = shardOrder(order, int(m.h>>memShardShift))
+			order = shardOrder(order, int(m.h>>memShardShift), 0)
 		}
 	}
-	for _, i := range order {
-		s.shards[i].mu.Lock()
+	for i = 0; i < len(order); i++ {
+		s.shards[order[i]].mu.Lock()
 	}
-	now := int64(time.Since(s.base))
+	now = int64(timeSince(s.base))
 	now += s.wall
 	if s.clock != nil {
 		now = s.clock()
 	}
-	all, full := true, false
-	for i := range asks {
+	all = true
+	for i = 0; i < len(asks); i++ {
 		a = &asks[i]
+		l = a.Limit
 		m = &ms[i]
 		st = &m.st
 		d = &out[i]
 		sh = &s.shards[m.h>>memShardShift]
 		sl = sh.slots[m.h]
 		*st = State{T: sl.t, A: sl.a, B: sl.b}
-		switch a.Limit.Algorithm {
+		switch l.Algorithm {
 		case TokenBucket:
-			m.exp = tokenBucket(a.Limit, st, now, a.Cost, d)
+			m.exp = tokenBucket(l, st, now, a.Cost, d)
 		case SlidingWindowLog:
 			st.Log = sh.logs[m.h]
 			if len(st.Log) >= MaxLogQuota {
@@ -320,14 +323,16 @@ func takeMany(s *MemoryStore, asks []Ask, out []Decision) {
 				full = true
 				m.newest = st.Log[len(st.Log)-1]
 			}
-			m.exp = slidingLog(a.Limit, st, now, a.Cost, d, 0, 0, 0, nil)
+			m.exp = slidingLog(l, st, now, a.Cost, d, 0, 0, 0, nil)
 		default:
-			m.exp = decide(a.Limit, st, now, a.Cost, d)
+			m.exp = decide(l, st, now, a.Cost, d)
 		}
-		all = all && d.Allowed
+		if !d.Allowed {
+			all = false
+		}
 	}
 	if all {
-		for i := range asks {
+		for i = 0; i < len(asks); i++ {
 			m = &ms[i]
 			st = &m.st
 			sh = &s.shards[m.h>>memShardShift]
@@ -345,9 +350,10 @@ func takeMany(s *MemoryStore, asks []Ask, out []Decision) {
 		}
 		memTouchAll(s, asks, ms, now)
 	}
-	for _, i := range order {
-		s.shards[i].mu.Unlock()
+	for i = 0; i < len(order); i++ {
+		s.shards[order[i]].mu.Unlock()
 	}
+	return now
 }
 
 // restoreLogs puts back, for takeMany's asks ms that were not saved, the
@@ -364,9 +370,10 @@ func restoreLogs(s *MemoryStore, ms []memAsk) {
 // shardOrder inserts shard i into order, the ascending shard indexes that
 // takeMany locks (in that order, so that concurrent takes never deadlock),
 // unless it holds i already. It runs once per ask, rather than once per
-// shard: under Yaegi every loop iteration costs.
-func shardOrder(order []int, i int) []int {
-	j := len(order)
+// shard: under Yaegi every loop iteration costs. j is its variable, zero
+// (see serveLaneTB).
+func shardOrder(order []int, i, j int) []int {
+	j = len(order)
 	for j > 0 && order[j-1] > i {
 		j--
 	}
@@ -379,44 +386,46 @@ func shardOrder(order []int, i int) []int {
 	return order
 }
 
-// take1 decides one ask into *d and returns the instant it decided at:
-// Take's common case, and the Gate's. The hash (memHash), the clock
-// reading (memNow) and decide's dispatch are inline, as is a
-// sliding_window_log's load and save of its entries, in its case: under
-// Yaegi each call, and each value the function reads, costs (see decide).
-func take1(s *MemoryStore, a *Ask, d *Decision) int64 {
-	l := a.Limit
-	h := maphash.String(s.seed, a.Key)
+// take1 decides the ask of cost on limit l for key into *d and returns the
+// instant it decided at: Take's common case, the Gate's and the Lane's.
+// The hash (memHash), the clock reading (memNow) and decide's dispatch are
+// inline, as is a sliding_window_log's load and save of its entries, in
+// its case: under Yaegi each call, and each value the function reads,
+// costs (see decide). Its parameters after d are its variables, which
+// callers pass as zero values (see serveLaneTB); ps points to st.
+func take1(s *MemoryStore, l *Limit, key string, cost float64, d *Decision,
+	h uint64, sh *memShard, sl memSlot, held bool, st State, ps *State, now, exp int64) int64 {
+	h = hashString(s.seed, key)
 	h ^= l.nsHash
-	sh := &s.shards[h>>memShardShift]
+	sh = &s.shards[h>>memShardShift]
 	sh.mu.Lock()
-	sl, held := sh.slots[h]
-	st := &State{T: sl.t, A: sl.a, B: sl.b}
-	now := int64(time.Since(s.base))
+	sl, held = sh.slots[h]
+	st = State{T: sl.t, A: sl.a, B: sl.b}
+	ps = &st
+	now = int64(timeSince(s.base))
 	now += s.wall
 	if s.clock != nil {
 		now = s.clock()
 	}
-	exp, cost := now, a.Cost
 	switch l.Algorithm {
 	case TokenBucket:
-		exp = tokenBucket(l, st, now, cost, d)
+		exp = tokenBucket(l, ps, now, cost, d)
 	case LeakyBucket:
-		exp = leakyBucket(l, st, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, false)
+		exp = leakyBucket(l, ps, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, false)
 	case FixedWindow:
-		exp = fixedWindow(l, st, now, cost, d, 0, 0, 0)
+		exp = fixedWindow(l, ps, now, cost, d, 0, 0, 0)
 	case SlidingWindowLog:
 		if held {
 			st.Log = sh.logs[h]
 		}
-		exp = slidingLog(l, st, now, cost, d, 0, 0, 0, nil)
+		exp = slidingLog(l, ps, now, cost, d, 0, 0, 0, nil)
 		if d.Allowed {
 			// Before memRoom, which forgets another state (h is not
 			// held) if any.
 			memPutLog(sh, h, st.Log)
 		}
 	default:
-		exp = slidingCounter(l, st, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+		exp = slidingCounter(l, ps, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 	}
 	if d.Allowed {
 		if !held {

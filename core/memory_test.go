@@ -397,7 +397,7 @@ func TestShardOrder(t *testing.T) {
 		seen := map[int]bool{}
 		for k := rng.Intn(10); k > 0; k-- {
 			i := rng.Intn(memShards)
-			order = shardOrder(order, i)
+			order = shardOrder(order, i, 0)
 			seen[i] = true
 		}
 		if len(order) != len(seen) {
