@@ -93,6 +93,9 @@ type Lane struct {
 	down        *int32
 	bstate      *int32
 	bfails      *int32
+	// rejectHead: "0 ", the start of a rejection's reply, with fastReject
+	// (see newLaneRedis), else "1 ", an admission's.
+	rejectHead string
 }
 
 // LaneConfig configures a Lane.
@@ -177,15 +180,26 @@ func NewLane(cfg LaneConfig) *Lane {
 	l.headers = g.resp.Headers
 	l.fast = l.clock && l.headers&HeadersLegacy == 0 && l.headers&HeadersIETF != 0 && l.headers&HeadersX != 0 &&
 		lim.capacity < maxSFInteger && lim.answer.ready
-	l.policy, l.ietfPrefix, l.qText = lim.answer.policy, lim.answer.ietfPrefix, lim.answer.qText
 	l.answer = &lim.answer
-	rs := g.resp
-	if l.fast && rs.Jitter == 0 && !rs.Defer && rs.Body < BodyNone && (!l.tb || a.Cost <= lim.capacity+eps) {
+	if l.fast {
+		setFastReject(l, lim, !l.tb || a.Cost <= lim.capacity+eps)
+	}
+	return l
+}
+
+// setFastReject sets the answer texts of l's one limit lim, whose headers
+// l writes itself (the set ietf and x, a quota below maxSFInteger), and,
+// when laneReject can answer its rejections (no jitter, no Defer, a body,
+// and admit: the limit can admit the request's cost), fastReject and the
+// texts of the body.
+func setFastReject(l *Lane, lim *Limit, admit bool) {
+	l.policy, l.ietfPrefix, l.qText = lim.answer.policy, lim.answer.ietfPrefix, lim.answer.qText
+	rs := l.resp
+	if admit && rs.Jitter == 0 && !rs.Defer && rs.Body < BodyNone {
 		t := &bodyTexts[rs.Body]
 		l.fastReject = true
 		l.bodyHead, l.bodyTail, l.contentType = t.retry, t.retryEnd+lim.answer.tails[rs.Body], t.contentType
 	}
-	return l
 }
 
 // serveLaneTB is ServeLane for one enforced token_bucket limit in the

@@ -45,6 +45,14 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 		}
 	}
 	l.take, l.hole, l.hole2 = lim.redis.take, lim.redis.hole, lim.redis.hole2
+	// A rejection is laneReject's when its retry is known: the reply
+	// says Never in more digits than serveLaneRedis reads.
+	l.rejectHead = "1 "
+	if lim.capacity < maxSFInteger {
+		if setFastReject(l, lim, true); l.fastReject {
+			l.rejectHead = "0 "
+		}
+	}
 	if g.cfg.Clock == nil {
 		l.sys = &g.systemClock
 	}
@@ -56,7 +64,9 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 // script's call that the limit encoded (gateTakeRedis' RedisDirect call)
 // within the gate's timeout, reads the reply of an admission without
 // delay, writes the headers with setIETFXHeaders and reports the verdict
-// to the observer only when LaneConfig says it must. Everything else
+// to the observer only when LaneConfig says it must. A rejection whose
+// retry the reply gives is laneReject's, as an in-memory lane's is, when
+// the lane's answers are (fastReject). Everything else
 // takes the general path with its semantics: serveLaneAny before the
 // call (no key, a key too long to send as is, a breaker not simply
 // closed, no direct client), laneRedisSlow after it (a failed call, which
@@ -104,12 +114,13 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 		return
 	}
 	// decodeDecisions for the reply of an admission without delay,
-	// "1 <remaining> <reset> <retry> 0 <next>": the number remaining as
+	// "1 <remaining> <reset> <retry> 0 <next>", or with fastReject of a
+	// rejection, which starts "0 ": the number remaining as
 	// decodeAsk reads any (and decodeDecisions one with a fraction), by
 	// parseFloat, which reads a whole one as decodeDecisions does; the
 	// others whole numbers of 1 to 15 digits, fields 2 to 4 in f and the
 	// last in n.
-	if text, ok = reply.(string); !ok || len(text) < 11 || text[:2] != "1 " {
+	if text, ok = reply.(string); !ok || len(text) < 11 || text[:2] != "1 " && text[:2] != l.rejectHead {
 		laneRedisSlow(l, next, w, r, key, ctx, start, reply, nil)
 		return
 	}
@@ -141,7 +152,6 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 	if l.bstate != nil && (loadInt32(l.bstate) != breakerClosed || loadInt32(l.bfails) != 0) {
 		gateReport(l.gate, l.breaker, ctx, nil)
 	}
-	v.Decision = Decision{Limit: l.limit, Allowed: true, Quota: l.quota, Remaining: rem, Reset: f[2], Next: n}
 	// answer's clock: gateNow, inline for the system clock.
 	if l.sys != nil {
 		now = int64(timeSince(l.sys.base))
@@ -149,6 +159,11 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 	} else {
 		now = gateNow(l.gate)
 	}
+	if text[0] == '0' {
+		laneRedisReject(l, w, rem, &f, n, now)
+		return
+	}
+	v.Decision = Decision{Limit: l.limit, Allowed: true, Quota: l.quota, Remaining: rem, Reset: f[2], Next: n}
 	setIETFXHeaders(w.Header(), l.answer, &v.Decision, now/nsPerSecond, 0, 0, 0, 0, "", "", nil)
 	if l.down != nil && loadInt32(l.down) != 0 {
 		l.observe(&v)
@@ -164,6 +179,17 @@ var (
 	// verdict: never 0, never written.
 	alwaysDown int32 = 1
 )
+
+// laneRedisReject answers, by laneReject, the rejection that serveLaneRedis
+// read at now, whose fields 2 to 4 are in f and the last in next, with
+// decodeDecisions' RetryAfter (at least 1). It is apart so that an
+// admission does not pay for its values under Yaegi.
+func laneRedisReject(l *Lane, w http.ResponseWriter, rem float64, f *[redisReplyFields]time.Duration, next time.Duration, now int64) {
+	if f[3] == 0 {
+		f[3] = 1
+	}
+	laneReject(l, w, rem, int64(f[2]), int64(next), int64(f[3]), now, 0, 0, "", "", "", nil, nil, noVerdict)
+}
 
 // laneRedisSlow finishes serveLaneRedis on the general path after the
 // call of the limit's script on key, begun at start, returned reply and

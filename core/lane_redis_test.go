@@ -110,6 +110,10 @@ func TestServeLaneRedisMatchesGeneral(t *testing.T) {
 		"0 0 250000000 250000000 0 250000000",
 		"0 0 250000000 0 0 250000000",
 		"0 -1 3 -1 0 3",
+		"0 3.75 250000000 62500000 0 62500000", // a rejection with a fraction remaining
+		"0 0 2000000000 999999999999999 0 1",   // a retry of 15 digits
+		"0 0 2000000000 9223372036854775807 0 1",
+		"0 0 1 1 7 1", // a delay, which a rejection never has
 		"01 4 250000000 0 0 250000000",
 		"1 4 250000000 0 0 ",
 		"1 4 250000000 0 0",
