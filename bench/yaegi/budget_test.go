@@ -30,11 +30,12 @@ func TestYaegiAllocBudget(t *testing.T) {
 		}
 	}
 	srv := redistest.Start(t, redistest.Options{})
-	c := pluginCase{name: "redis", config: with(open, "redis", map[string]any{"endpoints": []any{srv.Addr}}), remote: ipv4}
-	h, nx, req := build(t, c, len(memoryCases))
-	if m := measure(h, nx, req, 20, 3, 100); m.allocs > redisCeiling {
-		t.Errorf("token_bucket allowed on Redis: %.0f allocations per request, more than its ceiling %d", m.allocs, redisCeiling)
-	} else {
-		t.Logf("token_bucket allowed on Redis: %.0f allocations per request (ceiling %d)", m.allocs, redisCeiling)
+	for i, c := range redisCases {
+		h, nx, req := build(t, onRedis(c, srv.Addr), len(memoryCases)+i)
+		if m := measure(h, nx, req, 20, 3, 100); m.allocs > c.ceiling {
+			t.Errorf("%s: %.0f allocations per request, more than its ceiling %.0f", c.name, m.allocs, c.ceiling)
+		} else {
+			t.Logf("%s: %.0f allocations per request (ceiling %.0f)", c.name, m.allocs, c.ceiling)
+		}
 	}
 }
