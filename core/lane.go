@@ -521,8 +521,11 @@ func laneSetHeaders(l *Lane, w http.ResponseWriter, deficit float64, reset, now 
 }
 
 // serveLaneAny is ServeLane for several limits, a watched or remote store,
-// a dry run, exempt clients, or in-flight limits (whose gate has no mem).
-// Its parameters after r are its variables, zero (see serveLaneTB).
+// a dry run, exempt clients, or in-flight limits (whose gate has no mem):
+// several limits in the in-memory store are laneMany's, anything else
+// laneDecideAny's, apart so that neither pays for the other's values
+// under Yaegi. Its parameters after r are its variables, zero (see
+// serveLaneTB); v is laneDecideAny's.
 func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
 	asks []Ask, v Verdict) {
 	if l.dryRun != "" {
@@ -537,17 +540,23 @@ func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 		laneHold(l, next, w, r, asks)
 		return
 	}
-	switch {
-	case l.mem == nil || len(asks) == 0:
-		v = gateDecide(l.gate, r.Context(), asks)
-	case len(asks) == 1:
-		// Decide's work without its generality: a MemoryStore never
-		// fails.
-		take1(l.mem, asks[0].Limit, asks[0].Key, asks[0].Cost, &v.Decision, 0, nil, noSlot, false, noState, nil, 0, 0)
-		classify1(l.gate, &v)
-	default:
+	if l.mem != nil && len(asks) > 1 {
 		laneMany(l, next, w, r, asks, nil, nil, nil, 0, 0)
 		return
+	}
+	laneDecideAny(l, next, w, r, asks, v)
+}
+
+// laneDecideAny finishes serveLaneAny for asks that are not several on
+// the in-memory store. v is its variable, zero (see serveLaneTB).
+func laneDecideAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask, v Verdict) {
+	if l.mem == nil || len(asks) == 0 {
+		v = gateDecide(l.gate, r.Context(), asks)
+	} else {
+		// One ask: Decide's work without its generality, since a
+		// MemoryStore never fails.
+		take1(l.mem, asks[0].Limit, asks[0].Key, asks[0].Cost, &v.Decision, 0, nil, noSlot, false, noState, nil, 0, 0)
+		classify1(l.gate, &v)
 	}
 	laneFinish(l, next, w, r, &v, answer(l.gate, w, r, asks, &v, 0))
 }
