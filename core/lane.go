@@ -479,7 +479,7 @@ func laneShort(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 func laneDecide(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, sh *memShard, h uint64, held bool, sl *memSlot, now int64) {
 	st := State{T: sl.t, A: sl.a}
 	var v Verdict
-	exp := tokenBucket(l.limit, &st, now, l.cost, &v.Decision)
+	exp := tokenBucket(l.limit, &st, now, l.cost, &v.Decision, 0, 0, 0, 0)
 	if v.Decision.Allowed {
 		if !held {
 			memRoom(l.mem, sh, now)
