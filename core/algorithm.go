@@ -47,7 +47,7 @@ func decide(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
 	case TokenBucket:
 		return tokenBucket(l, s, now, cost, d, 0, 0, 0, 0)
 	case LeakyBucket:
-		return leakyBucket(l, s, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, false)
+		return leakyBucket(l, s, now, cost, d, 0, 0, 0, 0, 0, 0, 0, false)
 	case FixedWindow:
 		return fixedWindow(l, s, now, cost, d, 0, 0, 0)
 	case SlidingWindowLog:

@@ -411,7 +411,7 @@ func take1(s *MemoryStore, l *Limit, key string, cost float64, d *Decision,
 	case TokenBucket:
 		exp = tokenBucket(l, ps, now, cost, d, 0, 0, 0, 0)
 	case LeakyBucket:
-		exp = leakyBucket(l, ps, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, false)
+		exp = leakyBucket(l, ps, now, cost, d, 0, 0, 0, 0, 0, 0, 0, false)
 	case FixedWindow:
 		exp = fixedWindow(l, ps, now, cost, d, 0, 0, 0)
 	case SlidingWindowLog:
