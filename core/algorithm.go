@@ -40,15 +40,14 @@ func (l *Limit) Decide(s State, now int64, cost float64) (State, Decision) {
 // nonNegative are written out where a decision calls them every time
 // (Go's compiler inlines them anyway), as is leakyEnd. And since := (or
 // var) allocates its variable again each time it runs, the algorithms
-// but tokenBucket (whose signature Lane shares) take their variables as
-// trailing parameters, which callers pass as zero values: a constant
-// argument costs nothing.
+// take their variables as trailing parameters, which callers pass as zero
+// values: a constant argument costs nothing.
 func decide(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
 	switch l.Algorithm {
 	case TokenBucket:
-		return tokenBucket(l, s, now, cost, d)
+		return tokenBucket(l, s, now, cost, d, 0, 0, 0, 0)
 	case LeakyBucket:
-		return leakyBucket(l, s, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, false)
+		return leakyBucket(l, s, now, cost, d, 0, 0, 0, 0, 0, 0, 0, false)
 	case FixedWindow:
 		return fixedWindow(l, s, now, cost, d, 0, 0, 0)
 	case SlidingWindowLog:

@@ -72,8 +72,13 @@ type Lane struct {
 	// answer: one or rd, the limit's answer texts, which setIETFXHeaders
 	// writes.
 	answer *limitAnswer
-	// memClock: g.memClock, for laneMany.
+	// memClock: g.memClock, for laneMany. ietfx and rejects: several
+	// limits, as newLaneMany says; rejects holds lanes (*Lane) of one
+	// limit each whose 429 answers laneReject writes, as any: Yaegi
+	// v0.16.1 cannot build a Lane that refers to its own type.
 	memClock bool
+	ietfx    bool
+	rejects  []any
 
 	// rd: ServeLane decides on Redis by serveLaneRedis (see newLaneRedis),
 	// with limit, spec, cost, quota, ipv4, clientIP and shared as for one.
@@ -161,7 +166,11 @@ func NewLane(cfg LaneConfig) *Lane {
 		return l
 	}
 	l.memClock = g.memClock
-	if len(cfg.Asks) != 1 || g.cfg.Mode != Enforce {
+	if len(cfg.Asks) != 1 {
+		newLaneMany(l, cfg)
+		return l
+	}
+	if g.cfg.Mode != Enforce {
 		return l
 	}
 	a := cfg.Asks[0]
@@ -199,6 +208,24 @@ func setFastReject(l *Lane, lim *Limit, admit bool) {
 		t := &bodyTexts[rs.Body]
 		l.fastReject = true
 		l.bodyHead, l.bodyTail, l.contentType = t.retry, t.retryEnd+lim.answer.tails[rs.Body], t.contentType
+	}
+}
+
+// newLaneMany sets the fields of l, a lane of several limits in the
+// in-memory store, that laneMany reads: ietfx, when the headers of every
+// limit's decisions are setIETFXHeaders' work, and, in Enforce mode, the
+// rejects of the limits whose rejections laneReject can write.
+func newLaneMany(l *Lane, cfg LaneConfig) {
+	l.ietfx = cfg.Gate.resp.Headers == headersIETFX
+	for _, a := range cfg.Asks {
+		if !a.Limit.answer.ready || a.Limit.answer.quota != a.Limit.Rate.Quota {
+			l.ietfx = false
+		}
+		// The lane of a alone, fastReject in Enforce mode when laneReject
+		// can write its rejections.
+		if rl := NewLane(LaneConfig{Gate: cfg.Gate, Asks: []LaneAsk{a}, Specs: cfg.Specs, Observe: cfg.Observe}); rl.fastReject {
+			l.rejects = append(l.rejects, rl)
+		}
 	}
 }
 
@@ -466,7 +493,7 @@ func laneShort(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 func laneDecide(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, sh *memShard, h uint64, held bool, sl *memSlot, now int64) {
 	st := State{T: sl.t, A: sl.a}
 	var v Verdict
-	exp := tokenBucket(l.limit, &st, now, l.cost, &v.Decision)
+	exp := tokenBucket(l.limit, &st, now, l.cost, &v.Decision, 0, 0, 0, 0)
 	if v.Decision.Allowed {
 		if !held {
 			memRoom(l.mem, sh, now)
@@ -508,8 +535,11 @@ func laneSetHeaders(l *Lane, w http.ResponseWriter, deficit float64, reset, now 
 }
 
 // serveLaneAny is ServeLane for several limits, a watched or remote store,
-// a dry run, exempt clients, or in-flight limits (whose gate has no mem).
-// Its parameters after r are its variables, zero (see serveLaneTB).
+// a dry run, exempt clients, or in-flight limits (whose gate has no mem):
+// several limits in the in-memory store are laneMany's, anything else
+// laneDecideAny's, apart so that neither pays for the other's values
+// under Yaegi. Its parameters after r are its variables, zero (see
+// serveLaneTB); v is laneDecideAny's.
 func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
 	asks []Ask, v Verdict) {
 	if l.dryRun != "" {
@@ -524,17 +554,23 @@ func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 		laneHold(l, next, w, r, asks)
 		return
 	}
-	switch {
-	case l.mem == nil || len(asks) == 0:
+	if l.mem != nil && len(asks) > 1 {
+		laneMany(l, next, w, r, asks, nil, nil, nil, 0, 0)
+		return
+	}
+	laneDecideAny(l, next, w, r, asks, v)
+}
+
+// laneDecideAny finishes serveLaneAny for asks that are not several on
+// the in-memory store. v is its variable, zero (see serveLaneTB).
+func laneDecideAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask, v Verdict) {
+	if l.mem == nil || len(asks) == 0 {
 		v = gateDecide(l.gate, r.Context(), asks)
-	case len(asks) == 1:
-		// Decide's work without its generality: a MemoryStore never
-		// fails.
+	} else {
+		// One ask: Decide's work without its generality, since a
+		// MemoryStore never fails.
 		take1(l.mem, asks[0].Limit, asks[0].Key, asks[0].Cost, &v.Decision, 0, nil, noSlot, false, noState, nil, 0, 0)
 		classify1(l.gate, &v)
-	default:
-		laneMany(l, next, w, r, asks, nil, nil, nil, 0, 0, noVerdict)
-		return
 	}
 	laneFinish(l, next, w, r, &v, answer(l.gate, w, r, asks, &v, 0))
 }
@@ -544,18 +580,17 @@ func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 // classify's generality nor answer's, it writes the headers of the
 // decision classify reports, that of the limit closest to exhaustion, on
 // the clock of the decisions when that is the gate's (memClock), and
-// passes the request on. Its parameters after asks are its variables,
-// zero (see serveLaneTB).
+// passes the request on; laneManyAnswer answers any other request. Its
+// parameters after asks are its variables, zero (see serveLaneTB).
 func laneMany(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask,
-	out []Decision, d, best *Decision, i int, now int64, v Verdict) {
+	out []Decision, d, best *Decision, i int, now int64) {
 	out = make([]Decision, len(asks))
 	now = takeMany(l.mem, asks, out, noMemAsks, noOrder, nil, nil, nil, nil, nil, nil, nil, nil, noSlot, false, false, false, 0, 0)
 	best = &out[0]
 	for i = 0; i < len(out); i++ {
 		d = &out[i]
 		if !d.Allowed || d.Delay > 0 {
-			v = classify(l.gate, out)
-			laneFinish(l, next, w, r, &v, answer(l.gate, w, r, asks, &v, 0))
+			laneManyAnswer(l, next, w, r, asks, out, now, nil, nil, nil, 0)
 			return
 		}
 		if d.Remaining*best.Quota < best.Remaining*d.Quota { // as classify chooses
@@ -566,9 +601,50 @@ func laneMany(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request
 		if !l.memClock {
 			now = gateNow(l.gate)
 		}
-		setHeaders(l.resp, w.Header(), best, now/nsPerSecond)
+		if l.ietfx { // setHeaders' choice, made by newLaneMany
+			setIETFXHeaders(w.Header(), &best.Limit.answer, best, now/nsPerSecond, 0, 0, 0, 0, "", "", nil)
+		} else {
+			setHeaders(l.resp, w.Header(), best, now/nsPerSecond)
+		}
 	}
 	next.ServeHTTP(w, r)
+}
+
+// laneManyAnswer finishes laneMany for asks, decided into out at now, of
+// which one at least rejects or delays the request. The decision that
+// classify reports for a rejection is the rejecting one that asks for the
+// longest wait, the first of equals (chosen here as classify chooses it);
+// when its limit has a lane in l.rejects and can admit the request later,
+// laneReject answers it, as answer would; laneClassify answers any other
+// request. Its parameters after now are its variables, zero (see
+// serveLaneTB).
+func laneManyAnswer(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask, out []Decision, now int64,
+	d, best *Decision, rl *Lane, i int) {
+	for i = 0; i < len(out); i++ {
+		d = &out[i]
+		if !d.Allowed && (best == nil || d.RetryAfter > best.RetryAfter) {
+			best = d
+		}
+	}
+	if best != nil && best.RetryAfter != Never {
+		for i = 0; i < len(l.rejects); i++ {
+			if rl = l.rejects[i].(*Lane); rl.limit == best.Limit {
+				laneReject(rl, w, best.Remaining, int64(best.Reset), int64(best.Next), int64(best.RetryAfter), now,
+					0, 0, "", "", "", nil, nil, noVerdict)
+				return
+			}
+		}
+	}
+	laneClassify(l, next, w, r, asks, out, noVerdict)
+}
+
+// laneClassify finishes laneManyAnswer for a request that laneReject
+// does not answer: classify and answer, apart so that a rejection that
+// laneReject answers does not pay for them under Yaegi. v is its
+// variable, zero (see serveLaneTB).
+func laneClassify(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask, out []Decision, v Verdict) {
+	v = classify(l.gate, out)
+	laneFinish(l, next, w, r, &v, answer(l.gate, w, r, asks, &v, 0))
 }
 
 // laneExempt reports whether r's client is in l's exempt networks.

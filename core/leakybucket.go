@@ -29,7 +29,7 @@ import "math"
 // zero values, and duration, nonNegative, nextUnits and leakyEnd are
 // written out: see decide.
 func leakyBucket(l *Limit, s *State, now int64, cost float64, d *Decision,
-	start, ahead, most int64, carry, delay, backlog, c, u float64, fits bool) int64 {
+	start, ahead int64, carry, delay, backlog, c, u float64, fits bool) int64 {
 	// The queue ends at T + A, A a fraction of a nanosecond in [0, 1):
 	// each admission adds cost·Period/Quota exactly, so that rounding
 	// never costs a slot of the queue (7/s admits 7 at an instant).
@@ -44,9 +44,10 @@ func leakyBucket(l *Limit, s *State, now int64, cost float64, d *Decision,
 	ahead = start - now // the delay is ahead + carry
 	delay = float64(ahead) + carry
 	backlog = delay / u
-	// The delay fits MaxDelay, compared in whole nanoseconds.
-	most = int64(l.MaxDelay)
-	fits = most == 0 || ahead < most || (ahead == most && carry == 0)
+	fits = true // the delay fits MaxDelay
+	if l.MaxDelay > 0 {
+		fits = leakyFits(l, ahead, carry)
+	}
 	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	switch {
 	case cost > c+eps:
@@ -73,13 +74,7 @@ func leakyBucket(l *Limit, s *State, now int64, cost float64, d *Decision,
 		// is short enough (ahead: byDelay).
 		delay = (backlog + cost - c) * u
 		if !fits {
-			ahead -= most
-			if carry > 0 {
-				ahead++
-			}
-			if float64(ahead) > delay {
-				delay = float64(ahead)
-			}
+			delay = leakyOver(l, ahead, carry, delay)
 		}
 		switch { // duration(delay), at least 1
 		case delay <= 0:
@@ -141,6 +136,30 @@ func leakyBucket(l *Limit, s *State, now int64, cost float64, d *Decision,
 		return s.T + 1
 	}
 	return s.T
+}
+
+// leakyFits reports whether the delay of a request that l's queue holds
+// ahead + carry ns of requests ahead of (carry a fraction of a nanosecond)
+// fits l.MaxDelay, compared in whole nanoseconds. It and leakyOver are
+// apart from leakyBucket so that limits without MaxDelay do not pay for
+// them under Yaegi.
+func leakyFits(l *Limit, ahead int64, carry float64) bool {
+	most := int64(l.MaxDelay)
+	return ahead < most || (ahead == most && carry == 0)
+}
+
+// leakyOver is the wait of a request that leakyBucket rejects, delay for
+// the room in l's queue, when its own delay, ahead + carry ns, exceeds
+// l.MaxDelay: at least until that delay is within MaxDelay.
+func leakyOver(l *Limit, ahead int64, carry, delay float64) float64 {
+	ahead -= int64(l.MaxDelay)
+	if carry > 0 {
+		ahead++
+	}
+	if float64(ahead) > delay {
+		delay = float64(ahead)
+	}
+	return delay
 }
 
 // leakyByDelay bounds d.Remaining of a leaky bucket with a MaxDelay whose

@@ -315,7 +315,7 @@ func takeMany(s *MemoryStore, asks []Ask, out []Decision,
 		*st = State{T: sl.t, A: sl.a, B: sl.b}
 		switch l.Algorithm {
 		case TokenBucket:
-			m.exp = tokenBucket(l, st, now, a.Cost, d)
+			m.exp = tokenBucket(l, st, now, a.Cost, d, 0, 0, 0, 0)
 		case SlidingWindowLog:
 			st.Log = sh.logs[m.h]
 			if len(st.Log) >= MaxLogQuota {
@@ -409,9 +409,9 @@ func take1(s *MemoryStore, l *Limit, key string, cost float64, d *Decision,
 	}
 	switch l.Algorithm {
 	case TokenBucket:
-		exp = tokenBucket(l, ps, now, cost, d)
+		exp = tokenBucket(l, ps, now, cost, d, 0, 0, 0, 0)
 	case LeakyBucket:
-		exp = leakyBucket(l, ps, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, false)
+		exp = leakyBucket(l, ps, now, cost, d, 0, 0, 0, 0, 0, 0, 0, false)
 	case FixedWindow:
 		exp = fixedWindow(l, ps, now, cost, d, 0, 0, 0)
 	case SlidingWindowLog:

@@ -12,14 +12,22 @@ package core
 // Capacity, at most MaxDelay's worth of refill), as Traefik's built-in
 // rateLimit does with its bounded wait of 1/(2·rate).
 //
-// It works on locals (t, deficit, c) and writes the state once: under
+// It works on variables (t, deficit, c) and writes the state once: under
 // Yaegi every field read is a value the interpreter allocates on each call.
-func tokenBucket(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
-	t, deficit, c := s.T, s.A, l.capacity
+// Its parameters after d are its variables, which its callers pass as
+// zero values (see decide), and the cases of a bucket short of tokens
+// and in debt, which only MaxDelay and rejections reach, are tokenShort's
+// and tokenDebt's: under Yaegi a function pays for its whole body on
+// every call.
+func tokenBucket(l *Limit, s *State, now int64, cost float64, d *Decision,
+	t int64, deficit, c, most float64) int64 {
+	t = s.T
+	deficit = s.A
+	c = l.capacity
 	if now < t {
 		now = t // a clock step back mints nothing
 	}
-	if most := c + l.owe; deficit > most {
+	if most = c + l.owe; deficit > most {
 		deficit = most // the capacity shrank: the bucket was empty, not in debt
 	}
 	if deficit > 0 {
@@ -38,16 +46,8 @@ func tokenBucket(l *Limit, s *State, now int64, cost float64, d *Decision) int64
 		if deficit > c {
 			deficit = c
 		}
-	case deficit+cost <= c+l.owe+eps:
-		// With MaxDelay the bucket lends the missing tokens: the request
-		// waits until they are refilled, as golang.org/x/time/rate's
-		// Reserve and Traefik's rateLimit do.
-		d.Allowed = true
-		d.Delay = duration((cost - (c - deficit)) * l.unit)
-		deficit += cost
 	default:
-		// Until the tokens missing are within what MaxDelay lends.
-		d.RetryAfter = duration((cost - (c - deficit) - l.owe) * l.unit)
+		deficit = tokenShort(l, d, cost, deficit)
 	}
 	s.T = now
 	s.A = deficit
@@ -69,8 +69,8 @@ func tokenBucket(l *Limit, s *State, now int64, cost float64, d *Decision) int64
 		}
 		c = l.capacity
 	}
-	if deficit > c { // in debt: more once the debt and a unit are refilled
-		d.Next = duration((deficit - c + nextUnits(0, c)) * l.unit)
+	if deficit > c {
+		tokenDebt(l, d, deficit)
 	} else if deficit > 0 {
 		// nextUnits(c − deficit, deficit), c − deficit being Remaining.
 		c = 1
@@ -93,4 +93,27 @@ func tokenBucket(l *Limit, s *State, now int64, cost float64, d *Decision) int64
 		}
 	}
 	return now + int64(d.Reset) // Expiry
+}
+
+// tokenShort decides, for tokenBucket, a request of cost that l's bucket,
+// short of deficit tokens, cannot serve at once, and returns the deficit
+// after it: with MaxDelay the bucket lends the missing tokens when it
+// can, and the request waits until they are refilled, as
+// golang.org/x/time/rate's Reserve and Traefik's rateLimit do; otherwise
+// the request is rejected until the tokens missing are within what
+// MaxDelay lends.
+func tokenShort(l *Limit, d *Decision, cost, deficit float64) float64 {
+	if deficit+cost <= l.capacity+l.owe+eps {
+		d.Allowed = true
+		d.Delay = duration((cost - (l.capacity - deficit)) * l.unit)
+		return deficit + cost
+	}
+	d.RetryAfter = duration((cost - (l.capacity - deficit) - l.owe) * l.unit)
+	return deficit
+}
+
+// tokenDebt sets d.Next for tokenBucket when l's bucket is in debt, its
+// deficit above its capacity: more once the debt and a unit are refilled.
+func tokenDebt(l *Limit, d *Decision, deficit float64) {
+	d.Next = duration((deficit - l.capacity + nextUnits(0, l.capacity)) * l.unit)
 }
