@@ -237,7 +237,8 @@ func newLaneMany(l *Lane, cfg LaneConfig) {
 // call's or an operation's result straight into its variable. Its
 // standard library functions are package variables (fmtInt and the
 // others), whose names, unlike a selector such as strconv.FormatInt, take
-// no value of the frame.
+// no value of the frame. The key is laneKey4's, written out: its call
+// would cost the commonest request five allocations more.
 func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
 	key, remText, tText string, s *MemoryStore, h uint64, sh *memShard, sl memSlot, held bool, err error,
 	now, t, reset, n int64, deficit, ns float64, vals []string, hd http.Header) {
@@ -408,6 +409,19 @@ func laneReject(l *Lane, w http.ResponseWriter, rem float64, reset, next, wait, 
 			Reset: time.Duration(reset), Next: time.Duration(next), RetryAfter: time.Duration(wait)}}
 		l.observe(&v)
 	}
+}
+
+// laneKey4 is the key of a lane's request as serveLaneTB builds it: an
+// IPv4 peer's address, prefixed, when the key is that address (l.ipv4),
+// else laneKey's. key and err are its variables, zero (see serveLaneTB).
+func laneKey4(l *Lane, r *http.Request, key string, err error) string {
+	key = r.RemoteAddr
+	if l.ipv4 && key != "" && key[0] != '[' {
+		if _, err = parseAddrPort(key); err == nil {
+			return l.prefix + key[:lastIndexByte(key, ':')]
+		}
+	}
+	return laneKey(l, r, "", false)
 }
 
 // laneKey is the key of a token bucket lane's request, prefixed, for every
@@ -655,22 +669,12 @@ func laneExempt(l *Lane, r *http.Request) bool {
 
 // serveLaneOne is ServeLane for one enforced limit of any algorithm in
 // the in-memory store: Gate.Serve's own path, without its generality. It
-// builds an IPv4 peer's key as serveLaneTB does, and any other by
-// laneKey, rather than through KeySpec.Key: under Yaegi that call costs
-// more than the few lines it repeats. Its parameters after r are its
+// builds the key by laneKey4 rather than through KeySpec.Key, whose
+// generality costs more under Yaegi. Its parameters after r are its
 // variables, zero (see serveLaneTB).
 func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
-	key string, err error, v Verdict, d *Decision, now int64) {
-	key = r.RemoteAddr
-	if l.ipv4 && key != "" && key[0] != '[' {
-		if _, err = parseAddrPort(key); err == nil {
-			key = l.prefix + key[:lastIndexByte(key, ':')]
-		} else {
-			key = laneKey(l, r, "", false)
-		}
-	} else {
-		key = laneKey(l, r, "", false)
-	}
+	key string, v Verdict, d *Decision, now int64) {
+	key = laneKey4(l, r, "", nil)
 	if key == "" { // MissingSkip
 		next.ServeHTTP(w, r)
 		return
@@ -777,7 +781,7 @@ func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 	case l.tb:
 		serveLaneTB(l, next, w, r, "", "", "", nil, 0, nil, noSlot, false, nil, 0, 0, 0, 0, 0, 0, nil, nil)
 	case l.one:
-		serveLaneOne(l, next, w, r, "", nil, noVerdict, nil, 0)
+		serveLaneOne(l, next, w, r, "", noVerdict, nil, 0)
 	case l.rd:
 		serveLaneRedis(l, next, w, r, "", nil, nil, nil, noTime, nil, noSum, nil, "", false, 0, 0, 0, 0, 0, 0, noFields, 0, noVerdict)
 	default:

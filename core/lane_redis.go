@@ -60,7 +60,7 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 
 // serveLaneRedis is ServeLane for a lane that newLaneRedis set up: the
 // common decision on Redis written out, as serveLaneTB writes out the
-// in-memory one. It builds the key (an IPv4 peer's inline), sends the take
+// in-memory one. It builds the key (laneKey4), sends the take
 // script's call that the limit encoded (gateTakeRedis' RedisDirect call)
 // within the gate's timeout, reads the reply of an admission without
 // delay, writes the headers with setIETFXHeaders and reports the verdict
@@ -79,16 +79,7 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
 	key string, err error, cl *resp.Client, ctx context.Context, start time.Time, cmd []byte, sum [sha256.Size]byte,
 	reply interface{}, text string, ok bool, rem float64, p, q, j int, c byte, n time.Duration, f [redisReplyFields]time.Duration, now int64, v Verdict) {
-	key = r.RemoteAddr
-	if l.ipv4 && key != "" && key[0] != '[' {
-		if _, err = parseAddrPort(key); err == nil {
-			key = l.prefix + key[:lastIndexByte(key, ':')]
-		} else {
-			key = laneKey(l, r, "", false)
-		}
-	} else {
-		key = laneKey(l, r, "", false)
-	}
+	key = laneKey4(l, r, "", nil)
 	if key == "" || len(key) > MaxKeyLength || l.bstate != nil && loadInt32(l.bstate) != breakerClosed {
 		serveLaneAny(l, next, w, r, nil, noVerdict)
 		return
