@@ -127,44 +127,55 @@ func TestServeLaneMatchesGate(t *testing.T) {
 							slowStore.Take(context.Background(), asks, make([]Decision, 1))
 						}
 					}
-					var recs [2]*httptest.ResponseRecorder
-					var nexts [2]countingHandler
 					seen = seen[:0]
-					for i := range recs {
-						recs[i] = httptest.NewRecorder()
-						r := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(cancelled)
-						r.RemoteAddr = remote
-						if i == 0 {
-							ServeLane(lane, &nexts[0], recs[0], r)
-							continue
-						}
-						var asks []Ask
+					serveBoth(t, label+" step "+strconv.Itoa(step), lane, slowGate, cancelled, remote, func(r *http.Request) []Ask {
 						key, ok := spec.Key(r)
 						if key, ok = missing.Resolve(key, ok); ok {
-							asks = []Ask{{Limit: l, Key: "mw\x00" + key, Cost: lc.cost}}
+							return []Ask{{Limit: l, Key: "mw\x00" + key, Cost: lc.cost}}
 						}
-						v, pass := slowGate.Serve(recs[1], r, asks)
-						if pass {
-							nexts[1].n++
-						}
-						// The lane reports what is not simply allowed.
-						if v.Outcome == OutcomeAllowed && v.Delay == 0 {
-							if len(seen) != 0 {
-								t.Fatalf("%s, step %d: lane observed %+v of an allowed request", label, step, seen)
-							}
-						} else if len(seen) != 1 || !reflect.DeepEqual(seen[0], v) {
-							t.Fatalf("%s, step %d: lane observed %+v, gate's verdict %+v", label, step, seen, v)
-						}
-					}
-					if recs[0].Code != recs[1].Code || !reflect.DeepEqual(recs[0].Header(), recs[1].Header()) ||
-						recs[0].Body.String() != recs[1].Body.String() || nexts[0].n != nexts[1].n {
-						t.Fatalf("%s, step %d, client %q: lane answered %d %v %q (next %d), gate %d %v %q (next %d)", label, step, remote,
-							recs[0].Code, recs[0].Header(), recs[0].Body, nexts[0].n, recs[1].Code, recs[1].Header(), recs[1].Body, nexts[1].n)
-					}
+						return nil
+					}, &seen)
 					clock.Advance(time.Duration(rng.Int63n(int64(300 * time.Millisecond))))
 				}
 			}
 		}
+	}
+}
+
+// serveBoth serves a request from remote, in ctx, by lane and by gate
+// with the asks that asks builds, and fails t unless both answer alike
+// (status, headers, body, whether the request went on) and the lane
+// observed, in seen, the gate's verdict, or nothing for a request simply
+// allowed.
+func serveBoth(t *testing.T, label string, lane *Lane, gate *Gate, ctx context.Context, remote string, asks func(*http.Request) []Ask, seen *[]Verdict) {
+	t.Helper()
+	var recs [2]*httptest.ResponseRecorder
+	var nexts [2]countingHandler
+	for i := range recs {
+		recs[i] = httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx)
+		r.RemoteAddr = remote
+		if i == 0 {
+			ServeLane(lane, &nexts[0], recs[0], r)
+			continue
+		}
+		v, pass := gate.Serve(recs[1], r, asks(r))
+		if pass {
+			nexts[1].n++
+		}
+		// The lane reports what is not simply allowed.
+		if v.Outcome == OutcomeAllowed && v.Delay == 0 {
+			if len(*seen) != 0 {
+				t.Fatalf("%s: lane observed %+v of an allowed request", label, *seen)
+			}
+		} else if len(*seen) != 1 || !reflect.DeepEqual((*seen)[0], v) {
+			t.Fatalf("%s: lane observed %+v, gate's verdict %+v", label, *seen, v)
+		}
+	}
+	if recs[0].Code != recs[1].Code || !reflect.DeepEqual(recs[0].Header(), recs[1].Header()) ||
+		recs[0].Body.String() != recs[1].Body.String() || nexts[0].n != nexts[1].n {
+		t.Fatalf("%s, client %q: lane answered %d %v %q (next %d), gate %d %v %q (next %d)", label, remote,
+			recs[0].Code, recs[0].Header(), recs[0].Body, nexts[0].n, recs[1].Code, recs[1].Header(), recs[1].Body, nexts[1].n)
 	}
 }
 
@@ -279,39 +290,14 @@ func TestServeLaneManyMatchesGate(t *testing.T) {
 			label := string(ac.alg) + " headers " + strconv.Itoa(int(hs))
 			for step := 0; step < steps; step++ {
 				remote := remotes[rng.Intn(len(remotes))]
-				var recs [2]*httptest.ResponseRecorder
-				var nexts [2]countingHandler
 				seen = seen[:0]
-				for i := range recs {
-					recs[i] = httptest.NewRecorder()
-					r := httptest.NewRequest(http.MethodGet, "/", nil)
-					r.RemoteAddr = remote
-					if i == 0 {
-						ServeLane(lane, &nexts[0], recs[0], r)
-						continue
-					}
-					var asks []Ask
+				serveBoth(t, label+" step "+strconv.Itoa(step), lane, slowGate, context.Background(), remote, func(r *http.Request) []Ask {
+					all := Ask{Limit: global, Key: "mw\x00all", Cost: 1}
 					if key, ok := MissingSkip.Resolve(ipSpec.Key(r)); ok {
-						asks = append(asks, Ask{Limit: per, Key: "mw\x00" + key, Cost: 1})
+						return []Ask{{Limit: per, Key: "mw\x00" + key, Cost: 1}, all}
 					}
-					asks = append(asks, Ask{Limit: global, Key: "mw\x00all", Cost: 1})
-					v, pass := slowGate.Serve(recs[1], r, asks)
-					if pass {
-						nexts[1].n++
-					}
-					if v.Outcome == OutcomeAllowed && v.Delay == 0 {
-						if len(seen) != 0 {
-							t.Fatalf("%s, step %d: lane observed %+v of an allowed request", label, step, seen)
-						}
-					} else if len(seen) != 1 || !reflect.DeepEqual(seen[0], v) {
-						t.Fatalf("%s, step %d: lane observed %+v, gate's verdict %+v", label, step, seen, v)
-					}
-				}
-				if recs[0].Code != recs[1].Code || !reflect.DeepEqual(recs[0].Header(), recs[1].Header()) ||
-					recs[0].Body.String() != recs[1].Body.String() || nexts[0].n != nexts[1].n {
-					t.Fatalf("%s, step %d, client %q: lane answered %d %v %q (next %d), gate %d %v %q (next %d)", label, step, remote,
-						recs[0].Code, recs[0].Header(), recs[0].Body, nexts[0].n, recs[1].Code, recs[1].Header(), recs[1].Body, nexts[1].n)
-				}
+					return []Ask{all}
+				}, &seen)
 				clock.Advance(time.Duration(rng.Int63n(int64(300 * time.Millisecond))))
 			}
 		}
