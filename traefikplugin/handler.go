@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice/core"
 )
@@ -28,9 +29,9 @@ type entry struct {
 
 // newEntry builds the Gate and the Lane of s. memory is the process-wide
 // in-memory store: the store itself, or with rc the local fallback.
-// gateClock is the gate's clock (nil: the system clock, read inline),
-// clock the reports'.
-func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClient, gateClock, clock core.Clock, out io.Writer) (*entry, error) {
+// clock is the gate's and the report's (nil: the system clock, read
+// inline).
+func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClient, clock core.Clock, out io.Writer) (*entry, error) {
 	limits := make([]*core.Limit, len(s.plans))
 	asks := make([]core.LaneAsk, len(s.plans))
 	costs := make(map[*core.Limit]float64, len(s.plans))
@@ -45,7 +46,7 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 		Responder:    s.responder,
 		Mode:         s.mode,
 		OnStoreError: s.policy,
-		Clock:        gateClock,
+		Clock:        clock,
 		MaxCost:      costs,
 		LeaseTTL:     s.leaseTTL,
 	}
@@ -65,13 +66,13 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 	e := &entry{
 		name:   name,
 		redis:  rc,
-		report: &report{name: name, out: out, clock: clock},
+		report: &report{name: name, out: out, clock: clock, base: time.Now()},
 	}
 	// Without Redis, note is all there is to do: under Yaegi the call of
 	// observe would cost every rejection a frame.
 	obs := func(v *core.Verdict) {
 		if v.Outcome != core.OutcomeAllowed {
-			note(e.report, v.Outcome)
+			note(e.report, v.Outcome, 0)
 		}
 	}
 	// With Redis, observe follows its health: a verdict simply allowed
@@ -102,7 +103,7 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 // expressions: under Yaegi a method call costs four times a function's.
 func observe(e *entry, v *core.Verdict) {
 	if v.Outcome != core.OutcomeAllowed {
-		note(e.report, v.Outcome)
+		note(e.report, v.Outcome, 0)
 	}
 	if c := e.redis; c != nil && (v.Err != nil || atomic.LoadInt32(&c.down) != 0) {
 		(*redisClient).observe(c, v.Err)

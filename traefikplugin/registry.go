@@ -183,7 +183,7 @@ func (g *registry) build(ctx context.Context, id, name string, s *settings) (*en
 			return nil, err
 		}
 	}
-	e, err := newEntry(name, s, memory, rc, g.coreClock, g.clock, g.stdout)
+	e, err := newEntry(name, s, memory, rc, g.coreClock, g.stdout)
 	if err != nil {
 		g.release(rc)
 		g.releaseOwn(own)
