@@ -41,7 +41,22 @@
 //     called as a method cost 25 allocations, as a method expression none
 //     beyond its frame;
 //   - a loop reuses its frame: only := and range variables allocate again
-//     per iteration.
+//     per iteration;
+//   - an argument that is zero is not copied into the callee's frame, one
+//     that is not and is not a pointer is boxed once;
+//   - a function value that holds an interpreted closure (an observer, a
+//     Clock) is called through reflect: an empty observer cost a rejection
+//     12 allocations with its Verdict, and the report's Clock read about
+//     10 more than reading time.Since inline;
+//   - entering a function costs little beyond its slots: a handler type
+//     whose ServeHTTP did ServeLane's dispatch itself, saving ServeLane's
+//     frame, made the allowed request cost the same 206, its selectors
+//     taking the place of ServeLane's parameters;
+//   - reflect.New of a type the interpreter built (an interpreted struct, a
+//     pointer to one, an unnamed slice, map or func type) goes through
+//     reflect's cache of pointer types, a sync.Map: in a CPU profile of an
+//     allowed request, reflect.New was 25 % of the time, a tenth of it that
+//     lookup, mallocgc 26 % and the standard library calls 16 %.
 //
 // Counted on the interpreter's own frames (a throwaway instrumented copy of
 // Yaegi that prints each function's slots and counts the calls of every
