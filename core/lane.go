@@ -41,7 +41,7 @@ type Lane struct {
 	// address and nothing else, else nil.
 	clientIP *ClientIP
 	shared   bool // the limit's MissingKey is MissingShared
-	clock    bool // g.memClock: the decision's instant is the headers' clock
+	clock    bool // g.memClock, for every lane on mem: the decision's instant is the headers' clock
 	limit    *Limit
 	spec     *KeySpec
 	cost     float64
@@ -72,13 +72,12 @@ type Lane struct {
 	// answer: one or rd, the limit's answer texts, which setIETFXHeaders
 	// writes.
 	answer *limitAnswer
-	// memClock: g.memClock, for laneMany. ietfx and rejects: several
-	// limits, as newLaneMany says; rejects holds lanes (*Lane) of one
-	// limit each whose 429 answers laneReject writes, as any: Yaegi
-	// v0.16.1 cannot build a Lane that refers to its own type.
-	memClock bool
-	ietfx    bool
-	rejects  []any
+	// ietfx and rejects: several limits, as newLaneMany says; rejects
+	// holds lanes (*Lane) of one limit each whose 429 answers laneReject
+	// writes, as any: Yaegi v0.16.1 cannot build a Lane that refers to
+	// its own type.
+	ietfx   bool
+	rejects []any
 
 	// rd: ServeLane decides on Redis by serveLaneRedis (see newLaneRedis),
 	// with limit, spec, cost, quota, ipv4, clientIP and shared as for one.
@@ -165,7 +164,7 @@ func NewLane(cfg LaneConfig) *Lane {
 		newLaneRedis(l, cfg)
 		return l
 	}
-	l.memClock = g.memClock
+	l.clock = g.memClock
 	if len(cfg.Asks) != 1 {
 		newLaneMany(l, cfg)
 		return l
@@ -182,7 +181,6 @@ func NewLane(cfg LaneConfig) *Lane {
 		l.clientIP = l.spec.ip
 	}
 	l.shared = a.Missing == MissingShared
-	l.clock = g.memClock
 	l.nsHash, l.capacity, l.quota = lim.nsHash, lim.capacity, lim.Rate.Quota
 	l.most, l.owe, l.lent = lim.capacity+lim.owe, lim.owe > 0, lim.owe
 	l.period, l.unit = float64(lim.period), lim.unit
@@ -593,7 +591,7 @@ func laneDecideAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Re
 // When every limit admits the request at once, which needs neither
 // classify's generality nor answer's, it writes the headers of the
 // decision classify reports, that of the limit closest to exhaustion, on
-// the clock of the decisions when that is the gate's (memClock), and
+// the clock of the decisions when that is the gate's (l.clock), and
 // passes the request on; laneManyAnswer answers any other request. Its
 // parameters after asks are its variables, zero (see serveLaneTB).
 func laneMany(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask,
@@ -612,7 +610,7 @@ func laneMany(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request
 		}
 	}
 	if l.resp.Headers != HeadersOff {
-		if !l.memClock {
+		if !l.clock {
 			now = gateNow(l.gate)
 		}
 		if l.ietfx { // setHeaders' choice, made by newLaneMany
