@@ -83,10 +83,10 @@ type Lane struct {
 	// with limit, spec, cost, quota, ipv4, clientIP and shared as for one.
 	// direct, breaker and timeout are the gate's store's and config's,
 	// bstate and bfails the breaker's state and fails (nil without one);
-	// take, hole and hole2 the limit's limitRedis call; sys the gate's system clock, nil with a
-	// GateConfig.Clock. down is LaneConfig's with Watch and Observe,
-	// &alwaysDown with them but no Down, else nil: serveLaneRedis
-	// observes an admission while *down is not 0.
+	// take, hole and hole2 the limit's limitRedis call; sys the gate's
+	// system clock, nil with a GateConfig.Clock. down is LaneConfig's
+	// with Watch and Observe, &alwaysDown with them but no Down, else
+	// nil: serveLaneRedis observes an admission while *down is not 0.
 	rd          bool
 	direct      *RedisDirect
 	breaker     *Breaker
