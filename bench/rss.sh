@@ -97,7 +97,7 @@ for side in plain trivial sluice; do
         sluice: {average: 10, period: 1h, key: "header:X-API-Key"}'
 		;;
 	trivial)
-		tl_trivial_tree "$run"
+		tl_bench_tree "$run" trivial
 		mw='      middlewares: [api]
   middlewares:
     api:

@@ -2,18 +2,21 @@
 # Throughput of the real Traefik v3.6.12 in front of a fast loopback backend
 # (e2e/backend) through (a) no middleware, (b) the built-in rateLimit and
 # (c) the sluice plugin under Yaegi, the two limiters with limits the load
-# never reaches (average and burst 100000000), and (d) a plugin that only
-# sets one header: what any Yaegi plugin costs, the floor under (c). All
-# four run in one Traefik process, and rounds interleave a b c d so that
-# drift on a shared machine hits all of them.
+# never reaches (average and burst 100000000), (d) a plugin that only sets
+# one header: what any Yaegi plugin costs, and (e) bench/testdata/floor, a
+# bare token bucket that writes sluice's five headers and has none of its
+# guarantees: the least such a limiter costs under Yaegi. All five run in
+# one Traefik process, and rounds interleave a b c d e so that drift on a
+# shared machine hits all of them.
 #
 #   bench/traefik/run.sh                  # 3 rounds of wrk -t2 -c32 -d5s
 #   ROUNDS=5 DURATION=10s bench/traefik/run.sh
 #
 # Prints req/s per round and variant, the medians of req/s and of the p99
-# latencies, and the ratios c/b (target ≥ 0.9, p99 ≤ 1.2×), c/a and d/b. Everything listens on 127.0.0.1; the backend, wrk
-# and Traefik share the machine's cores, so absolute numbers are low and
-# only the ratios mean much. Takes about 1 minute with the defaults.
+# latencies, and the ratios c/b (target ≥ 0.9, p99 ≤ 1.2×), c/a, d/b and
+# e/b. Everything listens on 127.0.0.1; the backend, wrk and Traefik share
+# the machine's cores, so absolute numbers are low and only the ratios mean
+# much. Takes about 1.5 minutes with the defaults.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -53,19 +56,20 @@ tl_start_backend "$TMP/backend" "$backend_port"
 run="$TMP/run"
 mkdir -p "$run"
 tl_plugin_tree "$run"
-tl_trivial_tree "$run"
+tl_bench_tree "$run" trivial
+tl_bench_tree "$run" floor
 port="$(free_port)"
 tl_render "$REPO/bench/traefik/dynamic.yml" "$run/dynamic.yml" "BACKEND=127.0.0.1:$backend_port"
 tl_render "$REPO/e2e/testdata/traefik/static.yml" "$run/static.yml" "PORT=$port" \
 	"DYNAMIC=$run/dynamic.yml" "LOG=$run/traefik.log"
-printf '    trivial:\n      moduleName: example.com/trivial\n' >>"$run/static.yml"
+printf '    trivial:\n      moduleName: example.com/trivial\n    floor:\n      moduleName: example.com/floor\n' >>"$run/static.yml"
 tl_start_traefik "$traefik" "$run" "$run/static.yml"
 if ! tl_wait_traefik "$port" "$run/traefik.log" /sluice 60; then
 	tail -n 40 "$run/traefik.log" "$run/static.yml.out" 2>/dev/null || true
 	exit 1
 fi
 base="http://127.0.0.1:$port"
-for v in none builtin trivial; do
+for v in none builtin trivial floor; do
 	[ "$(tl_status "$base/$v")" = 200 ] || { echo "bench: GET /$v is not 200"; exit 1; }
 done
 
@@ -87,16 +91,16 @@ load() {
 
 median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-echo "bench: Traefik v3.6.12, wrk -t$threads -c$conns -d$duration, $rounds rounds of a b c d ($(nproc) cores)"
-for v in none builtin sluice trivial; do
+echo "bench: Traefik v3.6.12, wrk -t$threads -c$conns -d$duration, $rounds rounds of a b c d e ($(nproc) cores)"
+for v in none builtin sluice trivial floor; do
 	load "$v" 1s >/dev/null # warm-up: connections, Yaegi's first calls
 done
-declare -A all=([none]="" [builtin]="" [sluice]="" [trivial]="") lat=([none]="" [builtin]="" [sluice]="" [trivial]="")
-printf '%-6s %14s %14s %14s %14s %8s\n' round "(a) none" "(b) rateLimit" "(c) sluice" "(d) one header" "(c)/(b)"
+declare -A all=([none]="" [builtin]="" [sluice]="" [trivial]="" [floor]="") lat=([none]="" [builtin]="" [sluice]="" [trivial]="" [floor]="")
+printf '%-6s %14s %14s %14s %14s %14s %8s\n' round "(a) none" "(b) rateLimit" "(c) sluice" "(d) one header" "(e) floor" "(c)/(b)"
 ratios=""
 for r in $(seq 1 "$rounds"); do
 	row=()
-	for v in none builtin sluice trivial; do
+	for v in none builtin sluice trivial floor; do
 		read -r rps p99 < <(load "$v" "$duration")
 		[ -n "$rps" ] || exit 1
 		all[$v]+="$rps "
@@ -105,23 +109,26 @@ for r in $(seq 1 "$rounds"); do
 	done
 	ratio="$(awk -v b="${row[1]}" -v c="${row[2]}" 'BEGIN { printf "%.3f", c / b }')"
 	ratios+="$ratio "
-	printf '%-6s %14s %14s %14s %14s %8s\n' "$r" "${row[@]}" "$ratio"
+	printf '%-6s %14s %14s %14s %14s %14s %8s\n' "$r" "${row[@]}" "$ratio"
 done
 ma="$(median <<<"${all[none]}")"
 mb="$(median <<<"${all[builtin]}")"
 mc="$(median <<<"${all[sluice]}")"
 md="$(median <<<"${all[trivial]}")"
-printf '%-6s %14.0f %14.0f %14.0f %14.0f\n' median "$ma" "$mb" "$mc" "$md"
+me="$(median <<<"${all[floor]}")"
+printf '%-6s %14.0f %14.0f %14.0f %14.0f %14.0f\n' median "$ma" "$mb" "$mc" "$md" "$me"
 la="$(median <<<"${lat[none]}")" lb="$(median <<<"${lat[builtin]}")"
-lc="$(median <<<"${lat[sluice]}")" ld="$(median <<<"${lat[trivial]}")"
-printf '%-6s %14s %14s %14s %14s\n' "p99 ms" "$la" "$lb" "$lc" "$ld"
+lc="$(median <<<"${lat[sluice]}")" ld="$(median <<<"${lat[trivial]}")" le="$(median <<<"${lat[floor]}")"
+printf '%-6s %14s %14s %14s %14s %14s\n' "p99 ms" "$la" "$lb" "$lc" "$ld" "$le"
 lo="$(tr ' ' '\n' <<<"$ratios" | sed '/^$/d' | sort -g | head -n 1)"
 hi="$(tr ' ' '\n' <<<"$ratios" | sed '/^$/d' | sort -g | tail -n 1)"
-awk -v a="$ma" -v b="$mb" -v c="$mc" -v d="$md" -v lo="$lo" -v hi="$hi" -v lb="$lb" -v lc="$lc" 'BEGIN {
+awk -v a="$ma" -v b="$mb" -v c="$mc" -v d="$md" -v e="$me" -v le="$le" -v lo="$lo" -v hi="$hi" -v lb="$lb" -v lc="$lc" 'BEGIN {
 	printf "ratio (c)/(b) sluice/rateLimit: %.3f (target >= 0.9: %s), rounds %.3f to %.3f\n", c / b, (c / b >= 0.9) ? "met" : "NOT met", lo, hi
 	printf "p99 (c)/(b) sluice/rateLimit:   %.3f (target <= 1.2: %s)\n", lc / lb, (lc / lb <= 1.2) ? "met" : "NOT met"
 	printf "ratio (c)/(a) sluice/none:      %.3f\n", c / a
 	printf "ratio (b)/(a) rateLimit/none:   %.3f\n", b / a
 	printf "ratio (d)/(b) one header/rateLimit: %.3f (any Yaegi plugin)\n", d / b
 	printf "ratio (c)/(d) sluice/one header:    %.3f\n", c / d
+	printf "ratio (e)/(b) floor/rateLimit:      %.3f, p99 %.3f (a bare token bucket with the five headers)\n", e / b, le / lb
+	printf "ratio (c)/(e) sluice/floor:         %.3f\n", c / e
 }'

@@ -39,6 +39,7 @@ func with(base map[string]any, kv ...any) map[string]any {
 type pluginCase struct {
 	name    string
 	trivial bool // the one-header plugin instead of sluice
+	floor   bool // the bare token bucket instead of sluice
 	config  map[string]any
 	remote  string
 	header  http.Header // of the request, beside the client address
@@ -48,7 +49,7 @@ type pluginCase struct {
 	// target is the most allocations one request should make (issue 8),
 	// ceiling the most it may make today without failing
 	// TestYaegiAllocBudget: what it makes, and 5 % more; 0 for the
-	// trivial plugin. Lower a ceiling when a change lowers the count.
+	// trivial and floor plugins. Lower a ceiling when a change lowers the count.
 	target, ceiling float64
 }
 
@@ -79,6 +80,7 @@ const (
 // limits at once.
 var memoryCases = []pluginCase{
 	{name: "trivial plugin (one header)", trivial: true, remote: ipv4},
+	{name: "floor: bare token bucket, five headers", floor: true, config: open, remote: ipv4},
 	{name: "token_bucket allowed, IPv4", config: open, remote: ipv4, target: targetAllowed, ceiling: 217},
 	{name: "token_bucket allowed, IPv6", config: open, remote: ipv6, target: targetAllowed, ceiling: 283},
 	{name: "token_bucket rejected, IPv4", config: closed, remote: ipv4, rejected: true, target: targetRejected, ceiling: 460},
@@ -111,20 +113,21 @@ var memoryCases = []pluginCase{
 // plugins holds the two interpreters, loaded once per test binary: an
 // import takes about a second.
 var plugins struct {
-	once            sync.Once
-	sluice, trivial *plugin
+	once                   sync.Once
+	sluice, trivial, floor *plugin
 }
 
-func loadPlugins(tb testing.TB) (sluice, trivial *plugin) {
+func loadPlugins(tb testing.TB) (sluice, trivial, floor *plugin) {
 	plugins.once.Do(func() {
 		dir := gopath(tb)
 		plugins.sluice = load(tb, dir, pluginImport)
 		plugins.trivial = load(tb, dir, trivialImport)
+		plugins.floor = load(tb, dir, floorImport)
 	})
-	if plugins.sluice == nil {
+	if plugins.sluice == nil || plugins.trivial == nil || plugins.floor == nil {
 		tb.Fatal("loading the plugins failed")
 	}
-	return plugins.sluice, plugins.trivial
+	return plugins.sluice, plugins.trivial, plugins.floor
 }
 
 // build returns c's handler, a request from its client, and checks that
@@ -132,10 +135,13 @@ func loadPlugins(tb testing.TB) (sluice, trivial *plugin) {
 // that empties a closed limit).
 func build(tb testing.TB, c pluginCase, seq int) (http.Handler, *next, *http.Request) {
 	tb.Helper()
-	sluice, trivial := loadPlugins(tb)
+	sluice, trivial, floor := loadPlugins(tb)
 	p := sluice
-	if c.trivial {
+	switch {
+	case c.trivial:
 		p = trivial
+	case c.floor:
+		p = floor
 	}
 	nx := &next{}
 	// A middleware name per case and run: entries never share counters.

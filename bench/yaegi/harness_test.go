@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +32,11 @@ const (
 // beside sluice in every run.
 const trivialImport = "example.com/trivial"
 
+// floorImport is a bare token bucket that writes sluice's five headers on
+// an admission and has none of its guarantees (bench/testdata/floor): the
+// least such a limiter costs under the interpreter, measured beside sluice.
+const floorImport = "example.com/floor"
+
 // ballast stands for the live heap of the Traefik process around the
 // plugin (some 100 MB of RSS in the runs of bench/traefik): the garbage
 // collector runs when the heap has grown by GOGC percent of what is live,
@@ -45,7 +52,7 @@ type plugin struct {
 
 // gopath lays out, in a temporary GOPATH, sluice's go.mod and the Go files
 // (tests left out) of every package the plugin needs, and the trivial
-// plugin, as Traefik finds them under plugins-local/src.
+// and floor plugins, as Traefik finds them under plugins-local/src.
 func gopath(tb testing.TB) string {
 	tb.Helper()
 	root, err := filepath.Abs("../..")
@@ -67,6 +74,7 @@ func gopath(tb testing.TB) string {
 		}
 	}
 	copyFile(tb, filepath.Join(root, "bench", "testdata", "trivial", "trivial.go"), filepath.Join(dir, "src", trivialImport, "trivial.go"))
+	copyFile(tb, filepath.Join(root, "bench", "testdata", "floor", "floor.go"), filepath.Join(dir, "src", floorImport, "floor.go"))
 	return dir
 }
 
@@ -217,7 +225,7 @@ func measure(h http.Handler, nx *next, req *http.Request, warm, rounds, n int) c
 // interpreter, an option the plugin does not know reaches its Unknown
 // fields and New refuses it, naming it, at the top level and in a block.
 func TestUnknownOption(t *testing.T) {
-	sluice, _ := loadPlugins(t)
+	sluice, _, _ := loadPlugins(t)
 	for _, tc := range []struct {
 		config map[string]any
 		want   string
@@ -229,6 +237,38 @@ func TestUnknownOption(t *testing.T) {
 		_, err := sluice.newHandler(t, tc.config, "unknown@file", &next{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: New error %v, want one containing %q", tc.config, err, tc.want)
+		}
+	}
+}
+
+// TestFloorAnswersAsSluice: the floor plugin writes on an admission the
+// headers sluice writes, with the same values (X-RateLimit-Reset within a
+// second: the two read the clock apart), so that the cost report compares
+// like with like.
+func TestFloorAnswersAsSluice(t *testing.T) {
+	sluice, _, floor := loadPlugins(t)
+	req := httptest.NewRequest(http.MethodGet, "http://example.com/", nil)
+	req.RemoteAddr = ipv4
+	for i, config := range []map[string]any{open, {"average": 100, "burst": 50}, {"average": 3, "burst": 2}} {
+		name := "floor" + strconv.Itoa(i) + "@file"
+		hs, hf := sluice.handler(t, config, name, &next{}), floor.handler(t, config, name, &next{})
+		for n := 0; n < 2; n++ {
+			ws, wf := &writer{h: http.Header{}}, &writer{h: http.Header{}}
+			hs.ServeHTTP(ws, req)
+			hf.ServeHTTP(wf, req)
+			if ws.status != 0 || wf.status != 0 {
+				t.Fatalf("%v, request %d: status %d (sluice), %d (floor); want both admitted", config, n, ws.status, wf.status)
+			}
+			rs, _ := strconv.ParseInt(ws.h.Get("X-Ratelimit-Reset"), 10, 64)
+			rf, _ := strconv.ParseInt(wf.h.Get("X-Ratelimit-Reset"), 10, 64)
+			if rs == 0 || rf < rs-1 || rf > rs+1 {
+				t.Errorf("%v, request %d: X-RateLimit-Reset %d (sluice), %d (floor)", config, n, rs, rf)
+			}
+			ws.h.Del("X-Ratelimit-Reset")
+			wf.h.Del("X-Ratelimit-Reset")
+			if !reflect.DeepEqual(ws.h, wf.h) {
+				t.Errorf("%v, request %d: headers\n%v (sluice)\n%v (floor)", config, n, ws.h, wf.h)
+			}
 		}
 	}
 }

@@ -33,14 +33,15 @@ tl_plugin_tree() {
 	done < <(cd "$REPO" && find core traefikplugin -type f -name '*.go' ! -name '*_test.go')
 }
 
-# tl_trivial_tree DIR lays out in DIR/plugins-local a local plugin that sets
-# one header: what any Yaegi plugin costs Traefik, beside sluice (bench/rss.sh,
-# bench/traefik/run.sh).
-tl_trivial_tree() {
-	local dst="$1/plugins-local/src/example.com/trivial"
+# tl_bench_tree DIR NAME lays out in DIR/plugins-local the local plugin
+# bench/testdata/NAME, imported as example.com/NAME: trivial sets one header
+# (what any Yaegi plugin costs Traefik), floor is a bare token bucket with
+# sluice's five headers (bench/rss.sh, bench/traefik/run.sh).
+tl_bench_tree() {
+	local dst="$1/plugins-local/src/example.com/$2"
 	mkdir -p "$dst"
-	cp "$REPO/bench/testdata/trivial/go.mod" "$REPO/bench/testdata/trivial/.traefik.yml" \
-		"$REPO/bench/testdata/trivial/trivial.go" "$dst/"
+	cp "$REPO/bench/testdata/$2/go.mod" "$REPO/bench/testdata/$2/.traefik.yml" \
+		"$REPO/bench/testdata/$2/$2.go" "$dst/"
 }
 
 # tl_render TEMPLATE OUT NAME=VALUE... copies TEMPLATE to OUT, replacing
