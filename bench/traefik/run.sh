@@ -11,6 +11,14 @@
 #
 #   bench/traefik/run.sh                  # 3 rounds of wrk -t2 -c32 -d5s
 #   ROUNDS=5 DURATION=10s bench/traefik/run.sh
+#   PROFILE="sluice builtin" bench/traefik/run.sh
+#
+# With PROFILE set, it instead takes a 15 s CPU profile of Traefik
+# (/debug/pprof on its own loopback entry point) under wrk for each
+# variant named (none, builtin, sluice, trivial, floor), writes it to
+# $PROFILE_DIR/NAME.pb.gz (default /tmp/sluice-profiles) beside its
+# req/s, and prints the Traefik CPU per request, the plugin's own
+# (ServeHTTP without the proxying after it) and the garbage collector's.
 #
 # Prints req/s per round and variant, the medians of req/s and of the p99
 # latencies, and the ratios c/b (target ≥ 0.9, p99 ≤ 1.2×), c/a, d/b and
@@ -63,6 +71,11 @@ tl_render "$REPO/bench/traefik/dynamic.yml" "$run/dynamic.yml" "BACKEND=127.0.0.
 tl_render "$REPO/e2e/testdata/traefik/static.yml" "$run/static.yml" "PORT=$port" \
 	"DYNAMIC=$run/dynamic.yml" "LOG=$run/traefik.log"
 printf '    trivial:\n      moduleName: example.com/trivial\n    floor:\n      moduleName: example.com/floor\n' >>"$run/static.yml"
+if [ -n "${PROFILE:-}" ]; then
+	api_port="$(free_port)"
+	# The API's debug endpoints on an entry point of their own.
+	sed -i "s|^entryPoints:|api:\n  debug: true\n  insecure: true\nentryPoints:\n  traefik:\n    address: \"127.0.0.1:$api_port\"|" "$run/static.yml"
+fi
 tl_start_traefik "$traefik" "$run" "$run/static.yml"
 if ! tl_wait_traefik "$port" "$run/traefik.log" /sluice 60; then
 	tail -n 40 "$run/traefik.log" "$run/static.yml.out" 2>/dev/null || true
@@ -72,6 +85,34 @@ base="http://127.0.0.1:$port"
 for v in none builtin trivial floor; do
 	[ "$(tl_status "$base/$v")" = 200 ] || { echo "bench: GET /$v is not 200"; exit 1; }
 done
+
+if [ -n "${PROFILE:-}" ]; then
+	out="${PROFILE_DIR:-/tmp/sluice-profiles}"
+	mkdir -p "$out"
+	for v in $PROFILE; do
+		wrk -t"$threads" -c"$conns" -d20s "$base/$v" >"$out/$v.wrk.txt" 2>&1 &
+		wpid=$!
+		sleep 3
+		curl -fsS -o "$out/$v.pb.gz" "http://127.0.0.1:$api_port/debug/pprof/profile?seconds=15"
+		wait "$wpid"
+		rps="$(awk '/^Requests\/sec:/ { print $2 }' "$out/$v.wrk.txt")"
+		go tool pprof -top -cum -nodecount=100000 "$out/$v.pb.gz" 2>/dev/null | awk -v v="$v" -v rps="$rps" '
+			/Total samples =/ { for (i = 1; i <= NF; i++) if ($i == "=") total = $(i + 1) + 0 }
+			function sec(x) { return (x ~ /ms$/) ? x / 1000 : x + 0 }
+			$NF ~ /genFunctionWrapper\.func1\.1$/ { plugin = sec($4) }
+			$NF ~ /ratelimiter\.\(\*rateLimiter\)\.ServeHTTP$/ { plugin = sec($4) }
+			$NF ~ /wrr\.\(\*Balancer\)\.ServeHTTP$/ { next_ = sec($4) }
+			$NF == "runtime.gcBgMarkWorker" { gc = sec($4) }
+			END {
+				n = rps * 15
+				own = (plugin > 0) ? sprintf("%.1f", (plugin - next_) * 1e6 / n) : "-"
+				printf "profiled %-8s %9.0f req/s; Traefik CPU per request %6.1f µs, middleware alone %5s µs, background GC %5.1f µs\n",
+					v, rps, total * 1e6 / n, own, gc * 1e6 / n
+			}'
+	done
+	echo "profiles in $out (go tool pprof -top -cum $out/NAME.pb.gz)"
+	exit 0
+fi
 
 # load PATH DURATION prints the req/s and the p99 latency in ms of one wrk
 # run, failing on any error or non-2xx answer.
