@@ -102,8 +102,9 @@
 // A CPU profile of that Traefik under load (PROFILE=... bench/traefik/run.sh)
 // puts the middleware alone, without the proxying after it, at 28.5 µs per
 // request with sluice, 16.6 µs with the floor, 6.1 µs with the one-header
-// plugin and 4.8 µs with the built-in: the 0.90 leaves a plugin about as
-// much as the one-header plugin takes.
+// plugin and 4.8 µs with the built-in: between the one-header plugin (1.02
+// of the built-in) and the floor, 0.90 falls near 13 µs of middleware per
+// request, less than the floor takes.
 //
 // This package is a test dependency only: neither core nor traefikplugin
 // imports Yaegi.
