@@ -121,20 +121,23 @@ func median(xs []float64) float64 {
 }
 
 // memoryReport measures the heap that an interpreter holds, after a
-// collection, once it has imported the trivial plugin and then sluice's
-// plugin and built one middleware, as Traefik does at start-up: the memory
-// the interpreted code itself costs an idle Traefik, whatever the traffic.
+// collection, once it has imported the trivial plugin, the floor plugin
+// and then sluice's plugin and built one middleware of each limiter, as
+// Traefik does at start-up: the memory the interpreted code itself costs
+// an idle Traefik, whatever the traffic.
 func memoryReport(t *testing.T, out func(string, ...any)) {
 	dir := gopath(t)
 	h0 := liveHeapMB()
 	trivial := load(t, dir, trivialImport)
 	h1 := liveHeapMB()
-	p := load(t, dir, pluginImport)
-	h := p.handler(t, open, "api@file", &next{})
+	floor := load(t, dir, floorImport).handler(t, open, "api@file", &next{})
 	h2 := liveHeapMB()
-	out("live heap of the interpreted code (MB): trivial plugin %.1f, sluice %.1f (imported, one New)", h1-h0, h2-h1)
+	sluice := load(t, dir, pluginImport).handler(t, open, "api@file", &next{})
+	h3 := liveHeapMB()
+	out("live heap of the interpreted code (MB): trivial plugin %.1f, floor %.1f, sluice %.1f (imported, one New)", h1-h0, h2-h1, h3-h2)
 	runtime.KeepAlive(trivial)
-	runtime.KeepAlive(h)
+	runtime.KeepAlive(floor)
+	runtime.KeepAlive(sluice)
 }
 
 // liveHeapMB is the heap in use after a full collection, in MB.
