@@ -49,7 +49,8 @@ type pluginCase struct {
 	// target is the most allocations one request should make (issue 8),
 	// ceiling the most it may make today without failing
 	// TestYaegiAllocBudget: what it makes, and 5 % more; 0 for the
-	// trivial and floor plugins. Lower a ceiling when a change lowers the count.
+	// trivial and floor plugins. Lower a ceiling when a change lowers the
+	// count.
 	target, ceiling float64
 }
 
@@ -110,7 +111,7 @@ var memoryCases = []pluginCase{
 	}), remote: ipv4, rejected: true, target: targetOther, ceiling: 957},
 }
 
-// plugins holds the two interpreters, loaded once per test binary: an
+// plugins holds the three interpreters, loaded once per test binary: an
 // import takes about a second.
 var plugins struct {
 	once                   sync.Once
