@@ -17,8 +17,9 @@
 # (/debug/pprof on its own loopback entry point) under wrk for each
 # variant named (none, builtin, sluice, trivial, floor), writes it to
 # $PROFILE_DIR/NAME.pb.gz (default /tmp/sluice-profiles) beside its
-# req/s, and prints the Traefik CPU per request, the plugin's own
-# (ServeHTTP without the proxying after it) and the garbage collector's.
+# req/s, and prints the Traefik CPU per request, the middleware's own
+# (its ServeHTTP without the proxying after it) and the garbage
+# collector's.
 #
 # Prints req/s per round and variant, the medians of req/s and of the p99
 # latencies, and the ratios c/b (target ≥ 0.9, p99 ≤ 1.2×), c/a, d/b and
