@@ -5,9 +5,9 @@
 # never reaches (average and burst 100000000), (d) a plugin that only sets
 # one header: what any Yaegi plugin costs, and (e) bench/testdata/floor, a
 # bare token bucket that writes sluice's five headers and has none of its
-# guarantees: the least such a limiter costs under Yaegi. All five run in
-# one Traefik process, and rounds interleave a b c d e so that drift on a
-# shared machine hits all of them.
+# guarantees: about the least such a limiter costs under Yaegi. All five
+# run in one Traefik process, and rounds interleave a b c d e so that drift
+# on a shared machine hits all of them.
 #
 #   bench/traefik/run.sh                  # 3 rounds of wrk -t2 -c32 -d5s
 #   ROUNDS=5 DURATION=10s bench/traefik/run.sh

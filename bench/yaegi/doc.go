@@ -76,9 +76,9 @@
 //
 // # The floor
 //
-// The report also measures bench/testdata/floor, a plugin that is the least
-// a token bucket answering with sluice's five headers costs: one map under
-// one mutex keyed by the address as net/http writes it, a theoretical
+// The report also measures bench/testdata/floor, a plugin that is about the
+// least a token bucket answering with sluice's five headers costs: one map
+// under one mutex keyed by the address as net/http writes it, a theoretical
 // arrival time in integer nanoseconds, the headers sluice writes
 // (TestFloorAnswersAsSluice compares them), shaped as serveLaneTB is. It
 // has none of sluice's guarantees (the address checked, memory bounded and
@@ -99,12 +99,12 @@
 // 0.76 (0.92 and 0.90 of the floor), and a first version of the floor with
 // 121 allocations 0.83 in a run of 10 rounds: under this interpreter a
 // token bucket that writes those headers does not reach 0.90, however bare.
-// A CPU profile of that Traefik under load (PROFILE=... bench/traefik/run.sh)
-// puts the middleware alone, without the proxying after it, at 28.5 µs per
-// request with sluice, 16.6 µs with the floor, 6.1 µs with the one-header
-// plugin and 4.8 µs with the built-in: between the one-header plugin (1.02
-// of the built-in) and the floor, 0.90 falls near 13 µs of middleware per
-// request, less than the floor takes.
+// A CPU profile of that Traefik under load (PROFILE=...
+// bench/traefik/run.sh) puts the middleware alone, without the proxying
+// after it, at 28.5 µs per request with sluice, 16.6 µs with the floor, 6.1
+// µs with the one-header plugin and 4.8 µs with the built-in: between the
+// one-header plugin (1.02 of the built-in) and the floor, 0.90 falls near
+// 13 µs of middleware per request, less than the floor takes.
 //
 // This package is a test dependency only: neither core nor traefikplugin
 // imports Yaegi.

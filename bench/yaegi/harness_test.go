@@ -33,8 +33,9 @@ const (
 const trivialImport = "example.com/trivial"
 
 // floorImport is a bare token bucket that writes sluice's five headers on
-// an admission and has none of its guarantees (bench/testdata/floor): the
-// least such a limiter costs under the interpreter, measured beside sluice.
+// an admission and has none of its guarantees (bench/testdata/floor):
+// about the least such a limiter costs under the interpreter, measured
+// beside sluice.
 const floorImport = "example.com/floor"
 
 // ballast stands for the live heap of the Traefik process around the

@@ -1,5 +1,5 @@
-// Package floor is a Traefik plugin that measures the least a token bucket
-// answering with sluice's five rate-limit headers costs under Yaegi.
+// Package floor is a Traefik plugin that measures about the least a token
+// bucket answering with sluice's five rate-limit headers costs under Yaegi.
 //
 // It keeps one theoretical arrival time in integer nanoseconds per client,
 // in one map under one mutex, keyed by the client address up to its port as
