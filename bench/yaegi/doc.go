@@ -83,28 +83,29 @@
 // (TestFloorAnswersAsSluice compares them), shaped as serveLaneTB is. It
 // has none of sluice's guarantees (the address checked, memory bounded and
 // sharded, fractional costs, a 429 with its headers and body), so the
-// difference is their price. In December 2026 it took 115 allocations and
-// 3.7 to 4.7 times the one-header plugin's time per request, sluice 207 and
-// 6.0 to 7.2 times. Its frame is 63 slots against serveLaneTB's 131 and
-// ServeLane's 7; counted on the slots and calls, the 92 allocations between
-// them are about 15 for the address check and the dispatch of IPv6 and
-// proxied clients, 16 for the hashed, sharded and bounded store, 24 for
-// fractional costs on a float state, 4 each for the injected clock and the
-// skip of a request without a key, 7 for ServeLane's frame, and the rest
-// for the state's write with its expiry, the lane's choices of path and the
-// texts of the headers; a channel of one in place of its mutex saves 4 more
-// (a send and a receive against two calls). In real Traefik
-// (bench/traefik/run.sh), in two runs of 16 rounds, the floor served 0.81
-// and 0.85 of the built-in rateLimit's requests per second, sluice 0.75 and
-// 0.76 (0.92 and 0.90 of the floor), and a first version of the floor with
-// 121 allocations 0.83 in a run of 10 rounds: under this interpreter a
-// token bucket that writes those headers does not reach 0.90, however bare.
-// A CPU profile of that Traefik under load (PROFILE=...
-// bench/traefik/run.sh) puts the middleware alone, without the proxying
-// after it, at 28.5 µs per request with sluice, 16.6 µs with the floor, 6.1
-// µs with the one-header plugin and 4.8 µs with the built-in: between the
-// one-header plugin (1.02 of the built-in) and the floor, 0.90 falls near
-// 13 µs of middleware per request, less than the floor takes.
+// difference is their price. In six runs of December 2026, on a busy
+// machine and a quiet one, it took 115 allocations and 3.7 to 5.6 times the
+// one-header plugin's time per request, sluice 207 and 6.0 to 9.4 times.
+// Its frame is 63 slots against serveLaneTB's 131 and ServeLane's 7;
+// counted on the slots and calls, the 92 allocations between them are about
+// 15 for the address check and the dispatch of IPv6 and proxied clients, 16
+// for the hashed, sharded and bounded store, 24 for fractional costs on a
+// float state, 4 each for the injected clock and the skip of a request
+// without a key, 7 for ServeLane's frame, and the rest for the state's
+// write with its expiry, the lane's choices of path and the texts of the
+// headers; a channel of one in place of its mutex saves 4 more (a send and
+// a receive against two calls). In real Traefik (bench/traefik/run.sh), in
+// two runs of 16 rounds, the floor served 0.81 and 0.85 of the built-in
+// rateLimit's requests per second, sluice 0.75 and 0.76 (0.92 and 0.90 of
+// the floor), and a first version of the floor with 121 allocations 0.83 in
+// a run of 10 rounds: under this interpreter a token bucket that writes
+// those headers does not reach 0.90, however bare. A CPU profile of that
+// Traefik under load (PROFILE=... bench/traefik/run.sh) puts the middleware
+// alone, without the proxying after it, at 28.5 µs per request with sluice,
+// 16.6 µs with the floor, 6.1 µs with the one-header plugin and 4.8 µs with
+// the built-in: between the one-header plugin (1.02 of the built-in) and
+// the floor, 0.90 falls near 13 µs of middleware per request, less than the
+// floor takes.
 //
 // This package is a test dependency only: neither core nor traefikplugin
 // imports Yaegi.
