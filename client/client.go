@@ -64,6 +64,10 @@ type Transport struct {
 	// error) and the wait.
 	OnRetry func(attempt int, resp *http.Response, wait time.Duration)
 
+	// now and sleep, when set, replace time.Now and a timer (for tests).
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
+
 	mu     sync.Mutex
 	paceAt time.Time // no request before this instant, when pacing
 }
@@ -78,7 +82,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	for attempt := 1; ; attempt++ {
 		if t.Pace {
-			if err := sleep(ctx, t.paceWait()); err != nil {
+			if err := t.wait(ctx, t.paceWait()); err != nil {
 				return nil, err
 			}
 		}
@@ -104,7 +108,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if !retryable || attempt == max {
 				return resp, nil
 			}
-			if asked, ok := serverWait(resp.Header, time.Now()); ok {
+			if asked, ok := serverWait(resp.Header, t.clock()); ok {
 				if asked > t.maxDelay() {
 					return resp, nil // longer than this client waits
 				}
@@ -115,7 +119,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		default:
 			return resp, nil // success, or an error retrying cannot fix
 		}
-		if d, ok := ctx.Deadline(); ok && time.Until(d) < wait {
+		if d, ok := ctx.Deadline(); ok && d.Sub(t.clock()) < wait {
 			// The wait would outlast the caller: answer now.
 			if resp != nil {
 				return resp, nil
@@ -129,7 +133,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := t.wait(ctx, wait); err != nil {
 			return nil, err
 		}
 	}
@@ -140,6 +144,21 @@ func (t *Transport) base() http.RoundTripper {
 		return t.Base
 	}
 	return http.DefaultTransport
+}
+
+func (t *Transport) clock() time.Time {
+	if t.now != nil {
+		return t.now()
+	}
+	return time.Now()
+}
+
+// wait sleeps for d unless ctx ends first.
+func (t *Transport) wait(ctx context.Context, d time.Duration) error {
+	if t.sleep != nil {
+		return t.sleep(ctx, d)
+	}
+	return sleep(ctx, d)
 }
 
 func (t *Transport) random() float64 {
@@ -192,7 +211,7 @@ func (t *Transport) observe(resp *http.Response) {
 	}
 	gap := time.Duration(float64(secs) * float64(time.Second) / float64(r+1))
 	t.mu.Lock()
-	if at := time.Now().Add(gap); at.After(t.paceAt) {
+	if at := t.clock().Add(gap); at.After(t.paceAt) {
 		t.paceAt = at
 	}
 	t.mu.Unlock()
@@ -202,7 +221,7 @@ func (t *Transport) observe(resp *http.Response) {
 func (t *Transport) paceWait() time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return time.Until(t.paceAt)
+	return t.paceAt.Sub(t.clock())
 }
 
 // repeatable reports whether req may be sent again: an idempotent method
