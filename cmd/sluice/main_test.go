@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // sluice runs one command line and returns its output.
@@ -124,5 +125,78 @@ func TestSimCSVTrace(t *testing.T) {
 	var errOut bytes.Buffer
 	if code := run([]string{"sim", "--rate", "2/1m", "--trace", path}, io.Discard, &errOut); code == 0 || !strings.Contains(errOut.String(), "line 1") {
 		t.Errorf("bad CSV: exit %d, %q", code, errOut.String())
+	}
+}
+
+// TestHelp: sluice and each command print their usage and flags to
+// stdout on -h, --help and help, and exit 0.
+func TestHelp(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-h"}, []string{"usage: sluice <command>", "calc <rate>", "sim --rate", "help [command]"}},
+		{[]string{"--help"}, []string{"usage: sluice <command>"}},
+		{[]string{"-help"}, []string{"usage: sluice <command>"}},
+		{[]string{"help"}, []string{"usage: sluice <command>"}},
+		{[]string{"calc", "-h"}, []string{"usage: sluice calc <rate>", "-burst", "-algorithm", "-json", "sliding_window_counter"}},
+		{[]string{"calc", "--help"}, []string{"usage: sluice calc <rate>", "-burst"}},
+		{[]string{"calc", "help"}, []string{"usage: sluice calc <rate>", "-burst"}},
+		{[]string{"calc", "100/1m", "--help"}, []string{"usage: sluice calc <rate>"}},
+		{[]string{"help", "calc"}, []string{"usage: sluice calc <rate>", "-burst"}},
+		{[]string{"sim", "-h"}, []string{"usage: sluice sim --rate", "-rate", "-burst", "-algorithms", "-trace", "-svg", "trace CSV:"}},
+		{[]string{"sim", "--help"}, []string{"usage: sluice sim --rate", "-svg", "trace CSV:"}},
+		{[]string{"sim", "help"}, []string{"usage: sluice sim --rate", "-svg"}},
+		{[]string{"help", "sim"}, []string{"usage: sluice sim --rate", "trace CSV:"}},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(c.args, &out, &errOut)
+		if code != 0 || errOut.Len() != 0 {
+			t.Errorf("sluice %s: exit %d, stderr %q; want 0 and nothing", strings.Join(c.args, " "), code, errOut.String())
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("sluice %s: output lacks %q:\n%s", strings.Join(c.args, " "), w, out.String())
+			}
+		}
+	}
+}
+
+// TestHelpCSVExample: the trace CSV example in sim's help is a trace
+// that sim reads as the help says.
+func TestHelpCSVExample(t *testing.T) {
+	help := sluice(t, "sim", "--help")
+	_, rest, ok := strings.Cut(help, "For example:\n")
+	example, _, ok2 := strings.Cut(rest, "\nexample:")
+	if !ok || !ok2 {
+		t.Fatalf("sim's help has no CSV example:\n%s", help)
+	}
+	tr, err := readTrace(strings.NewReader(example))
+	if err != nil || len(tr) != 4 || tr[1].cost != 2 || tr[3].at != 60100*time.Millisecond {
+		t.Errorf("the help's example reads as %+v, %v; want 4 arrivals, the second of cost 2, the last at 60.1 s", tr, err)
+	}
+}
+
+// TestUsageErrors: a bad command line exits non-zero with an error on
+// stderr that says where the help is; no arguments print the usage.
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "usage: sluice <command>"},
+		{[]string{"nope"}, 1, `unknown command "nope"`},
+		{[]string{"help", "nope"}, 1, `unknown command "nope"`},
+		{[]string{"calc", "--bogus"}, 1, "see sluice calc --help"},
+		{[]string{"calc", "10/1m", "extra"}, 1, `unexpected argument "extra"`},
+		{[]string{"calc"}, 1, "want a rate"},
+		{[]string{"sim", "--rate", "10/1m", "extra"}, 1, `unexpected argument "extra"`},
+		{[]string{"sim"}, 1, "see sluice sim --help"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(c.args, &out, &errOut); code != c.code || !strings.Contains(errOut.String(), c.want) || out.Len() != 0 {
+			t.Errorf("sluice %s: exit %d, stdout %q, stderr %q; want exit %d and %q", strings.Join(c.args, " "), code, out.String(), errOut.String(), c.code, c.want)
+		}
 	}
 }
