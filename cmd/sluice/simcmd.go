@@ -89,7 +89,7 @@ func simCommand(args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := writeSVG(f, rate, tr, outcomes); err != nil {
+		if err := writeSVG(f, *traceName, rate, tr, outcomes); err != nil {
 			f.Close()
 			return err
 		}
