@@ -8,8 +8,9 @@
 // retries only requests that are safe to repeat (idempotent methods, or
 // any request with an Idempotency-Key header), rebuilding bodies through
 // Request.GetBody; it never retries any other 4xx. With Pace set, it also
-// slows down on its own as the RateLimit field's remaining quota runs low,
-// so that a well-behaved client need not see a 429 at all.
+// spreads the requests to each origin by the RateLimit field of that
+// origin's responses, so that a well-behaved client need not see a 429 at
+// all.
 //
 // It uses the standard library only.
 package client
@@ -19,7 +20,9 @@ import (
 	"io"
 	"math"
 	"math/rand"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +36,18 @@ const (
 	DefaultMaxDelay    = 30 * time.Second
 	DefaultJitter      = 0.5
 )
+
+// Bounds of the pacing state, which hostile servers must not grow.
+const (
+	maxPaceOrigins  = 1024 // origins paced at once
+	maxPacePolicies = 4    // policies paced per origin
+	maxPolicyName   = 64   // bytes of a policy's name kept
+	maxOriginLen    = 300  // longer origins (no DNS name is) are not paced
+)
+
+// maxFieldSeconds bounds the t of a RateLimit field, as Retry-After is
+// bounded, so that it converts to a time.Duration without overflow.
+const maxFieldSeconds = 1<<31 - 1
 
 // Transport retries requests as the package documentation says. Its zero
 // value is ready to use; it is safe for concurrent use, and its fields
@@ -49,12 +64,19 @@ type Transport struct {
 	// MaxDelay is returned instead of retried.
 	BaseDelay, MaxDelay time.Duration
 	// Jitter lengthens a wait the server asked for by a random fraction of
-	// itself, up to Jitter (0.5: by 0 to 50 %). Zero means DefaultJitter;
-	// a negative value waits exactly.
+	// itself, up to Jitter (0.5: by 0 to 50 %), and never past MaxDelay.
+	// Zero means DefaultJitter; a negative value waits exactly.
 	Jitter float64
-	// Pace, when set, delays a request while the last RateLimit field
-	// seen said little quota remained: by the time until the limit resets,
-	// divided among the remaining units.
+	// Pace, when set, spreads the requests to each origin (scheme, host
+	// and port) by the RateLimit fields of its responses: for each policy
+	// the field names, the next request to that origin waits t/(r+1)
+	// after the latest response naming it (r units left, the limit whole
+	// again in t seconds), at most MaxDelay. A pause that would outlast
+	// the request's deadline is skipped: the request is sent at once. A
+	// 429 or 503 sets no pause, as its retry waits what it asks for, or
+	// the caller receives it. The Transport paces at most 1024 origins
+	// and 4 policies per origin at once; when more arrive, the pauses
+	// that end first are forgotten.
 	Pace bool
 	// Rand returns numbers in [0, 1); nil means math/rand. It must be
 	// safe for concurrent use.
@@ -64,8 +86,19 @@ type Transport struct {
 	// error) and the wait.
 	OnRetry func(attempt int, resp *http.Response, wait time.Duration)
 
-	mu     sync.Mutex
-	paceAt time.Time // no request before this instant, when pacing
+	// now and sleep, when set, replace time.Now and a timer (for tests).
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
+
+	mu   sync.Mutex
+	pace map[string][]policyPause // by origin, when pacing
+}
+
+// policyPause is the instant before which one policy of an origin holds
+// the next request.
+type policyPause struct {
+	policy string
+	until  time.Time
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -76,10 +109,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if max <= 0 {
 		max = DefaultMaxAttempts
 	}
+	var from string // the origin paced, when pacing
+	if t.Pace {
+		from = origin(req.URL)
+	}
 	for attempt := 1; ; attempt++ {
 		if t.Pace {
-			if err := sleep(ctx, t.paceWait()); err != nil {
-				return nil, err
+			if wait := t.paceWait(from); wait > 0 && !t.outlasts(ctx, wait) {
+				if err := t.wait(ctx, wait); err != nil {
+					return nil, err
+				}
 			}
 		}
 		try := req
@@ -90,9 +129,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 		resp, err := t.base().RoundTrip(try)
-		if err == nil {
-			t.observe(resp)
-		}
 		var wait time.Duration
 		switch {
 		case err != nil:
@@ -104,7 +140,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if !retryable || attempt == max {
 				return resp, nil
 			}
-			if asked, ok := serverWait(resp.Header, time.Now()); ok {
+			if asked, ok := serverWait(resp.Header, t.clock()); ok {
 				if asked > t.maxDelay() {
 					return resp, nil // longer than this client waits
 				}
@@ -113,9 +149,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				wait = t.backoff(attempt)
 			}
 		default:
+			t.observe(from, resp.Header)
 			return resp, nil // success, or an error retrying cannot fix
 		}
-		if d, ok := ctx.Deadline(); ok && time.Until(d) < wait {
+		if t.outlasts(ctx, wait) {
 			// The wait would outlast the caller: answer now.
 			if resp != nil {
 				return resp, nil
@@ -129,7 +166,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := t.wait(ctx, wait); err != nil {
 			return nil, err
 		}
 	}
@@ -140,6 +177,27 @@ func (t *Transport) base() http.RoundTripper {
 		return t.Base
 	}
 	return http.DefaultTransport
+}
+
+func (t *Transport) clock() time.Time {
+	if t.now != nil {
+		return t.now()
+	}
+	return time.Now()
+}
+
+// outlasts reports whether a wait of d would reach ctx's deadline.
+func (t *Transport) outlasts(ctx context.Context, d time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return ok && dl.Sub(t.clock()) <= d
+}
+
+// wait sleeps for d unless ctx ends first.
+func (t *Transport) wait(ctx context.Context, d time.Duration) error {
+	if t.sleep != nil {
+		return t.sleep(ctx, d)
+	}
+	return sleep(ctx, d)
 }
 
 func (t *Transport) random() float64 {
@@ -167,7 +225,8 @@ func (t *Transport) maxDelay() time.Duration {
 	return DefaultMaxDelay
 }
 
-// jittered lengthens a wait the server asked for by up to Jitter of itself.
+// jittered lengthens a wait the server asked for, d ≤ MaxDelay, by up to
+// Jitter of itself, up to MaxDelay.
 func (t *Transport) jittered(d time.Duration) time.Duration {
 	j := t.Jitter
 	if j == 0 {
@@ -176,33 +235,132 @@ func (t *Transport) jittered(d time.Duration) time.Duration {
 	if j > 0 {
 		d += time.Duration(t.random() * j * float64(d))
 	}
+	if d > t.maxDelay() {
+		d = t.maxDelay()
+	}
 	return d
 }
 
-// observe records, when pacing, how long to hold the next request after
-// resp's RateLimit field: with r units left and the limit whole again in
-// t seconds, t/(r+1), from now.
-func (t *Transport) observe(resp *http.Response) {
-	if !t.Pace {
+// observe records, when pacing, the pauses that the RateLimit field of a
+// response from origin sets: for each policy it names, with r units left
+// and the limit whole again in t seconds, t/(r+1) from now, at most
+// MaxDelay. A policy's latest field replaces its earlier pause.
+func (t *Transport) observe(origin string, h http.Header) {
+	if !t.Pace || len(origin) > maxOriginLen {
 		return
 	}
-	r, secs, ok := rateLimitField(resp.Header.Get("RateLimit"))
-	if !ok {
+	items := rateLimitItems(h.Get("RateLimit"), maxPacePolicies)
+	if len(items) == 0 {
 		return
 	}
-	gap := time.Duration(float64(secs) * float64(time.Second) / float64(r+1))
-	t.mu.Lock()
-	if at := time.Now().Add(gap); at.After(t.paceAt) {
-		t.paceAt = at
-	}
-	t.mu.Unlock()
-}
-
-// paceWait is how long the next request must wait, when pacing.
-func (t *Transport) paceWait() time.Duration {
+	now := t.clock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return time.Until(t.paceAt)
+	pauses, known := t.pace[origin]
+	for _, it := range items {
+		gap := t.maxDelay()
+		if secs := float64(it.t) / (float64(it.r) + 1); secs < gap.Seconds() {
+			gap = time.Duration(secs * float64(time.Second))
+		}
+		pauses = setPause(pauses, it.policy, now.Add(gap))
+	}
+	if !known {
+		if t.pace == nil {
+			t.pace = make(map[string][]policyPause)
+		}
+		if len(t.pace) >= maxPaceOrigins {
+			t.makeRoom(now)
+		}
+	}
+	t.pace[origin] = pauses
+}
+
+// setPause sets policy's pause in pauses to until: in its place, else in
+// a new place while there are fewer than maxPacePolicies, else in that
+// of the pause that ends first.
+func setPause(pauses []policyPause, policy string, until time.Time) []policyPause {
+	first := -1
+	for i, p := range pauses {
+		if p.policy == policy {
+			pauses[i].until = until
+			return pauses
+		}
+		if first < 0 || p.until.Before(pauses[first].until) {
+			first = i
+		}
+	}
+	if len(pauses) < maxPacePolicies {
+		// A copy, so that the pause does not keep the whole header alive.
+		return append(pauses, policyPause{strings.Clone(policy), until})
+	}
+	pauses[first] = policyPause{strings.Clone(policy), until}
+	return pauses
+}
+
+// makeRoom makes room for one more origin: it forgets the origins whose
+// pauses have all ended, or if none has, the one whose pauses end first.
+// t.mu is held.
+func (t *Transport) makeRoom(now time.Time) {
+	first, firstEnd := "", time.Time{}
+	for o, pauses := range t.pace {
+		end := pauses[0].until
+		for _, p := range pauses[1:] {
+			if p.until.After(end) {
+				end = p.until
+			}
+		}
+		if !end.After(now) {
+			delete(t.pace, o)
+		} else if first == "" || end.Before(firstEnd) {
+			first, firstEnd = o, end
+		}
+	}
+	if len(t.pace) >= maxPaceOrigins {
+		delete(t.pace, first)
+	}
+}
+
+// paceWait is how long the next request to origin must wait, when
+// pacing: until the last of its pauses ends. It forgets ended pauses.
+func (t *Transport) paceWait(origin string) time.Duration {
+	now := t.clock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pauses, ok := t.pace[origin]
+	if !ok {
+		return 0
+	}
+	var wait time.Duration
+	live := pauses[:0]
+	for _, p := range pauses {
+		if d := p.until.Sub(now); d > 0 {
+			live = append(live, p)
+			if d > wait {
+				wait = d
+			}
+		}
+	}
+	if len(live) == 0 {
+		delete(t.pace, origin)
+	} else {
+		t.pace[origin] = live
+	}
+	return wait
+}
+
+// origin is u's scheme, host and port, lower case, with the scheme's
+// default port when u names none: the unit of pacing.
+func origin(u *url.URL) string {
+	scheme, port := strings.ToLower(u.Scheme), u.Port()
+	if port == "" {
+		switch scheme {
+		case "http":
+			port = "80"
+		case "https":
+			port = "443"
+		}
+	}
+	return scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
 }
 
 // repeatable reports whether req may be sent again: an idempotent method
@@ -245,34 +403,56 @@ func serverWait(h http.Header, now time.Time) (time.Duration, bool) {
 			return 0, true
 		}
 	}
-	if _, secs, ok := rateLimitField(h.Get("RateLimit")); ok {
-		return time.Duration(secs) * time.Second, true
+	if items := rateLimitItems(h.Get("RateLimit"), 1); len(items) == 1 {
+		return time.Duration(items[0].t) * time.Second, true
 	}
 	return 0, false
 }
 
-// rateLimitField reads the remaining units r and the seconds t of the
-// first item of an IETF RateLimit field, such as `"api";r=42;t=17`.
-func rateLimitField(v string) (r, t int64, ok bool) {
-	if v == "" {
-		return 0, 0, false
-	}
-	item, _, _ := strings.Cut(v, ",")
-	haveR, haveT := false, false
-	for _, p := range strings.Split(item, ";")[1:] {
-		k, val, _ := strings.Cut(strings.TrimSpace(p), "=")
-		n, err := strconv.ParseInt(val, 10, 64)
-		if err != nil || n < 0 {
-			continue
+// rateLimitItem is one item of an IETF RateLimit field: a policy's name
+// (at most maxPolicyName bytes of it), its remaining units r and the
+// seconds t until its limit is whole again (at most maxFieldSeconds).
+type rateLimitItem struct {
+	policy string
+	r, t   int64
+}
+
+// rateLimitItems reads the complete items among the first n of a
+// RateLimit field, such as `"api";r=42;t=17, "day";r=900;t=3600`.
+func rateLimitItems(v string, n int) []rateLimitItem {
+	var items []rateLimitItem
+	for ; v != "" && n > 0; n-- {
+		var item string
+		item, v, _ = strings.Cut(v, ",")
+		name, params, _ := strings.Cut(item, ";")
+		it := rateLimitItem{policy: strings.TrimSpace(name)}
+		if len(it.policy) > maxPolicyName {
+			it.policy = it.policy[:maxPolicyName]
 		}
-		switch k {
-		case "r":
-			r, haveR = n, true
-		case "t":
-			t, haveT = n, true
+		haveR, haveT := false, false
+		for params != "" {
+			var p string
+			p, params, _ = strings.Cut(params, ";")
+			k, val, _ := strings.Cut(strings.TrimSpace(p), "=")
+			x, err := strconv.ParseInt(val, 10, 64)
+			if err != nil || x < 0 {
+				continue
+			}
+			switch k {
+			case "r":
+				it.r, haveR = x, true
+			case "t":
+				if x > maxFieldSeconds {
+					x = maxFieldSeconds
+				}
+				it.t, haveT = x, true
+			}
+		}
+		if haveR && haveT {
+			items = append(items, it)
 		}
 	}
-	return r, t, haveR && haveT
+	return items
 }
 
 // sleep waits for d unless ctx ends first.

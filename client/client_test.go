@@ -220,8 +220,9 @@ func TestServerWait(t *testing.T) {
 			t.Errorf("%v: %v %v, want %v %v", c.h, got, ok, c.want, c.ok)
 		}
 	}
-	if r, tt, ok := rateLimitField(`"api";r=42;t=17, "other";r=1;t=2`); !ok || r != 42 || tt != 17 {
-		t.Errorf("rateLimitField: %d %d %v", r, tt, ok)
+	got := rateLimitItems(`"api";r=42;t=17, "other";r=1;t=2, "x";r=1`, 4)
+	if len(got) != 2 || got[0] != (rateLimitItem{`"api"`, 42, 17}) || got[1] != (rateLimitItem{`"other"`, 1, 2}) {
+		t.Errorf("rateLimitItems: %+v", got)
 	}
 }
 

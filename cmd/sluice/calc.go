@@ -35,24 +35,45 @@ type calcResult struct {
 	RetryAfterS int64 `json:"retry_after_s"`
 }
 
+// calcHelp is calc's help, before its flags.
+const calcHelp = `usage: sluice calc <rate> [flags]
+
+Prints what a limit means for a client, computed with sluice's own
+algorithm on a simulated clock: the least interval between requests it
+sustains, the sustained rate, a burst range to choose from, the most
+requests it admits in any window of its period (for a greedy client and
+for one bursting around a window boundary) and the Retry-After a client
+sees once a burst has emptied it.
+
+A rate is <quota>/<period>: 100/1m, 10/s, 5000/1h, 1/1m30s (units ms, s,
+m, h, d, or a Go duration).
+
+example:
+  sluice calc 100/1m --burst 20
+`
+
 func calcCommand(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("calc", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	burst := fs.Float64("burst", 0, "bucket size (token and leaky buckets); 0: the quota")
-	alg := fs.String("algorithm", string(core.TokenBucket), "algorithm")
+	alg := fs.String("algorithm", string(core.TokenBucket), "the algorithm: "+algorithmNames())
 	asJSON := fs.Bool("json", false, "print JSON")
 	rateText, rest := "", args
-	if len(rest) > 0 && len(rest[0]) > 0 && rest[0][0] != '-' {
+	if len(rest) > 0 && rest[0] != "help" && len(rest[0]) > 0 && rest[0][0] != '-' {
 		rateText, rest = rest[0], rest[1:]
 	}
-	if err := fs.Parse(rest); err != nil {
-		return fmt.Errorf("calc: %v", err)
+	if done, err := parseFlags(fs, rest, calcHelp, stdout); done || err != nil {
+		return err
 	}
-	if rateText == "" && fs.NArg() > 0 {
-		rateText = fs.Arg(0)
+	extra := fs.Args()
+	if rateText == "" && len(extra) > 0 {
+		rateText, extra = extra[0], extra[1:]
+	}
+	if len(extra) > 0 {
+		return fmt.Errorf("calc: unexpected argument %q (see sluice calc --help)", extra[0])
 	}
 	if rateText == "" {
-		return fmt.Errorf("calc: want a rate, such as 100/1m")
+		return fmt.Errorf("calc: want a rate, such as 100/1m (see sluice calc --help)")
 	}
 	rate, err := core.ParseRate(rateText)
 	if err != nil {

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // sluice runs one command line and returns its output.
@@ -71,18 +74,21 @@ func TestSimGolden(t *testing.T) {
 	}
 }
 
-// TestSimSVG: the plot is well-formed XML with one series per algorithm,
-// besides the arrivals.
-func TestSimSVG(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sim.svg")
-	sluice(t, "sim", "--rate", "10/1m", "--trace", "boundary", "--svg", path)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+// svgElement is an element of a plot: its name, attributes and text.
+type svgElement struct {
+	name  string
+	attr  map[string]string
+	text  string
+	class string
+}
+
+// parseSVG returns the elements of an SVG document in order, failing the
+// test if it is not well-formed XML with an svg root.
+func parseSVG(t *testing.T, data []byte) []svgElement {
+	t.Helper()
 	dec := xml.NewDecoder(bytes.NewReader(data))
-	series := map[string]bool{}
-	root := ""
+	var els []svgElement
+	open := -1
 	for {
 		tok, err := dec.Token()
 		if err == io.EOF {
@@ -91,21 +97,146 @@ func TestSimSVG(t *testing.T) {
 		if err != nil {
 			t.Fatalf("SVG is not well-formed XML: %v", err)
 		}
-		if el, ok := tok.(xml.StartElement); ok {
-			if root == "" {
-				root = el.Name.Local
+		switch tok := tok.(type) {
+		case xml.StartElement:
+			el := svgElement{name: tok.Name.Local, attr: map[string]string{}}
+			for _, a := range tok.Attr {
+				el.attr[a.Name.Local] = a.Value
 			}
-			if el.Name.Local == "polyline" {
-				for _, a := range el.Attr {
-					if a.Name.Local == "data-algorithm" {
-						series[a.Value] = true
-					}
-				}
+			el.class = el.attr["class"]
+			els = append(els, el)
+			open = len(els) - 1
+		case xml.CharData:
+			if open >= 0 {
+				els[open].text += string(tok)
+			}
+		case xml.EndElement:
+			open = -1
+		}
+	}
+	if len(els) == 0 || els[0].name != "svg" {
+		t.Fatalf("root is not svg: %v", els)
+	}
+	return els
+}
+
+// TestSimSVG: the plot of the boundary trace explains itself: a visible
+// title naming the trace and the limit, one series per algorithm besides
+// the arrivals, each drawn in its own colour and dash and narrower than
+// those drawn before it (so that coinciding lines all show), a legend
+// entry for each that names the lines it overlaps, 5 to 8 evenly spaced
+// ticks with units on each axis, and a time axis that starts within one
+// tick of the first arrival (57 s), not at 0.
+func TestSimSVG(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sim.svg")
+	sluice(t, "sim", "--rate", "10/1m", "--trace", "boundary", "--svg", path)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	els := parseSVG(t, data)
+	series := map[string]bool{}
+	styles := map[string]string{}
+	var title, legend, overlaps []string
+	var xs, ys []float64
+	var xLabels []string
+	lastWidth := math.Inf(1)
+	for _, el := range els {
+		switch {
+		case el.name == "polyline" && el.class == "series":
+			alg := el.attr["data-algorithm"]
+			series[alg] = true
+			style := el.attr["stroke"] + " " + el.attr["stroke-width"] + " " + el.attr["stroke-dasharray"]
+			if other, ok := styles[style]; ok {
+				t.Errorf("%s and %s are drawn alike: %s", alg, other, style)
+			}
+			styles[style] = alg
+			w, err := strconv.ParseFloat(el.attr["stroke-width"], 64)
+			if err != nil || w >= lastWidth {
+				t.Errorf("%s: stroke-width %q, want narrower than the line before, %v", alg, el.attr["stroke-width"], lastWidth)
+			}
+			lastWidth = w
+		case el.class == "title":
+			title = append(title, el.text)
+		case el.class == "legend":
+			legend = append(legend, el.text)
+		case el.class == "overlap":
+			overlaps = append(overlaps, el.text)
+		case el.class == "xtick":
+			v, err := strconv.ParseFloat(el.attr["data-seconds"], 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			xs = append(xs, v)
+			xLabels = append(xLabels, el.text)
+		case el.class == "ytick":
+			v, err := strconv.ParseFloat(el.attr["data-value"], 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ys = append(ys, v)
+		}
+	}
+	if len(series) != 6 || !series["arrivals"] || !series["fixed_window"] || !series["sliding_window_counter"] {
+		t.Errorf("series %v; want the arrivals and five algorithms", series)
+	}
+	if len(title) != 1 || !strings.Contains(title[0], "trace boundary") || !strings.Contains(title[0], "10/1m0s") {
+		t.Errorf("title %q; want one naming the trace and the limit", title)
+	}
+	wantLegend := []string{"arrived: 20", "token_bucket: 10 admitted", "leaky_bucket: 10 admitted", "fixed_window: 20 admitted", "sliding_window_log: 10 admitted", "sliding_window_counter: 10 admitted"}
+	if strings.Join(legend, "|") != strings.Join(wantLegend, "|") {
+		t.Errorf("legend %q, want %q", legend, wantLegend)
+	}
+	wantOverlaps := []string{"overlapping the arrivals", "overlapping token_bucket", "overlapping token_bucket"}
+	if strings.Join(overlaps, "|") != strings.Join(wantOverlaps, "|") {
+		t.Errorf("overlap notes %q, want %q", overlaps, wantOverlaps)
+	}
+	for _, axis := range []struct {
+		name string
+		v    []float64
+	}{{"x", xs}, {"y", ys}} {
+		if len(axis.v) < 5 || len(axis.v) > 8 {
+			t.Errorf("%s axis: %d ticks %v, want 5 to 8", axis.name, len(axis.v), axis.v)
+			continue
+		}
+		for i := 2; i < len(axis.v); i++ {
+			if math.Abs((axis.v[i]-axis.v[i-1])-(axis.v[1]-axis.v[0])) > 1e-9 {
+				t.Errorf("%s axis: ticks %v are not evenly spaced", axis.name, axis.v)
 			}
 		}
 	}
-	if root != "svg" || len(series) != 6 || !series["arrivals"] || !series["fixed_window"] || !series["sliding_window_counter"] {
-		t.Errorf("root %q, series %v; want svg with the arrivals and five algorithms", root, series)
+	if len(xs) > 1 && (xs[0] > 57 || xs[0] <= 57-(xs[1]-xs[0])) {
+		t.Errorf("time axis starts at %v s, want within one tick below the first arrival at 57 s", xs[0])
+	}
+	for _, l := range xLabels {
+		if !strings.HasSuffix(l, " s") {
+			t.Errorf("time tick %q has no unit", l)
+		}
+	}
+}
+
+// TestDocPlot: docs/sim-boundary.svg, which the README shows, is what
+// sim draws today; SLUICE_UPDATE_GOLDEN=1 rewrites it.
+func TestDocPlot(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sim.svg")
+	sluice(t, "sim", "--rate", "10/1m", "--trace", "boundary", "--svg", path)
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := filepath.Join("..", "..", "docs", "sim-boundary.svg")
+	if os.Getenv("SLUICE_UPDATE_GOLDEN") == "1" {
+		if err := os.WriteFile(doc, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s is not what sim --rate 10/1m --trace boundary --svg draws: run SLUICE_UPDATE_GOLDEN=1 go test ./cmd/sluice", doc)
 	}
 }
 
@@ -124,5 +255,78 @@ func TestSimCSVTrace(t *testing.T) {
 	var errOut bytes.Buffer
 	if code := run([]string{"sim", "--rate", "2/1m", "--trace", path}, io.Discard, &errOut); code == 0 || !strings.Contains(errOut.String(), "line 1") {
 		t.Errorf("bad CSV: exit %d, %q", code, errOut.String())
+	}
+}
+
+// TestHelp: sluice and each command print their usage and flags to
+// stdout on -h, --help and help, and exit 0.
+func TestHelp(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-h"}, []string{"usage: sluice <command>", "calc <rate>", "sim --rate", "help [command]"}},
+		{[]string{"--help"}, []string{"usage: sluice <command>"}},
+		{[]string{"-help"}, []string{"usage: sluice <command>"}},
+		{[]string{"help"}, []string{"usage: sluice <command>"}},
+		{[]string{"calc", "-h"}, []string{"usage: sluice calc <rate>", "-burst", "-algorithm", "-json", "sliding_window_counter"}},
+		{[]string{"calc", "--help"}, []string{"usage: sluice calc <rate>", "-burst"}},
+		{[]string{"calc", "help"}, []string{"usage: sluice calc <rate>", "-burst"}},
+		{[]string{"calc", "100/1m", "--help"}, []string{"usage: sluice calc <rate>"}},
+		{[]string{"help", "calc"}, []string{"usage: sluice calc <rate>", "-burst"}},
+		{[]string{"sim", "-h"}, []string{"usage: sluice sim --rate", "-rate", "-burst", "-algorithms", "-trace", "-svg", "trace CSV:"}},
+		{[]string{"sim", "--help"}, []string{"usage: sluice sim --rate", "-svg", "trace CSV:"}},
+		{[]string{"sim", "help"}, []string{"usage: sluice sim --rate", "-svg"}},
+		{[]string{"help", "sim"}, []string{"usage: sluice sim --rate", "trace CSV:"}},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(c.args, &out, &errOut)
+		if code != 0 || errOut.Len() != 0 {
+			t.Errorf("sluice %s: exit %d, stderr %q; want 0 and nothing", strings.Join(c.args, " "), code, errOut.String())
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("sluice %s: output lacks %q:\n%s", strings.Join(c.args, " "), w, out.String())
+			}
+		}
+	}
+}
+
+// TestHelpCSVExample: the trace CSV example in sim's help is a trace
+// that sim reads as the help says.
+func TestHelpCSVExample(t *testing.T) {
+	help := sluice(t, "sim", "--help")
+	_, rest, ok := strings.Cut(help, "For example:\n")
+	example, _, ok2 := strings.Cut(rest, "\nexample:")
+	if !ok || !ok2 {
+		t.Fatalf("sim's help has no CSV example:\n%s", help)
+	}
+	tr, err := readTrace(strings.NewReader(example))
+	if err != nil || len(tr) != 4 || tr[1].cost != 2 || tr[3].at != 60100*time.Millisecond {
+		t.Errorf("the help's example reads as %+v, %v; want 4 arrivals, the second of cost 2, the last at 60.1 s", tr, err)
+	}
+}
+
+// TestUsageErrors: a bad command line exits non-zero with an error on
+// stderr that says where the help is; no arguments print the usage.
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "usage: sluice <command>"},
+		{[]string{"nope"}, 1, `unknown command "nope"`},
+		{[]string{"help", "nope"}, 1, `unknown command "nope"`},
+		{[]string{"calc", "--bogus"}, 1, "see sluice calc --help"},
+		{[]string{"calc", "10/1m", "extra"}, 1, `unexpected argument "extra"`},
+		{[]string{"calc"}, 1, "want a rate"},
+		{[]string{"sim", "--rate", "10/1m", "extra"}, 1, `unexpected argument "extra"`},
+		{[]string{"sim"}, 1, "see sluice sim --help"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(c.args, &out, &errOut); code != c.code || !strings.Contains(errOut.String(), c.want) || out.Len() != 0 {
+			t.Errorf("sluice %s: exit %d, stdout %q, stderr %q; want exit %d and %q", strings.Join(c.args, " "), code, out.String(), errOut.String(), c.code, c.want)
+		}
 	}
 }

@@ -12,19 +12,57 @@ import (
 	"github.com/sluicehq/sluice/core"
 )
 
+// simHelp is sim's help, before its flags.
+const simHelp = `usage: sluice sim --rate <rate> [flags]
+
+Replays a trace of one client's arrivals through each algorithm, with
+sluice's own core on a simulated clock, and prints per algorithm how many
+requests were admitted and rejected, the most admitted in any window of
+the period and the longest wait a leaky_bucket imposed. With --svg it
+also plots the requests admitted over time.
+
+A rate is <quota>/<period>: 100/1m, 10/s, 5000/1h, 1/1m30s (units ms, s,
+m, h, d, or a Go duration).
+
+traces (--trace), the generated ones over three periods of the rate:
+  boundary   a quota just before a window boundary and another just after
+             it: the fixed window admits both
+  uniform    twice the rate, evenly spaced
+  bursty     bursts of half a quota, a third of a period apart
+  NAME.csv   your own arrivals, from a file whose name ends in .csv
+
+trace CSV: one arrival per line: the instant in seconds from the start
+of the trace (a decimal number from 0), then optionally a comma and the
+request's cost (a positive number, default 1). Blank lines and lines
+starting with # are skipped (a header line must start with #); lines may
+come in any order; at most 200000 arrivals. For example:
+
+  # seconds,cost
+  0
+  0.5,2
+  59.9
+  60.1
+
+example:
+  sluice sim --rate 10/1m --trace boundary --svg boundary.svg
+`
+
 func simCommand(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	rateText := fs.String("rate", "", "the limit's rate, such as 10/1m")
+	rateText := fs.String("rate", "", "the limit's rate, such as 10/1m (required)")
 	burst := fs.Float64("burst", 0, "bucket size (token and leaky buckets); 0: the quota")
-	algs := fs.String("algorithms", "all", "all, or a comma-separated list")
-	traceName := fs.String("trace", "boundary", "boundary, uniform, bursty or a .csv file of arrival seconds[,cost]")
+	algs := fs.String("algorithms", "all", "all, or a comma-separated list from: "+algorithmNames())
+	traceName := fs.String("trace", "boundary", "boundary, uniform, bursty or a .csv file (see above)")
 	svgPath := fs.String("svg", "", "write a plot of admitted requests over time to this file")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("sim: %v", err)
+	if done, err := parseFlags(fs, args, simHelp, stdout); done || err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("sim: unexpected argument %q (see sluice sim --help)", fs.Arg(0))
 	}
 	if *rateText == "" {
-		return fmt.Errorf("sim: --rate is required, such as --rate 10/1m")
+		return fmt.Errorf("sim: --rate is required, such as --rate 10/1m (see sluice sim --help)")
 	}
 	rate, err := core.ParseRate(*rateText)
 	if err != nil {
@@ -51,7 +89,7 @@ func simCommand(args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := writeSVG(f, rate, tr, outcomes); err != nil {
+		if err := writeSVG(f, *traceName, rate, tr, outcomes); err != nil {
 			f.Close()
 			return err
 		}
