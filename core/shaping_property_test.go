@@ -3,7 +3,10 @@ package core
 import (
 	"context"
 	"math/rand"
+	"net/http"
+	"net/http/httptest"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -127,6 +130,128 @@ func TestRedisShapingBoundWithCancels(t *testing.T) {
 			s := newTestRedisStore(t, client, false)
 			s.clock = clock.Now
 			checkShaping(t, s, clock, c.l, redisNonce+"/shape/"+string(rune('a'+seed)), c.bound, seed)
+		}
+	}
+}
+
+// signalStore is a MemoryStore that reports each decision and refund, so
+// that a test knows when a request waits and when its refund is done.
+type signalStore struct {
+	s        *MemoryStore
+	took     chan Decision
+	refunded chan struct{}
+}
+
+func (s *signalStore) Take(ctx context.Context, asks []Ask, out []Decision) error {
+	err := s.s.Take(ctx, asks, out)
+	s.took <- out[0]
+	return err
+}
+
+func (s *signalStore) Refund(ctx context.Context, asks []Ask, charged []Decision) error {
+	err := s.s.Refund(ctx, asks, charged)
+	s.refunded <- struct{}{}
+	return err
+}
+
+// TestGateShapingWithClientsThatHangUp: over HTTP, clients that hang up
+// while a leaky_bucket holds them do not let more than the rate through
+// (issue 20, item 2). The gate's clock stands still within each burst of
+// requests, so every request's departure is that instant plus its delay;
+// the waits themselves are real. At 10/500ms with a queue of 10: ten
+// requests wait 0 to 450 ms, four of them (150 to 300 ms) hang up, four
+// more arrive, then ten more at 500 ms. The holes the four left must stay
+// taken: refunding them let the four newcomers leave at 300 to 450 ms
+// beside the requests still queued there, 13 in the period from 300 ms.
+func TestGateShapingWithClientsThatHangUp(t *testing.T) {
+	clock := &fakeClock{now: confEpoch}
+	ms, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &signalStore{s: ms, took: make(chan Decision), refunded: make(chan struct{}, 16)}
+	l := gateLimit(t, "shape", LeakyBucket, "10/500ms", 10)
+	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: store, Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var departures []int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		at := clock.Now()
+		if v, ok := g.Serve(w, r, []Ask{{Limit: l, Key: "k", Cost: 1}}); ok {
+			mu.Lock()
+			departures = append(departures, at+int64(v.Delay))
+			mu.Unlock()
+		}
+	}))
+	defer srv.Close()
+	client := srv.Client()
+	var wg sync.WaitGroup
+	// send starts a request and returns its decision and the function
+	// that hangs it up.
+	send := func() (Decision, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, err := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if resp, err := client.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		select {
+		case d := <-store.took:
+			return d, cancel
+		case <-time.After(10 * time.Second):
+			t.Fatal("no decision within 10 s")
+		}
+		return Decision{}, cancel
+	}
+	var cancels []context.CancelFunc
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	for i := 0; i < 10; i++ {
+		d, cancel := send()
+		cancels = append(cancels, cancel)
+		if want := time.Duration(i) * 50 * time.Millisecond; !d.Allowed || d.Delay != want {
+			t.Fatalf("request %d: %+v, want admitted with delay %v", i+1, d, want)
+		}
+	}
+	for i := 3; i <= 6; i++ {
+		cancels[i]()
+	}
+	for i := 0; i < 4; i++ {
+		select {
+		case <-store.refunded:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the clients that hung up were not refunded within 10 s")
+		}
+	}
+	for i := 0; i < 4; i++ {
+		_, cancel := send()
+		cancels = append(cancels, cancel)
+	}
+	clock.Set(confEpoch + int64(500*time.Millisecond))
+	for i := 0; i < 10; i++ {
+		_, cancel := send()
+		cancels = append(cancels, cancel)
+	}
+	wg.Wait()
+	sort.Slice(departures, func(i, j int) bool { return departures[i] < departures[j] })
+	j := 0
+	for i := range departures {
+		for j < len(departures) && departures[j] < departures[i]+int64(l.Rate.Period) {
+			j++
+		}
+		if j-i > 10 {
+			t.Fatalf("%d requests proceed in the period from +%v, want at most 10", j-i, time.Duration(departures[i]-confEpoch))
 		}
 	}
 }
