@@ -23,6 +23,9 @@ func (l *Limit) Decide(s State, now int64, cost float64) (State, Decision) {
 	}
 	var d Decision
 	decide(l, &s, now, cost, &d)
+	if d.Allowed {
+		d.mark = mark{t: s.T, a: s.A, ok: true}
+	}
 	return s, d
 }
 
@@ -57,24 +60,76 @@ func decide(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
 	}
 }
 
-// Refund returns s with cost given back, as if a request admitted at or
-// before now had not been. It never gives back more than was charged:
-// buckets do not overfill, counts do not go negative, and a window that has
-// since reset is left alone.
-func (l *Limit) Refund(s State, now int64, cost float64) State {
+// Refund returns s with the charge of an admission given back, at now,
+// for a request that did not proceed: d is the Decision that admitted it,
+// as Decide or a Store's Take returned it, and cost what it charged. A
+// refund never leaves more capacity than s would hold had that request
+// not been admitted, and never lets a later request proceed sooner than
+// the rate allows:
+//
+//   - leaky_bucket: if the admission is the last one s holds (the queue
+//     still ends where it left it), the queue ends cost earlier, exactly as
+//     if it had not been admitted. Otherwise requests queued behind it
+//     keep their departures, and its slot stays taken, a hole in the
+//     queue: moving the queue's end back would schedule a new request on
+//     top of one still waiting, and let more than the rate through.
+//   - token_bucket: the tokens that the bucket as the admission left it
+//     would still miss at now, at most cost, come back: exactly what it
+//     took if it is the last admission, and no more than it took
+//     otherwise, since the admissions since have only emptied the bucket
+//     further. With MaxDelay, only the last admission is refunded, as in
+//     a leaky_bucket, since later ones may wait for their tokens.
+//   - fixed_window, sliding_window_counter: cost leaves the count of the
+//     window the admission was charged in, while s still counts it.
+//   - sliding_window_log: cost leaves the entries admitted at or before
+//     the admission, newest first (later ones expire later).
+//
+// A decision that charged nothing (a rejection, or one its store did not
+// mark) leaves s as it is.
+func (l *Limit) Refund(s State, now int64, cost float64, d Decision) State {
+	if l.Algorithm == SlidingWindowLog {
+		s.Log = append([]LogEntry(nil), s.Log...) // keep the caller's
+	}
+	refund(l, &s, now, cost, &d.mark)
+	return s
+}
+
+// refund is Refund in place, for the stores, of the charge m marks.
+func refund(l *Limit, s *State, now int64, cost float64, m *mark) {
+	if !m.ok {
+		return
+	}
+	last := s.T == m.t && s.A == m.a // no admission since
 	switch l.Algorithm {
 	case LeakyBucket:
-		leakyRefund(l, &s, now, cost)
-	case FixedWindow, SlidingWindowCounter:
-		if s.T == now-mod(now, l.period) {
+		if last {
+			leakyRefund(l, s, now, cost)
+		}
+	case TokenBucket:
+		if !last && l.MaxDelay > 0 {
+			return
+		}
+		// The deficit the admission left, refilled until now: what a
+		// bucket that did not take it would hold more, at most.
+		left := m.a
+		if now > m.t {
+			left -= float64(now-m.t) * l.Rate.Quota / float64(l.period)
+		}
+		if left < cost {
+			cost = left
+		}
+		if cost > 0 {
 			s.A = nonNegative(s.A - cost)
 		}
+	case FixedWindow, SlidingWindowCounter:
+		if s.T == m.t {
+			s.A = nonNegative(s.A - cost)
+		} else if s.T == m.t+l.period && l.Algorithm == SlidingWindowCounter {
+			s.B = nonNegative(s.B - cost) // now the previous window
+		}
 	case SlidingWindowLog:
-		refundLog(&s, cost)
-	default:
-		s.A = nonNegative(s.A - cost)
+		refundLog(s, m.t, cost)
 	}
-	return s
 }
 
 // Expiry returns the instant from which s is equivalent to the zero State,

@@ -52,14 +52,14 @@ func (s *decideStore) Take(ctx context.Context, asks []Ask, out []Decision) erro
 	return nil
 }
 
-func (s *decideStore) Refund(ctx context.Context, asks []Ask) error {
+func (s *decideStore) Refund(ctx context.Context, asks []Ask, charged []Decision) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock()
-	for _, a := range asks {
+	for i, a := range asks {
 		k := a.Limit.Namespace() + "\n" + a.Key
 		if st, ok := s.states[k]; ok {
-			s.states[k] = a.Limit.Refund(st, now, a.Cost)
+			s.states[k] = a.Limit.Refund(st, now, a.Cost, charged[i])
 		}
 	}
 	return nil
@@ -391,16 +391,16 @@ func maxWindowSum(es []LogEntry, period int64) float64 {
 func TestLeakyBucketRefundExact(t *testing.T) {
 	for _, rate := range []string{"6/s", "7/s", "3/s", "1000/h"} {
 		l := algLimit(t, LeakyBucket, rate, 0, 0)
-		s, _ := l.Decide(State{}, confEpoch, 1)
+		s, d1 := l.Decide(State{}, confEpoch, 1)
 		s2, d := l.Decide(s, confEpoch, 1.5)
 		if !d.Allowed {
 			t.Fatalf("%s: second request rejected", rate)
 		}
 		// The queue's end, T + A, as before, to float precision.
-		if r := l.Refund(s2, confEpoch, 1.5); math.Abs(float64(r.T-s.T)+r.A-s.A) > 1e-6 || r.A < 0 || r.A >= 1 {
+		if r := l.Refund(s2, confEpoch, 1.5, d); math.Abs(float64(r.T-s.T)+r.A-s.A) > 1e-6 || r.A < 0 || r.A >= 1 {
 			t.Errorf("%s: refunding 1.5 gives %+v, want the state before it %+v", rate, r, s)
 		}
-		if r := l.Refund(s, confEpoch, 1); l.Expiry(r) > confEpoch {
+		if r := l.Refund(s, confEpoch, 1, d1); l.Expiry(r) > confEpoch {
 			t.Errorf("%s: refunding the only request leaves it draining until +%dns", rate, l.Expiry(r)-confEpoch)
 		}
 	}

@@ -63,6 +63,9 @@ type confRun struct {
 	clock  *fakeClock
 	store  Store
 	prefix string // prepended to every key
+	// charged holds the last admission of each limit and key, which
+	// refund gives back.
+	charged map[string]Decision
 }
 
 // confWant is an expected Decision. Zero durations and amounts are expected
@@ -108,12 +111,26 @@ func (r *confRun) takeAll(asks ...Ask) []Decision {
 	if err := r.store.Take(context.Background(), asks, out); err != nil {
 		r.t.Fatalf("Take: %v", err)
 	}
+	if r.charged == nil {
+		r.charged = make(map[string]Decision)
+	}
+	for i := range asks {
+		if out[i].Allowed {
+			r.charged[asks[i].Limit.Namespace()+"\n"+asks[i].Key] = out[i]
+		}
+	}
 	return out
 }
 
+// refund gives back asks, each the last admission of its limit and key
+// (nothing where there was none).
 func (r *confRun) refund(asks ...Ask) {
 	r.t.Helper()
-	if err := r.store.Refund(context.Background(), asks); err != nil {
+	charged := make([]Decision, len(asks))
+	for i := range asks {
+		charged[i] = r.charged[asks[i].Limit.Namespace()+"\n"+asks[i].Key]
+	}
+	if err := r.store.Refund(context.Background(), asks, charged); err != nil {
 		r.t.Fatalf("Refund: %v", err)
 	}
 }
@@ -205,6 +222,7 @@ var conformanceCases = []struct {
 	{"SlidingLogRetry", confSlidingLogRetry},
 	{"MultiLimitAllOrNothing", confMultiLimit},
 	{"Refund", confRefund},
+	{"RefundKeepsLaterCharges", confRefundKeepsLaterCharges},
 	{"LeakyBucketMaxDelay", confLeakyMaxDelay},
 	{"LeakyBucketWholeQueue", confLeakyWholeQueue},
 	{"TokenBucketMaxDelay", confTokenMaxDelay},
@@ -653,6 +671,88 @@ func confRefund(r *confRun) {
 			}
 		})
 	}
+}
+
+// refundOf gives back the admission d of ask.
+func (r *confRun) refundOf(ask Ask, d Decision) {
+	r.t.Helper()
+	if err := r.store.Refund(context.Background(), []Ask{ask}, []Decision{d}); err != nil {
+		r.t.Fatalf("Refund: %v", err)
+	}
+}
+
+// confRefundKeepsLaterCharges: refunding an admission that others followed
+// leaves their charges, and their departures, where they are: the
+// capacity is never more than had it not been admitted, and no new
+// request is scheduled on top of one still waiting.
+func confRefundKeepsLaterCharges(r *confRun) {
+	ms := time.Millisecond
+	r.t.Run("token_bucket_refilled", func(t *testing.T) {
+		r := r.sub(t)
+		l := r.limit("later-tb", TokenBucket, "10/s", 10, 0)
+		a := r.take(l, "k", 1)
+		r.at(100 * ms) // A's token is back by now
+		r.take(l, "k", 1)
+		r.refundOf(r.ask(l, "k", 1), a) // B's charge stays: 9 tokens
+		r.expect("after A's refund", r.take(l, "k", 1), confWant{allowed: true, remaining: 8, reset: 200 * ms})
+	})
+	r.t.Run("fixed_window_previous", func(t *testing.T) {
+		r := r.sub(t)
+		l := r.limit("later-fw", FixedWindow, "10/s", 0, 0)
+		r.at(900 * ms)
+		a := r.take(l, "k", 1)
+		r.at(1100 * ms) // the next window
+		r.take(l, "k", 1)
+		r.refundOf(r.ask(l, "k", 1), a)
+		r.expect("after A's refund", r.take(l, "k", 1), confWant{allowed: true, remaining: 8, reset: 900 * ms})
+	})
+	r.t.Run("sliding_window_counter_previous", func(t *testing.T) {
+		r := r.sub(t)
+		l := r.limit("later-swc", SlidingWindowCounter, "10/s", 0, 0)
+		r.at(900 * ms)
+		a := r.take(l, "k", 1)
+		r.at(1100 * ms)
+		r.take(l, "k", 1)
+		r.refundOf(r.ask(l, "k", 1), a) // out of the previous window, B stays
+		r.expect("after A's refund", r.take(l, "k", 1), confWant{allowed: true, remaining: 8, reset: 1900 * ms})
+	})
+	r.t.Run("sliding_window_log_older", func(t *testing.T) {
+		r := r.sub(t)
+		l := r.limit("later-swl", SlidingWindowLog, "3/s", 0, 0)
+		a := r.take(l, "k", 1)
+		r.at(500 * ms)
+		r.take(l, "k", 1)
+		r.refundOf(r.ask(l, "k", 1), a) // A's entry goes, not B's
+		r.at(1200 * ms)                 // B's entry counts until 1.5 s
+		if n := r.drain(l, "k", 3); n != 2 {
+			t.Errorf("at 1.2 s: %d admitted, want 2", n)
+		}
+	})
+	r.t.Run("leaky_bucket_hole", func(t *testing.T) {
+		r := r.sub(t)
+		l := r.limit("later-lb", LeakyBucket, "10/s", 10, 0)
+		var ds []Decision
+		for i := 0; i < 4; i++ {
+			ds = append(ds, r.take(l, "k", 1)) // delays 0, 100, 200, 300 ms
+		}
+		r.refundOf(r.ask(l, "k", 1), ds[1]) // the wait until 100 ms leaves: a hole
+		r.expect("after the refund", r.take(l, "k", 1),
+			confWant{allowed: true, remaining: 5, delay: 400 * ms, reset: 500 * ms})
+		r.refundOf(r.ask(l, "k", 1), ds[3]) // no longer the last: a hole too
+		r.expect("after a second refund", r.take(l, "k", 1),
+			confWant{allowed: true, remaining: 4, delay: 500 * ms, reset: 600 * ms})
+	})
+	r.t.Run("token_bucket_max_delay_hole", func(t *testing.T) {
+		r := r.sub(t)
+		l := r.limit("later-tbd", TokenBucket, "10/s", 1, time.Second)
+		var ds []Decision
+		for i := 0; i < 3; i++ {
+			ds = append(ds, r.take(l, "k", 1)) // delays 0, 100, 200 ms
+		}
+		r.refundOf(r.ask(l, "k", 1), ds[1])
+		r.expect("after the refund", r.take(l, "k", 1),
+			confWant{allowed: true, delay: 300 * ms, reset: 400 * ms})
+	})
 }
 
 // confLeakyMaxDelay: a leaky_bucket request is admitted iff its delay is at

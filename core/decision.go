@@ -53,6 +53,19 @@ type Decision struct {
 	// Delay is how long an admitted leaky_bucket request must wait before it
 	// proceeds; zero for every other algorithm.
 	Delay time.Duration
+	// mark is what the store charged for an admission, for Refund.
+	mark mark
+}
+
+// mark identifies the charge of an admission: the State's T and A just
+// after it, which the next admission on the same state changes (see
+// Limit.Refund). A decision carries one when its store recorded it (ok):
+// every admission that a Take charged, except that a RedisStore's call
+// sent by its RedisDirect client or by a Lane marks only delayed ones.
+type mark struct {
+	t  int64
+	a  float64
+	ok bool
 }
 
 // Clock returns the current instant in nanoseconds. sluice's algorithms need

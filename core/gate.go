@@ -104,6 +104,19 @@ type Verdict struct {
 	// when its handler chain returns. Serve releases them itself when the
 	// request may not proceed.
 	Slots *Slots
+	// charged holds the decision on each ask of an admission when there
+	// are several (the store's), for a refund; nil for one ask, whose
+	// decision is Decision.
+	charged []Decision
+}
+
+// charges is what Store.Refund needs of v: the decision on each of the
+// asks that v decided.
+func (v *Verdict) charges() []Decision {
+	if v.charged != nil {
+		return v.charged
+	}
+	return []Decision{v.Decision}
 }
 
 // GateConfig configures a Gate.
@@ -282,7 +295,7 @@ func gateDecide(g *Gate, ctx context.Context, asks []Ask) Verdict {
 	}
 	var err error
 	if g.redis != nil { // a function: under Yaegi far cheaper than an interface call
-		err = gateTakeRedis(g.redis, ctx, g.cfg.Timeout, asks, out, nil, nil, nil, nil, noTime, nil, noSum, nil, nil)
+		err = gateTakeRedis(g.redis, ctx, g.cfg.Timeout, asks, out, g.slots != nil, nil, nil, nil, nil, noTime, nil, noSum, nil, nil)
 	} else {
 		err = gateTakeStore(g, ctx, asks, out)
 	}
@@ -376,6 +389,9 @@ func classify(g *Gate, out []Decision) Verdict {
 		}
 	}
 	v.Decision = out[best]
+	if allowed {
+		v.charged = out
+	}
 	if !allowed || g.cfg.Mode == DryRun {
 		v.Delay = 0 // a dry run shapes nothing either
 	}
@@ -468,7 +484,7 @@ func answer(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask, v *Verd
 		setHeaders(g.resp, w.Header(), d, now/nsPerSecond)
 	}
 	if v.Delay > 0 && !g.wait(r.Context(), v.Delay) {
-		g.refund(asks, v.Fallback)
+		g.refund(asks, v)
 		v.Outcome = OutcomeCancelled
 		return false
 	}
@@ -495,20 +511,22 @@ func (g *Gate) wait(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// refund gives back what a cancelled wait took. It runs without the
-// request's context (which has ended), bounded by the gate's timeout.
-func (g *Gate) refund(asks []Ask, fallback bool) {
+// refund gives back what the admission v of asks took, from the store
+// that decided it, for a request that does not proceed: a cancelled wait,
+// or one refused an in-flight slot. It runs without the request's context
+// (which may have ended), bounded by the gate's timeout.
+func (g *Gate) refund(asks []Ask, v *Verdict) {
 	ctx := context.Background()
 	if g.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
 		defer cancel()
 	}
-	if fallback {
-		g.cfg.Fallback.Refund(ctx, g.localAsks(asks))
+	if v.Fallback {
+		g.cfg.Fallback.Refund(ctx, g.localAsks(asks), v.charges())
 		return
 	}
-	g.cfg.Store.Refund(ctx, asks)
+	g.cfg.Store.Refund(ctx, asks, v.charges())
 }
 
 // localAsks translates asks to the fallback store's per-instance limits.

@@ -17,7 +17,9 @@ func (f *failingStore) Take(ctx context.Context, asks []Ask, out []Decision) err
 	return errors.New("store down")
 }
 
-func (f *failingStore) Refund(ctx context.Context, asks []Ask) error { return errors.New("store down") }
+func (f *failingStore) Refund(ctx context.Context, asks []Ask, charged []Decision) error {
+	return errors.New("store down")
+}
 
 func gateLimit(t *testing.T, name string, alg Algorithm, rate string, burst float64) *Limit {
 	t.Helper()
@@ -285,7 +287,7 @@ func (cancellingStore) Take(ctx context.Context, asks []Ask, out []Decision) err
 	return ctx.Err()
 }
 
-func (cancellingStore) Refund(ctx context.Context, asks []Ask) error { return nil }
+func (cancellingStore) Refund(ctx context.Context, asks []Ask, charged []Decision) error { return nil }
 
 func TestGateBreakerIgnoresClientsThatLeave(t *testing.T) {
 	now := int64(0)

@@ -53,7 +53,9 @@ func (h *hiddenStore) Take(ctx context.Context, asks []Ask, out []Decision) erro
 	return h.s.Take(ctx, asks, out)
 }
 
-func (h *hiddenStore) Refund(ctx context.Context, asks []Ask) error { return h.s.Refund(ctx, asks) }
+func (h *hiddenStore) Refund(ctx context.Context, asks []Ask, charged []Decision) error {
+	return h.s.Refund(ctx, asks, charged)
+}
 
 // TestGateServeFastPathMatchesGeneral: one ask on a MemoryStore, which
 // Serve decides on its own path, gets the verdict, status and headers of

@@ -342,13 +342,13 @@ func flightDecide(g *Gate, ctx context.Context, asks []Ask) (Verdict, []Ask) {
 			// The store failed because the client left: the request
 			// goes no further, not even through FailOpen.
 			if charged {
-				g.refund(rated, v.Fallback)
+				g.refund(rated, &v)
 			}
 			return Verdict{Outcome: OutcomeCancelled, Err: err}, rated
 		}
 		if g.cfg.OnStoreError == FailClosed {
 			if charged {
-				g.refund(rated, v.Fallback)
+				g.refund(rated, &v)
 			}
 			return Verdict{Outcome: OutcomeStoreErrorDeny, Err: err, Decision: Decision{RetryAfter: time.Second}}, rated
 		}
@@ -359,13 +359,13 @@ func flightDecide(g *Gate, ctx context.Context, asks []Ask) (Verdict, []Ask) {
 		out = append(out, v.Decision)
 	}
 	nv := classify(g, out)
-	nv.Err, nv.Fallback = v.Err, v.Fallback
+	nv.Err, nv.Fallback, nv.charged = v.Err, v.Fallback, v.charges() // the rates', for answer's refund
 	if err != nil {
 		nv.Err, nv.Fallback = err, true
 	}
 	if nv.Outcome != OutcomeAllowed {
 		if charged {
-			g.refund(rated, v.Fallback)
+			g.refund(rated, &v)
 		}
 		return nv, rated
 	}

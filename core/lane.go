@@ -511,6 +511,7 @@ func laneDecide(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reque
 			memRoom(l.mem, sh, now)
 		}
 		sh.slots[h] = memSlot{t: st.T, a: st.A, exp: exp}
+		v.Decision.mark = mark{t: st.T, a: st.A, ok: true} // take1's
 	} else if held {
 		memTouch(sh, h, *sl, l.limit, now)
 	}

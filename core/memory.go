@@ -340,6 +340,7 @@ func takeMany(s *MemoryStore, asks []Ask, out []Decision,
 				memRoom(s, sh, now)
 			}
 			sh.slots[m.h] = memSlot{t: st.T, a: st.A, b: st.B, exp: m.exp}
+			out[i].mark = mark{t: st.T, a: st.A, ok: true}
 			if asks[i].Limit.Algorithm == SlidingWindowLog {
 				memPutLog(sh, m.h, st.Log)
 			}
@@ -432,6 +433,7 @@ func take1(s *MemoryStore, l *Limit, key string, cost float64, d *Decision,
 			memRoom(s, sh, now)
 		}
 		sh.slots[h] = memSlot{t: st.T, a: st.A, b: st.B, exp: exp}
+		d.mark = mark{t: st.T, a: st.A, ok: true}
 	} else if held {
 		memTouch(sh, h, sl, l, now)
 	}
@@ -440,9 +442,12 @@ func take1(s *MemoryStore, l *Limit, key string, cost float64, d *Decision,
 }
 
 // Refund implements Store.
-func (s *MemoryStore) Refund(ctx context.Context, asks []Ask) error {
+func (s *MemoryStore) Refund(ctx context.Context, asks []Ask, charged []Decision) error {
 	for i := range asks {
 		a := &asks[i]
+		if !charged[i].mark.ok {
+			continue
+		}
 		h := memHash(s, a.Limit, a.Key)
 		sh := &s.shards[h>>memShardShift]
 		sh.mu.Lock()
@@ -450,7 +455,7 @@ func (s *MemoryStore) Refund(ctx context.Context, asks []Ask) error {
 			now := memNow(s)
 			var st State
 			memLoad(sh, h, a.Limit, &st)
-			st = a.Limit.Refund(st, now, a.Cost)
+			st = a.Limit.Refund(st, now, a.Cost, charged[i])
 			memSave(s, sh, h, a.Limit, &st, expiry(a.Limit, &st), now)
 		}
 		sh.mu.Unlock()

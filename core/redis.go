@@ -210,7 +210,10 @@ func (s *RedisStore) Take(ctx context.Context, asks []Ask, out []Decision) error
 // gateTakeRedis is Take for gateDecide, within timeout of its start (when
 // positive), which Take's caller would set on ctx: the common decision
 // (see RedisDirect) goes straight to the store's RESP client, the others
-// through Take with ctx bounded by timeout.
+// through Take with ctx bounded by timeout. The direct call marks only a
+// delayed admission for Refund unless markAll is set, as Take marks every
+// one (see luaTakeMain): a gate with in-flight limits sets it, since it
+// refunds the rates of a request refused a slot.
 //
 // It runs on every request a Gate decides on Redis, under Yaegi too,
 // where a variable declared in a body is allocated again each time its
@@ -218,7 +221,7 @@ func (s *RedisStore) Take(ctx context.Context, asks []Ask, out []Decision) error
 // its caller passes them as zero values (noTime and noSum for start and
 // sum). Its rare cases are in other functions, since every call pays for
 // every value of the called function's body, executed or not.
-func gateTakeRedis(s *RedisStore, ctx context.Context, timeout time.Duration, asks []Ask, out []Decision,
+func gateTakeRedis(s *RedisStore, ctx context.Context, timeout time.Duration, asks []Ask, out []Decision, markAll bool,
 	d *RedisDirect, a *Ask, lr *limitRedis, cl *resp.Client, start time.Time, cmd []byte, sum [sha256.Size]byte, reply interface{}, err error) error {
 	if d = s.direct; d == nil || len(asks) != 1 || s.clock != nil {
 		return takeWithin(s, ctx, timeout, asks, out)
@@ -237,6 +240,9 @@ func gateTakeRedis(s *RedisStore, ctx context.Context, timeout time.Duration, as
 	}
 	start = timeNow()
 	cmd = []byte(lr.take)
+	if markAll {
+		cmd[lr.charge] = '2'
+	}
 	sum = sha256Sum([]byte(a.Key))
 	hexEncode(cmd[lr.hole:], sum[:16])
 	if lr.hole2 != 0 {
@@ -317,7 +323,7 @@ func takeSlots(s *RedisStore, ctx context.Context, asks []Ask, out []Decision) e
 	for i, g := range groups {
 		sub, dec := pickAsks(asks, g), make([]Decision, len(g))
 		if err := takeAsks(s, ctx, sub, dec, true); err != nil {
-			if rerr := s.refundGroups(ctx, asks, groups[:i]); rerr != nil {
+			if rerr := s.refundGroups(ctx, asks, out, groups[:i]); rerr != nil {
 				return fmt.Errorf("%w (and refunding the asks already charged failed: %v)", err, rerr)
 			}
 			return err
@@ -330,7 +336,7 @@ func takeSlots(s *RedisStore, ctx context.Context, asks []Ask, out []Decision) e
 		if all {
 			continue
 		}
-		if err := s.refundGroups(ctx, asks, groups[:i]); err != nil {
+		if err := s.refundGroups(ctx, asks, out, groups[:i]); err != nil {
 			return fmt.Errorf("redis: refunding the asks charged before a rejection: %w", err)
 		}
 		for _, g := range groups[i+1:] {
@@ -349,14 +355,14 @@ func takeSlots(s *RedisStore, ctx context.Context, asks []Ask, out []Decision) e
 
 // Refund implements Store. It gives back each ask's cost as Limit.Refund
 // does, on the server's clock; states that no longer exist are left alone.
-func (s *RedisStore) Refund(ctx context.Context, asks []Ask) error {
+func (s *RedisStore) Refund(ctx context.Context, asks []Ask, charged []Decision) error {
 	if len(asks) == 0 {
 		return nil
 	}
 	if !s.cluster || len(asks) == 1 {
-		return refundAsks(s, ctx, asks)
+		return refundAsks(s, ctx, asks, charged)
 	}
-	return s.refundGroups(ctx, asks, s.slotGroups(asks))
+	return s.refundGroups(ctx, asks, charged, s.slotGroups(asks))
 }
 
 // takeAsks runs the take script once for asks, charging them all if they
@@ -372,19 +378,39 @@ func takeAsks(s *RedisStore, ctx context.Context, asks []Ask, out []Decision, ch
 	return decodeDecisions(reply, asks, out, "", false, nil, 0, 0, 0, 0, 0, 0, 0, 0, 0, noFields, nil)
 }
 
-// refundAsks runs the refund script once for asks.
-func refundAsks(s *RedisStore, ctx context.Context, asks []Ask) error {
-	keys, args := scriptArgs(s, asks, false)
+// refundAsks runs the refund script once for asks, whose charges are
+// charged.
+func refundAsks(s *RedisStore, ctx context.Context, asks []Ask, charged []Decision) error {
+	keys, args := refundArgs(s, asks, charged)
 	_, err := evalScript(s, ctx, redisRefund, keys, args)
 	return err
 }
 
+// refundArgs builds the KEYS and ARGV of a refund script call for asks,
+// whose charges are charged: scriptArgs' with, after each ask's six
+// values, the mark of its charge, "<Unix seconds> <nanoseconds>" and its
+// number (see luaRefundMain), or two empty strings for none.
+func refundArgs(s *RedisStore, asks []Ask, charged []Decision) (keys, args []string) {
+	keys, six := scriptArgs(s, asks, false)
+	args = make([]string, 0, len(six)+2*len(asks))
+	args = append(args, six[:2]...)
+	for i := range asks {
+		args = append(args, six[2+6*i:8+6*i]...)
+		if m := &charged[i].mark; m.ok {
+			args = append(args, clockArg(m.t), formatFloat(m.a))
+		} else {
+			args = append(args, "", "")
+		}
+	}
+	return keys, args
+}
+
 // refundGroups refunds the asks of every group, one script call per group,
 // and returns the first error after trying them all.
-func (s *RedisStore) refundGroups(ctx context.Context, asks []Ask, groups [][]int) error {
+func (s *RedisStore) refundGroups(ctx context.Context, asks []Ask, charged []Decision, groups [][]int) error {
 	var first error
 	for _, g := range groups {
-		if err := refundAsks(s, ctx, pickAsks(asks, g)); err != nil && first == nil {
+		if err := refundAsks(s, ctx, pickAsks(asks, g), pickDecisions(charged, g)); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -418,8 +444,8 @@ func evalFailed(s *RedisStore, ctx context.Context, script *redisScript, keys, a
 }
 
 // scriptArgs builds the KEYS and ARGV of a script call: ARGV[1] the instant
-// as "<Unix seconds> <nanoseconds>" (empty for Redis's clock), ARGV[2] "1"
-// to charge, then six values per ask (algorithm, quota, period in ns,
+// as "<Unix seconds> <nanoseconds>" (empty for Redis's clock), ARGV[2] "2"
+// to charge, marking every admission (see luaTakeMain), then six values per ask (algorithm, quota, period in ns,
 // capacity, max delay in ns, cost), and one key per ask, two for a sliding
 // window log. All but the cost come from the limit's limitRedis.
 func scriptArgs(s *RedisStore, asks []Ask, charge bool) (keys, args []string) {
@@ -430,7 +456,7 @@ func scriptArgs(s *RedisStore, asks []Ask, charge bool) (keys, args []string) {
 	}
 	args[1] = "0"
 	if charge {
-		args[1] = "1"
+		args[1] = "2"
 	}
 	for i := range asks {
 		a := &asks[i]
@@ -470,6 +496,9 @@ type limitRedis struct {
 	// second key of a sliding window log, 0 otherwise).
 	take        string
 	hole, hole2 int
+	// charge is the index in take of ARGV[2], "1": charge, marking only
+	// delayed admissions (see luaTakeMain).
+	charge int
 }
 
 func newLimitRedis(l *Limit) limitRedis {
@@ -496,6 +525,9 @@ func newLimitRedis(l *Limit) limitRedis {
 	if lr.log {
 		lr.hole2 = lr.hole + strings.Index(lr.take[lr.hole:], head) + len(head)
 	}
+	// ARGV[1] empty, then ARGV[2], after the keys.
+	argv := "\r\n$0\r\n\r\n$1\r\n"
+	lr.charge = lr.hole + strings.Index(lr.take[lr.hole:], argv) + len(argv)
 	return lr
 }
 
@@ -657,7 +689,7 @@ func decodeAsk(reply interface{}, text string, asks []Ask, out []Decision, i, p 
 		if q < len(text) && text[q] == '-' {
 			q++
 		}
-		for ; q < len(text) && text[q] != end; q++ {
+		for ; q < len(text) && text[q] != end && (end != ',' || text[q] != ' '); q++ {
 			d := text[q] - '0'
 			if d > 9 || q-p >= 18 {
 				whole = false
@@ -673,6 +705,13 @@ func decodeAsk(reply interface{}, text string, asks []Ask, out []Decision, i, p 
 		}
 		p = q + 1
 	}
+	var m mark
+	if p-1 < len(text) && text[p-1] == ' ' { // the mark of a charge
+		var err error
+		if m, p, err = decodeMark(text, p); err != nil {
+			return 0, fmt.Errorf("redis: unexpected reply to the take script: %s: ask %d, mark: %w", describeReply(reply), i, err)
+		}
+	}
 	l := asks[i].Limit
 	d := Decision{
 		Limit:     l,
@@ -684,6 +723,7 @@ func decodeAsk(reply interface{}, text string, asks []Ask, out []Decision, i, p 
 	}
 	if d.Allowed {
 		d.Delay = duration(f[4])
+		d.mark = m
 	} else {
 		d.RetryAfter = Never
 		if f[3] >= 0 {
@@ -695,6 +735,35 @@ func decodeAsk(reply interface{}, text string, asks []Ask, out []Decision, i, p 
 	}
 	out[i] = d
 	return p, nil
+}
+
+// decodeMark reads the mark that the take script appends to an admission
+// it charged, "<Unix seconds> <nanoseconds> <A>" from text[p:] up to a
+// comma or the end, and returns it with the index after that comma.
+func decodeMark(text string, p int) (mark, int, error) {
+	q := strings.IndexByte(text[p:], ',')
+	if q < 0 {
+		q = len(text)
+	} else {
+		q += p
+	}
+	f := strings.Fields(text[p:q])
+	if len(f) != 3 {
+		return mark{}, 0, fmt.Errorf("not a number: %q, want 3 numbers", text[p:q])
+	}
+	sec, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		return mark{}, 0, err
+	}
+	ns, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return mark{}, 0, err
+	}
+	a, err := replyNumber(f[2])
+	if err != nil {
+		return mark{}, 0, err
+	}
+	return mark{t: sec*1e9 + ns, a: a, ok: true}, q + 1, nil
 }
 
 // replyNumber reads a number the scripts return as an integer or as a
@@ -768,6 +837,15 @@ func pickAsks(asks []Ask, idx []int) []Ask {
 	sub := make([]Ask, len(idx))
 	for j, k := range idx {
 		sub[j] = asks[k]
+	}
+	return sub
+}
+
+// pickDecisions returns the decisions at the indexes idx.
+func pickDecisions(out []Decision, idx []int) []Decision {
+	sub := make([]Decision, len(idx))
+	for j, k := range idx {
+		sub[j] = out[k]
 	}
 	return sub
 }

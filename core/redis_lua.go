@@ -98,15 +98,16 @@ local function wstart(now, p)
   return (floor((base * 1e6 + floor(now / 1000)) / us) * us - base * 1e6) * 1000
 end
 
--- asks returns the parameters and keys of every ask, in order: six ARGV
--- each from ARGV[3]; one key each (state), two for a sliding_window_log
--- (state, log). An ask's horizon bounds, in ns, how long after the
--- (clamped) instant of a decision its state may matter: a full bucket's
--- refill or queue, two windows, one period.
-local function asks()
+-- asks returns the parameters and keys of every ask, in order: nargs
+-- (by default NARGS) ARGV each from ARGV[3], NARGS of them read here; one key each (state),
+-- two for a sliding_window_log (state, log). An ask's horizon bounds, in
+-- ns, how long after the (clamped) instant of a decision its state may
+-- matter: a full bucket's refill or queue, two windows, one period.
+local function asks(nargs)
+  nargs = nargs or NARGS
   local list, k = {}, 1
-  for i = 1, (#ARGV - 2) / NARGS do
-    local j = 2 + (i - 1) * NARGS
+  for i = 1, (#ARGV - 2) / nargs do
+    local j = 2 + (i - 1) * nargs
     local alg, quota, period, cap = ARGV[j + 1], tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
     local logkey, unit, horizon = false, period / quota, period
     if alg == 'swl' then logkey = KEYS[k + 1] end
@@ -393,13 +394,15 @@ end
 `
 
 // luaTakeMain decides every ask on one reading of the clock and, when all
-// allow and ARGV[2] is "1", writes every next state (with ARGV[2] "0" it
-// only decides). It computes and checks every decision and every time to
-// live before its first write, and fails without writing if one is NaN or
-// infinite. It returns one string: per ask, separated by commas, allowed
-// (1 or 0), then remaining, and reset, retry, delay and next in whole ns,
-// separated by spaces, each as fmt writes it (one bulk string is much
-// cheaper to read under Yaegi than nested arrays).
+// allow and ARGV[2] is "1" or "2", writes every next state (with ARGV[2]
+// "0" it only decides). It computes and checks every decision and every
+// time to live before its first write, and fails without writing if one
+// is NaN or infinite. It returns one string: per ask, separated by commas,
+// allowed (1 or 0), then remaining, and reset, retry, delay and next in
+// whole ns, separated by spaces, each as fmt writes it (one bulk string is
+// much cheaper to read under Yaegi than nested arrays). An admission it
+// charged is followed by its mark for Refund, " <s> <ns> <a>": the next
+// state's t and a as written, when delayed or ARGV[2] is "2".
 const luaTakeMain = `
 local algs = {tb = token_bucket, lb = leaky_bucket, fw = fixed_window, swc = sliding_counter, swl = sliding_log}
 local list, rs, out, all = asks(), {}, {}, true
@@ -414,8 +417,7 @@ for i, p in ipairs(list) do
   if retry > 0 then retry = mceil(retry / tick) * tick end
   out[i] = (r.ok and '1 ' or '0 ') .. fmt(r.rem) .. ' ' .. fmt(mceil(r.reset)) .. ' ' .. fmt(mceil(retry)) .. ' ' .. fmt(mceil(r.delay)) .. ' ' .. fmt(mceil(r.next))
 end
-out = concat(out, ',')
-if not all or ARGV[2] ~= '1' then return out end
+if not all or ARGV[2] == '0' then return concat(out, ',') end
 local ttls = {}
 for i, p in ipairs(list) do
   ttls[i] = ttl(rs[i].exp, p)
@@ -423,6 +425,7 @@ for i, p in ipairs(list) do
 end
 for i, p in ipairs(list) do
   local r = rs[i]
+  if ARGV[2] == '2' or r.delay > 0 then out[i] = out[i] .. ' ' .. r.fields[2] .. ' ' .. r.fields[4] end
   call('HSET', p.key, unpack(r.fields))
   call('PEXPIRE', p.key, ttls[i])
   if p.logkey then
@@ -432,17 +435,24 @@ for i, p in ipairs(list) do
     call('PEXPIRE', p.logkey, ttls[i])
   end
 end
-return out
+return concat(out, ',')
 `
 
-// luaRefund mirrors (*Limit).Refund in algorithm.go, and (*Limit).refundLog
-// in window.go for the sliding window log. Like the algorithm functions it
-// reads but writes nothing: it returns the next state's HSET arguments,
-// Limit.Expiry as exp and, for a log, pop (entries to remove from its tail)
-// and set (the new value of the newest entry left, or false).
+// luaRefund mirrors (*Limit).Refund in algorithm.go, and refundLog in
+// window.go for the sliding window log. The ask p carries the mark of the
+// charge to refund, mt (ns since base) and ma, or mt false for none. Like
+// the algorithm functions it reads but writes nothing: it returns nil when
+// the state stays as it is, or the next state's HSET arguments,
+// Limit.Expiry as exp and, for a log, set (the index and new value of the
+// entry it takes part of the cost from, or false), from and to (the
+// indexes, from 0, of the entries it removes, from to to − 1) and n (the
+// entries left).
 const luaRefund = `
 local function refund(st, p)
+  if not p.mt then return nil end
+  local last = st.t == p.mt and st.a == p.ma
   if p.alg == 'lb' then
+    if not last then return nil end
     local t, a = st.t, st.a
     if t > now or (t == now and a > 0) then
       local ahead = t - now + a - p.cost * p.unit
@@ -454,49 +464,72 @@ local function refund(st, p)
     end
     return {fields = {'t', stamp(t), 'a', fmt(a)}, exp = leaky_end(t, a)}
   elseif p.alg == 'fw' or p.alg == 'swc' then
-    local a = st.a
-    if st.t == wstart(now, p) then a = nonneg(a - p.cost) end
+    local a, b = st.a, st.b
+    if st.t == p.mt then
+      a = nonneg(a - p.cost)
+    elseif p.alg == 'swc' and st.t == p.mt + p.period then
+      b = nonneg(b - p.cost)
+    else
+      return nil
+    end
     local exp = st.t + p.period
     if p.alg == 'swc' and a > 0 then exp = exp + p.period end
-    return {fields = {'a', fmt(a)}, exp = exp}
+    if p.alg == 'fw' then return {fields = {'a', fmt(a)}, exp = exp} end
+    return {fields = {'a', fmt(a), 'b', fmt(b)}, exp = exp}
   elseif p.alg == 'swl' then
-    local n, cost, a, set = call('LLEN', p.logkey), p.cost, st.a, false
-    local len = n
-    while n > 0 and cost > EPS do
-      local et, ec = parse(call('LINDEX', p.logkey, n - 1))
+    local len, cost, a, set = call('LLEN', p.logkey), p.cost, st.a, false
+    local i = len
+    while i > 0 and parse(call('LINDEX', p.logkey, i - 1)) > p.mt do i = i - 1 end
+    local j = i
+    while j > 0 and cost > EPS do
+      local et, ec = parse(call('LINDEX', p.logkey, j - 1))
       if ec > cost + EPS then
-        set = entry(et, ec - cost)
+        set = {j - 1, entry(et, ec - cost)}
         a = a - cost
         break
       end
       cost = cost - ec
       a = a - ec
-      n = n - 1
+      j = j - 1
     end
-    local exp = 0
+    local n, exp = len - (i - j), 0
     if n == 0 then
       a = 0
+    elseif i < len then
+      exp = parse(call('LINDEX', p.logkey, len - 1)) + p.period
     else
-      exp = parse(call('LINDEX', p.logkey, n - 1)) + p.period
+      exp = parse(call('LINDEX', p.logkey, j - 1)) + p.period
     end
-    return {fields = {'a', fmt(a)}, exp = exp, pop = len - n, set = set, n = n}
+    return {fields = {'a', fmt(a)}, exp = exp, set = set, from = j, to = i, n = n}
   end
-  local a = nonneg(st.a - p.cost)
+  if not last and p.maxdelay > 0 then return nil end
+  local r, left = p.cost, p.ma
+  if now > p.mt then left = left - (now - p.mt) * p.quota / p.period end
+  if left < r then r = left end
+  if r <= 0 then return nil end
+  local a = nonneg(st.a - r)
   return {fields = {'a', fmt(a)}, exp = st.t + a * p.unit}
 end
 `
 
-// luaRefundMain refunds every ask whose state exists (ARGV[2] is unused),
-// computing and checking every next state and time to live before its first
-// write (so, as in luaTakeMain, the asks of one call are taken to name
-// distinct states), and returns how many it refunded.
+// luaRefundMain refunds every ask whose state exists, each ask's six
+// arguments followed by its mark, "<s> <ns>" and a, or two empty strings
+// (ARGV[2] is unused). It computes and checks every next state and time to
+// live before its first write (so, as in luaTakeMain, the asks of one call
+// are taken to name distinct states), and returns how many it changed. A
+// log's entries are removed by overwriting them with "-" and removing
+// every "-", which no entry is.
 const luaRefundMain = `
-local list, rs, ttls = asks(), {}, {}
+local list, rs, ttls = asks(NARGS + 2), {}, {}
 for i, p in ipairs(list) do
-  if call('EXISTS', p.key) == 1 then
+  local j = 2 + i * (NARGS + 2)
+  if ARGV[j - 1] ~= '' then p.mt, p.ma = instant(ARGV[j - 1]), tonumber(ARGV[j]) end
+  if p.mt and call('EXISTS', p.key) == 1 then
     rs[i] = refund(load(p.key), p)
-    ttls[i] = ttl(rs[i].exp, p)
-    if not ttls[i] then return redis.error_reply('sluice: expiry of refund ' .. i .. ' is not finite') end
+    if rs[i] then
+      ttls[i] = ttl(rs[i].exp, p)
+      if not ttls[i] then return redis.error_reply('sluice: expiry of refund ' .. i .. ' is not finite') end
+    end
   end
 end
 local n = 0
@@ -506,8 +539,11 @@ for i, p in ipairs(list) do
     call('HSET', p.key, unpack(r.fields))
     call('PEXPIRE', p.key, ttls[i])
     if p.logkey then
-      if r.pop > 0 then call('LTRIM', p.logkey, 0, -r.pop - 1) end
-      if r.set then call('LSET', p.logkey, -1, r.set) end
+      if r.set then call('LSET', p.logkey, r.set[1], r.set[2]) end
+      if r.from < r.to then
+        for k = r.from, r.to - 1 do call('LSET', p.logkey, k, '-') end
+        call('LREM', p.logkey, 0, '-')
+      end
       if r.n > 0 then call('PEXPIRE', p.logkey, ttls[i]) end
     end
     n = n + 1

@@ -117,6 +117,7 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 	keys := []string{"a", "b"}
 	rnd := rand.New(rand.NewSource(1))
 	ctx := context.Background()
+	admitted := map[string][]Decision{} // the last few admissions of each limit and key
 	for op := 0; op < 3000; op++ {
 		switch n := rnd.Intn(100); {
 		case n < 5:
@@ -135,10 +136,18 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 			asks = append(asks, Ask{Limit: l, Key: redisNonce + "/" + k, Cost: costs[rnd.Intn(len(costs))]})
 		}
 		if rnd.Intn(100) < 15 {
-			if err := rs.Refund(ctx, asks); err != nil {
+			// Each ask's last admission (of any cost), or an older
+			// one, or none.
+			charged := make([]Decision, len(asks))
+			for i := range asks {
+				if past := admitted[asks[i].Limit.Name+asks[i].Key]; len(past) > 0 {
+					charged[i] = past[len(past)-1-rnd.Intn(len(past))]
+				}
+			}
+			if err := rs.Refund(ctx, asks, charged); err != nil {
 				t.Fatalf("op %d: Redis Refund: %v", op, err)
 			}
-			ms.Refund(ctx, asks)
+			ms.Refund(ctx, asks, charged)
 			continue
 		}
 		got, want := make([]Decision, len(asks)), make([]Decision, len(asks))
@@ -150,6 +159,11 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 			if got[i] != want[i] {
 				t.Fatalf("op %d, ask %d (%s, key %s, cost %v) at +%v:\nredis:  %+v\nmemory: %+v", op, i,
 					asks[i].Limit.Name, asks[i].Key, asks[i].Cost, time.Duration(clock.Now()-confEpoch), got[i], want[i])
+			}
+			if k := asks[i].Limit.Name + asks[i].Key; got[i].Allowed {
+				if admitted[k] = append(admitted[k], got[i]); len(admitted[k]) > 4 {
+					admitted[k] = admitted[k][1:]
+				}
 			}
 		}
 	}
@@ -241,7 +255,7 @@ func TestRedisStoreScriptFlush(t *testing.T) {
 	if _, err := client.Do(ctx, "SCRIPT", "FLUSH"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Refund(ctx, []Ask{{Limit: l, Key: key, Cost: 1}}); err != nil {
+	if err := s.Refund(ctx, []Ask{{Limit: l, Key: key, Cost: 1}}, []Decision{{}}); err != nil {
 		t.Fatalf("Refund after SCRIPT FLUSH: %v", err)
 	}
 }
@@ -297,16 +311,18 @@ func TestRedisStoreFractionalCost(t *testing.T) {
 		}
 		l := redisTestLimit(t, "frac", alg, "10/h", burst, 0)
 		key := redisNonce + "/frac"
+		var last Decision
 		for i := 1; i <= 4; i++ {
 			d := redisTestTake(t, s, l, key, 2.5)
 			if want := 10 - 2.5*float64(i); !d.Allowed || d.Remaining != want {
 				t.Fatalf("%s: take %d of 2.5: %+v, want allowed with exactly %v remaining", alg, i, d, want)
 			}
+			last = d
 		}
 		if d := redisTestTake(t, s, l, key, 2.5); d.Allowed || d.Remaining != 0 {
 			t.Fatalf("%s: take 5 of 2.5: %+v, want rejected with 0 remaining", alg, d)
 		}
-		if err := s.Refund(context.Background(), []Ask{{Limit: l, Key: key, Cost: 2.5}}); err != nil {
+		if err := s.Refund(context.Background(), []Ask{{Limit: l, Key: key, Cost: 2.5}}, []Decision{last}); err != nil {
 			t.Fatal(err)
 		}
 		if d := redisTestTake(t, s, l, key, 2.5); !d.Allowed || d.Remaining != 0 {
@@ -800,10 +816,12 @@ func TestRedisScriptsWriteNothingOnError(t *testing.T) {
 	if v, err := client.Do(ctx, "EXISTS", keys[0], keys[1]); err != nil || v != int64(0) {
 		t.Fatalf("after the failed take: EXISTS = %v, %v; want 0 (nothing written)", v, err)
 	}
-	if err := s.Take(ctx, asks, make([]Decision, 2)); err != nil {
+	out := make([]Decision, 2)
+	if err := s.Take(ctx, asks, out); err != nil {
 		t.Fatal(err)
 	}
-	keys, args = tamper(false)
+	keys, args = refundArgs(s, asks, out)
+	args[2+8+1] = "0" // the broken ask's quota
 	if _, err := evalScript(s, ctx, redisRefund, keys, args); err == nil || !strings.Contains(err.Error(), "expiry of refund 2") {
 		t.Fatalf("refund: error %v, want one about the expiry of refund 2", err)
 	}

@@ -23,8 +23,12 @@ type Store interface {
 	Take(ctx context.Context, asks []Ask, out []Decision) error
 	// Refund gives back the costs of asks that Take charged but whose
 	// requests did not proceed, such as a leaky_bucket wait cancelled by
-	// the client.
-	Refund(ctx context.Context, asks []Ask) error
+	// the client: charged[i] is the Decision that Take returned for
+	// asks[i]. Each state is changed as Limit.Refund says: never to more
+	// capacity than had the request not been admitted, and never so as to
+	// let a later request proceed sooner than the limit allows (a
+	// cancelled wait that requests queued behind leaves its slot taken).
+	Refund(ctx context.Context, asks []Ask, charged []Decision) error
 }
 
 // Scripter runs Lua scripts on a Redis server or cluster. It is the whole of

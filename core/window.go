@@ -264,16 +264,20 @@ func trimLog(l *Limit, s *State, now int64) {
 	}
 }
 
-// refundLog removes cost from the newest entries.
-func refundLog(s *State, cost float64) {
+// refundLog removes cost from the entries of s admitted at or before t,
+// newest first, in place: the admission refunded, at t, is among them
+// (or, if a full log merged it into a later entry, an older cost stands
+// in for it, which expires sooner: no capacity comes back sooner than
+// without the admission). Entries after t belong to later admissions.
+func refundLog(s *State, t int64, cost float64) {
 	n := len(s.Log)
-	if n == 0 {
-		return
+	i := n // entries [0, i) are at or before t
+	for i > 0 && s.Log[i-1].T > t {
+		i--
 	}
-	log := make([]LogEntry, n)
-	copy(log, s.Log)
-	for n > 0 && cost > eps {
-		e := &log[n-1]
+	j := i // entries [j, i) are used up
+	for j > 0 && cost > eps {
+		e := &s.Log[j-1]
 		if e.Cost > cost+eps {
 			e.Cost -= cost
 			s.A -= cost
@@ -281,10 +285,12 @@ func refundLog(s *State, cost float64) {
 		}
 		cost -= e.Cost
 		s.A -= e.Cost
-		n--
+		j--
 	}
-	s.Log = log[:n]
-	if n == 0 {
+	if j < i {
+		s.Log = append(s.Log[:j], s.Log[i:]...)
+	}
+	if len(s.Log) == 0 {
 		s.Log = nil // apart from s.A: see trimLog
 		s.A = 0
 	}
