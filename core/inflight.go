@@ -386,8 +386,12 @@ func flightDecide(g *Gate, ctx context.Context, asks []Ask) (Verdict, []Ask) {
 func takeFlight(g *Gate, ctx context.Context, asks, flight []Ask, failed error, out []Decision) (slots *Slots, decided bool, err error) {
 	gs := g.slots
 	err = failed
-	if b := g.cfg.Breaker; err == nil && b != nil && atomic.LoadInt32(&b.state) != breakerClosed && !b.Allow(gateNow(g)) {
-		err = ErrBreakerOpen
+	var probe uint64
+	if b := g.cfg.Breaker; err == nil && b != nil && atomic.LoadInt32(&b.state) != breakerClosed {
+		var ok bool
+		if ok, probe = b.Allow(gateNow(g)); !ok {
+			err = ErrBreakerOpen
+		}
 	}
 	if err == nil {
 		// Not the request's context: a call cut short by the client may
@@ -403,7 +407,7 @@ func takeFlight(g *Gate, ctx context.Context, asks, flight []Ask, failed error, 
 		err = gs.store.acquireSlots(tctx, flight, lease, gs.ttl, out)
 		cancel()
 		if b := g.cfg.Breaker; b != nil {
-			gateReport(g, b, context.Background(), err)
+			gateReport(g, b, context.Background(), err, probe)
 		}
 		if err == nil {
 			slots = holdSlots(g, gs.store, flight, lease, out, gs.remote)
