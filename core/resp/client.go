@@ -289,9 +289,11 @@ func (c *Client) Close() error {
 // a new connection. A command written whole is never resent, whatever
 // follows: if the connection ends before the reply, the server may have
 // run it (and a server that restarted, or dropped idle clients, shows the
-// same end), so the call fails. Such a failure closes the pool's idle
-// connections too, likely ended the same way, so that the calls after it
-// dial new ones instead of failing in turn.
+// same end), so the call fails. Such a failure, and a failed dial, close
+// the pool's idle connections too, likely ended the same way, so that the
+// calls after it dial new ones instead of failing in turn: after an
+// outage, the first call to the server back does not fail on a connection
+// from before it.
 //
 // Under Yaegi every call pays for every value of the called function's
 // body, executed or not, and a method call costs four times a function's.
@@ -391,6 +393,7 @@ func (c *Client) attempt(ctx context.Context, cn *conn, a, b, d []string, raw []
 		var err error
 		if cn, err = dial(ctx, &c.opts); err != nil {
 			c.slots <- nil
+			dropIdle(c) // likely ended too, as the server is down or gone
 			return nil, err
 		}
 	}

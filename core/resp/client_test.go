@@ -279,6 +279,30 @@ func TestServerRestart(t *testing.T) {
 	}
 }
 
+// TestOutageDropsIdle: a dial that fails, the server being down, closes
+// the idle connections from before, so that no call fails on one once the
+// server is back.
+func TestOutageDropsIdle(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	c := newClient(t, Options{Addr: s.Addr, PoolSize: 4})
+	ctx := context.Background()
+	// The pool's one connection goes to the back of the pool, behind the
+	// entries not opened yet, which the next call takes.
+	if v, err := c.Do(ctx, "PING"); err != nil || v != "PONG" {
+		t.Fatalf("PING: %#v, %v", v, err)
+	}
+	s.Stop()
+	if _, err := c.Do(ctx, "PING"); err == nil {
+		t.Fatal("PING with the server stopped: no error")
+	}
+	s.Restart(t)
+	for i := 0; i < 8; i++ {
+		if v, err := c.Do(ctx, "INCR", "back"); err != nil || v != int64(i+1) {
+			t.Fatalf("INCR %d after the outage: %#v, %v", i, v, err)
+		}
+	}
+}
+
 // hangUpServer is a server on loopback that answers PING and hangs up on
 // any other command without replying, as a Redis that ran a script and
 // then went down. It counts the commands it hung up on.
