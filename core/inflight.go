@@ -199,11 +199,13 @@ type gateSlots struct {
 	remote bool
 	leases string
 	seq    uint64
-	// held are the gate's Slots in progress, when it has a Redis store
-	// and a fallback (else nil): after an outage they are asserted on
-	// Redis again (reassertSlots) before Redis admits another request.
+	// held asserts, by lease, each of the gate's Slots in progress
+	// (assertLease), when it has a Redis store and a fallback (else nil):
+	// after an outage they are asserted on Redis again (reassertSlots)
+	// before Redis admits another request. Functions, not *Slots: Yaegi
+	// v0.16.1 cannot build the type cycle Gate, Slots, Gate.
 	mu   sync.Mutex
-	held map[*Slots]struct{}
+	held map[string]func() error
 	// dirty is slotsClean, or slotsDirty once Redis may not hold every
 	// lease of held (a call failed, or the fallback took slots), or
 	// slotsAsserting while one request asserts them; atomic.
@@ -255,7 +257,7 @@ func newGateSlots(cfg *GateConfig) (*gateSlots, error) {
 	gs.leases = hex.EncodeToString(b[:]) + "-"
 	_, gs.remote = cfg.Store.(*RedisStore)
 	if gs.remote && gs.fallback != nil {
-		gs.held = make(map[*Slots]struct{})
+		gs.held = make(map[string]func() error)
 	}
 	return gs, nil
 }
@@ -320,7 +322,7 @@ func releaseSlots(s *Slots) {
 	gs := s.gate.slots
 	if gs.held != nil {
 		gs.mu.Lock()
-		delete(gs.held, s)
+		delete(gs.held, s.lease)
 		gs.mu.Unlock()
 	}
 	if leased {
@@ -395,13 +397,13 @@ func reassertSlots(g *Gate) error {
 		return errAsserting
 	}
 	gs.mu.Lock()
-	held := make([]*Slots, 0, len(gs.held))
-	for s := range gs.held {
-		held = append(held, s)
+	held := make([]func() error, 0, len(gs.held))
+	for _, assert := range gs.held {
+		held = append(held, assert)
 	}
 	gs.mu.Unlock()
-	for _, s := range held {
-		if err := assertLease(s); err != nil {
+	for _, assert := range held {
+		if err := assert(); err != nil {
 			atomic.StoreInt32(&gs.dirty, slotsDirty)
 			return err
 		}
@@ -585,7 +587,7 @@ func holdSlots(g *Gate, flight, local []Ask, lease string, out []Decision, lease
 	s := &Slots{gate: g, asks: flight, local: local, lease: lease, leased: leased}
 	if gs.held != nil {
 		gs.mu.Lock()
-		gs.held[s] = struct{}{}
+		gs.held[lease] = func() error { return assertLease(s) }
 		gs.mu.Unlock()
 		if !leased {
 			atomic.StoreInt32(&gs.dirty, slotsDirty) // after joining held: see reassertSlots
