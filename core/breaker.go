@@ -53,8 +53,13 @@ func (s BreakerState) String() string {
 // presumed lost, and the next call becomes a new probe.
 //
 // Every call that Allow admits must report its outcome with Success or
-// Failure; outcomes reported while the breaker is open (calls admitted before
-// it opened) are ignored. Instants are nanoseconds on the caller's [Clock].
+// Failure, passing back the probe ticket Allow gave it (zero for a call
+// admitted while the breaker was closed, and for one that did not ask
+// Allow because State was BreakerClosed). Only the pending probe's outcome
+// decides a half-open breaker: outcomes of other calls (admitted before it
+// opened, or a probe presumed lost) are ignored while it is half-open, as
+// all outcomes are while it is open. Instants are nanoseconds on the
+// caller's [Clock].
 //
 // The zero value is a closed breaker with the default settings. A Breaker is
 // safe for concurrent use; while closed, Allow and Success cost an atomic
@@ -71,35 +76,40 @@ type Breaker struct {
 	state int32 // a BreakerState; written under mu, read atomically (see breakerClosed)
 	fails int32 // consecutive failures while closed; written under mu
 	mu    sync.Mutex
-	since int64 // instant the breaker opened, or let the probe through
+	since int64  // instant the breaker opened, or let the probe through
+	probe uint64 // ticket of the last probe let through; counts probes
 }
 
 // Allow reports whether a call may proceed at instant now. It is false while
 // the breaker is open and while a half-open probe is pending; the first call
-// at least Backoff after the breaker opened is the probe and gets true.
-func (b *Breaker) Allow(now int64) bool {
+// at least Backoff after the breaker opened is the probe and gets true with
+// a nonzero probe ticket, which its report passes back. A call admitted
+// while the breaker is closed gets probe zero.
+func (b *Breaker) Allow(now int64) (ok bool, probe uint64) {
 	if atomic.LoadInt32(&b.state) == int32(BreakerClosed) {
-		return true
+		return true, 0
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch BreakerState(b.state) {
 	case BreakerClosed:
-		return true
+		return true, 0
 	case BreakerOpen, BreakerHalfOpen:
 		if now-b.since < int64(b.backoff()) {
-			return false
+			return false, 0
 		}
 		atomic.StoreInt32(&b.state, int32(BreakerHalfOpen))
 		b.since = now
-		return true
+		b.probe++
+		return true, b.probe
 	}
-	return false
+	return false, 0
 }
 
-// Success reports that an admitted call succeeded: it resets the failure
-// count, and a successful probe closes the breaker.
-func (b *Breaker) Success() {
+// Success reports that a call Allow admitted with the ticket probe
+// succeeded: it resets the failure count of a closed breaker, and the
+// pending probe's success closes a half-open one.
+func (b *Breaker) Success(probe uint64) {
 	if atomic.LoadInt32(&b.state) == int32(BreakerClosed) && atomic.LoadInt32(&b.fails) == 0 {
 		return
 	}
@@ -109,15 +119,18 @@ func (b *Breaker) Success() {
 	case BreakerClosed:
 		atomic.StoreInt32(&b.fails, 0)
 	case BreakerHalfOpen:
-		atomic.StoreInt32(&b.fails, 0)
-		atomic.StoreInt32(&b.state, int32(BreakerClosed))
+		if probe == b.probe {
+			atomic.StoreInt32(&b.fails, 0)
+			atomic.StoreInt32(&b.state, int32(BreakerClosed))
+		}
 	}
 }
 
-// Failure reports that an admitted call failed at instant now: the
-// Failures-th consecutive failure opens a closed breaker, and a failed probe
-// opens it again, for Backoff from now.
-func (b *Breaker) Failure(now int64) {
+// Failure reports that a call Allow admitted with the ticket probe failed
+// at instant now: the Failures-th consecutive failure opens a closed
+// breaker, and the pending probe's failure opens a half-open one again, for
+// Backoff from now.
+func (b *Breaker) Failure(now int64, probe uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch BreakerState(b.state) {
@@ -129,7 +142,9 @@ func (b *Breaker) Failure(now int64) {
 		}
 		b.open(now)
 	case BreakerHalfOpen:
-		b.open(now)
+		if probe == b.probe {
+			b.open(now)
+		}
 	}
 }
 

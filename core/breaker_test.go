@@ -11,7 +11,7 @@ import (
 // and what it must observe.
 type breakerStep struct {
 	at    int64  // instant, ms
-	op    string // "allow", "ok", "fail"
+	op    string // "allow"; "ok", "fail" by the last call allowed; "late ok", "late fail" by a call admitted while closed; "lost ok" by the call allowed before the last
 	allow bool   // for "allow": the expected result
 	state BreakerState
 }
@@ -78,12 +78,38 @@ func TestBreaker(t *testing.T) {
 			},
 		},
 		{
+			name:     "only the probe's outcome decides a half-open breaker",
+			failures: 1, backoff: 100 * time.Millisecond,
+			steps: []breakerStep{
+				{0, "allow", true, BreakerClosed},
+				{0, "fail", false, BreakerOpen},
+				{100, "allow", true, BreakerHalfOpen},
+				// Calls admitted before it opened report late.
+				{110, "late ok", false, BreakerHalfOpen},
+				{120, "allow", false, BreakerHalfOpen},
+				{130, "late fail", false, BreakerHalfOpen},
+				{140, "allow", false, BreakerHalfOpen},
+				{150, "ok", false, BreakerClosed},
+			},
+		},
+		{
+			name:     "a probe presumed lost does not decide for its successor",
+			failures: 1, backoff: 100 * time.Millisecond,
+			steps: []breakerStep{
+				{0, "fail", false, BreakerOpen},
+				{100, "allow", true, BreakerHalfOpen},
+				{200, "allow", true, BreakerHalfOpen},
+				{210, "lost ok", false, BreakerHalfOpen},
+				{220, "fail", false, BreakerOpen},
+			},
+		},
+		{
 			name:     "late outcomes of calls admitted before it opened are ignored",
 			failures: 1, backoff: 100 * time.Millisecond,
 			steps: []breakerStep{
 				{0, "fail", false, BreakerOpen},
-				{10, "ok", false, BreakerOpen},
-				{90, "fail", false, BreakerOpen},
+				{10, "late ok", false, BreakerOpen},
+				{90, "late fail", false, BreakerOpen},
 				{100, "allow", true, BreakerHalfOpen}, // not extended by the late failure
 			},
 		},
@@ -92,17 +118,30 @@ func TestBreaker(t *testing.T) {
 		tt := tt
 		t.Run(tt.name, func(t *testing.T) {
 			b := &Breaker{Failures: tt.failures, Backoff: tt.backoff}
+			var probe, lost uint64 // the last call's ticket, and the one before
 			for i, s := range tt.steps {
 				now := s.at * int64(time.Millisecond)
 				switch s.op {
 				case "allow":
-					if got := b.Allow(now); got != s.allow {
+					got, p := b.Allow(now)
+					if got != s.allow {
 						t.Fatalf("step %d: Allow(%d ms) = %v, want %v", i, s.at, got, s.allow)
 					}
+					if got {
+						lost, probe = probe, p
+					}
 				case "ok":
-					b.Success()
+					b.Success(probe)
 				case "fail":
-					b.Failure(now)
+					b.Failure(now, probe)
+				case "late ok":
+					b.Success(0)
+				case "late fail":
+					b.Failure(now, 0)
+				case "lost ok":
+					b.Success(lost)
+				default:
+					t.Fatalf("step %d: unknown op %q", i, s.op)
 				}
 				if got := b.State(); got != s.state {
 					t.Fatalf("step %d (%s at %d ms): state %v, want %v", i, s.op, s.at, got, s.state)
@@ -117,14 +156,14 @@ func TestBreaker(t *testing.T) {
 func TestBreakerOneProbe(t *testing.T) {
 	for trial := 0; trial < 20; trial++ {
 		b := &Breaker{Failures: 1, Backoff: time.Second}
-		b.Failure(0)
+		b.Failure(0, 0)
 		var admitted int32
 		var wg sync.WaitGroup
 		for g := 0; g < 16; g++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if b.Allow(int64(time.Second)) {
+				if ok, _ := b.Allow(int64(time.Second)); ok {
 					atomic.AddInt32(&admitted, 1)
 				}
 			}()

@@ -290,8 +290,12 @@ func gateDecide(g *Gate, ctx context.Context, asks []Ask) Verdict {
 	}
 	out := make([]Decision, len(asks)) // on the heap anyway: stores keep it
 	b := g.cfg.Breaker
-	if b != nil && atomic.LoadInt32(&b.state) != breakerClosed && !b.Allow(gateNow(g)) {
-		return gateFailed(g, ctx, asks, out, ErrBreakerOpen)
+	var probe uint64
+	if b != nil && atomic.LoadInt32(&b.state) != breakerClosed {
+		var ok bool
+		if ok, probe = b.Allow(gateNow(g)); !ok {
+			return gateFailed(g, ctx, asks, out, ErrBreakerOpen)
+		}
 	}
 	var err error
 	if g.redis != nil { // a function: under Yaegi far cheaper than an interface call
@@ -299,16 +303,17 @@ func gateDecide(g *Gate, ctx context.Context, asks []Ask) Verdict {
 	} else {
 		err = gateTakeStore(g, ctx, asks, out)
 	}
-	return gateDecided(g, ctx, asks, out, err)
+	return gateDecided(g, ctx, asks, out, err, probe)
 }
 
 // gateDecided finishes gateDecide after the primary store decided asks
-// into out, or failed with err: it reports the call to the breaker unless
-// it is simply closed and the call succeeded, and returns the verdict.
-func gateDecided(g *Gate, ctx context.Context, asks []Ask, out []Decision, err error) Verdict {
+// into out, or failed with err: it reports the call, with the breaker's
+// probe ticket, to the breaker unless it is simply closed and the call
+// succeeded, and returns the verdict.
+func gateDecided(g *Gate, ctx context.Context, asks []Ask, out []Decision, err error, probe uint64) Verdict {
 	b := g.cfg.Breaker
 	if b != nil && (err != nil || atomic.LoadInt32(&b.state) != breakerClosed || atomic.LoadInt32(&b.fails) != 0) {
-		gateReport(g, b, ctx, err)
+		gateReport(g, b, ctx, err, probe)
 	}
 	if err != nil {
 		return gateFailed(g, ctx, asks, out, err)
@@ -341,19 +346,19 @@ func gateFailed(g *Gate, ctx context.Context, asks []Ask, out []Decision, err er
 // breaker is open.
 var ErrBreakerOpen = errors.New("sluice: store circuit breaker is open")
 
-// gateReport tells b how a call it admitted went: a failure, unless the
-// client left (or its deadline passed), which says nothing about the
-// store; an unreported probe is replaced after the back-off. A deadline
-// is checked on the clock as well as by ctx.Err, which reports it only
-// once ctx's timer has fired: a connection's deadline, set from ctx's,
-// may fail the call a moment before.
-func gateReport(g *Gate, b *Breaker, ctx context.Context, err error) {
+// gateReport tells b how a call it admitted with the ticket probe went: a
+// failure, unless the client left (or its deadline passed), which says
+// nothing about the store; an unreported probe is replaced after the
+// back-off. A deadline is checked on the clock as well as by ctx.Err,
+// which reports it only once ctx's timer has fired: a connection's
+// deadline, set from ctx's, may fail the call a moment before.
+func gateReport(g *Gate, b *Breaker, ctx context.Context, err error, probe uint64) {
 	switch {
 	case err == nil:
-		b.Success()
+		b.Success(probe)
 	case clientGone(ctx):
 	default:
-		b.Failure(gateNow(g))
+		b.Failure(gateNow(g), probe)
 	}
 }
 

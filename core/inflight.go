@@ -149,6 +149,19 @@ func (s *MemoryStore) acquireSlots(ctx context.Context, asks []Ask, lease string
 	return nil
 }
 
+// addSlots takes a slot of every ask, whether or not it has one free: the
+// count of slots held on another store, which the fallback's shares must
+// see (see Slots).
+func (s *MemoryStore) addSlots(asks []Ask) {
+	t := s.flight
+	t.mu.Lock()
+	for i := range asks {
+		t.held[memHash(s, asks[i].Limit, asks[i].Key)]++
+	}
+	t.total += len(asks)
+	t.mu.Unlock()
+}
+
 // releaseSlots implements slotStore; a key's entry goes at zero.
 func (s *MemoryStore) releaseSlots(ctx context.Context, asks []Ask, lease string) error {
 	t := s.flight
@@ -177,8 +190,8 @@ func (s *MemoryStore) renewSlots(ctx context.Context, asks []Ask, lease string, 
 // gateSlots is the in-flight part of a Gate that has limits with
 // MaxInFlight.
 type gateSlots struct {
-	store    slotStore // the gate's primary store
-	fallback slotStore // its fallback, or nil
+	store    slotStore    // the gate's primary store
+	fallback *MemoryStore // its fallback, or nil
 	ttl      time.Duration
 	// remote: the store is a RedisStore, whose leases expire and are
 	// named by leases and a counter: random, so that instances sharing
@@ -186,7 +199,30 @@ type gateSlots struct {
 	remote bool
 	leases string
 	seq    uint64
+	// held asserts, by lease, each of the gate's Slots in progress
+	// (assertLease), when it has a Redis store and a fallback (else nil):
+	// after an outage they are asserted on Redis again (reassertSlots)
+	// before Redis admits another request. Functions, not *Slots: Yaegi
+	// v0.16.1 cannot build the type cycle Gate, Slots, Gate.
+	mu   sync.Mutex
+	held map[string]func() error
+	// dirty is slotsClean, or slotsDirty once Redis may not hold every
+	// lease of held (a call failed, or the fallback took slots), or
+	// slotsAsserting while one request asserts them; atomic.
+	dirty int32
 }
+
+// The values of gateSlots.dirty.
+const (
+	slotsClean int32 = iota
+	slotsDirty
+	slotsAsserting
+)
+
+// errAsserting is the store error of a request that found another one
+// asserting the gate's slots on Redis after an outage: it is decided by
+// the fallback meanwhile, as during the outage.
+var errAsserting = errors.New("sluice: asserting the slots held through an outage on the store")
 
 // newGateSlots returns the in-flight part of a gate of cfg, or nil when
 // no limit of cfg has MaxInFlight.
@@ -210,8 +246,8 @@ func newGateSlots(cfg *GateConfig) (*gateSlots, error) {
 		return nil, fmt.Errorf("max_in_flight: the store %T does not count requests in flight (the memory and Redis stores do)", cfg.Store)
 	}
 	if cfg.Fallback != nil {
-		if gs.fallback, ok = cfg.Fallback.(slotStore); !ok {
-			return nil, fmt.Errorf("max_in_flight: the fallback store %T does not count requests in flight", cfg.Fallback)
+		if gs.fallback, ok = cfg.Fallback.(*MemoryStore); !ok {
+			return nil, fmt.Errorf("max_in_flight: the fallback store %T does not count requests in flight (the memory store does)", cfg.Fallback)
 		}
 	}
 	var b [8]byte
@@ -220,6 +256,9 @@ func newGateSlots(cfg *GateConfig) (*gateSlots, error) {
 	}
 	gs.leases = hex.EncodeToString(b[:]) + "-"
 	_, gs.remote = cfg.Store.(*RedisStore)
+	if gs.remote && gs.fallback != nil {
+		gs.held = make(map[string]func() error)
+	}
 	return gs, nil
 }
 
@@ -239,14 +278,24 @@ func flightShare(most, n int) int {
 // process died or Redis could not be reached, expires GateConfig.LeaseTTL
 // after it was taken or last renewed; while the request lasts, its leases
 // are renewed every third of that.
+//
+// With a fallback store, the slots are counted in both stores as long as
+// they are held, so that the bound holds across an outage and the
+// recovery: slots taken on Redis count in the fallback's share too, and
+// slots the fallback took while Redis failed are added to Redis as leases
+// once it answers again (at their next renewal, and before the gate's
+// next request is admitted on Redis: see reassertSlots).
 type Slots struct {
 	gate  *Gate
-	store slotStore
-	asks  []Ask
+	asks  []Ask // of the flight limits, on the gate's store
+	local []Ask // of the fallback's shares, on the fallback; nil without
 	lease string
 	mu    sync.Mutex
 	timer *time.Timer // renews a Redis lease; nil for memory
 	done  bool
+	// leased: asks are held on the gate's store (taken there, or added
+	// since as leases); false for slots the fallback took.
+	leased bool
 }
 
 // Release gives the slots back. It may be called on nil Slots, and more
@@ -261,14 +310,26 @@ func (s *Slots) Release() {
 // four times as much.
 func releaseSlots(s *Slots) {
 	s.mu.Lock()
-	done := s.done
+	done, leased := s.done, s.leased
 	s.done = true
 	if s.timer != nil {
 		s.timer.Stop()
 	}
 	s.mu.Unlock()
-	if !done {
-		releaseLease(s.gate, s.store, s.asks, s.lease)
+	if done {
+		return
+	}
+	gs := s.gate.slots
+	if gs.held != nil {
+		gs.mu.Lock()
+		delete(gs.held, s.lease)
+		gs.mu.Unlock()
+	}
+	if leased {
+		releaseLease(s.gate, gs.store, s.asks, s.lease)
+	}
+	if s.local != nil {
+		_ = gs.fallback.releaseSlots(context.Background(), s.local, "")
 	}
 }
 
@@ -284,21 +345,73 @@ func releaseLease(g *Gate, store slotStore, asks []Ask, lease string) {
 // renew extends the leases and arms the next renewal, unless the slots
 // were released meanwhile.
 func (s *Slots) renew() {
+	_ = assertLease(s) // a failure is retried at the next renewal
+	s.mu.Lock()
+	if !s.done {
+		s.timer.Reset(s.gate.slots.ttl / 3)
+	}
+	s.mu.Unlock()
+}
+
+// assertLease sets the Redis lease of s to expire the gate's LeaseTTL
+// from now, adding it if Redis does not hold it (it was lost, or the
+// fallback took the slots), unless s was released. A release that ran
+// meanwhile, and so missed the lease, is repeated. A failure marks the
+// gate's slots dirty.
+func assertLease(s *Slots) error {
 	s.mu.Lock()
 	done := s.done
 	s.mu.Unlock()
 	if done {
-		return
+		return nil
 	}
 	gs := s.gate.slots
 	ctx, cancel := gateBackground(s.gate)
-	_ = s.store.renewSlots(ctx, s.asks, s.lease, gs.ttl) // a failure is retried at the next renewal
+	err := gs.store.renewSlots(ctx, s.asks, s.lease, gs.ttl)
 	cancel()
-	s.mu.Lock()
-	if !s.done {
-		s.timer.Reset(gs.ttl / 3)
+	if err != nil {
+		if gs.held != nil {
+			atomic.StoreInt32(&gs.dirty, slotsDirty)
+		}
+		return err
 	}
+	s.mu.Lock()
+	s.leased = true
+	done = s.done
 	s.mu.Unlock()
+	if done {
+		releaseLease(s.gate, gs.store, s.asks, s.lease)
+	}
+	return nil
+}
+
+// reassertSlots asserts on Redis every lease the gate holds, when its
+// slots are dirty: after an outage Redis may have lost leases (it
+// restarted, or they expired unrenewed) and lacks those of the slots the
+// fallback took. A request is admitted on Redis only once they are all
+// there, so that they count. It returns errAsserting when another request
+// is asserting them, or they became dirty again meanwhile.
+func reassertSlots(g *Gate) error {
+	gs := g.slots
+	if !atomic.CompareAndSwapInt32(&gs.dirty, slotsDirty, slotsAsserting) {
+		return errAsserting
+	}
+	gs.mu.Lock()
+	held := make([]func() error, 0, len(gs.held))
+	for _, assert := range gs.held {
+		held = append(held, assert)
+	}
+	gs.mu.Unlock()
+	for _, assert := range held {
+		if err := assert(); err != nil {
+			atomic.StoreInt32(&gs.dirty, slotsDirty)
+			return err
+		}
+	}
+	if !atomic.CompareAndSwapInt32(&gs.dirty, slotsAsserting, slotsClean) {
+		return errAsserting
+	}
+	return nil
 }
 
 // gateBackground is a context for work that outlives a request's own
@@ -383,65 +496,106 @@ func flightDecide(g *Gate, ctx context.Context, asks []Ask) (Verdict, []Ask) {
 // the slots if all of them were granted. decided is false when no store
 // decided (out is then unspecified and nothing is held); err is the
 // primary store's error, if it failed.
+//
+// With a fallback, the slots are counted on it whichever store decides:
+// the shares are taken unconditionally before the gate's store decides,
+// and given back if it refuses or fails.
 func takeFlight(g *Gate, ctx context.Context, asks, flight []Ask, failed error, out []Decision) (slots *Slots, decided bool, err error) {
 	gs := g.slots
 	err = failed
-	if b := g.cfg.Breaker; err == nil && b != nil && atomic.LoadInt32(&b.state) != breakerClosed && !b.Allow(gateNow(g)) {
-		err = ErrBreakerOpen
+	var probe uint64
+	if b := g.cfg.Breaker; err == nil && b != nil && atomic.LoadInt32(&b.state) != breakerClosed {
+		var ok bool
+		if ok, probe = b.Allow(gateNow(g)); !ok {
+			err = ErrBreakerOpen
+		}
+	}
+	var local []Ask
+	if gs.fallback != nil {
+		local = make([]Ask, 0, len(flight))
+		for i := range asks {
+			if l := g.fallback[asks[i].Limit]; l.flight != nil {
+				local = append(local, Ask{Limit: l.flight, Key: asks[i].Key, Cost: 1})
+			}
+		}
+	}
+	lease := ""
+	if gs.remote {
+		lease = gs.leases + strconv.FormatUint(atomic.AddUint64(&gs.seq, 1), 36)
+	}
+	if err == nil && gs.held != nil && atomic.LoadInt32(&gs.dirty) != slotsClean {
+		err = reassertSlots(g)
+		if b := g.cfg.Breaker; b != nil && err != nil && err != errAsserting {
+			gateReport(g, b, context.Background(), err, probe)
+		}
 	}
 	if err == nil {
+		if local != nil {
+			gs.fallback.addSlots(local)
+		}
 		// Not the request's context: a call cut short by the client may
 		// still run on the server, after a release sent on another
 		// connection, and leave the lease to expire; so the call always
 		// ends, within the gate's timeout, and a lease taken for a
 		// client that left meanwhile is given back at once.
-		lease := ""
-		if gs.remote {
-			lease = gs.leases + strconv.FormatUint(atomic.AddUint64(&gs.seq, 1), 36)
-		}
 		tctx, cancel := gateBackground(g)
 		err = gs.store.acquireSlots(tctx, flight, lease, gs.ttl, out)
 		cancel()
 		if b := g.cfg.Breaker; b != nil {
-			gateReport(g, b, context.Background(), err)
+			gateReport(g, b, context.Background(), err, probe)
 		}
 		if err == nil {
-			slots = holdSlots(g, gs.store, flight, lease, out, gs.remote)
+			slots = holdSlots(g, flight, local, lease, out, true)
 			if slots != nil && clientGone(ctx) {
 				releaseSlots(slots)
 				return nil, false, ctx.Err()
 			}
+			if slots == nil && local != nil {
+				_ = gs.fallback.releaseSlots(ctx, local, "")
+			}
 			return slots, true, nil
+		}
+		if local != nil {
+			_ = gs.fallback.releaseSlots(ctx, local, "")
 		}
 	}
 	if gs.fallback == nil {
 		return nil, false, err
 	}
-	local := make([]Ask, 0, len(flight))
-	for i := range asks {
-		if l := g.fallback[asks[i].Limit]; l.flight != nil {
-			local = append(local, Ask{Limit: l.flight, Key: asks[i].Key, Cost: 1})
-		}
+	if gs.held != nil && err != errAsserting {
+		atomic.StoreInt32(&gs.dirty, slotsDirty) // Redis may have lost leases
 	}
 	if ferr := gs.fallback.acquireSlots(ctx, local, "", 0, out); ferr != nil {
 		return nil, false, err
 	}
-	return holdSlots(g, gs.fallback, local, "", out, false), true, err
+	return holdSlots(g, flight, local, lease, out, false), true, err
 }
 
-// holdSlots returns the Slots that acquireSlots took for lease on store
-// with the decisions out, or nil if one refused; a lease that expires (on
-// Redis) is renewed every third of its lifetime.
-func holdSlots(g *Gate, store slotStore, asks []Ask, lease string, out []Decision, expires bool) *Slots {
+// holdSlots returns the Slots that acquireSlots took for lease, on the
+// gate's store when leased and else on the fallback, with the decisions
+// out, or nil if one refused. local are the fallback's asks, counted on
+// it. On Redis, the lease is renewed every third of its lifetime, and
+// the slots join the gate's held ones: slots the fallback took make them
+// dirty, to be added to Redis once it answers.
+func holdSlots(g *Gate, flight, local []Ask, lease string, out []Decision, leased bool) *Slots {
 	for i := range out {
 		if !out[i].Allowed {
 			return nil
 		}
 	}
-	s := &Slots{gate: g, store: store, asks: asks, lease: lease}
-	if expires {
+	gs := g.slots
+	s := &Slots{gate: g, asks: flight, local: local, lease: lease, leased: leased}
+	if gs.held != nil {
+		gs.mu.Lock()
+		gs.held[lease] = func() error { return assertLease(s) }
+		gs.mu.Unlock()
+		if !leased {
+			atomic.StoreInt32(&gs.dirty, slotsDirty) // after joining held: see reassertSlots
+		}
+	}
+	if gs.remote {
 		s.mu.Lock()
-		s.timer = time.AfterFunc(g.slots.ttl/3, s.renew)
+		s.timer = time.AfterFunc(gs.ttl/3, s.renew)
 		s.mu.Unlock()
 	}
 	return s

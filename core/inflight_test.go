@@ -580,3 +580,138 @@ func TestFlightRedisCluster(t *testing.T) {
 		v.Slots.Release()
 	}
 }
+
+// TestFlightAcrossOutage holds requests in flight on a real Redis and on
+// the local fallback while the server stops and starts again (losing
+// every lease, as a restart without persistence does): however the held
+// requests were admitted, the key never has more than max_in_flight of
+// them, during the outage or after it.
+func TestFlightAcrossOutage(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	st := newTestRedisStore(t, newRespClient(t, srv.Addr, 8), false)
+	const k = 4
+	l := flightLimit(t, "outage"+redisNonce, "", k)
+	local, _ := NewMemoryStore(MemoryConfig{})
+	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: st, Fallback: local, Instances: 1, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	var held []*Slots
+	// take asks for n slots and checks that want of them are granted,
+	// by the fallback or not.
+	take := func(phase string, n, want int, fallback bool) {
+		t.Helper()
+		got := 0
+		for i := 0; i < n; i++ {
+			v := g.Decide(context.Background(), asks)
+			if v.Slots == nil {
+				continue
+			}
+			if v.Fallback != fallback {
+				t.Errorf("%s: admitted with Fallback %v (%v), want %v", phase, v.Fallback, v.Err, fallback)
+			}
+			held = append(held, v.Slots)
+			got++
+		}
+		if got != want || len(held) > k {
+			t.Fatalf("%s: %d of %d requests admitted, want %d; %d held for max_in_flight %d", phase, got, n, want, len(held), k)
+		}
+	}
+	release := func(n int) {
+		for _, s := range held[:n] {
+			s.Release()
+		}
+		held = held[n:]
+	}
+
+	// Held by the fallback during an outage, then Redis is back.
+	srv.Stop()
+	take("outage", k+1, k, true)
+	srv.Restart(t)
+	take("recovered, four held by the fallback", k, 0, false)
+	release(2)
+	take("recovered, two released", k, 2, false)
+	release(len(held))
+	take("recovered, all released", k+1, k, false)
+
+	// Held on Redis, then an outage: the fallback counts them.
+	srv.Stop()
+	take("outage, four held on Redis", k, 0, true)
+	release(1)
+	take("outage, one released", k, 1, true)
+	// Redis restarts without the leases it had.
+	srv.Restart(t)
+	take("restarted, four held", k, 0, false)
+	release(len(held))
+	take("restarted, all released", k+1, k, false)
+	release(len(held))
+	if n := local.InFlight(); n != 0 {
+		t.Errorf("%d local slots held after every release", n)
+	}
+}
+
+// TestFlightAcrossOutageUnderLoad: workers hold slots of one key for
+// 20 ms each, long enough to span the switches, in a loop, while Redis
+// stops and restarts three times; at no instant are more than
+// max_in_flight of them inside.
+func TestFlightAcrossOutageUnderLoad(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	st := newTestRedisStore(t, newRespClient(t, srv.Addr, 8), false)
+	const k, workers, rounds = 3, 8, 1000
+	l := flightLimit(t, "outload"+redisNonce, "", k)
+	local, _ := NewMemoryStore(MemoryConfig{})
+	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: st, Fallback: local, Instances: 1, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inside, most, onRedis, onFallback, done int64
+	var wg sync.WaitGroup
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < rounds && atomic.LoadInt64(&done) == 0; j++ {
+				v := g.Decide(context.Background(), []Ask{{Limit: l, Key: "k", Cost: 1}})
+				if v.Slots == nil {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				if v.Fallback {
+					atomic.AddInt64(&onFallback, 1)
+				} else {
+					atomic.AddInt64(&onRedis, 1)
+				}
+				n := atomic.AddInt64(&inside, 1)
+				for {
+					m := atomic.LoadInt64(&most)
+					if n <= m || atomic.CompareAndSwapInt64(&most, m, n) {
+						break
+					}
+				}
+				time.Sleep(20 * time.Millisecond)
+				atomic.AddInt64(&inside, -1)
+				v.Slots.Release()
+			}
+		}()
+	}
+	for i := 0; i < 3; i++ {
+		time.Sleep(50 * time.Millisecond)
+		srv.Stop()
+		time.Sleep(50 * time.Millisecond)
+		srv.Restart(t)
+	}
+	time.Sleep(50 * time.Millisecond)
+	atomic.StoreInt64(&done, 1)
+	wg.Wait()
+	t.Logf("%d admitted on Redis, %d by the fallback, at most %d inside at once (max_in_flight %d)", onRedis, onFallback, most, k)
+	if most > k {
+		t.Errorf("%d requests inside at once, over max_in_flight %d", most, k)
+	}
+	if onRedis == 0 || onFallback == 0 {
+		t.Errorf("admitted %d on Redis and %d by the fallback: the test wants both", onRedis, onFallback)
+	}
+	if n := local.InFlight(); n != 0 {
+		t.Errorf("%d local slots held after every release", n)
+	}
+}

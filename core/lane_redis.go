@@ -141,7 +141,7 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 	// gateDecide's report of a success to a breaker that is not simply
 	// closed (another request's failure may have come meanwhile).
 	if l.bstate != nil && (loadInt32(l.bstate) != breakerClosed || loadInt32(l.bfails) != 0) {
-		gateReport(l.gate, l.breaker, ctx, nil)
+		gateReport(l.gate, l.breaker, ctx, nil, 0)
 	}
 	// answer's clock: gateNow, inline for the system clock.
 	if l.sys != nil {
@@ -195,6 +195,6 @@ func laneRedisSlow(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Re
 	} else {
 		err = decodeDecisions(reply, asks, out, "", false, nil, 0, 0, 0, 0, 0, 0, 0, 0, 0, noFields, nil)
 	}
-	v := gateDecided(l.gate, ctx, asks, out, err)
+	v := gateDecided(l.gate, ctx, asks, out, err, 0)
 	laneFinish(l, next, w, r, &v, answer(l.gate, w, r, asks, &v, 0))
 }

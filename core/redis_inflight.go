@@ -14,11 +14,14 @@ import (
 // requests' lease names scored by their expiry, in milliseconds of
 // Redis's clock (TIME). Taking a slot removes the expired leases and adds
 // the request's if fewer than MaxInFlight remain, for every ask of the
-// call or none; releasing removes it (ZREM); renewing moves its expiry
-// (ZADD XX, never adding back a lease that expired), so that a lease whose request outlives its time to live is
-// kept, while the lease of a request whose proxy died expires. The set
-// itself expires when its last lease could (PEXPIRE), so idle keys cost
-// nothing.
+// call or none; releasing removes it (ZREM); renewing sets its expiry
+// (ZADD), so that a lease whose request outlives its time to live is kept,
+// while the lease of a request whose proxy died expires. Renewing adds the
+// lease if the set lacks it: a request in progress counts, whether Redis
+// lost its lease (it restarted, or the lease expired while Redis could
+// not be reached) or never had it (the fallback store took the slot
+// during an outage). The set itself expires when its last lease could
+// (PEXPIRE), so idle keys cost nothing.
 
 // luaLeaseClock reads Redis's clock in milliseconds, the leases' scores,
 // and the time to live ARGV[2] in milliseconds; ARGV[1] is the lease.
@@ -50,18 +53,14 @@ end
 return table.concat(held, ' ')
 `
 
-// redisRenewScript moves the lease's expiry to ttl from now in every key
-// that still holds it, and returns how many do.
+// redisRenewScript sets the lease's expiry to ttl from now in every key,
+// adding it where it is missing.
 const redisRenewScript = luaLeaseClock + `
-local n = 0
 for _, key in ipairs(KEYS) do
-  if redis.call('ZSCORE', key, lease) then
-    redis.call('ZADD', key, 'XX', now + ttl, lease)
-    keep(key)
-    n = n + 1
-  end
+  redis.call('ZADD', key, now + ttl, lease)
+  keep(key)
 end
-return n
+return 0
 `
 
 // redisReleaseScript removes the lease from every key.

@@ -17,7 +17,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"strconv"
@@ -68,7 +67,10 @@ var ErrClosed = errors.New("resp: client closed")
 // Client is a pool of connections to one Redis server. It is safe for
 // concurrent use. A connection that saw an I/O or protocol error is closed,
 // never reused; the next call dials a new one, so a client recovers by
-// itself after the server restarts.
+// itself after the server restarts. A command is sent once more only when
+// it certainly did not run (see exec), so a call whose connection ends
+// after the command was written fails, and a script that charges a limit
+// is never charged twice for one call.
 //
 // A context's deadline bounds a call when earlier than the client's
 // timeouts; its cancellation is observed while waiting for a free
@@ -219,7 +221,7 @@ func Run(c *Client, ctx context.Context, start time.Time, timeout time.Duration,
 		return runSlow(c, ctx, start, timeout, name, cmd, cn, true, false, err)
 	}
 	if v, err = readText(cn.br, nil, nil, 0, 0, 0); err != nil {
-		return runSlow(c, ctx, start, timeout, name, cmd, cn, true, err != io.EOF, err)
+		return runSlow(c, ctx, start, timeout, name, cmd, cn, true, true, err)
 	}
 	c.slots <- cn
 	return v, nil
@@ -281,11 +283,17 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// exec runs the command made of a, b and c on a pooled connection. When a
-// reused idle connection turns out to have been closed by the server (it
-// restarted, or dropped idle clients) before the command reached it, the
-// command is sent once more on a new connection; a command that may have
-// been executed is never resent.
+// exec runs the command made of a, b and c on a pooled connection. When
+// writing the command to a reused idle connection fails, the server got at
+// most a part of it, which it never runs: the command is sent once more on
+// a new connection. A command written whole is never resent, whatever
+// follows: if the connection ends before the reply, the server may have
+// run it (and a server that restarted, or dropped idle clients, shows the
+// same end), so the call fails. Such a failure, and a failed dial, close
+// the pool's idle connections too, likely ended the same way, so that the
+// calls after it dial new ones instead of failing in turn: after an
+// outage, the first call to the server back does not fail on a connection
+// from before it.
 //
 // Under Yaegi every call pays for every value of the called function's
 // body, executed or not, and a method call costs four times a function's.
@@ -337,8 +345,10 @@ func execSlow(c *Client, ctx context.Context, took bool, a, b, d []string, raw [
 
 // execFailed finishes a command that failed with err on cn, giving the
 // pool entry back: it keeps cn after an error reply, and sends the
-// command once more on a new connection when cn was reused and found
-// closed before the command reached the server. a[0] names the command.
+// command once more on a new connection when cn was reused and the
+// command was not sent (written whole). A command sent whose connection
+// failed otherwise than by a deadline closes the idle connections (see
+// exec). a[0] names the command.
 func execFailed(c *Client, ctx context.Context, cn *conn, reused, sent bool, err error, a, b, d []string, raw []byte) (interface{}, error) {
 	if _, ok := err.(Error); ok {
 		c.slots <- cn
@@ -349,7 +359,30 @@ func execFailed(c *Client, ctx context.Context, cn *conn, reused, sent bool, err
 		return c.attempt(ctx, nil, a, b, d, raw)
 	}
 	c.slots <- nil
+	if sent && !errors.Is(err, os.ErrDeadlineExceeded) {
+		dropIdle(c)
+	}
 	return nil, ioError(ctx, a[0], err)
+}
+
+// dropIdle closes the idle connections in the pool, leaving their entries
+// free for new ones.
+func dropIdle(c *Client) {
+	taken := 0
+	for more := true; more && taken < c.opts.PoolSize; {
+		select {
+		case cn := <-c.slots:
+			if cn != nil {
+				cn.nc.Close()
+			}
+			taken++
+		default:
+			more = false
+		}
+	}
+	for ; taken > 0; taken-- {
+		c.slots <- nil
+	}
 }
 
 // attempt runs the command on cn, or on a new connection when cn is nil,
@@ -360,6 +393,7 @@ func (c *Client) attempt(ctx context.Context, cn *conn, a, b, d []string, raw []
 		var err error
 		if cn, err = dial(ctx, &c.opts); err != nil {
 			c.slots <- nil
+			dropIdle(c) // likely ended too, as the server is down or gone
 			return nil, err
 		}
 	}

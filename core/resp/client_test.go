@@ -1,9 +1,11 @@
 package resp
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"reflect"
@@ -261,13 +263,136 @@ func TestServerRestart(t *testing.T) {
 		t.Fatalf("PING after restart: %#v, %v", v, err)
 	}
 
-	// Idle connections left from before a restart are found closed and
-	// replaced within the same call: no call fails.
+	// Idle connections left from before a restart: the first call fails,
+	// its command written and maybe run for all it can tell, so not sent
+	// again, and it closes the other idle connections, so the calls after
+	// it succeed on new ones. The counts show the failed INCR did not run.
 	warm(t, c, 4)
 	s.Restart(t)
+	if v, err := c.Do(ctx, "INCR", "after"); err == nil {
+		t.Fatalf("INCR on a connection the server closed: %#v, no error", v)
+	}
 	for i := 0; i < 8; i++ {
 		if v, err := c.Do(ctx, "INCR", "after"); err != nil || v != int64(i+1) {
 			t.Fatalf("INCR %d after restart: %#v, %v", i, v, err)
+		}
+	}
+}
+
+// TestOutageDropsIdle: a dial that fails, the server being down, closes
+// the idle connections from before, so that no call fails on one once the
+// server is back.
+func TestOutageDropsIdle(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	c := newClient(t, Options{Addr: s.Addr, PoolSize: 4})
+	ctx := context.Background()
+	// The pool's one connection goes to the back of the pool, behind the
+	// entries not opened yet, which the next call takes.
+	if v, err := c.Do(ctx, "PING"); err != nil || v != "PONG" {
+		t.Fatalf("PING: %#v, %v", v, err)
+	}
+	s.Stop()
+	if _, err := c.Do(ctx, "PING"); err == nil {
+		t.Fatal("PING with the server stopped: no error")
+	}
+	s.Restart(t)
+	for i := 0; i < 8; i++ {
+		if v, err := c.Do(ctx, "INCR", "back"); err != nil || v != int64(i+1) {
+			t.Fatalf("INCR %d after the outage: %#v, %v", i, v, err)
+		}
+	}
+}
+
+// hangUpServer is a server on loopback that answers PING and hangs up on
+// any other command without replying, as a Redis that ran a script and
+// then went down. It counts the commands it hung up on.
+type hangUpServer struct {
+	addr string
+	mu   sync.Mutex
+	cmds []string
+}
+
+func startHangUpServer(t *testing.T) *hangUpServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	s := &hangUpServer{addr: ln.Addr().String()}
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go s.serve(nc)
+		}
+	}()
+	return s
+}
+
+func (s *hangUpServer) serve(nc net.Conn) {
+	defer nc.Close()
+	br := bufio.NewReader(nc)
+	for {
+		v, err := readReplyAt(br, 0, nil, nil)
+		if err != nil {
+			return
+		}
+		args, _ := v.([]interface{})
+		if len(args) == 1 && args[0] == "PING" {
+			nc.Write([]byte("+PONG\r\n"))
+			continue
+		}
+		s.mu.Lock()
+		s.cmds = append(s.cmds, fmt.Sprint(args))
+		s.mu.Unlock()
+		return // before the reply: it may have run the command
+	}
+}
+
+// received returns the commands the server hung up on, in order.
+func (s *hangUpServer) received() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.cmds...)
+}
+
+// TestNoResendAfterWrite: a command written whole to a connection that
+// then ends without a reply is not sent again, on a reused connection as
+// on a new one, by Do, EvalSha and Run: the call fails, once.
+func TestNoResendAfterWrite(t *testing.T) {
+	s := startHangUpServer(t)
+	c := newClient(t, Options{Addr: s.addr, PoolSize: 2})
+	ctx := context.Background()
+	calls := []struct {
+		name string
+		call func() (interface{}, error)
+	}{
+		{"INCR", func() (interface{}, error) { return c.Do(ctx, "INCR", "k") }},
+		{"EVALSHA", func() (interface{}, error) { return c.EvalSha(ctx, "sha", []string{"k"}, []string{"1"}) }},
+		{"RUN", func() (interface{}, error) {
+			return run(c, ctx, time.Now(), time.Second, "RUN", AppendCommand(nil, "INCR", "run"))
+		}},
+	}
+	want := 0
+	for _, reused := range []bool{true, false} {
+		for _, cl := range calls {
+			if reused {
+				// An idle connection in the pool, as New left one.
+				if v, err := c.Do(ctx, "PING"); err != nil || v != "PONG" {
+					t.Fatalf("PING: %#v, %v", v, err)
+				}
+			}
+			v, err := cl.call()
+			if err == nil {
+				t.Fatalf("%s (reused connection %v): %#v, no error", cl.name, reused, v)
+			}
+			want++
+			if got := s.received(); len(got) != want {
+				t.Fatalf("%s (reused connection %v): the server got %d commands, want %d: %q", cl.name, reused, len(got), want, got)
+			}
 		}
 	}
 }

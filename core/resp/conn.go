@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"time"
@@ -84,10 +83,11 @@ func (cn *conn) setup(deadline time.Time, args []string, what string) error {
 
 // roundTrip sends the command made of a, b and c (in that order), or raw
 // when not nil, a command already encoded, and reads its reply, all before
-// deadline. sent reports whether the command may
-// have reached the server: false when writing failed or the connection
-// turned out closed before any byte of the reply, so that the command was
-// certainly not executed by the server that once accepted this connection.
+// deadline. sent reports whether the command may have run: false only
+// when writing it failed, so that the server got at most a part of it,
+// which it never runs. Once written, a command may have run even if the
+// connection then ends without a reply (the server ran it and went down,
+// or dropped the connection before answering), however soon it ends.
 //
 // It is a function: under Yaegi a method call costs four times as much.
 func roundTrip(cn *conn, deadline time.Time, a, b, c []string, raw []byte) (v interface{}, sent bool, err error) {
@@ -104,7 +104,7 @@ func roundTrip(cn *conn, deadline time.Time, a, b, c []string, raw []byte) (v in
 		return nil, false, err
 	}
 	v, err = readReplyAt(cn.br, 0, nil, nil)
-	return v, err != io.EOF, err
+	return v, true, err
 }
 
 // appendCommand appends the command made of a, b and c, in that order, as

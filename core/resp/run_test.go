@@ -141,8 +141,9 @@ func TestRunTimeouts(t *testing.T) {
 }
 
 // TestRunPool: Run waits for a connection within its timeout, dials new
-// ones, replaces connections the server closed without failing, and
-// fails with ErrClosed once the client is closed.
+// ones, fails once on connections the server closed (the command written
+// may have run, so it is not resent) and replaces them all, and fails with
+// ErrClosed once the client is closed.
 func TestRunPool(t *testing.T) {
 	s := redistest.Start(t, redistest.Options{})
 	c := newClient(t, Options{Addr: s.Addr, PoolSize: 4})
@@ -150,6 +151,9 @@ func TestRunPool(t *testing.T) {
 	incr := AppendCommand(nil, "INCR", "n")
 	warm(t, c, 4)
 	s.Restart(t)
+	if v, err := run(c, ctx, time.Now(), time.Second, "INCR", incr); err == nil {
+		t.Fatalf("INCR on a connection the server closed: %#v, no error", v)
+	}
 	for i := 0; i < 8; i++ {
 		if v, err := run(c, ctx, time.Now(), time.Second, "INCR", incr); err != nil || v != int64(i+1) {
 			t.Fatalf("INCR %d after restart: %#v, %v", i, v, err)
