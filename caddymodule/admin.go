@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"sort"
@@ -39,8 +40,9 @@ func init() {
 // slash: "per_ip@srv0", "per_ip@srv0#1" for the second zone per_ip of
 // server srv0, "per_ip@=api" in share group api), or by its name alone
 // when no other zone of the running config has it. <key> is the key as
-// the zone builds it and /top shows it (for the key {client_ip}, the
-// client's address or, with a prefix, its network), path-escaped.
+// the zone builds it (for the key {client_ip}, the client's address or,
+// with a prefix, its network) or as /top shows it (a key longer than
+// core.MaxKeyLength as its digest, "#…"), path-escaped.
 type AdminAPI struct{}
 
 // CaddyModule returns the Caddy module information.
@@ -210,10 +212,13 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 		if parts[3] == "" {
 			return apiError(http.StatusBadRequest, "empty key")
 		}
+		// A zone charges a long key under its digest (Zone.ask), which is
+		// also the name /top shows; a digest is its own.
+		key := core.BoundKey(parts[3])
 		if r.Method == http.MethodDelete {
-			return deleteKey(w, r, az, parts[3])
+			return deleteKey(w, r, az, key)
 		}
-		return peekKey(w, r, az, parts[3])
+		return peekKey(w, r, az, key)
 	case len(parts) == 3 && parts[0] == "zones" && parts[2] == "top":
 		if err := onlyMethods(r, http.MethodGet); err != nil {
 			return err
@@ -229,15 +234,17 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 
 // zoneInfo is one zone in the answer of GET /sluice/zones.
 type zoneInfo struct {
-	ID        string  `json:"id"`
-	Name      string  `json:"name"`
-	Server    string  `json:"server,omitempty"`
-	Share     string  `json:"share,omitempty"`
-	Algorithm string  `json:"algorithm,omitempty"` // empty for max_in_flight alone
+	ID     string `json:"id"`
+	Name   string `json:"name"`
+	Server string `json:"server,omitempty"`
+	Share  string `json:"share,omitempty"`
+	// Algorithm, Rate, Quota, Period and Burst describe the zone's rate;
+	// a zone with max_in_flight alone has none and omits them.
+	Algorithm string  `json:"algorithm,omitempty"`
 	Rate      string  `json:"rate,omitempty"`
-	Quota     float64 `json:"quota"`
-	Period    float64 `json:"period_seconds"`
-	Burst     float64 `json:"burst"`
+	Quota     float64 `json:"quota,omitempty"`
+	Period    float64 `json:"period_seconds,omitempty"`
+	Burst     float64 `json:"burst,omitempty"`
 	NearLimit float64 `json:"near_limit"`
 	// MaxInFlight is the zone's max_in_flight, 0 without.
 	MaxInFlight int    `json:"max_in_flight,omitempty"`
@@ -268,12 +275,11 @@ func listZones(ctx context.Context) zonesAnswer {
 		z, l := az.z, az.z.limit
 		info := zoneInfo{
 			ID: az.id, Name: z.Name, Server: az.server, Share: az.h.Share,
-			Algorithm: string(l.Algorithm), Rate: l.Rate.String(), Quota: l.Rate.Quota,
-			Period: l.Rate.Period.Seconds(), Burst: l.Capacity(), NearLimit: z.nearLimit(), MaxInFlight: l.MaxInFlight,
-			Store: az.h.store.label,
+			NearLimit: z.nearLimit(), MaxInFlight: l.MaxInFlight, Store: az.h.store.label,
 		}
-		if !l.Rated() {
-			info.Rate = ""
+		if l.Rated() {
+			info.Algorithm, info.Rate, info.Quota = string(l.Algorithm), l.Rate.String(), l.Rate.Quota
+			info.Period, info.Burst = l.Rate.Period.Seconds(), l.Capacity()
 		}
 		switch st := az.h.store.store.(type) {
 		case *core.MemoryStore:
@@ -300,6 +306,11 @@ func listZones(ctx context.Context) zonesAnswer {
 }
 
 // keyAnswer is the answer of GET and DELETE /sluice/zones/<zone>/keys/<key>.
+// Key is the key as /top names it. Cost units are given to the thousandth,
+// Remaining rounded down, Reset and Next in seconds rounded up to the
+// millisecond, so that none promises more than the zone holds. Queued is
+// given for a zone that delays requests (a leaky_bucket, or a
+// token_bucket with max_delay) and omitted for one that never does.
 type keyAnswer struct {
 	Zone      string   `json:"zone"`
 	Key       string   `json:"key"`
@@ -335,15 +346,35 @@ func peekKey(w http.ResponseWriter, r *http.Request, az *adminZone, key string) 
 		return apiError(http.StatusServiceUnavailable, "store: %v", err)
 	}
 	l := az.z.limit
-	ans := keyAnswer{Zone: az.id, Key: key, Present: ks.Present, Remaining: &ks.Remaining}
+	remaining := floorMilli(ks.Remaining)
+	ans := keyAnswer{Zone: az.id, Key: key, Present: ks.Present, Remaining: &remaining}
 	if l.Rated() {
-		capacity, reset, next := l.Capacity(), ks.Reset.Seconds(), ks.Next.Seconds()
-		ans.Capacity, ans.Reset, ans.Next, ans.Queued = &capacity, &reset, &next, &ks.Queued
+		capacity, reset, next := l.Capacity(), ceilMilli(ks.Reset), ceilMilli(ks.Next)
+		ans.Capacity, ans.Reset, ans.Next = &capacity, &reset, &next
+		if l.Algorithm == core.LeakyBucket || l.MaxDelay > 0 {
+			queued := math.Round(ks.Queued*1000) / 1000
+			ans.Queued = &queued
+		}
 	}
 	if l.MaxInFlight > 0 {
 		ans.InFlight = &ks.InFlight
 	}
 	return writeJSON(w, ans)
+}
+
+// floorMilli rounds a count of cost units down to the thousandth. The
+// 1e-9 added first keeps a count that is a whole number of thousandths at
+// that number where its product with 1000 falls a rounding error short.
+func floorMilli(x float64) float64 {
+	return math.Floor(x*1000+1e-9) / 1000
+}
+
+// ceilMilli is d in seconds, rounded up to the millisecond.
+func ceilMilli(d time.Duration) float64 {
+	if r := d % time.Millisecond; r > 0 {
+		d += time.Millisecond - r
+	}
+	return d.Seconds()
 }
 
 // deleteKey answers DELETE /sluice/zones/<zone>/keys/<key>.
@@ -361,9 +392,12 @@ func deleteKey(w http.ResponseWriter, r *http.Request, az *adminZone, key string
 	return writeJSON(w, keyAnswer{Zone: az.id, Key: key, Present: false, Deleted: &held})
 }
 
-// topAnswer is the answer of GET /sluice/zones/<zone>/top.
+// topAnswer is the answer of GET /sluice/zones/<zone>/top. Scope says
+// what it counts: "instance", the requests of this Caddy instance alone,
+// whatever the store (a sketch is in memory, never shared).
 type topAnswer struct {
 	Zone      string     `json:"zone"`
+	Scope     string     `json:"scope"`
 	Since     time.Time  `json:"since"`
 	Window    float64    `json:"window_seconds"`
 	Counters  int        `json:"counters"`
@@ -396,7 +430,7 @@ func topKeys(w http.ResponseWriter, r *http.Request, az *adminZone) error {
 		}
 	}
 	hh, now := az.z.top, time.Now().UnixNano()
-	ans := topAnswer{Zone: az.id, Window: hh.Window().Seconds(), Counters: hh.Counters()}
+	ans := topAnswer{Zone: az.id, Scope: "instance", Window: hh.Window().Seconds(), Counters: hh.Counters()}
 	for w := core.Weight(0); int(w) < core.NumWeights; w++ {
 		top := hh.Top(now, w, n)
 		ans.Since = time.Unix(0, top.Since).UTC()

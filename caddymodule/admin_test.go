@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -103,7 +104,7 @@ func testAdminReset(t *testing.T, store map[string]any, wantStore string) {
 
 	var k keyAnswer
 	api.mustCall("GET", "/sluice/zones/per_ip/keys/127.0.0.1", &k)
-	if !k.Present || *k.Remaining > 0.01 || *k.Capacity != 3 || *k.Reset <= 59 || *k.Reset > 60 || *k.Next <= 0 || *k.Queued != 0 || k.InFlight != nil {
+	if !k.Present || *k.Remaining > 0.01 || *k.Capacity != 3 || *k.Reset <= 59 || *k.Reset > 60 || *k.Next <= 0 || k.Queued != nil || k.InFlight != nil {
 		t.Errorf("the spent key: %v", k)
 	}
 	wantStatus(t, urls[0], []int{429}) // GET charged nothing
@@ -276,5 +277,119 @@ func TestAdminReload(t *testing.T) {
 	sketches.Range(func(any, any) bool { n++; return true })
 	if n != 0 {
 		t.Errorf("after stop: %d sketches in the pool, want 0", n)
+	}
+}
+
+// testAdminLongKey: a key longer than core.MaxKeyLength (a JWT), which
+// /top shows as its digest, is read and reset by that name and by the
+// raw key alike: every name /top shows works in the key endpoints.
+func testAdminLongKey(t *testing.T, store map[string]any) {
+	p := freePorts(t, 1)
+	h := map[string]any{"zones": []any{zone("jwt", "2/m", "key", "{http.request.header.Authorization}")}}
+	if store != nil {
+		h["store"] = store
+	}
+	urls, api := loadWithAdmin(t, server{port: p[0], handler: h})
+	token := "Bearer " + strings.Repeat("eyJhbGciOiJIUzI1NiJ9.", 12)
+	digest := core.BoundKey(token)
+	if len(token) <= core.MaxKeyLength || digest == token {
+		t.Fatalf("token of %d bytes kept verbatim", len(token))
+	}
+	wantStatus(t, urls[0], []int{200, 200, 429}, "Authorization", token)
+
+	var top topAnswer
+	api.mustCall("GET", "/sluice/zones/jwt/top", &top)
+	if len(top.Rejected) != 1 || top.Rejected[0].Key != digest {
+		t.Fatalf("top rejected: %+v, want the digest %s", top.Rejected, digest)
+	}
+	for _, name := range []string{digest, token} {
+		var k keyAnswer
+		path := "/sluice/zones/jwt/keys/" + url.PathEscape(name)
+		api.mustCall("GET", path, &k)
+		if !k.Present || *k.Remaining > 0.01 || k.Key != digest {
+			t.Errorf("GET by %.20q…: %v, want present, none remaining, named by the digest", name, k)
+		}
+		api.mustCall("DELETE", path, &k)
+		if k.Deleted == nil || !*k.Deleted || k.Key != digest {
+			t.Errorf("DELETE by %.20q…: %v, want deleted", name, k)
+		}
+		wantStatus(t, urls[0], []int{200, 200, 429}, "Authorization", token)
+	}
+}
+
+func TestAdminLongKeyMemory(t *testing.T) {
+	testAdminLongKey(t, nil)
+}
+
+func TestAdminLongKeyRedis(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	testAdminLongKey(t, redisStore(rs.Addr, 2))
+}
+
+// TestAdminAnswerForm checks the form of the answers against the README:
+// rates as written, no rate fields for a zone of max_in_flight alone,
+// cost units to the thousandth and times to the millisecond, queued only
+// for a zone that delays requests, and /top's scope.
+func TestAdminAnswerForm(t *testing.T) {
+	p := freePorts(t, 1)
+	urls, api := loadWithAdmin(t, server{port: p[0], handler: map[string]any{"zones": []any{
+		zone("tb", "30/1m"),
+		zone("lb", "2/1s", "algorithm", "leaky_bucket", "burst", 3),
+		map[string]any{"name": "conc", "key": "all", "max_in_flight": 2},
+	}}})
+	wantStatus(t, urls[0], []int{200})
+
+	var zones struct{ Zones []map[string]any }
+	api.mustCall("GET", "/sluice/zones", &zones)
+	byName := map[string]map[string]any{}
+	for _, z := range zones.Zones {
+		byName[z["name"].(string)] = z
+	}
+	if z := byName["tb"]; z["rate"] != "30/1m" || z["quota"] != 30.0 || z["period_seconds"] != 60.0 || z["burst"] != 30.0 {
+		t.Errorf("zone tb: %v, want rate 30/1m, quota 30, period_seconds 60, burst 30", z)
+	}
+	if z := byName["lb"]; z["rate"] != "2/1s" {
+		t.Errorf("zone lb: %v, want rate 2/1s", z)
+	}
+	z := byName["conc"]
+	for _, f := range []string{"algorithm", "rate", "quota", "period_seconds", "burst"} {
+		if v, ok := z[f]; ok {
+			t.Errorf("zone conc (max_in_flight alone): %s %v, want it omitted", f, v)
+		}
+	}
+	if z["max_in_flight"] != 2.0 {
+		t.Errorf("zone conc: %v, want max_in_flight 2", z)
+	}
+
+	thousandths := func(name string, v any) {
+		t.Helper()
+		x, ok := v.(float64)
+		text := strconv.FormatFloat(x, 'f', -1, 64)
+		if dot := strings.IndexByte(text, '.'); !ok || dot >= 0 && len(text)-dot-1 > 3 {
+			t.Errorf("%s: %v, want a number to the thousandth", name, v)
+		}
+	}
+	for _, c := range []struct {
+		zone   string
+		queued bool
+	}{{"tb", false}, {"lb", true}} {
+		var k map[string]any
+		api.mustCall("GET", "/sluice/zones/"+c.zone+"/keys/127.0.0.1", &k)
+		if k["present"] != true {
+			t.Errorf("%s: %v, want present", c.zone, k)
+		}
+		for _, f := range []string{"remaining", "reset_seconds", "next_seconds"} {
+			thousandths(c.zone+" "+f, k[f])
+		}
+		if _, ok := k["queued"]; ok != c.queued {
+			t.Errorf("%s: %v; want queued given %v", c.zone, k, c.queued)
+		} else if ok {
+			thousandths(c.zone+" queued", k["queued"])
+		}
+	}
+	var top map[string]any
+	api.mustCall("GET", "/sluice/zones/tb/top", &top)
+	if top["scope"] != "instance" {
+		t.Errorf("top: %v, want scope instance", top)
 	}
 }

@@ -1,10 +1,15 @@
 package caddymodule
 
 import (
+	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -80,3 +85,38 @@ func (h *Handler) logRejection(zone int, v core.Verdict, asks []core.Ask) {
 	}
 	ce.Write(fields...)
 }
+
+// redisLoggerName names the logger of go-redis's own lines in Caddy's log.
+const redisLoggerName = "http.handlers.sluice.redis"
+
+// redisLogger writes the lines go-redis logs itself (a Sentinel that
+// cannot be reached, a new master), which it would otherwise print as
+// plain text to stderr amid Caddy's structured log, to Caddy's default
+// log as logger http.handlers.sluice.redis: at info level those that
+// report no failure or error, at warn level the others, at most one per
+// warnInterval (go-redis logs every failed dial: in an outage, about one
+// per request), with the count of those held back. Each line goes to the
+// default log of the config running when it is written.
+type redisLogger struct{}
+
+// redisWarnings limits go-redis's warnings, which are the process's.
+var redisWarnings warnLimiter
+
+// Printf implements go-redis's internal.Logging.
+func (redisLogger) Printf(_ context.Context, format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	l := caddy.Log().Named(redisLoggerName)
+	if lower := strings.ToLower(msg); !strings.Contains(lower, "fail") && !strings.Contains(lower, "error") {
+		l.Info(msg)
+		return
+	}
+	if ok, suppressed := redisWarnings.allow(time.Now().UnixNano()); ok {
+		l.Warn(msg, zap.Int64("suppressed", suppressed))
+	}
+}
+
+// routeRedisLog makes go-redis log through redisLogger. go-redis has one
+// logger for the whole process (redis.SetLogger), so it is set once, when
+// the first Redis store is built, and then carries the lines of every
+// go-redis client in the process.
+var routeRedisLog = sync.OnceFunc(func() { redis.SetLogger(redisLogger{}) })

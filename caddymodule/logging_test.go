@@ -1,11 +1,15 @@
 package caddymodule
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
@@ -132,3 +136,104 @@ func TestCancelledWait(t *testing.T) {
 		t.Errorf("after refunds: X-RateLimit-Remaining = %q, want 1 (only the first request queued)", got)
 	}
 }
+
+// TestRedisLogIsCaddys: go-redis's own lines (here, about a Sentinel that
+// cannot be reached) go to Caddy's log as structured entries of logger
+// http.handlers.sluice.redis, not as plain text: every line of a JSON
+// default log parses, and a warning about the Sentinel is among them. The log goes to a writer of the test's (Caddy's default encoder
+// for a writer that is not a terminal writes JSON).
+func TestRedisLogIsCaddys(t *testing.T) {
+	ports := freePorts(t, 2) // the server's, and a Sentinel's that nothing listens on
+	cfg := map[string]any{
+		"admin": map[string]any{"disabled": true, "config": map[string]any{"persist": false}},
+		"logging": map[string]any{"logs": map[string]any{"default": map[string]any{
+			"level":  "INFO",
+			"writer": map[string]any{"output": "sluice_test"},
+		}}},
+		"apps": map[string]any{"http": map[string]any{"servers": map[string]any{"srv0": map[string]any{
+			"listen":          []string{"127.0.0.1:" + strconv.Itoa(ports[0])},
+			"automatic_https": map[string]any{"disable": true},
+			"routes": []any{map[string]any{"handle": []any{map[string]any{
+				"handler":        "sluice",
+				"zones":          []any{zone("per_ip", "10/m")},
+				"on_store_error": "allow",
+				"store": map[string]any{"redis": map[string]any{
+					"sentinel": map[string]any{"master": "mymaster", "addresses": []string{"127.0.0.1:" + strconv.Itoa(ports[1])}},
+					"timeout":  "500ms",
+				}},
+			}}}},
+		}}}},
+	}
+	sentinel := "127.0.0.1:" + strconv.Itoa(ports[1])
+	// Another test's warnings in the last second would hold these back.
+	redisWarnings.last.Store(0)
+	redisWarnings.suppressed.Store(0)
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := caddy.Load(raw, true); err != nil {
+		t.Fatalf("loading config: %v", err)
+	}
+	client.CloseIdleConnections()
+	wantStatus(t, "http://127.0.0.1:"+strconv.Itoa(ports[0]), []int{200}) // on_store_error allow
+	if err := caddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	text := testLog.String()
+	found := false
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		var e struct{ Level, Logger, Msg string }
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Errorf("a line of the log is not JSON: %q", line)
+			continue
+		}
+		if e.Logger == redisLoggerName && e.Level == "warn" && strings.Contains(e.Msg, sentinel) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no warning of logger %s about the Sentinel in the log:\n%s", redisLoggerName, text)
+	}
+}
+
+// testLog is what the log writer sluice_test received.
+var testLog syncBuffer
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// testLogWriter is the log writer caddy.logging.writers.sluice_test,
+// which writes to testLog.
+type testLogWriter struct{}
+
+func (testLogWriter) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "caddy.logging.writers.sluice_test", New: func() caddy.Module { return new(testLogWriter) }}
+}
+func (testLogWriter) String() string    { return "sluice_test" }
+func (testLogWriter) WriterKey() string { return "sluice_test" }
+func (testLogWriter) OpenWriter() (io.WriteCloser, error) {
+	return nopCloser{&testLog}, nil
+}
+
+// nopCloser is a writer whose Close does nothing.
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
+
+func init() { caddy.RegisterModule(testLogWriter{}) }

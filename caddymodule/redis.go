@@ -293,6 +293,7 @@ func (c *RedisStoreConfig) tlsConfig() (*tls.Config, error) {
 // over it. It does not contact Redis: a server down at startup is an
 // outage like any other, handled per request.
 func newRedisStore(c *RedisStoreConfig) (*pooledStore, error) {
+	routeRedisLog()
 	tlsCfg, err := c.tlsConfig()
 	if err != nil {
 		return nil, err

@@ -427,7 +427,9 @@ func (z *Zone) ask(r *http.Request, repl *caddy.Replacer) (a core.Ask, ok bool, 
 	if !ok {
 		return a, false, nil
 	}
-	return core.Ask{Limit: z.limit, Key: z.prefix + key, Cost: z.costOf(repl)}, true, nil
+	// A long key is charged under its digest, the name /top shows, so
+	// that the admin API finds its state by that name.
+	return core.Ask{Limit: z.limit, Key: z.prefix + core.BoundKey(key), Cost: z.costOf(repl)}, true, nil
 }
 
 // keyOf returns r's key; ok is false when it has none.

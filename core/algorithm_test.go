@@ -100,7 +100,7 @@ func TestLimitValidateErrors(t *testing.T) {
 		{"refill longer than MaxSpan", Limit{Name: "x", Rate: Rate{Quota: 1, Period: 24 * time.Hour}, Burst: 1e6}, "burst:"},
 		{"vanishing quota", Limit{Name: "x", Rate: Rate{Quota: 1e-300, Period: time.Second}}, "burst:"},
 		{"fixed_window quota below 1", Limit{Name: "x", Algorithm: FixedWindow, Rate: Rate{Quota: 0.5, Period: time.Second}}, "write it as 1/2s"},
-		{"sliding_window_log quota below 1", Limit{Name: "x", Algorithm: SlidingWindowLog, Rate: Rate{Quota: 0.25, Period: time.Minute}}, "write it as 1/4m0s"},
+		{"sliding_window_log quota below 1", Limit{Name: "x", Algorithm: SlidingWindowLog, Rate: Rate{Quota: 0.25, Period: time.Minute}}, "write it as 1/4m"},
 		{"sliding_window_counter quota below 1", Limit{Name: "x", Algorithm: SlidingWindowCounter, Rate: Rate{Quota: 0.5, Period: time.Second}}, "rate 0.5/1s"},
 	}
 	for _, c := range cases {
@@ -420,5 +420,32 @@ func TestDecideDurationsRoundUp(t *testing.T) {
 	}
 	if duration(0.5) != 1 || duration(-3) != 0 || duration(2) != 2 || duration(1e300) != Never {
 		t.Errorf("duration rounding: %v %v %v %v", duration(0.5), duration(-3), duration(2), duration(1e300))
+	}
+}
+
+// TestRateString: a rate prints as it is written, without a period's zero
+// trailing units, and reads back.
+func TestRateString(t *testing.T) {
+	for _, c := range []struct {
+		r    Rate
+		want string
+	}{
+		{Rate{30, time.Minute}, "30/1m"},
+		{Rate{1000, time.Hour}, "1000/1h"},
+		{Rate{3, 24 * time.Hour}, "3/24h"},
+		{Rate{5, 90 * time.Minute}, "5/1h30m"},
+		{Rate{5, time.Hour + 5*time.Second}, "5/1h0m5s"},
+		{Rate{10, 90 * time.Second}, "10/1m30s"},
+		{Rate{2.5, time.Second}, "2.5/1s"},
+		{Rate{10, 100 * time.Millisecond}, "10/100ms"},
+		{Rate{1, 1500 * time.Millisecond}, "1/1.5s"},
+	} {
+		got := c.r.String()
+		if got != c.want {
+			t.Errorf("%v/%v: String() = %q, want %q", c.r.Quota, time.Duration(c.r.Period), got, c.want)
+		}
+		if back, err := ParseRate(got); err != nil || back != c.r {
+			t.Errorf("ParseRate(%q) = %v, %v; want %v", got, back, err, c.r)
+		}
 	}
 }

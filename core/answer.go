@@ -39,7 +39,8 @@ const (
 	HeadersLegacy
 	// HeadersX writes the de-facto X-RateLimit-Limit (the quota, with up to
 	// three decimals when fractional: "2.5"), X-RateLimit-Remaining and
-	// X-RateLimit-Reset (Unix time in seconds, as GitHub does).
+	// X-RateLimit-Reset (Unix time in seconds, as GitHub does: the first
+	// whole second at which the limit is whole again, ceil(now + Reset)).
 	HeadersX
 
 	// HeadersOff writes no rate-limit headers; it is the zero HeaderSet.
@@ -192,26 +193,26 @@ func (r *Responder) Validate() error {
 // SetHeaders writes the rate-limit headers of r.Headers for d into h,
 // replacing any values they had; it writes each header once and nothing
 // else. Adapters call it on every response the limit decided, allowed ones
-// included. nowUnix is the wall clock in Unix seconds, used only for
+// included. now is the wall clock in Unix nanoseconds, used only for
 // X-RateLimit-Reset. A nil d, or r.Headers of HeadersOff, writes nothing;
 // a caller on the hot path may skip the call then, which under Yaegi saves
 // the several microseconds of entering it.
-func (r *Responder) SetHeaders(h http.Header, d *Decision, nowUnix int64) {
-	setHeaders(r, h, d, nowUnix)
+func (r *Responder) SetHeaders(h http.Header, d *Decision, now int64) {
+	setHeaders(r, h, d, now)
 }
 
 // setHeaders is SetHeaders as a function (see the note above SetHeaders).
 // The default header set, ietf and x, for a limit whose answer texts are
 // ready, is setIETFXHeaders' work; anything else is setAnyHeaders'.
-func setHeaders(r *Responder, h http.Header, d *Decision, nowUnix int64) {
+func setHeaders(r *Responder, h http.Header, d *Decision, now int64) {
 	if r.Headers == HeadersOff || d == nil {
 		return
 	}
 	if l := d.Limit; r.Headers == headersIETFX && l != nil && l.answer.ready && l.answer.quota == d.Quota {
-		setIETFXHeaders(h, &l.answer, d, nowUnix, 0, 0, 0, 0, "", "", nil)
+		setIETFXHeaders(h, &l.answer, d, now, 0, 0, 0, "", "", nil)
 		return
 	}
-	setAnyHeaders(r, h, d, nowUnix)
+	setAnyHeaders(r, h, d, now)
 }
 
 // headersIETFX is HeadersIETF|HeadersX as a variable: Yaegi v0.16.1
@@ -219,25 +220,18 @@ func setHeaders(r *Responder, h http.Header, d *Decision, nowUnix int64) {
 var headersIETFX = HeadersIETF | HeadersX
 
 // setIETFXHeaders is setAnyHeaders for the header set ietf and x and the
-// answer texts a of d's limit. Its parameters after nowUnix are its
+// answer texts a of d's limit. Its parameters after now are its
 // variables, zero: under Yaegi a parameter is allocated once per call,
 // where a := allocates its variable again each time it runs. Each field
 // of d is read once, and t is a Duration, so that d's durations need no
 // conversion: under Yaegi each selector and conversion is a value.
-func setIETFXHeaders(h http.Header, a *limitAnswer, d *Decision, nowUnix int64,
-	rem, reset int64, t nanos, x float64, remText, tText string, vals []string) {
+func setIETFXHeaders(h http.Header, a *limitAnswer, d *Decision, now int64,
+	rem int64, t nanos, x float64, remText, tText string, vals []string) {
 	x = d.Remaining // floorUnits(x)
 	if x >= maxSFInteger {
 		rem = maxSFInteger
 	} else if x > 0 {
 		rem = int64(x)
-	}
-	t = d.Reset // ceilSeconds(t)
-	reset = int64(t / nanos(nsPerSecond))
-	if t%nanos(nsPerSecond) > 0 {
-		reset++
-	} else if reset < 0 {
-		reset = 0
 	}
 	if rem < smallInts {
 		remText = smallIntTexts[rem]
@@ -259,8 +253,8 @@ func setIETFXHeaders(h http.Header, a *limitAnswer, d *Decision, nowUnix int64,
 			tText = fmtInt(int64(t), 10)
 		}
 	}
-	nowUnix += reset
-	vals = []string{a.policy, a.ietfPrefix + remText + ";t=" + tText, a.qText, remText, fmtInt(nowUnix, 10)}
+	now = resetUnix(now, int64(d.Reset))
+	vals = []string{a.policy, a.ietfPrefix + remText + ";t=" + tText, a.qText, remText, fmtInt(now, 10)}
 	h["Ratelimit-Policy"] = vals[0:1:1]
 	h["Ratelimit"] = vals[1:2:2]
 	h["X-Ratelimit-Limit"] = vals[2:3:3]
@@ -269,7 +263,7 @@ func setIETFXHeaders(h http.Header, a *limitAnswer, d *Decision, nowUnix int64,
 }
 
 // setAnyHeaders is setHeaders for any header set and decision.
-func setAnyHeaders(r *Responder, h http.Header, d *Decision, nowUnix int64) {
+func setAnyHeaders(r *Responder, h http.Header, d *Decision, now int64) {
 	set := r.Headers
 	var a *limitAnswer
 	if l := d.Limit; l != nil && l.answer.ready && l.answer.quota == d.Quota {
@@ -329,11 +323,32 @@ func setAnyHeaders(r *Responder, h http.Header, d *Decision, nowUnix int64) {
 		setLegacyHeaders(h, a.qInt, remText, resetText)
 	}
 	if set&HeadersX != 0 {
-		vals[4] = strconv.FormatInt(nowUnix+reset, 10)
+		vals[4] = strconv.FormatInt(resetUnix(now, int64(d.Reset)), 10)
 		h["X-Ratelimit-Limit"] = vals[2:3:3]
 		h["X-Ratelimit-Remaining"] = vals[3:4:4]
 		h["X-Ratelimit-Reset"] = vals[4:5:5]
 	}
+}
+
+// resetUnix is X-RateLimit-Reset's value for a limit that is whole again
+// reset nanoseconds (none if negative) after now, in Unix nanoseconds: the
+// first whole Unix second at or after that instant, ceil(now + reset), so
+// that a client that waits until the second it names finds the limit
+// whole. It is the header's one computation: setIETFXHeaders,
+// setAnyHeaders and the lanes' written-out answers call it. It adds the
+// reset's whole seconds apart, so that no reset overflows, and works on
+// its parameters in place: under Yaegi each value of its body costs an
+// allocation per call.
+func resetUnix(now, reset int64) int64 {
+	if reset < 0 {
+		reset = 0
+	}
+	now += reset % nsPerSecond
+	reset /= nsPerSecond
+	now += nsPerSecond - 1
+	now /= nsPerSecond
+	now += reset
+	return now
 }
 
 // setLegacyHeaders writes the HeadersLegacy fields into h. It is apart
@@ -363,13 +378,13 @@ var smallIntTexts = func() (t [smallInts]string) {
 // seconds, rounded up after jitter, at least 1; absent when d.RetryAfter is
 // [Never]), Cache-Control: no-store, Content-Length and, with a body,
 // Content-Type and X-Content-Type-Options: nosniff, then the body of
-// r.Body. A nil d is answered as the zero Decision.
-func (r *Responder) Reject(w http.ResponseWriter, d *Decision, nowUnix int64) {
-	reject(r, w, d, nowUnix)
+// r.Body. now is SetHeaders'. A nil d is answered as the zero Decision.
+func (r *Responder) Reject(w http.ResponseWriter, d *Decision, now int64) {
+	reject(r, w, d, now)
 }
 
 // reject is Reject as a function (see the note above SetHeaders).
-func reject(r *Responder, w http.ResponseWriter, d *Decision, nowUnix int64) {
+func reject(r *Responder, w http.ResponseWriter, d *Decision, now int64) {
 	if d == nil {
 		d = &Decision{}
 	}
@@ -377,7 +392,7 @@ func reject(r *Responder, w http.ResponseWriter, d *Decision, nowUnix int64) {
 	if r.Headers != HeadersOff && (d.Limit != nil || d.Quota > 0) {
 		// Without a quota (a store failure answered by FailClosed) there
 		// is nothing to describe: Retry-After alone.
-		setHeaders(r, h, d, nowUnix)
+		setHeaders(r, h, d, now)
 	}
 	retry := int64(-1)
 	if d.RetryAfter != Never {

@@ -16,8 +16,9 @@ import (
 	"time"
 )
 
-// answerNow is the wall clock of every answer test, in Unix seconds.
-const answerNow = 1700000000
+// answerNow is the wall clock of every answer test, in Unix nanoseconds,
+// at a whole second.
+const answerNow = 1700000000 * nsPerSecond
 
 // validLimit returns a validated limit, failing t when it is not valid.
 func validLimit(t testing.TB, name string, quota float64, period time.Duration) *Limit {
@@ -173,7 +174,7 @@ func TestRejectConsistentWithSetHeaders(t *testing.T) {
 			}
 			reset, err1 := strconv.ParseInt(got.Get("RateLimit-Reset"), 10, 64)
 			unix, err2 := strconv.ParseInt(got.Get("X-RateLimit-Reset"), 10, 64)
-			if err1 != nil || err2 != nil || unix-reset != answerNow {
+			if err1 != nil || err2 != nil || unix-reset != answerNow/nsPerSecond {
 				t.Errorf("%s: RateLimit-Reset %q and X-RateLimit-Reset %q differ by other than now", name, got.Get("RateLimit-Reset"), got.Get("X-RateLimit-Reset"))
 			}
 			if d.Limit != nil {
@@ -601,7 +602,7 @@ func TestResponderDefer(t *testing.T) {
 	d := &Decision{Limit: l, Quota: 100, RetryAfter: 4200 * time.Millisecond, Reset: time.Minute}
 	rec := httptest.NewRecorder()
 	r := &Responder{Headers: DefaultHeaders, Body: BodyJSON, Defer: true}
-	r.Reject(rec, d, 1700000000)
+	r.Reject(rec, d, answerNow)
 	h := rec.Result().Header
 	if rec.Body.Len() != 0 || h.Get("Content-Type") != "" || h.Get("Content-Length") != "" {
 		t.Errorf("deferred rejection wrote a body: %q %v", rec.Body.String(), h)
@@ -656,9 +657,9 @@ func TestAnswerGoldenPerAlgorithm(t *testing.T) {
 				rec := httptest.NewRecorder()
 				v := g.Decide(context.Background(), []Ask{{Limit: l, Key: "k", Cost: 1}})
 				if v.Outcome == OutcomeRejected {
-					g.resp.Reject(rec, &v.Decision, clock.Now()/nsPerSecond)
+					g.resp.Reject(rec, &v.Decision, clock.Now())
 				} else {
-					g.resp.SetHeaders(rec.Header(), &v.Decision, clock.Now()/nsPerSecond)
+					g.resp.SetHeaders(rec.Header(), &v.Decision, clock.Now())
 					rec.WriteHeader(http.StatusOK)
 				}
 				h := rec.Result().Header
@@ -746,6 +747,31 @@ func TestAnswerSameForEveryKey(t *testing.T) {
 					t.Errorf("%s, body %d, step %d: two clients in one state answered differently:\n%s\n---\n%s", path, body, step, answers[0], answers[1])
 				}
 			}
+		}
+	}
+}
+
+// TestResetUnix: X-RateLimit-Reset's instant is rounded up to the second,
+// whatever the fraction of now and of the reset, a negative reset counts
+// as none, and the longest reset does not overflow.
+func TestResetUnix(t *testing.T) {
+	const s = nsPerSecond
+	for _, tc := range []struct {
+		now, reset, want int64
+	}{
+		{100 * s, 0, 100},
+		{100 * s, 1, 101},
+		{100 * s, s, 101},
+		{100*s + 900_000_000, s, 102},                     // whole at 101.9 s
+		{100*s + 900_000_000, 100_000_000, 101},           // whole at 101.0 s
+		{100*s + 900_000_000, 100_000_001, 102},           // whole just after 101 s
+		{100*s + 1, s - 1, 101},                           // whole at 101.0 s
+		{100*s + 500_000_000, 1500*1_000_000 + 1, 103},    // 102.000000001 s
+		{100*s + 500_000_000, -2 * s, 101},                // as 0
+		{100 * s, int64(Never), 100 + int64(Never)/s + 1}, // no overflow
+	} {
+		if got := resetUnix(tc.now, tc.reset); got != tc.want {
+			t.Errorf("resetUnix(%d, %d) = %d, want %d", tc.now, tc.reset, got, tc.want)
 		}
 	}
 }

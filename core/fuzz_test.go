@@ -124,7 +124,7 @@ func FuzzResponder(f *testing.F) {
 			d.RetryAfter = 0
 		}
 		rec := httptest.NewRecorder()
-		r.Reject(rec, &d, 1700000000)
+		r.Reject(rec, &d, answerNow)
 		for k, vs := range rec.Header() {
 			for _, v := range vs {
 				for i := 0; i < len(v); i++ {

@@ -440,7 +440,7 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, asks []Ask) (Verdic
 		if now == 0 {
 			now = gateNow(g)
 		}
-		setHeaders(g.resp, w.Header(), d, now/nsPerSecond)
+		setHeaders(g.resp, w.Header(), d, now)
 	}
 	return v, true
 }
@@ -478,7 +478,7 @@ func answer(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask, v *Verd
 		if now == 0 {
 			now = gateNow(g)
 		}
-		reject(g.resp, w, d, now/nsPerSecond) // headers included
+		reject(g.resp, w, d, now) // headers included
 		return false
 	}
 	if d.Limit != nil && g.resp.Headers != HeadersOff {
@@ -486,7 +486,7 @@ func answer(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask, v *Verd
 		if now == 0 && g.resp.Headers&HeadersX != 0 {
 			now = gateNow(g)
 		}
-		setHeaders(g.resp, w.Header(), d, now/nsPerSecond)
+		setHeaders(g.resp, w.Header(), d, now)
 	}
 	if v.Delay > 0 && !g.wait(r.Context(), v.Delay) {
 		g.refund(asks, v)

@@ -142,10 +142,10 @@ func TestGateServeSystemClock(t *testing.T) {
 		t.Fatal("a gate without Clock or Store does not share its store's clock")
 	}
 	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
-	before := time.Now().Unix()
+	before := time.Now().UnixNano()
 	rec := httptest.NewRecorder()
 	v, ok := g.Serve(rec, httptest.NewRequest(http.MethodGet, "/", nil), asks)
-	after := time.Now().Unix()
+	after := time.Now().UnixNano()
 	if !ok || v.Outcome != OutcomeAllowed || v.Decision.Remaining != 9 {
 		t.Fatalf("got %+v %v, want allowed with 9 left", v, ok)
 	}
@@ -153,8 +153,11 @@ func TestGateServeSystemClock(t *testing.T) {
 	if got, want := h.Get("RateLimit"), `"api";r=9;t=360`; got != want {
 		t.Errorf("RateLimit %q, want %q", got, want)
 	}
+	// Whole 360 s after the request, in the second that begins then or
+	// the next one.
+	lo, hi := resetUnix(before, 360*nsPerSecond), resetUnix(after, 360*nsPerSecond)
 	reset, err := strconv.ParseInt(h.Get("X-RateLimit-Reset"), 10, 64)
-	if err != nil || reset < before+360 || reset > after+360 {
-		t.Errorf("X-RateLimit-Reset %q, want between %d and %d", h.Get("X-RateLimit-Reset"), before+360, after+360)
+	if err != nil || reset < lo || reset > hi {
+		t.Errorf("X-RateLimit-Reset %q, want between %d and %d", h.Get("X-RateLimit-Reset"), lo, hi)
 	}
 }

@@ -11,9 +11,12 @@ import (
 // KeyState is what a store holds for one (limit, key), read without
 // charging it: what an operator asks about a client.
 type KeyState struct {
-	// Present reports whether the store holds a live state for the key. A
-	// key never seen, forgotten or whose state has expired reads as
-	// absent, with the limit whole.
+	// Present reports whether the key's state differs from a fresh key's:
+	// the store holds a live state for it in which the limit is short of
+	// whole (Reset > 0). A key never seen, forgotten, expired or whose
+	// limit is whole again reads as absent, with the limit whole, although
+	// the store may still hold its state for a while (a rejected request
+	// keeps it alive; see MemoryStore).
 	Present bool
 	// Remaining is the cost that could be admitted now; never negative.
 	Remaining float64
@@ -70,7 +73,7 @@ func peekState(l *Limit, st State, present bool, now int64) KeyState {
 		return KeyState{Remaining: l.capacity}
 	}
 	if l.Algorithm == SlidingWindowLog {
-		return peekLog(l, st, now)
+		return wholeAbsent(l, peekLog(l, st, now))
 	}
 	var d Decision
 	decide(l, &st, now, 0, &d)
@@ -81,6 +84,15 @@ func peekState(l *Limit, st State, present bool, now int64) KeyState {
 		ks.Queued = nonNegative(st.A - l.capacity)
 	case LeakyBucket:
 		ks.Queued = nonNegative(float64(st.T-now)+st.A) / l.unit
+	}
+	return wholeAbsent(l, ks)
+}
+
+// wholeAbsent returns ks, the state of a key of l that the store holds,
+// or the absent state when its limit is whole (see KeyState.Present).
+func wholeAbsent(l *Limit, ks KeyState) KeyState {
+	if ks.Reset <= 0 {
+		return KeyState{Remaining: l.capacity}
 	}
 	return ks
 }
@@ -202,7 +214,7 @@ func redisPeekRate(s *RedisStore, ctx context.Context, l *Limit, key string) (Ke
 	if n[0] == 0 {
 		return KeyState{Remaining: l.capacity}, nil
 	}
-	return KeyState{Present: true, Remaining: nonNegative(n[1]), Reset: duration(n[2]), Next: duration(n[3]), Queued: nonNegative(n[4])}, nil
+	return wholeAbsent(l, KeyState{Present: true, Remaining: nonNegative(n[1]), Reset: duration(n[2]), Next: duration(n[3]), Queued: nonNegative(n[4])}), nil
 }
 
 // Delete implements Inspector: it deletes the state's keys (a sliding
@@ -297,7 +309,8 @@ return {r[1], #r[2]}
 // cost 0) as one string: present (1 or 0), remaining, then reset and next
 // in whole ns, and the cost in flight (KeyState). A state is present when
 // its key exists and its expiry (Limit.Expiry, as stored_exp computes it
-// from the stored state) is after now, as MemoryStore.Peek decides. A
+// from the stored state) is after now, as MemoryStore.Peek decides
+// (redisPeekRate then reads a whole limit as absent, as peekState does). A
 // sliding window log is read as peekLog reads it: a zero-cost entry would
 // count as an admission.
 const luaPeekMain = `

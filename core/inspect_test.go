@@ -247,3 +247,57 @@ func TestInspectorInFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectorWholeIsAbsent: a key whose limit is whole again reads as
+// absent, as a key never seen does, although the store may still hold its
+// state: a rejected request keeps a memory state alive past the instant
+// its limit is whole. The limits of every algorithm are spent, asked once
+// more (rejected) and then read as the clock steps until the state
+// expires: Present is whether the limit is short of whole (Reset > 0).
+func TestInspectorWholeIsAbsent(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	client := newRespClient(t, srv.Addr, 1)
+	ctx := context.Background()
+	for _, l := range inspectLimits(t) {
+		for _, store := range []string{"memory", "redis"} {
+			clock := &fakeClock{now: confEpoch + 100*int64(time.Millisecond)}
+			var st Store
+			if store == "memory" {
+				ms, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				st = ms
+			} else {
+				rs := newTestRedisStore(t, client, false)
+				rs.clock = clock.Now
+				st = rs
+			}
+			in := st.(Inspector)
+			key := redisNonce + "/whole/" + l.Name
+			for redisTestTake(t, st, l, key, 1).Allowed {
+			}
+			clock.Advance(inspectScale() * 100 * time.Millisecond)
+			redisTestTake(t, st, l, key, 1) // rejected, or admitted after a refill
+			whole := false
+			for step := 0; step < 100; step++ {
+				ks, err := in.Peek(ctx, l, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ks.Present != (ks.Reset > 0) || !ks.Present && ks != (KeyState{Remaining: l.Capacity()}) {
+					t.Fatalf("%s %s at +%v: %+v; want present exactly while the limit is short of whole, else absent and whole",
+						store, l.Name, time.Duration(clock.Now()-confEpoch), ks)
+				}
+				if !ks.Present {
+					whole = true
+					break
+				}
+				clock.Advance(inspectScale() * 50 * time.Millisecond)
+			}
+			if !whole {
+				t.Fatalf("%s %s: never whole again", store, l.Name)
+			}
+		}
+	}
+}

@@ -332,10 +332,7 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 		tText = fmtInt(t, 10)
 	}
 	// X-RateLimit-Reset: the second the limit is whole again.
-	reset += nsPerSecond - 1
-	reset /= nsPerSecond
-	now /= nsPerSecond
-	now += reset
+	now = resetUnix(now, reset)
 	vals = []string{l.policy, l.ietfPrefix + remText + ";t=" + tText, l.qText, remText, fmtInt(now, 10)}
 	hd = w.Header()
 	hd["Ratelimit-Policy"] = vals[0:1:1]
@@ -380,9 +377,7 @@ func laneReject(l *Lane, w http.ResponseWriter, rem float64, reset, next, wait, 
 	if retry < 1 {
 		retry = 1
 	}
-	t = reset + (nsPerSecond - 1)
-	t /= nsPerSecond
-	t += now / nsPerSecond
+	t = resetUnix(now, reset)
 	remText = fmtInt(int64(rem), 10)
 	retryText = fmtInt(retry, 10)
 	body = l.bodyHead + retryText + l.bodyTail
@@ -544,7 +539,7 @@ func laneSetHeaders(l *Lane, w http.ResponseWriter, deficit float64, reset, now 
 	if !l.clock {
 		now = gateNow(l.gate)
 	}
-	setHeaders(l.resp, w.Header(), &d, now/nsPerSecond)
+	setHeaders(l.resp, w.Header(), &d, now)
 }
 
 // serveLaneAny is ServeLane for several limits, a watched or remote store,
@@ -615,9 +610,9 @@ func laneMany(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request
 			now = gateNow(l.gate)
 		}
 		if l.ietfx { // setHeaders' choice, made by newLaneMany
-			setIETFXHeaders(w.Header(), &best.Limit.answer, best, now/nsPerSecond, 0, 0, 0, 0, "", "", nil)
+			setIETFXHeaders(w.Header(), &best.Limit.answer, best, now, 0, 0, 0, "", "", nil)
 		} else {
-			setHeaders(l.resp, w.Header(), best, now/nsPerSecond)
+			setHeaders(l.resp, w.Header(), best, now)
 		}
 	}
 	next.ServeHTTP(w, r)
@@ -689,7 +684,7 @@ func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 		laneOneAnswer(l, next, w, r, []Ask{{Limit: l.limit, Key: key, Cost: l.cost}}, &v, now)
 		return
 	}
-	setIETFXHeaders(w.Header(), l.answer, d, now/nsPerSecond, 0, 0, 0, 0, "", "", nil)
+	setIETFXHeaders(w.Header(), l.answer, d, now, 0, 0, 0, "", "", nil)
 	next.ServeHTTP(w, r)
 }
 

@@ -155,7 +155,7 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 		return
 	}
 	v.Decision = Decision{Limit: l.limit, Allowed: true, Quota: l.quota, Remaining: rem, Reset: f[2], Next: n}
-	setIETFXHeaders(w.Header(), l.answer, &v.Decision, now/nsPerSecond, 0, 0, 0, 0, "", "", nil)
+	setIETFXHeaders(w.Header(), l.answer, &v.Decision, now, 0, 0, 0, "", "", nil)
 	if l.down != nil && loadInt32(l.down) != 0 {
 		l.observe(&v)
 	}

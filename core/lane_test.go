@@ -346,3 +346,72 @@ func TestNewLaneManyRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestXRateLimitResetRoundsUp: X-RateLimit-Reset names the first whole
+// second at which the limit is whole again, ceil(now + reset), not
+// floor(now) + ceil(reset), which names a second at which the client is
+// still refused: at 0.9 s past a second, a bucket of 1 per second just
+// emptied is whole 1.9 s later, in the second after next. Every path
+// that writes the header, the gate's (setIETFXHeaders, setAnyHeaders,
+// reject) and the lanes' (serveLaneTB, laneReject, laneSetHeaders,
+// serveLaneOne, laneMany), answers the same.
+func TestXRateLimitResetRoundsUp(t *testing.T) {
+	const frac = 900 * time.Millisecond
+	for _, alg := range []Algorithm{TokenBucket, FixedWindow} {
+		for _, hs := range []HeaderSet{DefaultHeaders, HeadersX} {
+			for _, via := range []string{"gate", "lane", "lane of two limits"} {
+				label := string(alg) + " headers " + strconv.Itoa(int(hs)) + " " + via
+				clock := &fakeClock{now: confEpoch + int64(frac)}
+				l := gateLimit(t, "api", alg, "1/s", 0)
+				limits := []*Limit{l}
+				if via == "lane of two limits" {
+					limits = append(limits, gateLimit(t, "global", TokenBucket, "1000/s", 0))
+				}
+				store, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				g, err := NewGate(GateConfig{Limits: limits, Store: store, Responder: Responder{Headers: hs}, Clock: clock.Now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				spec, err := ParseKeySpec(nil, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var lane *Lane
+				if via != "gate" {
+					asks := []LaneAsk{{Limit: l, Cost: 1}}
+					if len(limits) == 2 {
+						asks = append(asks, LaneAsk{Limit: limits[1], Cost: 1})
+					}
+					lane = NewLane(LaneConfig{Gate: g, Asks: asks, Specs: []*KeySpec{spec}})
+				}
+				// The window of 1 per second began at the whole second:
+				// it ends 0.1 s from now.
+				whole := confEpoch + int64(frac) + int64(time.Second)
+				if alg == FixedWindow {
+					whole = confEpoch + int64(time.Second)
+				}
+				want := strconv.FormatInt((whole+nsPerSecond-1)/nsPerSecond, 10)
+				for i, status := range []int{http.StatusOK, http.StatusTooManyRequests} {
+					r := httptest.NewRequest(http.MethodGet, "/", nil)
+					rec := httptest.NewRecorder()
+					if lane != nil {
+						ServeLane(lane, &countingHandler{}, rec, r)
+					} else {
+						key, _ := spec.Key(r)
+						g.Serve(rec, r, []Ask{{Limit: l, Key: key, Cost: 1}})
+					}
+					if rec.Code != status {
+						t.Fatalf("%s: request %d answered %d, want %d", label, i+1, rec.Code, status)
+					}
+					if got := rec.Header().Get("X-RateLimit-Reset"); got != want {
+						t.Errorf("%s: request %d: X-RateLimit-Reset %s, want %s (the limit is whole at %d.%09d)",
+							label, i+1, got, want, whole/nsPerSecond, whole%nsPerSecond)
+					}
+				}
+			}
+		}
+	}
+}

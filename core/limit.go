@@ -109,9 +109,18 @@ func ParseRate(s string) (Rate, error) {
 	return Rate{Quota: quota, Period: period}, nil
 }
 
-// String formats r so that ParseRate reads it back.
+// String formats r as it is written and so that ParseRate reads it back:
+// the period as a Go duration without its zero trailing units, "30/1m",
+// "5/1h30m", "10/100ms", not "30/1m0s".
 func (r Rate) String() string {
-	return strconv.FormatFloat(r.Quota, 'f', -1, 64) + "/" + r.Period.String()
+	p := r.Period.String()
+	if strings.HasSuffix(p, "m0s") {
+		p = p[:len(p)-2]
+	}
+	if strings.HasSuffix(p, "h0m") {
+		p = p[:len(p)-2]
+	}
+	return strconv.FormatFloat(r.Quota, 'f', -1, 64) + "/" + p
 }
 
 // Limit is one named rate limit. A Limit must pass Validate (which also fills

@@ -2,8 +2,10 @@
 # End-to-end test of sluice's Caddy module in a real Caddy v2.11.9, built by
 # ./xcaddy.sh. Everything listens on 127.0.0.1 and is stopped on exit.
 #
-#   module   ./caddy list-modules has http.handlers.sluice, and
-#            Caddyfile.example adapts and validates.
+#   module   ./caddy list-modules has http.handlers.sluice;
+#            Caddyfile.example and README.md's Caddyfile adapt and validate,
+#            and they and e2e/testdata's are as `caddy fmt` writes them (else
+#            Caddy warns on every run).
 #   example  ./caddy runs Caddyfile.example (127.0.0.1:8080, admin on
 #            localhost:2019, both must be free): an allowed answer carries
 #            the rate-limit headers; POST /login's stricter zone rejects the
@@ -15,6 +17,13 @@
 #            reset through Caddy's admin API (DELETE
 #            /sluice/zones/per_ip/keys/127.0.0.1), is admitted on its next
 #            request, and /sluice/zones and /top show the zone and client.
+#   admin    a Caddy instance (e2e/testdata/admin.Caddyfile) whose zone keys
+#            on a bearer token longer than 128 bytes: the client at 429 is
+#            shown by /top as the token's digest, read and reset through
+#            the admin API by that name and by the token itself, each reset
+#            admitting its next request; /sluice/zones gives rates as
+#            written and no rate fields for a zone of max_in_flight alone,
+#            and /top its scope, the instance.
 #   redis    a redis-server and two Caddy instances sharing it
 #            (e2e/testdata/redis.Caddyfile): requests spread over both, some
 #            at once, are admitted exactly up to the shared quota; the key
@@ -119,7 +128,16 @@ timeout 1800 ./xcaddy.sh build || fail "./xcaddy.sh build failed"
 	fail "./caddy list-modules has no http.handlers.sluice"
 ./caddy adapt --config Caddyfile.example --adapter caddyfile --validate >"$tmp/adapt.json" 2>"$tmp/adapt.log" ||
 	fail "Caddyfile.example does not adapt: $(cat "$tmp/adapt.log")"
-pass "module http.handlers.sluice is in ./caddy; Caddyfile.example adapts and validates"
+# README.md's Caddyfile, its password set (an unset one is an error).
+awk '/^```caddyfile$/ { on = 1; next } /^```$/ { on = 0 } on' README.md >"$tmp/README.Caddyfile"
+[ -s "$tmp/README.Caddyfile" ] || fail "README.md has no caddyfile block"
+REDIS_PASSWORD=e2e ./caddy adapt --config "$tmp/README.Caddyfile" --adapter caddyfile --validate >"$tmp/adapt.json" 2>"$tmp/adapt.log" ||
+	fail "README.md's Caddyfile does not adapt: $(cat "$tmp/adapt.log")"
+for f in Caddyfile.example "$tmp/README.Caddyfile" e2e/testdata/*.Caddyfile; do
+	./caddy fmt "$f" 2>/dev/null | diff -u "$f" - >"$tmp/fmt.diff" ||
+		fail "$f is not as caddy fmt writes it (Caddy warns on every run): $(cat "$tmp/fmt.diff")"
+done
+pass "module http.handlers.sluice is in ./caddy; Caddyfile.example and README.md's Caddyfile adapt and validate; they and e2e/testdata's are caddy fmt's"
 
 # --- example -----------------------------------------------------------------
 port_open 8080 && fail "127.0.0.1:8080 is in use; Caddyfile.example needs it"
@@ -226,6 +244,53 @@ expect_hdr RateLimit-Policy '"shaped";q=2;w=1' "GET /slow"
 pass "/account keys on the basic_auth user; /slow answers through the shaping zone"
 
 stop "$example_pid"
+pids=()
+
+# --- admin -------------------------------------------------------------------
+admin_port="$(free_port)"
+port="$(free_port)"
+logs+=("$tmp/admin.log")
+SLUICE_E2E_PORT="$port" SLUICE_E2E_ADMIN_PORT="$admin_port" \
+	./caddy run --config e2e/testdata/admin.Caddyfile --adapter caddyfile >"$tmp/admin.log" 2>&1 &
+admin_pid=$!
+pids+=("$admin_pid")
+wait_port "$port" "$admin_pid" "caddy (admin)"
+admin="127.0.0.1:$admin_port"
+# A bearer token of 220 bytes, as a JWT; /top names it "#" and the first 32
+# hexadecimal digits of its SHA-256.
+token="Bearer $(printf 'eyJhbGciOiJIUzI1NiJ9.%.0s' {1..10})e2e"
+digest="#$(printf '%s' "$token" | sha256sum | cut -c1-32)"
+# spend sends the token until the zone answers 429 (2 admitted a minute).
+spend() {
+	local i code
+	for i in 1 2 3; do
+		code="$(req -H "Authorization: $token" "http://127.0.0.1:$port/")"
+		[ "$code" = 429 ] && return 0
+		[ "$code" = 200 ] || fail "admin: request $i with the token: status $code"
+	done
+	fail "admin: the token was not answered 429 after 3 requests at 2/1m"
+}
+spend
+code="$(admin_req "$admin" GET /sluice/zones/per_token/top)"
+[ "$code" = 200 ] && grep -q "\"scope\":\"instance\".*\"rejected\":\[{\"key\":\"$digest\"" "$tmp/b" ||
+	fail "admin GET top: status $code: $(cat "$tmp/b"), want scope instance and $digest rejected"
+for name in "%23${digest#\#}" "${token// /%20}"; do
+	code="$(admin_req "$admin" GET "/sluice/zones/per_token/keys/$name")"
+	[ "$code" = 200 ] && grep -Eq "\"key\":\"$digest\",\"present\":true,\"remaining\":0(\.[0-9]+)?," "$tmp/b" ||
+		fail "admin GET of the key by ${name:0:20}…: status $code: $(cat "$tmp/b"), want it present with none remaining"
+	code="$(admin_req "$admin" DELETE "/sluice/zones/per_token/keys/$name")"
+	[ "$code" = 200 ] && grep -q '"deleted":true' "$tmp/b" ||
+		fail "admin DELETE of the key by ${name:0:20}…: status $code: $(cat "$tmp/b")"
+	code="$(req -H "Authorization: $token" "http://127.0.0.1:$port/")"
+	[ "$code" = 200 ] || fail "admin: the token after DELETE by ${name:0:20}…: status $code, want 200"
+	spend
+done
+code="$(admin_req "$admin" GET /sluice/zones)"
+[ "$code" = 200 ] && grep -q '"name":"per_token","server":"srv0","algorithm":"token_bucket","rate":"2/1m","quota":2,"period_seconds":60,"burst":2,' "$tmp/b" &&
+	grep -q '"name":"upstream","server":"srv0","near_limit":0.1,"max_in_flight":8,' "$tmp/b" ||
+	fail "admin GET /sluice/zones: status $code: $(cat "$tmp/b"), want the rate 2/1m, and no rate fields for upstream"
+pass "admin API: the client at 429 with a ${#token}-byte token, which /top names $digest (scope instance), is read and reset by that name and by the token; rates as written, none for max_in_flight alone"
+stop "$admin_pid"
 pids=()
 
 # --- redis -------------------------------------------------------------------
