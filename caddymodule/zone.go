@@ -17,10 +17,9 @@ import (
 	"github.com/sluicehq/sluice/core"
 )
 
-// clientIPKey is the default key template: Caddy's client address, which
-// already honours the server's trusted_proxies. The Caddyfile adapter
-// rewrites it to clientIPVarKey, the placeholder that exists at run time;
-// both mean the address.
+// clientIPKey is the default key template: the client's address (see
+// Zone.clientKey). The Caddyfile adapter rewrites it to clientIPVarKey,
+// the placeholder that exists at run time; both mean the address.
 const (
 	clientIPKey    = "{client_ip}"
 	clientIPVarKey = "{http.vars.client_ip}"
@@ -38,8 +37,13 @@ type Zone struct {
 	// zone: any text with Caddy placeholders, such as
 	// "{http.request.header.X-API-Key}" or
 	// "{http.vars.client_ip} {http.request.host}". Default "{client_ip}",
-	// the client's address as Caddy derives it (honouring the server's
-	// trusted_proxies); "{http.vars.client_ip}" is the same. A request
+	// the client's address: the peer's, or, from a peer in the server's
+	// trusted_proxies, the one its client_ip_headers name, read from the
+	// right so that a client cannot choose it (see the README);
+	// "{http.vars.client_ip}" alone is the same. (Inside a template of
+	// several placeholders, {http.vars.client_ip} is Caddy's own value,
+	// which without trusted_proxies_strict is the leftmost
+	// X-Forwarded-For entry: the client's choice.) A request
 	// for which any placeholder of Key is empty or unknown has no key, and
 	// is treated as OnMissingKey says. A key without placeholders is one
 	// counter shared by every request (a global limit). With two
@@ -144,6 +148,16 @@ type Zone struct {
 	missing core.MissingKey
 	keyKind keyKind
 	group   *core.ClientIP // with keyClientIP: groups addresses by prefix; nil keys by full address
+	// relays, with keyClientIP or clientVar, read the server's
+	// client_ip_headers, in order, for a request that a trusted proxy
+	// relayed (clientKey).
+	relays []relayHeader
+	// clientVar: a keyTemplate with the placeholder {http.vars.client_ip},
+	// which expands to clientKey's address rather than Caddy's.
+	clientVar bool
+	// strict: the server sets trusted_proxies_strict, so that Caddy's
+	// client_ip is already read from the right.
+	strict bool
 	// keyVars, with keyTemplate and two placeholders or more, are the
 	// template's placeholders in order, expanded one by one and joined by
 	// core.JoinKey, so that values with spaces cannot make two clients
@@ -191,10 +205,22 @@ func (z *Zone) provision(ctx caddy.Context) error {
 				return err
 			}
 		}
+		if err := z.provisionRelays(ctx); err != nil {
+			return err
+		}
 	case strings.ContainsAny(key, "{}"):
 		z.keyKind = keyTemplate
-		if vars := keyPlaceholders(key); len(vars) > 1 {
+		vars := keyPlaceholders(key)
+		if len(vars) > 1 {
 			z.keyVars = vars
+		}
+		for _, ph := range vars {
+			z.clientVar = z.clientVar || ph == clientIPVarKey
+		}
+		if z.clientVar {
+			if err := z.provisionRelays(ctx); err != nil {
+				return err
+			}
 		}
 		if name, ok := unknownPlaceholder(key); ok {
 			// Not an error: other modules may define placeholders. But
@@ -430,25 +456,92 @@ func (z *Zone) ask(r *http.Request, repl *caddy.Replacer) (a core.Ask, ok bool, 
 	return core.Ask{Limit: z.limit, Key: z.prefix + key, Cost: z.costOf(repl)}, true, nil
 }
 
+// relayHeader is one of the server's client_ip_headers, as a zone keyed
+// on the client's address reads it.
+type relayHeader struct {
+	name string         // canonical
+	ip   *core.ClientIP // reads it, and groups addresses as the zone does
+	// own: sluice reads the header even when the server sets
+	// trusted_proxies_strict, because Caddy cannot (Forwarded).
+	own bool
+}
+
+// provisionRelays prepares the reading of the client_ip_headers of the
+// server the zone's handler belongs to (X-Forwarded-For, without one).
+func (z *Zone) provisionRelays(ctx caddy.Context) error {
+	headers := []string{"X-Forwarded-For"}
+	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && srv != nil {
+		if len(srv.ClientIPHeaders) > 0 {
+			headers = srv.ClientIPHeaders
+		}
+		z.strict = srv.TrustedProxiesStrict > 0
+	}
+	z.relays = make([]relayHeader, len(headers))
+	for i, name := range headers {
+		ip := &core.ClientIP{Header: name, IPv4Prefix: z.IPv4Prefix, IPv6Prefix: z.IPv6Prefix}
+		if err := ip.Validate(); err != nil {
+			return fmt.Errorf("the server's client_ip_headers: %w", err)
+		}
+		name = http.CanonicalHeaderKey(name)
+		z.relays[i] = relayHeader{name: name, ip: ip, own: name == "Forwarded"}
+	}
+	return nil
+}
+
+// clientKey returns the key of a zone keyed on the client's address.
+// From a peer the server does not trust, it is the peer's address, which
+// is Caddy's client_ip then. From a trusted proxy, the first of the
+// server's client_ip_headers that the request carries names the client,
+// read from the right: Caddy's client_ip when the server sets
+// trusted_proxies_strict (Caddy walks the header from the right, past the
+// server's trusted proxies); otherwise Caddy's client_ip is the header's
+// leftmost entry, which the client writes, and sluice takes the rightmost
+// instead, the address that the trusted peer appended. Forwarded, which
+// Caddy does not read, sluice reads itself either way, taking the
+// rightmost for=. A header that names no client leaves the peer's address.
+func (z *Zone) clientKey(r *http.Request) (string, bool) {
+	ip, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
+	if trusted, _ := caddyhttp.GetVar(r.Context(), caddyhttp.TrustedProxyVarKey).(bool); trusted {
+		for i := range z.relays {
+			rh := &z.relays[i]
+			if len(r.Header[rh.name]) == 0 {
+				continue
+			}
+			if z.strict && !rh.own {
+				break
+			}
+			if a, ok := rh.ip.Relayed(r.Header); ok {
+				return rh.ip.GroupKey(a), true
+			}
+			// No client named: the peer, as the zero ClientIP finds it
+			// (a Unix socket's peer, "@", is keyed as itself).
+			if k, ok := rh.ip.Key(r); ok {
+				return k, true
+			}
+			return r.RemoteAddr, r.RemoteAddr != ""
+		}
+	}
+	if ip == "" || z.group == nil {
+		return ip, ip != ""
+	}
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return "", false
+	}
+	return z.group.GroupKey(a), true
+}
+
 // keyOf returns r's key; ok is false when it has none.
 func (z *Zone) keyOf(r *http.Request, repl *caddy.Replacer) (string, bool) {
 	switch z.keyKind {
 	case keyClientIP:
-		ip, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
-		if ip == "" || z.group == nil {
-			return ip, ip != ""
-		}
-		a, err := netip.ParseAddr(ip)
-		if err != nil {
-			return "", false
-		}
-		return z.group.GroupKey(a), true
+		return z.clientKey(r)
 	case keyTemplate:
 		if z.keyVars != nil {
-			return z.joinedKey(repl)
+			return z.joinedKey(r, repl)
 		}
-		k, err := repl.ReplaceOrErr(z.Key, true, true)
-		if err != nil || k == "" {
+		k, ok := z.expand(r, repl, z.Key)
+		if !ok {
 			return "", false
 		}
 		return core.EscapeKey(k), true
@@ -460,16 +553,48 @@ func (z *Zone) keyOf(r *http.Request, repl *caddy.Replacer) (string, bool) {
 // one by one and joins their values unambiguously; a placeholder that is
 // unknown or empty makes the key missing, as for a template expanded
 // whole.
-func (z *Zone) joinedKey(repl *caddy.Replacer) (string, bool) {
+func (z *Zone) joinedKey(r *http.Request, repl *caddy.Replacer) (string, bool) {
 	values := make([]string, len(z.keyVars))
 	for i, ph := range z.keyVars {
-		v, err := repl.ReplaceOrErr(ph, true, true)
-		if err != nil || v == "" {
+		v, ok := "", false
+		if ph == clientIPVarKey {
+			v, ok = z.clientKey(r)
+		} else {
+			v, ok = z.expand(r, repl, ph)
+		}
+		if !ok {
 			return "", false
 		}
 		values[i] = v
 	}
 	return core.JoinKey(values), true
+}
+
+// errNoValue ends the expansion of a key template with a placeholder that
+// is unknown or empty.
+var errNoValue = errors.New("placeholder without a value")
+
+// expand expands the key template tmpl for r; false when a placeholder of
+// it is unknown or empty, or the result is empty. {http.vars.client_ip}
+// expands to clientKey's address.
+func (z *Zone) expand(r *http.Request, repl *caddy.Replacer, tmpl string) (string, bool) {
+	if !z.clientVar {
+		v, err := repl.ReplaceOrErr(tmpl, true, true)
+		return v, err == nil && v != ""
+	}
+	v, err := repl.ReplaceFunc(tmpl, func(name string, val any) (any, error) {
+		if name == clientIPVarKey[1:len(clientIPVarKey)-1] {
+			if k, ok := z.clientKey(r); ok {
+				return k, nil
+			}
+			return nil, errNoValue
+		}
+		if caddy.ToString(val) == "" {
+			return nil, errNoValue // unknown (nil) or empty
+		}
+		return val, nil
+	})
+	return v, err == nil && v != ""
 }
 
 // keyPlaceholders returns the placeholders ("{...}") of a key template,
