@@ -40,7 +40,9 @@ func init() {
 // server srv0, "per_ip@=api" in share group api), or by its name alone
 // when no other zone of the running config has it. <key> is the key as
 // the zone builds it and /top shows it (for the key {client_ip}, the
-// client's address or, with a prefix, its network), path-escaped.
+// client's address or, with a prefix, its network; a key longer than 128
+// bytes as its digest, "#" and 32 hexadecimal digits, or in full),
+// path-escaped.
 type AdminAPI struct{}
 
 // CaddyModule returns the Caddy module information.
@@ -330,7 +332,7 @@ func peekKey(w http.ResponseWriter, r *http.Request, az *adminZone, key string) 
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
 	defer cancel()
-	ks, err := in.Peek(ctx, az.z.limit, az.z.prefix+key)
+	ks, err := in.Peek(ctx, az.z.limit, az.z.storeKey(key))
 	if err != nil {
 		return apiError(http.StatusServiceUnavailable, "store: %v", err)
 	}
@@ -354,7 +356,7 @@ func deleteKey(w http.ResponseWriter, r *http.Request, az *adminZone, key string
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
 	defer cancel()
-	held, err := in.Delete(ctx, az.z.limit, az.z.prefix+key)
+	held, err := in.Delete(ctx, az.z.limit, az.z.storeKey(key))
 	if err != nil {
 		return apiError(http.StatusServiceUnavailable, "store: %v", err)
 	}

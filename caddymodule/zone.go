@@ -155,6 +155,8 @@ type Zone struct {
 	// clientVar: a keyTemplate with the placeholder {http.vars.client_ip},
 	// which expands to clientKey's address rather than Caddy's.
 	clientVar bool
+	// constKey is a keyConstant zone's key.
+	constKey string
 	// strict: the server sets trusted_proxies_strict, so that Caddy's
 	// client_ip is already read from the right.
 	strict bool
@@ -231,6 +233,7 @@ func (z *Zone) provision(ctx caddy.Context) error {
 		}
 	default:
 		z.keyKind = keyConstant
+		z.constKey = core.BoundKey(core.EscapeKey(z.Key))
 	}
 	if z.missing, err = core.ParseMissingKey(z.OnMissingKey); err != nil {
 		return fmt.Errorf("on_missing_key: %w", err)
@@ -433,11 +436,17 @@ func (z *Zone) nearLimit() float64 {
 }
 
 // topKey is the key (with its prefix removed: the key as the zone builds
-// it) under which the zone's sketch counts an ask's key; keys longer than
-// core.MaxKeyLength are counted as their digest, so that the sketch's
-// memory stays bounded.
+// it, already bounded by core.BoundKey) under which the zone's sketch
+// counts an ask's key.
 func (z *Zone) topKey(askKey string) string {
-	return core.BoundKey(strings.TrimPrefix(askKey, z.prefix))
+	return strings.TrimPrefix(askKey, z.prefix)
+}
+
+// storeKey is the key of an ask of the zone for a client whose key, as
+// the admin API names it, is key: the raw key or its digest (core.BoundKey),
+// as /top shows keys longer than core.MaxKeyLength.
+func (z *Zone) storeKey(key string) string {
+	return z.prefix + core.BoundKey(key)
 }
 
 // ask returns r's ask of the zone; ok is false when the zone does not apply
@@ -544,9 +553,9 @@ func (z *Zone) keyOf(r *http.Request, repl *caddy.Replacer) (string, bool) {
 		if !ok {
 			return "", false
 		}
-		return core.EscapeKey(k), true
+		return core.BoundKey(core.EscapeKey(k)), true
 	}
-	return core.EscapeKey(z.Key), true
+	return z.constKey, true
 }
 
 // joinedKey expands the placeholders of a template with several of them

@@ -270,3 +270,39 @@ func TestZoneClientKeyBehindProxy(t *testing.T) {
 		})
 	}
 }
+
+// TestZoneLongKeyIsBounded: a key longer than core.MaxKeyLength, from one
+// placeholder or a constant, is its digest in the ask, so that the
+// stores, the sketch and the log see 33 bytes, hashed once per request;
+// the admin API finds it by its digest or in full.
+func TestZoneLongKeyIsBounded(t *testing.T) {
+	long := strings.Repeat("k", 64<<10)
+	for _, tc := range []struct {
+		zone   Zone
+		header map[string]string
+		raw    string // the key before bounding
+	}{
+		{Zone{Key: "{http.request.header.X-Token}"}, map[string]string{"X-Token": long}, long},
+		{Zone{Key: "token {http.request.header.X-Token}"}, map[string]string{"X-Token": long}, "token " + long},
+		{Zone{Key: long}, nil, long},
+	} {
+		z := provisionedZone(t, tc.zone)
+		r, repl := testRequest("203.0.113.7", tc.header)
+		a, ok, err := z.ask(r, repl)
+		if err != nil || !ok {
+			t.Fatalf("key %.40q: ask = %v, %v", tc.zone.Key, ok, err)
+		}
+		want := core.BoundKey(tc.raw)
+		if a.Key != z.prefix+want || len(want) != 33 {
+			t.Errorf("key %.40q: ask key %.60q (%d bytes), want %q", tc.zone.Key, a.Key, len(a.Key), want)
+		}
+		if got := z.topKey(a.Key); got != want {
+			t.Errorf("key %.40q: sketch key %.60q, want %q", tc.zone.Key, got, want)
+		}
+		for _, name := range []string{want, tc.raw} {
+			if got := z.storeKey(name); got != a.Key {
+				t.Errorf("key %.40q: the admin API's key for %.40q is %.60q, want %q", tc.zone.Key, name, got, a.Key)
+			}
+		}
+	}
+}
