@@ -377,6 +377,16 @@ func TestClientCannotChooseItsKey(t *testing.T) {
 				// The victim, whose address the attacker wrote on the
 				// left, still has its quota.
 				wantStatus(t, url, []int{200, 429}, "X-Forwarded-For", "198.51.100.1")
+				// A balancer's entry that Caddy cannot read (a space before
+				// brackets and a port), which trusted_proxies_strict makes
+				// Caddy skip to the client's own entry on its left.
+				got = got[:0]
+				for i := 6; i <= 8; i++ {
+					got = append(got, get(t, url, "X-Forwarded-For", "198.51.100."+strconv.Itoa(i)+", [2001:db8::8]:443").status)
+				}
+				if want := []int{200, 429, 429}; !reflect.DeepEqual(got, want) {
+					t.Errorf("zone %v, an entry Caddy cannot read: statuses %v, want %v", z, got, want)
+				}
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -503,7 +504,7 @@ func (z *Zone) provisionRelays(ctx caddy.Context) error {
 // server's client_ip_headers that the request carries names the client,
 // read from the right: Caddy's client_ip when the server sets
 // trusted_proxies_strict (Caddy walks the header from the right, past the
-// server's trusted proxies); otherwise Caddy's client_ip is the header's
+// server's trusted proxies; see strictVetted); otherwise Caddy's client_ip is the header's
 // leftmost entry, which the client writes, and sluice takes the rightmost
 // instead, the address that the trusted peer appended. Forwarded, which
 // Caddy does not read, sluice reads itself either way, taking the
@@ -517,17 +518,15 @@ func (z *Zone) clientKey(r *http.Request) (string, bool) {
 				continue
 			}
 			if z.strict && !rh.own {
-				break
+				if strictVetted(r.Header[rh.name], ip) {
+					break
+				}
+				return z.peerKey(r, rh)
 			}
 			if a, ok := rh.ip.Relayed(r.Header); ok {
 				return rh.ip.GroupKey(a), true
 			}
-			// No client named: the peer, as the zero ClientIP finds it
-			// (a Unix socket's peer, "@", is keyed as itself).
-			if k, ok := rh.ip.Key(r); ok {
-				return k, true
-			}
-			return r.RemoteAddr, r.RemoteAddr != ""
+			return z.peerKey(r, rh)
 		}
 	}
 	if ip == "" || z.group == nil {
@@ -538,6 +537,66 @@ func (z *Zone) clientKey(r *http.Request) (string, bool) {
 		return "", false
 	}
 	return z.group.GroupKey(a), true
+}
+
+// peerKey is the key of r's peer, grouped as rh groups addresses: for a
+// request relayed by a trusted proxy whose header names no client. A Unix
+// socket's peer, "@", is keyed as itself.
+func (z *Zone) peerKey(r *http.Request, rh *relayHeader) (string, bool) {
+	if k, ok := rh.ip.Key(r); ok { // rh.ip trusts no peer: the peer
+		return k, true
+	}
+	return r.RemoteAddr, r.RemoteAddr != ""
+}
+
+// strictVetted reports whether ip, Caddy's client_ip under
+// trusted_proxies_strict, is an entry of the header lines with only
+// entries that Caddy reads to its right, which it skipped as trusted
+// proxies. Caddy also skips the entries it cannot read, such as
+// " [2001:db8::1]:443", and would then take an entry to their left, which
+// the client may have written; the zone keys such a request by its peer,
+// as for a header that names no client. At most core.MaxForwardedHops
+// entries are examined.
+func strictVetted(lines []string, ip string) bool {
+	n := 0
+	for li := len(lines) - 1; li >= 0; li-- {
+		s := lines[li]
+		for {
+			if n == core.MaxForwardedHops {
+				return false
+			}
+			n++
+			i := strings.LastIndexByte(s, ',')
+			a, ok := caddyEntry(s[i+1:])
+			if !ok {
+				return false
+			}
+			if a == ip {
+				return true
+			}
+			if i < 0 {
+				break
+			}
+			s = s[:i]
+		}
+	}
+	return false
+}
+
+// caddyEntry reads one entry of a client IP header as Caddy v2.11's
+// strictUntrustedClientIp does, returning the address's text as Caddy's
+// client_ip holds it; false where Caddy skips the entry.
+func caddyEntry(part string) (string, bool) {
+	host, _, err := net.SplitHostPort(part)
+	if err != nil {
+		host = part
+	}
+	host, _, _ = strings.Cut(strings.TrimSpace(host), "%")
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return "", false
+	}
+	return a.String(), true
 }
 
 // keyOf returns r's key; ok is false when it has none.
