@@ -40,9 +40,10 @@ func init() {
 // slash: "per_ip@srv0", "per_ip@srv0#1" for the second zone per_ip of
 // server srv0, "per_ip@=api" in share group api), or by its name alone
 // when no other zone of the running config has it. <key> is the key as
-// the zone builds it (for the key {client_ip}, the client's address or,
-// with a prefix, its network) or as /top shows it (a key longer than
-// core.MaxKeyLength as its digest, "#…"), path-escaped.
+// the zone builds it and /top shows it (for the key {client_ip}, the
+// client's address or, with a prefix, its network; a key longer than 128
+// bytes as its digest, "#" and 32 hexadecimal digits, or in full),
+// path-escaped.
 type AdminAPI struct{}
 
 // CaddyModule returns the Caddy module information.
@@ -341,7 +342,7 @@ func peekKey(w http.ResponseWriter, r *http.Request, az *adminZone, key string) 
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
 	defer cancel()
-	ks, err := in.Peek(ctx, az.z.limit, az.z.prefix+key)
+	ks, err := in.Peek(ctx, az.z.limit, az.z.storeKey(key))
 	if err != nil {
 		return apiError(http.StatusServiceUnavailable, "store: %v", err)
 	}
@@ -385,7 +386,7 @@ func deleteKey(w http.ResponseWriter, r *http.Request, az *adminZone, key string
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
 	defer cancel()
-	held, err := in.Delete(ctx, az.z.limit, az.z.prefix+key)
+	held, err := in.Delete(ctx, az.z.limit, az.z.storeKey(key))
 	if err != nil {
 		return apiError(http.StatusServiceUnavailable, "store: %v", err)
 	}

@@ -346,3 +346,48 @@ func TestBodyErrorDefersToHandleErrors(t *testing.T) {
 		t.Errorf("headers of the deferred 429: %v", r.header)
 	}
 }
+
+// TestClientCannotChooseItsKey: behind a trusted load balancer that
+// appends the client's address to X-Forwarded-For, the entries to its left
+// are the client's own words. Caddy's client_ip is the leftmost entry
+// unless the server sets trusted_proxies_strict, so a client that writes a
+// new address there each time must still land in one bucket, and one that
+// writes another client's address must not spend that client's quota.
+func TestClientCannotChooseItsKey(t *testing.T) {
+	trusted := map[string]any{"source": "static", "ranges": []string{"127.0.0.1/32"}}
+	for _, strict := range []int{0, 1} {
+		t.Run("trusted_proxies_strict="+strconv.Itoa(strict), func(t *testing.T) {
+			extra := map[string]any{"trusted_proxies": trusted}
+			if strict > 0 {
+				extra["trusted_proxies_strict"] = strict
+			}
+			// Zones of their own names: counters outlive a reload.
+			name := "per_ip_" + strconv.Itoa(strict)
+			for _, z := range []map[string]any{zone(name, "1/m"), zone(name+"_v6", "1/m", "ipv6_prefix", 64)} {
+				p := freePorts(t, 1)
+				url := loadCaddy(t, server{port: p[0], handler: map[string]any{"zones": []any{z}}, extra: extra})[0]
+				var got []int
+				for i := 1; i <= 5; i++ {
+					r := get(t, url, "X-Forwarded-For", "198.51.100."+strconv.Itoa(i)+", 203.0.113.5")
+					got = append(got, r.status)
+				}
+				if want := []int{200, 429, 429, 429, 429}; !reflect.DeepEqual(got, want) {
+					t.Errorf("zone %v: statuses %v, want %v", z, got, want)
+				}
+				// The victim, whose address the attacker wrote on the
+				// left, still has its quota.
+				wantStatus(t, url, []int{200, 429}, "X-Forwarded-For", "198.51.100.1")
+				// A balancer's entry that Caddy cannot read (a space before
+				// brackets and a port), which trusted_proxies_strict makes
+				// Caddy skip to the client's own entry on its left.
+				got = got[:0]
+				for i := 6; i <= 8; i++ {
+					got = append(got, get(t, url, "X-Forwarded-For", "198.51.100."+strconv.Itoa(i)+", [2001:db8::8]:443").status)
+				}
+				if want := []int{200, 429, 429}; !reflect.DeepEqual(got, want) {
+					t.Errorf("zone %v, an entry Caddy cannot read: statuses %v, want %v", z, got, want)
+				}
+			}
+		})
+	}
+}

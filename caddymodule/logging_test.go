@@ -92,6 +92,29 @@ func TestRejectionLogOmitsKeyUnlessLogKey(t *testing.T) {
 	}
 }
 
+// TestRejectionLogBoundsKey: log_key logs a key longer than
+// core.MaxKeyLength as its digest, as /top names it, not in full.
+func TestRejectionLogBoundsKey(t *testing.T) {
+	token := strings.Repeat("t", 64<<10)
+	h := &Handler{Zones: []*Zone{{Name: "api", Rate: "1/m", Key: "{http.request.header.X-Token}"}}, LogKey: true}
+	logs := provisionHandler(t, h)
+	for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
+		r, _ := testRequest("203.0.113.12", map[string]string{"X-Token": token})
+		w := httptest.NewRecorder()
+		next := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil })
+		if err := h.ServeHTTP(w, r, next); err != nil || w.Code != want {
+			t.Fatalf("request %d: status %d, %v; want %d", i+1, w.Code, err, want)
+		}
+	}
+	entries := logs.FilterMessage("request rate-limited").All()
+	if len(entries) != 1 {
+		t.Fatalf("%d rejection logs, want 1", len(entries))
+	}
+	if key := entries[0].ContextMap()["key"]; key != core.BoundKey(token) {
+		t.Errorf("key field = %.60q, want %q", key, core.BoundKey(token))
+	}
+}
+
 func TestStoreErrorWarns(t *testing.T) {
 	addr := "127.0.0.1:" + strconv.Itoa(freePorts(t, 1)[0]) // nothing listens there
 	h := &Handler{

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -17,10 +18,9 @@ import (
 	"github.com/sluicehq/sluice/core"
 )
 
-// clientIPKey is the default key template: Caddy's client address, which
-// already honours the server's trusted_proxies. The Caddyfile adapter
-// rewrites it to clientIPVarKey, the placeholder that exists at run time;
-// both mean the address.
+// clientIPKey is the default key template: the client's address (see
+// Zone.clientKey). The Caddyfile adapter rewrites it to clientIPVarKey,
+// the placeholder that exists at run time; both mean the address.
 const (
 	clientIPKey    = "{client_ip}"
 	clientIPVarKey = "{http.vars.client_ip}"
@@ -38,8 +38,13 @@ type Zone struct {
 	// zone: any text with Caddy placeholders, such as
 	// "{http.request.header.X-API-Key}" or
 	// "{http.vars.client_ip} {http.request.host}". Default "{client_ip}",
-	// the client's address as Caddy derives it (honouring the server's
-	// trusted_proxies); "{http.vars.client_ip}" is the same. A request
+	// the client's address: the peer's, or, from a peer in the server's
+	// trusted_proxies, the one its client_ip_headers name, read from the
+	// right so that a client cannot choose it (see the README);
+	// "{http.vars.client_ip}" alone is the same. (Inside a template of
+	// several placeholders, {http.vars.client_ip} is Caddy's own value,
+	// which without trusted_proxies_strict is the leftmost
+	// X-Forwarded-For entry: the client's choice.) A request
 	// for which any placeholder of Key is empty or unknown has no key, and
 	// is treated as OnMissingKey says. A key without placeholders is one
 	// counter shared by every request (a global limit). With two
@@ -144,6 +149,18 @@ type Zone struct {
 	missing core.MissingKey
 	keyKind keyKind
 	group   *core.ClientIP // with keyClientIP: groups addresses by prefix; nil keys by full address
+	// relays, with keyClientIP or clientVar, read the server's
+	// client_ip_headers, in order, for a request that a trusted proxy
+	// relayed (clientKey).
+	relays []relayHeader
+	// clientVar: a keyTemplate with the placeholder {http.vars.client_ip},
+	// which expands to clientKey's address rather than Caddy's.
+	clientVar bool
+	// constKey is a keyConstant zone's key.
+	constKey string
+	// strict: the server sets trusted_proxies_strict, so that Caddy's
+	// client_ip is already read from the right.
+	strict bool
 	// keyVars, with keyTemplate and two placeholders or more, are the
 	// template's placeholders in order, expanded one by one and joined by
 	// core.JoinKey, so that values with spaces cannot make two clients
@@ -191,10 +208,22 @@ func (z *Zone) provision(ctx caddy.Context) error {
 				return err
 			}
 		}
+		if err := z.provisionRelays(ctx); err != nil {
+			return err
+		}
 	case strings.ContainsAny(key, "{}"):
 		z.keyKind = keyTemplate
-		if vars := keyPlaceholders(key); len(vars) > 1 {
+		vars := keyPlaceholders(key)
+		if len(vars) > 1 {
 			z.keyVars = vars
+		}
+		for _, ph := range vars {
+			z.clientVar = z.clientVar || ph == clientIPVarKey
+		}
+		if z.clientVar {
+			if err := z.provisionRelays(ctx); err != nil {
+				return err
+			}
 		}
 		if name, ok := unknownPlaceholder(key); ok {
 			// Not an error: other modules may define placeholders. But
@@ -205,6 +234,7 @@ func (z *Zone) provision(ctx caddy.Context) error {
 		}
 	default:
 		z.keyKind = keyConstant
+		z.constKey = core.BoundKey(core.EscapeKey(z.Key))
 	}
 	if z.missing, err = core.ParseMissingKey(z.OnMissingKey); err != nil {
 		return fmt.Errorf("on_missing_key: %w", err)
@@ -407,11 +437,17 @@ func (z *Zone) nearLimit() float64 {
 }
 
 // topKey is the key (with its prefix removed: the key as the zone builds
-// it) under which the zone's sketch counts an ask's key; keys longer than
-// core.MaxKeyLength are counted as their digest, so that the sketch's
-// memory stays bounded.
+// it, already bounded by core.BoundKey) under which the zone's sketch
+// counts an ask's key.
 func (z *Zone) topKey(askKey string) string {
-	return core.BoundKey(strings.TrimPrefix(askKey, z.prefix))
+	return strings.TrimPrefix(askKey, z.prefix)
+}
+
+// storeKey is the key of an ask of the zone for a client whose key, as
+// the admin API names it, is key: the raw key or its digest (core.BoundKey),
+// as /top shows keys longer than core.MaxKeyLength.
+func (z *Zone) storeKey(key string) string {
+	return z.prefix + core.BoundKey(key)
 }
 
 // ask returns r's ask of the zone; ok is false when the zone does not apply
@@ -427,51 +463,206 @@ func (z *Zone) ask(r *http.Request, repl *caddy.Replacer) (a core.Ask, ok bool, 
 	if !ok {
 		return a, false, nil
 	}
-	// A long key is charged under its digest, the name /top shows, so
-	// that the admin API finds its state by that name.
-	return core.Ask{Limit: z.limit, Key: z.prefix + core.BoundKey(key), Cost: z.costOf(repl)}, true, nil
+	return core.Ask{Limit: z.limit, Key: z.prefix + key, Cost: z.costOf(repl)}, true, nil
+}
+
+// relayHeader is one of the server's client_ip_headers, as a zone keyed
+// on the client's address reads it.
+type relayHeader struct {
+	name string         // canonical
+	ip   *core.ClientIP // reads it, and groups addresses as the zone does
+	// own: sluice reads the header even when the server sets
+	// trusted_proxies_strict, because Caddy cannot (Forwarded).
+	own bool
+}
+
+// provisionRelays prepares the reading of the client_ip_headers of the
+// server the zone's handler belongs to (X-Forwarded-For, without one).
+func (z *Zone) provisionRelays(ctx caddy.Context) error {
+	headers := []string{"X-Forwarded-For"}
+	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && srv != nil {
+		if len(srv.ClientIPHeaders) > 0 {
+			headers = srv.ClientIPHeaders
+		}
+		z.strict = srv.TrustedProxiesStrict > 0
+	}
+	z.relays = make([]relayHeader, len(headers))
+	for i, name := range headers {
+		ip := &core.ClientIP{Header: name, IPv4Prefix: z.IPv4Prefix, IPv6Prefix: z.IPv6Prefix}
+		if err := ip.Validate(); err != nil {
+			return fmt.Errorf("the server's client_ip_headers: %w", err)
+		}
+		name = http.CanonicalHeaderKey(name)
+		z.relays[i] = relayHeader{name: name, ip: ip, own: name == "Forwarded"}
+	}
+	return nil
+}
+
+// clientKey returns the key of a zone keyed on the client's address.
+// From a peer the server does not trust, it is the peer's address, which
+// is Caddy's client_ip then. From a trusted proxy, the first of the
+// server's client_ip_headers that the request carries names the client,
+// read from the right: Caddy's client_ip when the server sets
+// trusted_proxies_strict (Caddy walks the header from the right, past the
+// server's trusted proxies; see strictVetted); otherwise Caddy's client_ip is the header's
+// leftmost entry, which the client writes, and sluice takes the rightmost
+// instead, the address that the trusted peer appended. Forwarded, which
+// Caddy does not read, sluice reads itself either way, taking the
+// rightmost for=. A header that names no client leaves the peer's address.
+func (z *Zone) clientKey(r *http.Request) (string, bool) {
+	ip, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
+	if trusted, _ := caddyhttp.GetVar(r.Context(), caddyhttp.TrustedProxyVarKey).(bool); trusted {
+		for i := range z.relays {
+			rh := &z.relays[i]
+			if len(r.Header[rh.name]) == 0 {
+				continue
+			}
+			if z.strict && !rh.own {
+				if strictVetted(r.Header[rh.name], ip) {
+					break
+				}
+				return z.peerKey(r, rh)
+			}
+			if a, ok := rh.ip.Relayed(r.Header); ok {
+				return rh.ip.GroupKey(a), true
+			}
+			return z.peerKey(r, rh)
+		}
+	}
+	if ip == "" || z.group == nil {
+		return ip, ip != ""
+	}
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return "", false
+	}
+	return z.group.GroupKey(a), true
+}
+
+// peerKey is the key of r's peer, grouped as rh groups addresses: for a
+// request relayed by a trusted proxy whose header names no client. A Unix
+// socket's peer, "@", is keyed as itself.
+func (z *Zone) peerKey(r *http.Request, rh *relayHeader) (string, bool) {
+	if k, ok := rh.ip.Key(r); ok { // rh.ip trusts no peer: the peer
+		return k, true
+	}
+	return r.RemoteAddr, r.RemoteAddr != ""
+}
+
+// strictVetted reports whether ip, Caddy's client_ip under
+// trusted_proxies_strict, is an entry of the header lines with only
+// entries that Caddy reads to its right, which it skipped as trusted
+// proxies. Caddy also skips the entries it cannot read, such as
+// " [2001:db8::1]:443", and would then take an entry to their left, which
+// the client may have written; the zone keys such a request by its peer,
+// as for a header that names no client. At most core.MaxForwardedHops
+// entries are examined.
+func strictVetted(lines []string, ip string) bool {
+	n := 0
+	for li := len(lines) - 1; li >= 0; li-- {
+		s := lines[li]
+		for {
+			if n == core.MaxForwardedHops {
+				return false
+			}
+			n++
+			i := strings.LastIndexByte(s, ',')
+			a, ok := caddyEntry(s[i+1:])
+			if !ok {
+				return false
+			}
+			if a == ip {
+				return true
+			}
+			if i < 0 {
+				break
+			}
+			s = s[:i]
+		}
+	}
+	return false
+}
+
+// caddyEntry reads one entry of a client IP header as Caddy v2.11's
+// strictUntrustedClientIp does, returning the address's text as Caddy's
+// client_ip holds it; false where Caddy skips the entry.
+func caddyEntry(part string) (string, bool) {
+	host, _, err := net.SplitHostPort(part)
+	if err != nil {
+		host = part
+	}
+	host, _, _ = strings.Cut(strings.TrimSpace(host), "%")
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return "", false
+	}
+	return a.String(), true
 }
 
 // keyOf returns r's key; ok is false when it has none.
 func (z *Zone) keyOf(r *http.Request, repl *caddy.Replacer) (string, bool) {
 	switch z.keyKind {
 	case keyClientIP:
-		ip, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
-		if ip == "" || z.group == nil {
-			return ip, ip != ""
-		}
-		a, err := netip.ParseAddr(ip)
-		if err != nil {
-			return "", false
-		}
-		return z.group.GroupKey(a), true
+		return z.clientKey(r)
 	case keyTemplate:
 		if z.keyVars != nil {
-			return z.joinedKey(repl)
+			return z.joinedKey(r, repl)
 		}
-		k, err := repl.ReplaceOrErr(z.Key, true, true)
-		if err != nil || k == "" {
+		k, ok := z.expand(r, repl, z.Key)
+		if !ok {
 			return "", false
 		}
-		return core.EscapeKey(k), true
+		return core.BoundKey(core.EscapeKey(k)), true
 	}
-	return core.EscapeKey(z.Key), true
+	return z.constKey, true
 }
 
 // joinedKey expands the placeholders of a template with several of them
 // one by one and joins their values unambiguously; a placeholder that is
 // unknown or empty makes the key missing, as for a template expanded
 // whole.
-func (z *Zone) joinedKey(repl *caddy.Replacer) (string, bool) {
+func (z *Zone) joinedKey(r *http.Request, repl *caddy.Replacer) (string, bool) {
 	values := make([]string, len(z.keyVars))
 	for i, ph := range z.keyVars {
-		v, err := repl.ReplaceOrErr(ph, true, true)
-		if err != nil || v == "" {
+		v, ok := "", false
+		if ph == clientIPVarKey {
+			v, ok = z.clientKey(r)
+		} else {
+			v, ok = z.expand(r, repl, ph)
+		}
+		if !ok {
 			return "", false
 		}
 		values[i] = v
 	}
 	return core.JoinKey(values), true
+}
+
+// errNoValue ends the expansion of a key template with a placeholder that
+// is unknown or empty.
+var errNoValue = errors.New("placeholder without a value")
+
+// expand expands the key template tmpl for r; false when a placeholder of
+// it is unknown or empty, or the result is empty. {http.vars.client_ip}
+// expands to clientKey's address.
+func (z *Zone) expand(r *http.Request, repl *caddy.Replacer, tmpl string) (string, bool) {
+	if !z.clientVar {
+		v, err := repl.ReplaceOrErr(tmpl, true, true)
+		return v, err == nil && v != ""
+	}
+	v, err := repl.ReplaceFunc(tmpl, func(name string, val any) (any, error) {
+		if name == clientIPVarKey[1:len(clientIPVarKey)-1] {
+			if k, ok := z.clientKey(r); ok {
+				return k, nil
+			}
+			return nil, errNoValue
+		}
+		if caddy.ToString(val) == "" {
+			return nil, errNoValue // unknown (nil) or empty
+		}
+		return val, nil
+	})
+	return v, err == nil && v != ""
 }
 
 // keyPlaceholders returns the placeholders ("{...}") of a key template,

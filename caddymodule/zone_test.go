@@ -202,3 +202,113 @@ func TestClientChosenPlaceholder(t *testing.T) {
 		}
 	}
 }
+
+// TestZoneClientKeyBehindProxy: from a peer the server trusts, the client
+// is read from the right of the server's client_ip_headers, whatever
+// Caddy's client_ip says (its leftmost X-Forwarded-For entry, unless the
+// server sets trusted_proxies_strict); from another peer, the peer.
+func TestZoneClientKeyBehindProxy(t *testing.T) {
+	const spoofed = "198.51.100.1" // what Caddy's client_ip is without strict: the leftmost entry
+	xff := map[string]string{"X-Forwarded-For": spoofed + ", 203.0.113.5"}
+	tests := []struct {
+		name     string
+		srv      *caddyhttp.Server // nil: no server in the context
+		zone     Zone
+		trusted  bool
+		clientIP string // Caddy's client_ip
+		header   map[string]string
+		want     string
+	}{
+		{name: "untrusted peer", zone: Zone{}, clientIP: "192.0.2.1", header: xff, want: "192.0.2.1"},
+		{name: "trusted, xff", zone: Zone{}, trusted: true, clientIP: spoofed, header: xff, want: "203.0.113.5"},
+		{name: "trusted, xff, ipv6 prefix", zone: Zone{IPv6Prefix: 64}, trusted: true, clientIP: spoofed, header: xff, want: "203.0.113.5"},
+		{name: "trusted, xff, ipv4 prefix", zone: Zone{IPv4Prefix: 24}, trusted: true, clientIP: spoofed, header: xff, want: "203.0.113.0/24"},
+		{name: "trusted, ipv6 grouped", zone: Zone{IPv6Prefix: 64}, trusted: true, clientIP: "2001:db8:9::1",
+			header: map[string]string{"X-Forwarded-For": "2001:db8:9::1, [2001:db8:1:2::7]:443"}, want: "2001:db8:1:2::/64"},
+		{name: "trusted, no header", zone: Zone{}, trusted: true, clientIP: "127.0.0.1", want: "127.0.0.1"},
+		{name: "trusted, garbage: the peer", zone: Zone{}, trusted: true, clientIP: spoofed,
+			header: map[string]string{"X-Forwarded-For": spoofed + ", garbage"}, want: "192.0.2.1"},
+		{name: "strict: Caddy's", srv: &caddyhttp.Server{TrustedProxiesStrict: 1}, zone: Zone{}, trusted: true, clientIP: "203.0.113.5", header: xff, want: "203.0.113.5"},
+		{name: "strict, an entry Caddy cannot read: the peer", srv: &caddyhttp.Server{TrustedProxiesStrict: 1}, zone: Zone{}, trusted: true, clientIP: spoofed,
+			header: map[string]string{"X-Forwarded-For": spoofed + ", [2001:db8::8]:443"}, want: "192.0.2.1"},
+		{name: "strict, all trusted: the peer", srv: &caddyhttp.Server{TrustedProxiesStrict: 1}, zone: Zone{}, trusted: true, clientIP: "192.0.2.1",
+			header: map[string]string{"X-Forwarded-For": "127.0.0.2, 127.0.0.3"}, want: "192.0.2.1"},
+		{name: "strict, chain", srv: &caddyhttp.Server{TrustedProxiesStrict: 1}, zone: Zone{IPv6Prefix: 64}, trusted: true, clientIP: "2001:db8:1:2::7",
+			header: map[string]string{"X-Forwarded-For": spoofed + ", 2001:db8:1:2::7, 127.0.0.3:80"}, want: "2001:db8:1:2::/64"},
+		{name: "client_ip_headers", srv: &caddyhttp.Server{ClientIPHeaders: []string{"X-Real-IP", "X-Forwarded-For"}}, zone: Zone{}, trusted: true, clientIP: spoofed,
+			header: map[string]string{"X-Forwarded-For": spoofed + ", 203.0.113.5"}, want: "203.0.113.5"},
+		{name: "client_ip_headers, first present", srv: &caddyhttp.Server{ClientIPHeaders: []string{"X-Real-IP", "X-Forwarded-For"}}, zone: Zone{}, trusted: true, clientIP: spoofed,
+			header: map[string]string{"X-Real-IP": "203.0.113.9", "X-Forwarded-For": spoofed}, want: "203.0.113.9"},
+		{name: "forwarded", srv: &caddyhttp.Server{ClientIPHeaders: []string{"Forwarded"}}, zone: Zone{}, trusted: true, clientIP: "192.0.2.1",
+			header: map[string]string{"Forwarded": "for=" + spoofed + `, for="[2001:db8::5]:80";proto=https`, "X-Forwarded-For": spoofed}, want: "2001:db8::5"},
+		{name: "forwarded, strict", srv: &caddyhttp.Server{ClientIPHeaders: []string{"Forwarded"}, TrustedProxiesStrict: 1}, zone: Zone{}, trusted: true, clientIP: "192.0.2.1",
+			header: map[string]string{"Forwarded": "for=" + spoofed + ", for=203.0.113.5"}, want: "203.0.113.5"},
+		{name: "forwarded, untrusted peer", srv: &caddyhttp.Server{ClientIPHeaders: []string{"Forwarded"}}, zone: Zone{}, clientIP: "192.0.2.1",
+			header: map[string]string{"Forwarded": "for=203.0.113.5"}, want: "192.0.2.1"},
+		{name: "composite", zone: Zone{Key: "{http.vars.client_ip} {http.request.host}"}, trusted: true, clientIP: spoofed, header: xff, want: "11:203.0.113.5|11:example.com"},
+		{name: "template", zone: Zone{Key: "ip={http.vars.client_ip}"}, trusted: true, clientIP: spoofed, header: xff, want: "ip=203.0.113.5"},
+		{name: "template, unknown placeholder", zone: Zone{Key: "{http.vars.client_ip}{no.such}"}, trusted: true, clientIP: spoofed, header: xff, want: ""},
+		{name: "template, empty placeholder", zone: Zone{Key: "{http.vars.client_ip}/{http.request.header.X-None}"}, trusted: true, clientIP: spoofed, header: xff, want: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			z := tt.zone
+			z.Name, z.Rate = "z", "10/s"
+			bg := context.Background()
+			if tt.srv != nil {
+				bg = context.WithValue(bg, caddyhttp.ServerCtxKey, tt.srv)
+			}
+			ctx, cancel := caddy.NewContext(caddy.Context{Context: bg})
+			defer cancel()
+			if err := z.provision(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r, repl := testRequest(tt.clientIP, tt.header)
+			r.RemoteAddr = "192.0.2.1:4711"
+			caddyhttp.SetVar(r.Context(), caddyhttp.TrustedProxyVarKey, tt.trusted)
+			a, ok, err := z.ask(r, repl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok != (tt.want != "") || a.Key != tt.want {
+				t.Errorf("ask = (%q, %v), want (%q, %v)", a.Key, ok, tt.want, tt.want != "")
+			}
+		})
+	}
+}
+
+// TestZoneLongKeyIsBounded: a key longer than core.MaxKeyLength, from one
+// placeholder or a constant, is its digest in the ask, so that the
+// stores, the sketch and the log see 33 bytes, hashed once per request;
+// the admin API finds it by its digest or in full.
+func TestZoneLongKeyIsBounded(t *testing.T) {
+	long := strings.Repeat("k", 64<<10)
+	for _, tc := range []struct {
+		zone   Zone
+		header map[string]string
+		raw    string // the key before bounding
+	}{
+		{Zone{Key: "{http.request.header.X-Token}"}, map[string]string{"X-Token": long}, long},
+		{Zone{Key: "token {http.request.header.X-Token}"}, map[string]string{"X-Token": long}, "token " + long},
+		{Zone{Key: long}, nil, long},
+	} {
+		z := provisionedZone(t, tc.zone)
+		r, repl := testRequest("203.0.113.7", tc.header)
+		a, ok, err := z.ask(r, repl)
+		if err != nil || !ok {
+			t.Fatalf("key %.40q: ask = %v, %v", tc.zone.Key, ok, err)
+		}
+		want := core.BoundKey(tc.raw)
+		if a.Key != z.prefix+want || len(want) != 33 {
+			t.Errorf("key %.40q: ask key %.60q (%d bytes), want %q", tc.zone.Key, a.Key, len(a.Key), want)
+		}
+		if got := z.topKey(a.Key); got != want {
+			t.Errorf("key %.40q: sketch key %.60q, want %q", tc.zone.Key, got, want)
+		}
+		for _, name := range []string{want, tc.raw} {
+			if got := z.storeKey(name); got != a.Key {
+				t.Errorf("key %.40q: the admin API's key for %.40q is %.60q, want %q", tc.zone.Key, name, got, a.Key)
+			}
+		}
+	}
+}

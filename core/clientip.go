@@ -8,23 +8,32 @@ import (
 	"strings"
 )
 
-// MaxForwardedHops is the most X-Forwarded-For entries [ClientIP] examines,
-// counted from the right. Entries further left are never looked at, so a
-// hostile header of any length costs the same bounded work and no
-// allocation proportional to its size. A chain of more than this many
-// trusted or excluded proxies is treated like a header that names no client.
+// MaxForwardedHops is the most entries of a forwarding header (addresses
+// of X-Forwarded-For, elements of Forwarded) [ClientIP] examines, counted
+// from the right. Entries further left are never looked at, so a hostile
+// header of any length costs the same bounded work and no allocation
+// proportional to its size. A chain of more than this many trusted or
+// excluded proxies is treated like a header that names no client.
 const MaxForwardedHops = 32
 
-// The forwarding headers ClientIP understands, in canonical form.
+// The forwarding headers ClientIP reads in their own ways, in canonical
+// form.
 const (
-	headerXFF    = "X-Forwarded-For"
-	headerRealIP = "X-Real-Ip" // canonical form of X-Real-IP
+	headerXFF       = "X-Forwarded-For"
+	headerRealIP    = "X-Real-Ip" // canonical form of X-Real-IP
+	headerForwarded = "Forwarded"
 )
 
 // maxHopLength is the longest X-Forwarded-For entry worth parsing: a
 // bracketed IPv6 address with an IPv4 tail, a zone and a port fits easily.
 // Longer entries are garbage and are rejected before parsing.
 const maxHopLength = 96
+
+// maxElementLength is the longest Forwarded element worth parsing: its
+// for=, by=, host= and proto= parameters with addresses and a host name.
+// A longer element is garbage, and the walk over the header stops there
+// without looking further left.
+const maxElementLength = 256
 
 // ClientIP derives the address of the client that sent a request.
 //
@@ -53,31 +62,41 @@ type ClientIP struct {
 	// forwardedHeaders.trustedIPs). The walk from the right then skips
 	// only TrustedProxies and ExcludedIPs.
 	AnyPeer bool
-	// Header names the forwarding header: "X-Forwarded-For" (the default,
-	// when empty) or "X-Real-IP", in any letter case.
+	// Header names the forwarding header, in any letter case; it is the
+	// only header read. "X-Forwarded-For" (the default, when empty) is a
+	// comma-separated list of addresses, each proxy appending its peer's;
+	// so is any other name but these two (such as a CDN's own header).
+	// "Forwarded" is RFC 7239's list of elements, each proxy appending
+	// one whose for= parameter names its peer: an element whose for= is
+	// not an IP address ("unknown", an obfuscated identifier, none) ends
+	// the walk as a malformed entry does. "X-Real-IP" is one address, set
+	// by the nearest proxy (of several lines, the last one counts).
 	Header string
-	// Depth, like Traefik's ipStrategy.depth, selects the Depth-th
-	// X-Forwarded-For entry counted from the right (1 is the rightmost,
-	// the address the trusted peer itself appended); empty entries count
-	// as positions. Zero walks the entries from the right, skipping those
+	// Depth, like Traefik's ipStrategy.depth, selects the Depth-th entry
+	// of the header counted from the right (1 is the rightmost, the
+	// address the trusted peer itself appended); empty entries count as
+	// positions. Zero walks the entries from the right, skipping those
 	// in TrustedProxies or ExcludedIPs, and takes the first other address
 	// (the "rightmost untrusted" rule); if every entry is skipped, the
 	// leftmost one is the client, as with NGINX's real_ip_recursive.
-	// At most MaxForwardedHops. X-Forwarded-For only.
+	// At most MaxForwardedHops. Not with X-Real-IP.
 	Depth int
 	// ExcludedIPs, like Traefik's ipStrategy.excludedIPs, are skipped, in
-	// addition to TrustedProxies, when walking X-Forwarded-For from the
-	// right. They are not trusted as peers. Only with Depth 0 and
-	// X-Forwarded-For.
+	// addition to TrustedProxies, when walking the header from the right.
+	// They are not trusted as peers. Only with Depth 0, not with
+	// X-Real-IP.
 	ExcludedIPs []netip.Prefix
 	// IPv4Prefix and IPv6Prefix group client addresses by network for
 	// Key: 24 keys an IPv4 client by its /24, 64 an IPv6 client by its /64.
 	// Zero, or the full length (32 or 128), keys by the full address.
 	IPv4Prefix, IPv6Prefix int
 
-	// realIP: Header names X-Real-IP (set by Validate), so that a request
-	// does not compare header names.
-	realIP bool
+	// hdr is Header in canonical form when it names a list of addresses
+	// other than X-Forwarded-For, else "" (set by Validate).
+	hdr string
+	// realIP and rfc7239: Header names X-Real-IP or Forwarded (set by
+	// Validate), so that a request does not compare header names.
+	realIP, rfc7239 bool
 	// depth4: AnyPeer with a Depth, and IPv4 clients keyed by their full
 	// address (set by Validate), so that clientKey tries depthKey first.
 	depth4 bool
@@ -133,23 +152,23 @@ func (c *ClientIP) Validate() error {
 			return fmt.Errorf("excluded_ips: invalid prefix %v", p)
 		}
 	}
-	realIP := false
-	switch {
-	case c.Header == "" || strings.EqualFold(c.Header, headerXFF):
-	case strings.EqualFold(c.Header, headerRealIP):
-		realIP = true
-	default:
-		return fmt.Errorf("header %q: unknown (want X-Forwarded-For or X-Real-IP)", c.Header)
+	hdr := headerXFF
+	if c.Header != "" {
+		if !isToken(c.Header) {
+			return fmt.Errorf("header %q: not a valid header name", c.Header)
+		}
+		hdr = http.CanonicalHeaderKey(c.Header)
 	}
+	realIP := hdr == headerRealIP
 	if c.Depth < 0 || c.Depth > MaxForwardedHops {
 		return fmt.Errorf("depth: must be between 0 and %d, got %d", MaxForwardedHops, c.Depth)
 	}
 	if realIP && c.Depth != 0 {
-		return errors.New("depth: applies to X-Forwarded-For only, not X-Real-IP")
+		return errors.New("depth: applies to a list of addresses, such as X-Forwarded-For, not to X-Real-IP")
 	}
 	if len(c.ExcludedIPs) > 0 {
 		if realIP {
-			return errors.New("excluded_ips: apply to X-Forwarded-For only, not X-Real-IP")
+			return errors.New("excluded_ips: apply to a list of addresses, such as X-Forwarded-For, not to X-Real-IP")
 		}
 		if c.Depth != 0 {
 			return errors.New("excluded_ips: only apply when depth is 0 (Traefik silently ignores them when depth is set; sluice refuses)")
@@ -161,8 +180,11 @@ func (c *ClientIP) Validate() error {
 	if c.IPv6Prefix < 0 || c.IPv6Prefix > 128 {
 		return fmt.Errorf("ipv6_prefix: must be between 0 and 128, got %d", c.IPv6Prefix)
 	}
-	c.realIP = realIP
-	c.depth4 = c.AnyPeer && c.Depth > 0 && (c.IPv4Prefix == 0 || c.IPv4Prefix == 32)
+	c.hdr, c.realIP, c.rfc7239 = "", realIP, hdr == headerForwarded
+	if hdr != headerXFF && !realIP && !c.rfc7239 {
+		c.hdr = hdr
+	}
+	c.depth4 = c.AnyPeer && c.Depth > 0 && hdr == headerXFF && (c.IPv4Prefix == 0 || c.IPv4Prefix == 32)
 	return nil
 }
 
@@ -189,6 +211,17 @@ func (c *ClientIP) Key(r *http.Request) (string, bool) {
 // trusted_proxies.
 func (c *ClientIP) GroupKey(a netip.Addr) string {
 	return groupKey(c, a.Unmap().WithZone(""), "")
+}
+
+// Relayed returns the client that the forwarding header h names, read as
+// Key reads it after a trusted peer (Header, Depth, TrustedProxies,
+// ExcludedIPs), whoever the peer is. It is for hosts that decide
+// themselves whether the peer is a trusted proxy, such as Caddy with its
+// trusted_proxies. It reports false when the header names no client
+// (absent, malformed, too short for Depth); the peer is then the client.
+func (c *ClientIP) Relayed(h http.Header) (netip.Addr, bool) {
+	a, _, ok := forwardedAddr(c, h)
+	return a, ok
 }
 
 // clientKey is Key as a function, which Yaegi enters faster than a method.
@@ -295,7 +328,7 @@ func clientAddr(c *ClientIP, r *http.Request) (netip.Addr, string, bool) {
 	if !c.AnyPeer && (len(c.TrustedProxies) == 0 || !containsAddr(c.TrustedProxies, peer)) {
 		return peer, text, true
 	}
-	if a, t, ok := forwardedAddr(c, r); ok {
+	if a, t, ok := forwardedAddr(c, r.Header); ok {
 		return a, t, true
 	}
 	return peer, text, true
@@ -310,29 +343,36 @@ func anyPeerAddr(c *ClientIP, r *http.Request) (netip.Addr, string, bool) {
 			return netip.Addr{}, "", false // not an IP peer, as parsePeer says
 		}
 	}
-	if a, t, ok := forwardedAddr(c, r); ok {
+	if a, t, ok := forwardedAddr(c, r.Header); ok {
 		return a, t, true
 	}
 	return parsePeer(r.RemoteAddr)
 }
 
 // forwardedAddr returns the client that the forwarding header of a trusted
-// peer names, and its text as parseHop gives it; false if it names none.
-// Each way of reading the header is a function of its own: under Yaegi a
-// function's call pays for its whole body.
-func forwardedAddr(c *ClientIP, r *http.Request) (netip.Addr, string, bool) {
+// peer names in h, and its text as parseHop gives it; false if it names
+// none. Each way of reading the header is a function of its own: under
+// Yaegi a function's call pays for its whole body.
+func forwardedAddr(c *ClientIP, h http.Header) (netip.Addr, string, bool) {
 	if c.realIP {
 		// A proxy sets X-Real-IP; if several lines arrive, the last one
 		// is the nearest proxy's.
-		if v := r.Header[headerRealIP]; len(v) > 0 {
+		if v := h[headerRealIP]; len(v) > 0 {
 			return parseHop(v[len(v)-1])
 		}
 		return netip.Addr{}, "", false
 	}
-	if c.Depth > 0 {
-		return forwardedAt(c.Depth, r.Header[headerXFF])
+	if c.rfc7239 {
+		return fromForwarded(c, h[headerForwarded])
 	}
-	return fromForwardedFor(c, r.Header[headerXFF])
+	lines := h[headerXFF]
+	if c.hdr != "" {
+		lines = h[c.hdr]
+	}
+	if c.Depth > 0 {
+		return forwardedAt(c.Depth, lines)
+	}
+	return fromForwardedFor(c, lines)
 }
 
 // forwardedAt picks the depth-th entry from the right of the
@@ -401,6 +441,192 @@ func fromForwardedFor(c *ClientIP, lines []string) (netip.Addr, string, bool) {
 		}
 	}
 	return leftmost, "", leftmost.IsValid()
+}
+
+// fromForwarded picks the client from the Forwarded lines (RFC 7239), read
+// as one comma-separated list of elements, as forwardedAt (Depth) and
+// fromForwardedFor (Depth 0) pick it from X-Forwarded-For, each element's
+// for= parameter being its entry. An element whose for= is not an address
+// ("unknown", an obfuscated identifier, none at all), or that is malformed,
+// names no client: the walk stops there, for what lies to its left was
+// not written by a trusted proxy. It examines at most MaxForwardedHops
+// elements of at most maxElementLength bytes each.
+func fromForwarded(c *ClientIP, lines []string) (netip.Addr, string, bool) {
+	var leftmost netip.Addr // last skipped element's
+	n := 0                  // elements examined
+	for li := len(lines) - 1; li >= 0; li-- {
+		s := lines[li]
+		for {
+			if n == MaxForwardedHops {
+				return netip.Addr{}, "", false
+			}
+			n++
+			i, ok := lastElement(s)
+			if !ok {
+				return netip.Addr{}, "", false
+			}
+			a, ok := forwardedFor(s[i+1:])
+			if c.Depth > 0 {
+				if n == c.Depth {
+					return a, "", ok
+				}
+			} else {
+				if !ok {
+					return netip.Addr{}, "", false
+				}
+				if !containsAddr(c.TrustedProxies, a) && !containsAddr(c.ExcludedIPs, a) {
+					return a, "", true
+				}
+				leftmost = a
+			}
+			if i < 0 {
+				break
+			}
+			s = s[:i]
+		}
+	}
+	if c.Depth > 0 {
+		return netip.Addr{}, "", false // fewer elements than Depth
+	}
+	return leftmost, "", leftmost.IsValid()
+}
+
+// lastElement returns the index of the comma that separates the last
+// element of the Forwarded line s from the others, or -1 when that element
+// is all of s; a comma inside a quoted string separates nothing. It
+// reports false when the element is longer than maxElementLength or its
+// quotes do not pair, looking at no more of s than that. Quotes escaped
+// with a backslash would mislead it, but only within an element that
+// holds the backslash, which forwardedFor refuses.
+func lastElement(s string) (int, bool) {
+	quoted := false
+	stop := len(s) - 1 - maxElementLength // the comma can be no further left
+	for i := len(s) - 1; i >= 0; i-- {
+		switch {
+		case i < stop:
+			return 0, false
+		case s[i] == '"':
+			quoted = !quoted
+		case s[i] == ',' && !quoted:
+			return i, true
+		}
+	}
+	return -1, !quoted
+}
+
+// forwardedFor returns the address that the for= parameter of the
+// Forwarded element elem names. It reports false when elem is not a
+// well-formed element (pairs token=value, the value a token or a quoted
+// string without escapes, separated by semicolons, spaces and tabs around
+// them allowed), has no for= or two, or its for= is not an IP address.
+func forwardedFor(elem string) (netip.Addr, bool) {
+	if strings.IndexByte(elem, '\\') >= 0 {
+		return netip.Addr{}, false // a quoted pair: never in an address
+	}
+	var a netip.Addr
+	found := false
+	for {
+		if elem = strings.TrimLeft(elem, " \t"); elem == "" {
+			break
+		}
+		if elem[0] == ';' {
+			elem = elem[1:] // an empty pair
+			continue
+		}
+		eq := strings.IndexByte(elem, '=')
+		if eq < 0 || !isToken(elem[:eq]) {
+			return netip.Addr{}, false
+		}
+		name, value := elem[:eq], elem[eq+1:]
+		elem = ""
+		if value != "" && value[0] == '"' {
+			end := strings.IndexByte(value[1:], '"') + 1
+			if end == 0 {
+				return netip.Addr{}, false
+			}
+			elem = strings.TrimLeft(value[end+1:], " \t")
+			if elem != "" && elem[0] != ';' {
+				return netip.Addr{}, false
+			}
+			value = value[1:end]
+		} else {
+			if semi := strings.IndexByte(value, ';'); semi >= 0 {
+				value, elem = value[:semi], value[semi:]
+			}
+			if value = strings.TrimRight(value, " \t"); !isToken(value) {
+				return netip.Addr{}, false
+			}
+		}
+		if strings.EqualFold(name, "for") {
+			if found {
+				return netip.Addr{}, false
+			}
+			var ok bool
+			if a, ok = forwardedNode(value); !ok {
+				return netip.Addr{}, false
+			}
+			found = true
+		}
+	}
+	return a, found
+}
+
+// forwardedNode parses the value of a for= parameter: an IPv4 address, or
+// an IPv6 address in brackets, either with an optional port (a number, or
+// an obfuscated one beginning with "_"); an IPv6 address without brackets
+// too, as some proxies write it. "unknown" and obfuscated identifiers
+// ("_hidden") are not addresses.
+func forwardedNode(v string) (netip.Addr, bool) {
+	if len(v) > maxHopLength {
+		return netip.Addr{}, false
+	}
+	host, port := v, ""
+	if v != "" && v[0] == '[' {
+		end := strings.IndexByte(v, ']')
+		if end < 0 {
+			return netip.Addr{}, false
+		}
+		host, port = v[1:end], v[end+1:]
+		if port != "" && port[0] != ':' {
+			return netip.Addr{}, false
+		}
+	} else if i := strings.IndexByte(v, ':'); i >= 0 && strings.IndexByte(v[i+1:], ':') < 0 {
+		host, port = v[:i], v[i:] // an IPv4 address and a port
+	}
+	if port != "" && !isNodePort(port[1:]) {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil || host != v && a.Is4() == (v[0] == '[') {
+		return netip.Addr{}, false // brackets are for IPv6 addresses, ports follow IPv4 ones
+	}
+	return a.Unmap().WithZone(""), true
+}
+
+// isNodePort reports whether p is RFC 7239's node-port: a port number, or
+// an obfuscated port ("_" and letters, digits, ".", "_" or "-").
+func isNodePort(p string) bool {
+	if p == "" {
+		return false
+	}
+	if p[0] == '_' {
+		for i := 1; i < len(p); i++ {
+			c := p[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+				return false
+			}
+		}
+		return len(p) > 1
+	}
+	if len(p) > 5 {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] < '0' || p[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // parsePeer parses Request.RemoteAddr, normally "ip:port", also accepting a

@@ -38,7 +38,7 @@ func isInterpreted() bool {
 }
 
 func TestClientIPKey(t *testing.T) {
-	const xff, xri = "X-Forwarded-For", "X-Real-IP"
+	const xff, xri, fwd = "X-Forwarded-For", "X-Real-IP", "Forwarded"
 	loop := []string{"127.0.0.0/8"}
 	tests := []struct {
 		name     string
@@ -102,6 +102,53 @@ func TestClientIPKey(t *testing.T) {
 		{name: "x-real-ip garbage", trusted: loop, hdr: xri, remote: "127.0.0.1:1", lines: []string{xri, "203.0.113.7, 198.51.100.1"}, want: "127.0.0.1"},
 		{name: "x-real-ip last line", trusted: loop, hdr: "x-real-ip", remote: "127.0.0.1:1", lines: []string{xri, "198.51.100.1", xri, "203.0.113.7"}, want: "203.0.113.7"},
 		{name: "xff ignores x-real-ip", trusted: loop, remote: "127.0.0.1:1", lines: []string{xri, "203.0.113.7"}, want: "127.0.0.1"},
+		{name: "xff ignores forwarded", trusted: loop, remote: "127.0.0.1:1", lines: []string{fwd, "for=203.0.113.7"}, want: "127.0.0.1"},
+
+		// Another list header, read as X-Forwarded-For is.
+		{name: "other list header", trusted: loop, hdr: "cf-connecting-ip", remote: "127.0.0.1:1", lines: []string{"CF-Connecting-IP", "198.51.100.1, 203.0.113.7", xff, "192.0.2.9"}, want: "203.0.113.7"},
+		{name: "other list header, depth", trusted: loop, hdr: "X-Client-Chain", depth: 2, remote: "127.0.0.1:1", lines: []string{"X-Client-Chain", "198.51.100.1, 203.0.113.7"}, want: "198.51.100.1"},
+		{name: "other list header, untrusted peer", trusted: loop, hdr: "X-Client-Chain", remote: "192.0.2.1:1", lines: []string{"X-Client-Chain", "203.0.113.7"}, want: "192.0.2.1"},
+
+		// Forwarded (RFC 7239): the for= of each element, walked as
+		// X-Forwarded-For is.
+		{name: "forwarded", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, "for=203.0.113.7"}, want: "203.0.113.7"},
+		{name: "forwarded, untrusted peer", trusted: loop, hdr: fwd, remote: "192.0.2.1:1", lines: []string{fwd, "for=203.0.113.7"}, want: "192.0.2.1"},
+		{name: "forwarded ignores xff", trusted: loop, hdr: "forwarded", remote: "127.0.0.1:1", lines: []string{xff, "203.0.113.7"}, want: "127.0.0.1"},
+		{name: "forwarded rightmost untrusted", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, "for=198.51.100.1, for=203.0.113.7;proto=https, for=127.0.0.3;by=127.0.0.1"}, want: "203.0.113.7"},
+		{name: "forwarded several lines", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, "for=198.51.100.1", fwd, "for=127.0.0.3"}, want: "198.51.100.1"},
+		{name: "forwarded params any order and case", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, `proto=https;By="[2001:db8::9]";FOR=203.0.113.7;host=example.com`}, want: "203.0.113.7"},
+		{name: "forwarded quoted ipv4 with port", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, `for="203.0.113.7:4711"`}, want: "203.0.113.7"},
+		{name: "forwarded quoted ipv6", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, `for="[2001:db8:cafe::17]"`}, want: "2001:db8:cafe::17"},
+		{name: "forwarded ipv6 with port", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, `for="[2001:db8:cafe::17]:4711"`}, want: "2001:db8:cafe::17"},
+		{name: "forwarded ipv6 obfuscated port", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, `for="[2001:db8::1]:_p1"`}, want: "2001:db8::1"},
+		{name: "forwarded ipv6 without brackets", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, `for="2001:db8::1"`}, want: "2001:db8::1"},
+		{name: "forwarded mapped ipv6", trusted: loop, hdr: fwd, v4: 24, remote: "127.0.0.1:1", lines: []string{fwd, `for="[::ffff:203.0.113.7]"`}, want: "203.0.113.0/24"},
+		{name: "forwarded comma in quotes", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, `for=198.51.100.1;ext="a, for=127.0.0.9"`}, want: "198.51.100.1"},
+		{name: "forwarded semicolon in quotes", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, `ext="a;for=198.51.100.1";for=203.0.113.7`}, want: "203.0.113.7"},
+		{name: "forwarded empty pairs", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, ";for=203.0.113.7;;proto=http;"}, want: "203.0.113.7"},
+		{name: "forwarded open quote left of client", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, `for=198.51.100.1, for="unknown, for=203.0.113.7`}, want: "203.0.113.7"},
+		{name: "forwarded garbage left of client", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, `for="[::1, x;;;=, for=203.0.113.7`}, want: "203.0.113.7"},
+		{name: "forwarded unknown stops", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, "for=198.51.100.1, for=unknown"}, want: "127.0.0.1"},
+		{name: "forwarded obfuscated stops", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, "for=198.51.100.1, for=_hidden, for=127.0.0.3"}, want: "127.0.0.1"},
+		{name: "forwarded without for stops", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, "for=198.51.100.1, proto=https"}, want: "127.0.0.1"},
+		{name: "forwarded two fors", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, "for=198.51.100.1;for=203.0.113.7"}, want: "127.0.0.1"},
+		{name: "forwarded empty element", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, "for=203.0.113.7,"}, want: "127.0.0.1"},
+		{name: "forwarded unbalanced quote", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, `for="203.0.113.7`}, want: "127.0.0.1"},
+		{name: "forwarded escape", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, `for="203.0.113.7";x="""`}, want: "127.0.0.1"},
+		{name: "forwarded text after quotes", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, `for="203.0.113.7"x`}, want: "127.0.0.1"},
+		{name: "forwarded spaces around =", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, "for = 203.0.113.7"}, want: "127.0.0.1"},
+		{name: "forwarded ipv4 in brackets", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, `for="[203.0.113.7]"`}, want: "127.0.0.1"},
+		{name: "forwarded bad port", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, `for="203.0.113.7:123456"`}, want: "127.0.0.1"},
+		{name: "forwarded prefix", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, `for="203.0.113.0/24"`}, want: "127.0.0.1"},
+		{name: "forwarded overlong element", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, "for=203.0.113.7;ext=" + strings.Repeat("x", 300)}, want: "127.0.0.1"},
+		{name: "forwarded all trusted: leftmost", trusted: loop, hdr: fwd, remote: "127.0.0.1:1", lines: []string{fwd, "for=127.0.0.5, for=127.0.0.6"}, want: "127.0.0.5"},
+		{name: "forwarded excluded skipped", trusted: loop, hdr: fwd, excluded: []string{"203.0.113.0/24"}, remote: "127.0.0.1:1", lines: []string{fwd, "for=198.51.100.1, for=203.0.113.7"}, want: "198.51.100.1"},
+		{name: "forwarded depth 2", trusted: loop, hdr: fwd, depth: 2, remote: "127.0.0.1:1", lines: []string{fwd, "for=198.51.100.1, for=203.0.113.7"}, want: "198.51.100.1"},
+		{name: "forwarded depth past garbage", trusted: loop, hdr: fwd, depth: 2, remote: "127.0.0.1:1", lines: []string{fwd, "for=198.51.100.1, for=unknown"}, want: "198.51.100.1"},
+		{name: "forwarded depth hits garbage", trusted: loop, hdr: fwd, depth: 1, remote: "127.0.0.1:1", lines: []string{fwd, "for=198.51.100.1, for=unknown"}, want: "127.0.0.1"},
+		{name: "forwarded depth too deep", trusted: loop, hdr: fwd, depth: 3, remote: "127.0.0.1:1", lines: []string{fwd, "for=198.51.100.1, for=203.0.113.7"}, want: "127.0.0.1"},
+		{name: "forwarded any peer, depth", anyPeer: true, hdr: fwd, depth: 1, remote: "192.0.2.50:1", lines: []string{xff, "198.51.100.1", fwd, "for=203.0.113.7"}, want: "203.0.113.7"},
+		{name: "forwarded any peer", anyPeer: true, hdr: fwd, remote: "192.0.2.50:1", lines: []string{fwd, "for=198.51.100.1, for=203.0.113.7"}, want: "203.0.113.7"},
 
 		// AnyPeer: the header is believed from every peer, only the
 		// excluded addresses are skipped.
@@ -180,7 +227,10 @@ func TestClientIPValidate(t *testing.T) {
 		{name: "depth max", c: ClientIP{TrustedProxies: p, Depth: MaxForwardedHops}},
 		{name: "x-real-ip any case", c: ClientIP{Header: "x-REAL-ip"}},
 		{name: "x-forwarded-for", c: ClientIP{Header: "X-Forwarded-For"}},
-		{name: "unknown header", c: ClientIP{Header: "Forwarded"}, wantErr: `header "Forwarded"`},
+		{name: "forwarded", c: ClientIP{Header: "forwarded", Depth: 2, ExcludedIPs: p}, wantErr: "excluded_ips"},
+		{name: "forwarded with excluded", c: ClientIP{Header: "Forwarded", ExcludedIPs: p}},
+		{name: "other list header", c: ClientIP{Header: "CF-Connecting-IP", Depth: 1}},
+		{name: "bad header name", c: ClientIP{Header: "X Forwarded"}, wantErr: `header "X Forwarded": not a valid header name`},
 		{name: "negative depth", c: ClientIP{Depth: -1}, wantErr: "depth"},
 		{name: "depth too large", c: ClientIP{Depth: MaxForwardedHops + 1}, wantErr: "depth"},
 		{name: "depth with x-real-ip", c: ClientIP{Header: "X-Real-IP", Depth: 1}, wantErr: "depth"},
@@ -342,6 +392,56 @@ func BenchmarkClientIPKey(b *testing.B) {
 				if _, ok := bc.c.Key(bc.r); !ok {
 					b.Fatal("no key")
 				}
+			}
+		})
+	}
+}
+
+func TestClientIPHostileForwarded(t *testing.T) {
+	const n = 10000
+	trusted := mustPrefixes(t, "127.0.0.0/8")
+	elem := func(i int) string {
+		if i <= 5 {
+			return `for="127.0.0.` + strconv.Itoa(i) + `:80";proto=https`
+		}
+		return "for=198.51.100." + strconv.Itoa(i%256)
+	}
+	tests := []struct {
+		name  string
+		depth int
+		hdr   string
+		want  string
+	}{
+		{name: "rightmost untrusted", hdr: hostileForwardedFor(n, elem), want: "198.51.100.6"},
+		{name: "depth at the bound", depth: MaxForwardedHops, hdr: hostileForwardedFor(n, elem), want: "198.51.100." + strconv.Itoa(MaxForwardedHops)},
+		{name: "trusted beyond the bound", hdr: hostileForwardedFor(n, func(int) string { return "for=127.0.0.3" }), want: "127.0.0.1"},
+		{name: "one endless element", hdr: strings.Repeat("for=198.51.100.1;", n), want: "127.0.0.1"},
+		{name: "one endless quote", hdr: `for="` + strings.Repeat("198.51.100.1,", n) + `"`, want: "127.0.0.1"},
+	}
+	for _, tt := range tests {
+		tt := tt
+		t.Run(tt.name, func(t *testing.T) {
+			if len(tt.hdr) < 64<<10 {
+				t.Fatalf("header is %d bytes; want at least 64 KiB", len(tt.hdr))
+			}
+			c := &ClientIP{TrustedProxies: trusted, Header: "Forwarded", Depth: tt.depth}
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			r := newRequest("127.0.0.1:1", "Forwarded", tt.hdr)
+			if got, ok := c.Key(r); !ok || got != tt.want {
+				t.Errorf("Key = %q, %v; want %q, true", got, ok, tt.want)
+			}
+			if isInterpreted() {
+				return
+			}
+			// Keys of IPv4 clients cost their string, of the peer none.
+			want := 1.0
+			if tt.want == "127.0.0.1" {
+				want = 0
+			}
+			if got := testing.AllocsPerRun(20, func() { c.Key(r) }); got > want {
+				t.Errorf("%v allocations per Key; want at most %v", got, want)
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -138,6 +139,50 @@ func FuzzResponder(f *testing.F) {
 			ra := rec.Header().Get("Retry-After")
 			if n, err := strconv.ParseInt(ra, 10, 64); err != nil || n < (int64(d.RetryAfter)-1)/int64(time.Second)+1 && n < 9223372036 {
 				t.Fatalf("Retry-After %q for %v", ra, d.RetryAfter)
+			}
+		}
+	})
+}
+
+// FuzzRelayedClient: whatever a client writes into X-Forwarded-For or
+// Forwarded, the trusted proxies' entries appended to its right decide the
+// key; and any header, from any peer, is read without a panic.
+func FuzzRelayedClient(f *testing.F) {
+	f.Add("198.51.100.1", 0)
+	f.Add(`for="unknown, for=[::1]:80;proto=http`, 1)
+	f.Add(`"`, 2)
+	f.Add(`for="\",for=198.51.100.1"`, 0)
+	f.Add(strings.Repeat("for=127.0.0.3,", 40), 3)
+	f.Add(";;;=,=;\t", 32)
+	trusted := mustPrefixes(f, "10.0.0.0/8")
+	f.Fuzz(func(t *testing.T, written string, depth int) {
+		for _, tc := range []struct{ header, proxies, want string }{
+			{"X-Forwarded-For", ", 2001:db8::5, 10.0.0.2", "2001:db8::5"},
+			{"Forwarded", `, for="[2001:db8::5]:4711";proto=https, for=10.0.0.2;by=10.0.0.1`, "2001:db8::5"},
+			{"Forwarded", ",for=203.0.113.5", "203.0.113.5"},
+		} {
+			c := &ClientIP{TrustedProxies: trusted, Header: tc.header}
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			r := newRequest("10.0.0.1:1", tc.header, written+tc.proxies)
+			if got, ok := c.Key(r); !ok || got != tc.want {
+				t.Fatalf("%s: %q: key %q, %v; want %q", tc.header, written+tc.proxies, got, ok, tc.want)
+			}
+			if depth < 0 || depth > MaxForwardedHops {
+				continue
+			}
+			// The client's text alone, with any depth: no panic, and a
+			// key that is an address.
+			c = &ClientIP{TrustedProxies: trusted, Header: tc.header, Depth: depth}
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			r = newRequest("10.0.0.1:1", tc.header, written)
+			if got, ok := c.Key(r); !ok {
+				t.Fatalf("%s: %q: no key", tc.header, written)
+			} else if _, err := netip.ParseAddr(got); err != nil {
+				t.Fatalf("%s: %q: key %q is not an address", tc.header, written, got)
 			}
 		}
 	})

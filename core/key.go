@@ -53,7 +53,8 @@ type keyPart struct {
 //
 //	client_ip       the client address, as derived by ip (see [ClientIP.Key])
 //	header:<Name>   the first value of request header Name
-//	host            the requested host, lowercased, without port or IPv6 brackets
+//	host            the requested host, lowercased, without port, IPv6 brackets
+//	                or the trailing dot of a fully qualified name
 //	method          the request method
 //	path            the URL path, decoded but not cleaned ("/a//b" stays)
 //	query:<name>    the first value of query parameter name, decoded
@@ -287,7 +288,7 @@ func partValue(k *KeySpec, p *keyPart, r *http.Request) string {
 			return vs[0]
 		}
 	case partHost:
-		return strings.ToLower(stripPort(r.Host))
+		return hostKey(r.Host)
 	case partMethod:
 		if r.Method == "" {
 			return http.MethodGet // Request.Method documents "" as GET
@@ -309,6 +310,17 @@ func partValue(k *KeySpec, p *keyPart, r *http.Request) string {
 		return p.arg
 	}
 	return ""
+}
+
+// hostKey is a host part's value for the Host value host: lowercased,
+// without port or brackets, and without the trailing dot of a fully
+// qualified name, so that "Example.com.:443" and "example.com" are one key.
+func hostKey(host string) string {
+	h := strings.ToLower(stripPort(host))
+	if len(h) > 1 && h[len(h)-1] == '.' {
+		h = h[:len(h)-1]
+	}
+	return h
 }
 
 // stripPort removes the port from a Host value and the brackets around an

@@ -134,6 +134,10 @@ func TestKeySpecHost(t *testing.T) {
 		"":                 "",
 		":8080":            "",
 		"[2001:DB8::1]:80": "2001:db8::1",
+		// A fully qualified name is the same host as without its dot.
+		"example.com.":      "example.com",
+		"Example.COM.:8443": "example.com",
+		".":                 ".",
 	} {
 		r := keyRequest(t, http.MethodGet, host, "/")
 		got, ok := k.Key(r)

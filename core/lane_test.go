@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -149,12 +150,23 @@ func TestServeLaneMatchesGate(t *testing.T) {
 // allowed.
 func serveBoth(t *testing.T, label string, lane *Lane, gate *Gate, ctx context.Context, remote string, asks func(*http.Request) []Ask, seen *[]Verdict) {
 	t.Helper()
-	var recs [2]*httptest.ResponseRecorder
-	var nexts [2]countingHandler
-	for i := range recs {
-		recs[i] = httptest.NewRecorder()
+	serveBothRequest(t, label, lane, gate, func() *http.Request {
 		r := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx)
 		r.RemoteAddr = remote
+		return r
+	}, asks, seen)
+}
+
+// serveBothRequest is serveBoth for requests that newRequest makes.
+func serveBothRequest(t *testing.T, label string, lane *Lane, gate *Gate, newRequest func() *http.Request, asks func(*http.Request) []Ask, seen *[]Verdict) {
+	t.Helper()
+	var recs [2]*httptest.ResponseRecorder
+	var nexts [2]countingHandler
+	var remote string
+	for i := range recs {
+		recs[i] = httptest.NewRecorder()
+		r := newRequest()
+		remote = r.RemoteAddr
 		if i == 0 {
 			ServeLane(lane, &nexts[0], recs[0], r)
 			continue
@@ -176,6 +188,74 @@ func serveBoth(t *testing.T, label string, lane *Lane, gate *Gate, ctx context.C
 		recs[0].Body.String() != recs[1].Body.String() || nexts[0].n != nexts[1].n {
 		t.Fatalf("%s, client %q: lane answered %d %v %q (next %d), gate %d %v %q (next %d)", label, remote,
 			recs[0].Code, recs[0].Header(), recs[0].Body, nexts[0].n, recs[1].Code, recs[1].Header(), recs[1].Body, nexts[1].n)
+	}
+}
+
+// TestServeLaneRelayedMatchesGate: behind trusted proxies, with the client
+// named by X-Forwarded-For or by Forwarded, with a depth or without, the
+// lane keys requests as KeySpec.Key does.
+func TestServeLaneRelayedMatchesGate(t *testing.T) {
+	trusted := mustPrefixes(t, "192.0.2.0/24")
+	remotes := []string{"192.0.2.1:1234", "198.51.100.9:80", "[2001:db8::1]:443", "not an address"}
+	values := []string{"203.0.113.1", "203.0.113.2, 192.0.2.7", "198.51.100.1, 203.0.113.1", "unknown", "[2001:db8::7]:80", ""}
+	rules := []*ClientIP{
+		{TrustedProxies: trusted},
+		{TrustedProxies: trusted, Header: "Forwarded"},
+		{TrustedProxies: trusted, Header: "Forwarded", Depth: 2},
+		{AnyPeer: true, Depth: 1},
+		{AnyPeer: true, Header: "Forwarded", Depth: 1},
+		{TrustedProxies: trusted, Header: "Forwarded", IPv4Prefix: 24, IPv6Prefix: 64},
+	}
+	rng := rand.New(rand.NewSource(13))
+	for ri, ip := range rules {
+		clock := &fakeClock{now: confEpoch}
+		l := gateLimit(t, "api", TokenBucket, "2/s", 0)
+		resp := Responder{Headers: DefaultHeaders, Body: BodyJSON}
+		laneStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		laneGate, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: laneStore, Responder: resp, Clock: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		laneGate.memClock = true // as in TestServeLaneMatchesGate
+		slowStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slowGate, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: &hiddenStore{slowStore}, Responder: resp, Clock: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, err := ParseKeySpec(nil, ip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seen []Verdict
+		lane := NewLane(LaneConfig{Gate: laneGate, Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*KeySpec{spec}, Prefix: "mw\x00",
+			Observe: func(v *Verdict) { seen = append(seen, *v) }})
+		for step := 0; step < 200; step++ {
+			remote, v := remotes[rng.Intn(len(remotes))], values[rng.Intn(len(values))]
+			xff, fwd := v, "for="+v
+			if strings.Contains(v, ":") {
+				fwd = `for="` + v + `"`
+			}
+			seen = seen[:0]
+			serveBothRequest(t, "rule "+strconv.Itoa(ri)+" step "+strconv.Itoa(step), lane, slowGate, func() *http.Request {
+				r := httptest.NewRequest(http.MethodGet, "/", nil)
+				r.RemoteAddr = remote
+				r.Header.Set("X-Forwarded-For", xff)
+				r.Header.Set("Forwarded", strings.ReplaceAll(fwd, ", ", ", for="))
+				return r
+			}, func(r *http.Request) []Ask {
+				if key, ok := MissingSkip.Resolve(spec.Key(r)); ok {
+					return []Ask{{Limit: l, Key: "mw\x00" + key, Cost: 1}}
+				}
+				return nil
+			}, &seen)
+			clock.Advance(time.Duration(rng.Int63n(int64(300 * time.Millisecond))))
+		}
 	}
 }
 

@@ -6,6 +6,15 @@
 #            Caddyfile.example and README.md's Caddyfile adapt and validate,
 #            and they and e2e/testdata's are as `caddy fmt` writes them (else
 #            Caddy warns on every run).
+#   proxy    ./caddy behind a trusted load balancer (curl from 127.0.0.1,
+#            in the servers' trusted_proxies; e2e/testdata/proxy.Caddyfile):
+#            a client that writes a new address left of the one the
+#            balancer appended, in X-Forwarded-For (with and without
+#            trusted_proxies_strict) or Forwarded (client_ip_headers
+#            Forwarded), gets one bucket, for the key {client_ip} with and
+#            without ipv6_prefix; the client whose address it wrote keeps
+#            its quota; X-Forwarded-For does not move a key read from
+#            Forwarded.
 #   example  ./caddy runs Caddyfile.example (127.0.0.1:8080, admin on
 #            localhost:2019, both must be free): an allowed answer carries
 #            the rate-limit headers; POST /login's stricter zone rejects the
@@ -138,6 +147,61 @@ for f in Caddyfile.example "$tmp/README.Caddyfile" e2e/testdata/*.Caddyfile; do
 		fail "$f is not as caddy fmt writes it (Caddy warns on every run): $(cat "$tmp/fmt.diff")"
 done
 pass "module http.handlers.sluice is in ./caddy; Caddyfile.example and README.md's Caddyfile adapt and validate; they and e2e/testdata's are caddy fmt's"
+
+# --- proxy -------------------------------------------------------------------
+# codes sends a request per header value of the remaining arguments to the
+# URL $1 with the header $2 and prints the status codes, space-separated.
+codes() {
+	local url=$1 name=$2 v out=()
+	shift 2
+	for v in "$@"; do
+		out+=("$(req -H "$name: $v" "$url")")
+	done
+	echo "${out[*]}"
+}
+# want_codes checks that codes' output $1 is $2, naming the requests $3.
+want_codes() {
+	[ "$1" = "$2" ] || fail "proxy, $3: status codes $1, want $2"
+}
+declare -A proxy_port
+for site in xff strict forwarded; do
+	proxy_port[$site]="$(free_port)"
+done
+logs+=("$tmp/proxy.log")
+SLUICE_E2E_PORT="${proxy_port[xff]}" SLUICE_E2E_STRICT="${proxy_port[strict]}" \
+	SLUICE_E2E_FORWARDED="${proxy_port[forwarded]}" \
+	./caddy run --config e2e/testdata/proxy.Caddyfile --adapter caddyfile >"$tmp/proxy.log" 2>&1 &
+proxy_pid=$!
+pids+=("$proxy_pid")
+for site in xff strict forwarded; do
+	wait_port "${proxy_port[$site]}" "$proxy_pid" "caddy (proxy.Caddyfile, $site)"
+done
+for site in xff strict forwarded; do
+	url="http://127.0.0.1:${proxy_port[$site]}"
+	if [ "$site" = forwarded ]; then
+		name=Forwarded
+		spoof=(for=198.51.100.{1..5}", for=203.0.113.5")
+		victim=for=198.51.100.1
+		spoof6=("for=\"[2001:db8:9::1]\", for=\"[2001:db8:1:2::7]:443\"" "for=\"[2001:db8:9::2]\";proto=http, for=\"[2001:db8:1:2::8]:443\"")
+	else
+		name=X-Forwarded-For
+		spoof=(198.51.100.{1..5}", 203.0.113.5")
+		victim=198.51.100.1
+		spoof6=("2001:db8:9::1, 2001:db8:1:2::7" "2001:db8:9::2,2001:db8:1:2::8")
+	fi
+	want_codes "$(codes "$url/" "$name" "${spoof[@]}")" "200 429 429 429 429" \
+		"$site: 5 requests from 203.0.113.5, each with a new address written left of it in $name"
+	want_codes "$(codes "$url/" "$name" "$victim" "$victim")" "200 429" \
+		"$site: the client 198.51.100.1 whose address the spoofer wrote"
+	want_codes "$(codes "$url/net" "$name" "${spoof6[@]}")" "200 429" \
+		"$site: 2 requests from one /64 with ipv6_prefix 64, each with a new address written left of it"
+done
+# The Forwarded site's key is not read from X-Forwarded-For: without
+# Forwarded, every request is the balancer's own.
+want_codes "$(codes "http://127.0.0.1:${proxy_port[forwarded]}/" X-Forwarded-For 192.0.2.{1..3})" "200 429 429" \
+	"forwarded: 3 requests naming new clients in X-Forwarded-For only"
+stop "$proxy_pid"
+pass "proxy: behind a trusted balancer, a client that writes new addresses into X-Forwarded-For (with and without trusted_proxies_strict) or Forwarded keeps one bucket, with and without ipv6_prefix, and cannot spend another client's quota"
 
 # --- example -----------------------------------------------------------------
 port_open 8080 && fail "127.0.0.1:8080 is in use; Caddyfile.example needs it"

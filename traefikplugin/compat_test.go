@@ -3,6 +3,7 @@ package traefikplugin
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -168,6 +169,44 @@ func TestNoSpoofing(t *testing.T) {
 	}
 	if got := codes(h, proxied("198.51.100.1"), 1) + " " + codes(h, proxied("198.51.100.2"), 1) + " " + codes(h, proxied("198.51.100.2"), 1); got != "200 200 429" {
 		t.Errorf("trusted proxy: got %s, want 200 200 429", got)
+	}
+}
+
+// TestBalancerSpoof: behind a load balancer that appends the client's
+// address to X-Forwarded-For, a client that writes a new address to its
+// left each time is still one client, and cannot spend the quota of the
+// client whose address it wrote: with trustedProxies (the rightmost
+// untrusted entry), with ipStrategy.depth 1, with ipStrategy.excludedIPs,
+// and by default (the peer).
+func TestBalancerSpoof(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		victim string // the victim's own requests: 200 429, or 429 429 when all share the balancer's key
+	}{
+		{"trustedProxies", Config{TrustedProxies: []string{"127.0.0.1"}}, "200 429"},
+		{"depth", Config{SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{Depth: "1"}}}, "200 429"},
+		{"depth with trustedProxies", Config{TrustedProxies: []string{"127.0.0.1"}, SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{Depth: "1"}}}, "200 429"},
+		{"excludedIPs", Config{SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{ExcludedIPs: []string{"10.0.0.0/8"}}}}, "200 429"},
+		{"default", Config{}, "429 429"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.Average, cfg.Period = "1", "1m"
+			h, _ := newTestRegistry().mustNew(t, &cfg, "rl@file")
+			var got []string
+			for i := 1; i <= 5; i++ {
+				got = append(got, codes(h, request{remote: "127.0.0.1:4711",
+					headers: map[string]string{"X-Forwarded-For": "198.51.100." + strconv.Itoa(i) + ", 203.0.113.5"}}, 1))
+			}
+			if s := strings.Join(got, " "); s != "200 429 429 429 429" {
+				t.Errorf("a client writing a new address each time: got %s, want 200 429 429 429 429", s)
+			}
+			victim := request{remote: "127.0.0.1:4711", headers: map[string]string{"X-Forwarded-For": "198.51.100.1"}}
+			if s := codes(h, victim, 2); s != tc.victim {
+				t.Errorf("the client whose address it wrote: got %s, want %s", s, tc.victim)
+			}
+		})
 	}
 }
 

@@ -184,7 +184,8 @@ type SourceCriterion struct {
 	// RequestHeaderName keys requests by the value of this header.
 	RequestHeaderName string
 	// RequestHost, "true", keys requests by the requested host (without
-	// its port and lowercased, unlike Traefik's built-in).
+	// its port or a trailing dot, and lowercased, unlike Traefik's
+	// built-in).
 	RequestHost string
 	// Unknown is as Config.Unknown.
 	Unknown map[string]interface{} `mapstructure:",remain"`

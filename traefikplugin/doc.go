@@ -32,8 +32,8 @@
 //     per router and per reload).
 //   - ipStrategy.depth beyond the length of X-Forwarded-For keys the
 //     request by its peer address; the built-in puts all such requests
-//     into one bucket. requestHost is compared without port and in lower
-//     case.
+//     into one bucket. requestHost is compared without port or a
+//     trailing dot, and in lower case.
 //   - Several redis.endpoints are a Redis Cluster seed list, as for the
 //     built-in (redis.db must then be 0: the built-in ignores it);
 //     replicas are not used, and a request whose limits fall in several
