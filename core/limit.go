@@ -113,14 +113,21 @@ func ParseRate(s string) (Rate, error) {
 // the period as a Go duration without its zero trailing units, "30/1m",
 // "5/1h30m", "10/100ms", not "30/1m0s".
 func (r Rate) String() string {
-	p := r.Period.String()
+	return strconv.FormatFloat(r.Quota, 'f', -1, 64) + "/" + FormatPeriod(r.Period)
+}
+
+// FormatPeriod writes a period as users write it: time.Duration's text
+// without its trailing zero units, "1m" rather than "1m0s", "1h" rather
+// than "1h0m0s", "1m30s" unchanged.
+func FormatPeriod(d time.Duration) string {
+	p := d.String()
 	if strings.HasSuffix(p, "m0s") {
 		p = p[:len(p)-2]
 	}
 	if strings.HasSuffix(p, "h0m") {
 		p = p[:len(p)-2]
 	}
-	return strconv.FormatFloat(r.Quota, 'f', -1, 64) + "/" + p
+	return p
 }
 
 // Limit is one named rate limit. A Limit must pass Validate (which also fills

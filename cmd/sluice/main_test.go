@@ -180,7 +180,7 @@ func TestSimSVG(t *testing.T) {
 	if len(series) != 6 || !series["arrivals"] || !series["fixed_window"] || !series["sliding_window_counter"] {
 		t.Errorf("series %v; want the arrivals and five algorithms", series)
 	}
-	if len(title) != 1 || !strings.Contains(title[0], "trace boundary") || !strings.Contains(title[0], "10/1m0s") {
+	if len(title) != 1 || !strings.Contains(title[0], "trace boundary") || !strings.HasSuffix(title[0], "limit 10/1m") {
 		t.Errorf("title %q; want one naming the trace and the limit", title)
 	}
 	wantLegend := []string{"arrived: 20", "token_bucket: 10 admitted", "leaky_bucket: 10 admitted", "fixed_window: 20 admitted", "sliding_window_log: 10 admitted", "sliding_window_counter: 10 admitted"}

@@ -115,7 +115,7 @@ func simAll(algs []core.Algorithm, rate core.Rate, burst float64, tr []arrival) 
 func writeTable(w io.Writer, traceName string, rate core.Rate, arrivals int, outcomes []outcome) {
 	fmt.Fprintf(w, "trace %s: %d requests; limit %s\n", traceName, arrivals, rate)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "algorithm\tadmitted\trejected\tmost in any %v\tlongest wait\n", rate.Period)
+	fmt.Fprintf(tw, "algorithm\tadmitted\trejected\tmost in any %s\tlongest wait\n", core.FormatPeriod(rate.Period))
 	for _, o := range outcomes {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%v\n", o.alg, o.admitted, o.rejected, num(o.maxWindow), o.longestWait.Round(time.Millisecond))
 	}
