@@ -108,6 +108,10 @@ type Verdict struct {
 	// are several (the store's), for a refund; nil for one ask, whose
 	// decision is Decision.
 	charged []Decision
+	// chargedLocal: the rates were charged on the fallback store, where
+	// a refund goes. It differs from Fallback when the rates were decided
+	// by the primary store and the in-flight slots by the fallback.
+	chargedLocal bool
 }
 
 // charges is what Store.Refund needs of v: the decision on each of the
@@ -332,7 +336,7 @@ func gateFailed(g *Gate, ctx context.Context, asks []Ask, out []Decision, err er
 	if g.fallback != nil {
 		if ferr := g.cfg.Fallback.Take(ctx, g.localAsks(asks), out); ferr == nil {
 			v := classify(g, out)
-			v.Err, v.Fallback = err, true
+			v.Err, v.Fallback, v.chargedLocal = err, true, true
 			return v
 		}
 	}
@@ -527,7 +531,7 @@ func (g *Gate) refund(asks []Ask, v *Verdict) {
 		ctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
 		defer cancel()
 	}
-	if v.Fallback {
+	if v.chargedLocal {
 		g.cfg.Fallback.Refund(ctx, g.localAsks(asks), v.charges())
 		return
 	}

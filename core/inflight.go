@@ -472,7 +472,8 @@ func flightDecide(g *Gate, ctx context.Context, asks []Ask) (Verdict, []Ask) {
 		out = append(out, v.Decision)
 	}
 	nv := classify(g, out)
-	nv.Err, nv.Fallback, nv.charged = v.Err, v.Fallback, v.charges() // the rates', for answer's refund
+	// The rates' charges, for answer's refund.
+	nv.Err, nv.Fallback, nv.charged, nv.chargedLocal = v.Err, v.Fallback, v.charges(), v.chargedLocal
 	if err != nil {
 		nv.Err, nv.Fallback = err, true
 	}

@@ -715,3 +715,43 @@ func TestFlightAcrossOutageUnderLoad(t *testing.T) {
 		t.Errorf("%d local slots held after every release", n)
 	}
 }
+
+// TestFlightRefundGoesWhereCharged cancels the delay of a request whose
+// rates Redis charged and whose slots the fallback gave (the gate was
+// asserting its slots on Redis after an outage): the refund must reach
+// Redis, where the charge is, not the fallback store.
+func TestFlightRefundGoesWhereCharged(t *testing.T) {
+	st := flightRedisStore(t)
+	r, _ := ParseRate("1/h")
+	l := &Limit{Name: "lbcharged" + redisNonce, Algorithm: LeakyBucket, Rate: r, Burst: 2, MaxInFlight: 5}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	local, _ := NewMemoryStore(MemoryConfig{})
+	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: st, Fallback: local, Instances: 1, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	v := g.Decide(context.Background(), asks)
+	if v.Outcome != OutcomeAllowed || v.Delay != 0 {
+		t.Fatalf("first request: %+v", v)
+	}
+	v.Slots.Release()
+	// Another request asserts the gate's slots: this one's come from the
+	// fallback, its rates from Redis.
+	atomic.StoreInt32(&g.slots.dirty, slotsAsserting)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	v, ok := g.Serve(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil).WithContext(ctx), asks)
+	if ok || v.Outcome != OutcomeCancelled || !v.Fallback || v.chargedLocal {
+		t.Fatalf("cancelled delay: proceed %v, %+v", ok, v)
+	}
+	atomic.StoreInt32(&g.slots.dirty, slotsClean)
+	// Refunded on Redis, the queue has room for one more again.
+	v = g.Decide(context.Background(), asks)
+	if v.Outcome != OutcomeAllowed || v.Delay <= 0 {
+		t.Errorf("after the refund: %+v, want admitted with a delay (the cancelled request's slot given back on Redis)", v)
+	}
+	v.Slots.Release()
+}
