@@ -70,7 +70,8 @@ type Config struct {
 	// "shared" for a key taken from SourceCriterion (Traefik's behavior)
 	// and "skip" for one given by Key. With skip, a client that leaves out
 	// a header, query parameter or cookie the key is built from is not
-	// limited; the plugin logs that once, at debug level, when it loads.
+	// limited; the plugin logs that once, at error level (Traefik's
+	// default), when it loads.
 	OnMissingKey string
 	// MaxInFlight, when positive, is the most requests of one key (the
 	// top-level limit's) in progress at once, as Traefik's inFlightReq
