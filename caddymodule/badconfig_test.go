@@ -59,6 +59,10 @@ var badCaddyfiles = []struct {
 	{"zone.rate", []string{"zone a {", "\trate 1/2s", "\trate 3/s", "}"}, 3, `duplicate subdirective "rate"`},
 	{"zone.burst", []string{"zone a {", "\trate 1/s", "\tburst -1", "}"}, 3, `burst "-1": want a number of at least 0`},
 	{"zone.burst", []string{"zone a {", "\trate 1/s", "\tburst x", "}"}, 3, `burst "x": want a number`},
+	// 0, the quota here when left out, would be 1 in Traefik: refused in
+	// both hosts, in core's words.
+	{"zone.burst", []string{"zone a {", "\trate 10/s", "\tburst 0", "}"}, 3, "burst: must be positive, got 0 (leave burst out for the default)"},
+	{"zone.burst", []string{"zone a {", "\trate 10/s", "\talgorithm leaky_bucket", "\tburst 0.0", "}"}, 4, "burst: must be positive, got 0"},
 	{"zone.burst", []string{"zone a {", "\trate 1/s", "\talgorithm fixed_window", "\tburst 5", "}"}, 4, "burst: fixed_window takes its capacity from the rate's quota"},
 	{"zone.algorithm", []string{"zone a {", "\trate 1/s", "\talgorithm magic", "}"}, 3, `algorithm "magic": unknown (want token_bucket`},
 	{"zone.cost", []string{"zone a {", "\trate 1/s", "\tcost 0", "}"}, 3, `cost "0": must be positive`},

@@ -284,8 +284,13 @@ func buildLimit(item LimitConfig, option string) (*core.Limit, error) {
 	if err != nil {
 		return nil, err
 	}
+	if strings.TrimSpace(item.Burst) != "" {
+		if err := core.CheckBurst(burst); err != nil {
+			return nil, fmt.Errorf("%s%w; the built-in rateLimit reads 0 as 1, the default", option, err)
+		}
+	}
 	if alg == core.TokenBucket && burst == 0 {
-		burst = 1 // Traefik's default, and its floor
+		burst = 1 // Traefik's default
 	}
 	maxDelay, err := parseDuration(option+"maxDelay", item.MaxDelay)
 	if err != nil {
