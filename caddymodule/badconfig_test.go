@@ -59,6 +59,10 @@ var badCaddyfiles = []struct {
 	{"zone.rate", []string{"zone a {", "\trate 1/2s", "\trate 3/s", "}"}, 3, `duplicate subdirective "rate"`},
 	{"zone.burst", []string{"zone a {", "\trate 1/s", "\tburst -1", "}"}, 3, `burst "-1": want a number of at least 0`},
 	{"zone.burst", []string{"zone a {", "\trate 1/s", "\tburst x", "}"}, 3, `burst "x": want a number`},
+	// 0, the quota here when left out, would be 1 in Traefik: refused in
+	// both hosts, in core's words.
+	{"zone.burst", []string{"zone a {", "\trate 10/s", "\tburst 0", "}"}, 3, "burst: must be positive, got 0 (leave burst out for the default)"},
+	{"zone.burst", []string{"zone a {", "\trate 10/s", "\talgorithm leaky_bucket", "\tburst 0.0", "}"}, 4, "burst: must be positive, got 0"},
 	{"zone.burst", []string{"zone a {", "\trate 1/s", "\talgorithm fixed_window", "\tburst 5", "}"}, 4, "burst: fixed_window takes its capacity from the rate's quota"},
 	{"zone.algorithm", []string{"zone a {", "\trate 1/s", "\talgorithm magic", "}"}, 3, `algorithm "magic": unknown (want token_bucket`},
 	{"zone.cost", []string{"zone a {", "\trate 1/s", "\tcost 0", "}"}, 3, `cost "0": must be positive`},
@@ -100,6 +104,10 @@ var badCaddyfiles = []struct {
 	{"store redis.sentinel", redisWith("\tsentinel mymaster nohost"), 5, `store.redis.sentinel.addresses "nohost": want host:port`},
 	{"store redis.username", redisWith("\taddress 127.0.0.1:6379", "\tusername app"), 6, "store.redis.username: needs a password"},
 	{"store redis.password", redisWith("\taddress 127.0.0.1:6379", "\tpassword a b"), 6, "password: want one argument, got 2"},
+	// An unset variable: {env.X} fails the load, {$X} (expanded as the
+	// Caddyfile is read) the adapt.
+	{"store redis.password", redisWith("\taddress 127.0.0.1:6379", "\tpassword {env.SLUICE_TEST_UNSET_VARIABLE}"), 0, `store.redis.password "{env.SLUICE_TEST_UNSET_VARIABLE}": expands to nothing`},
+	{"store redis.password", redisWith("\taddress 127.0.0.1:6379", "\tpassword {$SLUICE_TEST_UNSET_VARIABLE}"), 6, "password: want one argument, got 0"},
 	{"store redis.db", redisWith("\taddress 127.0.0.1:6379", "\tdb -1"), 6, `db "-1": want an integer from 0 to`},
 	{"store redis.db", redisWith("\taddresses 127.0.0.1:7000", "\tdb 1"), 6, "store.redis.db 1: a Redis Cluster has only database 0"},
 	{"store redis.tls", redisWith("\taddress 127.0.0.1:6379", "\ttls yes"), 6, `tls: unexpected argument "yes"`},
@@ -342,6 +350,11 @@ var badJSON = []struct {
 	{"store.redis.sentinel.addresses", rj(`"sentinel":{"master":"m","addresses":["nohost"]}`), `store.redis.sentinel.addresses "nohost": want host:port`},
 	{"store.redis.username", rj(`"address":"127.0.0.1:1","username":"app"`), "store.redis.username: needs a password"},
 	{"store.redis.password", rj(`"address":"127.0.0.1:1","password":5`), "store.redis.password: want string, got a JSON number"},
+	// An unset variable in a credential fails the load, as env:NAME fails
+	// the Traefik plugin's middleware, rather than leaving every request to
+	// on_store_error.
+	{"store.redis.password", rj(`"address":"127.0.0.1:1","password":"{env.SLUICE_TEST_UNSET_VARIABLE}"`), `store.redis.password "{env.SLUICE_TEST_UNSET_VARIABLE}": expands to nothing (an environment variable not set or empty?)`},
+	{"store.redis.username", rj(`"address":"127.0.0.1:1","username":"{env.SLUICE_TEST_UNSET_VARIABLE}","password":"p"`), `store.redis.username "{env.SLUICE_TEST_UNSET_VARIABLE}": expands to nothing`},
 	{"store.redis.db", rj(`"address":"127.0.0.1:1","db":-1`), "store.redis.db: must not be negative, got -1"},
 	{"store.redis.db", rj(`"addresses":["127.0.0.1:7000"],"db":1`), "store.redis.db 1: a Redis Cluster has only database 0"},
 	{"store.redis.tls.*", rj(`"address":"127.0.0.1:1","tls":{"verify":true}`), "store.redis.tls.verify: unknown field"},

@@ -129,6 +129,9 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 			z.MaxInFlight, err = intArg(d, sub, 1, 1<<30)
 		case "burst":
 			z.Burst, err = floatArg(d, sub, 0, math.Inf(1))
+			if berr := core.CheckBurst(z.Burst); err == nil && berr != nil {
+				err = d.Err(berr.Error()) // in JSON, 0 is burst left out
+			}
 		case "algorithm":
 			z.Algorithm, err = oneArg(d, sub, nil)
 			if err == nil && !slices.Contains(core.Algorithms, core.Algorithm(z.Algorithm)) {

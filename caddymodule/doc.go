@@ -11,7 +11,7 @@
 //	        key            <template>...        # default {client_ip}; several are joined by spaces
 //	        rate           <quota>/<period>     # 100/m, 5/s, 10/1m30s; required unless max_in_flight
 //	        max_in_flight  <n>                  # at most n requests of a key in progress at once
-//	        burst          <cost units>         # token and leaky buckets; default: the quota, at least 1
+//	        burst          <cost units>         # token and leaky buckets, positive; default: the quota, at least 1
 //	        algorithm      token_bucket|leaky_bucket|fixed_window|sliding_window_log|sliding_window_counter
 //	        cost           <number>|<placeholder>
 //	        max_delay      <duration>           # leaky_bucket, token_bucket: wait up to this long instead of rejecting

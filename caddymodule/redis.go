@@ -22,7 +22,8 @@ import (
 // RedisStoreConfig configures a Redis store. Exactly one of Address,
 // Addresses and Sentinel says where Redis is. Address, Addresses, Sentinel,
 // Username, Password and the TLS file names may contain global placeholders
-// such as {env.REDIS_PASSWORD}, expanded once when the config loads.
+// such as {env.REDIS_PASSWORD}, expanded once when the config loads; a
+// username or password that expands to nothing fails the load.
 type RedisStoreConfig struct {
 	// Address is the host:port of a standalone server.
 	Address string `json:"address,omitempty"`
@@ -231,6 +232,14 @@ func (c *RedisStoreConfig) resolve() (*RedisStoreConfig, error) {
 	}
 	if c.Address != "" && r.Address == "" {
 		return nil, fmt.Errorf("store.redis.address %q: expands to nothing", c.Address)
+	}
+	// A credential from an unset variable is a deployment mistake: without
+	// it Redis refuses every command, and on_store_error decides every
+	// request. Refused at load, as the Traefik plugin refuses env:NAME.
+	for _, o := range [...]struct{ name, set, got string }{{"username", c.Username, r.Username}, {"password", c.Password, r.Password}} {
+		if o.set != "" && o.got == "" {
+			return nil, fmt.Errorf("store.redis.%s %q: expands to nothing (an environment variable not set or empty?); set it, or remove %s", o.name, o.set, o.name)
+		}
 	}
 	if err := r.checkAddresses(true); err != nil {
 		return nil, err

@@ -73,10 +73,11 @@ type Zone struct {
 
 	// Burst is the capacity in cost units: for token_bucket the bucket
 	// size, for leaky_bucket the queue depth (the request being served
-	// included). Zero means the quota, or 1 when the quota is below 1
-	// (rate 0.5/s: one request every two seconds). The window algorithms
-	// take their capacity from the quota, which must then be at least 1
-	// (write 1/2s, not 0.5/s), and refuse a burst.
+	// included). Zero, the field left out, means the quota, or 1 when the
+	// quota is below 1 (rate 0.5/s: one request every two seconds); the
+	// Caddyfile refuses burst 0, which Traefik reads as 1. The window
+	// algorithms take their capacity from the quota, which must then be at
+	// least 1 (write 1/2s, not 0.5/s), and refuse a burst.
 	Burst float64 `json:"burst,omitempty"`
 
 	// Algorithm is one of token_bucket (the default), leaky_bucket,

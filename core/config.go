@@ -42,6 +42,19 @@ func CheckLimitName(name string) error {
 	return nil
 }
 
+// CheckBurst returns an error, beginning with "burst", unless burst, a
+// value written in a host's configuration, is positive. A Limit reads a
+// zero Burst as unset, and each host fills an unset burst with its own
+// default (the Caddy module: the quota; the Traefik plugin: 1, as Traefik's
+// rateLimit), so a burst written as 0 would mean the quota in one host and
+// 1 in the other: every host refuses it instead, in these words.
+func CheckBurst(burst float64) error {
+	if !(burst > 0) {
+		return fmt.Errorf("burst: must be positive, got %v (leave burst out for the default)", burst)
+	}
+	return nil
+}
+
 // ErrCostNotNumber is ParseCost's error for a value that is not a finite
 // number, infinities and NaN included.
 var ErrCostNotNumber = errors.New("not a number")

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"math"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -160,5 +161,24 @@ func TestTLSConfig(t *testing.T) {
 	c, err := TLSConfig("", "", "", true, "redis.internal")
 	if err != nil || !c.InsecureSkipVerify || c.ServerName != "redis.internal" {
 		t.Errorf("insecure, server name: %+v, %v", c, err)
+	}
+}
+
+// TestCheckBurst: a burst written in a configuration must be positive, a
+// fraction included; 0 is refused in words that say how to get the
+// default.
+func TestCheckBurst(t *testing.T) {
+	for _, b := range []float64{0.5, 1, 100} {
+		if err := CheckBurst(b); err != nil {
+			t.Errorf("CheckBurst(%v): %v", b, err)
+		}
+	}
+	for _, b := range []float64{0, -1, math.NaN()} {
+		if err := CheckBurst(b); err == nil || !strings.HasPrefix(err.Error(), "burst: must be positive") {
+			t.Errorf("CheckBurst(%v): %v, want burst: must be positive", b, err)
+		}
+	}
+	if err := CheckBurst(0); err == nil || !strings.Contains(err.Error(), "leave burst out for the default") {
+		t.Errorf("CheckBurst(0): %v", err)
 	}
 }

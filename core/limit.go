@@ -143,7 +143,8 @@ type Limit struct {
 	// Burst is the capacity, in cost units: for TokenBucket the bucket size,
 	// for LeakyBucket the queue depth (the request being served included).
 	// Zero means the quota (a full period's worth), or 1 when the quota is
-	// below 1. Window algorithms take their capacity from the quota, which
+	// below 1; hosts read an unset burst as zero or as a default of their
+	// own, and refuse one written as 0 (CheckBurst). Window algorithms take their capacity from the quota, which
 	// must be at least 1, and reject a non-zero Burst.
 	Burst float64
 	// MaxDelay bounds the wait of a LeakyBucket request; zero means only the

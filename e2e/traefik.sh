@@ -387,6 +387,11 @@ else
 	fail "redis-down: Redis restarted, but redis-allow never answered 429 (Redis deciding) within 15 s (saw: $seen)"
 fi
 
+# kv-labels' per-key limit skips requests without X-API-Key: the remark that
+# clients bypass it is at error level, which Traefik shows by default.
+expect_re "logs: the onMissingKey skip remark is at error level" "$(grep ' ERR ' "$run/traefik-a.log" || true)" \
+	'limit "per-key": a request without header:X-API-Key is not limited by it \(onMissingKey: skip\)'
+
 # The plugin writes to os.Stdout and os.Stderr, which under Yaegi are the
 # process's own streams (Traefik's logger gets only fmt.Print* and log.*).
 echo "----- plugin output of Traefik a (its stdout and stderr):"

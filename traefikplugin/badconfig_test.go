@@ -36,6 +36,12 @@ var badConfigs = []struct {
 	{"burst", opts{"average": "1", "burst": "x"}, `burst "x": not a number`},
 	{"burst", opts{"average": "1", "burst": "-1"}, `burst "-1": must not be negative`},
 	{"burst", opts{"average": "1", "algorithm": "fixed_window", "burst": "5"}, "burst: fixed_window takes its capacity from the rate's quota"},
+	// A burst of 0 would mean 1 here (the built-in's reading) and the quota
+	// in Caddy, whose default it is: refused in both, in core's words.
+	{"burst", opts{"average": 5, "burst": 0}, "burst: must be positive, got 0 (leave burst out for the default); the built-in rateLimit reads 0 as 1, the default"},
+	{"burst", opts{"average": "5", "burst": "0.0"}, "burst: must be positive, got 0 (leave burst out for the default)"},
+	{"burst", opts{"average": "5", "algorithm": "leaky_bucket", "burst": "0"}, "burst: must be positive, got 0"},
+	{"burst", opts{"average": "5", "algorithm": "sliding_window_counter", "burst": "0"}, "burst: must be positive, got 0"},
 	{"sourceCriterion.*", opts{"average": "1", "sourceCriterion": opts{"ipstrategie": opts{}}}, "sourceCriterion.ipstrategie: unknown option"},
 	{"sourceCriterion.requestHost", opts{"average": "1", "sourceCriterion": opts{"requestHost": "yes please"}}, `sourceCriterion.requestHost "yes please": want true or false`},
 	{"sourceCriterion.requestHost", opts{"average": "1", "sourceCriterion": opts{"requestHost": "true", "requestHeaderName": "X-Key"}}, "sourceCriterion: requestHost and requestHeaderName are mutually exclusive"},
@@ -76,6 +82,7 @@ var badConfigs = []struct {
 	{"limits.average", opts{"limits": []interface{}{opts{"name": "a", "average": "20000", "algorithm": "sliding_window_log"}}}, "limits[0].average: sliding_window_log keeps one entry per request"},
 	{"limits.period", opts{"limits": []interface{}{opts{"name": "a", "average": "1", "period": "often"}}}, `limits[0].period "often"`},
 	{"limits.burst", opts{"limits": []interface{}{opts{"name": "a", "average": "1", "burst": "x"}}}, `limits[0].burst "x": not a number`},
+	{"limits.burst", opts{"limits": []interface{}{opts{"name": "a", "average": "1", "burst": 0}}}, "limits[0].burst: must be positive, got 0"},
 	{"limits.algorithm", opts{"limits": []interface{}{opts{"name": "a", "average": "1", "algorithm": "x"}}}, `limits[0].algorithm "x": unknown`},
 	{"limits.key", opts{"limits": []interface{}{opts{"name": "a", "average": "1", "key": "header:"}}}, `limits[0].key: key part "header:"`},
 	{"limits.cost", opts{"limits": []interface{}{opts{"name": "a", "average": "1", "cost": "-2"}}}, `limits[0].cost "-2"`},

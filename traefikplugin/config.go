@@ -25,9 +25,11 @@ type Config struct {
 	// Empty or "0" means one second.
 	Period string
 	// Burst is the token bucket's size: how many requests may arrive at
-	// once. Empty or "0" means 1, as in Traefik. For leaky_bucket it is the
-	// queue depth (empty: the quota, at least 1); window algorithms take
-	// their capacity from the quota and refuse a burst.
+	// once. Empty means 1, as in Traefik. For leaky_bucket it is the queue
+	// depth (empty: the quota, at least 1); window algorithms take their
+	// capacity from the quota and refuse a burst. "0" is refused: the
+	// built-in reads it as 1, the Caddy module's default is the quota, and
+	// a value that means one thing here and another there is a trap.
 	Burst string
 	// SourceCriterion selects what groups requests into one bucket, as in
 	// Traefik: the client IP (ipStrategy, the default), a request header,
@@ -70,7 +72,8 @@ type Config struct {
 	// "shared" for a key taken from SourceCriterion (Traefik's behavior)
 	// and "skip" for one given by Key. With skip, a client that leaves out
 	// a header, query parameter or cookie the key is built from is not
-	// limited; the plugin logs that once, at debug level, when it loads.
+	// limited; the plugin logs that once, at error level (Traefik's
+	// default), when it loads.
 	OnMissingKey string
 	// MaxInFlight, when positive, is the most requests of one key (the
 	// top-level limit's) in progress at once, as Traefik's inFlightReq

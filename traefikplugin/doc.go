@@ -81,7 +81,8 @@
 //
 // With redis set, counters are kept in Redis and shared by every Traefik
 // instance using it. The password may be read from Traefik's environment:
-// password "env:REDIS_PASSWORD". New tries to connect once, within
+// password "env:REDIS_PASSWORD" (New fails, naming it, if the variable is
+// not set or empty, as the Caddy module fails to load). New tries to connect once, within
 // dialTimeout; a server that is down then, or later, never makes New fail:
 // requests are decided by onStoreError (allow, the default, or deny) or, with
 // fallback local, by this instance's memory with 1/instances of each quota,

@@ -205,9 +205,6 @@ func (g *registry) build(ctx context.Context, id, name string, s *settings) (*en
 	for _, n := range s.notes {
 		fmt.Fprintf(g.stderr, "sluice %s: %s\n", name, n)
 	}
-	for _, n := range s.infos {
-		fmt.Fprintf(g.stdout, "sluice %s: %s\n", name, n)
-	}
 	g.evictLocked(name)
 	return e, nil
 }

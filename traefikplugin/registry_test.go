@@ -176,18 +176,25 @@ func closedPort(t *testing.T) string {
 }
 
 // TestSkippedKeyNote: a limit keyed on a part the client may leave out,
-// which then skips the limit by default, says so once at creation.
+// which then skips the limit by default, says so once at creation, at
+// error level (the plugin's log package output, which Traefik shows at
+// its default level), not at debug level (fmt, hidden by default).
 func TestSkippedKeyNote(t *testing.T) {
+	const note = `sluice api@file: limit "default": a request without header:X-API-Key is not limited by it (onMissingKey: skip)`
 	g := newTestRegistry()
 	g.mustNew(t, &Config{Average: "10", Key: []string{"header:X-API-Key"}}, "api@file")
-	if got := g.stdout.String(); !strings.Contains(got, `sluice api@file: limit "default": a request without header:X-API-Key is not limited by it (onMissingKey: skip)`) {
-		t.Errorf("stdout %q, want the note about header:X-API-Key", got)
+	g.mustNew(t, &Config{Average: "10", Key: []string{"header:X-API-Key"}}, "api@file") // another router
+	if got := g.stderr.String(); strings.Count(got, note) != 1 {
+		t.Errorf("error log %q, want the note about header:X-API-Key once", got)
+	}
+	if got := g.stdout.String(); got != "" {
+		t.Errorf("debug log %q, want nothing", got)
 	}
 	g = newTestRegistry()
 	g.mustNew(t, &Config{Average: "10", Key: []string{"header:X-API-Key"}, OnMissingKey: "shared"}, "api@file")
 	g.mustNew(t, &Config{Average: "10"}, "ip@file")
-	if got := g.stdout.String(); got != "" {
-		t.Errorf("stdout %q, want nothing for shared or client_ip keys", got)
+	if got := g.stdout.String() + g.stderr.String(); got != "" {
+		t.Errorf("log %q, want nothing for shared or client_ip keys", got)
 	}
 }
 

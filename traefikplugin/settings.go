@@ -31,11 +31,10 @@ type settings struct {
 	// maxKeys, when positive, is the capacity of the middleware's own
 	// in-memory store; zero means the process-wide store.
 	maxKeys int
-	// notes are remarks about the configuration, logged once when the
-	// registry entry is created; infos likewise, but at debug level (the
-	// plugin's standard output), as they warn of nothing wrong.
+	// notes are remarks about the configuration, logged once at error
+	// level when the registry entry is created: Traefik's default level,
+	// so that a warning such as a limit clients can bypass is seen.
 	notes []string
-	infos []string
 	// exempt are the client networks that bypass the limits, and ip the
 	// rule that finds a request's client address.
 	exempt []netip.Prefix
@@ -107,7 +106,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 		s.plans = append(s.plans, limitPlan{limit: l, spec: i, missing: missing, cost: cost})
 		if missing == core.MissingSkip {
 			if part := clientChosenPart(parts); part != "" {
-				s.infos = append(s.infos, fmt.Sprintf("limit %q: a request without %s is not limited by it (onMissingKey: skip); set onMissingKey: shared to count such requests in one bucket", l.Name, part))
+				s.notes = append(s.notes, fmt.Sprintf("limit %q: a request without %s is not limited by it (onMissingKey: skip); set onMissingKey: shared to count such requests in one bucket", l.Name, part))
 			}
 		}
 		return nil
@@ -285,8 +284,13 @@ func buildLimit(item LimitConfig, option string) (*core.Limit, error) {
 	if err != nil {
 		return nil, err
 	}
+	if strings.TrimSpace(item.Burst) != "" {
+		if err := core.CheckBurst(burst); err != nil {
+			return nil, fmt.Errorf("%s%w; the built-in rateLimit reads 0 as 1, the default", option, err)
+		}
+	}
 	if alg == core.TokenBucket && burst == 0 {
-		burst = 1 // Traefik's default, and its floor
+		burst = 1 // Traefik's default
 	}
 	maxDelay, err := parseDuration(option+"maxDelay", item.MaxDelay)
 	if err != nil {
