@@ -10,8 +10,13 @@
 # every answer from Redis within 1 s, which admits at most its quota, and
 # before that allow admitting all, deny none, fallback at most its local
 # share; and the host's open file descriptors no more than its Redis pool
-# can add. Then, on a fourth endpoint whose store follows the master a
-# Redis Sentinel names (a master, a replica, one Sentinel), SENTINEL
+# can add. A fourth endpoint, max_in_flight 4 with fallback local and
+# instances 1 in front of e2e/backend's requests held 1 s, gets the same
+# load, more at once than the limit, through the same outage: no failed
+# request, admissions in every phase, and the backend never has more than
+# 4 of its requests in progress at once (and has 4). Then, on a fifth
+# endpoint whose store follows the master a Redis Sentinel names (a
+# master, a replica, one Sentinel), SENTINEL
 # FAILOVER under load: the new master running the host's scripts within
 # 4 s (the recovery, printed in seconds), no failed request, the policy
 # answering for at most 4 s, no admission beyond the quota (the new master
@@ -55,10 +60,19 @@ start_redis() {
 	tl_wait_port "$1" 10 || { echo "FAIL: redis-server did not listen on 127.0.0.1:$1"; exit 1; }
 	REDIS_PID="$(cat "$TMP/redis-$1.pid")"
 }
-# run_outage HOST HOST_PID PORT BASE: the schedule against HOST's three
-# endpoints under BASE, Redis on PORT.
+# run_outage HOST HOST_PID PORT BASE COUNTS: the schedule against HOST's four
+# endpoints under BASE, Redis on PORT; COUNTS is the address of the backend
+# behind the in-flight endpoint.
 run_outage() {
-	local host="$1" hpid="$2" rport="$3" base="$4" before after line
+	local host="$1" hpid="$2" rport="$3" base="$4" counts="$5" before after line i warm=()
+	# Four requests at once through the in-flight endpoint (a path the
+	# backend counts apart) open the upstream connections its load reuses,
+	# so that they count before the outage.
+	for i in 1 2 3 4; do
+		curl -s -o /dev/null --max-time 5 "$base/count/inflight-warm?sleep=300ms" &
+		warm+=("$!")
+	done
+	wait "${warm[@]}" || true
 	before="$(fds "$hpid")"
 	while IFS= read -r line; do
 		case "$line" in
@@ -67,7 +81,8 @@ run_outage() {
 		*) echo "$host: $line" ;;
 		esac
 	done < <("$TMP/outage" -redis "127.0.0.1:$rport" -pid "$REDIS_PID" -restart "$RESTART" \
-		"allow=$base/allow" "deny=$base/deny" "fallback=$base/fallback" 2>&1 || true)
+		-counts "http://$counts/_counts?path=/count/inflight" -max-in-flight 4 \
+		"allow=$base/allow" "deny=$base/deny" "fallback=$base/fallback" "inflight=$base/count/inflight?sleep=1s" 2>&1 || true)
 	sleep 1 # the last answers close their connections
 	after="$(fds "$hpid")"
 	# The Redis pools (10 connections each at most) may have grown.
@@ -128,9 +143,15 @@ run_failover() {
 }
 
 go build -o "$TMP/outage" ./e2e/outage
+tl_build_backend "$TMP/backend"
 
 # --- caddy -------------------------------------------------------------------
-[ -x ./caddy ] || timeout 1800 ./xcaddy.sh build
+# $SLUICE_E2E_CADDY names another Caddy binary to test (one built from an
+# older tree, say).
+caddy="${SLUICE_E2E_CADDY:-./caddy}"
+[ -x "$caddy" ] || timeout 1800 ./xcaddy.sh build
+backend_port="$(free_port)"
+tl_start_backend "$TMP/backend" "$backend_port"
 rport="$(free_port)"
 start_redis "$rport"
 start_sentinel caddy
@@ -161,6 +182,20 @@ port="$(free_port)"
 		echo "		respond \"ok\""
 		echo "	}"
 	done
+	echo "	handle /count/inflight* {"
+	echo "		sluice {"
+	echo "			zone inflight {"
+	echo "				key global"
+	echo "				max_in_flight 4"
+	echo "			}"
+	echo "			store redis {"
+	echo "				address 127.0.0.1:$rport"
+	echo "			}"
+	echo "			fallback local"
+	echo "			instances 1"
+	echo "		}"
+	echo "		reverse_proxy 127.0.0.1:$backend_port"
+	echo "	}"
 	echo "	handle /failover {"
 	echo "		sluice {"
 	echo "			zone failover {"
@@ -174,11 +209,11 @@ port="$(free_port)"
 	echo "	}"
 	echo "}"
 } >"$TMP/Caddyfile"
-./caddy run --config "$TMP/Caddyfile" --adapter caddyfile >"$TMP/caddy.log" 2>&1 &
+"$caddy" run --config "$TMP/Caddyfile" --adapter caddyfile >"$TMP/caddy.log" 2>&1 &
 caddy_pid=$!
 TL_PIDS+=("$caddy_pid")
 tl_wait_port "$port" 30 || { echo "FAIL: caddy did not listen on 127.0.0.1:$port"; tail -20 "$TMP/caddy.log"; exit 1; }
-run_outage caddy "$caddy_pid" "$rport" "http://127.0.0.1:$port"
+run_outage caddy "$caddy_pid" "$rport" "http://127.0.0.1:$port" "127.0.0.1:$backend_port"
 run_failover caddy "http://127.0.0.1:$port/failover"
 
 # --- traefik -----------------------------------------------------------------
@@ -187,7 +222,6 @@ traefik="$(bash scripts/build-traefik.sh | tail -n 1)"
 rport="$(free_port)"
 start_redis "$rport"
 start_sentinel traefik
-tl_build_backend "$TMP/backend"
 backend_port="$(free_port)" tport="$(free_port)"
 tl_start_backend "$TMP/backend" "$backend_port"
 run="$TMP/run"
@@ -207,6 +241,10 @@ tl_plugin_tree "$run"
 		echo "      service: backend"
 		echo "      middlewares: [$policy]"
 	done
+	echo "    inflight:"
+	echo "      rule: \"PathPrefix(\`/count/inflight\`)\""
+	echo "      service: backend"
+	echo "      middlewares: [inflight]"
 	echo "  middlewares:"
 	for policy in allow deny fallback; do
 		opt="average: 1, onStoreError: $policy"
@@ -215,6 +253,9 @@ tl_plugin_tree "$run"
 		echo "      plugin:"
 		echo "        sluice: {$opt, period: 1h, redis: {endpoints: [\"127.0.0.1:$rport\"]}}"
 	done
+	echo "    inflight:"
+	echo "      plugin:"
+	echo "        sluice: {maxInFlight: 4, key: [\"const:inflight\"], fallback: local, instances: 1, redis: {endpoints: [\"127.0.0.1:$rport\"]}}"
 	echo "    failover:"
 	echo "      plugin:"
 	echo "        sluice: {average: 1, period: 1h, redis: {sentinel: {masterName: mymaster, endpoints: [\"127.0.0.1:$SENTINEL_PORT\"]}}}"
@@ -224,7 +265,7 @@ tl_start_traefik "$traefik" "$run" "$run/static.yml"
 traefik_pid=$TL_LAST_PID
 tl_wait_traefik "$tport" "$run/traefik.log" /allow 60 || { echo "FAIL: Traefik did not load the plugin"; tail -20 "$run/traefik.log"; exit 1; }
 # The readiness probe took /allow's one request: Redis holds its state.
-run_outage traefik "$traefik_pid" "$rport" "http://127.0.0.1:$tport"
+run_outage traefik "$traefik_pid" "$rport" "http://127.0.0.1:$tport" "127.0.0.1:$backend_port"
 run_failover traefik "http://127.0.0.1:$tport/failover"
 
 if [ "$failures" -gt 0 ]; then

@@ -1,10 +1,21 @@
-// Command backend is the upstream of the Traefik end-to-end tests and
-// benchmarks: a loopback HTTP server that answers every request with 200 and
-// the body "ok", as fast as net/http allows. It echoes the request header
+// Command backend is the upstream of the end-to-end tests and benchmarks: a
+// loopback HTTP server that answers every request with 200 and the body
+// "ok", as fast as net/http allows. It echoes the request header
 // X-Sluice-Dry-Run, the plugin's dry-run mark, as the response header
 // X-Seen-Dry-Run, so that a test sees what reached the upstream. A query
 // "sleep=<duration>" holds the request that long first, or until its
 // client leaves: a slow upstream for the in-flight tests.
+//
+// A request whose path starts with /count/ is counted, per path: the
+// instant it arrived (at most 100,000 per path are kept) and how many
+// requests of the path are in progress, whose peak is kept. GET
+// /_counts?path=/count/x answers those of /count/x as JSON:
+//
+//	{"arrivals":[<Unix nanoseconds>, ...],"in_flight":0,"peak":4}
+//
+// so that a test sees how many requests reached the upstream in any window
+// (e2e/shaping.sh) and how many were there at once (e2e/outage.sh). Other
+// paths are not counted and cost nothing more.
 //
 //	go run ./e2e/backend -addr 127.0.0.1:18081
 //
@@ -12,12 +23,71 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"log"
 	"net"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
 )
+
+// maxArrivals bounds the arrivals kept per counted path.
+const maxArrivals = 100000
+
+// counts is what the backend saw of one counted path.
+type counts struct {
+	Arrivals []int64 `json:"arrivals"`  // Unix nanoseconds, in order of arrival
+	InFlight int     `json:"in_flight"` // requests in progress now
+	Peak     int     `json:"peak"`      // the most in progress at once
+}
+
+// counter holds the counts of every counted path.
+type counter struct {
+	mu     sync.Mutex
+	byPath map[string]*counts
+}
+
+// enter counts the arrival of a request for path, which is in progress
+// until leave.
+func (c *counter) enter(path string) {
+	now := time.Now().UnixNano()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.byPath[path]
+	if p == nil {
+		p = &counts{Arrivals: []int64{}}
+		c.byPath[path] = p
+	}
+	if len(p.Arrivals) < maxArrivals {
+		p.Arrivals = append(p.Arrivals, now)
+	}
+	p.InFlight++
+	if p.InFlight > p.Peak {
+		p.Peak = p.InFlight
+	}
+}
+
+// leave ends a request that enter counted.
+func (c *counter) leave(path string) {
+	c.mu.Lock()
+	c.byPath[path].InFlight--
+	c.mu.Unlock()
+}
+
+// serveCounts answers GET /_counts?path=P with the counts of P as JSON.
+func (c *counter) serveCounts(w http.ResponseWriter, r *http.Request) {
+	c.mu.Lock()
+	p := counts{Arrivals: []int64{}}
+	if q := c.byPath[r.URL.Query().Get("path")]; q != nil {
+		p = *q
+		p.Arrivals = append([]int64(nil), q.Arrivals...)
+	}
+	c.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(p)
+}
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:0", "loopback address to listen on (host:port)")
@@ -35,7 +105,15 @@ func main() {
 	}
 	log.Printf("backend: listening on %s", ln.Addr())
 	body := []byte("ok")
+	c := &counter{byPath: make(map[string]*counts)}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/count/") {
+			c.enter(r.URL.Path)
+			defer c.leave(r.URL.Path)
+		} else if r.URL.Path == "/_counts" {
+			c.serveCounts(w, r)
+			return
+		}
 		hdr := w.Header()
 		hdr["Content-Type"] = []string{"text/plain; charset=utf-8"}
 		if v := r.Header.Get("X-Sluice-Dry-Run"); v != "" {

@@ -33,6 +33,16 @@
 // checkReturn). It prints one line per endpoint and phase and PASS/FAIL
 // lines.
 //
+// An endpoint named inflight is a limit of requests in flight instead
+// (max_in_flight -max-in-flight, fallback local with instances 1, in front
+// of e2e/backend, whose ?sleep= holds each admitted request): the same
+// load, more requests at once than the limit, keeps its slots taken
+// across the outage. Checks: no request fails and none gets a 5xx, every
+// answer is a 200 or a 429 with Retry-After, requests are admitted in
+// every phase and after the restart, and the upstream, whose counts
+// -counts reads (e2e/backend's /_counts for the endpoint's path), never had
+// more than -max-in-flight of them in progress at once, and had that many.
+//
 // With -sentinel, it runs a failover instead: the same load for 6 s, and
 // at 2 s SENTINEL FAILOVER of -master asked of that Sentinel (the
 // endpoints' store follows the master the Sentinels name):
@@ -48,6 +58,7 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -71,12 +82,18 @@ type answer struct {
 	retry    bool          // it carries Retry-After
 }
 
-// phases of the schedule, by start.
-var phases = []struct {
+// loadFor is how long the load of the outage schedule lasts.
+const loadFor = 11 * time.Second
+
+// phase is a span of the schedule.
+type phase struct {
 	name     string
 	from, to time.Duration
 	working  bool // Redis answers
-}{
+}
+
+// phases of the schedule, by start.
+var phases = []phase{
 	{"working, then SCRIPT FLUSH and CLIENT KILL", 0, 3 * time.Second, true},
 	{"hung (SIGSTOP)", 3*time.Second + 300*time.Millisecond, 5 * time.Second, false},
 	// Until the store's timeout before the restart: a request started
@@ -96,6 +113,8 @@ func main() {
 	sentinel := flag.String("sentinel", "", "host:port of a Sentinel: run a failover instead of the outage schedule")
 	master := flag.String("master", "mymaster", "with -sentinel, the master set to fail over")
 	switchBound := flag.Duration("switch", 4*time.Second, "with -sentinel, the longest after SENTINEL FAILOVER until the new master runs the scripts, and the failure policy may answer")
+	counts := flag.String("counts", "", "for an endpoint named inflight, the backend's /_counts URL for its path")
+	maxInFlight := flag.Int("max-in-flight", 4, "the inflight endpoint's max_in_flight")
 	flag.Parse()
 	if *sentinel != "" && flag.NArg() > 0 {
 		if failover(*sentinel, *master, *rate, *switchBound, flag.Args()) {
@@ -140,7 +159,7 @@ func main() {
 			}
 		}},
 	}
-	end := 11 * time.Second
+	end := loadFor
 	go func() {
 		for _, ev := range schedule {
 			time.Sleep(time.Until(start.Add(ev.at)))
@@ -173,6 +192,10 @@ func main() {
 	fmt.Printf("outage: Redis answers PING %v after the restart\n", (backAt - 8*time.Second).Round(time.Millisecond))
 	failed := false
 	for i, name := range names {
+		if name == "inflight" {
+			failed = checkInFlight(name, results[i], backAt, *counts, *maxInFlight) || failed
+			continue
+		}
 		failed = check(name, results[i], *bound, *recov) || failed
 		failed = checkReturn(name, results[i], backAt, *holds, *instances) || failed
 	}
@@ -369,6 +392,83 @@ func checkReturn(name string, as []answer, back, holds time.Duration, instances 
 	}
 	fmt.Printf("PASS: outage %s after Redis returns: bounded\n", name)
 	return false
+}
+
+// checkInFlight checks the answers of name, an endpoint limited to max
+// requests in flight with fallback local and one instance, and the peak the
+// upstream saw (read from counts), prints the figures and reports whether a
+// check failed.
+func checkInFlight(name string, as []answer, back time.Duration, counts string, max int) bool {
+	var problems []string
+	for _, a := range as {
+		if a.code == 0 || a.code >= 500 {
+			problems = append(problems, fmt.Sprintf("at %.2f s status %d", a.at.Seconds(), a.code))
+			break
+		}
+	}
+	spans := append(append([]phase(nil), phases...), phase{"back (Redis answers PING again)", back, loadFor, true})
+	for _, p := range spans {
+		ok, rejected := 0, 0
+		for _, a := range as {
+			if a.at < p.from || a.at >= p.to {
+				continue
+			}
+			switch a.code {
+			case http.StatusOK:
+				ok++
+			case http.StatusTooManyRequests:
+				rejected++
+				if !a.retry {
+					problems = append(problems, fmt.Sprintf("%s: a 429 without Retry-After", p.name))
+				}
+			}
+		}
+		fmt.Printf("outage: %-8s %-44s %3d × 200, %3d × 429\n", name, p.name, ok, rejected)
+		if ok == 0 {
+			problems = append(problems, p.name+": no request admitted")
+		}
+	}
+	peak, err := upstreamPeak(counts)
+	switch {
+	case err != nil:
+		problems = append(problems, fmt.Sprintf("reading the upstream's counts: %v", err))
+	case peak > max:
+		problems = append(problems, fmt.Sprintf("the upstream had %d requests in progress at once, more than max_in_flight %d", peak, max))
+	case peak < max:
+		problems = append(problems, fmt.Sprintf("the upstream had at most %d requests in progress at once: the load did not take the %d slots", peak, max))
+	}
+	if err == nil {
+		fmt.Printf("outage: %-8s the upstream had at most %d requests in progress at once (max_in_flight %d)\n", name, peak, max)
+	}
+	if len(problems) > 0 {
+		fmt.Printf("FAIL: outage %s: %s\n", name, strings.Join(problems, "; "))
+		return true
+	}
+	fmt.Printf("PASS: outage %s: no failed request, admissions in every phase, never more than %d in flight through the outage and the restart\n", name, max)
+	return false
+}
+
+// upstreamPeak reads the most requests in progress at once that
+// e2e/backend's /_counts at url reports.
+func upstreamPeak(url string) (int, error) {
+	if url == "" {
+		return 0, fmt.Errorf("no -counts")
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var c struct {
+		Peak *int `json:"peak"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK || c.Peak == nil {
+		return 0, fmt.Errorf("status %d, peak %v", resp.StatusCode, c.Peak)
+	}
+	return *c.Peak, nil
 }
 
 // failover loads the endpoints args (name=url) for 6 s while, at 2 s, the
