@@ -175,7 +175,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.zoneIndex[z.Name] = i
 	}
 
-	cfg := core.GateConfig{Limits: limits, Responder: responder, Mode: mode, OnStoreError: policy, MaxCost: map[*core.Limit]float64{}}
+	cfg := core.GateConfig{Limits: limits, Responder: responder, Mode: mode, OnStoreError: policy, MaxCost: map[*core.Limit]float64{}, Clock: testClock}
 	for _, z := range h.Zones {
 		if z.costTmpl == "" {
 			cfg.MaxCost[z.limit] = z.cost

@@ -92,14 +92,24 @@ func (h *Handler) acquireStore(ctx caddy.Context) (*pooledStore, error) {
 	if h.Store != nil && h.Store.Memory != nil && h.Store.Memory.MaxKeys > 0 {
 		maxKeys = h.Store.Memory.MaxKeys
 	}
-	return h.acquire("memory:"+strconv.Itoa(maxKeys), func() (caddy.Destructor, error) {
-		st, err := core.NewMemoryStore(core.MemoryConfig{MaxKeys: maxKeys})
+	key := "memory:" + strconv.Itoa(maxKeys)
+	if testClock != nil {
+		key += ":test-clock"
+	}
+	return h.acquire(key, func() (caddy.Destructor, error) {
+		st, err := core.NewMemoryStore(core.MemoryConfig{MaxKeys: maxKeys, Clock: testClock})
 		if err != nil {
 			return nil, err
 		}
 		return &pooledStore{store: st, label: "memory"}, nil
 	})
 }
+
+// testClock, when set, is the clock of the gates and in-memory stores that
+// handlers provision, instead of the system's, for tests that replay a
+// trace on a fake clock (behaviour_test.go). Such stores are pooled apart
+// from the others. Nil outside tests.
+var testClock core.Clock
 
 // newFallbackStore builds the local fallback store.
 func newFallbackStore() (caddy.Destructor, error) {

@@ -1,0 +1,355 @@
+// Package behaviour reads the behaviour table, testdata/behaviour/*.json at
+// the top of the module: limit configurations written once, each with a
+// trace of requests on a fake clock and the statuses and headers they must
+// get. The Caddy module's and the Traefik plugin's tests render each case
+// in their host's configuration and replay it, so that one configuration
+// meaning the same in both proxies is a test; testdata/README.md describes
+// the format and lists every intended difference between the hosts.
+//
+// It uses the standard library only and runs under Yaegi, which the
+// Traefik plugin's tests run in.
+package behaviour
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Dir is the table's directory as seen from an adapter's package
+// directory, where its tests run.
+var Dir = filepath.Join("..", "testdata", "behaviour")
+
+// Start is the instant at which every trace begins, in Unix seconds
+// (2023-11-14T22:13:20Z): a step's At counts from it, and the table's
+// X-RateLimit-Reset values are Unix times on this clock.
+const Start = int64(1700000000)
+
+// DefaultPeer is the address a step's request comes from when it names
+// none.
+const DefaultPeer = "192.0.2.1"
+
+// Hosts the table may skip a case in.
+const (
+	Caddy   = "caddy"
+	Traefik = "traefik"
+)
+
+// Case is one file of the table.
+type Case struct {
+	// Name is the file's name without ".json".
+	Name string `json:"-"`
+	// About says what the case shows.
+	About string `json:"about"`
+	// Limits are decided together, all-or-nothing, in this order: Caddy
+	// zones, Traefik's top-level limit and then its limits items.
+	Limits []Limit `json:"limits"`
+	// Headers, Body and Mode are the handler's or middleware's options of
+	// those names; empty means the hosts' default (the same in both).
+	Headers []string `json:"headers"`
+	Body    string   `json:"body"`
+	Mode    string   `json:"mode"`
+	// TrustedProxies are the peers whose forwarding headers name the
+	// client: Caddy's global trusted_proxies static, Traefik's
+	// trustedProxies.
+	TrustedProxies []string `json:"trusted_proxies"`
+	// TrustedProxiesStrict sets Caddy's trusted_proxies_strict; Traefik
+	// with trustedProxies always walks the header that way.
+	TrustedProxiesStrict bool `json:"trusted_proxies_strict"`
+	// IPv6Prefix groups IPv6 clients by this prefix length: Caddy's
+	// ipv6_prefix on every zone keyed on the client address alone,
+	// Traefik's sourceCriterion.ipStrategy.ipv6Subnet.
+	IPv6Prefix int `json:"ipv6_prefix"`
+	// Skip names a host ("caddy" or "traefik") that cannot express the
+	// case, with the reason.
+	Skip map[string]string `json:"skip"`
+	// Steps are the trace, in time order.
+	Steps []Step `json:"steps"`
+}
+
+// Limit is one limit of a case, in the Caddyfile's words.
+type Limit struct {
+	Name string `json:"name"`
+	// Algorithm is empty for token_bucket, both hosts' default.
+	Algorithm string `json:"algorithm"`
+	// Rate is "<quota>/<period>" with the period a Go duration ("3/1m",
+	// "10/1s"), which both hosts read.
+	Rate string `json:"rate"`
+	// Burst, MaxDelay and Cost are left out (0, "", 0) for the hosts'
+	// defaults; a token_bucket limit must write Burst and MaxDelay,
+	// whose defaults differ between the hosts.
+	Burst    float64 `json:"burst"`
+	MaxDelay string  `json:"max_delay"`
+	Cost     float64 `json:"cost"`
+	// Key lists the key's parts in the Traefik plugin's syntax:
+	// client_ip, host, header:<Name>, const:<value>. Empty means
+	// client_ip.
+	Key []string `json:"key"`
+	// OnMissingKey is skip (empty: both hosts' default for an explicit
+	// key) or shared.
+	OnMissingKey string `json:"on_missing_key"`
+}
+
+// Step is one instant of a trace: N identical requests.
+type Step struct {
+	// At is the instant of the requests, in milliseconds after Start.
+	At int64 `json:"at"`
+	// Peer is the address the connection comes from; empty means
+	// DefaultPeer.
+	Peer string `json:"peer"`
+	// Host is the request's Host; empty means example.com.
+	Host string `json:"host"`
+	// Header holds request headers.
+	Header map[string]string `json:"header"`
+	// N is the number of requests; 0 means 1.
+	N int `json:"n"`
+	// Status is what every one of the N requests must get: 200 or 429.
+	Status int `json:"status"`
+	// Want holds response headers the last request must carry with
+	// exactly these values; "" means the header must be absent.
+	Want map[string]string `json:"want"`
+	// Body, when set, is the last response's whole body.
+	Body string `json:"body"`
+}
+
+// Load reads and checks every case in dir, in file name order.
+func Load(dir string) ([]Case, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("%s: no *.json cases", dir)
+	}
+	sort.Strings(files)
+	cases := make([]Case, 0, len(files))
+	for _, f := range files {
+		c, err := load(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		cases = append(cases, c)
+	}
+	return cases, nil
+}
+
+func load(file string) (Case, error) {
+	var c Case
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return c, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return c, err
+	}
+	c.Name = strings.TrimSuffix(filepath.Base(file), ".json")
+	return c, c.check()
+}
+
+// check refuses a case the table's format does not allow, or that would
+// mean different things in the two hosts.
+func (c *Case) check() error {
+	if c.About == "" {
+		return errors.New("about: required")
+	}
+	if len(c.Limits) == 0 {
+		return errors.New("limits: at least one")
+	}
+	names := map[string]bool{}
+	for i, l := range c.Limits {
+		if err := l.check(); err != nil {
+			return fmt.Errorf("limits[%d]: %w", i, err)
+		}
+		if names[l.Name] {
+			return fmt.Errorf("limits[%d]: name %q used twice", i, l.Name)
+		}
+		names[l.Name] = true
+	}
+	for host, why := range c.Skip {
+		if host != Caddy && host != Traefik || why == "" {
+			return fmt.Errorf("skip: want caddy or traefik with a reason, got %q: %q", host, why)
+		}
+	}
+	if len(c.Skip) > 1 {
+		return errors.New("skip: a case both hosts skip tests nothing")
+	}
+	if len(c.Steps) == 0 {
+		return errors.New("steps: at least one")
+	}
+	last := int64(0)
+	for i, s := range c.Steps {
+		if s.At < last {
+			return fmt.Errorf("steps[%d]: at %d is before the previous step's %d", i, s.At, last)
+		}
+		last = s.At
+		if s.Status != http.StatusOK && s.Status != http.StatusTooManyRequests {
+			return fmt.Errorf("steps[%d]: status %d: want 200 or 429", i, s.Status)
+		}
+		if s.N < 0 {
+			return fmt.Errorf("steps[%d]: n %d: want at least 1 (0: 1)", i, s.N)
+		}
+	}
+	return nil
+}
+
+func (l Limit) check() error {
+	if l.Name == "" {
+		return errors.New("name: required")
+	}
+	if _, _, err := l.split(); err != nil {
+		return err
+	}
+	if l.Alg() == "token_bucket" && (l.Burst == 0 || l.MaxDelay == "") {
+		return errors.New("a token_bucket writes burst and max_delay: unset, Caddy's burst is the quota and Traefik's 1, Caddy's max_delay 0 and Traefik's 1/(2·rate)")
+	}
+	if l.MaxDelay != "" {
+		if _, err := time.ParseDuration(l.MaxDelay); err != nil {
+			return fmt.Errorf("max_delay %q: %w", l.MaxDelay, err)
+		}
+	}
+	switch l.OnMissingKey {
+	case "", "skip", "shared":
+	default:
+		return fmt.Errorf("on_missing_key %q: want skip or shared", l.OnMissingKey)
+	}
+	parts := l.KeyParts()
+	for _, p := range parts {
+		kind, arg, _ := strings.Cut(p, ":")
+		switch {
+		case (kind == "client_ip" || kind == "host") && arg == "":
+		case (kind == "header" || kind == "const") && arg != "":
+		default:
+			return fmt.Errorf("key part %q: want client_ip, host, header:<Name> or const:<value>", p)
+		}
+		if kind == "client_ip" && len(parts) > 1 {
+			return errors.New("key: client_ip only alone (in a Caddy key template of several parts it is Caddy's own client_ip, read differently)")
+		}
+	}
+	return nil
+}
+
+// split returns the quota and the period of the limit's rate.
+func (l Limit) split() (string, string, error) {
+	q, p, ok := strings.Cut(l.Rate, "/")
+	if !ok {
+		return "", "", fmt.Errorf("rate %q: want <quota>/<Go duration>", l.Rate)
+	}
+	if _, err := strconv.ParseFloat(q, 64); err != nil {
+		return "", "", fmt.Errorf("rate %q: quota: %w", l.Rate, err)
+	}
+	if _, err := time.ParseDuration(p); err != nil {
+		return "", "", fmt.Errorf("rate %q: period: want a Go duration such as 1m: %w", l.Rate, err)
+	}
+	return q, p, nil
+}
+
+// Quota is the rate's quota, as written.
+func (l Limit) Quota() string {
+	q, _, _ := l.split()
+	return q
+}
+
+// Period is the rate's period, a Go duration as written.
+func (l Limit) Period() string {
+	_, p, _ := l.split()
+	return p
+}
+
+// Alg is the limit's algorithm, token_bucket when left out.
+func (l Limit) Alg() string {
+	if l.Algorithm == "" {
+		return "token_bucket"
+	}
+	return l.Algorithm
+}
+
+// KeyParts is the limit's key, client_ip when left out.
+func (l Limit) KeyParts() []string {
+	if len(l.Key) == 0 {
+		return []string{"client_ip"}
+	}
+	return l.Key
+}
+
+// Missing is the limit's on_missing_key, skip when left out.
+func (l Limit) Missing() string {
+	if l.OnMissingKey == "" {
+		return "skip"
+	}
+	return l.OnMissingKey
+}
+
+// Number writes a burst or a cost as the table's hosts read it.
+func Number(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// Count is the number of requests of the step.
+func (s Step) Count() int {
+	if s.N == 0 {
+		return 1
+	}
+	return s.N
+}
+
+// RemoteAddr is the step's peer as http.Request.RemoteAddr holds it.
+func (s Step) RemoteAddr() string {
+	peer := s.Peer
+	if peer == "" {
+		peer = DefaultPeer
+	}
+	return net.JoinHostPort(peer, "1234")
+}
+
+// RequestHost is the step's Host.
+func (s Step) RequestHost() string {
+	if s.Host == "" {
+		return "example.com"
+	}
+	return s.Host
+}
+
+// Instant is the step's instant in Unix nanoseconds.
+func (s Step) Instant() int64 {
+	return Start*int64(time.Second) + s.At*int64(time.Millisecond)
+}
+
+// Check compares the response to request i of the step (0 to Count()-1)
+// with what the table wants, returning one line per difference.
+func (s Step) Check(i, status int, h http.Header, body string) []string {
+	var diffs []string
+	if status != s.Status {
+		diffs = append(diffs, fmt.Sprintf("status %d, want %d", status, s.Status))
+	}
+	if i != s.Count()-1 {
+		return diffs
+	}
+	keys := make([]string, 0, len(s.Want))
+	for k := range s.Want {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		want := s.Want[k]
+		got, ok := h[http.CanonicalHeaderKey(k)]
+		switch {
+		case want == "" && ok:
+			diffs = append(diffs, fmt.Sprintf("%s: %q, want none", k, got))
+		case want != "" && (len(got) != 1 || got[0] != want):
+			diffs = append(diffs, fmt.Sprintf("%s: %q, want %q", k, got, want))
+		}
+	}
+	if s.Body != "" && body != s.Body {
+		diffs = append(diffs, fmt.Sprintf("body %q, want %q", body, s.Body))
+	}
+	return diffs
+}

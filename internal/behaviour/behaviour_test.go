@@ -1,0 +1,64 @@
+package behaviour
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestLoadTable loads the table itself: every case is well formed.
+func TestLoadTable(t *testing.T) {
+	cases, err := Load(filepath.Join("..", "..", "testdata", "behaviour"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) < 20 {
+		t.Errorf("%d cases, want the table's 20 or more", len(cases))
+	}
+}
+
+// TestLoadRefuses checks that a case which would mean different things in
+// the two hosts, or that the format does not allow, is refused, naming
+// what is wrong.
+func TestLoadRefuses(t *testing.T) {
+	const step = `"steps": [{"at": 0, "status": 200}]`
+	tests := []struct{ name, json, want string }{
+		{"token bucket without burst", `{"about": "x", "limits": [{"name": "a", "rate": "1/1s", "max_delay": "0s"}], ` + step + `}`, "writes burst and max_delay"},
+		{"token bucket without max_delay", `{"about": "x", "limits": [{"name": "a", "rate": "1/1s", "burst": 1}], ` + step + `}`, "writes burst and max_delay"},
+		{"rate unit", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/m"}], ` + step + `}`, "want a Go duration"},
+		{"client_ip in a template", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m", "key": ["client_ip", "host"]}], ` + step + `}`, "client_ip only alone"},
+		{"unknown field", `{"about": "x", "limit": [], ` + step + `}`, "unknown field"},
+		{"time goes back", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "steps": [{"at": 5, "status": 200}, {"at": 4, "status": 200}]}`, "before the previous step"},
+		{"status", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "steps": [{"at": 0, "status": 503}]}`, "want 200 or 429"},
+		{"skip without reason", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "skip": {"caddy": ""}, ` + step + `}`, "with a reason"},
+		{"skip both", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "skip": {"caddy": "a", "traefik": "b"}, ` + step + `}`, "tests nothing"},
+	}
+	for _, tc := range tests {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "case.json"), []byte(tc.json), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(dir)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestCheck checks the comparison of a response with a step: the status
+// of every request, the headers and body of the last only, "" for a
+// header that must be absent.
+func TestCheck(t *testing.T) {
+	s := Step{N: 2, Status: 429, Want: map[string]string{"Retry-After": "3", "RateLimit": ""}, Body: "b"}
+	h := http.Header{"Retry-After": {"4"}, "Ratelimit": {`"a";r=0;t=1`}}
+	if d := s.Check(0, 429, h, "x"); len(d) != 0 {
+		t.Errorf("first request: %q, want nothing but its status checked", d)
+	}
+	d := s.Check(1, 200, h, "x")
+	want := []string{"status 200, want 429", `RateLimit: ["\"a\";r=0;t=1"], want none`, `Retry-After: ["4"], want "3"`, `body "x", want "b"`}
+	if strings.Join(d, "\n") != strings.Join(want, "\n") {
+		t.Errorf("last request:\n%s\nwant:\n%s", strings.Join(d, "\n"), strings.Join(want, "\n"))
+	}
+}

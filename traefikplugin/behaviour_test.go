@@ -1,0 +1,108 @@
+package traefikplugin
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/behaviour"
+)
+
+// TestBehaviourTable replays the behaviour table shared with the Caddy
+// module (testdata/behaviour at the top of the module, described in
+// testdata/README.md): each case's limits rendered as the plugin's
+// options, decoded as Traefik decodes them, and its trace sent to the
+// middleware on a fake clock.
+func TestBehaviourTable(t *testing.T) {
+	cases, err := behaviour.Load(behaviour.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if start != behaviour.Start*1e9 {
+		t.Fatalf("the fake clocks start at %d, the table at %d s", start, behaviour.Start)
+	}
+	for _, c := range cases {
+		c := c // Yaegi: pre-Go 1.22 loop variables
+		t.Run(c.Name, func(t *testing.T) {
+			if why := c.Skip[behaviour.Traefik]; why != "" {
+				t.Skip(why)
+			}
+			opts := traefikOptions(c)
+			cfg := CreateConfig()
+			if err := decodeLikeTraefik(opts, cfg); err != nil {
+				t.Fatalf("decode %v: %v", opts, err)
+			}
+			g := newTestRegistry()
+			h, _ := g.mustNew(t, cfg, "behaviour-"+c.Name)
+			for i, s := range c.Steps {
+				atomic.StoreInt64(&g.clock.ns, s.Instant())
+				for n := 0; n < s.Count(); n++ {
+					w, _ := do(h, request{remote: s.RemoteAddr(), host: s.RequestHost(), headers: s.Header})
+					for _, d := range s.Check(n, w.Code, w.Header(), w.Body.String()) {
+						t.Errorf("steps[%d] (at %d ms), request %d: %s", i, s.At, n+1, d)
+					}
+				}
+			}
+			if t.Failed() {
+				t.Logf("options: %v", opts)
+			}
+		})
+	}
+}
+
+// traefikOptions renders a case as the plugin's options, as labels would
+// carry them (every value a string, lists comma-separated): the first
+// limit at the top level, the others as limits items. Items inherit
+// algorithm, cost, key, onMissingKey and maxDelay from the top level,
+// where Caddy's zones inherit nothing, so every item writes them.
+func traefikOptions(c behaviour.Case) map[string]interface{} {
+	m := map[string]interface{}{}
+	var items []interface{}
+	for i, l := range c.Limits {
+		o := m
+		if i > 0 {
+			o = map[string]interface{}{}
+			items = append(items, o)
+		}
+		o["name"] = l.Name
+		o["average"] = l.Quota()
+		o["period"] = l.Period()
+		o["algorithm"] = l.Alg()
+		if l.Burst != 0 {
+			o["burst"] = behaviour.Number(l.Burst)
+		}
+		if l.MaxDelay != "" {
+			o["maxDelay"] = l.MaxDelay
+		} else if i > 0 && (l.Alg() == "token_bucket" || l.Alg() == "leaky_bucket") {
+			o["maxDelay"] = "0" // a leaky_bucket's default; not the top level's
+		}
+		cost := l.Cost
+		if cost == 0 {
+			cost = 1
+		}
+		o["cost"] = behaviour.Number(cost)
+		o["key"] = strings.Join(l.KeyParts(), ",")
+		o["onMissingKey"] = l.Missing()
+	}
+	if len(items) > 0 {
+		m["limits"] = items
+	}
+	if len(c.Headers) > 0 {
+		m["headers"] = strings.Join(c.Headers, ",")
+	}
+	if c.Body != "" {
+		m["body"] = c.Body
+	}
+	if c.Mode != "" {
+		m["mode"] = c.Mode
+	}
+	if len(c.TrustedProxies) > 0 {
+		m["trustedProxies"] = strings.Join(c.TrustedProxies, ",")
+	}
+	if c.IPv6Prefix != 0 {
+		m["sourceCriterion"] = map[string]interface{}{
+			"ipStrategy": map[string]interface{}{"ipv6Subnet": behaviour.Number(float64(c.IPv6Prefix))},
+		}
+	}
+	return m
+}
