@@ -2,8 +2,6 @@ package caddymodule
 
 import (
 	"fmt"
-	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +23,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.ArgErr()
 	}
 	lines := make(map[string]int) // of the subdirectives, for errors found at the end
+	var zoneLines []int           // of each zone's name
 	for d.NextBlock(0) {
 		sub := d.Val()
 		if _, dup := lines[sub]; dup && sub != "zone" {
@@ -34,6 +33,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		var err error
 		switch sub {
 		case "zone":
+			zoneLines = append(zoneLines, d.Line())
 			err = h.parseZone(d)
 		case "store":
 			err = h.parseStore(d)
@@ -61,7 +61,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "mode":
 			h.Mode, err = oneArg(d, sub, checked(core.ParseMode))
 		case "retry_jitter":
-			h.RetryJitter, err = floatArg(d, sub, 0, 1)
+			h.RetryJitter, err = numberArg(d, sub)
 		case "share":
 			h.Share, err = oneArg(d, sub, nil)
 		case "log_key":
@@ -75,6 +75,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	}
 	if len(h.Zones) == 0 {
 		return d.Err("sluice: at least one zone is required")
+	}
+	if err := h.checkNames(); err != nil {
+		le := err.(*core.LimitError)
+		return fmt.Errorf("zone %q: %w, at %s:%d", le.Limit, caddyError(err), d.File(), zoneLines[le.Index])
 	}
 	if err := h.Validate(); err != nil {
 		if line, ok := lines[leadingField(err.Error())]; ok {
@@ -101,11 +105,6 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 		return d.Errf("zone: want one name before the block, got %d arguments", len(args))
 	}
 	z.Name = args[0]
-	for _, other := range h.Zones {
-		if other.Name == z.Name {
-			return d.Errf("zone %q: defined twice", z.Name)
-		}
-	}
 	// lines are the lines of the zone's name and subdirectives, so that
 	// an error found in the zone as a whole points at the one at fault.
 	lines := map[string]int{"name": d.Line()}
@@ -128,15 +127,13 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 		case "max_in_flight":
 			z.MaxInFlight, err = intArg(d, sub, 1, 1<<30)
 		case "burst":
-			z.Burst, err = floatArg(d, sub, 0, math.Inf(1))
-			if berr := core.CheckBurst(z.Burst); err == nil && berr != nil {
-				err = d.Err(berr.Error()) // in JSON, 0 is burst left out
+			if z.Burst, err = numberArg(d, sub); err == nil {
+				if berr := core.CheckBurst(z.Burst); berr != nil {
+					err = d.Err(caddyError(berr).Error()) // in JSON, 0 is burst left out
+				}
 			}
 		case "algorithm":
 			z.Algorithm, err = oneArg(d, sub, nil)
-			if err == nil && !slices.Contains(core.Algorithms, core.Algorithm(z.Algorithm)) {
-				err = d.Errf("algorithm %q: unknown (want token_bucket, leaky_bucket, fixed_window, sliding_window_log or sliding_window_counter)", z.Algorithm)
-			}
 		case "cost":
 			var c string
 			if c, err = oneArg(d, sub, nil); err == nil {
@@ -200,20 +197,32 @@ func leadingField(msg string) string {
 	return msg[:i]
 }
 
+// checkNames checks the zones' limits, which check built, together: no
+// two may have one name. Its error is a *core.LimitError whose Index is
+// the zone's.
+func (h *Handler) checkNames() error {
+	limits := make([]*core.Limit, len(h.Zones))
+	for i, z := range h.Zones {
+		limits[i] = z.limit
+	}
+	return core.CheckLimits(limits)
+}
+
 // check validates a zone parsed from a Caddyfile as far as possible
-// without provisioning it: its limit and its key.
+// without provisioning it: its limit, which it keeps, and its key.
 func (z *Zone) check() error {
 	l, err := z.coreLimit()
 	if err != nil {
 		return err
 	}
+	z.limit = l
 	if c := string(z.Cost); c != "" && !strings.ContainsAny(c, "{}") {
 		cost, err := parseCost(c)
 		if err != nil {
 			return err
 		}
-		if err := checkCost(cost, l); err != nil {
-			return err
+		if err := l.CheckCost(cost); err != nil {
+			return caddyError(err)
 		}
 	}
 	return z.validate()
@@ -310,9 +319,7 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisStoreConfig, error) {
 			}
 			r.LeaseTTL = caddy.Duration(dur)
 		case "prefix":
-			if r.Prefix, err = oneArg(d, sub, nil); err == nil && strings.ContainsAny(r.Prefix, "{}") {
-				err = d.Errf("prefix %q: must not contain braces", r.Prefix)
-			}
+			r.Prefix, err = oneArg(d, sub, checkedErr(core.CheckRedisPrefix))
 		case "breaker":
 			var failures, backoff string
 			if !d.AllArgs(&failures, &backoff) {
@@ -410,6 +417,12 @@ func oneArg(d *caddyfile.Dispenser, name string, check func(string) error) (stri
 	return v, nil
 }
 
+// checkedErr adapts a core check to oneArg's check, naming the
+// subdirective as core names its field.
+func checkedErr(check func(string) error) func(string) error {
+	return func(s string) error { return caddyError(check(s)) }
+}
+
 // checked adapts a core parser to oneArg's check.
 func checked[T any](parse func(string) (T, error)) func(string) error {
 	return func(s string) error {
@@ -431,18 +444,16 @@ func intArg(d *caddyfile.Dispenser, name string, lo, hi int) (int, error) {
 	return n, nil
 }
 
-// floatArg reads one number argument of the subdirective name, in [lo, hi].
-func floatArg(d *caddyfile.Dispenser, name string, lo, hi float64) (float64, error) {
+// numberArg reads one number argument of the subdirective name; its range
+// is core's to check.
+func numberArg(d *caddyfile.Dispenser, name string) (float64, error) {
 	s, err := oneArg(d, name, nil)
 	if err != nil {
 		return 0, err
 	}
 	x, err := strconv.ParseFloat(s, 64)
-	if err != nil || !(x >= lo && x <= hi) {
-		if math.IsInf(hi, 1) {
-			return 0, d.Errf("%s %q: want a number of at least %v", name, s, lo)
-		}
-		return 0, d.Errf("%s %q: want a number from %v to %v", name, s, lo, hi)
+	if err != nil {
+		return 0, d.Errf("%s %q: want a number", name, s)
 	}
 	return x, nil
 }

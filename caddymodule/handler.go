@@ -160,9 +160,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if z == nil {
 			return fmt.Errorf("zones[%d]: null", i)
 		}
-		if first, ok := h.zoneIndex[z.Name]; ok {
-			return fmt.Errorf("zones[%d].name %q: zones[%d] has the same name", i, z.Name, first)
-		}
 		if err := z.provision(ctx); err != nil {
 			return fmt.Errorf("zones[%d].%w", i, err)
 		}
@@ -193,13 +190,14 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if err != nil {
 			return err
 		}
-		cfg.Fallback, cfg.Instances = fb.store, h.Instances
-		if cfg.Instances == 0 {
-			cfg.Instances = 1
-		}
+		cfg.Fallback = fb.store
 	}
+	cfg.Instances = h.instances()
 	if h.gate, err = core.NewGate(cfg); err != nil {
-		return err
+		if le, ok := err.(*core.LimitError); ok {
+			return fmt.Errorf("zones[%d].%w", le.Index, caddyError(err))
+		}
+		return caddyError(err)
 	}
 	if h.metrics, err = newHandlerMetrics(ctx.GetMetricsRegistry(), h.Zones, st); err != nil {
 		return err
@@ -236,11 +234,8 @@ func (h *Handler) responder() (core.Responder, error) {
 	if r.Body, r.Defer, err = parseBody(h.Body); err != nil {
 		return r, err
 	}
-	if !(h.RetryJitter >= 0 && h.RetryJitter <= 1) {
-		return r, fmt.Errorf("retry_jitter: must be between 0 and 1, got %v", h.RetryJitter)
-	}
 	r.Jitter = h.RetryJitter
-	return r, r.Validate()
+	return r, caddyError(r.Validate())
 }
 
 // Validate checks the settings that Provision does not need to build.
@@ -253,29 +248,31 @@ func (h *Handler) Validate() error {
 			return fmt.Errorf("zones[%d].%w", i, err)
 		}
 	}
+	if _, err := h.responder(); err != nil {
+		return err
+	}
 	onRedis := h.Store != nil && h.Store.Redis != nil
 	if onRedis && h.Store.Redis.LeaseTTL != 0 && !h.inFlight() {
 		return errors.New("store.redis.lease_ttl: only zones with max_in_flight take leases")
 	}
-	switch h.Fallback {
-	case "":
-		if h.Instances != 0 {
-			return errors.New("instances: only used by fallback local")
-		}
-	case fallbackLocal:
-		if !onRedis {
-			return errors.New("fallback: local applies only to a redis store (a memory store cannot fail)")
-		}
-		if h.Instances < 0 {
-			return fmt.Errorf("instances: must be at least 1, got %d", h.Instances)
-		}
-	default:
+	if h.Fallback != "" && h.Fallback != fallbackLocal {
 		return fmt.Errorf("fallback %q: unknown (want local)", h.Fallback)
+	}
+	if err := core.CheckFallback(h.Fallback == fallbackLocal, h.instances(), !onRedis); err != nil {
+		return caddyError(err)
 	}
 	if h.Store != nil {
 		return h.Store.validate()
 	}
 	return nil
+}
+
+// instances is Instances, or with the local fallback and no Instances, 1.
+func (h *Handler) instances() int {
+	if h.Fallback == fallbackLocal && h.Instances == 0 {
+		return 1
+	}
+	return h.Instances
 }
 
 // inFlight reports whether a zone has max_in_flight.

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -137,8 +136,8 @@ func (c *RedisStoreConfig) validate() error {
 	if err := core.CheckRedisDB(c.DB, len(c.Addresses) > 0); err != nil {
 		return fmt.Errorf("store.redis.%w", err)
 	}
-	if c.Username != "" && c.Password == "" {
-		return errors.New("store.redis.username: needs a password (an ACL user authenticates with both)")
+	if err := core.CheckRedisUser(c.Username, c.Password); err != nil {
+		return fmt.Errorf("store.redis.%w", err)
 	}
 	if c.Timeout < 0 {
 		return errors.New("store.redis.timeout: must not be negative")
@@ -158,8 +157,8 @@ func (c *RedisStoreConfig) validate() error {
 	if t := c.TLS; t != nil && (t.Cert == "") != (t.Key == "") {
 		return errors.New("store.redis.tls: cert and key go together")
 	}
-	if strings.ContainsAny(c.Prefix, "{}") {
-		return fmt.Errorf("store.redis.prefix %q: must not contain braces", c.Prefix)
+	if err := core.CheckRedisPrefix(c.Prefix); err != nil {
+		return fmt.Errorf("store.redis.%w", err)
 	}
 	return nil
 }
@@ -171,8 +170,8 @@ func (c *RedisStoreConfig) checkAddresses(expanded bool) error {
 		if !expanded && strings.Contains(a, "{") {
 			return nil
 		}
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return fmt.Errorf("store.redis.%s %q: want host:port", option, a)
+		if err := core.CheckRedisAddress(a); err != nil {
+			return errors.New(core.FieldOf(err).Format("store.redis."+option, ""))
 		}
 		return nil
 	}

@@ -248,8 +248,8 @@ func (z *Zone) provision(ctx caddy.Context) error {
 		return err
 	}
 	if z.costTmpl == "" {
-		if err := checkCost(z.cost, z.limit); err != nil {
-			return err
+		if err := z.limit.CheckCost(z.cost); err != nil {
+			return caddyError(err)
 		}
 	}
 	return z.provisionMatch(ctx)
@@ -265,12 +265,6 @@ func (z *Zone) coreLimit() (*core.Limit, error) {
 		MaxDelay:    time.Duration(z.MaxDelay),
 		MaxInFlight: z.MaxInFlight,
 	}
-	if z.Rate == "" && z.MaxInFlight == 0 {
-		return nil, errors.New("rate: required (or max_in_flight)")
-	}
-	if z.MaxInFlight < 0 {
-		return nil, fmt.Errorf("max_in_flight: must be positive, got %d", z.MaxInFlight)
-	}
 	if z.Rate != "" {
 		rate, err := core.ParseRate(z.Rate)
 		if err != nil {
@@ -279,28 +273,46 @@ func (z *Zone) coreLimit() (*core.Limit, error) {
 		l.Rate = rate
 	}
 	if err := l.Validate(); err != nil {
-		return nil, limitField(err)
+		return nil, caddyError(err)
 	}
 	return l, nil
 }
 
-// limitField returns err, an error of core.Limit.Validate, without the
-// limit's name, so that it begins with the field at fault ("rate", "burst",
-// "max_delay", "algorithm", "name"): the zone names the limit already.
-func limitField(err error) error {
-	if inner := errors.Unwrap(err); inner != nil {
-		return inner
-	}
-	return err
+// caddyFields name core's fields (core.FieldError.Field) as the
+// subdirectives, and JSON keys, that set them, where the names differ.
+var caddyFields = map[string]string{
+	"rate.quota":  "rate",
+	"rate.period": "rate",
+	"jitter":      "retry_jitter",
 }
 
-// checkCost refuses a fixed cost above the capacity of l, which no request
-// could ever pay.
-func checkCost(cost float64, l *core.Limit) error {
-	if c := l.Capacity(); !l.Fits(cost) {
-		return fmt.Errorf("cost %v: above the zone's capacity of %v (its burst, or the quota of a window algorithm), so no request could ever pass; lower the cost or raise the burst", cost, c)
+// subdirective is the subdirective that sets core's field.
+func subdirective(field string) string {
+	if sub, ok := caddyFields[field]; ok {
+		return sub
 	}
-	return nil
+	return field
+}
+
+// caddyError is err, a core.FieldError or core.LimitError, in the
+// Caddyfile's (and JSON's) words, beginning with the subdirective at fault ("rate:
+// period "1.5µs": ..." for a part of one); any other error is returned as
+// it is.
+func caddyError(err error) error {
+	fe := core.FieldOf(err)
+	if fe == nil {
+		return err
+	}
+	sub := subdirective(fe.Field)
+	name := sub
+	if part, ok := strings.CutPrefix(fe.Field, sub+"."); ok {
+		name = sub + ": " + part
+	}
+	needs := ""
+	if fe.Needs != "" {
+		needs = subdirective(fe.Needs)
+	}
+	return errors.New(fe.Format(name, needs))
 }
 
 // key is the key template, defaulted.

@@ -76,32 +76,32 @@ func TestLimitValidateErrors(t *testing.T) {
 	cases := []struct {
 		name  string
 		limit Limit
-		field string // the error must contain it
+		field string // the FieldError's, which the error names
 	}{
-		{"empty name", Limit{Rate: perMin}, "name:"},
-		{"colon in name", Limit{Name: "a:b", Rate: perMin}, "name "},
-		{"zero quota", Limit{Name: "x", Rate: Rate{Period: time.Second}}, "rate:"},
-		{"negative quota", Limit{Name: "x", Rate: Rate{Quota: -1, Period: time.Second}}, "rate:"},
-		{"NaN quota", Limit{Name: "x", Rate: Rate{Quota: math.NaN(), Period: time.Second}}, "rate:"},
-		{"infinite quota", Limit{Name: "x", Rate: Rate{Quota: math.Inf(1), Period: time.Second}}, "rate:"},
-		{"zero period", Limit{Name: "x", Rate: Rate{Quota: 1}}, "rate:"},
-		{"unknown algorithm", Limit{Name: "x", Algorithm: "gcra", Rate: perMin}, "algorithm \"gcra\""},
-		{"negative burst", Limit{Name: "x", Rate: perMin, Burst: -1}, "burst:"},
-		{"NaN burst", Limit{Name: "x", Rate: perMin, Burst: math.NaN()}, "burst:"},
-		{"burst on fixed_window", Limit{Name: "x", Algorithm: FixedWindow, Rate: perMin, Burst: 5}, "burst:"},
-		{"burst on sliding_window_log", Limit{Name: "x", Algorithm: SlidingWindowLog, Rate: perMin, Burst: 5}, "burst:"},
-		{"burst on sliding_window_counter", Limit{Name: "x", Algorithm: SlidingWindowCounter, Rate: perMin, Burst: 5}, "burst:"},
-		{"max_delay on sliding_window_log", Limit{Name: "x", Algorithm: SlidingWindowLog, Rate: perMin, MaxDelay: time.Second}, "max_delay:"},
-		{"max_delay on fixed_window", Limit{Name: "x", Algorithm: FixedWindow, Rate: perMin, MaxDelay: time.Second}, "max_delay:"},
-		{"negative max_delay", Limit{Name: "x", Algorithm: LeakyBucket, Rate: perMin, MaxDelay: -time.Second}, "max_delay:"},
-		{"log quota above MaxLogQuota", Limit{Name: "x", Algorithm: SlidingWindowLog, Rate: Rate{Quota: MaxLogQuota + 1, Period: time.Hour}}, "rate:"},
-		{"period above MaxSpan", Limit{Name: "x", Algorithm: FixedWindow, Rate: Rate{Quota: 1, Period: MaxSpan + time.Hour}}, "rate:"},
-		{"period not whole microseconds", Limit{Name: "x", Rate: Rate{Quota: 1, Period: 1500 * time.Nanosecond}}, "rate:"},
-		{"refill longer than MaxSpan", Limit{Name: "x", Rate: Rate{Quota: 1, Period: 24 * time.Hour}, Burst: 1e6}, "burst:"},
-		{"vanishing quota", Limit{Name: "x", Rate: Rate{Quota: 1e-300, Period: time.Second}}, "burst:"},
-		{"fixed_window quota below 1", Limit{Name: "x", Algorithm: FixedWindow, Rate: Rate{Quota: 0.5, Period: time.Second}}, "write it as 1/2s"},
-		{"sliding_window_log quota below 1", Limit{Name: "x", Algorithm: SlidingWindowLog, Rate: Rate{Quota: 0.25, Period: time.Minute}}, "write it as 1/4m"},
-		{"sliding_window_counter quota below 1", Limit{Name: "x", Algorithm: SlidingWindowCounter, Rate: Rate{Quota: 0.5, Period: time.Second}}, "rate 0.5/1s"},
+		{"empty name", Limit{Rate: perMin}, "name"},
+		{"colon in name", Limit{Name: "a:b", Rate: perMin}, "name"},
+		{"zero quota", Limit{Name: "x", Rate: Rate{Period: time.Second}}, "rate.quota"},
+		{"negative quota", Limit{Name: "x", Rate: Rate{Quota: -1, Period: time.Second}}, "rate.quota"},
+		{"NaN quota", Limit{Name: "x", Rate: Rate{Quota: math.NaN(), Period: time.Second}}, "rate.quota"},
+		{"infinite quota", Limit{Name: "x", Rate: Rate{Quota: math.Inf(1), Period: time.Second}}, "rate.quota"},
+		{"zero period", Limit{Name: "x", Rate: Rate{Quota: 1}}, "rate.period"},
+		{"unknown algorithm", Limit{Name: "x", Algorithm: "gcra", Rate: perMin}, "algorithm"},
+		{"negative burst", Limit{Name: "x", Rate: perMin, Burst: -1}, "burst"},
+		{"NaN burst", Limit{Name: "x", Rate: perMin, Burst: math.NaN()}, "burst"},
+		{"burst on fixed_window", Limit{Name: "x", Algorithm: FixedWindow, Rate: perMin, Burst: 5}, "burst"},
+		{"burst on sliding_window_log", Limit{Name: "x", Algorithm: SlidingWindowLog, Rate: perMin, Burst: 5}, "burst"},
+		{"burst on sliding_window_counter", Limit{Name: "x", Algorithm: SlidingWindowCounter, Rate: perMin, Burst: 5}, "burst"},
+		{"max_delay on sliding_window_log", Limit{Name: "x", Algorithm: SlidingWindowLog, Rate: perMin, MaxDelay: time.Second}, "max_delay"},
+		{"max_delay on fixed_window", Limit{Name: "x", Algorithm: FixedWindow, Rate: perMin, MaxDelay: time.Second}, "max_delay"},
+		{"negative max_delay", Limit{Name: "x", Algorithm: LeakyBucket, Rate: perMin, MaxDelay: -time.Second}, "max_delay"},
+		{"log quota above MaxLogQuota", Limit{Name: "x", Algorithm: SlidingWindowLog, Rate: Rate{Quota: MaxLogQuota + 1, Period: time.Hour}}, "rate.quota"},
+		{"period above MaxSpan", Limit{Name: "x", Algorithm: FixedWindow, Rate: Rate{Quota: 1, Period: MaxSpan + time.Hour}}, "rate.period"},
+		{"period not whole microseconds", Limit{Name: "x", Rate: Rate{Quota: 1, Period: 1500 * time.Nanosecond}}, "rate.period"},
+		{"refill longer than MaxSpan", Limit{Name: "x", Rate: Rate{Quota: 1, Period: 24 * time.Hour}, Burst: 1e6}, "burst"},
+		{"vanishing quota", Limit{Name: "x", Rate: Rate{Quota: 1e-300, Period: time.Second}}, "burst"},
+		{"fixed_window quota below 1", Limit{Name: "x", Algorithm: FixedWindow, Rate: Rate{Quota: 0.5, Period: time.Second}}, "rate"},
+		{"sliding_window_log quota below 1", Limit{Name: "x", Algorithm: SlidingWindowLog, Rate: Rate{Quota: 0.25, Period: time.Minute}}, "rate"},
+		{"sliding_window_counter quota below 1", Limit{Name: "x", Algorithm: SlidingWindowCounter, Rate: Rate{Quota: 0.5, Period: time.Second}}, "rate"},
 	}
 	for _, c := range cases {
 		l := c.limit
@@ -110,11 +110,25 @@ func TestLimitValidateErrors(t *testing.T) {
 			t.Errorf("%s: Validate accepted %+v", c.name, c.limit)
 			continue
 		}
-		if !strings.Contains(err.Error(), c.field) {
-			t.Errorf("%s: error %q does not name %q", c.name, err, c.field)
+		if fe := FieldOf(err); fe == nil || fe.Field != c.field || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: error %q (%#v) does not name %q", c.name, err, fe, c.field)
 		}
 		if c.limit.Name != "" && !strings.Contains(err.Error(), `limit "`+c.limit.Name+`"`) {
 			t.Errorf("%s: error %q does not name the limit", c.name, err)
+		}
+	}
+	// A window's quota below 1 is refused with the rate to write instead.
+	for _, c := range []struct {
+		limit Limit
+		want  string
+	}{
+		{Limit{Name: "x", Algorithm: FixedWindow, Rate: Rate{Quota: 0.5, Period: time.Second}}, "write it as 1/2s"},
+		{Limit{Name: "x", Algorithm: SlidingWindowLog, Rate: Rate{Quota: 0.25, Period: time.Minute}}, "write it as 1/4m"},
+		{Limit{Name: "x", Algorithm: SlidingWindowCounter, Rate: Rate{Quota: 0.5, Period: time.Second}}, `rate "0.5/1s"`},
+	} {
+		l := c.limit
+		if err := l.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want one containing %q", c.limit.Rate, err, c.want)
 		}
 	}
 }

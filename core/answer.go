@@ -163,16 +163,17 @@ type Responder struct {
 	Defer bool
 }
 
-// Validate reports the first field of r that is out of range.
+// Validate reports the first field of r that is out of range, as a
+// *FieldError.
 func (r *Responder) Validate() error {
 	if r.Headers&^allHeaders != 0 {
-		return fmt.Errorf("headers: unknown header set bits %#x", uint8(r.Headers&^allHeaders))
+		return &FieldError{Field: "headers", Value: "0x" + strconv.FormatUint(uint64(r.Headers&^allHeaders), 16), Reason: "unknown header set bits"}
 	}
 	if r.Body > BodyNone {
-		return fmt.Errorf("body: unknown format %d", r.Body)
+		return &FieldError{Field: "body", Value: strconv.Itoa(int(r.Body)), Reason: "unknown format"}
 	}
 	if !(r.Jitter >= 0 && r.Jitter <= 1) {
-		return fmt.Errorf("jitter: must be between 0 and 1, got %v", r.Jitter)
+		return &FieldError{Field: "jitter", Value: formatFloat(r.Jitter), Reason: "must be between 0 and 1"}
 	}
 	return nil
 }

@@ -1,10 +1,10 @@
 package core
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -139,46 +139,46 @@ func ParsePrefixes(list []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// Validate checks c, naming the offending field in its error. It does not
-// modify c.
+// Validate checks c; its error is a *FieldError naming the field at
+// fault. It does not modify c's settings.
 func (c *ClientIP) Validate() error {
 	for _, p := range c.TrustedProxies {
 		if !p.IsValid() {
-			return fmt.Errorf("trusted_proxies: invalid prefix %v", p)
+			return &FieldError{Field: "trusted_proxies", Value: p.String(), Reason: "invalid prefix"}
 		}
 	}
 	for _, p := range c.ExcludedIPs {
 		if !p.IsValid() {
-			return fmt.Errorf("excluded_ips: invalid prefix %v", p)
+			return &FieldError{Field: "excluded_ips", Value: p.String(), Reason: "invalid prefix"}
 		}
 	}
 	hdr := headerXFF
 	if c.Header != "" {
 		if !isToken(c.Header) {
-			return fmt.Errorf("header %q: not a valid header name", c.Header)
+			return &FieldError{Field: "header", Value: c.Header, Reason: "not a valid header name"}
 		}
 		hdr = http.CanonicalHeaderKey(c.Header)
 	}
 	realIP := hdr == headerRealIP
 	if c.Depth < 0 || c.Depth > MaxForwardedHops {
-		return fmt.Errorf("depth: must be between 0 and %d, got %d", MaxForwardedHops, c.Depth)
+		return &FieldError{Field: "depth", Value: strconv.Itoa(c.Depth), Reason: "must be between 0 and " + strconv.Itoa(MaxForwardedHops)}
 	}
 	if realIP && c.Depth != 0 {
-		return errors.New("depth: applies to a list of addresses, such as X-Forwarded-For, not to X-Real-IP")
+		return &FieldError{Field: "depth", Reason: "applies to a list of addresses, such as X-Forwarded-For, not to X-Real-IP"}
 	}
 	if len(c.ExcludedIPs) > 0 {
 		if realIP {
-			return errors.New("excluded_ips: apply to a list of addresses, such as X-Forwarded-For, not to X-Real-IP")
+			return &FieldError{Field: "excluded_ips", Reason: "apply to a list of addresses, such as X-Forwarded-For, not to X-Real-IP"}
 		}
 		if c.Depth != 0 {
-			return errors.New("excluded_ips: only apply when depth is 0 (Traefik silently ignores them when depth is set; sluice refuses)")
+			return &FieldError{Field: "excluded_ips", Reason: "only apply when depth is 0 (Traefik silently ignores them when depth is set; sluice refuses)"}
 		}
 	}
 	if c.IPv4Prefix < 0 || c.IPv4Prefix > 32 {
-		return fmt.Errorf("ipv4_prefix: must be between 0 and 32, got %d", c.IPv4Prefix)
+		return &FieldError{Field: "ipv4_prefix", Value: strconv.Itoa(c.IPv4Prefix), Reason: "must be between 0 and 32"}
 	}
 	if c.IPv6Prefix < 0 || c.IPv6Prefix > 128 {
-		return fmt.Errorf("ipv6_prefix: must be between 0 and 128, got %d", c.IPv6Prefix)
+		return &FieldError{Field: "ipv6_prefix", Value: strconv.Itoa(c.IPv6Prefix), Reason: "must be between 0 and 128"}
 	}
 	c.hdr, c.realIP, c.rfc7239 = "", realIP, hdr == headerForwarded
 	if hdr != headerXFF && !realIP && !c.rfc7239 {

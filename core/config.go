@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"math"
 	"os"
 	"strconv"
@@ -14,8 +13,106 @@ import (
 // This file holds the checks of configuration values that every host of
 // the engine reads the same way, so that the Caddy module and the Traefik
 // plugin accept the same values and describe a mistake in the same words.
-// Errors begin with the name of the field at fault; callers prefix the
-// option's path in their own configuration syntax.
+// A value core refuses is a *FieldError, or, for one limit of a list, a
+// *LimitError holding one: each host names the field in its own words
+// (Caddyfile subdirective, JSON path, Traefik option) from the Field,
+// Value and Reason, never from the error's text.
+
+// FieldError is a configuration value that core refuses. Field names the
+// field in core's words ("rate.period", "burst", "max_delay", "jitter",
+// "instances", ...: the names of the Go fields, in snake case, with a dot
+// for a part of a field); Value is the value as core read it, or "" when
+// the rule concerns the field as a whole; Reason says what is wrong. Needs,
+// when set, is a field that the value has no meaning without.
+type FieldError struct {
+	Field  string
+	Value  string
+	Reason string
+	Needs  string
+}
+
+// Error is `<field> "<value>": <reason>`, without the value when it is
+// empty, followed with Needs by "(set <needs>, or remove <field>)".
+func (e *FieldError) Error() string {
+	return e.Format(e.Field, e.Needs)
+}
+
+// Format is Error with the field named field and Needs named needs: a
+// host's names for them.
+func (e *FieldError) Format(field, needs string) string {
+	s := field
+	if e.Value != "" {
+		s += " " + strconv.Quote(e.Value)
+	}
+	s += ": " + e.Reason
+	if needs != "" {
+		s += " (set " + needs + ", or remove " + field + ")"
+	}
+	return s
+}
+
+// LimitError is a FieldError of the limit named Limit. Index is the
+// limit's position in the list NewGate or CheckLimits checked, or -1 from
+// Limit.Validate.
+type LimitError struct {
+	Index int
+	Limit string
+	Err   *FieldError
+}
+
+// Error is `limit "<name>": ` and the FieldError.
+func (e *LimitError) Error() string {
+	return "limit " + strconv.Quote(e.Limit) + ": " + e.Err.Error()
+}
+
+// Unwrap returns the FieldError.
+func (e *LimitError) Unwrap() error { return e.Err }
+
+// FieldOf returns the FieldError err is or holds (as a LimitError), or nil.
+// It asserts the two types rather than calling errors.As, which Yaegi
+// cannot apply to interpreted types.
+func FieldOf(err error) *FieldError {
+	if le, ok := err.(*LimitError); ok {
+		return le.Err
+	}
+	fe, _ := err.(*FieldError)
+	return fe
+}
+
+// CheckLimits validates every limit of limits (Limit.Validate) and
+// refuses a name used twice, reporting the second use. Its error is a
+// *LimitError whose Index is the limit's position in limits.
+func CheckLimits(limits []*Limit) error {
+	names := make(map[string]bool, len(limits))
+	for i, l := range limits {
+		if err := l.Validate(); err != nil {
+			le := err.(*LimitError)
+			le.Index = i
+			return le
+		}
+		if names[l.Name] {
+			return &LimitError{Index: i, Limit: l.Name, Err: &FieldError{Field: "name", Value: l.Name, Reason: "defined twice"}}
+		}
+		names[l.Name] = true
+	}
+	return nil
+}
+
+// CheckFallback checks the local fallback's settings: fallback tells
+// whether it is on, instances the number of instances it divides quotas by
+// (zero when not set), and inMemory that the primary store is a
+// MemoryStore, which cannot fail.
+func CheckFallback(fallback bool, instances int, inMemory bool) error {
+	switch {
+	case !fallback && instances != 0:
+		return &FieldError{Field: "instances", Reason: "only the local fallback divides quotas by the number of instances", Needs: "fallback"}
+	case fallback && inMemory:
+		return &FieldError{Field: "fallback", Reason: "applies only to a store that can fail, such as Redis, not to memory"}
+	case fallback && instances < 1:
+		return &FieldError{Field: "instances", Value: strconv.Itoa(instances), Reason: "must be at least 1"}
+	}
+	return nil
+}
 
 // LimitNameReserved lists the bytes a Limit's Name must not contain: the
 // double quote, backslash, colon, braces, carriage return and line feed.
@@ -23,34 +120,34 @@ import (
 // where these bytes delimit.
 const LimitNameReserved = "\"\\:{}\r\n"
 
-// CheckLimitName returns an error, beginning with "name", if name is
+// CheckLimitName returns a *FieldError of the field "name" if name is
 // empty or contains a byte of LimitNameReserved, and nil otherwise.
 func CheckLimitName(name string) error {
 	if name == "" {
-		return errors.New("name: must not be empty")
+		return &FieldError{Field: "name", Reason: "must not be empty"}
 	}
 	if strings.ContainsAny(name, LimitNameReserved) {
-		return fmt.Errorf("name %q: must not contain quotes, backslashes, colons, braces or line breaks", name)
+		return &FieldError{Field: "name", Value: name, Reason: "must not contain quotes, backslashes, colons, braces or line breaks"}
 	}
 	for i := 0; i < len(name); i++ {
 		if name[i] < 0x20 || name[i] > 0x7e {
 			// A structured-field String carries printable ASCII only, and
 			// the name must read the same in the header and the body.
-			return fmt.Errorf("name %q: must be printable ASCII (it is sent in the RateLimit-Policy header)", name)
+			return &FieldError{Field: "name", Value: name, Reason: "must be printable ASCII (it is sent in the RateLimit-Policy header)"}
 		}
 	}
 	return nil
 }
 
-// CheckBurst returns an error, beginning with "burst", unless burst, a
-// value written in a host's configuration, is positive. A Limit reads a
-// zero Burst as unset, and each host fills an unset burst with its own
-// default (the Caddy module: the quota; the Traefik plugin: 1, as Traefik's
-// rateLimit), so a burst written as 0 would mean the quota in one host and
-// 1 in the other: every host refuses it instead, in these words.
+// CheckBurst returns a FieldError when burst, a value written in a host's
+// configuration, is 0 (a negative one is Limit.Validate's to refuse). A
+// Limit reads a zero Burst as unset, and each host fills an unset burst
+// with its own default (the Caddy module: the quota; the Traefik plugin: 1,
+// as Traefik's rateLimit), so a burst written as 0 would mean the quota in
+// one host and 1 in the other: every host refuses it instead.
 func CheckBurst(burst float64) error {
-	if !(burst > 0) {
-		return fmt.Errorf("burst: must be positive, got %v (leave burst out for the default)", burst)
+	if burst == 0 {
+		return &FieldError{Field: "burst", Value: strconv.FormatFloat(burst, 'g', -1, 64), Reason: "must be positive (leave burst out for the default)"}
 	}
 	return nil
 }
@@ -83,7 +180,7 @@ func ParseCost(s string) (float64, error) {
 //
 // ca, cert and key are each either PEM text itself, recognized by its
 // "-----BEGIN" line, or the name of a file holding it. Errors begin with
-// the field at fault: "ca: ", "cert: ", "key: " or "cert, key: ".
+// *FieldError of the field at fault: "ca", "cert" or "key".
 func TLSConfig(ca, cert, key string, insecureSkipVerify bool, serverName string) (*tls.Config, error) {
 	cfg := &tls.Config{
 		MinVersion:         tls.VersionTLS12,
@@ -97,11 +194,11 @@ func TLSConfig(ca, cert, key string, insecureSkipVerify bool, serverName string)
 		}
 		cfg.RootCAs = x509.NewCertPool()
 		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, errors.New("ca: no PEM certificate found")
+			return nil, &FieldError{Field: "ca", Value: ca, Reason: "no PEM certificate found"}
 		}
 	}
-	if (cert == "") != (key == "") {
-		return nil, errors.New("cert, key: set both or neither")
+	if err := CheckTLSPair(cert, key); err != nil {
+		return nil, err
 	}
 	if cert != "" {
 		certPEM, err := readPEM("cert", cert)
@@ -114,11 +211,24 @@ func TLSConfig(ca, cert, key string, insecureSkipVerify bool, serverName string)
 		}
 		pair, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
-			return nil, fmt.Errorf("cert, key: %w", err)
+			return nil, &FieldError{Field: "cert", Reason: "does not go with key: " + err.Error()}
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
 	return cfg, nil
+}
+
+// CheckTLSPair checks that a client certificate and its private key
+// come together, both or neither. Its error is a *FieldError of the field
+// set alone.
+func CheckTLSPair(cert, key string) error {
+	switch {
+	case cert != "" && key == "":
+		return &FieldError{Field: "cert", Reason: "needs its private key", Needs: "key"}
+	case key != "" && cert == "":
+		return &FieldError{Field: "key", Reason: "needs its certificate", Needs: "cert"}
+	}
+	return nil
 }
 
 // readPEM returns s itself when it is PEM text, else the contents of the
@@ -129,7 +239,10 @@ func readPEM(field, s string) ([]byte, error) {
 	}
 	b, err := os.ReadFile(s)
 	if err != nil {
-		return nil, fmt.Errorf("%s: neither PEM text nor a readable file: %w", field, err)
+		if pe, ok := err.(*os.PathError); ok {
+			err = pe.Err // without the file's name, the Value
+		}
+		return nil, &FieldError{Field: field, Value: s, Reason: "neither PEM text nor a readable file: " + err.Error()}
 	}
 	return b, nil
 }

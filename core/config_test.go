@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math"
 	"math/big"
 	"os"
@@ -131,13 +132,13 @@ func TestTLSConfig(t *testing.T) {
 		{name: "pair files", cert: certFile, key: keyFile, hasCerts: true},
 		{name: "pair PEM", cert: cert, key: key, hasCerts: true},
 		{name: "pair mixed", ca: cert, cert: certFile, key: key, roots: true, hasCerts: true},
-		{name: "ca missing", ca: missing, err: "ca: neither PEM text nor a readable file: open " + missing},
-		{name: "ca junk", ca: junkFile, err: "ca: no PEM certificate found"},
-		{name: "cert alone", cert: certFile, err: "cert, key: set both or neither"},
-		{name: "key alone", key: keyFile, err: "cert, key: set both or neither"},
-		{name: "cert missing", cert: missing, key: keyFile, err: "cert: neither PEM text nor a readable file"},
-		{name: "key missing", cert: certFile, key: missing, err: "key: neither PEM text nor a readable file"},
-		{name: "key mismatch", cert: cert, key: otherKey, err: "cert, key: "},
+		{name: "ca missing", ca: missing, err: `ca "` + missing + `": neither PEM text nor a readable file: no such file`},
+		{name: "ca junk", ca: junkFile, err: `ca "` + junkFile + `": no PEM certificate found`},
+		{name: "cert alone", cert: certFile, err: "cert: needs its private key (set key, or remove cert)"},
+		{name: "key alone", key: keyFile, err: "key: needs its certificate (set cert, or remove key)"},
+		{name: "cert missing", cert: missing, key: keyFile, err: `cert "` + missing + `": neither PEM text nor a readable file`},
+		{name: "key missing", cert: certFile, key: missing, err: `key "` + missing + `": neither PEM text nor a readable file`},
+		{name: "key mismatch", cert: cert, key: otherKey, err: "cert: does not go with key: "},
 	}
 	for _, tt := range tests {
 		c, err := TLSConfig(tt.ca, tt.cert, tt.key, false, "")
@@ -164,21 +165,67 @@ func TestTLSConfig(t *testing.T) {
 	}
 }
 
-// TestCheckBurst: a burst written in a configuration must be positive, a
-// fraction included; 0 is refused in words that say how to get the
-// default.
+// TestCheckBurst: a burst written in a configuration as 0 is refused in
+// words that say how to get the default; any other value is
+// Limit.Validate's to check.
 func TestCheckBurst(t *testing.T) {
-	for _, b := range []float64{0.5, 1, 100} {
+	for _, b := range []float64{0.5, 1, 100, -1, math.NaN()} {
 		if err := CheckBurst(b); err != nil {
 			t.Errorf("CheckBurst(%v): %v", b, err)
 		}
 	}
-	for _, b := range []float64{0, -1, math.NaN()} {
-		if err := CheckBurst(b); err == nil || !strings.HasPrefix(err.Error(), "burst: must be positive") {
-			t.Errorf("CheckBurst(%v): %v, want burst: must be positive", b, err)
+	err := CheckBurst(0)
+	if fe := FieldOf(err); fe == nil || fe.Field != "burst" || err.Error() != `burst "0": must be positive (leave burst out for the default)` {
+		t.Errorf("CheckBurst(0): %v", err)
+	}
+}
+
+// TestFieldErrors checks the typed errors the hosts read: CheckLimits
+// reports the second use of a name with its index, CheckFallback each of
+// its rules, and FieldOf finds the FieldError in a LimitError.
+func TestFieldErrors(t *testing.T) {
+	a := &Limit{Name: "a", Rate: Rate{Quota: 1, Period: time.Second}}
+	b := &Limit{Name: "b", Rate: Rate{Quota: 1, Period: time.Second}}
+	a2 := &Limit{Name: "a", Rate: Rate{Quota: 2, Period: time.Second}}
+	err := CheckLimits([]*Limit{a, b, a2})
+	le, ok := err.(*LimitError)
+	if !ok || le.Index != 2 || le.Limit != "a" || le.Err.Field != "name" || err.Error() != `limit "a": name "a": defined twice` {
+		t.Errorf("CheckLimits with a name twice: %#v (%v)", err, err)
+	}
+	bad := &Limit{Name: "c", Rate: Rate{Quota: 1, Period: time.Second}, Burst: -1}
+	if le, ok := CheckLimits([]*Limit{a, bad}).(*LimitError); !ok || le.Index != 1 || FieldOf(le).Field != "burst" {
+		t.Errorf("CheckLimits with a bad burst: %#v", le)
+	}
+	if _, err := NewGate(GateConfig{Limits: []*Limit{a, a2}}); FieldOf(err) == nil || FieldOf(err).Field != "name" {
+		t.Errorf("NewGate with a name twice: %v", err)
+	}
+	for _, c := range []struct {
+		fallback bool
+		n        int
+		inMemory bool
+		want     string
+	}{
+		{false, 0, true, ""},
+		{true, 2, false, ""},
+		{false, 2, false, "instances: only the local fallback divides quotas by the number of instances (set fallback, or remove instances)"},
+		{true, 1, true, "fallback: applies only to a store that can fail, such as Redis, not to memory"},
+		{true, 0, false, `instances "0": must be at least 1`},
+	} {
+		err := CheckFallback(c.fallback, c.n, c.inMemory)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || err.Error() != c.want || FieldOf(err) == nil) {
+			t.Errorf("CheckFallback(%v, %d, %v) = %v, want %q", c.fallback, c.n, c.inMemory, err, c.want)
 		}
 	}
-	if err := CheckBurst(0); err == nil || !strings.Contains(err.Error(), "leave burst out for the default") {
-		t.Errorf("CheckBurst(0): %v", err)
+	if _, err := NewGate(GateConfig{Limits: []*Limit{a}, Fallback: &MemoryStore{}, Instances: 2}); FieldOf(err) == nil || FieldOf(err).Field != "fallback" {
+		t.Errorf("NewGate with a fallback for a memory store: %v", err)
+	}
+	if err := a.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CheckCost(2); err == nil || err.Error() != `cost "2": above the capacity of 1 (the burst, or a window algorithm's quota), so no request could ever pass; lower the cost or raise the capacity` {
+		t.Errorf("CheckCost(2): %v", err)
+	}
+	if FieldOf(errors.New("x")) != nil {
+		t.Error("FieldOf found a FieldError in a plain error")
 	}
 }

@@ -151,6 +151,9 @@ type GateConfig struct {
 	// reject every request for the whole outage. So with few requests per
 	// instance the instances together may admit more than the quota while
 	// the store is down, but never reject what the limit would admit.
+	// Instances must be at least 1 with a Fallback and zero without, and
+	// a Fallback needs a Store that can fail, not a MemoryStore
+	// (CheckFallback).
 	Fallback  Store
 	Instances int
 	// MaxCost, if set, holds for some limits the largest cost the host asks
@@ -199,20 +202,17 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 		cfg.Store = st
 	}
 	if cfg.Timeout < 0 {
-		return nil, errors.New("timeout: must not be negative")
+		return nil, &FieldError{Field: "timeout", Value: cfg.Timeout.String(), Reason: "must not be negative"}
 	}
 	if err := cfg.Responder.Validate(); err != nil {
 		return nil, err
 	}
-	names := make(map[string]bool, len(cfg.Limits))
-	for _, l := range cfg.Limits {
-		if err := l.Validate(); err != nil {
-			return nil, err
-		}
-		if names[l.Name] {
-			return nil, fmt.Errorf("limit %q: defined twice", l.Name)
-		}
-		names[l.Name] = true
+	if err := CheckLimits(cfg.Limits); err != nil {
+		return nil, err
+	}
+	_, inMemory := cfg.Store.(*MemoryStore)
+	if err := CheckFallback(cfg.Fallback != nil, cfg.Instances, inMemory); err != nil {
+		return nil, err
 	}
 	g := &Gate{cfg: cfg}
 	g.resp = &g.cfg.Responder
@@ -230,9 +230,6 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 	}
 	if cfg.Fallback != nil {
 		n := cfg.Instances
-		if n < 1 {
-			return nil, errors.New("instances: the local fallback divides each quota by the number of instances, which must be at least 1")
-		}
 		g.fallback = make(map[*Limit]*Limit, len(cfg.Limits))
 		for _, l := range cfg.Limits {
 			share := *l

@@ -51,14 +51,14 @@ func newFlightLimit(l *Limit) *Limit {
 
 // validateFlightOnly finishes Validate for a limit of requests in flight
 // only (a zero Rate), which has no algorithm, burst or delay.
-func (l *Limit) validateFlightOnly() error {
+func (l *Limit) validateFlightOnly() *FieldError {
 	switch {
 	case l.Algorithm != "":
-		return fmt.Errorf("algorithm %q: only a rate has an algorithm (set rate, or remove algorithm)", l.Algorithm)
+		return &FieldError{Field: "algorithm", Value: string(l.Algorithm), Reason: "only a rate has an algorithm", Needs: "rate"}
 	case l.Burst != 0:
-		return errors.New("burst: only a rate has a burst (set rate, or remove burst)")
+		return &FieldError{Field: "burst", Reason: "only a rate has a burst", Needs: "rate"}
 	case l.MaxDelay != 0:
-		return errors.New("max_delay: only a rate delays requests (set rate, or remove max_delay)")
+		return &FieldError{Field: "max_delay", Reason: "only a rate delays requests", Needs: "rate"}
 	}
 	f := l.flight
 	l.period, l.unit, l.capacity, l.owe = 0, 0, 0, 0
@@ -232,7 +232,7 @@ func newGateSlots(cfg *GateConfig) (*gateSlots, error) {
 		flight = flight || l.MaxInFlight > 0
 	}
 	if cfg.LeaseTTL < 0 {
-		return nil, fmt.Errorf("lease_ttl: must not be negative, got %v", cfg.LeaseTTL)
+		return nil, &FieldError{Field: "lease_ttl", Value: cfg.LeaseTTL.String(), Reason: "must not be negative"}
 	}
 	if !flight {
 		return nil, nil

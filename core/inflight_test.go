@@ -48,10 +48,10 @@ func TestFlightLimitValidate(t *testing.T) {
 		l    Limit
 		want string
 	}{
-		{Limit{Name: "a", MaxInFlight: -1}, "max_in_flight: must not be negative"},
+		{Limit{Name: "a", MaxInFlight: -1}, `max_in_flight "-1": must not be negative`},
 		{Limit{Name: "a", MaxInFlight: 2, Algorithm: FixedWindow}, "algorithm \"fixed_window\": only a rate has an algorithm"},
 		{Limit{Name: "a", MaxInFlight: 2, Burst: 3}, "burst: only a rate has a burst"},
-		{Limit{Name: "a"}, "rate: quota must be a positive number"},
+		{Limit{Name: "a"}, "rate: required (or max_in_flight)"},
 	} {
 		l := c.l
 		if err := l.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {

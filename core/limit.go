@@ -180,24 +180,31 @@ type Limit struct {
 	keep int64
 }
 
-// Validate checks l, naming the offending field in its error, and fills in
-// defaults. It is idempotent.
+// Validate checks l and fills in defaults. Its error is a *LimitError
+// naming the limit and the field at fault. It is idempotent.
 func (l *Limit) Validate() error {
 	if err := l.validate(); err != nil {
-		if l.Name == "" {
-			return err
-		}
-		return fmt.Errorf("limit %q: %w", l.Name, err)
+		return &LimitError{Index: -1, Limit: l.Name, Err: err}
 	}
 	return nil
 }
 
-func (l *Limit) validate() error {
+// CheckCost refuses a request cost that l can never admit, above its
+// capacity (see Fits). It is valid after Validate.
+func (l *Limit) CheckCost(cost float64) error {
+	if l.Fits(cost) {
+		return nil
+	}
+	return &FieldError{Field: "cost", Value: formatFloat(cost), Reason: "above the capacity of " + formatFloat(l.capacity) +
+		" (the burst, or a window algorithm's quota), so no request could ever pass; lower the cost or raise the capacity"}
+}
+
+func (l *Limit) validate() *FieldError {
 	if err := CheckLimitName(l.Name); err != nil {
-		return err
+		return err.(*FieldError)
 	}
 	if l.MaxInFlight < 0 {
-		return fmt.Errorf("max_in_flight: must not be negative, got %d", l.MaxInFlight)
+		return &FieldError{Field: "max_in_flight", Value: strconv.Itoa(l.MaxInFlight), Reason: "must not be negative"}
 	}
 	l.flight = nil
 	if l.MaxInFlight > 0 {
@@ -205,6 +212,9 @@ func (l *Limit) validate() error {
 		if l.Rate == (Rate{}) {
 			return l.validateFlightOnly()
 		}
+	}
+	if l.Rate == (Rate{}) {
+		return &FieldError{Field: "rate", Reason: "required (or max_in_flight)"}
 	}
 	if l.Algorithm == "" {
 		l.Algorithm = TokenBucket
@@ -216,19 +226,19 @@ func (l *Limit) validate() error {
 		}
 	}
 	if !known {
-		return fmt.Errorf("algorithm %q: unknown (want token_bucket, leaky_bucket, fixed_window, sliding_window_log or sliding_window_counter)", l.Algorithm)
+		return &FieldError{Field: "algorithm", Value: string(l.Algorithm), Reason: "unknown (want token_bucket, leaky_bucket, fixed_window, sliding_window_log or sliding_window_counter)"}
 	}
 	if !(l.Rate.Quota > 0) || math.IsInf(l.Rate.Quota, 0) {
-		return fmt.Errorf("rate: quota must be a positive number, got %v", l.Rate.Quota)
+		return &FieldError{Field: "rate.quota", Value: formatFloat(l.Rate.Quota), Reason: "must be a positive number"}
 	}
 	if l.Rate.Period <= 0 {
-		return fmt.Errorf("rate: period must be positive, got %v", l.Rate.Period)
+		return &FieldError{Field: "rate.period", Value: FormatPeriod(l.Rate.Period), Reason: "must be positive"}
 	}
 	if l.Burst < 0 || math.IsNaN(l.Burst) || math.IsInf(l.Burst, 0) {
-		return fmt.Errorf("burst: must be a non-negative number, got %v", l.Burst)
+		return &FieldError{Field: "burst", Value: formatFloat(l.Burst), Reason: "must not be negative"}
 	}
 	if l.MaxDelay < 0 {
-		return fmt.Errorf("max_delay: must not be negative, got %v", l.MaxDelay)
+		return &FieldError{Field: "max_delay", Value: l.MaxDelay.String(), Reason: "must not be negative"}
 	}
 	switch l.Algorithm {
 	case TokenBucket, LeakyBucket:
@@ -243,24 +253,25 @@ func (l *Limit) validate() error {
 		}
 	default:
 		if l.Burst != 0 {
-			return fmt.Errorf("burst: %s takes its capacity from the rate's quota; remove burst", l.Algorithm)
+			return &FieldError{Field: "burst", Reason: string(l.Algorithm) + " takes its capacity from the rate's quota; remove burst"}
 		}
 		if l.Rate.Quota < 1 {
-			return fmt.Errorf("rate %v: %s admits at most its quota in a window, and a quota below 1 admits no request of cost 1; write it as %s", l.Rate, l.Algorithm, Rate{Quota: 1, Period: time.Duration(float64(l.Rate.Period) / l.Rate.Quota)})
+			return &FieldError{Field: "rate", Value: l.Rate.String(), Reason: string(l.Algorithm) + " admits at most its quota in a window, and a quota below 1 admits no request of cost 1; write it as " +
+				Rate{Quota: 1, Period: time.Duration(float64(l.Rate.Period) / l.Rate.Quota)}.String()}
 		}
 		l.capacity = l.Rate.Quota
 	}
 	if l.MaxDelay != 0 && l.Algorithm != LeakyBucket && l.Algorithm != TokenBucket {
-		return fmt.Errorf("max_delay: only leaky_bucket and token_bucket delay requests, not %s", l.Algorithm)
+		return &FieldError{Field: "max_delay", Reason: "only leaky_bucket and token_bucket delay requests, not " + string(l.Algorithm)}
 	}
 	if l.Algorithm == SlidingWindowLog && l.Rate.Quota > MaxLogQuota {
-		return fmt.Errorf("rate: sliding_window_log keeps one entry per request and accepts a quota of at most %d, got %v (use sliding_window_counter)", MaxLogQuota, l.Rate.Quota)
+		return &FieldError{Field: "rate.quota", Value: formatFloat(l.Rate.Quota), Reason: "sliding_window_log keeps one entry per request and accepts a quota of at most " + strconv.Itoa(MaxLogQuota) + " (use sliding_window_counter)"}
 	}
 	if l.Rate.Period > MaxSpan {
-		return fmt.Errorf("rate: period %v is longer than the %v sluice supports", l.Rate.Period, MaxSpan)
+		return &FieldError{Field: "rate.period", Value: FormatPeriod(l.Rate.Period), Reason: "longer than the " + FormatPeriod(MaxSpan) + " sluice supports"}
 	}
 	if l.Rate.Period%time.Microsecond != 0 {
-		return fmt.Errorf("rate: period %v must be a whole number of microseconds (Redis's clock resolution)", l.Rate.Period)
+		return &FieldError{Field: "rate.period", Value: FormatPeriod(l.Rate.Period), Reason: "must be a whole number of microseconds (Redis's clock resolution)"}
 	}
 	l.period = int64(l.Rate.Period)
 	l.unit = float64(l.period) / l.Rate.Quota
@@ -269,7 +280,7 @@ func (l *Limit) validate() error {
 		l.owe = float64(l.MaxDelay) / l.unit
 	}
 	if span := l.capacity*l.unit + float64(l.MaxDelay); !(span <= float64(MaxSpan)) {
-		return fmt.Errorf("burst: refilling %v at %v takes longer than the %v sluice supports", l.capacity, l.Rate, MaxSpan)
+		return &FieldError{Field: "burst", Value: formatFloat(l.capacity), Reason: "refilling it at the rate takes longer than the " + FormatPeriod(MaxSpan) + " sluice supports"}
 	}
 	l.ns = l.Name + ":" + string(l.Algorithm)
 	l.nsHash = fnv1a(l.ns)

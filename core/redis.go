@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,13 +30,63 @@ const DefaultRedisTimeout = 100 * time.Millisecond
 // CheckRedisDB is both adapters' check of a Redis database number: not
 // negative, and 0 for a Cluster, which has no other. (A database number
 // that a host ignored would silently merge keys that the configuration
-// meant to keep apart.)
+// meant to keep apart.) Its error is a *FieldError of the field "db".
 func CheckRedisDB(db int, cluster bool) error {
 	if db < 0 {
-		return fmt.Errorf("db: must not be negative, got %d", db)
+		return &FieldError{Field: "db", Value: strconv.Itoa(db), Reason: "must not be negative"}
 	}
 	if db != 0 && cluster {
-		return fmt.Errorf("db %d: a Redis Cluster has only database 0", db)
+		return &FieldError{Field: "db", Value: strconv.Itoa(db), Reason: "a Redis Cluster has only database 0"}
+	}
+	return nil
+}
+
+// CheckRedisAddress checks that addr is a host:port; its error is a
+// *FieldError of the field "address", which the host names as the option
+// it read addr from.
+func CheckRedisAddress(addr string) error {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return &FieldError{Field: "address", Value: addr, Reason: "want host:port"}
+	}
+	return nil
+}
+
+// CheckRedisUser checks that a username comes with a password: an ACL
+// user authenticates with both. Its error is a *FieldError of "username".
+func CheckRedisUser(username, password string) error {
+	if username != "" && password == "" {
+		return &FieldError{Field: "username", Reason: "needs a password (an ACL user authenticates with both)"}
+	}
+	return nil
+}
+
+// CheckRedisSentinel checks the master set's name and the Sentinels'
+// addresses of a store behind Redis Sentinel: both required, and each
+// address a host:port. Its error is a *FieldError of "sentinel.master" or
+// "sentinel.addresses".
+func CheckRedisSentinel(master string, addrs []string) error {
+	if master == "" {
+		return &FieldError{Field: "sentinel.master", Reason: "required, the name of the master set"}
+	}
+	if len(addrs) == 0 {
+		return &FieldError{Field: "sentinel.addresses", Reason: "at least one Sentinel host:port is required"}
+	}
+	for _, a := range addrs {
+		if err := CheckRedisAddress(a); err != nil {
+			fe := err.(*FieldError)
+			fe.Field = "sentinel.addresses"
+			return fe
+		}
+	}
+	return nil
+}
+
+// CheckRedisPrefix checks a RedisConfig.Prefix: no braces, which would
+// change the keys' Cluster hash tags. Its error is a *FieldError of
+// "prefix".
+func CheckRedisPrefix(prefix string) error {
+	if strings.ContainsAny(prefix, "{}") {
+		return &FieldError{Field: "prefix", Value: prefix, Reason: "must not contain braces"}
 	}
 	return nil
 }
@@ -155,8 +206,8 @@ func NewRedisStore(cfg RedisConfig) (*RedisStore, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultRedisPrefix
 	}
-	if strings.ContainsAny(cfg.Prefix, "{}") {
-		return nil, fmt.Errorf("redis: prefix %q: must not contain braces", cfg.Prefix)
+	if err := CheckRedisPrefix(cfg.Prefix); err != nil {
+		return nil, err
 	}
 	direct := cfg.Direct
 	if c, ok := cfg.Client.(*resp.Client); ok && direct == nil {

@@ -15,7 +15,8 @@ import (
 // weakly converted them from typed YAML or JSON (10 → "10", 2.5 → "2.5",
 // true → "1"). Every error names the option.
 
-// parseNumber parses a finite, non-negative number; empty yields def.
+// parseNumber parses a finite number; empty yields def. Its range is
+// core's to check.
 func parseNumber(option, s string, def float64) (float64, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -24,9 +25,6 @@ func parseNumber(option, s string, def float64) (float64, error) {
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
 		return 0, fmt.Errorf("%s %q: not a number", option, s)
-	}
-	if f < 0 {
-		return 0, fmt.Errorf("%s %q: must not be negative", option, s)
 	}
 	return f, nil
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -74,8 +73,8 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 		endpoints = []string{defaultRedisEndpoint}
 	}
 	for _, e := range endpoints {
-		if _, _, err := net.SplitHostPort(e); err != nil {
-			return nil, fmt.Errorf("redis.endpoints %q: want host:port", e)
+		if err := core.CheckRedisAddress(e); err != nil {
+			return nil, errors.New(core.FieldOf(err).Format("redis.endpoints", ""))
 		}
 	}
 	o.resp.Addr = endpoints[0]
@@ -94,14 +93,14 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 		return nil, err
 	}
 	o.resp.Password = pw
-	if o.resp.Username != "" && pw == "" {
-		return nil, errors.New("redis.username: needs a password")
+	if err := core.CheckRedisUser(o.resp.Username, pw); err != nil {
+		return nil, fieldError("redis.", err)
 	}
 	if o.resp.DB, err = parseInt("redis.db", r.DB, 0, 0, 1<<20); err != nil {
 		return nil, err
 	}
 	if err := core.CheckRedisDB(o.resp.DB, o.seeds != nil); err != nil {
-		return nil, fmt.Errorf("redis.%w", err)
+		return nil, fieldError("redis.", err)
 	}
 	if o.resp.PoolSize, err = parseInt("redis.poolSize", r.PoolSize, 0, 0, 1<<16); err != nil {
 		return nil, err
@@ -151,24 +150,16 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 // parseSentinel reads redis.sentinel.
 func parseSentinel(r *RedisSentinel) (*resp.SentinelOptions, error) {
 	so := &resp.SentinelOptions{MasterName: strings.TrimSpace(r.MasterName), Addrs: parseList(r.Endpoints), Username: strings.TrimSpace(r.Username)}
-	if so.MasterName == "" {
-		return nil, errors.New("redis.sentinel.masterName: required")
-	}
-	if len(so.Addrs) == 0 {
-		return nil, errors.New("redis.sentinel.endpoints: at least one Sentinel host:port is required")
-	}
-	for _, e := range so.Addrs {
-		if _, _, err := net.SplitHostPort(e); err != nil {
-			return nil, fmt.Errorf("redis.sentinel.endpoints %q: want host:port", e)
-		}
+	if err := core.CheckRedisSentinel(so.MasterName, so.Addrs); err != nil {
+		return nil, fieldError("", err)
 	}
 	pw, err := secret("redis.sentinel.password", r.Password)
 	if err != nil {
 		return nil, err
 	}
 	so.Password = pw
-	if so.Username != "" && pw == "" {
-		return nil, errors.New("redis.sentinel.username: needs a password")
+	if err := core.CheckRedisUser(so.Username, pw); err != nil {
+		return nil, fieldError("redis.sentinel.", err)
 	}
 	return so, nil
 }
@@ -220,7 +211,7 @@ func parseTLS(t *RedisTLS) (*tls.Config, error) {
 	}
 	c, err := core.TLSConfig(t.CA, t.Cert, t.Key, insecure, "")
 	if err != nil {
-		return nil, fmt.Errorf("redis.tls: %w", err)
+		return nil, fieldError("", err)
 	}
 	return c, nil
 }

@@ -47,6 +47,7 @@ type limitPlan struct {
 	spec    int // index into settings.specs
 	missing core.MissingKey
 	cost    float64
+	option  string // the path of its options, for errors: "" or "limits[i]."
 }
 
 // keyDefaults are the top-level defaults of the per-limit key options.
@@ -76,7 +77,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 	}
 	if len(s.exempt) > 0 {
 		if err := ip.Validate(); err != nil {
-			return nil, err
+			return nil, fieldError("", err)
 		}
 		s.ip = ip
 	}
@@ -88,22 +89,22 @@ func parse(cfg *Config, name string) (*settings, error) {
 	}
 
 	specIndex := map[string]int{}
-	add := func(option, costOption string, l *core.Limit, parts []string, missing core.MissingKey, cost float64) error {
+	add := func(option, keyOption, costOption string, l *core.Limit, parts []string, missing core.MissingKey, cost float64) error {
 		id := strings.Join(parts, "\x00")
 		i, ok := specIndex[id]
 		if !ok {
 			spec, err := core.ParseKeySpec(parts, ip)
 			if err != nil {
-				return fmt.Errorf("%s: %w", option, err)
+				return fmt.Errorf("%s: %w", keyOption, err)
 			}
 			i = len(s.specs)
 			s.specs = append(s.specs, spec)
 			specIndex[id] = i
 		}
-		if c := l.Capacity(); !l.Fits(cost) {
-			return fmt.Errorf("%s: %v is above the capacity of limit %q (%v: its burst, or for a window algorithm its average), so no request could ever pass; lower the cost or raise the capacity", costOption, cost, l.Name, c)
+		if err := l.CheckCost(cost); err != nil {
+			return errors.New(core.FieldOf(err).Format(costOption, ""))
 		}
-		s.plans = append(s.plans, limitPlan{limit: l, spec: i, missing: missing, cost: cost})
+		s.plans = append(s.plans, limitPlan{limit: l, spec: i, missing: missing, cost: cost, option: option})
 		if missing == core.MissingSkip {
 			if part := clientChosenPart(parts); part != "" {
 				s.notes = append(s.notes, fmt.Sprintf("limit %q: a request without %s is not limited by it (onMissingKey: skip); set onMissingKey: shared to count such requests in one bucket", l.Name, part))
@@ -143,16 +144,13 @@ func parse(cfg *Config, name string) (*settings, error) {
 	case err != nil:
 		return nil, err
 	default:
-		if err := add(keys.option, "cost", l, keys.parts, keys.missing, cost); err != nil {
+		if err := add("", keys.option, "cost", l, keys.parts, keys.missing, cost); err != nil {
 			return nil, err
 		}
 	}
 
 	for i, item := range cfg.Limits {
 		option := fmt.Sprintf("limits[%d]", i)
-		if strings.TrimSpace(item.Name) == "" {
-			return nil, fmt.Errorf("%s.name: required", option)
-		}
 		if strings.TrimSpace(item.Average) == "" && strings.TrimSpace(item.MaxInFlight) == "" {
 			return nil, fmt.Errorf("%s.average: required (\"0\" disables the limit), or maxInFlight", option)
 		}
@@ -188,7 +186,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 				return nil, err
 			}
 		}
-		if err := add(keyOption, costOption, l, parts, missing, c); err != nil {
+		if err := add(option+".", keyOption, costOption, l, parts, missing, c); err != nil {
 			return nil, err
 		}
 	}
@@ -198,12 +196,17 @@ func parse(cfg *Config, name string) (*settings, error) {
 	if s.leaseTTL != 0 && !hasInFlight(s.plans) {
 		return nil, errors.New("redis.leaseTTL: only limits with maxInFlight take leases")
 	}
-	seen := map[string]bool{}
-	for _, p := range s.plans {
-		if seen[p.limit.Name] {
-			return nil, fmt.Errorf("limits: the name %q is used twice (the top-level limit's is %q: set name to change it)", p.limit.Name, topName)
+	limits := make([]*core.Limit, len(s.plans))
+	for i, p := range s.plans {
+		limits[i] = p.limit
+	}
+	if err := core.CheckLimits(limits); err != nil {
+		p := s.plans[err.(*core.LimitError).Index]
+		err = fieldError(p.option, err)
+		if p.option != "" && p.limit.Name == topName && strings.TrimSpace(cfg.Name) == "" {
+			err = fmt.Errorf("%w (the top-level limit is named %q unless name is set)", err, topName)
 		}
-		seen[p.limit.Name] = true
+		return nil, err
 	}
 	return s, nil
 }
@@ -286,7 +289,7 @@ func buildLimit(item LimitConfig, option string) (*core.Limit, error) {
 	}
 	if strings.TrimSpace(item.Burst) != "" {
 		if err := core.CheckBurst(burst); err != nil {
-			return nil, fmt.Errorf("%s%w; the built-in rateLimit reads 0 as 1, the default", option, err)
+			return nil, fmt.Errorf("%w; the built-in rateLimit reads 0 as 1, the default", fieldError(option, err))
 		}
 	}
 	if alg == core.TokenBucket && burst == 0 {
@@ -312,64 +315,80 @@ func buildLimit(item LimitConfig, option string) (*core.Limit, error) {
 
 // flightOnlyLimit builds the limit of an item without a rate that limits
 // inFlight requests at once. An item's algorithm and maxDelay may come
-// from the top level, and are ignored; its own burst is refused, as are,
-// at the top level, an algorithm and a maxDelay.
+// from the top level, and are ignored; core refuses its own burst and, at
+// the top level, an algorithm and a maxDelay.
 func flightOnlyLimit(item LimitConfig, option string, inFlight int) (*core.Limit, error) {
 	l := &core.Limit{Name: strings.TrimSpace(item.Name), MaxInFlight: inFlight}
-	if strings.TrimSpace(item.Burst) != "" {
-		return nil, fmt.Errorf("%sburst: only a rate has a burst (set average, or remove burst)", option)
+	var err error
+	if l.Burst, err = parseNumber(option+"burst", item.Burst, 0); err != nil {
+		return nil, err
 	}
 	if option == "" {
 		l.Algorithm = core.Algorithm(strings.ToLower(strings.TrimSpace(item.Algorithm)))
-		if _, err := parseDuration("maxDelay", item.MaxDelay); err != nil {
+		if l.MaxDelay, err = parseDuration("maxDelay", item.MaxDelay); err != nil {
 			return nil, err
-		}
-		if strings.TrimSpace(item.MaxDelay) != "" {
-			return nil, errors.New("maxDelay: only a rate delays requests (set average, or remove maxDelay)")
 		}
 	}
 	return validLimit(l, option)
 }
 
-// validLimit validates l, prefixing its error with option, the item's
-// path ("limits[0].", or "" at the top level).
+// validLimit validates l, naming the options of its errors after option,
+// the item's path ("limits[0].", or "" at the top level).
 func validLimit(l *core.Limit, option string) (*core.Limit, error) {
 	if err := l.Validate(); err != nil {
-		return nil, limitError(option, err)
+		return nil, fieldError(option, err)
 	}
 	return l, nil
 }
 
-// coreOptions turn the beginnings of core.Limit's errors, which name its
-// fields in the Caddyfile's words, into the plugin's options.
-var coreOptions = []struct{ core, option string }{
-	{"rate: period ", "period "},
-	{"rate: ", "average: "},
-	{"rate ", "average "},
-	{"max_delay: ", "maxDelay: "},
-	{"burst", "burst"},
-	{"algorithm ", "algorithm "},
-	{"name ", "name "},
+// coreOptions name core's fields (core.FieldError.Field) as the plugin's
+// options.
+var coreOptions = map[string]string{
+	"rate":               "average",
+	"rate.quota":         "average",
+	"rate.period":        "period",
+	"burst":              "burst",
+	"max_delay":          "maxDelay",
+	"max_in_flight":      "maxInFlight",
+	"algorithm":          "algorithm",
+	"name":               "name",
+	"jitter":             "retryJitter",
+	"fallback":           "fallback",
+	"instances":          "instances",
+	"trusted_proxies":    "trustedProxies",
+	"header":             "sourceCriterion.requestHeaderName",
+	"depth":              "sourceCriterion.ipStrategy.depth",
+	"excluded_ips":       "sourceCriterion.ipStrategy.excludedIPs",
+	"ipv6_prefix":        "sourceCriterion.ipStrategy.ipv6Subnet",
+	"cert":               "redis.tls.cert",
+	"key":                "redis.tls.key",
+	"ca":                 "redis.tls.ca",
+	"sentinel.master":    "redis.sentinel.masterName",
+	"sentinel.addresses": "redis.sentinel.endpoints",
 }
 
-// coreWords rewrites the names of core's limit fields that core's errors
-// give as advice into the plugin's options.
-var coreWords = strings.NewReplacer("(set rate,", "(set average,", "remove max_delay)", "remove maxDelay)")
+// fieldError is err, a core.FieldError or a core.LimitError, naming its
+// field as the plugin's option under option ("", "limits[i]." or
+// "redis."); any other error is returned as it is.
+func fieldError(option string, err error) error {
+	fe := core.FieldOf(err)
+	if fe == nil {
+		return err
+	}
+	needs := ""
+	if fe.Needs != "" {
+		needs = option + coreOption(fe.Needs)
+	}
+	return errors.New(fe.Format(option+coreOption(fe.Field), needs))
+}
 
-// limitError is err, an error of core.Limit.Validate, naming the option
-// of the limit whose options begin with option ("" or "limits[i].").
-func limitError(option string, err error) error {
-	inner := err
-	if u := errors.Unwrap(err); u != nil {
-		inner = u // without core's `limit "name": `
+// coreOption is the plugin's option for core's field, or the field itself
+// when the plugin names it alike.
+func coreOption(field string) string {
+	if o, ok := coreOptions[field]; ok {
+		return o
 	}
-	msg := coreWords.Replace(inner.Error())
-	for _, c := range coreOptions {
-		if strings.HasPrefix(msg, c.core) {
-			return errors.New(option + c.option + strings.TrimPrefix(msg, c.core))
-		}
-	}
-	return fmt.Errorf("%s%w", option, err)
+	return field
 }
 
 // parseSource reads SourceCriterion, TrustedProxies, Key and OnMissingKey:
@@ -499,8 +518,8 @@ func parseAnswers(cfg *Config, s *settings) error {
 	if s.responder.Jitter, err = parseNumber("retryJitter", cfg.RetryJitter, 0); err != nil {
 		return err
 	}
-	if s.responder.Jitter > 1 {
-		return fmt.Errorf("retryJitter %q: must be between 0 and 1", cfg.RetryJitter)
+	if err := s.responder.Validate(); err != nil {
+		return fieldError("", err)
 	}
 	if s.mode, err = core.ParseMode(cfg.Mode); err != nil {
 		return err
@@ -521,19 +540,20 @@ func parseStore(cfg *Config, s *settings) error {
 	default:
 		return fmt.Errorf("fallback %q: want local or none", cfg.Fallback)
 	}
-	if s.instances, err = parseInt("instances", cfg.Instances, 1, 1, 1<<20); err != nil {
+	instances := 0 // without fallback: not set
+	if s.fallback {
+		instances = 1
+	}
+	if s.instances, err = parseInt("instances", cfg.Instances, instances, 0, 1<<20); err != nil {
 		return err
 	}
-	if !s.fallback && strings.TrimSpace(cfg.Instances) != "" {
-		return errors.New("instances: only fallback: local divides quotas by the number of instances; set it or remove instances")
+	if err := core.CheckFallback(s.fallback, s.instances, cfg.Redis == nil); err != nil {
+		return fieldError("", err)
 	}
 	if s.maxKeys, err = parseInt("maxKeys", cfg.MaxKeys, 0, 1, maxMemoryKeys); err != nil {
 		return err
 	}
 	if cfg.Redis == nil {
-		if s.fallback {
-			return errors.New("fallback: local only applies with redis, the store it stands in for")
-		}
 		return nil
 	}
 	if s.maxKeys > 0 && !s.fallback {
