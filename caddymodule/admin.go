@@ -372,10 +372,13 @@ func floorMilli(x float64) float64 {
 
 // ceilMilli is d in seconds, rounded up to the millisecond.
 func ceilMilli(d time.Duration) float64 {
-	if r := d % time.Millisecond; r > 0 {
-		d += time.Millisecond - r
+	ms := d / time.Millisecond
+	if d%time.Millisecond > 0 {
+		ms++
 	}
-	return d.Seconds()
+	// A whole number of milliseconds over 1000 is the nearest float64 to
+	// the decimal (d.Seconds() gives 1.9969999999999999 for 1997 ms).
+	return float64(ms) / 1000
 }
 
 // deleteKey answers DELETE /sluice/zones/<zone>/keys/<key>.

@@ -5,12 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
@@ -391,5 +393,21 @@ func TestAdminAnswerForm(t *testing.T) {
 	api.mustCall("GET", "/sluice/zones/tb/top", &top)
 	if top["scope"] != "instance" {
 		t.Errorf("top: %v, want scope instance", top)
+	}
+}
+
+// TestCeilMilli: every whole number of milliseconds prints as its decimal
+// (1997 ms as 1.997, not 1.9969999999999999), and a part of one rounds up.
+func TestCeilMilli(t *testing.T) {
+	for ms := int64(0); ms < 100000; ms++ {
+		d := time.Duration(ms) * time.Millisecond
+		want := strconv.FormatInt(ms/1000, 10) + "." + fmt.Sprintf("%03d", ms%1000)
+		got := strconv.FormatFloat(ceilMilli(d), 'f', -1, 64)
+		if w, _ := strconv.ParseFloat(want, 64); strconv.FormatFloat(w, 'f', -1, 64) != got {
+			t.Fatalf("ceilMilli(%v) prints %s, want %s", d, got, want)
+		}
+	}
+	if got := ceilMilli(1996*time.Millisecond + 1); got != 1.997 {
+		t.Errorf("ceilMilli(1.996000001s) = %v, want 1.997", got)
 	}
 }
