@@ -157,6 +157,11 @@ type Zone struct {
 	// clientVar: a keyTemplate with the placeholder {http.vars.client_ip},
 	// which expands to clientKey's address rather than Caddy's.
 	clientVar bool
+	// hostVar: a keyTemplate with the placeholder {http.request.host},
+	// which expands to core.HostKey's spelling of the host, so that a
+	// client cannot multiply its quota by changing the Host header's
+	// letter case or adding a trailing dot.
+	hostVar bool
 	// constKey is a keyConstant zone's key.
 	constKey string
 	// strict: the server sets trusted_proxies_strict, so that Caddy's
@@ -220,6 +225,7 @@ func (z *Zone) provision(ctx caddy.Context) error {
 		}
 		for _, ph := range vars {
 			z.clientVar = z.clientVar || ph == clientIPVarKey
+			z.hostVar = z.hostVar || ph == hostVarKey
 		}
 		if z.clientVar {
 			if err := z.provisionRelays(ctx); err != nil {
@@ -655,20 +661,27 @@ func (z *Zone) joinedKey(r *http.Request, repl *caddy.Replacer) (string, bool) {
 // is unknown or empty.
 var errNoValue = errors.New("placeholder without a value")
 
+// hostVarKey is the placeholder of the request's host.
+const hostVarKey = "{http.request.host}"
+
 // expand expands the key template tmpl for r; false when a placeholder of
 // it is unknown or empty, or the result is empty. {http.vars.client_ip}
-// expands to clientKey's address.
+// expands to clientKey's address, {http.request.host} to core.HostKey's
+// spelling of the host.
 func (z *Zone) expand(r *http.Request, repl *caddy.Replacer, tmpl string) (string, bool) {
-	if !z.clientVar {
+	if !z.clientVar && !z.hostVar {
 		v, err := repl.ReplaceOrErr(tmpl, true, true)
 		return v, err == nil && v != ""
 	}
 	v, err := repl.ReplaceFunc(tmpl, func(name string, val any) (any, error) {
-		if name == clientIPVarKey[1:len(clientIPVarKey)-1] {
+		switch name {
+		case clientIPVarKey[1 : len(clientIPVarKey)-1]:
 			if k, ok := z.clientKey(r); ok {
 				return k, nil
 			}
 			return nil, errNoValue
+		case hostVarKey[1 : len(hostVarKey)-1]:
+			val = core.HostKey(caddy.ToString(val))
 		}
 		if caddy.ToString(val) == "" {
 			return nil, errNoValue // unknown (nil) or empty

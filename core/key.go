@@ -288,7 +288,7 @@ func partValue(k *KeySpec, p *keyPart, r *http.Request) string {
 			return vs[0]
 		}
 	case partHost:
-		return hostKey(r.Host)
+		return HostKey(r.Host)
 	case partMethod:
 		if r.Method == "" {
 			return http.MethodGet // Request.Method documents "" as GET
@@ -312,10 +312,11 @@ func partValue(k *KeySpec, p *keyPart, r *http.Request) string {
 	return ""
 }
 
-// hostKey is a host part's value for the Host value host: lowercased,
-// without port or brackets, and without the trailing dot of a fully
-// qualified name, so that "Example.com.:443" and "example.com" are one key.
-func hostKey(host string) string {
+// HostKey is a key's value for the Host value host: lowercased, without
+// port or brackets, and without the trailing dot of a fully qualified name,
+// so that "Example.com.:443" and "example.com" are one key. A KeySpec's
+// host part and the Caddy module's {http.request.host} read it.
+func HostKey(host string) string {
 	h := strings.ToLower(stripPort(host))
 	if len(h) > 1 && h[len(h)-1] == '.' {
 		h = h[:len(h)-1]
