@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # End-to-end test of a limit shared by a real Caddy v2.11.9 (built by
 # ./xcaddy.sh) and a Go service (e2e/service: the sluicehttp middleware),
-# through one real Redis. Both front e2e/backend; Caddy's sluice handler is
-# in the share group svc (e2e/testdata/service.Caddyfile) and the service's
-# middleware names the same group, limits and Redis prefix. Everything
-# listens on free 127.0.0.1 ports and is stopped on exit.
+# through one real Redis. Both front e2e/backend; Caddy's sluice handler
+# (e2e/testdata/service.Caddyfile) is in the share group SLUICE_E2E_SHARE
+# (default svc), and the service's middleware has the same limits and
+# reads the same group, Redis and prefix from the same environment.
+# Everything listens on free 127.0.0.1 ports and is stopped on exit.
 #
 #   quota     one client's 20 requests, alternating between Caddy and the
 #             service: the first 10 admitted (5 by each), the next 10
@@ -25,64 +26,47 @@
 # showing the logs of the processes it started.
 set -euo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
 	export PATH="/usr/local/go/bin:$PATH"
 fi
 
-tmp="$(mktemp -d)"
-# Caddy's autosaved config and data go here, not to $HOME.
-export XDG_CONFIG_HOME="$tmp/config" XDG_DATA_HOME="$tmp/data"
-pids=()
-logs=()
-
-# stop ends the processes this script started: SIGTERM, then SIGKILL for
-# any still running 5 seconds later.
-stop() {
-	local pid i
-	for pid in "$@"; do
-		kill -TERM "$pid" 2>/dev/null || true
-	done
-	for pid in "$@"; do
-		for ((i = 0; i < 50; i++)); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	done
-}
+TMP="$(mktemp -d)"
+tmp=$TMP
+# tl_wait_port, tl_build_backend, tl_start_backend, tl_cleanup (and
+# scripts/ports.sh's free_port).
+# shellcheck source-path=SCRIPTDIR source=testdata/traefik/lib.sh
+source "$REPO/e2e/testdata/traefik/lib.sh"
 cleanup() {
-	[ "${#pids[@]}" -eq 0 ] || stop "${pids[@]}"
-	rm -rf "$tmp"
+	tl_cleanup
+	rm -rf "$TMP"
 }
 trap cleanup EXIT
+# Caddy's autosaved config and data go here, not to $HOME.
+export XDG_CONFIG_HOME="$tmp/config" XDG_DATA_HOME="$tmp/data"
 
+# fail reports a failure with the last lines of every log and exits.
 fail() {
-	local f
 	echo "FAIL e2e/service.sh: $*"
-	for f in "${logs[@]}"; do
-		echo "--- last lines of $(basename "$f")"
-		tail -n 20 "$f" || true
-	done
+	tail -n 20 "$tmp"/*.log || true
 	exit 1
 }
 pass() { echo "PASS e2e/service.sh: $*"; }
 
-# port_open and free_port.
-source scripts/ports.sh
+# start LOG COMMAND... runs COMMAND in the background with its output in
+# LOG, for tl_cleanup to stop.
+start() {
+	local log=$1
+	shift
+	"$@" >"$log" 2>&1 &
+	TL_PIDS+=("$!")
+}
 
-# wait_port waits up to 20 seconds for the process pid to listen on port,
-# without sending it a request (which would spend quota).
-wait_port() {
-	local port=$1 pid=$2 name=$3 i
-	for ((i = 0; i < 200; i++)); do
-		kill -0 "$pid" 2>/dev/null || fail "$name exited before listening on $port"
-		port_open "$port" && return 0
-		sleep 0.1
-	done
-	fail "$name not listening on 127.0.0.1:$port after 20s"
+# wait_for NAME PORT waits up to 20 seconds for 127.0.0.1:PORT to accept
+# connections, without sending a request (which would spend quota).
+wait_for() {
+	tl_wait_port "$2" 20 || fail "$1 not listening on 127.0.0.1:$2 after 20s"
 }
 
 # req sends one request with curl's remaining arguments; it writes the
@@ -91,51 +75,37 @@ req() {
 	curl -sS --max-time 10 -D "$tmp/h" -o "$tmp/b" -w '%{http_code}' "$@" || echo 000
 }
 
-# hdr prints the value of the last answer's header $1.
+# hdr prints the value of the last answer's header $1 (a name without
+# regular expression characters but "-").
 hdr() {
-	awk -v n="$1" '{ sub(/\r$/, "") } index(tolower($0), tolower(n) ":") == 1 { sub(/^[^:]*:[ \t]*/, ""); print; exit }' "$tmp/h"
+	sed -n "s/^$1:[[:space:]]*\([^\r]*\)\r\?\$/\1/Ip" "$tmp/h" | head -n 1
 }
 
 # --- start -------------------------------------------------------------------
 command -v redis-server >/dev/null 2>&1 || fail "redis-server not found (scripts/deps.sh installs it)"
 command -v redis-cli >/dev/null 2>&1 || fail "redis-cli not found (scripts/deps.sh installs it)"
 timeout 1800 ./xcaddy.sh build || fail "./xcaddy.sh build failed"
-go build -o "$tmp/backend" ./e2e/backend || fail "building e2e/backend failed"
+tl_build_backend "$tmp/backend" || fail "building e2e/backend failed"
 go build -o "$tmp/service" ./e2e/service || fail "building e2e/service failed"
 
 redis_port="$(free_port)"
-logs+=("$tmp/redis.log")
-redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no \
-	--logfile "$tmp/redis.log" &
-redis_pid=$!
-pids+=("$redis_pid")
-wait_port "$redis_port" "$redis_pid" redis-server
-
+start "$tmp/redis.log" redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no
+wait_for redis-server "$redis_port"
 backend_port="$(free_port)"
-logs+=("$tmp/backend.log")
-"$tmp/backend" -addr "127.0.0.1:$backend_port" >"$tmp/backend.log" 2>&1 &
-backend_pid=$!
-pids+=("$backend_pid")
-wait_port "$backend_port" "$backend_pid" backend
+tl_start_backend "$tmp/backend" "$backend_port" || fail "backend did not start"
 
-prefix="sluice-e2e-service-$$:"
+# The same settings for both: e2e/testdata/service.Caddyfile and
+# e2e/service read them from the environment.
+export SLUICE_E2E_REDIS="127.0.0.1:$redis_port" SLUICE_E2E_PREFIX="sluice-e2e-service-$$:" \
+	SLUICE_E2E_SHARE="${SLUICE_E2E_SHARE:-svc}" SLUICE_E2E_BACKEND="127.0.0.1:$backend_port"
 caddy_port="$(free_port)"
 admin_port="$(free_port)"
-logs+=("$tmp/caddy.log")
-SLUICE_E2E_PORT="$caddy_port" SLUICE_E2E_ADMIN_PORT="$admin_port" SLUICE_E2E_REDIS="127.0.0.1:$redis_port" \
-	SLUICE_E2E_PREFIX="$prefix" SLUICE_E2E_BACKEND="127.0.0.1:$backend_port" \
-	./caddy run --config e2e/testdata/service.Caddyfile --adapter caddyfile >"$tmp/caddy.log" 2>&1 &
-caddy_pid=$!
-pids+=("$caddy_pid")
-
+SLUICE_E2E_PORT="$caddy_port" SLUICE_E2E_ADMIN_PORT="$admin_port" \
+	start "$tmp/caddy.log" ./caddy run --config e2e/testdata/service.Caddyfile --adapter caddyfile
 service_port="$(free_port)"
-logs+=("$tmp/service.log")
-"$tmp/service" -addr "127.0.0.1:$service_port" -redis "127.0.0.1:$redis_port" -prefix "$prefix" \
-	-share svc -backend "127.0.0.1:$backend_port" >"$tmp/service.log" 2>&1 &
-service_pid=$!
-pids+=("$service_pid")
-wait_port "$caddy_port" "$caddy_pid" caddy
-wait_port "$service_port" "$service_pid" service
+SLUICE_E2E_SERVICE_PORT="$service_port" start "$tmp/service.log" "$tmp/service"
+wait_for caddy "$caddy_port"
+wait_for service "$service_port"
 caddy="http://127.0.0.1:$caddy_port"
 service="http://127.0.0.1:$service_port"
 
@@ -164,21 +134,15 @@ done
 pass "quota: one client alternating over Caddy and the service: ${got[*]}"
 
 # A new client, 40 requests over both, 8 at a time.
-total=40
-for ((i = 0; i < total; i++)); do
-	if ((i % 2 == 0)); then echo "$caddy/"; else echo "$service/"; fi
-done >"$tmp/urls"
-xargs -P 8 -n 1 curl -sS --max-time 10 -o /dev/null -w '%{http_code}\n' -H 'X-E2E-Client: parallel' \
-	<"$tmp/urls" >"$tmp/codes" || true
-admitted="$(grep -cx 200 "$tmp/codes" || true)"
-limited="$(grep -cx 429 "$tmp/codes" || true)"
-if [ "$admitted" -ne "$quota" ] || [ "$limited" -ne $((total - quota)) ]; then
-	fail "quota: $total requests 8 at a time over both: $admitted admitted and $limited answered 429, want $quota and $((total - quota)) ($(sort "$tmp/codes" | uniq -c | tr '\n' ' '))"
-fi
-redis-cli -p "$redis_port" --scan --pattern "$prefix*" | sort >"$tmp/keys"
-[ "$(wc -l <"$tmp/keys")" -eq 2 ] && [ "$(grep -c "^${prefix}{shared:token_bucket:#[0-9a-f]\{32\}}\$" "$tmp/keys")" -eq 2 ] ||
+for ((i = 0; i < 20; i++)); do
+	printf '%s/\n' "$caddy" "$service"
+done | xargs -P 8 -n 1 curl -sS --max-time 10 -o /dev/null -w '%{http_code}\n' -H 'X-E2E-Client: parallel' >"$tmp/codes" || true
+counts="$(sort "$tmp/codes" | uniq -c | awk '{ printf "%sx%s ", $1, $2 }')"
+[ "$counts" = "10x200 30x429 " ] || fail "quota: 40 requests 8 at a time over both: $counts, want 10x200 30x429"
+redis-cli -p "$redis_port" --scan --pattern "$SLUICE_E2E_PREFIX*" | sort >"$tmp/keys"
+[ "$(wc -l <"$tmp/keys")" -eq 2 ] && [ "$(grep -c "^${SLUICE_E2E_PREFIX}{shared:token_bucket:#[0-9a-f]\{32\}}\$" "$tmp/keys")" -eq 2 ] ||
 	fail "quota: Redis keys $(tr '\n' ' ' <"$tmp/keys"), want one per client in the namespace shared:token_bucket"
-pass "quota: $total requests of a new client, 8 at a time over both: $admitted admitted, $limited answered 429; Redis holds one key per client: $(tr '\n' ' ' <"$tmp/keys")"
+pass "quota: 40 requests of a new client, 8 at a time over both: $counts; Redis holds one key per client: $(tr '\n' ' ' <"$tmp/keys")"
 
 # --- reset -------------------------------------------------------------------
 code="$(curl -sS --max-time 5 -o "$tmp/b" -w '%{http_code}' -X DELETE "http://127.0.0.1:$admin_port/sluice/zones/shared/keys/alternate")" || true
@@ -195,7 +159,7 @@ check_flight() {
 	local hold=$1 other=$2 key=$3 held i code
 	curl -sS --max-time 10 -o /dev/null -w '%{http_code}' -H "X-E2E-Conc: $key" "$hold/?sleep=1500ms" >"$tmp/held" &
 	held=$!
-	pids+=("$held")
+	TL_PIDS+=("$held")
 	code=000
 	for ((i = 0; i < 10; i++)); do
 		sleep 0.1 # the held request first

@@ -1,46 +1,53 @@
 // Command service is the Go service of e2e/service.sh: e2e/backend behind
 // the sluicehttp middleware, with the limits of the Caddy zones in
-// e2e/testdata/service.Caddyfile, in the same share group and Redis, so
-// that a client's requests through Caddy and to the service count
-// against one quota.
+// e2e/testdata/service.Caddyfile, configured by the same environment
+// variables as that Caddyfile, so that a client's requests through Caddy
+// and to the service count against one quota:
 //
-//	go run ./e2e/service -addr 127.0.0.1:18082 -redis 127.0.0.1:6379 \
-//		-prefix sluice-e2e: -share svc -backend 127.0.0.1:18081
+//	SLUICE_E2E_SERVICE_PORT   the loopback port it listens on
+//	SLUICE_E2E_REDIS          host:port of the Redis server
+//	SLUICE_E2E_PREFIX         the Redis key prefix (Caddy's store redis prefix)
+//	SLUICE_E2E_SHARE          the share group (Caddy's share)
+//	SLUICE_E2E_BACKEND        host:port of the upstream (e2e/backend)
 //
 // It serves until it is killed.
 package main
 
 import (
-	"flag"
 	"log"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"time"
 
+	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/sluicehttp"
 )
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:0", "loopback address to listen on (host:port)")
-	redis := flag.String("redis", "", "host:port of the Redis server")
-	prefix := flag.String("prefix", "", "the Redis key prefix (Caddy's store redis prefix)")
-	share := flag.String("share", "", "the share group (Caddy's share)")
-	backend := flag.String("backend", "", "host:port of the upstream (e2e/backend)")
-	flag.Parse()
 	mw, err := sluicehttp.New(sluicehttp.Config{
 		// The zones of e2e/testdata/service.Caddyfile.
 		Limits: []sluicehttp.Limit{
 			{Name: "shared", Rate: "10/1h", Key: []string{"header:X-E2E-Client"}},
 			{Name: "conc", MaxInFlight: 1, Key: []string{"header:X-E2E-Conc"}},
 		},
-		Share: *share,
-		Redis: &sluicehttp.Redis{Addr: *redis, Prefix: *prefix},
+		Share: os.Getenv("SLUICE_E2E_SHARE"),
+		// The Caddyfile's store redis, timeout included.
+		Redis: &sluicehttp.Redis{Addr: os.Getenv("SLUICE_E2E_REDIS"), Prefix: os.Getenv("SLUICE_E2E_PREFIX"), Timeout: 300 * time.Millisecond},
+		// A store error is logged: the test's counts hold only without.
+		OnVerdict: func(r *http.Request, v core.Verdict) {
+			if v.Err != nil {
+				log.Printf("service: %s: %v", v.Outcome, v.Err)
+			}
+		},
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer mw.Close()
-	up := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: *backend})
-	log.Printf("service: listening on %s", *addr)
-	log.Fatal(http.ListenAndServe(*addr, mw.Handler(up)))
+	up := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: os.Getenv("SLUICE_E2E_BACKEND")})
+	addr := "127.0.0.1:" + os.Getenv("SLUICE_E2E_SERVICE_PORT")
+	log.Printf("service: listening on %s", addr)
+	log.Fatal(http.ListenAndServe(addr, mw.Handler(up)))
 }
