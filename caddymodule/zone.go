@@ -785,12 +785,13 @@ var zoneOrdinals = struct {
 // before them: Caddy provisions a server's routes in order, so the prefix
 // is the same after a reload and on every instance that runs the config.
 // The prefix is the server's name, "#n" for the n-th zone of the name
-// after the first, and "/" ("srv0/", "srv0#1/"), or "=" + share + "/" in a
-// share group, the names escaped so that no prefix begins another: no
-// client's key can reach another handler's counters.
+// after the first, and "/" ("srv0/", "srv0#1/"), or core.SharePrefix(share)
+// ("=" + share + "/") in a share group, the names escaped by
+// core.EscapePrefix so that no prefix begins another: no client's key can
+// reach another handler's counters.
 func zonePrefix(ctx caddy.Context, share, name string) string {
 	if share != "" {
-		return "=" + prefixEscaper.Replace(share) + "/"
+		return core.SharePrefix(share)
 	}
 	server := ""
 	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && srv != nil {
@@ -816,12 +817,9 @@ func zonePrefix(ctx caddy.Context, share, name string) string {
 		names[id] = n + 1
 		zoneOrdinals.Unlock()
 	}
-	server = prefixEscaper.Replace(server)
+	server = core.EscapePrefix(server)
 	if n == 0 {
 		return server + "/"
 	}
 	return server + "#" + strconv.Itoa(n) + "/"
 }
-
-// prefixEscaper escapes the bytes that structure zone prefixes.
-var prefixEscaper = strings.NewReplacer("%", "%25", "/", "%2F", "=", "%3D", "#", "%23")

@@ -1,0 +1,457 @@
+// Package sluicehttp rate-limits a Go HTTP service with sluice's engine, the
+// one Caddy's http.handlers.sluice and the Traefik plugin run: a
+// [net/http] middleware configured with the limits the proxies take, which
+// answers as they do (the same 429, the same rate-limit headers) and, given
+// the same Redis, counts on the same keys.
+//
+// Limits at the edge do not protect services that call each other
+// directly: a service in a retry loop can exhaust another one the proxy
+// never sees. A middleware in the service closes that gap:
+//
+//	mw, err := sluicehttp.New(sluicehttp.Config{
+//		Limits: []sluicehttp.Limit{{Name: "api", Rate: "100/1m", Burst: 20}},
+//	})
+//	if err != nil { ... }
+//	defer mw.Close()
+//	http.ListenAndServe(addr, mw.Handler(next))
+//
+// # Sharing a limit with Caddy
+//
+// A limit counts a client under its name, its algorithm and its key, with
+// a prefix that tells apart the handlers that define limits of the same
+// name. A Caddy handler and a middleware share a limit when, on one Redis
+// server and key prefix, the Caddy handler names a share group (`share
+// <group>` in its sluice block, "share" in JSON) that is the middleware's
+// Config.Share, and the zone and the limit have the same name, algorithm
+// and key. Each side decides with its own rate and burst, so write those
+// alike too. Every zone of the handler is in the group; the middleware's
+// limits of other names count apart.
+//
+// The middleware is a thin adapter: the decisions, the waits, the
+// headers and the answers are core.Gate's, the request keys core.KeySpec's,
+// and the Redis keys core.RedisStore's.
+package sluicehttp
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/resp"
+)
+
+// Config configures a [Middleware]. Only Limits is required.
+type Config struct {
+	// Limits are checked in this order and are all-or-nothing: a request
+	// that one of them rejects is charged to none. At least one; names
+	// must be unique.
+	Limits []Limit
+
+	// Share is the share group whose counters the limits use, as Caddy's
+	// `share <group>`: a Caddy handler of the group and this middleware
+	// count a limit of the same name on the same Redis keys. Empty, the
+	// limits share their counters with every middleware that sets no
+	// Share on the same Redis server and prefix (the replicas of a
+	// service), and with no proxy.
+	Share string
+
+	// Redis keeps the counters in a Redis server, shared by every
+	// instance that uses it. Nil keeps them in this process's memory.
+	Redis *Redis
+
+	// TrustedProxies are the peers (addresses or CIDR prefixes, such as
+	// "10.0.0.0/8") whose forwarding header names the client for the
+	// key part client_ip; the header is read from the right, skipping
+	// these proxies, so that a client cannot choose its key. Empty: the
+	// client is the peer.
+	TrustedProxies []string
+
+	// ClientIPHeader is the forwarding header read from a trusted proxy:
+	// "X-Forwarded-For" (the default), "Forwarded" (RFC 7239's for=), or
+	// "X-Real-IP".
+	ClientIPHeader string
+
+	// OnStoreError is what happens to a request when Redis cannot decide
+	// within Redis.Timeout and there is no Fallback: "allow" (the
+	// default) lets it through, "deny" answers 429 with Retry-After: 1.
+	OnStoreError string
+
+	// Fallback "local" decides requests in this process's memory while
+	// Redis fails, each limit's quota and burst divided by Instances,
+	// instead of applying OnStoreError. Only with Redis.
+	Fallback string
+
+	// Instances is the number of instances sharing Redis, by which the
+	// local fallback divides each quota and burst. Default 1; only with
+	// Fallback.
+	Instances int
+
+	// Headers lists the rate-limit header families: "ietf" (RateLimit,
+	// RateLimit-Policy), "legacy" (RateLimit-Limit, -Remaining, -Reset)
+	// and "x" (X-RateLimit-*), or "off" alone. Empty means ietf and x.
+	Headers []string
+
+	// Body is the format of a 429 answer's body: "json" (the default),
+	// "problem" (RFC 9457), "text" or "none".
+	Body string
+
+	// Mode is "enforce" (the default) or "dry_run", which decides and
+	// counts every request but lets those it would reject through.
+	Mode string
+
+	// RetryJitter, between 0 and 1, lengthens each Retry-After by a
+	// random fraction of itself of at most this much, so that clients
+	// rejected together do not retry together. Default 0.
+	RetryJitter float64
+
+	// OnVerdict, when set, is called with every request that a limit
+	// applied to and its verdict, before the request proceeds or after
+	// its 429 was written: for logs and metrics (the verdict's Err is
+	// Redis's error, if it failed). It must not write to the response.
+	OnVerdict func(r *http.Request, v core.Verdict)
+}
+
+// Limit is one named limit, with the settings and defaults of a Caddy zone
+// or a Traefik limit item.
+type Limit struct {
+	// Name identifies the limit in the RateLimit-Policy header, 429
+	// bodies and store keys. Required and unique; printable ASCII without
+	// quotes, backslashes, colons, braces or spaces.
+	Name string
+
+	// Rate is the quota of cost units per period, "<quota>/<period>":
+	// "100/1m", "5/s", "10/1m30s", "2.5/s". Required unless MaxInFlight
+	// is set.
+	Rate string
+
+	// Burst is the capacity in cost units (for token_bucket the bucket
+	// size, for leaky_bucket the queue depth); zero means the quota, or
+	// 1 when the quota is below 1. The window algorithms refuse it.
+	Burst float64
+
+	// Algorithm is token_bucket (the default), leaky_bucket,
+	// fixed_window, sliding_window_log or sliding_window_counter.
+	Algorithm string
+
+	// Key lists the request parts the key is built from, in order:
+	// "client_ip" (the default, when empty), "header:<Name>", "host",
+	// "method", "path", "query:<name>", "cookie:<name>" or
+	// "const:<value>" (one counter for every request). A Caddy zone
+	// builds the same key from {client_ip},
+	// {http.request.header.<Name>}, and so on.
+	Key []string
+
+	// OnMissingKey is what happens to a request without a key (a part
+	// missing or empty): "skip" (the default) exempts it from the limit,
+	// "shared" counts all such requests under one key of their own.
+	OnMissingKey string
+
+	// Cost is what each request is charged: a positive number, default
+	// 1, at most the limit's capacity.
+	Cost float64
+
+	// MaxDelay is, for leaky_bucket, the longest a request is held to
+	// pace it (zero: as long as the queue allows); for token_bucket, how
+	// long a request may wait for its missing tokens instead of being
+	// rejected (zero: not at all).
+	MaxDelay time.Duration
+
+	// MaxInFlight, when positive, is the most requests of one key in
+	// progress at once: a request holds its slot until the next handler
+	// returns. With Redis, a slot is a lease that expires Redis.LeaseTTL
+	// after it was taken or renewed.
+	MaxInFlight int
+
+	// IPv4Prefix and IPv6Prefix group the clients of the key part
+	// client_ip by network: 24 keys an IPv4 client by its /24, 64 an IPv6
+	// client by its /64. Zero keeps the full address.
+	IPv4Prefix, IPv6Prefix int
+
+	// Match, when set, restricts the limit to the requests for which it
+	// returns true.
+	Match func(*http.Request) bool
+}
+
+// Redis locates the Redis server that keeps the counters (a standalone
+// server or a master; not a Cluster or Sentinels).
+type Redis struct {
+	// Addr is the server's "host:port". Required.
+	Addr string
+	// Username and Password authenticate: AUTH Password, or AUTH Username
+	// Password for an ACL user.
+	Username, Password string
+	// DB is the database number, default 0.
+	DB int
+	// TLS, when set, connects over TLS with this configuration.
+	TLS *tls.Config
+	// Prefix begins every Redis key: the same as the proxies' to share
+	// their counters. Empty means "sluice:", their default.
+	Prefix string
+	// ReadableKeys puts the clients' keys in the Redis key names instead
+	// of their digests, for debugging; the proxies must set it alike to
+	// share counters.
+	ReadableKeys bool
+	// Timeout bounds one decision, connecting included; past it the
+	// request is decided by the fallback or OnStoreError. Default 100ms.
+	Timeout time.Duration
+	// LeaseTTL is how long the lease of an in-flight slot lives unless
+	// renewed: how long a crashed instance's slots stay taken. Default
+	// 35s; set it a few seconds above the longest request.
+	LeaseTTL time.Duration
+}
+
+// Middleware limits the requests of the handlers it wraps. It is safe for
+// concurrent use; every handler that Handler returns shares its counters.
+type Middleware struct {
+	gate      *core.Gate
+	limits    []limit
+	onVerdict func(*http.Request, core.Verdict)
+	client    *resp.Client // nil in memory
+}
+
+// limit is a Limit as a request needs it.
+type limit struct {
+	limit   *core.Limit
+	key     *core.KeySpec
+	missing core.MissingKey
+	cost    float64
+	match   func(*http.Request) bool
+	prefix  string // core.SharePrefix(Config.Share)
+}
+
+// New checks cfg and returns its middleware. With Redis it connects once
+// and returns the error if the server cannot be reached or refuses the
+// credentials; after that the connections recover by themselves, and
+// while Redis fails requests are decided by Fallback or OnStoreError.
+// Errors name the field at fault, as in `limits[0] (api): rate: ...`.
+func New(cfg Config) (*Middleware, error) {
+	m, gc, err := build(&cfg)
+	if err != nil {
+		return nil, fmt.Errorf("sluicehttp: %w", err)
+	}
+	if cfg.Redis != nil {
+		if gc.Store, err = m.connect(cfg.Redis); err != nil {
+			return nil, fmt.Errorf("sluicehttp: redis: %w", err)
+		}
+		gc.Timeout = cfg.Redis.Timeout
+		if gc.Timeout == 0 {
+			gc.Timeout = core.DefaultRedisTimeout
+		}
+		gc.LeaseTTL = cfg.Redis.LeaseTTL
+		gc.Breaker = new(core.Breaker)
+	}
+	if m.gate, err = core.NewGate(gc); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("sluicehttp: %w", err)
+	}
+	return m, nil
+}
+
+// build translates cfg into a middleware without a gate and the gate's
+// configuration without a Redis store.
+func build(cfg *Config) (*Middleware, core.GateConfig, error) {
+	var gc core.GateConfig
+	if len(cfg.Limits) == 0 {
+		return nil, gc, errors.New("limits: at least one is required")
+	}
+	var err error
+	if gc.Responder, err = responder(cfg); err != nil {
+		return nil, gc, err
+	}
+	if gc.Mode, err = core.ParseMode(cfg.Mode); err != nil {
+		return nil, gc, err
+	}
+	if gc.OnStoreError, err = core.ParseStoreErrorPolicy(cfg.OnStoreError); err != nil {
+		return nil, gc, err
+	}
+	if err := fallback(cfg, &gc); err != nil {
+		return nil, gc, err
+	}
+	trusted, err := core.ParsePrefixes(cfg.TrustedProxies)
+	if err != nil {
+		return nil, gc, fmt.Errorf("trusted_proxies: %w", err)
+	}
+	prefix := core.SharePrefix(cfg.Share)
+	m := &Middleware{onVerdict: cfg.OnVerdict, limits: make([]limit, len(cfg.Limits))}
+	gc.MaxCost = make(map[*core.Limit]float64, len(cfg.Limits))
+	for i := range cfg.Limits {
+		l := &cfg.Limits[i]
+		ip := &core.ClientIP{TrustedProxies: trusted, Header: cfg.ClientIPHeader, IPv4Prefix: l.IPv4Prefix, IPv6Prefix: l.IPv6Prefix}
+		if m.limits[i], err = newLimit(l, ip, prefix); err != nil {
+			return nil, gc, fmt.Errorf("limits[%d] (%s): %w", i, l.Name, err)
+		}
+		gc.Limits = append(gc.Limits, m.limits[i].limit)
+		gc.MaxCost[m.limits[i].limit] = m.limits[i].cost
+	}
+	return m, gc, nil
+}
+
+// newLimit builds the limit l, whose clients' keys begin with prefix and
+// whose client addresses ip reads.
+func newLimit(l *Limit, ip *core.ClientIP, prefix string) (limit, error) {
+	cl := &core.Limit{Name: l.Name, Algorithm: core.Algorithm(l.Algorithm), Burst: l.Burst, MaxDelay: l.MaxDelay, MaxInFlight: l.MaxInFlight}
+	if l.Rate == "" && l.MaxInFlight == 0 {
+		return limit{}, errors.New("rate: required (or max_in_flight)")
+	}
+	if l.Rate != "" {
+		rate, err := core.ParseRate(l.Rate)
+		if err != nil {
+			return limit{}, err
+		}
+		cl.Rate = rate
+	}
+	if err := cl.Validate(); err != nil {
+		return limit{}, err
+	}
+	key, err := core.ParseKeySpec(l.Key, ip)
+	if err != nil {
+		return limit{}, err
+	}
+	missing, err := core.ParseMissingKey(l.OnMissingKey)
+	if err != nil {
+		return limit{}, fmt.Errorf("on_missing_key: %w", err)
+	}
+	cost := l.Cost
+	if cost == 0 {
+		cost = 1
+	}
+	if !(cost > 0) || !cl.Fits(cost) {
+		return limit{}, fmt.Errorf("cost %v: must be positive and at most the limit's capacity, %v", l.Cost, cl.Capacity())
+	}
+	return limit{limit: cl, key: key, missing: missing, cost: cost, match: l.Match, prefix: prefix}, nil
+}
+
+// responder builds the answers' configuration.
+func responder(cfg *Config) (core.Responder, error) {
+	headers, err := core.ParseHeaderSet(cfg.Headers)
+	if err != nil {
+		return core.Responder{}, err
+	}
+	body, err := core.ParseBodyFormat(cfg.Body)
+	if err != nil {
+		return core.Responder{}, err
+	}
+	r := core.Responder{Headers: headers, Body: body, Jitter: cfg.RetryJitter}
+	if err := r.Validate(); err != nil {
+		return core.Responder{}, fmt.Errorf("retry_jitter: %w", err)
+	}
+	return r, nil
+}
+
+// fallback sets the local fallback of gc from cfg.
+func fallback(cfg *Config, gc *core.GateConfig) error {
+	switch cfg.Fallback {
+	case "":
+		if cfg.Instances != 0 {
+			return errors.New("instances: only with fallback local")
+		}
+		return nil
+	case "local":
+	default:
+		return fmt.Errorf("fallback %q: want local or nothing", cfg.Fallback)
+	}
+	if cfg.Redis == nil {
+		return errors.New("fallback local: only with redis")
+	}
+	if cfg.Instances < 0 {
+		return fmt.Errorf("instances: must be positive, got %d", cfg.Instances)
+	}
+	st, err := core.NewMemoryStore(core.MemoryConfig{})
+	if err != nil {
+		return err
+	}
+	gc.Fallback, gc.Instances = st, cfg.Instances
+	if gc.Instances == 0 {
+		gc.Instances = 1
+	}
+	return nil
+}
+
+// connect opens m's Redis client and returns the store on it.
+func (m *Middleware) connect(r *Redis) (core.Store, error) {
+	if err := core.CheckRedisDB(r.DB, false); err != nil {
+		return nil, err
+	}
+	if r.Timeout < 0 || r.LeaseTTL < 0 {
+		return nil, errors.New("timeout and lease_ttl: must not be negative")
+	}
+	opts := resp.Options{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB, TLS: r.TLS}
+	// The store's timeout bounds each decision; New's first connection
+	// has the client's own dial timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), resp.DefaultDialTimeout)
+	defer cancel()
+	c, err := resp.New(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	st, err := core.NewRedisStore(core.RedisConfig{Client: c, Prefix: r.Prefix, ReadableKeys: r.ReadableKeys})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	m.client = c
+	return st, nil
+}
+
+// Close closes the Redis connections, if any. Requests served afterwards
+// are decided as during an outage.
+func (m *Middleware) Close() error {
+	if m.client == nil {
+		return nil
+	}
+	return m.client.Close()
+}
+
+// Handler returns next limited by m: a request that a limit rejects is
+// answered 429 and never reaches next; an admitted one gets the rate-limit
+// headers of the limit closest to exhaustion, waits out any delay of its
+// limits (leaky_bucket, token_bucket with MaxDelay), and holds its
+// in-flight slots until next returns. The ResponseWriter reaches next
+// untouched.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return &handler{m: m, next: next}
+}
+
+type handler struct {
+	m    *Middleware
+	next http.Handler
+}
+
+// ServeHTTP asks every limit that applies to r and lets Gate.Serve answer.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	asks := h.m.asks(r)
+	if len(asks) == 0 {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	v, ok := h.m.gate.Serve(w, r, asks)
+	if h.m.onVerdict != nil {
+		h.m.onVerdict(r, v)
+	}
+	if !ok {
+		return
+	}
+	defer v.Slots.Release() // nil-safe; also when next panics
+	h.next.ServeHTTP(w, r)
+}
+
+// asks returns r's ask of every limit that applies to it.
+func (m *Middleware) asks(r *http.Request) []core.Ask {
+	asks := make([]core.Ask, 0, len(m.limits))
+	for i := range m.limits {
+		l := &m.limits[i]
+		if l.match != nil && !l.match(r) {
+			continue
+		}
+		key, ok := l.missing.Resolve(l.key.Key(r))
+		if !ok {
+			continue
+		}
+		asks = append(asks, core.Ask{Limit: l.limit, Key: l.prefix + key, Cost: l.cost})
+	}
+	return asks
+}
