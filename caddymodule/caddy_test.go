@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -135,7 +136,8 @@ func get(t *testing.T, url string, header ...string) response {
 // any goroutine. A request whose connection closes before any answer is
 // sent once more: right after a reload, the previous config's server may
 // still accept a new connection on the shared listener and then close it
-// unanswered as it stops.
+// unanswered as it stops (an EOF, or a reset when it closes with the
+// request unread, so that the request was never decided).
 func fetch(url string, header ...string) (response, error) {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
@@ -145,7 +147,7 @@ func fetch(url string, header ...string) (response, error) {
 		req.Header.Set(header[i], header[i+1])
 	}
 	res, err := client.Do(req)
-	if errors.Is(err, io.EOF) {
+	if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
 		res, err = client.Do(req)
 	}
 	if err != nil {

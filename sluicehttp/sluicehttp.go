@@ -38,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
@@ -319,8 +320,11 @@ func newLimit(l *Limit, ip *core.ClientIP, prefix string) (limit, error) {
 	if cost == 0 {
 		cost = 1
 	}
-	if !(cost > 0) || !cl.Fits(cost) {
-		return limit{}, fmt.Errorf("cost %v: must be positive and at most the limit's capacity, %v", l.Cost, cl.Capacity())
+	if !(cost > 0) {
+		return limit{}, &core.FieldError{Field: "cost", Value: strconv.FormatFloat(cost, 'g', -1, 64), Reason: "must be positive"}
+	}
+	if err := cl.CheckCost(cost); err != nil {
+		return limit{}, err
 	}
 	return limit{limit: cl, key: key, missing: missing, cost: cost, match: l.Match, prefix: prefix}, nil
 }
@@ -337,37 +341,31 @@ func responder(cfg *Config) (core.Responder, error) {
 	}
 	r := core.Responder{Headers: headers, Body: body, Jitter: cfg.RetryJitter}
 	if err := r.Validate(); err != nil {
-		return core.Responder{}, fmt.Errorf("retry_jitter: %w", err)
+		return core.Responder{}, err
 	}
 	return r, nil
 }
 
 // fallback sets the local fallback of gc from cfg.
 func fallback(cfg *Config, gc *core.GateConfig) error {
-	switch cfg.Fallback {
-	case "":
-		if cfg.Instances != 0 {
-			return errors.New("instances: only with fallback local")
-		}
-		return nil
-	case "local":
-	default:
+	if cfg.Fallback != "" && cfg.Fallback != "local" {
 		return fmt.Errorf("fallback %q: want local or nothing", cfg.Fallback)
 	}
-	if cfg.Redis == nil {
-		return errors.New("fallback local: only with redis")
+	n := cfg.Instances
+	if cfg.Fallback == "local" && n == 0 {
+		n = 1 // the default of one instance
 	}
-	if cfg.Instances < 0 {
-		return fmt.Errorf("instances: must be positive, got %d", cfg.Instances)
+	if err := core.CheckFallback(cfg.Fallback == "local", n, cfg.Redis == nil); err != nil {
+		return err
+	}
+	if cfg.Fallback == "" {
+		return nil
 	}
 	st, err := core.NewMemoryStore(core.MemoryConfig{})
 	if err != nil {
 		return err
 	}
-	gc.Fallback, gc.Instances = st, cfg.Instances
-	if gc.Instances == 0 {
-		gc.Instances = 1
-	}
+	gc.Fallback, gc.Instances = st, n
 	return nil
 }
 

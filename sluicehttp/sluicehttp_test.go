@@ -91,7 +91,7 @@ func TestRedisKeyOfShareGroup(t *testing.T) {
 	}
 
 	_, err = sluicehttp.New(sluicehttp.Config{Limits: []sluicehttp.Limit{{Name: "per_ip", Rate: "10/1h"}}, Redis: &sluicehttp.Redis{Addr: srv.Addr, Prefix: "{x}"}})
-	if want := `sluicehttp: redis: redis: prefix "{x}": must not contain braces`; err == nil || err.Error() != want {
+	if want := `sluicehttp: redis: prefix "{x}": must not contain braces`; err == nil || err.Error() != want {
 		t.Errorf("a prefix with braces: error %v, want %s", err, want)
 	}
 }
@@ -314,25 +314,25 @@ func TestConfigErrors(t *testing.T) {
 		{"no rate", sluicehttp.Config{Limits: lim(sluicehttp.Limit{})}, "limits[0] (api): rate: required (or max_in_flight)"},
 		{"bad rate", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "fast"})}, `limits[0] (api): rate "fast": want <quota>/<period>`},
 		{"bad name", sluicehttp.Config{Limits: []sluicehttp.Limit{{Name: "a:b", Rate: "1/s"}}}, "limits[0] (a:b): "},
-		{"same name", sluicehttp.Config{Limits: append(lim(sluicehttp.Limit{Rate: "1/s"}), one...)}, `limit "api": defined twice`},
+		{"same name", sluicehttp.Config{Limits: append(lim(sluicehttp.Limit{Rate: "1/s"}), one...)}, `limit "api": name "api": defined twice`},
 		{"burst of a window", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", Algorithm: "fixed_window", Burst: 3})}, "burst: fixed_window takes its capacity"},
 		{"algorithm", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", Algorithm: "gcra"})}, `algorithm "gcra": unknown`},
 		{"key", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", Key: []string{"header"}})}, `limits[0] (api): key part "header": want header:<Name>`},
 		{"on_missing_key", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", OnMissingKey: "maybe"})}, "on_missing_key: "},
-		{"cost", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", Burst: 2, Cost: 3})}, "limits[0] (api): cost 3: must be positive and at most the limit's capacity, 2"},
-		{"negative cost", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", Cost: -1})}, "cost -1: must be positive"},
-		{"ipv6_prefix", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", IPv6Prefix: 129})}, "ipv6_prefix: must be between 0 and 128"},
+		{"cost", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", Burst: 2, Cost: 3})}, `limits[0] (api): cost "3": above the capacity of 2`},
+		{"negative cost", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", Cost: -1})}, `cost "-1": must be positive`},
+		{"ipv6_prefix", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", IPv6Prefix: 129})}, `ipv6_prefix "129": must be between 0 and 128`},
 		{"trusted_proxies", sluicehttp.Config{Limits: one, TrustedProxies: []string{"10.0.0.0/33"}}, `trusted_proxies: prefix "10.0.0.0/33"`},
 		{"client_ip_header", sluicehttp.Config{Limits: one, ClientIPHeader: "X Forwarded"}, `header "X Forwarded": not a valid header name`},
 		{"headers", sluicehttp.Config{Limits: one, Headers: []string{"draft"}}, `headers "draft": unknown`},
 		{"body", sluicehttp.Config{Limits: one, Body: "xml"}, `body "xml": unknown`},
 		{"mode", sluicehttp.Config{Limits: one, Mode: "audit"}, `mode "audit": want enforce or dry_run`},
-		{"retry_jitter", sluicehttp.Config{Limits: one, RetryJitter: 2}, "retry_jitter: jitter: must be between 0 and 1"},
+		{"retry_jitter", sluicehttp.Config{Limits: one, RetryJitter: 2}, `jitter "2": must be between 0 and 1`},
 		{"on_store_error", sluicehttp.Config{Limits: one, OnStoreError: "panic"}, `on_store_error "panic": want allow or deny`},
 		{"fallback", sluicehttp.Config{Limits: one, Fallback: "remote"}, `fallback "remote": want local`},
-		{"fallback without redis", sluicehttp.Config{Limits: one, Fallback: "local"}, "fallback local: only with redis"},
-		{"instances without fallback", sluicehttp.Config{Limits: one, Instances: 3}, "instances: only with fallback local"},
-		{"redis db", sluicehttp.Config{Limits: one, Redis: &sluicehttp.Redis{Addr: "127.0.0.1:1", DB: -1}}, "redis: db: must not be negative"},
+		{"fallback without redis", sluicehttp.Config{Limits: one, Fallback: "local"}, "fallback: applies only to a store that can fail"},
+		{"instances without fallback", sluicehttp.Config{Limits: one, Instances: 3}, "instances: only the local fallback divides quotas"},
+		{"redis db", sluicehttp.Config{Limits: one, Redis: &sluicehttp.Redis{Addr: "127.0.0.1:1", DB: -1}}, `redis: db "-1": must not be negative`},
 		{"redis unreachable", sluicehttp.Config{Limits: one, Redis: &sluicehttp.Redis{Addr: "127.0.0.1:1"}}, "redis: "},
 		{"redis timeout", sluicehttp.Config{Limits: one, Redis: &sluicehttp.Redis{Addr: "127.0.0.1:1", Timeout: -1}}, "redis: timeout and lease_ttl: must not be negative"},
 	} {
