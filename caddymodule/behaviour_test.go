@@ -28,11 +28,8 @@ func TestBehaviourTable(t *testing.T) {
 	var now int64
 	testClock = func() int64 { return atomic.LoadInt64(&now) }
 	t.Cleanup(func() { testClock = nil })
-	for _, c := range cases {
+	for _, c := range behaviour.For(cases, behaviour.Caddy) {
 		t.Run(c.Name, func(t *testing.T) {
-			if why := c.Skip[behaviour.Caddy]; why != "" {
-				t.Skip(why)
-			}
 			src := caddyfileOf(c, freePorts(t, 1)[0])
 			loadCaddyfile(t, src)
 			srv := httpServer(t)

@@ -21,12 +21,9 @@ func TestBehaviourTable(t *testing.T) {
 	if start != behaviour.Start*1e9 {
 		t.Fatalf("the fake clocks start at %d, the table at %d s", start, behaviour.Start)
 	}
-	for _, c := range cases {
+	for _, c := range behaviour.For(cases, behaviour.Traefik) {
 		c := c // Yaegi: pre-Go 1.22 loop variables
 		t.Run(c.Name, func(t *testing.T) {
-			if why := c.Skip[behaviour.Traefik]; why != "" {
-				t.Skip(why)
-			}
 			opts := traefikOptions(c)
 			cfg := CreateConfig()
 			if err := decodeLikeTraefik(opts, cfg); err != nil {

@@ -38,7 +38,7 @@ const Start = int64(1700000000)
 // none.
 const DefaultPeer = "192.0.2.1"
 
-// Hosts the table may skip a case in.
+// The hosts, as a case's Only names them.
 const (
 	Caddy   = "caddy"
 	Traefik = "traefik"
@@ -69,9 +69,10 @@ type Case struct {
 	// ipv6_prefix on every zone keyed on the client address alone,
 	// Traefik's sourceCriterion.ipStrategy.ipv6Subnet.
 	IPv6Prefix int `json:"ipv6_prefix"`
-	// Skip names a host ("caddy" or "traefik") that cannot express the
-	// case, with the reason.
-	Skip map[string]string `json:"skip"`
+	// Only, when set, names the one host ("caddy" or "traefik") whose
+	// behaviour the case shows, with the reason the other cannot express
+	// it; For leaves the case out of the other host's replay.
+	Only map[string]string `json:"only"`
 	// Steps are the trace, in time order.
 	Steps []Step `json:"steps"`
 }
@@ -142,6 +143,18 @@ func Load(dir string) ([]Case, error) {
 	return cases, nil
 }
 
+// For returns the cases of cases that host replays: those without Only,
+// and those whose Only names host.
+func For(cases []Case, host string) []Case {
+	var mine []Case
+	for _, c := range cases {
+		if len(c.Only) == 0 || c.Only[host] != "" {
+			mine = append(mine, c)
+		}
+	}
+	return mine
+}
+
 func load(file string) (Case, error) {
 	var c Case
 	data, err := os.ReadFile(file)
@@ -176,13 +189,13 @@ func (c *Case) check() error {
 		}
 		names[l.Name] = true
 	}
-	for host, why := range c.Skip {
+	for host, why := range c.Only {
 		if host != Caddy && host != Traefik || why == "" {
-			return fmt.Errorf("skip: want caddy or traefik with a reason, got %q: %q", host, why)
+			return fmt.Errorf("only: want caddy or traefik with a reason, got %q: %q", host, why)
 		}
 	}
-	if len(c.Skip) > 1 {
-		return errors.New("skip: a case both hosts skip tests nothing")
+	if len(c.Only) > 1 {
+		return errors.New("only: one host, or leave it out for both")
 	}
 	if len(c.Steps) == 0 {
 		return errors.New("steps: at least one")

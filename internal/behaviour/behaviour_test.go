@@ -32,8 +32,8 @@ func TestLoadRefuses(t *testing.T) {
 		{"unknown field", `{"about": "x", "limit": [], ` + step + `}`, "unknown field"},
 		{"time goes back", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "steps": [{"at": 5, "status": 200}, {"at": 4, "status": 200}]}`, "before the previous step"},
 		{"status", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "steps": [{"at": 0, "status": 503}]}`, "want 200 or 429"},
-		{"skip without reason", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "skip": {"caddy": ""}, ` + step + `}`, "with a reason"},
-		{"skip both", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "skip": {"caddy": "a", "traefik": "b"}, ` + step + `}`, "tests nothing"},
+		{"only without reason", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "only": {"caddy": ""}, ` + step + `}`, "with a reason"},
+		{"only both", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "only": {"caddy": "a", "traefik": "b"}, ` + step + `}`, "leave it out for both"},
 	}
 	for _, tc := range tests {
 		dir := t.TempDir()
