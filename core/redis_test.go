@@ -490,9 +490,6 @@ func (f *fixedScripter) ScriptLoad(ctx context.Context, script string) (string, 
 	return "", f.err
 }
 
-// reply1 is a take script's reply for one ask.
-func reply1(fields ...interface{}) []interface{} { return []interface{}{fields} }
-
 // TestRedisStoreReplies: malformed replies and errors are reported as
 // errors, never panics; well-formed ones decode.
 func TestRedisStoreReplies(t *testing.T) {
