@@ -97,20 +97,8 @@ fail() {
 }
 pass() { echo "PASS e2e/caddy.sh: $*"; }
 
-# port_open and free_port.
+# port_open, free_port and wait_port.
 source scripts/ports.sh
-
-# wait_port waits up to 20 seconds for the process pid to listen on port,
-# without sending it a request (which would spend quota).
-wait_port() {
-	local port=$1 pid=$2 name=$3 i
-	for ((i = 0; i < 200; i++)); do
-		kill -0 "$pid" 2>/dev/null || fail "$name exited before listening on $port"
-		port_open "$port" && return 0
-		sleep 0.1
-	done
-	fail "$name not listening on 127.0.0.1:$port after 20s"
-}
 
 # req sends one request with curl's remaining arguments; it writes the
 # answer's headers to $tmp/h and body to $tmp/b and prints its status code.

@@ -54,19 +54,8 @@ fail() {
 	exit 1
 }
 
-# port_open and free_port.
+# port_open, free_port and wait_port.
 source scripts/ports.sh
-
-# wait_port waits up to 20 seconds for the process pid to listen on port.
-wait_port() {
-	local port=$1 pid=$2 name=$3 i
-	for ((i = 0; i < 200; i++)); do
-		kill -0 "$pid" 2>/dev/null || fail "$name exited before listening on $port"
-		port_open "$port" && return 0
-		sleep 0.1
-	done
-	fail "$name not listening on 127.0.0.1:$port after 20s"
-}
 
 caddy="${SLUICE_E2E_CADDY:-}"
 if [ -z "$caddy" ]; then
