@@ -210,6 +210,12 @@ type gateSlots struct {
 	// lease of held (a call failed, or the fallback took slots), or
 	// slotsAsserting while one request asserts them; atomic.
 	dirty int32
+	// order keeps, with held, a decision on Redis (read-locked) and one
+	// by the fallback (locked) from overlapping: a slot the fallback gave
+	// is then in held, and dirty, before a later request reaches Redis,
+	// and a request that reached Redis is counted by the fallback before
+	// a later fallback decision.
+	order sync.RWMutex
 }
 
 // The values of gateSlots.dirty.
@@ -524,6 +530,9 @@ func takeFlight(g *Gate, ctx context.Context, asks, flight []Ask, failed error, 
 	if gs.remote {
 		lease = gs.leases + strconv.FormatUint(atomic.AddUint64(&gs.seq, 1), 36)
 	}
+	if gs.held != nil {
+		gs.order.RLock()
+	}
 	if err == nil && gs.held != nil && atomic.LoadInt32(&gs.dirty) != slotsClean {
 		err = reassertSlots(g)
 		if b := g.cfg.Breaker; b != nil && err != nil && err != errAsserting {
@@ -547,6 +556,9 @@ func takeFlight(g *Gate, ctx context.Context, asks, flight []Ask, failed error, 
 		}
 		if err == nil {
 			slots = holdSlots(g, flight, local, lease, out, true)
+			if gs.held != nil {
+				gs.order.RUnlock()
+			}
 			if slots != nil && clientGone(ctx) {
 				releaseSlots(slots)
 				return nil, false, ctx.Err()
@@ -560,16 +572,29 @@ func takeFlight(g *Gate, ctx context.Context, asks, flight []Ask, failed error, 
 			_ = gs.fallback.releaseSlots(ctx, local, "")
 		}
 	}
+	if gs.held != nil {
+		gs.order.RUnlock()
+	}
 	if gs.fallback == nil {
 		return nil, false, err
 	}
-	if gs.held != nil && err != errAsserting {
+	if gs.held == nil {
+		if ferr := gs.fallback.acquireSlots(ctx, local, "", 0, out); ferr != nil {
+			return nil, false, err
+		}
+		return holdSlots(g, flight, local, lease, out, false), true, err
+	}
+	gs.order.Lock()
+	if err != errAsserting {
 		atomic.StoreInt32(&gs.dirty, slotsDirty) // Redis may have lost leases
 	}
 	if ferr := gs.fallback.acquireSlots(ctx, local, "", 0, out); ferr != nil {
+		gs.order.Unlock()
 		return nil, false, err
 	}
-	return holdSlots(g, flight, local, lease, out, false), true, err
+	slots = holdSlots(g, flight, local, lease, out, false)
+	gs.order.Unlock()
+	return slots, true, err
 }
 
 // holdSlots returns the Slots that acquireSlots took for lease, on the
