@@ -4,7 +4,7 @@
 //
 // Usage, from inside the module:
 //
-//	go run ./scripts/yaegicheck [-C dir] packages...
+//	go run ./scripts/yaegicheck [-C dir] [-dialect list] packages...
 //
 // It lists the named packages with everything they and their tests import
 // (go list -test -deps -export) and reports, as file:line:col: message,
@@ -17,8 +17,21 @@
 //     directives, and a loop variable used inside a go or defer closure or a
 //     parallel subtest (Yaegi keeps the pre-Go 1.22 single loop variable).
 //
+// With -dialect, a comma-separated list of file paths relative to the module
+// root (which may be empty, and may be given more than once), it also reports
+// two constructs that Go code needs only to work around the interpreter, in
+// every non-test file of those main-module packages except the files listed:
+//
+//   - a scratch parameter, one whose incoming value is never used because on
+//     every path through the body its first reference is as a whole
+//     left-hand side of a plain assignment (p = ..., or a, p = ...) that does
+//     not mention it otherwise; and
+//   - a package-level variable initialized to a standard-library function or
+//     method value, such as var itoa = strconv.Itoa.
+//
 // It exits 0 when it finds nothing, 1 when it reports something and 2 when it
-// cannot list or type-check the packages (for example when they do not build).
+// cannot list or type-check the packages (for example when they do not build)
+// or when -dialect lists a path that names no file of the module.
 package main
 
 import (
@@ -35,6 +48,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -52,6 +66,7 @@ type listedPackage struct {
 	ImportMap  map[string]string
 	Module     *struct {
 		Path      string
+		Dir       string
 		Main      bool
 		GoVersion string
 	}
@@ -66,8 +81,21 @@ func (p *listedPackage) isTestMain() bool {
 
 func main() {
 	dir := flag.String("C", "", "run go list in `dir` instead of the current directory")
+	var dialect *dialectCheck
+	flag.Func("dialect", "also report interpreter dialect outside the files in `list`, comma-separated paths relative to the module root",
+		func(list string) error {
+			if dialect == nil {
+				dialect = new(dialectCheck)
+			}
+			for _, name := range strings.Split(list, ",") {
+				if name = strings.TrimSpace(name); name != "" {
+					dialect.Files = append(dialect.Files, name)
+				}
+			}
+			return nil
+		})
 	flag.Usage = func() {
-		fmt.Fprintln(flag.CommandLine.Output(), "usage: yaegicheck [-C dir] packages...")
+		fmt.Fprintln(flag.CommandLine.Output(), "usage: yaegicheck [-C dir] [-dialect list] packages...")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -75,7 +103,7 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	problems, err := check(*dir, flag.Args())
+	problems, err := check(*dir, flag.Args(), dialect)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "yaegicheck:", err)
 		os.Exit(2)
@@ -103,9 +131,40 @@ func (p problem) String() string {
 	return p.Pos.String() + ": " + p.Msg
 }
 
+// dialectCheck asks check to report interpreter dialect too.
+type dialectCheck struct {
+	// Files lists the files allowed to hold it, as paths relative to the
+	// module root.
+	Files []string
+}
+
+// allowed returns the set of Files, as cleaned slash paths, and an error if
+// one of them is no file of any of the module roots.
+func (d *dialectCheck) allowed(roots map[string]bool) (map[string]bool, error) {
+	allowed := make(map[string]bool, len(d.Files))
+	for _, name := range d.Files {
+		clean := path.Clean(filepath.ToSlash(name))
+		if path.IsAbs(clean) || clean == ".." || strings.HasPrefix(clean, "../") {
+			return nil, fmt.Errorf("-dialect %s: not a path relative to the module root", name)
+		}
+		found := false
+		for root := range roots {
+			if info, err := os.Stat(filepath.Join(root, filepath.FromSlash(clean))); err == nil && info.Mode().IsRegular() {
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("-dialect %s: no such file in the module", name)
+		}
+		allowed[clean] = true
+	}
+	return allowed, nil
+}
+
 // check lists patterns from dir and returns the de-duplicated problems, sorted
 // by file, line and column. File names are relative to dir when below it.
-func check(dir string, patterns []string) ([]problem, error) {
+// With a non-nil dialect it reports interpreter dialect too.
+func check(dir string, patterns []string, dialect *dialectCheck) ([]problem, error) {
 	pkgs, err := goList(dir, patterns)
 	if err != nil {
 		return nil, err
@@ -115,8 +174,24 @@ func check(dir string, patterns []string) ([]problem, error) {
 		return nil, err
 	}
 	exports := make(map[string]string, len(pkgs))
+	standard := make(map[string]bool)
+	roots := make(map[string]bool)
 	for _, p := range pkgs {
 		exports[p.ImportPath] = p.Export
+		if p.Standard {
+			standard[p.ImportPath] = true
+		}
+		if p.Module != nil && p.Module.Main {
+			roots[p.Module.Dir] = true
+		}
+	}
+	var scope *dialectScope
+	if dialect != nil {
+		allowed, err := dialect.allowed(roots)
+		if err != nil {
+			return nil, err
+		}
+		scope = &dialectScope{standard: standard, allowed: allowed}
 	}
 	seen := make(map[problem]bool)
 	var problems []problem
@@ -137,7 +212,7 @@ func check(dir string, patterns []string) ([]problem, error) {
 			report(problem{Msg: p.ImportPath + ": imported, but is neither standard library nor this module"})
 			continue
 		}
-		if err := checkPackage(base, p, exports, report); err != nil {
+		if err := checkPackage(base, p, exports, scope, report); err != nil {
 			return nil, err
 		}
 	}
@@ -182,9 +257,16 @@ func goList(dir string, patterns []string) ([]*listedPackage, error) {
 	return pkgs, nil
 }
 
+// dialectScope tells checkPackage where and how to report interpreter dialect.
+type dialectScope struct {
+	standard map[string]bool // import paths of the standard-library packages
+	allowed  map[string]bool // files exempt, as module-root-relative slash paths
+}
+
 // checkPackage parses and type-checks p from source, resolving imports from
-// the export data go list produced, and reports what Yaegi cannot run.
-func checkPackage(base string, p *listedPackage, exports map[string]string, report func(problem)) error {
+// the export data go list produced, and reports what Yaegi cannot run and,
+// with a non-nil dialect, interpreter dialect outside its allowed files.
+func checkPackage(base string, p *listedPackage, exports map[string]string, dialect *dialectScope, report func(problem)) error {
 	fset := token.NewFileSet()
 	var files []*ast.File
 	for _, name := range p.GoFiles {
@@ -223,8 +305,19 @@ func checkPackage(base string, p *listedPackage, exports map[string]string, repo
 		}
 		report(problem{Pos: position, Msg: fmt.Sprintf(format, args...)})
 	}
-	for _, f := range files {
+	for i, f := range files {
 		checkFile(f, info, at)
+		if dialect == nil || strings.HasSuffix(p.GoFiles[i], "_test.go") {
+			continue
+		}
+		rel, err := filepath.Rel(p.Module.Dir, filepath.Join(p.Dir, p.GoFiles[i]))
+		if err != nil {
+			return err
+		}
+		if !dialect.allowed[filepath.ToSlash(rel)] {
+			checkScratchParams(f, info, at)
+			checkStdAliases(f, info, dialect.standard, at)
+		}
 	}
 	return nil
 }
@@ -375,4 +468,340 @@ func callsParallel(lit *ast.FuncLit, info *types.Info) bool {
 		return !found
 	})
 	return found
+}
+
+// checkScratchParams reports the parameters of the functions and function
+// literals of f that are referenced but whose incoming value is never used:
+// on every path through the body, a plain assignment to the whole parameter
+// (p = ..., a, p = ..., or a redeclaring :=) that does not mention it
+// otherwise comes before any other reference. Such a parameter is a local
+// variable that callers pass only to spare Yaegi a declaration.
+func checkScratchParams(f *ast.File, info *types.Info, at func(token.Pos, string, ...any)) {
+	for _, decl := range f.Decls {
+		lit := "a function literal"
+		if fn, ok := decl.(*ast.FuncDecl); ok {
+			lit += " in " + funcName(fn)
+			if fn.Body != nil {
+				checkParams(fn.Type, fn.Body, funcName(fn), info, at)
+			}
+		}
+		ast.Inspect(decl, func(n ast.Node) bool {
+			if fn, ok := n.(*ast.FuncLit); ok {
+				checkParams(fn.Type, fn.Body, lit, info, at)
+			}
+			return true
+		})
+	}
+}
+
+// funcName returns the name of fn as Go documentation spells it: F, T.M or
+// (*T).M.
+func funcName(fn *ast.FuncDecl) string {
+	if fn.Recv == nil || len(fn.Recv.List) == 0 {
+		return fn.Name.Name
+	}
+	recv := fn.Recv.List[0].Type
+	star := false
+	if s, ok := recv.(*ast.StarExpr); ok {
+		recv, star = s.X, true
+	}
+	switch r := recv.(type) {
+	case *ast.IndexExpr:
+		recv = r.X
+	case *ast.IndexListExpr:
+		recv = r.X
+	}
+	name := types.ExprString(recv)
+	if star {
+		name = "(*" + name + ")"
+	}
+	return name + "." + fn.Name.Name
+}
+
+// checkParams reports the scratch parameters of the function fn names, whose
+// type is typ and body body.
+func checkParams(typ *ast.FuncType, body *ast.BlockStmt, fn string, info *types.Info, at func(token.Pos, string, ...any)) {
+	for _, field := range typ.Params.List {
+		for _, id := range field.Names {
+			if id.Name == "_" {
+				continue
+			}
+			if obj := info.Defs[id]; obj != nil && isScratch(obj, body, info) {
+				at(id.Pos(), "scratch parameter %s of %s: its value is overwritten before use; declare it in the body (interpreter dialect belongs in LIST)",
+					id.Name, fn)
+			}
+		}
+	}
+}
+
+// access is what a statement, or a list of them, does with a variable's value
+// on the paths from its start, as far as a simple structural analysis sees.
+type access int
+
+const (
+	untouched  access = iota // not referenced
+	overwrites               // on every path, assigned before it is read
+	mayRead                  // perhaps read before it is assigned
+)
+
+// merge returns the access of a choice between paths of accesses a and b.
+func merge(a, b access) access {
+	switch {
+	case a == mayRead || b == mayRead:
+		return mayRead
+	case a == overwrites && b == overwrites:
+		return overwrites
+	}
+	return untouched
+}
+
+// flow computes accesses to the variable obj. It is conservative: what it
+// does not follow, such as goto, a labeled break or a closure, reads.
+type flow struct {
+	obj  types.Object
+	info *types.Info
+}
+
+// isScratch reports whether body references the variable obj but never reads
+// the value obj has when body starts.
+func isScratch(obj types.Object, body *ast.BlockStmt, info *types.Info) bool {
+	fl := flow{obj, info}
+	return fl.mentions(body) && fl.list(body.List) != mayRead
+}
+
+// mentions reports whether n, if not nil, references the variable.
+func (fl flow) mentions(n ast.Node) bool {
+	if n == nil {
+		return false
+	}
+	found := false
+	ast.Inspect(n, func(n ast.Node) bool {
+		if id, ok := n.(*ast.Ident); ok && fl.info.Uses[id] == fl.obj {
+			found = true
+		}
+		return !found
+	})
+	return found
+}
+
+// list returns the access of the statements of list run in order.
+func (fl flow) list(list []ast.Stmt) access {
+	for _, s := range list {
+		if a := fl.stmt(s); a != untouched {
+			return a
+		}
+	}
+	return untouched
+}
+
+// stmt returns the access of s. A statement that ends the path, such as a
+// return or a continue, overwrites: no read follows it.
+func (fl flow) stmt(s ast.Stmt) access {
+	switch s := s.(type) {
+	case nil:
+		return untouched
+	case *ast.AssignStmt:
+		if s.Tok != token.ASSIGN && s.Tok != token.DEFINE {
+			break // an operation such as += reads
+		}
+		whole := false
+		for _, lhs := range s.Lhs {
+			if id, ok := ast.Unparen(lhs).(*ast.Ident); ok && fl.info.Uses[id] == fl.obj {
+				whole = true
+			} else if fl.mentions(lhs) {
+				return mayRead
+			}
+		}
+		for _, rhs := range s.Rhs {
+			if fl.mentions(rhs) {
+				return mayRead
+			}
+		}
+		if whole {
+			return overwrites
+		}
+		return untouched
+	case *ast.BlockStmt:
+		return fl.list(s.List)
+	case *ast.LabeledStmt:
+		return fl.stmt(s.Stmt)
+	case *ast.ReturnStmt:
+		if fl.mentions(s) {
+			return mayRead
+		}
+		return overwrites
+	case *ast.BranchStmt:
+		// An unlabeled break of a switch or select is caught by clause.
+		if s.Tok == token.CONTINUE || s.Tok == token.BREAK && s.Label == nil {
+			return overwrites
+		}
+		if s.Tok == token.FALLTHROUGH {
+			return untouched
+		}
+		return mayRead // goto and labeled break
+	case *ast.IfStmt:
+		if a := fl.stmt(s.Init); a != untouched {
+			return a
+		}
+		if fl.mentions(s.Cond) {
+			return mayRead
+		}
+		return merge(fl.list(s.Body.List), fl.stmt(s.Else))
+	case *ast.ForStmt:
+		if a := fl.stmt(s.Init); a != untouched {
+			return a
+		}
+		if fl.mentions(s.Cond) || fl.mentions(s.Post) || fl.list(s.Body.List) == mayRead {
+			return mayRead
+		}
+		return untouched // the body may not run
+	case *ast.RangeStmt:
+		if fl.mentions(s.X) {
+			return mayRead
+		}
+		for _, e := range []ast.Expr{s.Key, s.Value} {
+			if fl.mentions(e) {
+				if id, ok := e.(*ast.Ident); !ok || s.Tok != token.ASSIGN || fl.info.Uses[id] != fl.obj {
+					return mayRead
+				}
+				return untouched // assigned before the body, which may not run
+			}
+		}
+		if fl.list(s.Body.List) == mayRead {
+			return mayRead
+		}
+		return untouched
+	case *ast.SwitchStmt:
+		if a := fl.stmt(s.Init); a != untouched {
+			return a
+		}
+		if fl.mentions(s.Tag) {
+			return mayRead
+		}
+		return fl.clauses(s.Body)
+	case *ast.TypeSwitchStmt:
+		if a := fl.stmt(s.Init); a != untouched {
+			return a
+		}
+		if fl.mentions(s.Assign) {
+			return mayRead
+		}
+		return fl.clauses(s.Body)
+	case *ast.SelectStmt:
+		return fl.clauses(s.Body)
+	}
+	if fl.mentions(s) {
+		return mayRead
+	}
+	return untouched
+}
+
+// clauses returns the access of the clauses of a switch or select statement,
+// of which one runs, or none in a switch without a default clause.
+func (fl flow) clauses(body *ast.BlockStmt) access {
+	a, always := overwrites, false
+	for _, c := range body.List {
+		var ca access
+		switch c := c.(type) {
+		case *ast.CaseClause:
+			for _, e := range c.List {
+				if fl.mentions(e) {
+					return mayRead
+				}
+			}
+			ca = fl.clause(c.Body)
+			always = always || c.List == nil
+		case *ast.CommClause:
+			if ca = fl.stmt(c.Comm); ca == untouched {
+				ca = fl.clause(c.Body)
+			}
+			always = true
+		}
+		a = merge(a, ca)
+	}
+	if !always {
+		a = merge(a, untouched)
+	}
+	return a
+}
+
+// clause returns the access of the body of a switch or select clause, which
+// does not overwrite if an unlabeled break may leave it first.
+func (fl flow) clause(body []ast.Stmt) access {
+	a := fl.list(body)
+	if a == overwrites && breaks(body) {
+		return untouched
+	}
+	return a
+}
+
+// breaks reports whether list holds an unlabeled break of the switch or select
+// statement whose clause it is.
+func breaks(list []ast.Stmt) bool {
+	found := false
+	for _, s := range list {
+		ast.Inspect(s, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.BranchStmt:
+				found = found || n.Tok == token.BREAK && n.Label == nil
+			case *ast.ForStmt, *ast.RangeStmt, *ast.SwitchStmt, *ast.TypeSwitchStmt, *ast.SelectStmt, *ast.FuncLit:
+				return false
+			}
+			return !found
+		})
+	}
+	return found
+}
+
+// checkStdAliases reports the package-level variables of f initialized to a
+// standard-library function or method value, which code Yaegi runs has no
+// need of: the interpreter calls standard-library functions directly.
+func checkStdAliases(f *ast.File, info *types.Info, standard map[string]bool, at func(token.Pos, string, ...any)) {
+	for _, decl := range f.Decls {
+		gen, ok := decl.(*ast.GenDecl)
+		if !ok || gen.Tok != token.VAR {
+			continue
+		}
+		for _, spec := range gen.Specs {
+			vs := spec.(*ast.ValueSpec)
+			if len(vs.Values) != len(vs.Names) {
+				continue // var a, b = f(): one call, no function value
+			}
+			for i, value := range vs.Values {
+				if fn := stdFunc(value, info, standard); fn != "" && vs.Names[i].Name != "_" {
+					at(vs.Names[i].Pos(), "%s aliases the standard library's %s; call it directly (interpreter dialect belongs in LIST)",
+						vs.Names[i].Name, fn)
+				}
+			}
+		}
+	}
+}
+
+// stdFunc returns the name, as pkg.F or (*pkg.T).M, of the standard-library
+// function or method that the expression e is the value of, or "" if e is
+// not such a function value.
+func stdFunc(e ast.Expr, info *types.Info, standard map[string]bool) string {
+	var id *ast.Ident
+	switch e := ast.Unparen(e).(type) {
+	case *ast.Ident: // dot import
+		id = e
+	case *ast.SelectorExpr:
+		id = e.Sel
+	default:
+		return ""
+	}
+	fn, ok := info.Uses[id].(*types.Func)
+	if !ok || fn.Pkg() == nil || !standard[fn.Pkg().Path()] {
+		return ""
+	}
+	qualifier := func(p *types.Package) string { return p.Name() }
+	sig := fn.Type().(*types.Signature)
+	if recv := sig.Recv(); recv != nil {
+		t := types.TypeString(recv.Type(), qualifier)
+		if strings.HasPrefix(t, "*") {
+			t = "(" + t + ")"
+		}
+		return t + "." + fn.Name()
+	}
+	return fn.Pkg().Name() + "." + fn.Name()
 }

@@ -41,7 +41,7 @@ func TestCheck(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			problems, err := check("testdata/mod", tc.patterns)
+			problems, err := check("testdata/mod", tc.patterns, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -56,8 +56,72 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+func TestCheckDialect(t *testing.T) {
+	const scratch = ": its value is overwritten before use; declare it in the body (interpreter dialect belongs in LIST)"
+	const alias = "; call it directly (interpreter dialect belongs in LIST)"
+	unlisted := []string{
+		"dialect/dialect.go:12:5: itoa aliases the standard library's strconv.Itoa" + alias,
+		"dialect/dialect.go:15:20: scratch parameter b of Format" + scratch,
+		"dialect/dialect.go:47:20: scratch parameter n of Pick" + scratch,
+		"dialect/dialect.go:58:18: scratch parameter s of Kind" + scratch,
+		"dialect/dialect.go:69:20: scratch parameter x of Sum" + scratch,
+		"dialect/dialect.go:99:5: writeString aliases the standard library's (*strings.Builder).WriteString" + alias,
+		"dialect/dialect.go:104:25: scratch parameter head of (*pair).split" + scratch,
+	}
+	tests := []struct {
+		name     string
+		patterns []string
+		dialect  *dialectCheck
+		want     []string
+	}{
+		{
+			name:     "outside the list and test files, scratch parameters and aliases are reported",
+			patterns: []string{"./dialect"},
+			dialect:  &dialectCheck{Files: []string{"dialect/listed.go"}},
+			want:     unlisted,
+		},
+		{
+			name:     "with an empty list, listed.go is reported too",
+			patterns: []string{"./dialect"},
+			dialect:  &dialectCheck{},
+			want: append(unlisted[:len(unlisted):len(unlisted)],
+				"dialect/listed.go:8:5: now aliases the standard library's time.Now"+alias,
+				"dialect/listed.go:11:22: scratch parameter b of Quote"+scratch),
+		},
+		{
+			name:     "without -dialect, dialect is not reported",
+			patterns: []string{"./dialect"},
+			want:     nil,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			problems, err := check("testdata/mod", tc.patterns, tc.dialect)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, p := range problems {
+				got = append(got, p.String())
+			}
+			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("check(%q, %v) =\n%s\nwant\n%s", tc.patterns, tc.dialect, strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestCheckDialectUnknownFile(t *testing.T) {
+	for _, name := range []string{"dialect/lsited.go", "dialect", "../mod/dialect/listed.go", "/dialect/listed.go"} {
+		dialect := &dialectCheck{Files: []string{"dialect/listed.go", name}}
+		if _, err := check("testdata/mod", []string{"./dialect"}, dialect); err == nil {
+			t.Errorf("check with -dialect listing %q: no error", name)
+		}
+	}
+}
+
 func TestCheckBuildError(t *testing.T) {
-	if _, err := check("testdata/mod", []string{"./missing"}); err == nil {
+	if _, err := check("testdata/mod", []string{"./missing"}, nil); err == nil {
 		t.Fatal("check of a package that does not exist: no error")
 	}
 }
