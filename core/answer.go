@@ -178,168 +178,86 @@ func (r *Responder) Validate() error {
 	return nil
 }
 
-// Under Yaegi, entering a function costs about a microsecond plus tens of
-// nanoseconds for every variable and intermediate value in its whole body,
-// executed or not (measured: 36 arithmetic operations add about 4 µs), a
-// method call several microseconds more, and every call into the standard
-// library about a microsecond. SetHeaders runs on every response and Reject
-// on every rejection, so their bodies are functions (setHeaders, which
-// Gate.Serve calls directly), kept short: rare cases live in helpers
-// (answerFor, setLegacyHeaders, jittered, appendBody), the arithmetic of
-// ceilSeconds and floorUnits is inline, counts under smallInts are looked
-// up in smallIntTexts rather than formatted, the values go into one
-// []string of which every header gets a window, and keys are assigned in
-// canonical form instead of calling http.Header.Set.
-
 // SetHeaders writes the rate-limit headers of r.Headers for d into h,
 // replacing any values they had; it writes each header once and nothing
 // else. Adapters call it on every response the limit decided, allowed ones
 // included. now is the wall clock in Unix nanoseconds, used only for
-// X-RateLimit-Reset. A nil d, or r.Headers of HeadersOff, writes nothing;
-// a caller on the hot path may skip the call then, which under Yaegi saves
-// the several microseconds of entering it.
+// X-RateLimit-Reset. A nil d, or r.Headers of HeadersOff, writes nothing.
+//
+// The values share one backing array, of which each header gets a
+// one-element window whose capacity ends with it (an append to one header
+// reallocates instead of overwriting the next), and keys are assigned in
+// canonical form instead of through http.Header.Set: one allocation for
+// the slices of every header.
 func (r *Responder) SetHeaders(h http.Header, d *Decision, now int64) {
-	setHeaders(r, h, d, now)
-}
-
-// setHeaders is SetHeaders as a function (see the note above SetHeaders).
-// The default header set, ietf and x, for a limit whose answer texts are
-// ready, is setIETFXHeaders' work; anything else is setAnyHeaders'.
-func setHeaders(r *Responder, h http.Header, d *Decision, now int64) {
-	if r.Headers == HeadersOff || d == nil {
-		return
-	}
-	if l := d.Limit; r.Headers == headersIETFX && l != nil && l.answer.ready && l.answer.quota == d.Quota {
-		setIETFXHeaders(h, &l.answer, d, now, 0, 0, 0, "", "", nil)
-		return
-	}
-	setAnyHeaders(r, h, d, now)
-}
-
-// headersIETFX is HeadersIETF|HeadersX as a variable: Yaegi v0.16.1
-// compares a value with an | of typed constants wrongly.
-var headersIETFX = HeadersIETF | HeadersX
-
-// setIETFXHeaders is setAnyHeaders for the header set ietf and x and the
-// answer texts a of d's limit. Its parameters after now are its
-// variables, zero: under Yaegi a parameter is allocated once per call,
-// where a := allocates its variable again each time it runs. Each field
-// of d is read once, and t is a Duration, so that d's durations need no
-// conversion: under Yaegi each selector and conversion is a value.
-func setIETFXHeaders(h http.Header, a *limitAnswer, d *Decision, now int64,
-	rem int64, t nanos, x float64, remText, tText string, vals []string) {
-	x = d.Remaining // floorUnits(x)
-	if x >= maxSFInteger {
-		rem = maxSFInteger
-	} else if x > 0 {
-		rem = int64(x)
-	}
-	if rem < smallInts {
-		remText = smallIntTexts[rem]
-	} else {
-		remText = fmtInt(rem, 10)
-	}
-	// t as setAnyHeaders computes it.
-	t = d.RetryAfter
-	if d.Allowed || t == Never {
-		t = d.Next
-	}
-	tText = "0"
-	if t > 0 {
-		t--
-		t /= nanos(nsPerSecond)
-		if t++; t < smallInts {
-			tText = smallIntTexts[t]
-		} else {
-			tText = fmtInt(int64(t), 10)
-		}
-	}
-	now = resetUnix(now, int64(d.Reset))
-	vals = []string{a.policy, a.ietfPrefix + remText + ";t=" + tText, a.qText, remText, fmtInt(now, 10)}
-	h["Ratelimit-Policy"] = vals[0:1:1]
-	h["Ratelimit"] = vals[1:2:2]
-	h["X-Ratelimit-Limit"] = vals[2:3:3]
-	h["X-Ratelimit-Remaining"] = vals[3:4:4]
-	h["X-Ratelimit-Reset"] = vals[4:5:5]
-}
-
-// setAnyHeaders is setHeaders for any header set and decision.
-func setAnyHeaders(r *Responder, h http.Header, d *Decision, now int64) {
 	set := r.Headers
-	var a *limitAnswer
-	if l := d.Limit; l != nil && l.answer.ready && l.answer.quota == d.Quota {
-		a = &l.answer
-	} else {
-		a = answerFor(d)
+	if set == HeadersOff || d == nil {
+		return
 	}
-	rem := int64(0) // floorUnits(d.Remaining)
-	if d.Remaining >= maxSFInteger {
-		rem = maxSFInteger
-	} else if d.Remaining > 0 {
-		rem = int64(d.Remaining)
-	}
-	reset := int64(d.Reset) / nsPerSecond // ceilSeconds(d.Reset)
-	if int64(d.Reset)%nsPerSecond > 0 {
-		reset++
-	} else if reset < 0 {
-		reset = 0
-	}
-	remText, resetText := "", ""
-	if rem < smallInts {
-		remText = smallIntTexts[rem]
-	} else {
-		remText = strconv.FormatInt(rem, 10)
-	}
-	if reset < smallInts {
-		resetText = smallIntTexts[reset]
-	} else {
-		resetText = strconv.FormatInt(reset, 10)
-	}
-
-	// Each value is a one-element window whose capacity ends with it, so an
-	// append to one header reallocates instead of overwriting the next.
-	vals := []string{a.policy, "", a.qText, remText, ""}
+	a := d.answer()
+	rem := unitsText(floorUnits(d.Remaining))
+	vals := make([]string, 8)
 	if set&HeadersIETF != 0 && a.ready {
 		// t: the time until more quota is available (Decision.Next) or,
 		// for a rejection, until the request's own quota is (RetryAfter
 		// without jitter, so that Retry-After is never earlier than t),
 		// in whole seconds rounded up.
-		t := int64(d.Next)
+		t := d.Next
 		if !d.Allowed && d.RetryAfter != Never {
-			t = int64(d.RetryAfter)
+			t = d.RetryAfter
 		}
-		tText := "0"
-		if t > 0 {
-			if t = (t-1)/nsPerSecond + 1; t < smallInts {
-				tText = smallIntTexts[t]
-			} else {
-				tText = strconv.FormatInt(t, 10)
-			}
-		}
-		vals[1] = a.ietfPrefix + remText + ";t=" + tText
+		// One element per statement: Yaegi v0.16.1 loses some values
+		// of a tuple assignment to slice elements.
+		vals[0] = a.policy
+		vals[1] = a.ietfPrefix + rem + ";t=" + unitsText(ceilSeconds(t))
 		h["Ratelimit-Policy"] = vals[0:1:1]
 		h["Ratelimit"] = vals[1:2:2]
 	}
 	if set&HeadersLegacy != 0 {
-		setLegacyHeaders(h, a.qInt, remText, resetText)
+		vals[2] = a.qInt
+		vals[3] = rem
+		vals[4] = unitsText(ceilSeconds(d.Reset))
+		h["Ratelimit-Limit"] = vals[2:3:3]
+		h["Ratelimit-Remaining"] = vals[3:4:4]
+		h["Ratelimit-Reset"] = vals[4:5:5]
 	}
 	if set&HeadersX != 0 {
-		vals[4] = strconv.FormatInt(resetUnix(now, int64(d.Reset)), 10)
-		h["X-Ratelimit-Limit"] = vals[2:3:3]
-		h["X-Ratelimit-Remaining"] = vals[3:4:4]
-		h["X-Ratelimit-Reset"] = vals[4:5:5]
+		vals[5] = a.qText
+		vals[6] = rem
+		vals[7] = strconv.FormatInt(resetUnix(now, int64(d.Reset)), 10)
+		h["X-Ratelimit-Limit"] = vals[5:6:6]
+		h["X-Ratelimit-Remaining"] = vals[6:7:7]
+		h["X-Ratelimit-Reset"] = vals[7:8:8]
 	}
+}
+
+// answer is the answer texts of d: its limit's, made when the limit was
+// validated, or made now by answerFor when it advertises another quota or
+// has no validated limit.
+func (d *Decision) answer() *limitAnswer {
+	if l := d.Limit; l != nil && l.answer.ready && l.answer.quota == d.Quota {
+		return &l.answer
+	}
+	return answerFor(d)
+}
+
+// unitsText is strconv.FormatInt(n, 10) for n >= 0, from smallIntTexts
+// when n is small: the counts and seconds of most answers are.
+func unitsText(n int64) string {
+	if n < smallInts {
+		return smallIntTexts[n]
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // resetUnix is X-RateLimit-Reset's value for a limit that is whole again
 // reset nanoseconds (none if negative) after now, in Unix nanoseconds: the
 // first whole Unix second at or after that instant, ceil(now + reset), so
 // that a client that waits until the second it names finds the limit
-// whole. It is the header's one computation: setIETFXHeaders,
-// setAnyHeaders and the lanes' written-out answers call it. It adds the
-// reset's whole seconds apart, so that no reset overflows, and works on
-// its parameters in place: under Yaegi each value of its body costs an
-// allocation per call.
+// whole. It is the header's one computation: SetHeaders and the lane's
+// fused answers call it. It adds the reset's whole seconds apart, so that
+// no reset overflows, and works on its parameters in place, which costs
+// the lane nothing under Yaegi.
 func resetUnix(now, reset int64) int64 {
 	if reset < 0 {
 		reset = 0
@@ -352,21 +270,11 @@ func resetUnix(now, reset int64) int64 {
 	return now
 }
 
-// setLegacyHeaders writes the HeadersLegacy fields into h. It is apart
-// from setHeaders because the default header set does without it (see the
-// note above SetHeaders).
-func setLegacyHeaders(h http.Header, limit, remaining, reset string) {
-	vals := []string{limit, remaining, reset}
-	h["Ratelimit-Limit"] = vals[0:1:1]
-	h["Ratelimit-Remaining"] = vals[1:2:2]
-	h["Ratelimit-Reset"] = vals[2:3:3]
-}
-
 // smallInts bounds the counts whose decimal texts smallIntTexts holds.
 const smallInts = 1000
 
-// smallIntTexts[i] is strconv.Itoa(i): under Yaegi an index costs a tenth
-// of a call into strconv.
+// smallIntTexts[i] is strconv.Itoa(i), without the allocation of a
+// formatted number (and, under Yaegi, at a tenth of a call into strconv).
 var smallIntTexts = func() (t [smallInts]string) {
 	for i := range t {
 		t[i] = strconv.Itoa(i)
@@ -381,11 +289,6 @@ var smallIntTexts = func() (t [smallInts]string) {
 // Content-Type and X-Content-Type-Options: nosniff, then the body of
 // r.Body. now is SetHeaders'. A nil d is answered as the zero Decision.
 func (r *Responder) Reject(w http.ResponseWriter, d *Decision, now int64) {
-	reject(r, w, d, now)
-}
-
-// reject is Reject as a function (see the note above SetHeaders).
-func reject(r *Responder, w http.ResponseWriter, d *Decision, now int64) {
 	if d == nil {
 		d = &Decision{}
 	}
@@ -393,7 +296,7 @@ func reject(r *Responder, w http.ResponseWriter, d *Decision, now int64) {
 	if r.Headers != HeadersOff && (d.Limit != nil || d.Quota > 0) {
 		// Without a quota (a store failure answered by FailClosed) there
 		// is nothing to describe: Retry-After alone.
-		setHeaders(r, h, d, now)
+		r.SetHeaders(h, d, now)
 	}
 	retry := int64(-1)
 	if d.RetryAfter != Never {
@@ -446,7 +349,7 @@ func reject(r *Responder, w http.ResponseWriter, d *Decision, now int64) {
 		h["Content-Type"] = vals[3:4:4]
 		h["X-Content-Type-Options"] = vals[4:5:5]
 	}
-	w.WriteHeader(statusTooManyRequests)
+	w.WriteHeader(http.StatusTooManyRequests)
 	if len(body) > 0 {
 		_, _ = w.Write(body) // a failed write means the client is gone
 	}

@@ -98,7 +98,8 @@ type ClientIP struct {
 	// Validate), so that a request does not compare header names.
 	realIP, rfc7239 bool
 	// depth4: AnyPeer with a Depth, and IPv4 clients keyed by their full
-	// address (set by Validate), so that clientKey tries depthKey first.
+	// address (set by Validate), so that the Traefik lane tries laneDepthKey
+	// first.
 	depth4 bool
 }
 
@@ -226,14 +227,6 @@ func (c *ClientIP) Relayed(h http.Header) (netip.Addr, bool) {
 
 // clientKey is Key as a function, which Yaegi enters faster than a method.
 func clientKey(c *ClientIP, r *http.Request) (string, bool) {
-	if c.depth4 {
-		return depthKey(c, r, "", nil, 0, 0, noAddr, nil)
-	}
-	return addrKey(c, r)
-}
-
-// addrKey is clientKey without depthKey.
-func addrKey(c *ClientIP, r *http.Request) (string, bool) {
 	a, text, ok := clientAddr(c, r)
 	if !ok {
 		return "", false
@@ -267,53 +260,6 @@ func formatAddr(a netip.Addr, bits int) string {
 	p, _ := a.Prefix(bits) // 0 < bits < a.BitLen()
 	return string(p.AppendTo(buf[:0]))
 }
-
-// depthKey is clientKey for the commonest client behind a load balancer, as
-// Traefik's ipStrategy.depth finds it (ClientIP.depth4): when the request
-// has one X-Forwarded-For line whose Depth-th entry from the right is an
-// IPv4 address alone, from an IP peer, that address is the key, as
-// clientAddr and groupKey would find it. Every other request takes their
-// path, through addrKey. It is apart from forwardedAt and parseHop because
-// under Yaegi their seven frames cost a request behind a proxy some 150
-// allocations. Its parameters after r are its variables, zero (see
-// serveLaneTB).
-func depthKey(c *ClientIP, r *http.Request, s string, lines []string, depth, i int, a netip.Addr, err error) (string, bool) {
-	lines = r.Header[headerXFF]
-	if len(lines) != 1 {
-		return addrKey(c, r)
-	}
-	s = lines[0]
-	for depth = c.Depth; depth > 1; depth-- {
-		if i = lastIndexByte(s, ','); i < 0 {
-			return addrKey(c, r) // fewer entries than Depth
-		}
-		s = s[:i]
-	}
-	s = s[lastIndexByte(s, ',')+1:]
-	s = trimHop(s, " \t")
-	if len(s) > maxHopLength {
-		return addrKey(c, r)
-	}
-	if a, err = parseAddr(s); err != nil || !a.Is4() {
-		return addrKey(c, r)
-	}
-	// The peer is only checked, as anyPeerAddr checks it.
-	if _, err = parseAddrPort(r.RemoteAddr); err != nil {
-		return addrKey(c, r)
-	}
-	// netip accepts only the canonical dotted quad, as parseHop says.
-	return s, true
-}
-
-// noAddr is depthKey's a, zero.
-var noAddr netip.Addr
-
-// The standard library functions of depthKey, as package variables: see
-// serveLaneTB.
-var (
-	parseAddr = netip.ParseAddr
-	trimHop   = strings.Trim
-)
 
 // clientAddr returns the client's address and, when it is at hand without
 // allocating, its canonical text (else "").

@@ -79,7 +79,7 @@ type Clock func() int64
 // wall clock is slewed.
 func SystemClock() Clock {
 	c := newSystemClock()
-	return func() int64 { return c.wall + int64(time.Since(c.base)) }
+	return c.read
 }
 
 // systemClock is what a SystemClock reads. Stores and gates configured
@@ -91,6 +91,9 @@ type systemClock struct {
 	base time.Time
 	wall int64 // base in Unix nanoseconds
 }
+
+// read returns the clock's instant.
+func (c *systemClock) read() int64 { return c.wall + int64(time.Since(c.base)) }
 
 func newSystemClock() systemClock {
 	base := time.Now()

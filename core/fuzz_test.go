@@ -189,8 +189,8 @@ func FuzzRelayedClient(f *testing.F) {
 }
 
 // FuzzDepthKey: behind load balancers, as Traefik's ipStrategy.depth
-// configures it, the key that depthKey takes for an IPv4 entry is the one
-// that clientAddr and groupKey find, for any peer and any header.
+// configures it, the key that the lane takes (laneClientKey) for an IPv4
+// entry is the one that clientKey finds, for any peer and any header.
 func FuzzDepthKey(f *testing.F) {
 	f.Add("192.0.2.1:1", "203.0.113.7, 10.0.0.1", 1)
 	f.Add("192.0.2.1:1", "203.0.113.7 ,\t10.0.0.1", 2)
@@ -214,8 +214,8 @@ func FuzzDepthKey(f *testing.F) {
 			for _, line := range strings.Split(xff, "\n") {
 				r.Header.Add(headerXFF, line)
 			}
-			got, ok := clientKey(c, r)
-			want, wantOK := addrKey(c, r)
+			got, ok := laneClientKey(c, r)
+			want, wantOK := clientKey(c, r)
 			if got != want || ok != wantOK {
 				t.Fatalf("peer %q, X-Forwarded-For %q, depth %d, ipv4 /%d: key %q, %v; want %q, %v", remote, xff, depth, v4, got, ok, want, wantOK)
 			}

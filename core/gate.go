@@ -276,16 +276,13 @@ func (g *Gate) Decide(ctx context.Context, asks []Ask) Verdict {
 		v, _ := flightDecide(g, ctx, asks)
 		return v
 	}
-	return gateDecide(g, ctx, asks)
+	return g.decide(ctx, asks)
 }
 
-// gateDecide is Decide as a function: under Yaegi a method call costs four
-// times as much, and every call pays for every value of the callee's body,
-// so the rare paths are in gateFailed. It asks the primary store through
-// the breaker and the timeout (the breaker's methods are called only when
-// it is not simply closed), and gateDecided reports the call and
+// decide is Decide without in-flight limits. It asks the primary store
+// through the breaker and the timeout, and decided reports the call and
 // classifies the decisions.
-func gateDecide(g *Gate, ctx context.Context, asks []Ask) Verdict {
+func (g *Gate) decide(ctx context.Context, asks []Ask) Verdict {
 	if len(asks) == 0 {
 		return Verdict{Outcome: OutcomeAllowed}
 	}
@@ -294,45 +291,35 @@ func gateDecide(g *Gate, ctx context.Context, asks []Ask) Verdict {
 	var probe uint64
 	if b != nil && atomic.LoadInt32(&b.state) != breakerClosed {
 		var ok bool
-		if ok, probe = b.Allow(gateNow(g)); !ok {
-			return gateFailed(g, ctx, asks, out, ErrBreakerOpen)
+		if ok, probe = b.Allow(g.now()); !ok {
+			return g.failed(ctx, asks, out, ErrBreakerOpen)
 		}
 	}
-	var err error
-	if g.redis != nil { // a function: under Yaegi far cheaper than an interface call
-		err = gateTakeRedis(g.redis, ctx, g.cfg.Timeout, asks, out, g.slots != nil, nil, nil, nil, nil, noTime, nil, noSum, nil, nil)
-	} else {
-		err = gateTakeStore(g, ctx, asks, out)
-	}
-	return gateDecided(g, ctx, asks, out, err, probe)
+	err := g.take(ctx, asks, out)
+	return g.decided(ctx, asks, out, err, probe)
 }
 
-// gateDecided finishes gateDecide after the primary store decided asks
+// decided finishes decide after the primary store decided asks
 // into out, or failed with err: it reports the call, with the breaker's
 // probe ticket, to the breaker unless it is simply closed and the call
 // succeeded, and returns the verdict.
-func gateDecided(g *Gate, ctx context.Context, asks []Ask, out []Decision, err error, probe uint64) Verdict {
+func (g *Gate) decided(ctx context.Context, asks []Ask, out []Decision, err error, probe uint64) Verdict {
 	b := g.cfg.Breaker
 	if b != nil && (err != nil || atomic.LoadInt32(&b.state) != breakerClosed || atomic.LoadInt32(&b.fails) != 0) {
-		gateReport(g, b, ctx, err, probe)
+		g.report(b, ctx, err, probe)
 	}
 	if err != nil {
-		return gateFailed(g, ctx, asks, out, err)
+		return g.failed(ctx, asks, out, err)
 	}
-	if len(out) == 1 { // classify's verdict, its loop aside (as Serve's)
-		v := Verdict{Decision: out[0]}
-		classify1(g, &v)
-		return v
-	}
-	return classify(g, out)
+	return g.classify(out)
 }
 
-// gateFailed is the verdict on asks after the primary store failed with
+// failed is the verdict on asks after the primary store failed with
 // err: the fallback's, or the StoreErrorPolicy's.
-func gateFailed(g *Gate, ctx context.Context, asks []Ask, out []Decision, err error) Verdict {
+func (g *Gate) failed(ctx context.Context, asks []Ask, out []Decision, err error) Verdict {
 	if g.fallback != nil {
 		if ferr := g.cfg.Fallback.Take(ctx, g.localAsks(asks), out); ferr == nil {
-			v := classify(g, out)
+			v := g.classify(out)
 			v.Err, v.Fallback, v.chargedLocal = err, true, true
 			return v
 		}
@@ -347,19 +334,19 @@ func gateFailed(g *Gate, ctx context.Context, asks []Ask, out []Decision, err er
 // breaker is open.
 var ErrBreakerOpen = errors.New("sluice: store circuit breaker is open")
 
-// gateReport tells b how a call it admitted with the ticket probe went: a
+// report tells b how a call it admitted with the ticket probe went: a
 // failure, unless the client left (or its deadline passed), which says
 // nothing about the store; an unreported probe is replaced after the
 // back-off. A deadline is checked on the clock as well as by ctx.Err,
 // which reports it only once ctx's timer has fired: a connection's
 // deadline, set from ctx's, may fail the call a moment before.
-func gateReport(g *Gate, b *Breaker, ctx context.Context, err error, probe uint64) {
+func (g *Gate) report(b *Breaker, ctx context.Context, err error, probe uint64) {
 	switch {
 	case err == nil:
 		b.Success(probe)
 	case clientGone(ctx):
 	default:
-		b.Failure(gateNow(g), probe)
+		b.Failure(g.now(), probe)
 	}
 }
 
@@ -374,7 +361,7 @@ func clientGone(ctx context.Context) bool {
 }
 
 // classify picks the reported decision and the outcome.
-func classify(g *Gate, out []Decision) Verdict {
+func (g *Gate) classify(out []Decision) Verdict {
 	v := Verdict{Outcome: OutcomeAllowed}
 	best := -1
 	allowed := true
@@ -395,7 +382,7 @@ func classify(g *Gate, out []Decision) Verdict {
 		}
 	}
 	v.Decision = out[best]
-	if allowed {
+	if allowed && len(out) > 1 {
 		v.charged = out
 	}
 	if !allowed || g.cfg.Mode == DryRun {
@@ -419,44 +406,36 @@ func classify(g *Gate, out []Decision) Verdict {
 // request that proceeds may hold in-flight slots (Verdict.Slots), which
 // the host releases when the next handler returns.
 func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, asks []Ask) (Verdict, bool) {
-	// Under Yaegi, entering a function costs about a microsecond plus tens
-	// of nanoseconds for every value in its body, executed or not, and a
-	// method call several microseconds more. So Serve holds only the
-	// common case, one ask on the in-memory store admitted at once, and
-	// calls functions, not methods; serveAny and answer do the rest.
 	if g.mem == nil || len(asks) != 1 {
-		return serveAny(g, w, r, asks)
+		if g.slots != nil {
+			return serveFlight(g, w, r, asks)
+		}
+		v := g.decide(r.Context(), asks)
+		return v, g.answer(w, r, asks, &v, 0)
 	}
+	// The common case, one ask on the in-memory store, which never fails.
 	var v Verdict
-	d := &v.Decision
-	now := take1(g.mem, asks[0].Limit, asks[0].Key, asks[0].Cost, d, 0, nil, noSlot, false, noState, nil, 0, 0)
+	now := g.mem.take1(&asks[0], &v.Decision)
 	if !g.memClock {
 		now = 0
 	}
-	if !d.Allowed || d.Delay > 0 {
-		classify1(g, &v)
-		return v, answer(g, w, r, asks, &v, now)
-	}
-	if g.resp.Headers != HeadersOff {
-		if now == 0 {
-			now = gateNow(g)
-		}
-		setHeaders(g.resp, w.Header(), d, now)
-	}
-	return v, true
+	g.classify1(&v)
+	return v, g.answer(w, r, asks, &v, now)
 }
 
-// serveAny is Serve for any store and number of asks.
-func serveAny(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask) (Verdict, bool) {
-	if g.slots != nil {
-		return serveFlight(g, w, r, asks)
+// take asks the primary store to decide asks into out, within the gate's
+// timeout.
+func (g *Gate) take(ctx context.Context, asks []Ask, out []Decision) error {
+	if g.cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
+		defer cancel()
 	}
-	v := gateDecide(g, r.Context(), asks)
-	return v, answer(g, w, r, asks, &v, 0)
+	return g.cfg.Store.Take(ctx, asks, out)
 }
 
 // classify1 is classify for a single decision, v.Decision.
-func classify1(g *Gate, v *Verdict) {
+func (g *Gate) classify1(v *Verdict) {
 	switch {
 	case v.Decision.Allowed:
 		if g.cfg.Mode != DryRun { // a dry run shapes nothing either
@@ -473,21 +452,21 @@ func classify1(g *Gate, v *Verdict) {
 // answer or the headers, and waits out v.Delay. now is the gate's clock,
 // or 0 if it has not been read. It reports whether the request may
 // proceed.
-func answer(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask, v *Verdict, now int64) bool {
+func (g *Gate) answer(w http.ResponseWriter, r *http.Request, asks []Ask, v *Verdict, now int64) bool {
 	d := &v.Decision
 	if v.Outcome == OutcomeRejected || v.Outcome == OutcomeStoreErrorDeny {
 		if now == 0 {
-			now = gateNow(g)
+			now = g.now()
 		}
-		reject(g.resp, w, d, now) // headers included
+		g.resp.Reject(w, d, now) // headers included
 		return false
 	}
 	if d.Limit != nil && g.resp.Headers != HeadersOff {
 		// Only X-RateLimit-Reset needs the Unix time.
 		if now == 0 && g.resp.Headers&HeadersX != 0 {
-			now = gateNow(g)
+			now = g.now()
 		}
-		setHeaders(g.resp, w.Header(), d, now)
+		g.resp.SetHeaders(w.Header(), d, now)
 	}
 	if v.Delay > 0 && !g.wait(r.Context(), v.Delay) {
 		g.refund(asks, v)
@@ -497,10 +476,10 @@ func answer(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask, v *Verd
 	return true
 }
 
-// gateNow reads the gate's clock.
-func gateNow(g *Gate) int64 {
+// now reads the gate's clock.
+func (g *Gate) now() int64 {
 	if g.cfg.Clock == nil {
-		return g.wall + int64(time.Since(g.base))
+		return g.systemClock.read()
 	}
 	return g.cfg.Clock()
 }

@@ -130,7 +130,7 @@ func (s *MemoryStore) acquireSlots(ctx context.Context, asks []Ask, lease string
 	var hb [maxAsks]uint64
 	hs := hb[:0]
 	for i := range asks {
-		hs = append(hs, memHash(s, asks[i].Limit, asks[i].Key))
+		hs = append(hs, s.hash(asks[i].Limit, asks[i].Key))
 	}
 	t := s.flight
 	all := true
@@ -156,7 +156,7 @@ func (s *MemoryStore) addSlots(asks []Ask) {
 	t := s.flight
 	t.mu.Lock()
 	for i := range asks {
-		t.held[memHash(s, asks[i].Limit, asks[i].Key)]++
+		t.held[s.hash(asks[i].Limit, asks[i].Key)]++
 	}
 	t.total += len(asks)
 	t.mu.Unlock()
@@ -167,7 +167,7 @@ func (s *MemoryStore) releaseSlots(ctx context.Context, asks []Ask, lease string
 	t := s.flight
 	t.mu.Lock()
 	for i := range asks {
-		h := memHash(s, asks[i].Limit, asks[i].Key)
+		h := s.hash(asks[i].Limit, asks[i].Key)
 		switch n := t.held[h]; {
 		case n > 1:
 			t.held[h] = n - 1
@@ -447,7 +447,7 @@ func flightDecide(g *Gate, ctx context.Context, asks []Ask) (Verdict, []Ask) {
 			rated = append(rated, asks[i])
 		}
 	}
-	v := gateDecide(g, ctx, rated)
+	v := g.decide(ctx, rated)
 	if len(flight) == 0 || v.Outcome != OutcomeAllowed && v.Outcome != OutcomeStoreErrorAllow {
 		return v, rated
 	}
@@ -477,7 +477,7 @@ func flightDecide(g *Gate, ctx context.Context, asks []Ask) (Verdict, []Ask) {
 	if v.Decision.Limit != nil {
 		out = append(out, v.Decision)
 	}
-	nv := classify(g, out)
+	nv := g.classify(out)
 	// The rates' charges, for answer's refund.
 	nv.Err, nv.Fallback, nv.charged, nv.chargedLocal = v.Err, v.Fallback, v.charges(), v.chargedLocal
 	if err != nil {
@@ -513,7 +513,7 @@ func takeFlight(g *Gate, ctx context.Context, asks, flight []Ask, failed error, 
 	var probe uint64
 	if b := g.cfg.Breaker; err == nil && b != nil && atomic.LoadInt32(&b.state) != breakerClosed {
 		var ok bool
-		if ok, probe = b.Allow(gateNow(g)); !ok {
+		if ok, probe = b.Allow(g.now()); !ok {
 			err = ErrBreakerOpen
 		}
 	}
@@ -536,7 +536,7 @@ func takeFlight(g *Gate, ctx context.Context, asks, flight []Ask, failed error, 
 	if err == nil && gs.held != nil && atomic.LoadInt32(&gs.dirty) != slotsClean {
 		err = reassertSlots(g)
 		if b := g.cfg.Breaker; b != nil && err != nil && err != errAsserting {
-			gateReport(g, b, context.Background(), err, probe)
+			g.report(b, context.Background(), err, probe)
 		}
 	}
 	if err == nil {
@@ -552,7 +552,7 @@ func takeFlight(g *Gate, ctx context.Context, asks, flight []Ask, failed error, 
 		err = gs.store.acquireSlots(tctx, flight, lease, gs.ttl, out)
 		cancel()
 		if b := g.cfg.Breaker; b != nil {
-			gateReport(g, b, context.Background(), err, probe)
+			g.report(b, context.Background(), err, probe)
 		}
 		if err == nil {
 			slots = holdSlots(g, flight, local, lease, out, true)
@@ -627,7 +627,7 @@ func holdSlots(g *Gate, flight, local []Ask, lease string, out []Decision, lease
 	return s
 }
 
-// serveFlight is Serve for a gate with in-flight limits: serveAny's work
+// serveFlight is Serve for a gate with in-flight limits: Serve's work
 // around flightDecide. The slots of a request that may not proceed are
 // released at once.
 func serveFlight(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask) (Verdict, bool) {
@@ -635,23 +635,12 @@ func serveFlight(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask) (V
 	if v.Outcome == OutcomeCancelled {
 		return v, false
 	}
-	ok := answer(g, w, r, rated, &v, 0)
+	ok := g.answer(w, r, rated, &v, 0)
 	if !ok && v.Slots != nil {
 		releaseSlots(v.Slots)
 		v.Slots = nil
 	}
 	return v, ok
-}
-
-// laneHold is ServeLane for a lane whose gate has in-flight limits, on
-// the asks of r: serveFlight, then the request passes on holding its
-// slots, which are released when next returns or panics.
-func laneHold(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask) {
-	v, ok := serveFlight(l.gate, w, r, asks)
-	if v.Slots != nil {
-		defer releaseSlots(v.Slots)
-	}
-	laneFinish(l, next, w, r, &v, ok)
 }
 
 var (

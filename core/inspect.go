@@ -122,7 +122,7 @@ func (s *MemoryStore) Peek(ctx context.Context, l *Limit, key string) (KeyState,
 	if l.flight == nil {
 		return ks, nil
 	}
-	h, t := memHash(s, l.flight, key), s.flight
+	h, t := s.hash(l.flight, key), s.flight
 	t.mu.Lock()
 	held := t.held[h]
 	t.mu.Unlock()
@@ -131,19 +131,16 @@ func (s *MemoryStore) Peek(ctx context.Context, l *Limit, key string) (KeyState,
 
 // memPeek is MemoryStore.Peek for the rate of l.
 func memPeek(s *MemoryStore, l *Limit, key string) KeyState {
-	h := memHash(s, l, key)
-	sh := &s.shards[h>>memShardShift]
-	var st State
+	h := s.hash(l, key)
+	sh := s.shard(h)
 	sh.mu.Lock()
-	sl, held := sh.slots[h]
-	if held {
-		memLoad(sh, h, l, &st)
-		// Take may write a full log's newest entry in place.
-		st.Log = append([]LogEntry(nil), st.Log...)
-	}
-	now := memNow(s)
+	st, held := sh.load(h, l)
+	// Take may write a full log's newest entry in place.
+	st.Log = append([]LogEntry(nil), st.Log...)
+	exp := sh.slots[h].exp
+	now := s.now()
 	sh.mu.Unlock()
-	return peekState(l, st, held && sl.exp > now, now)
+	return peekState(l, st, held && exp > now, now)
 }
 
 // Delete implements Inspector.
@@ -151,13 +148,13 @@ func (s *MemoryStore) Delete(ctx context.Context, l *Limit, key string) (bool, e
 	if !l.Rated() {
 		return false, nil
 	}
-	h := memHash(s, l, key)
+	h := s.hash(l, key)
 	sh := &s.shards[h>>memShardShift]
 	sh.mu.Lock()
 	sl, held := sh.slots[h]
 	delete(sh.slots, h)
 	delete(sh.logs, h)
-	now := memNow(s)
+	now := s.now()
 	sh.mu.Unlock()
 	return held && sl.exp > now, nil
 }
@@ -182,7 +179,7 @@ func (s *RedisStore) Peek(ctx context.Context, l *Limit, key string) (KeyState, 
 	if l.flight == nil {
 		return ks, nil
 	}
-	reply, err := evalScript(s, ctx, redisLeases, []string{redisKey(s, l.flight, key)}, nil)
+	reply, err := s.eval(ctx, redisLeases, []string{s.key(l.flight, key)}, nil)
 	if err != nil {
 		return KeyState{}, err
 	}
@@ -195,8 +192,8 @@ func (s *RedisStore) Peek(ctx context.Context, l *Limit, key string) (KeyState, 
 
 // redisPeekRate is RedisStore.Peek for the rate of l.
 func redisPeekRate(s *RedisStore, ctx context.Context, l *Limit, key string) (KeyState, error) {
-	keys, args := scriptArgs(s, []Ask{{Limit: l, Key: key}}, false)
-	reply, err := evalScript(s, ctx, redisPeek, keys, args)
+	keys, args := s.scriptArgs([]Ask{{Limit: l, Key: key}}, false)
+	reply, err := s.eval(ctx, redisPeek, keys, args)
 	if err != nil {
 		return KeyState{}, err
 	}
@@ -223,8 +220,8 @@ func (s *RedisStore) Delete(ctx context.Context, l *Limit, key string) (bool, er
 	if !l.Rated() {
 		return false, nil // the key is the leases' (namespace "<name>:in_flight")
 	}
-	k := redisKey(s, l, key)
-	reply, err := evalScript(s, ctx, redisDelete, []string{k, k + ":log"}, nil)
+	k := s.key(l, key)
+	reply, err := s.eval(ctx, redisDelete, []string{k, k + ":log"}, nil)
 	if err != nil {
 		return false, err
 	}
@@ -251,7 +248,7 @@ func (s *RedisStore) CountKeys(ctx context.Context, l *Limit, budget int) (n int
 	pattern := globEscape(s.prefix+tag) + "*}"
 	cursor := "0"
 	for scanned := 0; scanned < budget; scanned += redisCountStep {
-		reply, err := evalScript(s, ctx, redisCount, nil, []string{cursor, pattern, strconv.Itoa(redisCountStep)})
+		reply, err := s.eval(ctx, redisCount, nil, []string{cursor, pattern, strconv.Itoa(redisCountStep)})
 		if err != nil {
 			return n, false, err
 		}

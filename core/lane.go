@@ -1,13 +1,19 @@
 package core
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"hash/maphash"
 	"io"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/core/resp"
 )
 
 // A Lane is the whole request path of one Gate for hosts whose keys come
@@ -27,7 +33,7 @@ type Lane struct {
 	// exempt and exemptIP are LaneConfig's; exempt is nil without any.
 	exempt   []netip.Prefix
 	exemptIP *ClientIP
-	flight   bool // the gate has in-flight limits: serveLaneAny calls laneHold
+	flight   bool // the gate has in-flight limits: Gate.Serve holds their slots
 
 	// mem: the gate's store is in memory and unwatched, so the lane
 	// takes from it directly. one: mem, and a single enforced limit,
@@ -69,7 +75,7 @@ type Lane struct {
 	bodyHead, bodyTail string
 	contentType        string
 
-	// answer: one or rd, the limit's answer texts, which setIETFXHeaders
+	// answer: one or rd, the limit's answer texts, which laneSetIETFX
 	// writes.
 	answer *limitAnswer
 	// ietfx and rejects: several limits, as newLaneMany says; rejects
@@ -211,7 +217,7 @@ func setFastReject(l *Lane, lim *Limit, admit bool) {
 
 // newLaneMany sets the fields of l, a lane of several limits in the
 // in-memory store, that laneMany reads: ietfx, when the headers of every
-// limit's decisions are setIETFXHeaders' work, and, in Enforce mode, the
+// limit's decisions are laneSetIETFX's work, and, in Enforce mode, the
 // rejects of the limits whose rejections laneReject can write.
 func newLaneMany(l *Lane, cfg LaneConfig) {
 	l.ietfx = cfg.Gate.resp.Headers == headersIETFX
@@ -294,7 +300,7 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 		reset++
 	}
 	if !held {
-		memRoom(s, sh, now)
+		s.room(sh, now)
 	}
 	sh.slots[h] = memSlot{t: t, a: deficit, exp: t + reset}
 	sh.mu.Unlock()
@@ -302,7 +308,7 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 		laneHeaders(l, next, w, r, deficit, reset, now)
 		return
 	}
-	// setHeaders for ietf and x, written out. Remaining (n) is what the
+	// Responder.SetHeaders for ietf and x, written out. Remaining (n) is what the
 	// bucket holds (ns), whole units.
 	ns = l.capacity - deficit
 	n = int64(ns)
@@ -311,7 +317,7 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 	} else {
 		remText = fmtInt(n, 10)
 	}
-	// t, tokenBucket's Next (nextUnits, duration, setHeaders) computed as it
+	// t, tokenBucket's Next (nextUnits, duration, SetHeaders) computed as it
 	// computes it, to the nanosecond (t is reused for it): the units to
 	// the next whole one, no more than the deficit.
 	ns -= float64(n)
@@ -362,12 +368,23 @@ var (
 	timeSince     = time.Since
 	itoa          = strconv.Itoa
 	writeString   = io.WriteString
+	loadInt32     = atomic.LoadInt32
+	timeNow       = time.Now
+	sha256Sum     = sha256.Sum256
+	hexEncode     = hex.Encode
+	parseFloat    = strconv.ParseFloat
+	noSum         [sha256.Size]byte               // serveLaneRedis' sum, zero
+	noTime        time.Time                       // serveLaneRedis' start, zero
+	noFields      [redisReplyFields]time.Duration // serveLaneRedis' f, zero
+	noAddr        netip.Addr                      // laneDepthKey's a, zero
+	parseAddr     = netip.ParseAddr
+	trimHop       = strings.Trim
 )
 
 // laneReject answers 429 for a fastReject lane whose limit, at now, has
 // rem units left, is whole again in reset nanoseconds and admits the
 // request in wait (not Never): reject's answer, written out with the
-// formats of setHeaders and reject. It then reports the rejection to the
+// formats of Responder.SetHeaders and Reject. It then reports the rejection to the
 // observer. Its parameters after now are its variables, zero, as
 // serveLaneTB's are.
 func laneReject(l *Lane, w http.ResponseWriter, rem float64, reset, next, wait, now int64,
@@ -381,7 +398,7 @@ func laneReject(l *Lane, w http.ResponseWriter, rem float64, reset, next, wait, 
 	remText = fmtInt(int64(rem), 10)
 	retryText = fmtInt(retry, 10)
 	body = l.bodyHead + retryText + l.bodyTail
-	// setHeaders: a rejection's t is its Retry-After.
+	// SetHeaders: a rejection's t is its Retry-After.
 	texts = []string{l.policy, l.ietfPrefix + remText + ";t=" + retryText, l.qText, remText, fmtInt(t, 10),
 		"no-store", itoa(len(body)), retryText, l.contentType, "nosniff"}
 	hd = w.Header()
@@ -431,7 +448,7 @@ func laneKey(l *Lane, r *http.Request, key string, ok bool) string {
 	}
 	if !ok {
 		if l.clientIP != nil {
-			key, ok = clientKey(l.clientIP, r)
+			key, ok = laneClientKey(l.clientIP, r)
 		} else {
 			key, ok = specKey(l.spec, r)
 		}
@@ -458,7 +475,7 @@ func laneShort(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 		return
 	}
 	if held {
-		memTouch(sh, h, *sl, l.limit, now)
+		laneKeep(sh, h, *sl, l.limit, now)
 	}
 	sh.mu.Unlock()
 	// Until the tokens missing are within what MaxDelay lends.
@@ -503,12 +520,12 @@ func laneDecide(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reque
 	exp := tokenBucket(l.limit, &st, now, l.cost, &v.Decision, 0, 0, 0, 0)
 	if v.Decision.Allowed {
 		if !held {
-			memRoom(l.mem, sh, now)
+			l.mem.room(sh, now)
 		}
 		sh.slots[h] = memSlot{t: st.T, a: st.A, exp: exp}
 		v.Decision.mark = mark{t: st.T, a: st.A, ok: true} // take1's
 	} else if held {
-		memTouch(sh, h, *sl, l.limit, now)
+		laneKeep(sh, h, *sl, l.limit, now)
 	}
 	sh.mu.Unlock()
 	if !l.clock {
@@ -529,7 +546,7 @@ func laneHeaders(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 	next.ServeHTTP(w, r)
 }
 
-// laneSetHeaders is setHeaders for laneHeaders; d is its variable, zero
+// laneSetHeaders is Responder.SetHeaders for laneHeaders; d is its variable, zero
 // (see serveLaneTB).
 func laneSetHeaders(l *Lane, w http.ResponseWriter, deficit float64, reset, now int64, d Decision) {
 	d = Decision{Limit: l.limit, Allowed: true, Quota: l.quota, Remaining: l.capacity - deficit, Reset: time.Duration(reset)}
@@ -537,19 +554,19 @@ func laneSetHeaders(l *Lane, w http.ResponseWriter, deficit float64, reset, now 
 		d.Next = duration(nextUnits(d.Remaining, deficit) * l.unit)
 	}
 	if !l.clock {
-		now = gateNow(l.gate)
+		now = l.gate.now()
 	}
-	setHeaders(l.resp, w.Header(), &d, now)
+	l.resp.SetHeaders(w.Header(), &d, now)
 }
 
-// serveLaneAny is ServeLane for several limits, a watched or remote store,
-// a dry run, exempt clients, or in-flight limits (whose gate has no mem):
-// several limits in the in-memory store are laneMany's, anything else
-// laneDecideAny's, apart so that neither pays for the other's values
-// under Yaegi. Its parameters after r are its variables, zero (see
-// serveLaneTB); v is laneDecideAny's.
+// serveLaneAny is ServeLane for everything the other fused paths leave:
+// several limits, a watched or remote store, a dry run, exempt clients,
+// in-flight limits. It builds the asks (laneAsks); several on the
+// in-memory store are laneMany's, anything else Gate.Serve's, Caddy's
+// path. Its parameters after r are its variables, zero
+// (see serveLaneTB).
 func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
-	asks []Ask, v Verdict) {
+	asks []Ask, v Verdict, ok bool) {
 	if l.dryRun != "" {
 		delete(r.Header, l.dryRun)
 	}
@@ -558,32 +575,19 @@ func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 	asks = laneAsks(l, r, nil, nil, 0, "", nil, nil, nil)
-	if l.flight {
-		laneHold(l, next, w, r, asks)
-		return
-	}
 	if l.mem != nil && len(asks) > 1 {
 		laneMany(l, next, w, r, asks, nil, nil, nil, 0, 0)
 		return
 	}
-	laneDecideAny(l, next, w, r, asks, v)
-}
-
-// laneDecideAny finishes serveLaneAny for asks that are not several on
-// the in-memory store. v is its variable, zero (see serveLaneTB).
-func laneDecideAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask, v Verdict) {
-	if l.mem == nil || len(asks) == 0 {
-		v = gateDecide(l.gate, r.Context(), asks)
-	} else {
-		// One ask: Decide's work without its generality, since a
-		// MemoryStore never fails.
-		take1(l.mem, asks[0].Limit, asks[0].Key, asks[0].Cost, &v.Decision, 0, nil, noSlot, false, noState, nil, 0, 0)
-		classify1(l.gate, &v)
+	v, ok = l.gate.Serve(w, r, asks)
+	if v.Slots != nil {
+		defer releaseSlots(v.Slots) // when next returns, panics included
 	}
-	laneFinish(l, next, w, r, &v, answer(l.gate, w, r, asks, &v, 0))
+	laneFinish(l, next, w, r, &v, ok)
 }
 
-// laneMany finishes serveLaneAny for several asks on the in-memory store.
+// laneMany finishes serveLaneAny for several asks on the in-memory store,
+// fusing Gate.Serve's decide (laneTakeMany), classify and answer.
 // When every limit admits the request at once, which needs neither
 // classify's generality nor answer's, it writes the headers of the
 // decision classify reports, that of the limit closest to exhaustion, on
@@ -593,7 +597,7 @@ func laneDecideAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Re
 func laneMany(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask,
 	out []Decision, d, best *Decision, i int, now int64) {
 	out = make([]Decision, len(asks))
-	now = takeMany(l.mem, asks, out, noMemAsks, noOrder, nil, nil, nil, nil, nil, nil, nil, nil, noSlot, false, false, false, 0, 0)
+	now = laneTakeMany(l.mem, asks, out, noMemAsks, noOrder, nil, nil, nil, nil, nil, nil, nil, nil, noSlot, false, false, false, 0, 0)
 	best = &out[0]
 	for i = 0; i < len(out); i++ {
 		d = &out[i]
@@ -607,12 +611,12 @@ func laneMany(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request
 	}
 	if l.resp.Headers != HeadersOff {
 		if !l.clock {
-			now = gateNow(l.gate)
+			now = l.gate.now()
 		}
-		if l.ietfx { // setHeaders' choice, made by newLaneMany
-			setIETFXHeaders(w.Header(), &best.Limit.answer, best, now, 0, 0, 0, "", "", nil)
+		if l.ietfx { // made by newLaneMany
+			laneSetIETFX(w.Header(), &best.Limit.answer, best, now, 0, 0, 0, "", "", nil)
 		} else {
-			setHeaders(l.resp, w.Header(), best, now)
+			l.resp.SetHeaders(w.Header(), best, now)
 		}
 	}
 	next.ServeHTTP(w, r)
@@ -651,9 +655,11 @@ func laneManyAnswer(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 // laneReject answers does not pay for them under Yaegi. v is its
 // variable, zero (see serveLaneTB).
 func laneClassify(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask, out []Decision, v Verdict) {
-	v = classify(l.gate, out)
-	laneFinish(l, next, w, r, &v, answer(l.gate, w, r, asks, &v, 0))
+	v = l.gate.classify(out)
+	laneFinish(l, next, w, r, &v, l.gate.answer(w, r, asks, &v, 0))
 }
+
+// laneExempt reports whether r's client is in l's exempt networks.
 
 // laneExempt reports whether r's client is in l's exempt networks.
 func laneExempt(l *Lane, r *http.Request) bool {
@@ -674,17 +680,17 @@ func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 	d = &v.Decision
-	now = take1(l.mem, l.limit, key, l.cost, d, 0, nil, noSlot, false, noState, nil, 0, 0)
+	now = laneTake1(l.mem, l.limit, key, l.cost, d, 0, nil, noSlot, false, noState, nil, 0, 0)
 	if !l.clock {
 		now = 0
 	}
 	if !d.Allowed || d.Delay > 0 || !l.fast {
-		// answer writes an admitted request's headers as setHeaders
+		// answer writes an admitted request's headers as SetHeaders
 		// does, and passes it on.
 		laneOneAnswer(l, next, w, r, []Ask{{Limit: l.limit, Key: key, Cost: l.cost}}, &v, now)
 		return
 	}
-	setIETFXHeaders(w.Header(), l.answer, d, now, 0, 0, 0, "", "", nil)
+	laneSetIETFX(w.Header(), l.answer, d, now, 0, 0, 0, "", "", nil)
 	next.ServeHTTP(w, r)
 }
 
@@ -697,8 +703,8 @@ func laneOneAnswer(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Re
 		laneReject(l, w, d.Remaining, int64(d.Reset), int64(d.Next), int64(d.RetryAfter), now, 0, 0, "", "", "", nil, nil, noVerdict)
 		return
 	}
-	classify1(l.gate, v)
-	laneFinish(l, next, w, r, v, answer(l.gate, w, r, asks, v, now))
+	l.gate.classify1(v)
+	laneFinish(l, next, w, r, v, l.gate.answer(w, r, asks, v, now))
 }
 
 // laneFinish reports v to the lane's observer, as LaneConfig says, and
@@ -765,7 +771,7 @@ func laneAsks(l *Lane, r *http.Request, keys []string, asks []Ask, i int, key st
 // the common case, one enforced token_bucket limit in the in-memory store
 // admitting a request, is written out here with as few values as it
 // takes: the key of an IPv4 peer, the lookup of MemoryStore.take1, the
-// admission of tokenBucket and the headers of setHeaders (serveLaneTB).
+// admission of tokenBucket and the headers of Responder.SetHeaders (serveLaneTB).
 // So is the common decision on Redis (serveLaneRedis).
 // Everything else is in functions that it calls only when needed, since
 // entering a function pays for its whole body; the tests prove every path
@@ -779,6 +785,457 @@ func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 	case l.rd:
 		serveLaneRedis(l, next, w, r, "", nil, nil, nil, noTime, nil, noSum, nil, "", false, 0, 0, 0, 0, 0, 0, noFields, 0, noVerdict)
 	default:
-		serveLaneAny(l, next, w, r, nil, noVerdict)
+		serveLaneAny(l, next, w, r, nil, noVerdict, false)
 	}
+}
+
+// laneTake1 is MemoryStore.take1 fused with decide's dispatch, for
+// serveLaneOne: the hash, the clock reading, memShard.keep and a
+// sliding_window_log's load and save of its entries are inline. Its parameters after d are its
+// variables, which callers pass as zero values (see serveLaneTB).
+func laneTake1(s *MemoryStore, l *Limit, key string, cost float64, d *Decision,
+	h uint64, sh *memShard, sl memSlot, held bool, st State, ps *State, now, exp int64) int64 {
+	h = hashString(s.seed, key)
+	h ^= l.nsHash
+	sh = &s.shards[h>>memShardShift]
+	sh.mu.Lock()
+	sl, held = sh.slots[h]
+	st = State{T: sl.t, A: sl.a, B: sl.b}
+	ps = &st
+	now = int64(timeSince(s.base))
+	now += s.wall
+	if s.clock != nil {
+		now = s.clock()
+	}
+	switch l.Algorithm {
+	case TokenBucket:
+		exp = tokenBucket(l, ps, now, cost, d, 0, 0, 0, 0)
+	case LeakyBucket:
+		exp = leakyBucket(l, ps, now, cost, d, 0, 0, 0, 0, 0, 0, 0, false)
+	case FixedWindow:
+		exp = fixedWindow(l, ps, now, cost, d, 0, 0, 0)
+	case SlidingWindowLog:
+		if held {
+			st.Log = sh.logs[h]
+		}
+		exp = slidingLog(l, ps, now, cost, d, 0, 0, 0, nil)
+		if d.Allowed { // memShard.putLog, fused
+			// Before room, which may forget another state (h is not held).
+			if len(st.Log) == 0 {
+				delete(sh.logs, h)
+			} else {
+				sh.logs[h] = st.Log
+			}
+		}
+	default:
+		exp = slidingCounter(l, ps, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+	}
+	if d.Allowed {
+		if !held {
+			s.room(sh, now)
+		}
+		sh.slots[h] = memSlot{t: st.T, a: st.A, b: st.B, exp: exp}
+		d.mark = mark{t: st.T, a: st.A, ok: true}
+	} else if held {
+		laneKeep(sh, h, sl, l, now)
+	}
+	sh.mu.Unlock()
+	return now
+}
+
+// laneKeep is memShard.keep for the state sl of h, which the lane has
+// read: a function apart, so that admissions do not pay for its values
+// under Yaegi. sh's mutex is held.
+func laneKeep(sh *memShard, h uint64, sl memSlot, l *Limit, now int64) {
+	now += l.keep + 1 // the expiry to keep, in now: no := (see decide)
+	if sl.exp < now {
+		sl.exp = now
+		sh.slots[h] = sl
+	}
+}
+
+// noMemAsks and noOrder are laneTakeMany's mb and ib, zero.
+var (
+	noMemAsks [maxAsks]memAsk
+	noOrder   [maxAsks]int
+)
+
+// laneTakeMany is MemoryStore.takeMany fused with MemoryStore.hash, now,
+// memShard.load and keep and the save of each state, for laneMany: a
+// token_bucket or sliding_window_log ask calls its algorithm without
+// decide, and its loops count with i, since under Yaegi each call costs
+// and a range loop's variables are allocated again at each iteration. Its
+// parameters after out are its variables, which callers pass as zero
+// values (see serveLaneTB): mb and ib hold ms and order for up to maxAsks
+// asks.
+func laneTakeMany(s *MemoryStore, asks []Ask, out []Decision,
+	mb [maxAsks]memAsk, ib [maxAsks]int, ms []memAsk, order []int, a *Ask, l *Limit, m *memAsk, st *State,
+	d *Decision, sh *memShard, sl memSlot, held, all, full bool, i int, now int64) int64 {
+	if len(asks) > maxAsks {
+		ms, order = make([]memAsk, len(asks)), make([]int, 0, len(asks))
+	} else {
+		ms, order = mb[:len(asks)], ib[:0]
+	}
+	for i = 0; i < len(asks); i++ {
+		a = &asks[i]
+		m = &ms[i]
+		m.h = hashString(s.seed, a.Key)
+		m.h ^= a.Limit.nsHash
+		if i == 0 { // shardOrder of no shards, without its call
+			order = append(order, int(m.h>>memShardShift))
+		} else {
+			order = shardOrder(order, int(m.h>>memShardShift))
+		}
+	}
+	for i = 0; i < len(order); i++ {
+		s.shards[order[i]].mu.Lock()
+	}
+	now = int64(timeSince(s.base))
+	now += s.wall
+	if s.clock != nil {
+		now = s.clock()
+	}
+	all = true
+	for i = 0; i < len(asks); i++ {
+		a = &asks[i]
+		l = a.Limit
+		m = &ms[i]
+		st = &m.st
+		d = &out[i]
+		sh = &s.shards[m.h>>memShardShift]
+		sl = sh.slots[m.h]
+		*st = State{T: sl.t, A: sl.a, B: sl.b}
+		switch l.Algorithm {
+		case TokenBucket:
+			m.exp = tokenBucket(l, st, now, a.Cost, d, 0, 0, 0, 0)
+		case SlidingWindowLog:
+			st.Log = sh.logs[m.h]
+			if len(st.Log) >= MaxLogQuota {
+				m.full = true
+				full = true
+				m.newest = st.Log[len(st.Log)-1]
+			}
+			m.exp = slidingLog(l, st, now, a.Cost, d, 0, 0, 0, nil)
+		default:
+			m.exp = decide(l, st, now, a.Cost, d)
+		}
+		if !d.Allowed {
+			all = false
+		}
+	}
+	if all {
+		for i = 0; i < len(asks); i++ {
+			m = &ms[i]
+			st = &m.st
+			sh = &s.shards[m.h>>memShardShift]
+			if asks[i].Limit.Algorithm == SlidingWindowLog {
+				sh.putLog(m.h, st.Log)
+			}
+			if _, held = sh.slots[m.h]; !held {
+				s.room(sh, now)
+			}
+			sh.slots[m.h] = memSlot{t: st.T, a: st.A, b: st.B, exp: m.exp}
+			out[i].mark = mark{t: st.T, a: st.A, ok: true}
+		}
+	} else {
+		laneKeepAll(s, asks, ms, full, now)
+	}
+	for i = 0; i < len(order); i++ {
+		s.shards[order[i]].mu.Unlock()
+	}
+	return now
+}
+
+// laneKeepAll finishes laneTakeMany when it saves no state, with the
+// shards locked: it puts back the newest entry of each full log decided
+// (see memAsk), when full, and keeps every held state (laneKeep). It is
+// apart so that admissions do not pay for it under Yaegi.
+func laneKeepAll(s *MemoryStore, asks []Ask, ms []memAsk, full bool, now int64) {
+	for i := range ms {
+		m := &ms[i]
+		sh := &s.shards[m.h>>memShardShift]
+		if full && m.full {
+			log := sh.logs[m.h]
+			log[len(log)-1] = m.newest
+		}
+		if sl, held := sh.slots[m.h]; held {
+			laneKeep(sh, m.h, sl, asks[i].Limit, now)
+		}
+	}
+}
+
+// laneClientKey is clientKey, by laneDepthKey when c takes an IPv4
+// client behind a proxy at a Depth.
+func laneClientKey(c *ClientIP, r *http.Request) (string, bool) {
+	if c.depth4 {
+		return laneDepthKey(c, r, "", nil, 0, 0, noAddr, nil)
+	}
+	return clientKey(c, r)
+}
+
+// laneDepthKey is clientKey fused with clientAddr, forwardedAt, parseHop
+// and groupKey for the commonest client behind a load balancer, as
+// Traefik's ipStrategy.depth finds it (ClientIP.depth4): when the request
+// has one X-Forwarded-For line whose Depth-th entry from the right is an
+// IPv4 address alone, from an IP peer, that address is the key, as
+// clientAddr and groupKey would find it. Every other request takes their
+// path, through clientKey. Under Yaegi the seven frames of the general
+// path cost a request behind a proxy some 150 allocations. Its parameters after r are its variables, zero (see
+// serveLaneTB).
+func laneDepthKey(c *ClientIP, r *http.Request, s string, lines []string, depth, i int, a netip.Addr, err error) (string, bool) {
+	lines = r.Header[headerXFF]
+	if len(lines) != 1 {
+		return clientKey(c, r)
+	}
+	s = lines[0]
+	for depth = c.Depth; depth > 1; depth-- {
+		if i = lastIndexByte(s, ','); i < 0 {
+			return clientKey(c, r) // fewer entries than Depth
+		}
+		s = s[:i]
+	}
+	s = s[lastIndexByte(s, ',')+1:]
+	s = trimHop(s, " \t")
+	if len(s) > maxHopLength {
+		return clientKey(c, r)
+	}
+	if a, err = parseAddr(s); err != nil || !a.Is4() {
+		return clientKey(c, r)
+	}
+	// The peer is only checked, as anyPeerAddr checks it.
+	if _, err = parseAddrPort(r.RemoteAddr); err != nil {
+		return clientKey(c, r)
+	}
+	// netip accepts only the canonical dotted quad, as parseHop says.
+	return s, true
+}
+
+// headersIETFX is HeadersIETF|HeadersX as a variable: Yaegi v0.16.1
+// compares a value with an | of typed constants wrongly.
+var headersIETFX = HeadersIETF | HeadersX
+
+// laneSetIETFX is Responder.SetHeaders fused for the header set ietf and
+// x and the answer texts a of d's limit. Its parameters after now are its
+// variables, zero (see serveLaneTB). Each field of d is read once, and t
+// is a Duration, so that d's durations need no conversion: under Yaegi
+// each selector and conversion is a value.
+func laneSetIETFX(h http.Header, a *limitAnswer, d *Decision, now int64,
+	rem int64, t time.Duration, x float64, remText, tText string, vals []string) {
+	x = d.Remaining // floorUnits(x)
+	if x >= maxSFInteger {
+		rem = maxSFInteger
+	} else if x > 0 {
+		rem = int64(x)
+	}
+	if rem < smallInts {
+		remText = smallIntTexts[rem]
+	} else {
+		remText = fmtInt(rem, 10)
+	}
+	// t: ceilSeconds of Next, or of a rejection's RetryAfter.
+	t = d.RetryAfter
+	if d.Allowed || t == Never {
+		t = d.Next
+	}
+	tText = "0"
+	if t > 0 {
+		t--
+		t /= time.Duration(nsPerSecond)
+		if t++; t < smallInts {
+			tText = smallIntTexts[t]
+		} else {
+			tText = fmtInt(int64(t), 10)
+		}
+	}
+	now = resetUnix(now, int64(d.Reset))
+	vals = []string{a.policy, a.ietfPrefix + remText + ";t=" + tText, a.qText, remText, fmtInt(now, 10)}
+	h["Ratelimit-Policy"] = vals[0:1:1]
+	h["Ratelimit"] = vals[1:2:2]
+	h["X-Ratelimit-Limit"] = vals[2:3:3]
+	h["X-Ratelimit-Remaining"] = vals[3:4:4]
+	h["X-Ratelimit-Reset"] = vals[4:5:5]
+}
+
+// newLaneRedis makes l, a lane whose gate has no in-memory store to take
+// from, decide with serveLaneRedis when that path applies: one enforced
+// limit on a RedisStore that has a RedisDirect and Redis's clock, no
+// in-flight limit, a cost of 1 and the header set ietf and x of a limit
+// whose answer texts are ready (the decisions RedisDirect sends, answered
+// by laneSetIETFX). It sets the fields of the limit that serveLaneRedis
+// and laneKey read, as NewLane does for a lane that takes from memory.
+func newLaneRedis(l *Lane, cfg LaneConfig) {
+	g := cfg.Gate
+	s := g.redis
+	if s == nil || s.direct == nil || s.clock != nil || g.slots != nil || len(cfg.Asks) != 1 || g.cfg.Mode != Enforce {
+		return
+	}
+	a := cfg.Asks[0]
+	lim := a.Limit
+	if a.Cost != 1 || lim.redis.take == "" || g.resp.Headers != headersIETFX || !lim.answer.ready || lim.answer.quota != lim.Rate.Quota {
+		return
+	}
+	l.rd, l.limit, l.spec, l.cost, l.quota = true, lim, cfg.Specs[a.Spec], a.Cost, lim.Rate.Quota
+	l.ipv4 = l.spec.ipv4
+	if len(l.spec.parts) == 1 && l.spec.parts[0].kind == partClientIP {
+		l.clientIP = l.spec.ip
+	}
+	l.shared = a.Missing == MissingShared
+	l.direct, l.breaker, l.timeout, l.answer = s.direct, g.cfg.Breaker, g.cfg.Timeout, &lim.answer
+	if b := g.cfg.Breaker; b != nil {
+		l.bstate, l.bfails = &b.state, &b.fails
+	}
+	if cfg.Watch && cfg.Observe != nil {
+		l.down = cfg.Down
+		if l.down == nil {
+			l.down = &alwaysDown
+		}
+	}
+	l.take, l.hole, l.hole2 = lim.redis.take, lim.redis.hole, lim.redis.hole2
+	// A rejection is laneReject's when its retry is known: the reply
+	// says Never in more digits than serveLaneRedis reads.
+	l.rejectHead = "1 "
+	if lim.capacity < maxSFInteger {
+		if setFastReject(l, lim, true); l.fastReject {
+			l.rejectHead = "0 "
+		}
+	}
+	if g.cfg.Clock == nil {
+		l.sys = &g.systemClock
+	}
+}
+
+// serveLaneRedis is ServeLane for a lane that newLaneRedis set up: the
+// common decision on Redis written out, as serveLaneTB writes out the
+// in-memory one. It builds the key (laneKey4), sends the take
+// script's call that the limit encoded (RedisStore.Take's call, sent to the RedisDirect client)
+// within the gate's timeout, reads the reply of an admission without
+// delay, writes the headers with laneSetIETFX and reports the verdict
+// to the observer only when LaneConfig says it must. A rejection whose
+// retry the reply gives is laneReject's, as an in-memory lane's is, when
+// the lane's answers are (fastReject). Everything else
+// takes the general path with its semantics: serveLaneAny before the
+// call (no key, a key too long to send as is, a breaker not simply
+// closed, no direct client), laneRedisSlow after it (a failed call, which
+// RedisStore.takeFailed retries or reports, and any other reply, which
+// decodeDecisions reads).
+//
+// Its parameters after r are its variables, which ServeLane passes as
+// zero values, and its standard library functions are package variables:
+// see serveLaneTB.
+func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
+	key string, err error, cl *resp.Client, ctx context.Context, start time.Time, cmd []byte, sum [sha256.Size]byte,
+	reply interface{}, text string, ok bool, rem float64, p, q, j int, c byte, n time.Duration, f [redisReplyFields]time.Duration, now int64, v Verdict) {
+	key = laneKey4(l, r, "", nil)
+	if key == "" || len(key) > MaxKeyLength || l.bstate != nil && loadInt32(l.bstate) != breakerClosed {
+		serveLaneAny(l, next, w, r, nil, noVerdict, false)
+		return
+	}
+	l.direct.mu.Lock()
+	cl = l.direct.client
+	l.direct.mu.Unlock()
+	if cl == nil {
+		serveLaneAny(l, next, w, r, nil, noVerdict, false)
+		return
+	}
+	// RedisStore.Take's call, for the direct client.
+	start = timeNow()
+	cmd = []byte(l.take)
+	sum = sha256Sum([]byte(key))
+	hexEncode(cmd[l.hole:], sum[:16])
+	if l.hole2 != 0 { // a sliding window log's second key
+		hexEncode(cmd[l.hole2:], sum[:16])
+	}
+	ctx = r.Context()
+	if reply, err = resp.Run(cl, ctx, start, l.timeout, "EVALSHA", cmd); err != nil {
+		laneRedisSlow(l, next, w, r, key, ctx, start, reply, err)
+		return
+	}
+	// decodeDecisions for the reply of an admission without delay,
+	// "1 <remaining> <reset> <retry> 0 <next>", or with fastReject of a
+	// rejection, which starts "0 ": the number remaining as
+	// decodeAsk reads any (and decodeDecisions one with a fraction), by
+	// parseFloat, which reads a whole one as decodeDecisions does; the
+	// others whole numbers of 1 to 15 digits, fields 2 to 4 in f and the
+	// last in n.
+	if text, ok = reply.(string); !ok || len(text) < 11 || text[:2] != "1 " && text[:2] != l.rejectHead {
+		laneRedisSlow(l, next, w, r, key, ctx, start, reply, nil)
+		return
+	}
+	for q = 2; q < len(text) && text[q] != ' '; q++ {
+	}
+	if rem, err = parseFloat(text[2:q], 64); err != nil || !(rem >= 0) || q == len(text) {
+		laneRedisSlow(l, next, w, r, key, ctx, start, reply, nil)
+		return
+	}
+	p, j = q+1, 2
+	for q = p; q < len(text); q++ {
+		if c = text[q] - '0'; c <= 9 {
+			n = n*10 + time.Duration(c)
+		} else if text[q] != ' ' || q == p || q-p > 15 || j == redisReplyFields-1 {
+			break
+		} else {
+			f[j] = n
+			n = 0
+			j++
+			p = q + 1
+		}
+	}
+	if q != len(text) || j != redisReplyFields-1 || q == p || q-p > 15 || f[4] != 0 {
+		laneRedisSlow(l, next, w, r, key, ctx, start, reply, nil)
+		return
+	}
+	// Gate.decided's report of a success to a breaker that is not simply
+	// closed (another request's failure may have come meanwhile).
+	if l.bstate != nil && (loadInt32(l.bstate) != breakerClosed || loadInt32(l.bfails) != 0) {
+		l.gate.report(l.breaker, ctx, nil, 0)
+	}
+	// answer's clock: Gate.now, inline for the system clock.
+	if l.sys != nil {
+		now = int64(timeSince(l.sys.base))
+		now += l.sys.wall
+	} else {
+		now = l.gate.now()
+	}
+	if text[0] == '0' {
+		laneRedisReject(l, w, rem, &f, n, now)
+		return
+	}
+	v.Decision = Decision{Limit: l.limit, Allowed: true, Quota: l.quota, Remaining: rem, Reset: f[2], Next: n}
+	laneSetIETFX(w.Header(), l.answer, &v.Decision, now, 0, 0, 0, "", "", nil)
+	if l.down != nil && loadInt32(l.down) != 0 {
+		l.observe(&v)
+	}
+	next.ServeHTTP(w, r)
+}
+
+// alwaysDown is the Lane's down of a lane that observes every verdict:
+// never 0, never written.
+var alwaysDown int32 = 1
+
+// laneRedisReject answers, by laneReject, the rejection that serveLaneRedis
+// read at now, whose fields 2 to 4 are in f and the last in next, with
+// decodeDecisions' RetryAfter (at least 1). It is apart so that an
+// admission does not pay for its values under Yaegi.
+func laneRedisReject(l *Lane, w http.ResponseWriter, rem float64, f *[redisReplyFields]time.Duration, next time.Duration, now int64) {
+	if f[3] == 0 {
+		f[3] = 1
+	}
+	laneReject(l, w, rem, int64(f[2]), int64(next), int64(f[3]), now, 0, 0, "", "", "", nil, nil, noVerdict)
+}
+
+// laneRedisSlow finishes serveLaneRedis on the general path after the
+// call of the limit's script on key, begun at start, returned reply and
+// err: RedisStore.takeFailed's handling of a failure or decodeDecisions'
+// of its reply, then Gate.decided's and
+// serveLaneAny's.
+func laneRedisSlow(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, ctx context.Context, start time.Time, reply interface{}, err error) {
+	asks := []Ask{{Limit: l.limit, Key: key, Cost: l.cost}}
+	out := make([]Decision, 1)
+	if err != nil {
+		err = l.gate.redis.takeFailed(ctx, start, l.timeout, asks, out, err)
+	} else {
+		err = decodeDecisions(reply, asks, out)
+	}
+	v := l.gate.decided(ctx, asks, out, err, 0)
+	laneFinish(l, next, w, r, &v, l.gate.answer(w, r, asks, &v, 0))
 }

@@ -88,7 +88,7 @@ func observedAlike(a, b []Verdict, unobserved bool) bool {
 
 // TestServeLaneRedisMatchesGeneral: a lane that takes serveLaneRedis'
 // path answers every request as the same lane does on the general path
-// (serveLaneAny, gateDecide, gateTakeRedis, answer) when Redis replies the
+// (serveLaneAny, Gate.Serve) when Redis replies the
 // same to both: status, headers, body, whether the request went on, and
 // the verdicts observed (but for those simply allowed, which LaneConfig.Down
 // lets it leave out), for admissions with a whole or fractional number
@@ -220,13 +220,13 @@ func TestServeLaneRedisSystemClock(t *testing.T) {
 
 // TestServeLaneRedisScripts: on a real server, serveLaneRedis decides
 // as the store's Take does, loads the script again after SCRIPT FLUSH
-// through the store's Client, as gateTakeRedis does, and leaves what it
+// through the store's Client, as laneRedisSlow does, and leaves what it
 // cannot send at once to the general path: a direct client closed or
 // gone.
 func TestServeLaneRedisScripts(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	client := newRespClient(t, srv.Addr, 2)
-	cs, direct, s, _ := directGate(t, client)
+	cs, direct, s := directStore(t, client)
 	l := redisTestLimit(t, "lane-redis-"+redisNonce, TokenBucket, "2/h", 3, 0)
 	spec, err := ParseKeySpec(nil, nil)
 	if err != nil {

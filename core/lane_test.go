@@ -384,57 +384,14 @@ func TestServeLaneManyMatchesGate(t *testing.T) {
 	}
 }
 
-// TestNewLaneManyRejects checks which limits of a lane of several get a
-// lane of their own whose rejections laneReject writes: those of an
-// enforced gate with the headers ietf and x and a body, whatever their
-// algorithm. TestServeLaneManyMatchesGate proves the answers identical.
-func TestNewLaneManyRejects(t *testing.T) {
-	per := gateLimit(t, "per", FixedWindow, "5/s", 0)
-	global := gateLimit(t, "global", TokenBucket, "7/s", 5)
-	spec, err := ParseKeySpec(nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct {
-		mode    Mode
-		resp    Responder
-		rejects int
-		ietfx   bool
-	}{
-		{Enforce, Responder{Headers: DefaultHeaders}, 2, true},
-		{Enforce, Responder{Headers: DefaultHeaders, Body: BodyNone}, 0, true},
-		{Enforce, Responder{Headers: DefaultHeaders, Jitter: 0.5}, 0, true},
-		{Enforce, Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX}, 0, false},
-		{DryRun, Responder{Headers: DefaultHeaders}, 0, true},
-	} {
-		store, err := NewMemoryStore(MemoryConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := NewGate(GateConfig{Limits: []*Limit{per, global}, Store: store, Responder: c.resp, Mode: c.mode})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := NewLane(LaneConfig{Gate: g, Asks: []LaneAsk{{Limit: per, Cost: 1}, {Limit: global, Cost: 1}}, Specs: []*KeySpec{spec}})
-		if len(l.rejects) != c.rejects || l.ietfx != c.ietfx {
-			t.Errorf("mode %v, %+v: %d rejects, ietfx %v; want %d, %v", c.mode, c.resp, len(l.rejects), l.ietfx, c.rejects, c.ietfx)
-		}
-		for i, rl := range l.rejects {
-			if rl := rl.(*Lane); rl.limit != []*Limit{per, global}[i] || !rl.fastReject {
-				t.Errorf("mode %v, %+v: rejects[%d] is %s's, fastReject %v", c.mode, c.resp, i, rl.limit.Name, rl.fastReject)
-			}
-		}
-	}
-}
-
 // TestXRateLimitResetRoundsUp: X-RateLimit-Reset names the first whole
 // second at which the limit is whole again, ceil(now + reset), not
 // floor(now) + ceil(reset), which names a second at which the client is
 // still refused: at 0.9 s past a second, a bucket of 1 per second just
 // emptied is whole 1.9 s later, in the second after next. Every path
-// that writes the header, the gate's (setIETFXHeaders, setAnyHeaders,
-// reject) and the lanes' (serveLaneTB, laneReject, laneSetHeaders,
-// serveLaneOne, laneMany), answers the same.
+// that writes the header, the gate's (Responder.SetHeaders and Reject)
+// and the lane's fused ones (serveLaneTB, laneReject, laneSetIETFX),
+// answers the same.
 func TestXRateLimitResetRoundsUp(t *testing.T) {
 	const frac = 900 * time.Millisecond
 	for _, alg := range []Algorithm{TokenBucket, FixedWindow} {

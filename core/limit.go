@@ -176,7 +176,7 @@ type Limit struct {
 	flight *Limit
 	// keep is how long a state lives that has just taken the whole
 	// capacity: how long, at least, a MemoryStore keeps the state of a key
-	// after a request it rejected (memTouch).
+	// after a request it rejected (memShard.keep).
 	keep int64
 }
 

@@ -119,75 +119,62 @@ func (s *MemoryStore) Len() int {
 	return n
 }
 
-// Under Yaegi every interpreted call costs about a microsecond, and a
-// method call about four (the interpreter wraps its receiver through
-// reflection), so the helpers below are functions.
-
-// memHash identifies (limit, key); its top bits choose the shard
-// (memShardShift). take1 and ServeLane repeat it inline.
-func memHash(s *MemoryStore, l *Limit, key string) uint64 {
+// hash identifies (limit, key); its top bits choose the shard.
+func (s *MemoryStore) hash(l *Limit, key string) uint64 {
 	return maphash.String(s.seed, key) ^ l.nsHash
 }
 
-// memNow reads the store's clock. take1, takeMany and ServeLane repeat it
-// inline.
-func memNow(s *MemoryStore) int64 {
+// shard is the shard of hash h.
+func (s *MemoryStore) shard(h uint64) *memShard { return &s.shards[h>>memShardShift] }
+
+// now reads the store's clock.
+func (s *MemoryStore) now() int64 {
 	if s.clock == nil {
-		return s.wall + int64(time.Since(s.base))
+		return s.systemClock.read()
 	}
 	return s.clock()
 }
 
-// memLoad sets *st to the state of h (the zero State when absent).
-func memLoad(sh *memShard, h uint64, l *Limit, st *State) {
-	sl := sh.slots[h]
-	*st = State{T: sl.t, A: sl.a, B: sl.b}
-	if l.Algorithm == SlidingWindowLog {
+// load returns the state of h (the zero State when absent) and whether sh
+// holds one. sh's mutex is held.
+func (sh *memShard) load(h uint64, l *Limit) (State, bool) {
+	sl, held := sh.slots[h]
+	st := State{T: sl.t, A: sl.a, B: sl.b}
+	if held && l.Algorithm == SlidingWindowLog {
 		st.Log = sh.logs[h]
 	}
+	return st, held
 }
 
-// memSave stores *st, which expires at exp, as h's state, making room for
-// it if h is new (memRoom).
-func memSave(s *MemoryStore, sh *memShard, h uint64, l *Limit, st *State, exp, now int64) {
+// save stores *st, which expires at exp, as h's state in sh, whose mutex
+// is held, making room for it if h is new (room).
+func (s *MemoryStore) save(sh *memShard, h uint64, l *Limit, st *State, exp, now int64) {
+	if l.Algorithm == SlidingWindowLog {
+		// Before room, which may forget another state of sh.
+		sh.putLog(h, st.Log)
+	}
 	if _, held := sh.slots[h]; !held {
-		memRoom(s, sh, now)
+		s.room(sh, now)
 	}
 	sh.slots[h] = memSlot{t: st.T, a: st.A, b: st.B, exp: exp}
-	if l.Algorithm == SlidingWindowLog {
-		memPutLog(sh, h, st.Log)
-	}
 }
 
-// memTouch keeps sl, the state of h that l held when it rejected a request
-// at now, for l.keep at least, as if the request had just spent the
-// whole capacity, and a nanosecond more, to outlive the states of new keys
-// made at the same instant: the key is being limited, and a flood of new
-// keys, which evicts the states closest to expiring first (memRoom), must
-// not forget it while it keeps asking, which would hand it the capacity
-// again.
-func memTouch(sh *memShard, h uint64, sl memSlot, l *Limit, now int64) {
-	now += l.keep + 1 // the expiry to keep, in now: no := (see decide)
-	if sl.exp < now {
-		sl.exp = now
+// keep keeps the state of h that l held when it rejected a request at
+// now, for l.keep at least, as if the request had just spent the whole
+// capacity, and a nanosecond more, to outlive the states of new keys made
+// at the same instant: the key is being limited, and a flood of new keys,
+// which evicts the states closest to expiring first (room), must not
+// forget it while it keeps asking, which would hand it the capacity
+// again. sh's mutex is held.
+func (sh *memShard) keep(h uint64, l *Limit, now int64) {
+	sl, held := sh.slots[h]
+	if until := now + l.keep + 1; held && sl.exp < until {
+		sl.exp = until
 		sh.slots[h] = sl
 	}
 }
 
-// memTouchAll is memTouch for the held states of asks, whose hashes
-// ms hold, which takeMany rejected at now with their shards locked. It is
-// a function of its own so that takeMany's admissions do not pay for it
-// under Yaegi.
-func memTouchAll(s *MemoryStore, asks []Ask, ms []memAsk, now int64) {
-	for i := range asks {
-		sh := &s.shards[ms[i].h>>memShardShift]
-		if sl, held := sh.slots[ms[i].h]; held {
-			memTouch(sh, ms[i].h, sl, asks[i].Limit, now)
-		}
-	}
-}
-
-// memRoom prepares sh, whose mutex is held, for one new state at now. It
+// room prepares sh, whose mutex is held, for one new state at now. It
 // examines up to memSample states and forgets the first one expired for
 // memGrace, so that while new keys arrive, states of keys never seen again
 // do not outlive their expiry by long. (The grace keeps what a clock that
@@ -195,7 +182,7 @@ func memTouchAll(s *MemoryStore, asks []Ask, ms []memAsk, now int64) {
 // it forgets the one of them that expires first: the least valuable, since
 // forgetting a state hands its key a fresh one, and the state closest to
 // expiring is closest to fresh. Below the cap no live state is forgotten.
-func memRoom(s *MemoryStore, sh *memShard, now int64) {
+func (s *MemoryStore) room(sh *memShard, now int64) {
 	full := len(sh.slots) >= s.perShard
 	old := now - memGrace
 	if full {
@@ -221,8 +208,8 @@ func memRoom(s *MemoryStore, sh *memShard, now int64) {
 	}
 }
 
-// memPutLog stores the sliding_window_log entries of h.
-func memPutLog(sh *memShard, h uint64, log []LogEntry) {
+// putLog stores the sliding_window_log entries of h.
+func (sh *memShard) putLog(h uint64, log []LogEntry) {
 	if len(log) == 0 {
 		delete(sh.logs, h)
 	} else {
@@ -230,32 +217,45 @@ func memPutLog(sh *memShard, h uint64, log []LogEntry) {
 	}
 }
 
-// maxAsks is how many asks one Take handles without allocating.
-const maxAsks = 8
-
 // Take implements Store. It locks the shards of all asks (in shard order, so
 // concurrent calls cannot deadlock), decides each ask on one clock reading,
 // and saves the new states only if every ask is allowed.
 func (s *MemoryStore) Take(ctx context.Context, asks []Ask, out []Decision) error {
 	if len(asks) == 1 {
-		take1(s, asks[0].Limit, asks[0].Key, asks[0].Cost, &out[0], 0, nil, noSlot, false, noState, nil, 0, 0)
-		return nil
+		s.take1(&asks[0], &out[0])
+	} else {
+		s.takeMany(asks, out)
 	}
-	takeMany(s, asks, out, noMemAsks, noOrder, nil, nil, nil, nil, nil, nil, nil, nil, noSlot, false, false, false, 0, 0)
 	return nil
 }
 
-// noMemAsks and noOrder are takeMany's mb and ib, zero.
-var (
-	noMemAsks [maxAsks]memAsk
-	noOrder   [maxAsks]int
-)
+// take1 decides one ask into *d and returns the instant it decided at:
+// Take's common case, and Gate.Serve's.
+func (s *MemoryStore) take1(a *Ask, d *Decision) int64 {
+	h := s.hash(a.Limit, a.Key)
+	sh := s.shard(h)
+	sh.mu.Lock()
+	st, held := sh.load(h, a.Limit)
+	now := s.now()
+	exp := decide(a.Limit, &st, now, a.Cost, d)
+	if d.Allowed {
+		s.save(sh, h, a.Limit, &st, exp, now)
+		d.mark = mark{t: st.T, a: st.A, ok: true}
+	} else if held {
+		sh.keep(h, a.Limit, now)
+	}
+	sh.mu.Unlock()
+	return now
+}
+
+// maxAsks is how many asks takeMany handles without allocating.
+const maxAsks = 8
 
 // memAsk is what takeMany holds of one ask: its hash, the state decided
 // and its expiry, and whether the ask's log was full (MaxLogQuota
 // entries) when loaded, with its newest entry then: slidingLog merges an
 // admission into that entry in place, the only element of a stored log
-// that a decision writes, which restoreLogs puts back when the asks are
+// that a decision writes, which takeMany puts back when the asks are
 // not saved.
 type memAsk struct {
 	h      uint64
@@ -266,115 +266,59 @@ type memAsk struct {
 }
 
 // takeMany is Take for several asks, and returns the instant it decided
-// at. It is apart from Take because Yaegi allocates a function's local
-// arrays on every call, even on paths that do not use them. The hash
-// (memHash), the clock reading (memNow) and the load and save of each
-// state (memLoad, memSave) are inline, a token_bucket or
-// sliding_window_log ask calls its algorithm without decide (the first
-// for the common case, the second for its log), and its loops count with
-// i: under Yaegi each call costs, and a range loop's variables are
-// allocated again at each iteration. Its parameters after out are its
-// variables, which callers pass as zero values (see serveLaneTB): mb and
-// ib hold ms and order for up to maxAsks asks.
-func takeMany(s *MemoryStore, asks []Ask, out []Decision,
-	mb [maxAsks]memAsk, ib [maxAsks]int, ms []memAsk, order []int, a *Ask, l *Limit, m *memAsk, st *State,
-	d *Decision, sh *memShard, sl memSlot, held, all, full bool, i int, now int64) int64 {
+// at.
+func (s *MemoryStore) takeMany(asks []Ask, out []Decision) int64 {
+	var msBuf [maxAsks]memAsk
+	var orderBuf [maxAsks]int
+	ms, order := msBuf[:0], orderBuf[:0]
 	if len(asks) > maxAsks {
-		ms, order = make([]memAsk, len(asks)), make([]int, 0, len(asks))
-	} else {
-		ms, order = mb[:len(asks)], ib[:0]
+		ms, order = make([]memAsk, 0, len(asks)), make([]int, 0, len(asks))
 	}
-	for i = 0; i < len(asks); i++ {
-		a = &asks[i]
-		m = &ms[i]
-		m.h = hashString(s.seed, a.Key)
-		m.h ^= a.Limit.nsHash
-		if i == 0 { // shardOrder of no shards, without its call
-			order = append(order, int(m.h>>memShardShift))
-		} else {
-			order = shardOrder(order, int(m.h>>memShardShift), 0)
+	for i := range asks {
+		h := s.hash(asks[i].Limit, asks[i].Key)
+		ms = append(ms, memAsk{h: h})
+		order = shardOrder(order, int(h>>memShardShift))
+	}
+	for _, i := range order {
+		s.shards[i].mu.Lock()
+	}
+	now := s.now()
+	all := true
+	for i := range asks {
+		a, m := &asks[i], &ms[i]
+		m.st, _ = s.shard(m.h).load(m.h, a.Limit)
+		if n := len(m.st.Log); n >= MaxLogQuota {
+			m.full, m.newest = true, m.st.Log[n-1]
 		}
+		m.exp = decide(a.Limit, &m.st, now, a.Cost, &out[i])
+		all = all && out[i].Allowed
 	}
-	for i = 0; i < len(order); i++ {
-		s.shards[order[i]].mu.Lock()
-	}
-	now = int64(timeSince(s.base))
-	now += s.wall
-	if s.clock != nil {
-		now = s.clock()
-	}
-	all = true
-	for i = 0; i < len(asks); i++ {
-		a = &asks[i]
-		l = a.Limit
-		m = &ms[i]
-		st = &m.st
-		d = &out[i]
-		sh = &s.shards[m.h>>memShardShift]
-		sl = sh.slots[m.h]
-		*st = State{T: sl.t, A: sl.a, B: sl.b}
-		switch l.Algorithm {
-		case TokenBucket:
-			m.exp = tokenBucket(l, st, now, a.Cost, d, 0, 0, 0, 0)
-		case SlidingWindowLog:
-			st.Log = sh.logs[m.h]
-			if len(st.Log) >= MaxLogQuota {
-				m.full = true
-				full = true
-				m.newest = st.Log[len(st.Log)-1]
-			}
-			m.exp = slidingLog(l, st, now, a.Cost, d, 0, 0, 0, nil)
+	for i := range asks {
+		m := &ms[i]
+		switch {
+		case all:
+			s.save(s.shard(m.h), m.h, asks[i].Limit, &m.st, m.exp, now)
+			out[i].mark = mark{t: m.st.T, a: m.st.A, ok: true}
+		case m.full:
+			// Put back what slidingLog wrote in place (see memAsk).
+			log := s.shard(m.h).logs[m.h]
+			log[len(log)-1] = m.newest
+			fallthrough
 		default:
-			m.exp = decide(l, st, now, a.Cost, d)
-		}
-		if !d.Allowed {
-			all = false
+			s.shard(m.h).keep(m.h, asks[i].Limit, now)
 		}
 	}
-	if all {
-		for i = 0; i < len(asks); i++ {
-			m = &ms[i]
-			st = &m.st
-			sh = &s.shards[m.h>>memShardShift]
-			if _, held = sh.slots[m.h]; !held {
-				memRoom(s, sh, now)
-			}
-			sh.slots[m.h] = memSlot{t: st.T, a: st.A, b: st.B, exp: m.exp}
-			out[i].mark = mark{t: st.T, a: st.A, ok: true}
-			if asks[i].Limit.Algorithm == SlidingWindowLog {
-				memPutLog(sh, m.h, st.Log)
-			}
-		}
-	} else {
-		if full {
-			restoreLogs(s, ms)
-		}
-		memTouchAll(s, asks, ms, now)
-	}
-	for i = 0; i < len(order); i++ {
-		s.shards[order[i]].mu.Unlock()
+	for _, i := range order {
+		s.shards[i].mu.Unlock()
 	}
 	return now
 }
 
-// restoreLogs puts back, for takeMany's asks ms that were not saved, the
-// newest entry of each full log it decided (see memAsk).
-func restoreLogs(s *MemoryStore, ms []memAsk) {
-	for i := range ms {
-		if m := &ms[i]; m.full {
-			log := s.shards[m.h>>memShardShift].logs[m.h]
-			log[len(log)-1] = m.newest
-		}
-	}
-}
-
 // shardOrder inserts shard i into order, the ascending shard indexes that
 // takeMany locks (in that order, so that concurrent takes never deadlock),
-// unless it holds i already. It runs once per ask, rather than once per
-// shard: under Yaegi every loop iteration costs. j is its variable, zero
-// (see serveLaneTB).
-func shardOrder(order []int, i, j int) []int {
-	j = len(order)
+// unless it holds i already.
+func shardOrder(order []int, i int) []int {
+	j := len(order)
 	for j > 0 && order[j-1] > i {
 		j--
 	}
@@ -387,60 +331,6 @@ func shardOrder(order []int, i, j int) []int {
 	return order
 }
 
-// take1 decides the ask of cost on limit l for key into *d and returns the
-// instant it decided at: Take's common case, the Gate's and the Lane's.
-// The hash (memHash), the clock reading (memNow) and decide's dispatch are
-// inline, as is a sliding_window_log's load and save of its entries, in
-// its case: under Yaegi each call, and each value the function reads,
-// costs (see decide). Its parameters after d are its variables, which
-// callers pass as zero values (see serveLaneTB); ps points to st.
-func take1(s *MemoryStore, l *Limit, key string, cost float64, d *Decision,
-	h uint64, sh *memShard, sl memSlot, held bool, st State, ps *State, now, exp int64) int64 {
-	h = hashString(s.seed, key)
-	h ^= l.nsHash
-	sh = &s.shards[h>>memShardShift]
-	sh.mu.Lock()
-	sl, held = sh.slots[h]
-	st = State{T: sl.t, A: sl.a, B: sl.b}
-	ps = &st
-	now = int64(timeSince(s.base))
-	now += s.wall
-	if s.clock != nil {
-		now = s.clock()
-	}
-	switch l.Algorithm {
-	case TokenBucket:
-		exp = tokenBucket(l, ps, now, cost, d, 0, 0, 0, 0)
-	case LeakyBucket:
-		exp = leakyBucket(l, ps, now, cost, d, 0, 0, 0, 0, 0, 0, 0, false)
-	case FixedWindow:
-		exp = fixedWindow(l, ps, now, cost, d, 0, 0, 0)
-	case SlidingWindowLog:
-		if held {
-			st.Log = sh.logs[h]
-		}
-		exp = slidingLog(l, ps, now, cost, d, 0, 0, 0, nil)
-		if d.Allowed {
-			// Before memRoom, which forgets another state (h is not
-			// held) if any.
-			memPutLog(sh, h, st.Log)
-		}
-	default:
-		exp = slidingCounter(l, ps, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-	}
-	if d.Allowed {
-		if !held {
-			memRoom(s, sh, now)
-		}
-		sh.slots[h] = memSlot{t: st.T, a: st.A, b: st.B, exp: exp}
-		d.mark = mark{t: st.T, a: st.A, ok: true}
-	} else if held {
-		memTouch(sh, h, sl, l, now)
-	}
-	sh.mu.Unlock()
-	return now
-}
-
 // Refund implements Store.
 func (s *MemoryStore) Refund(ctx context.Context, asks []Ask, charged []Decision) error {
 	for i := range asks {
@@ -448,15 +338,13 @@ func (s *MemoryStore) Refund(ctx context.Context, asks []Ask, charged []Decision
 		if !charged[i].mark.ok {
 			continue
 		}
-		h := memHash(s, a.Limit, a.Key)
-		sh := &s.shards[h>>memShardShift]
+		h := s.hash(a.Limit, a.Key)
+		sh := s.shard(h)
 		sh.mu.Lock()
-		if _, held := sh.slots[h]; held {
-			now := memNow(s)
-			var st State
-			memLoad(sh, h, a.Limit, &st)
+		if st, held := sh.load(h, a.Limit); held {
+			now := s.now()
 			st = a.Limit.Refund(st, now, a.Cost, charged[i])
-			memSave(s, sh, h, a.Limit, &st, expiry(a.Limit, &st), now)
+			s.save(sh, h, a.Limit, &st, expiry(a.Limit, &st), now)
 		}
 		sh.mu.Unlock()
 	}

@@ -189,7 +189,7 @@ func memKeysInShard(s *MemoryStore, l *Limit, prefix string, sh, n int) []string
 	var keys []string
 	for i := 0; len(keys) < n && i < 1000000; i++ {
 		k := prefix + strconv.Itoa(i)
-		if int(memHash(s, l, k)>>memShardShift) == sh {
+		if int(s.hash(l, k)>>memShardShift) == sh {
 			keys = append(keys, k)
 		}
 	}
@@ -197,7 +197,7 @@ func memKeysInShard(s *MemoryStore, l *Limit, prefix string, sh, n int) []string
 }
 
 func memHeld(s *MemoryStore, l *Limit, key string) bool {
-	h := memHash(s, l, key)
+	h := s.hash(l, key)
 	sh := &s.shards[h>>memShardShift]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -397,7 +397,7 @@ func TestShardOrder(t *testing.T) {
 		seen := map[int]bool{}
 		for k := rng.Intn(10); k > 0; k-- {
 			i := rng.Intn(memShards)
-			order = shardOrder(order, i, 0)
+			order = shardOrder(order, i)
 			seen[i] = true
 		}
 		if len(order) != len(seen) {
@@ -425,7 +425,7 @@ func TestMemoryStoreFullLog(t *testing.T) {
 		}
 	}
 	stored := func() []LogEntry {
-		h := memHash(s, log, "k")
+		h := s.hash(log, "k")
 		return append([]LogEntry(nil), s.shards[h>>memShardShift].logs[h]...)
 	}
 	if n := len(stored()); n != MaxLogQuota {

@@ -253,127 +253,46 @@ func (s *RedisStore) Take(ctx context.Context, asks []Ask, out []Decision) error
 		return nil
 	}
 	if !s.cluster || len(asks) == 1 {
-		return takeAsks(s, ctx, asks, out, true)
+		return s.takeAsks(ctx, asks, out, true)
 	}
-	return takeSlots(s, ctx, asks, out)
+	return s.takeSlots(ctx, asks, out)
 }
 
-// gateTakeRedis is Take for gateDecide, within timeout of its start (when
-// positive), which Take's caller would set on ctx: the common decision
-// (see RedisDirect) goes straight to the store's RESP client, the others
-// through Take with ctx bounded by timeout. The direct call marks only a
-// delayed admission for Refund unless markAll is set, as Take marks every
-// one (see luaTakeMain): a gate with in-flight limits sets it, since it
-// refunds the rates of a request refused a slot.
-//
-// It runs on every request a Gate decides on Redis, under Yaegi too,
-// where a variable declared in a body is allocated again each time its
-// declaration runs: so its parameters after out are its variables, and
-// its caller passes them as zero values (noTime and noSum for start and
-// sum). Its rare cases are in other functions, since every call pays for
-// every value of the called function's body, executed or not.
-func gateTakeRedis(s *RedisStore, ctx context.Context, timeout time.Duration, asks []Ask, out []Decision, markAll bool,
-	d *RedisDirect, a *Ask, lr *limitRedis, cl *resp.Client, start time.Time, cmd []byte, sum [sha256.Size]byte, reply interface{}, err error) error {
-	if d = s.direct; d == nil || len(asks) != 1 || s.clock != nil {
-		return takeWithin(s, ctx, timeout, asks, out)
-	}
-	if a = &asks[0]; a.Cost != 1 || len(a.Key) > MaxKeyLength {
-		return takeWithin(s, ctx, timeout, asks, out)
-	}
-	if lr = &a.Limit.redis; lr.take == "" {
-		return takeWithin(s, ctx, timeout, asks, out)
-	}
-	d.mu.Lock()
-	cl = d.client
-	d.mu.Unlock()
-	if cl == nil {
-		return takeWithin(s, ctx, timeout, asks, out)
-	}
-	start = timeNow()
-	cmd = []byte(lr.take)
-	if markAll {
-		cmd[lr.charge] = '2'
-	}
-	sum = sha256Sum([]byte(a.Key))
-	hexEncode(cmd[lr.hole:], sum[:16])
-	if lr.hole2 != 0 {
-		copy(cmd[lr.hole2:], cmd[lr.hole:lr.hole+32])
-	}
-	if reply, err = resp.Run(cl, ctx, start, timeout, "EVALSHA", cmd, 0, noTime, noTime, false); err != nil {
-		return gateTakeFailed(s, ctx, start, timeout, asks, out, err)
-	}
-	return decodeDecisions(reply, asks, out, "", false, nil, 0, 0, 0, 0, 0, 0, 0, 0, 0, noFields, nil)
-}
-
-// Functions of the standard library that gateTakeRedis calls: under Yaegi a
-// package's function is a value of every function that names it, a
-// variable's is not.
-var (
-	timeNow   = time.Now
-	sha256Sum = sha256.Sum256
-	hexEncode = hex.Encode
-	noSum     [sha256.Size]byte // gateTakeRedis' sum, zero
-	noTime    time.Time         // gateTakeRedis' start, zero
-)
-
-// gateTakeStore is gateDecide's call of a store other than a RedisStore,
-// within the gate's timeout. It is apart from gateDecide, which under
-// Yaegi would otherwise pay for its values on every Redis decision, and
-// beside gateTakeRedis, gateDecide's other case.
-func gateTakeStore(g *Gate, ctx context.Context, asks []Ask, out []Decision) error {
-	if g.cfg.Timeout <= 0 {
-		return g.cfg.Store.Take(ctx, asks, out)
-	}
-	tctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
-	err := g.cfg.Store.Take(tctx, asks, out)
-	cancel()
-	return err
-}
-
-// takeWithin is Take with ctx bounded by timeout, when positive.
-func takeWithin(s *RedisStore, ctx context.Context, timeout time.Duration, asks []Ask, out []Decision) error {
-	if timeout <= 0 {
-		return (*RedisStore).Take(s, ctx, asks, out)
-	}
-	tctx, cancel := context.WithTimeout(ctx, timeout)
-	err := (*RedisStore).Take(s, tctx, asks, out)
-	cancel()
-	return err
-}
-
-// gateTakeFailed finishes gateTakeRedis after its client failed with err,
-// timeout after start at most: a closed client sent nothing, and the
-// store's Client connects again; any other error is what evalScript makes
-// of it, after loading the script and running it again if the server did
-// not know it.
-func gateTakeFailed(s *RedisStore, ctx context.Context, start time.Time, timeout time.Duration, asks []Ask, out []Decision, err error) error {
+// takeFailed finishes a take script call that a Lane sent to the store's
+// RedisDirect client, which failed with err, timeout after start at most:
+// a closed client sent nothing, so Take sends the call again through the
+// store's Client, which connects again; any other error is what
+// evalFailed makes of it, after loading the script and running it again
+// if the server did not know it. A call that may have run is never sent
+// twice.
+func (s *RedisStore) takeFailed(ctx context.Context, start time.Time, timeout time.Duration, asks []Ask, out []Decision, err error) error {
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, start.Add(timeout))
 		defer cancel()
 	}
 	if err == resp.ErrClosed {
-		return (*RedisStore).Take(s, ctx, asks, out)
+		return s.Take(ctx, asks, out)
 	}
-	keys, args := scriptArgs(s, asks, true)
-	reply, err := evalFailed(s, ctx, redisTake, keys, args, err)
+	keys, args := s.scriptArgs(asks, true)
+	reply, err := s.evalFailed(ctx, redisTake, keys, args, err)
 	if err != nil {
 		return err
 	}
-	return decodeDecisions(reply, asks, out, "", false, nil, 0, 0, 0, 0, 0, 0, 0, 0, 0, noFields, nil)
+	return decodeDecisions(reply, asks, out)
 }
 
 // takeSlots is Take for several asks in a Cluster. It is apart from Take,
 // which holds the common case: under Yaegi every call pays for every value
 // of the called function's body.
-func takeSlots(s *RedisStore, ctx context.Context, asks []Ask, out []Decision) error {
+func (s *RedisStore) takeSlots(ctx context.Context, asks []Ask, out []Decision) error {
 	groups := s.slotGroups(asks)
 	if len(groups) == 1 {
-		return takeAsks(s, ctx, asks, out, true)
+		return s.takeAsks(ctx, asks, out, true)
 	}
 	for i, g := range groups {
 		sub, dec := pickAsks(asks, g), make([]Decision, len(g))
-		if err := takeAsks(s, ctx, sub, dec, true); err != nil {
+		if err := s.takeAsks(ctx, sub, dec, true); err != nil {
 			if rerr := s.refundGroups(ctx, asks, out, groups[:i]); rerr != nil {
 				return fmt.Errorf("%w (and refunding the asks already charged failed: %v)", err, rerr)
 			}
@@ -392,7 +311,7 @@ func takeSlots(s *RedisStore, ctx context.Context, asks []Ask, out []Decision) e
 		}
 		for _, g := range groups[i+1:] {
 			sub, dec := pickAsks(asks, g), make([]Decision, len(g))
-			if err := takeAsks(s, ctx, sub, dec, false); err != nil {
+			if err := s.takeAsks(ctx, sub, dec, false); err != nil {
 				return err
 			}
 			for j, k := range g {
@@ -411,7 +330,7 @@ func (s *RedisStore) Refund(ctx context.Context, asks []Ask, charged []Decision)
 		return nil
 	}
 	if !s.cluster || len(asks) == 1 {
-		return refundAsks(s, ctx, asks, charged)
+		return s.refundAsks(ctx, asks, charged)
 	}
 	return s.refundGroups(ctx, asks, charged, s.slotGroups(asks))
 }
@@ -420,20 +339,20 @@ func (s *RedisStore) Refund(ctx context.Context, asks []Ask, charged []Decision)
 // all allow and charge is set, and decodes the decisions into out. Like
 // the functions it calls, it is a function and not a method: under Yaegi
 // a method call costs four times as much.
-func takeAsks(s *RedisStore, ctx context.Context, asks []Ask, out []Decision, charge bool) error {
-	keys, args := scriptArgs(s, asks, charge)
-	reply, err := evalScript(s, ctx, redisTake, keys, args)
+func (s *RedisStore) takeAsks(ctx context.Context, asks []Ask, out []Decision, charge bool) error {
+	keys, args := s.scriptArgs(asks, charge)
+	reply, err := s.eval(ctx, redisTake, keys, args)
 	if err != nil {
 		return err
 	}
-	return decodeDecisions(reply, asks, out, "", false, nil, 0, 0, 0, 0, 0, 0, 0, 0, 0, noFields, nil)
+	return decodeDecisions(reply, asks, out)
 }
 
 // refundAsks runs the refund script once for asks, whose charges are
 // charged.
-func refundAsks(s *RedisStore, ctx context.Context, asks []Ask, charged []Decision) error {
-	keys, args := refundArgs(s, asks, charged)
-	_, err := evalScript(s, ctx, redisRefund, keys, args)
+func (s *RedisStore) refundAsks(ctx context.Context, asks []Ask, charged []Decision) error {
+	keys, args := s.refundArgs(asks, charged)
+	_, err := s.eval(ctx, redisRefund, keys, args)
 	return err
 }
 
@@ -441,8 +360,8 @@ func refundAsks(s *RedisStore, ctx context.Context, asks []Ask, charged []Decisi
 // whose charges are charged: scriptArgs' with, after each ask's six
 // values, the mark of its charge, "<Unix seconds> <nanoseconds>" and its
 // number (see luaRefundMain), or two empty strings for none.
-func refundArgs(s *RedisStore, asks []Ask, charged []Decision) (keys, args []string) {
-	keys, six := scriptArgs(s, asks, false)
+func (s *RedisStore) refundArgs(asks []Ask, charged []Decision) (keys, args []string) {
+	keys, six := s.scriptArgs(asks, false)
 	args = make([]string, 0, len(six)+2*len(asks))
 	args = append(args, six[:2]...)
 	for i := range asks {
@@ -461,7 +380,7 @@ func refundArgs(s *RedisStore, asks []Ask, charged []Decision) (keys, args []str
 func (s *RedisStore) refundGroups(ctx context.Context, asks []Ask, charged []Decision, groups [][]int) error {
 	var first error
 	for _, g := range groups {
-		if err := refundAsks(s, ctx, pickAsks(asks, g), pickDecisions(charged, g)); err != nil && first == nil {
+		if err := s.refundAsks(ctx, pickAsks(asks, g), pickDecisions(charged, g)); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -470,17 +389,17 @@ func (s *RedisStore) refundGroups(ctx context.Context, asks []Ask, charged []Dec
 
 // evalScript runs script by SHA-1, loading it and retrying once if the
 // server does not know it.
-func evalScript(s *RedisStore, ctx context.Context, script *redisScript, keys, args []string) (interface{}, error) {
+func (s *RedisStore) eval(ctx context.Context, script *redisScript, keys, args []string) (interface{}, error) {
 	reply, err := s.client.EvalSha(ctx, script.sha, keys, args)
 	if err != nil {
-		return evalFailed(s, ctx, script, keys, args, err)
+		return s.evalFailed(ctx, script, keys, args, err)
 	}
 	return reply, nil
 }
 
 // evalFailed finishes evalScript after EvalSha failed with err: it loads
 // the script and runs it again if the server did not know it.
-func evalFailed(s *RedisStore, ctx context.Context, script *redisScript, keys, args []string, err error) (interface{}, error) {
+func (s *RedisStore) evalFailed(ctx context.Context, script *redisScript, keys, args []string, err error) (interface{}, error) {
 	if !strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
@@ -499,7 +418,7 @@ func evalFailed(s *RedisStore, ctx context.Context, script *redisScript, keys, a
 // to charge, marking every admission (see luaTakeMain), then six values per ask (algorithm, quota, period in ns,
 // capacity, max delay in ns, cost), and one key per ask, two for a sliding
 // window log. All but the cost come from the limit's limitRedis.
-func scriptArgs(s *RedisStore, asks []Ask, charge bool) (keys, args []string) {
+func (s *RedisStore) scriptArgs(asks []Ask, charge bool) (keys, args []string) {
 	keys = make([]string, 0, len(asks)+1)
 	args = make([]string, 2, 2+6*len(asks))
 	if s.clock != nil {
@@ -512,7 +431,7 @@ func scriptArgs(s *RedisStore, asks []Ask, charge bool) (keys, args []string) {
 	for i := range asks {
 		a := &asks[i]
 		lr := &a.Limit.redis
-		key := redisKey(s, a.Limit, a.Key)
+		key := s.key(a.Limit, a.Key)
 		keys = append(keys, key)
 		if lr.log {
 			keys = append(keys, key+":log")
@@ -583,10 +502,7 @@ func newLimitRedis(l *Limit) limitRedis {
 }
 
 // key is the hash holding the state of (l, key).
-func (s *RedisStore) key(l *Limit, key string) string { return redisKey(s, l, key) }
-
-// redisKey is RedisStore.key.
-func redisKey(s *RedisStore, l *Limit, key string) string {
+func (s *RedisStore) key(l *Limit, key string) string {
 	if s.readable {
 		return s.prefix + l.redis.tag + tagSafe(BoundKey(key)) + "}"
 	}
@@ -628,75 +544,18 @@ func redisAlgorithmCode(a Algorithm) string {
 
 // decodeDecisions decodes the take script's reply into out[:len(asks)]:
 // a string of one decision per ask, separated by commas, each of
-// redisReplyFields numbers separated by spaces (see luaTakeMain).
-//
-// It reads the shape the script returns for nearly every decision: whole
-// numbers of at most 15 digits, which float64 holds exactly, so that they
-// convert to a Decision as integers, without duration; only a fractional
-// number of remaining tokens is read by strconv. An ask with any other
-// field (a negative or fractional duration, infinity, a longer number, or
-// a malformed reply) is decoded by decodeAsk.
-//
-// It runs on every request served by Redis, under Yaegi too, where a
-// variable declared in a body is allocated again each time its
-// declaration runs (at every digit here): so its parameters after out are
-// its variables, and callers pass them as zero values (noFields for w).
-func decodeDecisions(reply interface{}, asks []Ask, out []Decision,
-	text string, ok bool, err error, i, j, p, q, start int, n time.Duration, c, end byte, rem float64, w [redisReplyFields]time.Duration, o *Decision) error {
-	if text, ok = reply.(string); !ok {
+// redisReplyFields numbers separated by spaces (see luaTakeMain), and
+// after an admission the script charged, its mark.
+func decodeDecisions(reply interface{}, asks []Ask, out []Decision) error {
+	text, ok := reply.(string)
+	if !ok {
 		return badTakeReply(reply, -1)
 	}
-	for i = 0; i < len(asks); i++ {
-		start = p
-		for j = 0; j < redisReplyFields; j++ {
-			end = ' '
-			if j == redisReplyFields-1 {
-				end = ','
-			}
-			n = 0
-			for q = p; q < len(text); q++ {
-				c = text[q] - '0'
-				if c > 9 {
-					break
-				}
-				n = n*10 + time.Duration(c)
-			}
-			if q < len(text) && text[q] != end {
-				if j != 1 || text[q] != '.' {
-					break
-				}
-				// A fractional number of tokens remaining, as a token
-				// bucket's often is.
-				for q < len(text) && text[q] != ' ' {
-					q++
-				}
-				if q == len(text) {
-					break
-				}
-				if rem, err = parseFloat(text[p:q], 64); err != nil {
-					break
-				}
-			} else if q == p || q-p > 15 || q == len(text) && j != redisReplyFields-1 {
-				break
-			} else if j == 1 {
-				rem = float64(n)
-			}
-			w[j] = n
-			p = q + 1
-		}
-		if j < redisReplyFields {
-			if p, err = decodeAsk(reply, text, asks, out, i, start); err != nil {
-				return err
-			}
-			continue
-		}
-		o = &out[i]
-		*o = Decision{Limit: asks[i].Limit, Allowed: w[0] == 1, Remaining: rem, Reset: w[2], Next: w[5]}
-		o.Quota = o.Limit.Rate.Quota
-		if o.Allowed {
-			o.Delay = w[4]
-		} else if o.RetryAfter = w[3]; o.RetryAfter == 0 {
-			o.RetryAfter = 1
+	p := 0
+	for i := range asks {
+		var err error
+		if p, err = decodeAsk(reply, text, asks, out, i, p); err != nil {
+			return err
 		}
 	}
 	if p != len(text)+1 {
@@ -713,13 +572,6 @@ func badTakeReply(reply interface{}, asks int) error {
 	}
 	return fmt.Errorf("redis: unexpected reply to the take script: %s, want %d decisions of %d numbers", describeReply(reply), asks, redisReplyFields)
 }
-
-// noFields is decodeDecisions' w, zero.
-var noFields [redisReplyFields]time.Duration
-
-// parseFloat is strconv.ParseFloat: under Yaegi a package's function is a
-// value of every function that names it, a variable's is not.
-var parseFloat = strconv.ParseFloat
 
 // decodeAsk decodes the decision of ask i, which starts at text[p:], into
 // out[i] for decodeDecisions, and returns the start of the next one: whole

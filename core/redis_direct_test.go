@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strconv"
 	"strings"
@@ -119,7 +121,55 @@ func readFakeCommand(r *bufio.Reader) ([]string, error) {
 	return cmd, nil
 }
 
-// TestRedisDirectCommand: the script call a Gate sends straight to the
+// directDecide decides the request keyed key, of cost, on limit l as a
+// Lane on a gate of l on store answers it (with the headers ietf and x, a
+// JSON body and timeout), and returns the verdict the lane observed. A
+// lane of cost 1 must take serveLaneRedis' path, the only caller of the
+// store's RedisDirect client. The client leaves once the answer's headers
+// are written, so that a delayed request is cancelled, and refunded,
+// rather than waited out.
+func directDecide(t *testing.T, store *RedisStore, timeout time.Duration, l *Limit, key string, cost float64) Verdict {
+	t.Helper()
+	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: store, Responder: Responder{Headers: DefaultHeaders, Body: BodyJSON}, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := ParseKeySpec([]string{"header:X-Key"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v Verdict
+	lane := NewLane(LaneConfig{Gate: g, Asks: []LaneAsk{{Limit: l, Cost: cost}}, Specs: []*KeySpec{spec},
+		Observe: func(o *Verdict) { v = *o }, Watch: true})
+	if cost == 1 && store.direct != nil && !lane.rd {
+		t.Fatal("the lane does not take serveLaneRedis' path")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := httptest.NewRequest("GET", "/", nil).WithContext(ctx)
+	r.Header.Set("X-Key", key)
+	ServeLane(lane, &countingHandler{}, &leavingWriter{rec: httptest.NewRecorder(), leave: cancel}, r)
+	return v
+}
+
+// leavingWriter is a ResponseWriter whose client leaves (leave) as soon
+// as the headers are written. Its methods are written out: Yaegi cannot
+// find those of an embedded *httptest.ResponseRecorder.
+type leavingWriter struct {
+	rec   *httptest.ResponseRecorder
+	leave func()
+}
+
+func (w *leavingWriter) Header() http.Header {
+	w.leave()
+	return w.rec.Header()
+}
+
+func (w *leavingWriter) Write(b []byte) (int, error) { return w.rec.Write(b) }
+
+func (w *leavingWriter) WriteHeader(status int) { w.rec.WriteHeader(status) }
+
+// TestRedisDirectCommand: the script call a Lane sends straight to the
 // RESP client is the one Take sends through the Scripter, for every
 // algorithm and key.
 func TestRedisDirectCommand(t *testing.T) {
@@ -128,20 +178,19 @@ func TestRedisDirectCommand(t *testing.T) {
 	if s := newTestRedisStore(t, client, false); s.direct == nil || s.direct.client != client {
 		t.Fatal("a store of a *resp.Client holds no direct client")
 	}
-	cs, _, s, g := directGate(t, client)
-	keys := []string{"10.0.0.1", "", "{a}b%c}", "κλειδί", strings.Repeat("k", MaxKeyLength)}
+	cs, _, s := directStore(t, client)
+	keys := []string{"10.0.0.1", "{a}b%c}", "κλειδί", strings.Repeat("k", MaxKeyLength)}
 	for _, alg := range []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindowCounter, SlidingWindowLog} {
 		l := redisTestLimit(t, "direct-"+string(alg), alg, "5/s", 0, 0)
 		for _, key := range keys {
-			asks := []Ask{{Limit: l, Key: key, Cost: 1}}
-			v := g.Decide(context.Background(), asks)
+			v := directDecide(t, s, time.Second, l, key, 1)
 			if v.Err != nil || !v.Decision.Allowed || v.Decision.Remaining != 4 || v.Decision.Reset != 250*time.Millisecond {
 				t.Fatalf("%s %q: verdict %+v", alg, key, v)
 			}
 			cmds := f.commands()
 			got := cmds[len(cmds)-1]
-			k, a := scriptArgs(s, asks, true)
-			a[1] = "1" // but marking only delayed admissions (see gateTakeRedis)
+			k, a := s.scriptArgs([]Ask{{Limit: l, Key: key, Cost: 1}}, true)
+			a[1] = "1" // but marking only delayed admissions (see limitRedis.take)
 			want := append([]string{"EVALSHA", redisTake.sha, strconv.Itoa(len(k))}, k...)
 			want = append(want, a...)
 			if !reflect.DeepEqual(got, want) {
@@ -165,13 +214,9 @@ func TestRedisDirectTimeout(t *testing.T) {
 	}
 	t.Cleanup(func() { client.Close() })
 	s := newTestRedisStore(t, client, false)
-	g, err := NewGate(GateConfig{Store: s, Timeout: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
 	l := redisTestLimit(t, "direct-timeout", TokenBucket, "5/s", 0, 0)
 	began := time.Now()
-	v := g.Decide(ctx, []Ask{{Limit: l, Key: "k", Cost: 1}})
+	v := directDecide(t, s, 50*time.Millisecond, l, "k", 1)
 	if took := time.Since(began); took > time.Second {
 		t.Errorf("decision took %v, timeout 50ms", took)
 	}
@@ -180,9 +225,9 @@ func TestRedisDirectTimeout(t *testing.T) {
 	}
 }
 
-// directGate returns a Gate on a RedisStore whose Client counts its calls
-// (cs) and runs them on client, which direct holds too.
-func directGate(t *testing.T, client *resp.Client) (cs *countingEvals, direct *RedisDirect, s *RedisStore, g *Gate) {
+// directStore returns a RedisStore whose Client counts its calls (cs) and
+// runs them on client, which direct holds too.
+func directStore(t *testing.T, client *resp.Client) (cs *countingEvals, direct *RedisDirect, s *RedisStore) {
 	t.Helper()
 	cs = &countingEvals{Scripter: client}
 	direct = &RedisDirect{}
@@ -191,10 +236,7 @@ func directGate(t *testing.T, client *resp.Client) (cs *countingEvals, direct *R
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g, err = NewGate(GateConfig{Store: s, Timeout: time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	return cs, direct, s, g
+	return cs, direct, s
 }
 
 // countingEvals counts a Scripter's EvalSha and ScriptLoad calls.
@@ -213,13 +255,14 @@ func (c *countingEvals) ScriptLoad(ctx context.Context, script string) (string, 
 	return c.Scripter.ScriptLoad(ctx, script)
 }
 
-// TestRedisDirect: a Gate's common decisions go straight to the client
+// TestRedisDirect: a Lane's common decisions go straight to the client
 // RedisDirect holds, deciding as Take does; the others, a decision after
 // SCRIPT FLUSH, and one whose direct client is closed, go through Client.
 func TestRedisDirect(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	client := newRespClient(t, srv.Addr, 2)
-	cs, direct, s, g := directGate(t, client)
+	cs, direct, s := directStore(t, client)
+	uncounted := newTestRedisStore(t, client, false)
 	ctx := context.Background()
 	counts := func(what string, evals, loads int32) {
 		t.Helper()
@@ -229,20 +272,27 @@ func TestRedisDirect(t *testing.T) {
 	}
 	for _, alg := range []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindowCounter, SlidingWindowLog} {
 		l := redisTestLimit(t, "direct-"+redisNonce+string(alg), alg, "2/h", 0, 0)
-		viaGate, viaTake := redisNonce+"/gate", redisNonce+"/take"
+		viaLane, viaTake := redisNonce+"/lane", redisNonce+"/take"
 		for i := 0; i < 3; i++ {
-			v := g.Decide(ctx, []Ask{{Limit: l, Key: viaGate, Cost: 1}})
+			v := directDecide(t, s, time.Second, l, viaLane, 1)
 			d := redisTestTake(t, s, l, viaTake, 1)
+			if d.Delay > 0 { // as the lane refunds the leaving client's
+				if err := uncounted.Refund(ctx, []Ask{{Limit: l, Key: viaTake, Cost: 1}}, []Decision{d}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if v.Err != nil || v.Decision.Allowed != d.Allowed || math.Abs(v.Decision.Remaining-d.Remaining) > 0.01 || v.Decision.Quota != d.Quota ||
 				(v.Decision.RetryAfter == Never) != (d.RetryAfter == Never) {
-				t.Errorf("%s, decision %d: gate %+v (%v), Take %+v", alg, i+1, v.Decision, v.Err, d)
+				t.Errorf("%s, decision %d: lane %+v (%v), Take %+v", alg, i+1, v.Decision, v.Err, d)
 			}
-			if want := i < 2; d.Allowed != want {
+			// A leaky bucket's second request waits, and is refunded
+			// when its client leaves, so that it admits the third too.
+			if want := i < 2 || alg == LeakyBucket; d.Allowed != want {
 				t.Errorf("%s, decision %d: allowed %v", alg, i+1, d.Allowed)
 			}
 		}
-		for _, key := range []string{viaGate, viaTake} {
-			keys, _ := scriptArgs(s, []Ask{{Limit: l, Key: key, Cost: 1}}, false)
+		for _, key := range []string{viaLane, viaTake} {
+			keys, _ := s.scriptArgs([]Ask{{Limit: l, Key: key, Cost: 1}}, false)
 			for _, k := range keys {
 				if n, err := client.Do(ctx, "PTTL", k); err != nil || n.(int64) <= 0 {
 					t.Errorf("%s: PTTL %s = %v, %v", alg, k, n, err)
@@ -250,36 +300,39 @@ func TestRedisDirect(t *testing.T) {
 			}
 		}
 	}
-	counts("decisions", 5*3+1, 1) // the first loaded the script
+	// The first decision loaded the take script; the lane refunded a
+	// leaky bucket's two delayed requests, the first after loading the
+	// refund script.
+	const refunds = 3
+	counts("decisions", 5*3+1+refunds, 2)
 
 	l := redisTestLimit(t, "direct-"+redisNonce+"-flush", TokenBucket, "10/s", 0, 0)
-	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
 	if _, err := client.Do(ctx, "SCRIPT", "FLUSH"); err != nil {
 		t.Fatal(err)
 	}
-	if v := g.Decide(ctx, asks); v.Err != nil || !v.Decision.Allowed {
+	if v := directDecide(t, s, time.Second, l, "k", 1); v.Err != nil || !v.Decision.Allowed {
 		t.Fatalf("after SCRIPT FLUSH: %+v", v)
 	}
-	counts("after SCRIPT FLUSH", 5*3+2, 2)
+	counts("after SCRIPT FLUSH", 5*3+2+refunds, 3)
 
 	// Not the common case: through Client.
-	if v := g.Decide(ctx, []Ask{{Limit: l, Key: "k", Cost: 2}}); v.Err != nil || !v.Decision.Allowed {
+	if v := directDecide(t, s, time.Second, l, "k", 2); v.Err != nil || !v.Decision.Allowed {
 		t.Fatalf("cost 2: %+v", v)
 	}
-	counts("cost 2", 5*3+3, 2)
+	counts("cost 2", 5*3+3+refunds, 3)
 
 	closed := newRespClient(t, srv.Addr, 1)
 	closed.Close()
 	direct.Set(closed)
-	if v := g.Decide(ctx, asks); v.Err != nil || !v.Decision.Allowed {
+	if v := directDecide(t, s, time.Second, l, "k", 1); v.Err != nil || !v.Decision.Allowed {
 		t.Fatalf("direct client closed: %+v", v)
 	}
-	counts("direct client closed", 5*3+4, 2)
+	counts("direct client closed", 5*3+4+refunds, 3)
 	direct.Set(nil)
-	if v := g.Decide(ctx, asks); v.Err != nil || !v.Decision.Allowed {
+	if v := directDecide(t, s, time.Second, l, "k", 1); v.Err != nil || !v.Decision.Allowed {
 		t.Fatalf("no direct client: %+v", v)
 	}
-	counts("no direct client", 5*3+5, 2)
+	counts("no direct client", 5*3+5+refunds, 3)
 }
 
 // TestRedisDirectOnlyDefault: a store with another prefix, readable keys

@@ -9,7 +9,7 @@ import (
 )
 
 // In-flight slots in Redis are leases. The slots of (flight limit, key)
-// are a sorted set at the key's Redis name (redisKey, so digested like a
+// are a sorted set at the key's Redis name (RedisStore.key, so digested like a
 // rate's, in the namespace "<name>:in_flight"), whose members are the
 // requests' lease names scored by their expiry, in milliseconds of
 // Redis's clock (TIME). Taking a slot removes the expired leases and adds
@@ -148,7 +148,7 @@ func acquireLeases(s *RedisStore, ctx context.Context, asks []Ask, lease string,
 	for i := range asks {
 		args = append(args, strconv.Itoa(asks[i].Limit.MaxInFlight))
 	}
-	reply, err := evalScript(s, ctx, redisAcquire, keys, args)
+	reply, err := s.eval(ctx, redisAcquire, keys, args)
 	if err != nil {
 		return err
 	}
@@ -170,7 +170,7 @@ func acquireLeases(s *RedisStore, ctx context.Context, asks []Ask, lease string,
 // evalLeases runs the renew or the release script once for asks.
 func evalLeases(s *RedisStore, ctx context.Context, script *redisScript, asks []Ask, lease string, ttl time.Duration) error {
 	keys, args := leaseArgs(s, asks, lease, ttl)
-	_, err := evalScript(s, ctx, script, keys, args)
+	_, err := s.eval(ctx, script, keys, args)
 	return err
 }
 
@@ -180,7 +180,7 @@ func evalLeases(s *RedisStore, ctx context.Context, script *redisScript, asks []
 func leaseArgs(s *RedisStore, asks []Ask, lease string, ttl time.Duration) (keys, args []string) {
 	keys = make([]string, len(asks))
 	for i := range asks {
-		keys[i] = redisKey(s, asks[i].Limit, asks[i].Key)
+		keys[i] = s.key(asks[i].Limit, asks[i].Key)
 	}
 	ms := int64((ttl + time.Millisecond - 1) / time.Millisecond)
 	if ms < 1 {

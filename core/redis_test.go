@@ -802,12 +802,12 @@ func TestRedisScriptsWriteNothingOnError(t *testing.T) {
 	key := redisNonce + "/atomic"
 	asks := []Ask{{Limit: good, Key: key, Cost: 1}, {Limit: broken, Key: key, Cost: 1}}
 	tamper := func(charge bool) (keys, args []string) {
-		keys, args = scriptArgs(s, asks, charge)
+		keys, args = s.scriptArgs(asks, charge)
 		args[2+6+1] = "0" // the broken ask's quota
 		return keys, args
 	}
 	keys, args := tamper(true)
-	if _, err := evalScript(s, ctx, redisTake, keys, args); err == nil || !strings.Contains(err.Error(), "expiry of ask 2") {
+	if _, err := s.eval(ctx, redisTake, keys, args); err == nil || !strings.Contains(err.Error(), "expiry of ask 2") {
 		t.Fatalf("take: error %v, want one about the expiry of ask 2", err)
 	}
 	if v, err := client.Do(ctx, "EXISTS", keys[0], keys[1]); err != nil || v != int64(0) {
@@ -817,9 +817,9 @@ func TestRedisScriptsWriteNothingOnError(t *testing.T) {
 	if err := s.Take(ctx, asks, out); err != nil {
 		t.Fatal(err)
 	}
-	keys, args = refundArgs(s, asks, out)
+	keys, args = s.refundArgs(asks, out)
 	args[2+8+1] = "0" // the broken ask's quota
-	if _, err := evalScript(s, ctx, redisRefund, keys, args); err == nil || !strings.Contains(err.Error(), "expiry of refund 2") {
+	if _, err := s.eval(ctx, redisRefund, keys, args); err == nil || !strings.Contains(err.Error(), "expiry of refund 2") {
 		t.Fatalf("refund: error %v, want one about the expiry of refund 2", err)
 	}
 	for _, k := range keys {

@@ -72,7 +72,7 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 	// observe would cost every rejection a frame.
 	obs := func(v *core.Verdict) {
 		if v.Outcome != core.OutcomeAllowed {
-			note(e.report, v.Outcome, 0)
+			note(e.report, v.Outcome)
 		}
 	}
 	// With Redis, observe follows its health: a verdict simply allowed
@@ -103,7 +103,7 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 // expressions: under Yaegi a method call costs four times a function's.
 func observe(e *entry, v *core.Verdict) {
 	if v.Outcome != core.OutcomeAllowed {
-		note(e.report, v.Outcome, 0)
+		note(e.report, v.Outcome)
 	}
 	if c := e.redis; c != nil && (v.Err != nil || atomic.LoadInt32(&c.down) != 0) {
 		(*redisClient).observe(c, v.Err)

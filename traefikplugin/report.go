@@ -39,13 +39,13 @@ type report struct {
 // It runs on every rejection, so the rare work is in flush: under Yaegi
 // entering a function pays for every value of its body, and calling a
 // Clock, an interpreted closure, costs a frame more than reading the
-// system clock here. now is its variable, zero: under Yaegi a parameter
-// is allocated once per call, where a := allocates again.
-func note(r *report, o core.Outcome, now int64) {
+// system clock here.
+func note(r *report, o core.Outcome) {
+	var now int64
 	if r.clock != nil {
 		now = r.clock()
 	} else {
-		now = int64(timeSince(r.base))
+		now = int64(time.Since(r.base))
 	}
 	r.mu.Lock()
 	if o >= 0 && o < numOutcomes {
@@ -66,11 +66,6 @@ const reportEveryNs = int64(reportEvery)
 // numOutcomes is core.NumOutcomes as an Outcome and a constant of this
 // package (see reportEveryNs).
 const numOutcomes = core.Outcome(core.NumOutcomes)
-
-// timeSince is time.Since as a package variable: under Yaegi a package's
-// function is a value of every function that names it, a variable's is
-// not.
-var timeSince = time.Since
 
 // flush writes the summary of r's counts at now and starts the next one;
 // it is called with r.mu held and releases it.

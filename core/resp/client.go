@@ -192,11 +192,7 @@ func (c *Client) EvalSha(ctx context.Context, sha string, keys []string, args []
 // deadline: under Yaegi that costs more than the command itself.
 //
 // It is a function: under Yaegi a method call costs four times as much.
-// Its parameters after cmd are its variables, which callers pass as zero
-// values: under Yaegi a variable declared in a body is allocated again
-// each time its declaration runs, a parameter once per call.
-func Run(c *Client, ctx context.Context, start time.Time, timeout time.Duration, name string, cmd []byte,
-	d time.Duration, deadline, dl time.Time, ok bool) (v interface{}, err error) {
+func Run(c *Client, ctx context.Context, start time.Time, timeout time.Duration, name string, cmd []byte) (v interface{}, err error) {
 	var cn *conn
 	select {
 	case x := <-c.slots:
@@ -207,11 +203,12 @@ func Run(c *Client, ctx context.Context, start time.Time, timeout time.Duration,
 	default:
 		return runSlow(c, ctx, start, timeout, name, cmd, nil, false, false, nil)
 	}
-	if d = c.timeout; timeout > 0 && timeout < d {
+	d := c.timeout
+	if timeout > 0 && timeout < d {
 		d = timeout
 	}
-	deadline = start.Add(d)
-	if dl, ok = ctx.Deadline(); ok && dl.Before(deadline) {
+	deadline := start.Add(d)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
 	if err = cn.nc.SetDeadline(deadline); err != nil {
@@ -220,7 +217,7 @@ func Run(c *Client, ctx context.Context, start time.Time, timeout time.Duration,
 	if _, err = cn.nc.Write(cmd); err != nil {
 		return runSlow(c, ctx, start, timeout, name, cmd, cn, true, false, err)
 	}
-	if v, err = readText(cn.br, nil, nil, 0, 0, 0); err != nil {
+	if v, err = readText(cn.br); err != nil {
 		return runSlow(c, ctx, start, timeout, name, cmd, cn, true, true, err)
 	}
 	c.slots <- cn

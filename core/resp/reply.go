@@ -240,18 +240,17 @@ func unexpected(err error) error {
 // header "$<up to 4 digits>\r\n", then the text and its CRLF. Any other
 // reply is read by readReplyAt from the line already read, and a bulk
 // string with a line feed or longer than r's buffer by readTextRest.
-//
-// Its parameters after r are its variables, zero: under Yaegi a variable
-// declared in a body is allocated again each time its declaration runs.
-func readText(r *bufio.Reader, line []byte, err error, i, n int, d byte) (interface{}, error) {
-	if line, err = r.ReadSlice('\n'); err != nil || len(line) < 4 || len(line) > 7 || line[0] != '$' || line[len(line)-2] != '\r' {
+func readText(r *bufio.Reader) (interface{}, error) {
+	line, err := r.ReadSlice('\n')
+	if err != nil || len(line) < 4 || len(line) > 7 || line[0] != '$' || line[len(line)-2] != '\r' {
 		return readReplyAt(r, 0, line, err)
 	}
-	for i = 1; i < len(line)-2; i++ {
-		if d = line[i] - '0'; d > 9 {
+	n := 0
+	for i := 1; i < len(line)-2; i++ {
+		if line[i] < '0' || line[i] > '9' {
 			return readReplyAt(r, 0, line, err)
 		}
-		n = n*10 + int(d)
+		n = n*10 + int(line[i]-'0')
 	}
 	if line, err = r.ReadSlice('\n'); err != nil || len(line) != n+2 || line[n] != '\r' {
 		return readTextRest(r, n, line, err)

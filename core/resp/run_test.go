@@ -45,7 +45,7 @@ func FuzzReadText(f *testing.F) {
 		r1 := bufio.NewReaderSize(bytes.NewReader(data), 16)
 		r2 := bufio.NewReaderSize(bytes.NewReader(data), 16)
 		for i := 0; i <= len(data); i++ {
-			v1, err1 := readText(r1, nil, nil, 0, 0, 0)
+			v1, err1 := readText(r1)
 			v2, err2 := readReply(r2, 0)
 			if fmt.Sprint(err1) != fmt.Sprint(err2) || !reflect.DeepEqual(v1, v2) {
 				t.Fatalf("reply %d: readText %#v, %v; readReply %#v, %v", i, v1, err1, v2, err2)
@@ -61,7 +61,7 @@ func FuzzReadText(f *testing.F) {
 
 // run is Run without its variables.
 func run(c *Client, ctx context.Context, start time.Time, timeout time.Duration, name string, cmd []byte) (interface{}, error) {
-	return Run(c, ctx, start, timeout, name, cmd, 0, time.Time{}, time.Time{}, false)
+	return Run(c, ctx, start, timeout, name, cmd)
 }
 
 // TestRun: Run sends encoded commands and decodes every kind of reply.
