@@ -26,5 +26,49 @@
 // their window, and leaky_bucket states the instant their queue drains: an
 // earlier instant is clamped to the window's start or taken as it is, which
 // can only make decisions stricter (a longer wait for the window's end or
-// the queue, a heavier previous window).
+// the queue, a heavier previous window).//
+// # Request path
+//
+// One engine serves every host. A host turns a request into [Ask]s (a limit,
+// the request's key for it, a cost) and hands them to [Gate.Serve]:
+//
+//	Caddy      caddymodule.Handler.ServeHTTP ─┐
+//	Go service sluicehttp handler           ─┼─> Gate.Serve(w, r, asks)
+//	Traefik    ServeLane (any other config) ─┘     │
+//	                                               ├ decide: breaker ─> Store.Take within the timeout
+//	                                               │         (MemoryStore or RedisStore), or the
+//	                                               │         fallback / failure policy when it fails
+//	                                               ├ in-flight slots (serveFlight), dry run
+//	                                               ├ classify: the outcome and the decision reported
+//	                                               └ answer: Responder.SetHeaders, or Responder.Reject
+//	                                                 (429), or wait out a shaping delay
+//
+// Traefik runs the plugin in the Yaegi interpreter, where every function
+// entered costs about a microsecond plus tens of nanoseconds for each value
+// of its body. So [ServeLane] (lane.go) fuses the commonest configurations
+// into single functions: one token_bucket limit in memory (serveLaneTB), one
+// limit of any algorithm in memory (serveLaneOne), several limits in memory
+// (laneMany) and one limit on Redis (serveLaneRedis). Each names the engine
+// functions it copies and is proved equal to them by the differential tests
+// (TestServeLaneMatchesGate and its kin); everything else goes to
+// Gate.Serve. That file and the algorithm kernel it shares with the stores
+// are the only places written in the interpreter's dialect (variables passed
+// as trailing parameters, standard-library functions held in package
+// variables); yaegicheck -dialect enforces it in CI.
+//
+// # Files by concern
+//
+//   - model and algorithms, pure functions of (state, now, cost):
+//     limit.go, decision.go, algorithm.go, tokenbucket.go, leakybucket.go,
+//     window.go
+//   - configuration checked once, with typed field errors: config.go
+//   - keys and client addresses: key.go, clientip.go
+//   - stores: store.go, memory.go; redis.go, redis_lua.go (the scripts
+//     mirror the algorithms), redis_inflight.go, with the RESP client in
+//     package resp; share.go names keys shared across hosts
+//   - answers (headers, 429 bodies): answer.go
+//   - the engine: gate.go (decide, fallback, dry run, wait), breaker.go,
+//     inflight.go (in-flight slots)
+//   - the Traefik lane: lane.go
+//   - what only Caddy's admin API uses: inspect.go, sketch.go
 package core
