@@ -672,21 +672,9 @@ func (fl flow) stmt(s ast.Stmt) access {
 		}
 		return untouched
 	case *ast.SwitchStmt:
-		if a := fl.stmt(s.Init); a != untouched {
-			return a
-		}
-		if fl.mentions(s.Tag) {
-			return mayRead
-		}
-		return fl.clauses(s.Body)
+		return fl.switchStmt(s.Init, s.Tag, s.Body)
 	case *ast.TypeSwitchStmt:
-		if a := fl.stmt(s.Init); a != untouched {
-			return a
-		}
-		if fl.mentions(s.Assign) {
-			return mayRead
-		}
-		return fl.clauses(s.Body)
+		return fl.switchStmt(s.Init, s.Assign, s.Body)
 	case *ast.SelectStmt:
 		return fl.clauses(s.Body)
 	}
@@ -694,6 +682,18 @@ func (fl flow) stmt(s ast.Stmt) access {
 		return mayRead
 	}
 	return untouched
+}
+
+// switchStmt returns the access of a switch or type switch statement: its
+// init statement, its tag (a type switch's assignment), then its clauses.
+func (fl flow) switchStmt(init ast.Stmt, tag ast.Node, body *ast.BlockStmt) access {
+	if a := fl.stmt(init); a != untouched {
+		return a
+	}
+	if fl.mentions(tag) {
+		return mayRead
+	}
+	return fl.clauses(body)
 }
 
 // clauses returns the access of the clauses of a switch or select statement,

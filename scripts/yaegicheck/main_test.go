@@ -40,19 +40,7 @@ func TestCheck(t *testing.T) {
 		},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			problems, err := check("testdata/mod", tc.patterns, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, p := range problems {
-				got = append(got, p.String())
-			}
-			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
-				t.Errorf("check(%q) =\n%s\nwant\n%s", tc.patterns, strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { checkProblems(t, tc.patterns, nil, tc.want) })
 	}
 }
 
@@ -95,19 +83,7 @@ func TestCheckDialect(t *testing.T) {
 		},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			problems, err := check("testdata/mod", tc.patterns, tc.dialect)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, p := range problems {
-				got = append(got, p.String())
-			}
-			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
-				t.Errorf("check(%q, %v) =\n%s\nwant\n%s", tc.patterns, tc.dialect, strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { checkProblems(t, tc.patterns, tc.dialect, tc.want) })
 	}
 }
 
@@ -123,5 +99,22 @@ func TestCheckDialectUnknownFile(t *testing.T) {
 func TestCheckBuildError(t *testing.T) {
 	if _, err := check("testdata/mod", []string{"./missing"}, nil); err == nil {
 		t.Fatal("check of a package that does not exist: no error")
+	}
+}
+
+// checkProblems runs check on testdata/mod with patterns and dialect and
+// compares the problems it reports with want.
+func checkProblems(t *testing.T, patterns []string, dialect *dialectCheck, want []string) {
+	t.Helper()
+	problems, err := check("testdata/mod", patterns, dialect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range problems {
+		got = append(got, p.String())
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("check(%q, %v) =\n%s\nwant\n%s", patterns, dialect, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
