@@ -14,7 +14,10 @@ const eps = 1e-9
 // charges nothing (it may differ from s only by bookkeeping that changes no
 // future decision, such as dropped expired log entries).
 //
-// The limit must have passed Validate; cost must be positive.
+// The limit must have passed Validate; cost must be positive, or zero to
+// read s: a zero cost charges nothing, and the decision reports what s
+// leaves at now (Remaining, Reset, Next), except for a
+// sliding_window_log, which logs it as an admission at now.
 func (l *Limit) Decide(s State, now int64, cost float64) (State, Decision) {
 	if l.Algorithm == SlidingWindowLog && len(s.Log) >= MaxLogQuota {
 		// A full log's newest entry is merged in place: keep the

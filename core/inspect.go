@@ -160,10 +160,10 @@ func (s *MemoryStore) Delete(ctx context.Context, l *Limit, key string) (bool, e
 }
 
 var (
-	redisPeek   = newRedisScript(redisPeekScript)
-	redisDelete = newRedisScript(redisDeleteScript)
-	redisCount  = newRedisScript(redisCountScript)
-	redisLeases = newRedisScript(redisLeasesScript)
+	redisPeek   = NewRedisScript(redisPeekScript)
+	redisDelete = NewRedisScript(redisDeleteScript)
+	redisCount  = NewRedisScript(redisCountScript)
+	redisLeases = NewRedisScript(redisLeasesScript)
 )
 
 // Peek implements Inspector with one read-only script on Redis's clock
@@ -179,7 +179,7 @@ func (s *RedisStore) Peek(ctx context.Context, l *Limit, key string) (KeyState, 
 	if l.flight == nil {
 		return ks, nil
 	}
-	reply, err := s.eval(ctx, redisLeases, []string{s.key(l.flight, key)}, nil)
+	reply, err := s.Eval(ctx, redisLeases, []string{s.key(l.flight, key)}, nil)
 	if err != nil {
 		return KeyState{}, err
 	}
@@ -193,7 +193,7 @@ func (s *RedisStore) Peek(ctx context.Context, l *Limit, key string) (KeyState, 
 // redisPeekRate is RedisStore.Peek for the rate of l.
 func redisPeekRate(s *RedisStore, ctx context.Context, l *Limit, key string) (KeyState, error) {
 	keys, args := s.scriptArgs([]Ask{{Limit: l, Key: key}}, false)
-	reply, err := s.eval(ctx, redisPeek, keys, args)
+	reply, err := s.Eval(ctx, redisPeek, keys, args)
 	if err != nil {
 		return KeyState{}, err
 	}
@@ -221,7 +221,7 @@ func (s *RedisStore) Delete(ctx context.Context, l *Limit, key string) (bool, er
 		return false, nil // the key is the leases' (namespace "<name>:in_flight")
 	}
 	k := s.key(l, key)
-	reply, err := s.eval(ctx, redisDelete, []string{k, k + ":log"}, nil)
+	reply, err := s.Eval(ctx, redisDelete, []string{k, k + ":log"}, nil)
 	if err != nil {
 		return false, err
 	}
@@ -248,7 +248,7 @@ func (s *RedisStore) CountKeys(ctx context.Context, l *Limit, budget int) (n int
 	pattern := globEscape(s.prefix+tag) + "*}"
 	cursor := "0"
 	for scanned := 0; scanned < budget; scanned += redisCountStep {
-		reply, err := s.eval(ctx, redisCount, nil, []string{cursor, pattern, strconv.Itoa(redisCountStep)})
+		reply, err := s.Eval(ctx, redisCount, nil, []string{cursor, pattern, strconv.Itoa(redisCountStep)})
 		if err != nil {
 			return n, false, err
 		}

@@ -108,6 +108,11 @@ type RedisConfig struct {
 	// slots are then decided by check-then-refund instead of one script;
 	// see RedisStore.Take.
 	Cluster bool
+	// Clock, when not nil, supplies the instants at which the scripts
+	// decide, instead of Redis's clock (TIME), for tests that drive time,
+	// as MemoryConfig.Clock does. Redis still measures the keys' time to
+	// live, which then lasts at least a minute (see luaPrelude).
+	Clock Clock
 	// Direct, when not nil, holds the *resp.Client that Client runs
 	// scripts on while connected to a standalone server (nil otherwise),
 	// for a Gate's decisions to reach it without Client: see RedisDirect.
@@ -192,8 +197,8 @@ type RedisStore struct {
 	// direct is RedisConfig.Direct, nil unless the store uses the default
 	// prefix and digested keys, those of limitRedis.take.
 	direct *RedisDirect
-	// clock, when set (by tests only), supplies the instants instead of
-	// Redis's clock.
+	// clock is RedisConfig.Clock: when set (by tests only), it supplies
+	// the instants instead of Redis's clock.
 	clock Clock
 }
 
@@ -216,22 +221,24 @@ func NewRedisStore(cfg RedisConfig) (*RedisStore, error) {
 	if cfg.Prefix != DefaultRedisPrefix || cfg.ReadableKeys || cfg.Cluster {
 		direct = nil
 	}
-	return &RedisStore{client: cfg.Client, prefix: cfg.Prefix, cluster: cfg.Cluster, readable: cfg.ReadableKeys, direct: direct}, nil
+	return &RedisStore{client: cfg.Client, prefix: cfg.Prefix, cluster: cfg.Cluster, readable: cfg.ReadableKeys, direct: direct, clock: cfg.Clock}, nil
 }
 
-// redisScript is a script's text and its SHA-1, the name EVALSHA uses.
-type redisScript struct {
+// RedisScript is a Lua script's text and its SHA-1, the name by which
+// RedisStore.Eval runs it.
+type RedisScript struct {
 	src, sha string
 }
 
-func newRedisScript(src string) *redisScript {
+// NewRedisScript returns the script src, its SHA-1 computed once.
+func NewRedisScript(src string) *RedisScript {
 	sum := sha1.Sum([]byte(src))
-	return &redisScript{src: src, sha: hex.EncodeToString(sum[:])}
+	return &RedisScript{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
 var (
-	redisTake   = newRedisScript(redisTakeScript)
-	redisRefund = newRedisScript(redisRefundScript)
+	redisTake   = NewRedisScript(redisTakeScript)
+	redisRefund = NewRedisScript(redisRefundScript)
 )
 
 // Fields of one decision in the take script's reply.
@@ -341,7 +348,7 @@ func (s *RedisStore) Refund(ctx context.Context, asks []Ask, charged []Decision)
 // a method call costs four times as much.
 func (s *RedisStore) takeAsks(ctx context.Context, asks []Ask, out []Decision, charge bool) error {
 	keys, args := s.scriptArgs(asks, charge)
-	reply, err := s.eval(ctx, redisTake, keys, args)
+	reply, err := s.Eval(ctx, redisTake, keys, args)
 	if err != nil {
 		return err
 	}
@@ -352,7 +359,7 @@ func (s *RedisStore) takeAsks(ctx context.Context, asks []Ask, out []Decision, c
 // charged.
 func (s *RedisStore) refundAsks(ctx context.Context, asks []Ask, charged []Decision) error {
 	keys, args := s.refundArgs(asks, charged)
-	_, err := s.eval(ctx, redisRefund, keys, args)
+	_, err := s.Eval(ctx, redisRefund, keys, args)
 	return err
 }
 
@@ -387,9 +394,11 @@ func (s *RedisStore) refundGroups(ctx context.Context, asks []Ask, charged []Dec
 	return first
 }
 
-// evalScript runs script by SHA-1, loading it and retrying once if the
-// server does not know it.
-func (s *RedisStore) eval(ctx context.Context, script *redisScript, keys, args []string) (interface{}, error) {
+// Eval runs script on the store's client with keys and args (EVALSHA),
+// loading it (SCRIPT LOAD) and retrying once if the server does not know
+// it, as the store runs its own scripts; its errors begin with "redis: ".
+// In a Cluster, keys choose the node, and must share a hash slot.
+func (s *RedisStore) Eval(ctx context.Context, script *RedisScript, keys, args []string) (interface{}, error) {
 	reply, err := s.client.EvalSha(ctx, script.sha, keys, args)
 	if err != nil {
 		return s.evalFailed(ctx, script, keys, args, err)
@@ -397,9 +406,9 @@ func (s *RedisStore) eval(ctx context.Context, script *redisScript, keys, args [
 	return reply, nil
 }
 
-// evalFailed finishes evalScript after EvalSha failed with err: it loads
+// evalFailed finishes Eval after EvalSha failed with err: it loads
 // the script and runs it again if the server did not know it.
-func (s *RedisStore) evalFailed(ctx context.Context, script *redisScript, keys, args []string, err error) (interface{}, error) {
+func (s *RedisStore) evalFailed(ctx context.Context, script *RedisScript, keys, args []string, err error) (interface{}, error) {
 	if !strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		return nil, fmt.Errorf("redis: %w", err)
 	}

@@ -70,9 +70,9 @@ return 0
 `
 
 var (
-	redisAcquire = newRedisScript(redisAcquireScript)
-	redisRenew   = newRedisScript(redisRenewScript)
-	redisRelease = newRedisScript(redisReleaseScript)
+	redisAcquire = NewRedisScript(redisAcquireScript)
+	redisRenew   = NewRedisScript(redisRenewScript)
+	redisRelease = NewRedisScript(redisReleaseScript)
 )
 
 // acquireSlots implements slotStore. In a Cluster, asks whose keys fall in
@@ -148,7 +148,7 @@ func acquireLeases(s *RedisStore, ctx context.Context, asks []Ask, lease string,
 	for i := range asks {
 		args = append(args, strconv.Itoa(asks[i].Limit.MaxInFlight))
 	}
-	reply, err := s.eval(ctx, redisAcquire, keys, args)
+	reply, err := s.Eval(ctx, redisAcquire, keys, args)
 	if err != nil {
 		return err
 	}
@@ -168,9 +168,9 @@ func acquireLeases(s *RedisStore, ctx context.Context, asks []Ask, lease string,
 }
 
 // evalLeases runs the renew or the release script once for asks.
-func evalLeases(s *RedisStore, ctx context.Context, script *redisScript, asks []Ask, lease string, ttl time.Duration) error {
+func evalLeases(s *RedisStore, ctx context.Context, script *RedisScript, asks []Ask, lease string, ttl time.Duration) error {
 	keys, args := leaseArgs(s, asks, lease, ttl)
-	_, err := s.eval(ctx, script, keys, args)
+	_, err := s.Eval(ctx, script, keys, args)
 	return err
 }
 

@@ -33,9 +33,21 @@ package core
 // and only after computing and checking every decision and time to live, so
 // that an error never leaves some asks charged and others not.
 const (
-	redisTakeScript   = luaPrelude + luaTokenBucket + luaLeakyBucket + luaFixedWindow + luaSlidingCounter + luaSlidingLog + luaTakeMain
+	redisTakeScript   = RedisLua + luaTakeMain
 	redisRefundScript = luaPrelude + luaRefund + luaRefundMain
 )
+
+// RedisLua is the take script but its main part: the prelude, which reads
+// the clock and the asks of RedisStore.ScriptArgs, and the algorithms. A
+// script that begins with it reads states as the take script decides
+// them, with its functions: asks() returns the asks p, load(p.key) a
+// stored state st, token_bucket, leaky_bucket, fixed_window,
+// sliding_counter and sliding_log(st, now, p) decide p on st at now (ns
+// since base, the clock's current second), trim_log and reader read a
+// sliding window log, and the helpers call (redis.call), fmt (a number as
+// the replies write it), nonneg, mceil and leaky_end are those of the
+// algorithms.
+const RedisLua = luaPrelude + luaTokenBucket + luaLeakyBucket + luaFixedWindow + luaSlidingCounter + luaSlidingLog
 
 // luaPrelude reads the clock and the asks and defines the helpers.
 //

@@ -807,7 +807,7 @@ func TestRedisScriptsWriteNothingOnError(t *testing.T) {
 		return keys, args
 	}
 	keys, args := tamper(true)
-	if _, err := s.eval(ctx, redisTake, keys, args); err == nil || !strings.Contains(err.Error(), "expiry of ask 2") {
+	if _, err := s.Eval(ctx, redisTake, keys, args); err == nil || !strings.Contains(err.Error(), "expiry of ask 2") {
 		t.Fatalf("take: error %v, want one about the expiry of ask 2", err)
 	}
 	if v, err := client.Do(ctx, "EXISTS", keys[0], keys[1]); err != nil || v != int64(0) {
@@ -819,7 +819,7 @@ func TestRedisScriptsWriteNothingOnError(t *testing.T) {
 	}
 	keys, args = s.refundArgs(asks, out)
 	args[2+8+1] = "0" // the broken ask's quota
-	if _, err := s.eval(ctx, redisRefund, keys, args); err == nil || !strings.Contains(err.Error(), "expiry of refund 2") {
+	if _, err := s.Eval(ctx, redisRefund, keys, args); err == nil || !strings.Contains(err.Error(), "expiry of refund 2") {
 		t.Fatalf("refund: error %v, want one about the expiry of refund 2", err)
 	}
 	for _, k := range keys {
