@@ -17,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/inspect"
 )
 
 func init() {
@@ -156,17 +157,17 @@ func findZone(ref string) (*adminZone, error) {
 var sketches = caddy.NewUsagePool()
 
 // pooledSketch is a sketch in the pool.
-type pooledSketch struct{ *core.HeavyHitters }
+type pooledSketch struct{ *inspect.HeavyHitters }
 
 // Destruct implements caddy.Destructor; a sketch holds nothing to close.
 func (pooledSketch) Destruct() error { return nil }
 
 // acquireSketch returns the sketch of z, whose prefix is set, building it
 // on first use, and records it for Cleanup.
-func (h *Handler) acquireSketch(z *Zone) (*core.HeavyHitters, error) {
+func (h *Handler) acquireSketch(z *Zone) (*inspect.HeavyHitters, error) {
 	key := z.prefix + "\x00" + z.Name + "\x00" + strconv.Itoa(z.TopKeys) + "\x00" + time.Duration(z.TopWindow).String()
 	v, _, err := sketches.LoadOrNew(key, func() (caddy.Destructor, error) {
-		hh, err := core.NewHeavyHitters(z.TopKeys, time.Duration(z.TopWindow))
+		hh, err := inspect.NewHeavyHitters(z.TopKeys, time.Duration(z.TopWindow))
 		if err != nil {
 			return nil, fmt.Errorf("top_keys, top_window: %w", err)
 		}
@@ -421,7 +422,7 @@ type topEntry struct {
 // defaultTopN and maxTopN bound the n of /top.
 const (
 	defaultTopN = 20
-	maxTopN     = 2 * core.MaxSketchCounters
+	maxTopN     = 2 * inspect.MaxSketchCounters
 )
 
 // topKeys answers GET /sluice/zones/<zone>/top?n=.
@@ -435,7 +436,7 @@ func topKeys(w http.ResponseWriter, r *http.Request, az *adminZone) error {
 	}
 	hh, now := az.z.top, time.Now().UnixNano()
 	ans := topAnswer{Zone: az.id, Scope: "instance", Window: hh.Window().Seconds(), Counters: hh.Counters()}
-	for w := core.Weight(0); int(w) < core.NumWeights; w++ {
+	for w := inspect.Weight(0); int(w) < inspect.NumWeights; w++ {
 		top := hh.Top(now, w, n)
 		ans.Since = time.Unix(0, top.Since).UTC()
 		list := make([]topEntry, len(top.Keys))
@@ -443,9 +444,9 @@ func topKeys(w http.ResponseWriter, r *http.Request, az *adminZone) error {
 			list[i] = topEntry{Key: k.Key, Count: k.Count, Error: k.Error}
 		}
 		switch w {
-		case core.WeightRejected:
+		case inspect.WeightRejected:
 			ans.Rejected = list
-		case core.WeightAdmitted:
+		case inspect.WeightAdmitted:
 			ans.Admitted = list
 		default:
 			ans.NearLimit = list

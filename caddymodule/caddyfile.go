@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/inspect"
 )
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens; see the
@@ -163,11 +164,11 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 		case "near_limit":
 			z.NearLimit, err = shareArg(d, sub)
 		case "top_keys":
-			z.TopKeys, err = intArg(d, sub, core.MinSketchCounters, core.MaxSketchCounters)
+			z.TopKeys, err = intArg(d, sub, inspect.MinSketchCounters, inspect.MaxSketchCounters)
 		case "top_window":
 			var dur time.Duration
-			if dur, err = durationArg(d, sub); err == nil && (dur < core.MinSketchWindow || dur > core.MaxSketchWindow) {
-				err = d.Errf("top_window %q: want a duration from %v to %v", d.Val(), core.MinSketchWindow, core.MaxSketchWindow)
+			if dur, err = durationArg(d, sub); err == nil && (dur < inspect.MinSketchWindow || dur > inspect.MaxSketchWindow) {
+				err = d.Errf("top_window %q: want a duration from %v to %v", d.Val(), inspect.MinSketchWindow, inspect.MaxSketchWindow)
 			}
 			z.TopWindow = caddy.Duration(dur)
 		default:

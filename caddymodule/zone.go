@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/inspect"
 )
 
 // clientIPKey is the default key template: the client's address (see
@@ -183,7 +184,7 @@ type Zone struct {
 	nearAt float64
 	// top ranks the zone's keys (admin.go); it is shared with the zones
 	// of the same prefix and name, across reloads.
-	top *core.HeavyHitters
+	top *inspect.HeavyHitters
 }
 
 // keyKind is how a zone builds its key.
@@ -404,11 +405,11 @@ func (z *Zone) validate() error {
 
 // checkTop checks TopKeys and TopWindow, zero meaning their defaults.
 func (z *Zone) checkTop() error {
-	if n := z.TopKeys; n != 0 && (n < core.MinSketchCounters || n > core.MaxSketchCounters) {
-		return fmt.Errorf("top_keys: must be between %d and %d, got %d", core.MinSketchCounters, core.MaxSketchCounters, n)
+	if n := z.TopKeys; n != 0 && (n < inspect.MinSketchCounters || n > inspect.MaxSketchCounters) {
+		return fmt.Errorf("top_keys: must be between %d and %d, got %d", inspect.MinSketchCounters, inspect.MaxSketchCounters, n)
 	}
-	if w := time.Duration(z.TopWindow); w != 0 && (w < core.MinSketchWindow || w > core.MaxSketchWindow) {
-		return fmt.Errorf("top_window: must be between %v and %v, got %v", core.MinSketchWindow, core.MaxSketchWindow, w)
+	if w := time.Duration(z.TopWindow); w != 0 && (w < inspect.MinSketchWindow || w > inspect.MaxSketchWindow) {
+		return fmt.Errorf("top_window: must be between %v and %v, got %v", inspect.MinSketchWindow, inspect.MaxSketchWindow, w)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package core
+package inspect
 
 import (
 	"math/rand"

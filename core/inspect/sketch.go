@@ -1,4 +1,4 @@
-package core
+package inspect
 
 import (
 	"errors"
@@ -310,4 +310,13 @@ func (s *spaceSaving) swap(i, j int) {
 	s.heap[j] = a
 	s.counters[b].pos = int32(i)
 	s.counters[a].pos = int32(j)
+}
+
+// mod is the non-negative remainder of a by b (b > 0).
+func mod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
 }
