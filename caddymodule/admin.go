@@ -294,7 +294,7 @@ func listZones(ctx context.Context) zonesAnswer {
 		case *core.RedisStore:
 			info.KeysScope = "namespace"
 			cctx, cancel := context.WithTimeout(ctx, adminTimeout)
-			n, complete, err := st.CountKeys(cctx, l, countBudget)
+			n, complete, err := inspect.CountKeys(cctx, st, l, countBudget)
 			cancel()
 			if err != nil {
 				info.KeysError = err.Error()
@@ -326,9 +326,9 @@ type keyAnswer struct {
 	Deleted   *bool    `json:"deleted,omitempty"`
 }
 
-// inspector returns the zone's store as a core.Inspector.
-func (az *adminZone) inspector() (core.Inspector, error) {
-	in, ok := az.h.store.store.(core.Inspector)
+// inspector returns the Inspector of the zone's store.
+func (az *adminZone) inspector() (inspect.Inspector, error) {
+	in, ok := inspect.Of(az.h.store.store)
 	if !ok {
 		return nil, apiError(http.StatusNotImplemented, "store %s cannot be inspected", az.h.store.label)
 	}

@@ -1,4 +1,4 @@
-package core
+package inspect
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -23,17 +24,17 @@ func inspectScale() time.Duration {
 }
 
 // inspectLimits are limits of every algorithm, with and without delays.
-func inspectLimits(t *testing.T) []*Limit {
+func inspectLimits(t *testing.T) []*core.Limit {
 	unit := "/" + (inspectScale() * time.Second).String()
 	delay := inspectScale() * 500 * time.Millisecond
-	return []*Limit{
-		redisTestLimit(t, "tb", TokenBucket, "10"+unit, 5, 0),
-		redisTestLimit(t, "tbd", TokenBucket, "7"+unit, 3, delay),
-		redisTestLimit(t, "lb", LeakyBucket, "5"+unit, 5, 0),
-		redisTestLimit(t, "lbd", LeakyBucket, "3"+unit, 4, delay),
-		redisTestLimit(t, "fw", FixedWindow, "5"+unit, 0, 0),
-		redisTestLimit(t, "swc", SlidingWindowCounter, "4"+unit, 0, 0),
-		redisTestLimit(t, "swl", SlidingWindowLog, "3"+unit, 0, 0),
+	return []*core.Limit{
+		testLimit(t, "tb", core.TokenBucket, "10"+unit, 5, 0),
+		testLimit(t, "tbd", core.TokenBucket, "7"+unit, 3, delay),
+		testLimit(t, "lb", core.LeakyBucket, "5"+unit, 5, 0),
+		testLimit(t, "lbd", core.LeakyBucket, "3"+unit, 4, delay),
+		testLimit(t, "fw", core.FixedWindow, "5"+unit, 0, 0),
+		testLimit(t, "swc", core.SlidingWindowCounter, "4"+unit, 0, 0),
+		testLimit(t, "swl", core.SlidingWindowLog, "3"+unit, 0, 0),
 	}
 }
 
@@ -41,13 +42,13 @@ func inspectLimits(t *testing.T) []*Limit {
 // checks after each that Peek reports, without charging, what the
 // decision reported (remaining, reset, next), and that Delete makes the
 // limit whole.
-func testInspector(t *testing.T, newStore func(t *testing.T, clock *fakeClock) Store) {
+func testInspector(t *testing.T, newStore func(t *testing.T, clock *fakeClock) core.Store) {
 	ctx := context.Background()
 	for _, l := range inspectLimits(t) {
 		t.Run(string(l.Algorithm)+"/"+l.Name, func(t *testing.T) {
 			clock := &fakeClock{now: confEpoch}
 			st := newStore(t, clock)
-			in := st.(Inspector)
+			in := inspectorOf(t, st)
 			key := redisNonce + "/" + t.Name()
 			if ks, err := in.Peek(ctx, l, key); err != nil || ks != (KeyState{Remaining: l.Capacity()}) {
 				t.Fatalf("a key never seen: %+v, %v; want absent and whole", ks, err)
@@ -56,7 +57,7 @@ func testInspector(t *testing.T, newStore func(t *testing.T, clock *fakeClock) S
 			costs := []float64{0.5, 1, 1, 2}
 			for op := 0; op < 200; op++ {
 				clock.Advance(time.Duration(rnd.Intn(300)) * inspectScale() * time.Millisecond)
-				d := redisTestTake(t, st, l, key, costs[rnd.Intn(len(costs))])
+				d := testTake(t, st, l, key, costs[rnd.Intn(len(costs))])
 				ks, err := in.Peek(ctx, l, key)
 				if err != nil {
 					t.Fatal(err)
@@ -74,13 +75,13 @@ func testInspector(t *testing.T, newStore func(t *testing.T, clock *fakeClock) S
 				if ks.Remaining != d.Remaining || ks.Reset != d.Reset || ks.Next != d.Next {
 					t.Fatalf("op %d at +%v: Peek %+v, decision %+v", op, time.Duration(clock.Now()-confEpoch), ks, d)
 				}
-				delays := l.Algorithm == LeakyBucket || l.MaxDelay > 0
+				delays := l.Algorithm == core.LeakyBucket || l.MaxDelay > 0
 				if ks.Queued < 0 || ks.Queued > 0 && !delays {
 					t.Fatalf("op %d: in flight %v for %s", op, ks.Queued, l.Name)
 				}
 			}
 			// Spend the limit, then delete it: whole again.
-			for redisTestTake(t, st, l, key, 1).Allowed {
+			for testTake(t, st, l, key, 1).Allowed {
 			}
 			held, err := in.Delete(ctx, l, key)
 			if err != nil || !held {
@@ -89,7 +90,7 @@ func testInspector(t *testing.T, newStore func(t *testing.T, clock *fakeClock) S
 			if ks, err := in.Peek(ctx, l, key); err != nil || ks != (KeyState{Remaining: l.Capacity()}) {
 				t.Fatalf("after Delete: %+v, %v; want absent and whole", ks, err)
 			}
-			if d := redisTestTake(t, st, l, key, 1); !d.Allowed {
+			if d := testTake(t, st, l, key, 1); !d.Allowed {
 				t.Fatalf("after Delete, a request is rejected: %+v", d)
 			}
 			if held, err := in.Delete(ctx, l, key+"/other"); err != nil || held {
@@ -104,8 +105,8 @@ func testInspector(t *testing.T, newStore func(t *testing.T, clock *fakeClock) S
 }
 
 func TestMemoryStoreInspector(t *testing.T) {
-	testInspector(t, func(t *testing.T, clock *fakeClock) Store {
-		s, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+	testInspector(t, func(t *testing.T, clock *fakeClock) core.Store {
+		s, err := core.NewMemoryStore(core.MemoryConfig{Clock: clock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,12 +118,11 @@ func TestRedisStoreInspector(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	client := newRespClient(t, srv.Addr, 2)
 	for _, readable := range []bool{false, true} {
-		testInspector(t, func(t *testing.T, clock *fakeClock) Store {
-			s, err := NewRedisStore(RedisConfig{Client: client, ReadableKeys: readable})
+		testInspector(t, func(t *testing.T, clock *fakeClock) core.Store {
+			s, err := core.NewRedisStore(core.RedisConfig{Client: client, ReadableKeys: readable, Clock: clock.Now})
 			if err != nil {
 				t.Fatal(err)
 			}
-			s.clock = clock.Now
 			return s
 		})
 	}
@@ -133,24 +133,23 @@ func TestRedisStoreInspector(t *testing.T) {
 func TestInspectorQueued(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	clock := &fakeClock{now: confEpoch}
-	rs := newTestRedisStore(t, newRespClient(t, srv.Addr, 1), false)
-	rs.clock = clock.Now
-	ms, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+	rs := newTestRedisStore(t, newRespClient(t, srv.Addr, 1), false, clock.Now)
+	ms, err := core.NewMemoryStore(core.MemoryConfig{Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lb := redisTestLimit(t, "lbq", LeakyBucket, "10/s", 5, 0)
-	tb := redisTestLimit(t, "tbq", TokenBucket, "10/s", 2, time.Second)
+	lb := testLimit(t, "lbq", core.LeakyBucket, "10/s", 5, 0)
+	tb := testLimit(t, "tbq", core.TokenBucket, "10/s", 2, time.Second)
 	ctx := context.Background()
-	for _, st := range []Store{ms, rs} {
+	for _, st := range []core.Store{ms, rs} {
 		key := redisNonce + "/queued"
 		for i := 0; i < 3; i++ {
-			redisTestTake(t, st, lb, key, 1)
+			testTake(t, st, lb, key, 1)
 		}
 		for i := 0; i < 5; i++ { // two from the bucket, three lent
-			redisTestTake(t, st, tb, key, 1)
+			testTake(t, st, tb, key, 1)
 		}
-		in := st.(Inspector)
+		in := inspectorOf(t, st)
 		if ks, _ := in.Peek(ctx, lb, key); ks.Queued != 3 || ks.Reset != 300*time.Millisecond {
 			t.Errorf("%T: leaky bucket %+v, want 3 queued, reset 300ms", st, ks)
 		}
@@ -164,22 +163,22 @@ func TestInspectorQueued(t *testing.T) {
 func TestRedisStoreCountKeys(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	client := newRespClient(t, srv.Addr, 1)
-	s, err := NewRedisStore(RedisConfig{Client: client, Prefix: "count*[x]:"})
+	s, err := core.NewRedisStore(core.RedisConfig{Client: client, Prefix: "count*[x]:"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// An hour, so that no key expires while the test runs.
-	l := redisTestLimit(t, "swl", SlidingWindowLog, "3/h", 0, 0)
-	other := redisTestLimit(t, "swl", FixedWindow, "3/h", 0, 0)
+	l := testLimit(t, "swl", core.SlidingWindowLog, "3/h", 0, 0)
+	other := testLimit(t, "swl", core.FixedWindow, "3/h", 0, 0)
 	for i := 0; i < 2500; i++ {
-		redisTestTake(t, s, l, "k"+strings.Repeat("x", i%7)+strconv.Itoa(i), 1)
+		testTake(t, s, l, "k"+strings.Repeat("x", i%7)+strconv.Itoa(i), 1)
 	}
-	redisTestTake(t, s, other, "k", 1)
+	testTake(t, s, other, "k", 1)
 	ctx := context.Background()
-	if n, complete, err := s.CountKeys(ctx, l, 1000000); err != nil || !complete || n != 2500 {
+	if n, complete, err := CountKeys(ctx, s, l, 1000000); err != nil || !complete || n != 2500 {
 		t.Errorf("CountKeys: %d, %v, %v; want 2500, complete", n, complete, err)
 	}
-	if n, complete, err := s.CountKeys(ctx, l, 1000); err != nil || complete || n > 2500 {
+	if n, complete, err := CountKeys(ctx, s, l, 1000); err != nil || complete || n > 2500 {
 		t.Errorf("CountKeys with a budget of 1000 keys: %d, %v, %v; want incomplete", n, complete, err)
 	}
 }
@@ -189,13 +188,11 @@ func TestRedisStoreCountKeys(t *testing.T) {
 func TestRedisStoreInspectorCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	cs := newClusterScripter(t, cluster)
-	testInspector(t, func(t *testing.T, clock *fakeClock) Store {
-		s := newTestRedisStore(t, cs, true)
-		s.clock = clock.Now
-		return s
+	testInspector(t, func(t *testing.T, clock *fakeClock) core.Store {
+		return newTestRedisStore(t, cs, true, clock.Now)
 	})
-	s := newTestRedisStore(t, cs, true)
-	if _, _, err := s.CountKeys(context.Background(), inspectLimits(t)[0], 1000); err == nil {
+	s := newTestRedisStore(t, cs, true, nil)
+	if _, _, err := CountKeys(context.Background(), s, inspectLimits(t)[0], 1000); err == nil {
 		t.Error("CountKeys on a Cluster: no error")
 	}
 }
@@ -204,18 +201,20 @@ func TestRedisStoreInspectorCluster(t *testing.T) {
 // limit with a rate and max_in_flight and for one of requests in flight
 // only, in memory and in Redis, and that Delete leaves their slots.
 func TestInspectorInFlight(t *testing.T) {
-	ms, err := NewMemoryStore(MemoryConfig{})
+	ms, err := core.NewMemoryStore(core.MemoryConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	for _, st := range []Store{ms, flightRedisStore(t)} {
+	srv := redistest.Start(t, redistest.Options{})
+	rs := newTestRedisStore(t, newRespClient(t, srv.Addr, 16), false, nil)
+	for _, st := range []core.Store{ms, rs} {
 		rated := flightLimit(t, "peekrated", "100/h", 3) // refills 0.03 a second
 		only := flightLimit(t, "peekonly", "", 3)
 		g := flightGate(t, st, time.Minute, rated, only)
 		key := redisNonce + "/flight"
-		asks := []Ask{{Limit: rated, Key: key, Cost: 1}, {Limit: only, Key: key, Cost: 1}}
-		var held []*Slots
+		asks := []core.Ask{{Limit: rated, Key: key, Cost: 1}, {Limit: only, Key: key, Cost: 1}}
+		var held []*core.Slots
 		for i := 0; i < 2; i++ {
 			v := g.Decide(ctx, asks)
 			if v.Slots == nil {
@@ -223,7 +222,7 @@ func TestInspectorInFlight(t *testing.T) {
 			}
 			held = append(held, v.Slots)
 		}
-		in := st.(Inspector)
+		in := inspectorOf(t, st)
 		if ks, err := in.Peek(ctx, rated, key); err != nil || !ks.Present || ks.InFlight != 2 || ks.Remaining < 98 || ks.Remaining > 98.1 {
 			t.Errorf("%T: rated %+v, %v; want present, 2 in flight, 98 remaining", st, ks, err)
 		}
@@ -261,24 +260,22 @@ func TestInspectorWholeIsAbsent(t *testing.T) {
 	for _, l := range inspectLimits(t) {
 		for _, store := range []string{"memory", "redis"} {
 			clock := &fakeClock{now: confEpoch + 100*int64(time.Millisecond)}
-			var st Store
+			var st core.Store
 			if store == "memory" {
-				ms, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+				ms, err := core.NewMemoryStore(core.MemoryConfig{Clock: clock.Now})
 				if err != nil {
 					t.Fatal(err)
 				}
 				st = ms
 			} else {
-				rs := newTestRedisStore(t, client, false)
-				rs.clock = clock.Now
-				st = rs
+				st = newTestRedisStore(t, client, false, clock.Now)
 			}
-			in := st.(Inspector)
+			in := inspectorOf(t, st)
 			key := redisNonce + "/whole/" + l.Name
-			for redisTestTake(t, st, l, key, 1).Allowed {
+			for testTake(t, st, l, key, 1).Allowed {
 			}
 			clock.Advance(inspectScale() * 100 * time.Millisecond)
-			redisTestTake(t, st, l, key, 1) // rejected, or admitted after a refill
+			testTake(t, st, l, key, 1) // rejected, or admitted after a refill
 			whole := false
 			for step := 0; step < 100; step++ {
 				ks, err := in.Peek(ctx, l, key)

@@ -1,0 +1,210 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice/core"
+)
+
+// redisInspector is the Inspector of a RedisStore.
+type redisInspector struct{ s *core.RedisStore }
+
+var (
+	redisPeek   = core.NewRedisScript(redisPeekScript)
+	redisDelete = core.NewRedisScript(redisDeleteScript)
+	redisCount  = core.NewRedisScript(redisCountScript)
+	redisLeases = core.NewRedisScript(redisLeasesScript)
+)
+
+// Peek implements Inspector with one read-only script on Redis's clock
+// (luaPeekMain), at the keys Take writes.
+func (r redisInspector) Peek(ctx context.Context, l *core.Limit, key string) (KeyState, error) {
+	var ks KeyState
+	if l.Rated() {
+		var err error
+		if ks, err = redisPeekRate(r.s, ctx, l, key); err != nil {
+			return ks, err
+		}
+	}
+	if l.MaxInFlight == 0 {
+		return ks, nil
+	}
+	reply, err := r.s.Eval(ctx, redisLeases, []string{r.s.LeaseKey(l, key)}, nil)
+	if err != nil {
+		return KeyState{}, err
+	}
+	held, ok := reply.(int64)
+	if !ok {
+		return KeyState{}, errors.New("redis: unexpected reply to the lease count script: " + describeReply(reply))
+	}
+	return flightState(l, ks, int(held)), nil
+}
+
+// redisPeekRate is Peek for the rate of l.
+func redisPeekRate(s *core.RedisStore, ctx context.Context, l *core.Limit, key string) (KeyState, error) {
+	keys, args := s.ScriptArgs([]core.Ask{{Limit: l, Key: key}})
+	reply, err := s.Eval(ctx, redisPeek, keys, args)
+	if err != nil {
+		return KeyState{}, err
+	}
+	text, ok := reply.(string)
+	f := strings.Fields(text)
+	if !ok || len(f) != 5 {
+		return KeyState{}, errors.New("redis: unexpected reply to the peek script: " + describeReply(reply))
+	}
+	var n [5]float64
+	for i := range f {
+		if n[i], err = strconv.ParseFloat(f[i], 64); err != nil || math.IsNaN(n[i]) {
+			return KeyState{}, errors.New("redis: unexpected reply to the peek script: " + describeReply(reply))
+		}
+	}
+	if n[0] == 0 {
+		return KeyState{Remaining: l.Capacity()}, nil
+	}
+	return wholeAbsent(l, KeyState{Present: true, Remaining: nonNegative(n[1]), Reset: duration(n[2]), Next: duration(n[3]), Queued: nonNegative(n[4])}), nil
+}
+
+// Delete implements Inspector: it deletes the state's keys (a sliding
+// window log's list too).
+func (r redisInspector) Delete(ctx context.Context, l *core.Limit, key string) (bool, error) {
+	if !l.Rated() {
+		return false, nil // the key is the leases' (namespace "<name>:in_flight")
+	}
+	keys, _ := r.s.ScriptArgs([]core.Ask{{Limit: l, Key: key}})
+	reply, err := r.s.Eval(ctx, redisDelete, keys, nil)
+	if err != nil {
+		return false, err
+	}
+	n, ok := reply.(int64)
+	if !ok {
+		return false, errors.New("redis: unexpected reply to the delete script: " + describeReply(reply))
+	}
+	return n > 0, nil
+}
+
+// CountKeys counts the states of limit l that the Redis server of store s
+// holds (those of every key prefix sharing the limit's namespace; for a
+// limit of requests in flight only, the keys with requests in flight),
+// scanning at most budget keys of the database; complete is false when
+// the budget ran out first, and n then counts what was seen. It is not
+// supported on a Cluster, where every master would have to be scanned.
+func CountKeys(ctx context.Context, s *core.RedisStore, l *core.Limit, budget int) (n int, complete bool, err error) {
+	if s.Cluster() {
+		return 0, false, errors.New("redis: counting keys is not supported on a Cluster")
+	}
+	pattern := globEscape(s.KeyPrefix(l)) + "*}"
+	cursor := "0"
+	for scanned := 0; scanned < budget; scanned += redisCountStep {
+		reply, err := s.Eval(ctx, redisCount, nil, []string{cursor, pattern, strconv.Itoa(redisCountStep)})
+		if err != nil {
+			return n, false, err
+		}
+		r, ok := reply.([]interface{})
+		if !ok || len(r) != 2 {
+			return n, false, errors.New("redis: unexpected reply to the count script: " + describeReply(reply))
+		}
+		c, ok1 := r[0].(string)
+		m, ok2 := r[1].(int64)
+		if !ok1 || !ok2 {
+			return n, false, errors.New("redis: unexpected reply to the count script: " + describeReply(reply))
+		}
+		n += int(m)
+		if c == "0" {
+			return n, true, nil
+		}
+		cursor = c
+	}
+	return n, false, nil
+}
+
+// redisCountStep is the COUNT of each SCAN the count script runs, and so
+// about how many keys one call examines.
+const redisCountStep = 1000
+
+// globEscape escapes the bytes that Redis's glob patterns (SCAN MATCH)
+// give a meaning.
+func globEscape(s string) string { return globEscaper.Replace(s) }
+
+var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
+
+// describeReply names a reply's type and, for short ones, its value, for
+// error messages, as the store's own errors do.
+func describeReply(v interface{}) string {
+	switch x := v.(type) {
+	case nil:
+		return "nil"
+	case []interface{}:
+		return "array of " + strconv.Itoa(len(x))
+	case string:
+		if len(x) > 40 {
+			x = x[:40] + "..."
+		}
+		return strconv.Quote(x)
+	}
+	return fmt.Sprintf("%T %v", v, v)
+}
+
+// The scripts of Peek, Delete and CountKeys. redisPeekScript decides a
+// cost of zero with the take script's algorithms (core.RedisLua), which
+// charges nothing, and writes nothing.
+const (
+	redisPeekScript   = core.RedisLua + luaPeekMain
+	redisDeleteScript = "return redis.call('DEL', unpack(KEYS))"
+	// redisLeasesScript counts the leases of KEYS[1] that have not
+	// expired on Redis's clock (the milliseconds of the lease scripts,
+	// luaLeaseClock in core/redis_inflight.go).
+	redisLeasesScript = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+`
+	redisCountScript = `
+local r = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', ARGV[3])
+return {r[1], #r[2]}
+`
+)
+
+// luaPeekMain reports the state of its one ask (ARGV as the take script's,
+// cost 0) as one string: present (1 or 0), remaining, then reset and next
+// in whole ns, and the cost in flight (KeyState). A state is present when
+// its key exists and its expiry (core.Limit.Expiry, as stored_exp computes
+// it from the stored state) is after now, as the MemoryStore's Peek
+// decides (redisPeekRate then reads a whole limit as absent, as peekState
+// does). A sliding window log is read as peekLog reads it: a zero-cost
+// entry would count as an admission.
+const luaPeekMain = `
+local absent = '0 0 0 0 0'
+local p = asks()[1]
+if call('EXISTS', p.key) == 0 then return absent end
+local st = load(p.key)
+if p.alg == 'swl' then
+  if now < st.t then now = st.t end
+  local len, rd = call('LLEN', p.logkey), reader(p.logkey)
+  local a, drop = trim_log(st, now, p, rd, len)
+  if drop == len then return absent end
+  local oldest, newest = rd(drop), rd(len - 1)
+  return '1 ' .. fmt(nonneg(p.cap - a)) .. ' ' .. fmt(mceil(newest + p.period - now)) .. ' ' .. fmt(mceil(oldest + p.period - now)) .. ' 0'
+end
+local exp = st.t + mceil(st.a * p.unit)
+if p.alg == 'lb' then exp = leaky_end(st.t, st.a)
+elseif p.alg == 'fw' then exp = st.t + p.period
+elseif p.alg == 'swc' then
+  exp = st.t + p.period
+  if st.a > 0 then exp = exp + p.period end
+end
+if exp <= now then return absent end
+local algs = {tb = token_bucket, lb = leaky_bucket, fw = fixed_window, swc = sliding_counter}
+local r = algs[p.alg](st, now, p)
+local inflight = 0
+if p.alg == 'tb' then
+  inflight = nonneg(tonumber(r.fields[4]) - p.cap)
+elseif p.alg == 'lb' then
+  inflight = r.reset / p.unit
+end
+return '1 ' .. fmt(r.rem) .. ' ' .. fmt(mceil(r.reset)) .. ' ' .. fmt(mceil(r.next)) .. ' ' .. fmt(inflight)
+`
