@@ -1,10 +1,13 @@
 package core
 
+import "errors"
+
 // The hooks through which package core/inspect reads and forgets the
 // states of a MemoryStore or a RedisStore for operators, outside core so
 // that the Traefik plugin, which never inspects, does not load that code
 // under Yaegi. The RedisStore also lends inspection Eval (redis.go) and
-// RedisLua (redis_lua.go).
+// RedisLua (redis_lua.go); UnexpectedReply words the errors of its
+// scripts' replies as the store's own.
 
 // PeekState returns a copy of the state of l's rate that s holds for key,
 // read under its shard's lock at the hash Take uses, and now, the store's
@@ -87,3 +90,11 @@ func (s *RedisStore) KeyPrefix(l *Limit) string {
 // Cluster reports whether the store's client is a Redis Cluster
 // (RedisConfig.Cluster).
 func (s *RedisStore) Cluster() bool { return s.cluster }
+
+// UnexpectedReply is the error of a reply of another shape than its
+// caller expects to the script named script ("peek" for a peek script),
+// worded as the store's own: "redis: unexpected reply to the peek
+// script: " and the reply's type and, for a short one, its value.
+func UnexpectedReply(script string, reply interface{}) error {
+	return errors.New("redis: unexpected reply to the " + script + " script: " + describeReply(reply))
+}

@@ -540,6 +540,27 @@ func TestRedisStoreReplies(t *testing.T) {
 	}
 }
 
+// TestUnexpectedReply: the error names the script and describes the
+// reply, a string's value cut at 40 bytes.
+func TestUnexpectedReply(t *testing.T) {
+	long := strings.Repeat("x", 41)
+	for _, c := range []struct {
+		reply interface{}
+		want  string
+	}{
+		{nil, "nil"},
+		{[]interface{}{"a", int64(1)}, "array of 2"},
+		{"1 2", `"1 2"`},
+		{long, strconv.Quote(long[:40] + "...")},
+		{int64(7), "int64 7"},
+	} {
+		want := "redis: unexpected reply to the peek script: " + c.want
+		if err := UnexpectedReply("peek", c.reply); err == nil || err.Error() != want {
+			t.Errorf("UnexpectedReply(peek, %#v) = %v, want %q", c.reply, err, want)
+		}
+	}
+}
+
 // TestKeySlot checks keySlot against the examples of the Redis Cluster
 // specification.
 func TestKeySlot(t *testing.T) {

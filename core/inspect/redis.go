@@ -3,7 +3,6 @@ package inspect
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -40,7 +39,7 @@ func (r redisInspector) Peek(ctx context.Context, l *core.Limit, key string) (Ke
 	}
 	held, ok := reply.(int64)
 	if !ok {
-		return KeyState{}, errors.New("redis: unexpected reply to the lease count script: " + describeReply(reply))
+		return KeyState{}, core.UnexpectedReply("lease count", reply)
 	}
 	return flightState(l, ks, int(held)), nil
 }
@@ -55,12 +54,12 @@ func redisPeekRate(s *core.RedisStore, ctx context.Context, l *core.Limit, key s
 	text, ok := reply.(string)
 	f := strings.Fields(text)
 	if !ok || len(f) != 5 {
-		return KeyState{}, errors.New("redis: unexpected reply to the peek script: " + describeReply(reply))
+		return KeyState{}, core.UnexpectedReply("peek", reply)
 	}
 	var n [5]float64
 	for i := range f {
 		if n[i], err = strconv.ParseFloat(f[i], 64); err != nil || math.IsNaN(n[i]) {
-			return KeyState{}, errors.New("redis: unexpected reply to the peek script: " + describeReply(reply))
+			return KeyState{}, core.UnexpectedReply("peek", reply)
 		}
 	}
 	if n[0] == 0 {
@@ -82,7 +81,7 @@ func (r redisInspector) Delete(ctx context.Context, l *core.Limit, key string) (
 	}
 	n, ok := reply.(int64)
 	if !ok {
-		return false, errors.New("redis: unexpected reply to the delete script: " + describeReply(reply))
+		return false, core.UnexpectedReply("delete", reply)
 	}
 	return n > 0, nil
 }
@@ -106,12 +105,12 @@ func CountKeys(ctx context.Context, s *core.RedisStore, l *core.Limit, budget in
 		}
 		r, ok := reply.([]interface{})
 		if !ok || len(r) != 2 {
-			return n, false, errors.New("redis: unexpected reply to the count script: " + describeReply(reply))
+			return n, false, core.UnexpectedReply("count", reply)
 		}
 		c, ok1 := r[0].(string)
 		m, ok2 := r[1].(int64)
 		if !ok1 || !ok2 {
-			return n, false, errors.New("redis: unexpected reply to the count script: " + describeReply(reply))
+			return n, false, core.UnexpectedReply("count", reply)
 		}
 		n += int(m)
 		if c == "0" {
@@ -131,23 +130,6 @@ const redisCountStep = 1000
 func globEscape(s string) string { return globEscaper.Replace(s) }
 
 var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
-
-// describeReply names a reply's type and, for short ones, its value, for
-// error messages, as the store's own errors do.
-func describeReply(v interface{}) string {
-	switch x := v.(type) {
-	case nil:
-		return "nil"
-	case []interface{}:
-		return "array of " + strconv.Itoa(len(x))
-	case string:
-		if len(x) > 40 {
-			x = x[:40] + "..."
-		}
-		return strconv.Quote(x)
-	}
-	return fmt.Sprintf("%T %v", v, v)
-}
 
 // The scripts of Peek, Delete and CountKeys. redisPeekScript decides a
 // cost of zero with the take script's algorithms (core.RedisLua), which
