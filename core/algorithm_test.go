@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testclock"
 )
 
 // algLimit returns a validated limit.
@@ -66,7 +68,7 @@ func (s *decideStore) Refund(ctx context.Context, asks []Ask, charged []Decision
 }
 
 func TestDecideConformance(t *testing.T) {
-	testStoreConformance(t, func(t *testing.T, clock *fakeClock) Store {
+	testStoreConformance(t, func(t *testing.T, clock *testclock.Clock) Store {
 		return &decideStore{clock: clock.Now, states: make(map[string]State)}
 	})
 }
@@ -173,12 +175,12 @@ func TestQuotaBelowOne(t *testing.T) {
 	for _, alg := range []Algorithm{TokenBucket, LeakyBucket} {
 		l := algLimit(t, alg, "0.5/s", 0, 0)
 		var s State
-		now := confEpoch
+		now := testclock.Epoch
 		for i := 0; i < 5; i++ {
 			var d Decision
 			s, d = l.Decide(s, now, 1)
 			if !d.Allowed || d.Delay != 0 {
-				t.Fatalf("%s, request %d at +%v: %+v, want admitted at once", alg, i, time.Duration(now-confEpoch), d)
+				t.Fatalf("%s, request %d at +%v: %+v, want admitted at once", alg, i, time.Duration(now-testclock.Epoch), d)
 			}
 			if _, d = l.Decide(s, now+int64(time.Second), 1); d.Allowed || d.RetryAfter != time.Second {
 				t.Fatalf("%s, one second after request %d: %+v, want rejected, retry in 1s", alg, i, d)
@@ -233,7 +235,7 @@ func TestParseRate(t *testing.T) {
 	}
 }
 
-// algStep is one request of a trace: at confEpoch+at, for cost.
+// algStep is one request of a trace: at testclock.Epoch+at, for cost.
 type algStep struct {
 	at   time.Duration
 	cost float64
@@ -266,9 +268,9 @@ func TestExpiry(t *testing.T) {
 	for i, tr := range algTraces {
 		l := algLimit(t, tr.alg, tr.rate, tr.burst, 0)
 		var s State
-		last := confEpoch
+		last := testclock.Epoch
 		for _, st := range tr.steps {
-			last = confEpoch + int64(st.at)
+			last = testclock.Epoch + int64(st.at)
 			next, d := l.Decide(s, last, st.cost)
 			if !d.Allowed {
 				t.Fatalf("trace %d (%s): step %+v rejected", i, tr.alg, st)
@@ -277,7 +279,7 @@ func TestExpiry(t *testing.T) {
 		}
 		exp := l.Expiry(s)
 		if exp <= last {
-			t.Errorf("trace %d (%s): Expiry %d not after the last request %d", i, tr.alg, exp-confEpoch, last-confEpoch)
+			t.Errorf("trace %d (%s): Expiry %d not after the last request %d", i, tr.alg, exp-testclock.Epoch, last-testclock.Epoch)
 		}
 		for _, at := range []int64{exp, exp + 1, exp + int64(time.Hour)} {
 			for _, cost := range []float64{1, 2.5, l.Capacity()} {
@@ -303,9 +305,9 @@ func TestDecidePure(t *testing.T) {
 		l := algLimit(t, tr.alg, tr.rate, tr.burst, 0)
 		var s State
 		for _, st := range tr.steps {
-			s, _ = l.Decide(s, confEpoch+int64(st.at), st.cost)
+			s, _ = l.Decide(s, testclock.Epoch+int64(st.at), st.cost)
 		}
-		now := confEpoch + int64(tr.steps[len(tr.steps)-1].at)
+		now := testclock.Epoch + int64(tr.steps[len(tr.steps)-1].at)
 		before := copyState(s)
 		for _, cost := range []float64{0.5, 1, 2.5, 100} {
 			s1, d1 := l.Decide(s, now, cost)
@@ -346,7 +348,7 @@ func TestSlidingLogBoundedByMaxLogQuota(t *testing.T) {
 	l := algLimit(t, SlidingWindowLog, "10000/m", 0, 0)
 	var s State
 	var admitted []LogEntry
-	now := confEpoch
+	now := testclock.Epoch
 	ask := func(cost float64) bool {
 		next, d := l.Decide(s, now, cost)
 		if !d.Allowed {
@@ -355,7 +357,7 @@ func TestSlidingLogBoundedByMaxLogQuota(t *testing.T) {
 		s = next
 		admitted = append(admitted, LogEntry{T: now, Cost: cost})
 		if len(s.Log) > MaxLogQuota || s.A > l.Capacity()+eps {
-			t.Fatalf("at +%v: log of %d entries, sum %v", time.Duration(now-confEpoch), len(s.Log), s.A)
+			t.Fatalf("at +%v: log of %d entries, sum %v", time.Duration(now-testclock.Epoch), len(s.Log), s.A)
 		}
 		return true
 	}
@@ -369,7 +371,7 @@ func TestSlidingLogBoundedByMaxLogQuota(t *testing.T) {
 	if len(admitted) != 1+10020 || len(s.Log) != MaxLogQuota {
 		t.Errorf("%d admitted, log of %d entries; want %d, %d", len(admitted), len(s.Log), 1+10020, MaxLogQuota)
 	}
-	now = confEpoch + l.period // the large entry expires
+	now = testclock.Epoch + l.period // the large entry expires
 	for i := 0; i < 500; i++ {
 		if !ask(0.5) {
 			t.Fatalf("request %d after the large entry expired: rejected", i)
@@ -405,17 +407,17 @@ func maxWindowSum(es []LogEntry, period int64) float64 {
 func TestLeakyBucketRefundExact(t *testing.T) {
 	for _, rate := range []string{"6/s", "7/s", "3/s", "1000/h"} {
 		l := algLimit(t, LeakyBucket, rate, 0, 0)
-		s, d1 := l.Decide(State{}, confEpoch, 1)
-		s2, d := l.Decide(s, confEpoch, 1.5)
+		s, d1 := l.Decide(State{}, testclock.Epoch, 1)
+		s2, d := l.Decide(s, testclock.Epoch, 1.5)
 		if !d.Allowed {
 			t.Fatalf("%s: second request rejected", rate)
 		}
 		// The queue's end, T + A, as before, to float precision.
-		if r := l.Refund(s2, confEpoch, 1.5, d); math.Abs(float64(r.T-s.T)+r.A-s.A) > 1e-6 || r.A < 0 || r.A >= 1 {
+		if r := l.Refund(s2, testclock.Epoch, 1.5, d); math.Abs(float64(r.T-s.T)+r.A-s.A) > 1e-6 || r.A < 0 || r.A >= 1 {
 			t.Errorf("%s: refunding 1.5 gives %+v, want the state before it %+v", rate, r, s)
 		}
-		if r := l.Refund(s, confEpoch, 1, d1); l.Expiry(r) > confEpoch {
-			t.Errorf("%s: refunding the only request leaves it draining until +%dns", rate, l.Expiry(r)-confEpoch)
+		if r := l.Refund(s, testclock.Epoch, 1, d1); l.Expiry(r) > testclock.Epoch {
+			t.Errorf("%s: refunding the only request leaves it draining until +%dns", rate, l.Expiry(r)-testclock.Epoch)
 		}
 	}
 }
@@ -424,12 +426,12 @@ func TestLeakyBucketRefundExact(t *testing.T) {
 // the nanosecond, so that waiting them is always enough.
 func TestDecideDurationsRoundUp(t *testing.T) {
 	l := algLimit(t, TokenBucket, "3/s", 1, 0)
-	s, _ := l.Decide(State{}, confEpoch, 1)
-	_, d := l.Decide(s, confEpoch, 1)
+	s, _ := l.Decide(State{}, testclock.Epoch, 1)
+	_, d := l.Decide(s, testclock.Epoch, 1)
 	if want := time.Duration(333333334); d.RetryAfter != want || d.Reset != want {
 		t.Errorf("3/s exhausted: RetryAfter %v, Reset %v; want %v (1/3 s rounded up)", d.RetryAfter, d.Reset, want)
 	}
-	if _, d := l.Decide(s, confEpoch+int64(d.RetryAfter), 1); !d.Allowed {
+	if _, d := l.Decide(s, testclock.Epoch+int64(d.RetryAfter), 1); !d.Allowed {
 		t.Errorf("rejected after waiting RetryAfter: %+v", d)
 	}
 	if duration(0.5) != 1 || duration(-3) != 0 || duration(2) != 2 || duration(1e300) != Never {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testclock"
 )
 
 // answerNow is the wall clock of every answer test, in Unix nanoseconds,
@@ -639,7 +641,7 @@ func TestAnswerGoldenPerAlgorithm(t *testing.T) {
 	for _, c := range cases {
 		c := c
 		t.Run(string(c.alg), func(t *testing.T) {
-			clock := &fakeClock{now: confEpoch}
+			clock := testclock.New(testclock.Epoch)
 			l := gateLimit(t, "api", c.alg, c.rate, c.burst)
 			store, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
 			if err != nil {
@@ -707,7 +709,7 @@ func atoiOr(s string, def int) int {
 func TestAnswerSameForEveryKey(t *testing.T) {
 	clients := []string{"198.51.100.7:1111", "[2001:db8::42]:2222"}
 	for _, body := range []BodyFormat{BodyJSON, BodyProblem, BodyText} {
-		clock := &fakeClock{now: confEpoch}
+		clock := testclock.New(testclock.Epoch)
 		l := gateLimit(t, "api", TokenBucket, "2/m", 0)
 		store, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
 		if err != nil {

@@ -7,12 +7,9 @@ import (
 	"strconv"
 	"testing"
 	"time"
-)
 
-// confEpoch is the instant at which every conformance subtest starts its
-// clock: 2023-11-14T22:14:00Z, a realistic Unix time aligned to the minute,
-// so that windows of a second or a minute start exactly on it.
-const confEpoch = int64(1700000040) * int64(time.Second)
+	"github.com/sluicehq/sluice/internal/testclock"
+)
 
 // Tolerances of the conformance suite, so that a store with integer
 // milliseconds or scaled arithmetic (Redis) can pass: durations may differ by
@@ -32,15 +29,15 @@ const confAnyReset = time.Duration(-1)
 var confNonce = strconv.FormatInt(time.Now().UnixNano(), 36)
 
 // testStoreConformance runs the seed experiments against a Store whose time
-// is driven by clock. newStore is called once per subtest, with a fresh clock
-// set to confEpoch; the suite uses only Store.Take and Store.Refund, gives
-// every subtest its own limit names and keys, and compares Allowed exactly
-// and amounts within confDurTol and confFloatTol.
-func testStoreConformance(t *testing.T, newStore func(t *testing.T, clock *fakeClock) Store) {
+// is driven by clock. newStore is called once per subtest, with a fresh
+// clock set to testclock.Epoch; the suite uses only Store.Take and
+// Store.Refund, gives every subtest its own limit names and keys, and
+// compares Allowed exactly and amounts within confDurTol and confFloatTol.
+func testStoreConformance(t *testing.T, newStore func(t *testing.T, clock *testclock.Clock) Store) {
 	for _, c := range conformanceCases {
 		c := c
 		t.Run(c.name, func(t *testing.T) {
-			clock := &fakeClock{now: confEpoch}
+			clock := testclock.New(testclock.Epoch)
 			r := &confRun{t: t, clock: clock, store: newStore(t, clock), prefix: confNonce + "/" + t.Name() + "/"}
 			c.run(r)
 		})
@@ -48,7 +45,7 @@ func testStoreConformance(t *testing.T, newStore func(t *testing.T, clock *fakeC
 }
 
 func TestMemoryStoreConformance(t *testing.T) {
-	testStoreConformance(t, func(t *testing.T, clock *fakeClock) Store {
+	testStoreConformance(t, func(t *testing.T, clock *testclock.Clock) Store {
 		s, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
 		if err != nil {
 			t.Fatal(err)
@@ -60,7 +57,7 @@ func TestMemoryStoreConformance(t *testing.T) {
 // confRun is one conformance subtest's store, clock and key space.
 type confRun struct {
 	t      *testing.T
-	clock  *fakeClock
+	clock  *testclock.Clock
 	store  Store
 	prefix string // prepended to every key
 	// charged holds the last admission of each limit and key, which
@@ -92,8 +89,8 @@ func (r *confRun) limit(name string, alg Algorithm, rate string, burst float64, 
 	return l
 }
 
-// at sets the clock to confEpoch + d.
-func (r *confRun) at(d time.Duration) { r.clock.Set(confEpoch + int64(d)) }
+// at sets the clock to testclock.Epoch + d.
+func (r *confRun) at(d time.Duration) { r.clock.Set(testclock.Epoch + int64(d)) }
 
 func (r *confRun) ask(l *Limit, key string, cost float64) Ask {
 	return Ask{Limit: l, Key: r.prefix + key, Cost: cost}
@@ -314,9 +311,9 @@ func confInitialBurst(r *confRun) {
 }
 
 // sub returns r for a nested subtest t: same store and clock (set back to
-// confEpoch), keys unique to t.
+// testclock.Epoch), keys unique to t.
 func (r *confRun) sub(t *testing.T) *confRun {
-	r.clock.Set(confEpoch)
+	r.clock.Set(testclock.Epoch)
 	return &confRun{t: t, clock: r.clock, store: r.store, prefix: confNonce + "/" + t.Name() + "/"}
 }
 

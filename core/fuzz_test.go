@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testclock"
 )
 
 // FuzzParseRate: any text either fails to parse with an error naming the
@@ -30,7 +32,7 @@ func FuzzParseRate(f *testing.F) {
 		for _, alg := range Algorithms {
 			l := &Limit{Name: "f", Algorithm: alg, Rate: r, Burst: burst}
 			if l.Validate() == nil {
-				if _, d := l.Decide(State{}, confEpoch, 1); !d.Allowed && d.RetryAfter == 0 {
+				if _, d := l.Decide(State{}, testclock.Epoch, 1); !d.Allowed && d.RetryAfter == 0 {
 					t.Fatalf("%s %v burst %v: a fresh state rejects with no Retry-After", alg, r, burst)
 				}
 			}

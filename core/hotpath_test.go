@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testclock"
 )
 
 // TestDecideReturnsExpiry: the expiry decide returns for the next state,
@@ -27,7 +29,7 @@ func TestDecideReturnsExpiry(t *testing.T) {
 	rng := rand.New(rand.NewSource(7))
 	for _, l := range limits {
 		var s State
-		now := confEpoch
+		now := testclock.Epoch
 		for step := 0; step < 300; step++ {
 			now += rng.Int63n(int64(400*time.Millisecond)) - int64(50*time.Millisecond)
 			next := copyState(s)
@@ -69,7 +71,7 @@ func TestGateServeFastPathMatchesGeneral(t *testing.T) {
 		gateLimit(t, "lb", LeakyBucket, "1/s", 3),
 	}
 	for _, mode := range []Mode{Enforce, DryRun} {
-		now := confEpoch
+		now := testclock.Epoch
 		clock := func() int64 { return now }
 		fastStore, err := NewMemoryStore(MemoryConfig{MaxKeys: 1024, Clock: clock})
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/core/resp"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/resptest"
 )
 
 // flightLimit returns a validated limit of k requests in flight, with the
@@ -330,7 +331,7 @@ func TestFlightNoLeakUnderCancels(t *testing.T) {
 func flightRedisStore(t *testing.T) *RedisStore {
 	t.Helper()
 	srv := redistest.Start(t, redistest.Options{})
-	return newTestRedisStore(t, newRespClient(t, srv.Addr, 16), false)
+	return newTestRedisStore(t, resptest.Client(t, srv.Addr, 16), false)
 }
 
 func TestFlightRedisKPlusOne(t *testing.T) {
@@ -588,7 +589,7 @@ func TestFlightRedisCluster(t *testing.T) {
 // them, during the outage or after it.
 func TestFlightAcrossOutage(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	st := newTestRedisStore(t, newRespClient(t, srv.Addr, 8), false)
+	st := newTestRedisStore(t, resptest.Client(t, srv.Addr, 8), false)
 	const k = 4
 	l := flightLimit(t, "outage"+redisNonce, "", k)
 	local, _ := NewMemoryStore(MemoryConfig{})
@@ -657,7 +658,7 @@ func TestFlightAcrossOutage(t *testing.T) {
 // max_in_flight of them inside.
 func TestFlightAcrossOutageUnderLoad(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	st := newTestRedisStore(t, newRespClient(t, srv.Addr, 8), false)
+	st := newTestRedisStore(t, resptest.Client(t, srv.Addr, 8), false)
 	const k, workers, rounds = 3, 8, 1000
 	l := flightLimit(t, "outload"+redisNonce, "", k)
 	local, _ := NewMemoryStore(MemoryConfig{})

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/resptest"
+	"github.com/sluicehq/sluice/internal/testclock"
 )
 
 // redisLanePair returns two lanes of cfg's one limit on store, each on a
@@ -132,7 +134,7 @@ func TestServeLaneRedisMatchesGeneral(t *testing.T) {
 	remotes := []string{"192.0.2.1:1234", "[2001:db8::1]:443", "not an address", ""}
 	for _, reply := range replies {
 		f := startFakeRedis(t, reply, reply == "silent")
-		client := newRespClient(t, f.addr, 1)
+		client := resptest.Client(t, f.addr, 1)
 		store := newTestRedisStore(t, client, false)
 		l := redisTestLimit(t, "lane-redis", TokenBucket, "4/s", 5, 0)
 		spec, err := ParseKeySpec(nil, nil)
@@ -155,7 +157,7 @@ func TestServeLaneRedisMatchesGeneral(t *testing.T) {
 				cfg.Prefix = strings.Repeat("p", MaxKeyLength)
 			}
 			policy := StoreErrorPolicy(variant % 2)
-			clock := &fakeClock{now: confEpoch}
+			clock := testclock.New(testclock.Epoch)
 			var seen [2][]Verdict
 			lanes := redisLanePair(t, store, l, policy, clock.Now, cfg, &seen)
 			label := strconv.Quote(reply) + " variant " + strconv.Itoa(variant)
@@ -191,7 +193,7 @@ func TestServeLaneRedisMatchesGeneral(t *testing.T) {
 // between the two).
 func TestServeLaneRedisSystemClock(t *testing.T) {
 	f := startFakeRedis(t, "1 4 250000000 0 0 250000000", false)
-	store := newTestRedisStore(t, newRespClient(t, f.addr, 1), false)
+	store := newTestRedisStore(t, resptest.Client(t, f.addr, 1), false)
 	l := redisTestLimit(t, "lane-redis-clock", TokenBucket, "4/s", 5, 0)
 	spec, err := ParseKeySpec(nil, nil)
 	if err != nil {
@@ -225,7 +227,7 @@ func TestServeLaneRedisSystemClock(t *testing.T) {
 // gone.
 func TestServeLaneRedisScripts(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	client := newRespClient(t, srv.Addr, 2)
+	client := resptest.Client(t, srv.Addr, 2)
 	cs, direct, s := directStore(t, client)
 	l := redisTestLimit(t, "lane-redis-"+redisNonce, TokenBucket, "2/h", 3, 0)
 	spec, err := ParseKeySpec(nil, nil)
@@ -256,7 +258,7 @@ func TestServeLaneRedisScripts(t *testing.T) {
 	}
 	serve("after SCRIPT FLUSH", 200, "1", 2, 2)
 	serve("direct", 200, "0", 2, 2)
-	closed := newRespClient(t, srv.Addr, 1)
+	closed := resptest.Client(t, srv.Addr, 1)
 	closed.Close()
 	direct.Set(closed)
 	serve("direct client closed", 429, "0", 3, 2)

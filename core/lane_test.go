@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testclock"
 )
 
 // countingHandler counts the requests that reach it. Its parameters are
@@ -61,7 +63,7 @@ func TestServeLaneMatchesGate(t *testing.T) {
 	for li, lc := range limits {
 		for hi, hs := range headerSets {
 			for _, missing := range []MissingKey{MissingSkip, MissingShared} {
-				clock := &fakeClock{now: confEpoch}
+				clock := testclock.New(testclock.Epoch)
 				l := gateLimit(t, "api", lc.alg, lc.rate, lc.burst)
 				if l.MaxDelay = lc.maxDelay; l.Validate() != nil {
 					t.Fatalf("max delay %v refused", lc.maxDelay)
@@ -208,7 +210,7 @@ func TestServeLaneRelayedMatchesGate(t *testing.T) {
 	}
 	rng := rand.New(rand.NewSource(13))
 	for ri, ip := range rules {
-		clock := &fakeClock{now: confEpoch}
+		clock := testclock.New(testclock.Epoch)
 		l := gateLimit(t, "api", TokenBucket, "2/s", 0)
 		resp := Responder{Headers: DefaultHeaders, Body: BodyJSON}
 		laneStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
@@ -264,7 +266,7 @@ func TestServeLaneRelayedMatchesGate(t *testing.T) {
 // of a whole second (1 per 4 s, burst 10, cost 0.55, 1.4 s apart: Reset
 // 3000000001 ns, Next 3000000000 ns, t=3).
 func TestServeLaneNextRounding(t *testing.T) {
-	clock := &fakeClock{now: confEpoch}
+	clock := testclock.New(testclock.Epoch)
 	l := gateLimit(t, "api", TokenBucket, "1/4s", 10)
 	resp := Responder{Headers: DefaultHeaders}
 	ms, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
@@ -328,7 +330,7 @@ func TestServeLaneManyMatchesGate(t *testing.T) {
 	rng := rand.New(rand.NewSource(12))
 	for ai, ac := range algs {
 		for hi, hs := range headerSets {
-			clock := &fakeClock{now: confEpoch}
+			clock := testclock.New(testclock.Epoch)
 			per := gateLimit(t, "per", ac.alg, ac.rate, ac.burst)
 			if ac.alg == LeakyBucket {
 				per.MaxDelay = 1 // rejects what it would delay
@@ -398,7 +400,7 @@ func TestXRateLimitResetRoundsUp(t *testing.T) {
 		for _, hs := range []HeaderSet{DefaultHeaders, HeadersX} {
 			for _, via := range []string{"gate", "lane", "lane of two limits"} {
 				label := string(alg) + " headers " + strconv.Itoa(int(hs)) + " " + via
-				clock := &fakeClock{now: confEpoch + int64(frac)}
+				clock := testclock.New(testclock.Epoch + int64(frac))
 				l := gateLimit(t, "api", alg, "1/s", 0)
 				limits := []*Limit{l}
 				if via == "lane of two limits" {
@@ -426,9 +428,9 @@ func TestXRateLimitResetRoundsUp(t *testing.T) {
 				}
 				// The window of 1 per second began at the whole second:
 				// it ends 0.1 s from now.
-				whole := confEpoch + int64(frac) + int64(time.Second)
+				whole := testclock.Epoch + int64(frac) + int64(time.Second)
 				if alg == FixedWindow {
-					whole = confEpoch + int64(time.Second)
+					whole = testclock.Epoch + int64(time.Second)
 				}
 				want := strconv.FormatInt((whole+nsPerSecond-1)/nsPerSecond, 10)
 				for i, status := range []int{http.StatusOK, http.StatusTooManyRequests} {

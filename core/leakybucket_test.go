@@ -3,6 +3,8 @@ package core
 import (
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testclock"
 )
 
 // TestLeakyBucketRemainingMaxDelay: with MaxDelay, Remaining is the number
@@ -31,12 +33,12 @@ func TestLeakyBucketRemainingMaxDelay(t *testing.T) {
 		var s State
 		var d Decision
 		for i := 0; i < c.taken; i++ {
-			if s, d = l.Decide(s, confEpoch, 1); !d.Allowed {
+			if s, d = l.Decide(s, testclock.Epoch, 1); !d.Allowed {
 				t.Fatalf("MaxDelay %v: request %d rejected", c.maxDelay, i+1)
 			}
 		}
 		if c.taken == 0 {
-			_, d = l.Decide(s, confEpoch, 100) // rejected (cost above capacity); reports the empty queue
+			_, d = l.Decide(s, testclock.Epoch, 100) // rejected (cost above capacity); reports the empty queue
 		}
 		if d.Remaining != c.want {
 			t.Errorf("MaxDelay %v, %d taken: Remaining %v, want %v", c.maxDelay, c.taken, d.Remaining, c.want)
@@ -44,7 +46,7 @@ func TestLeakyBucketRemainingMaxDelay(t *testing.T) {
 		// Remaining is exact: that many unit requests pass now, one more does not.
 		n := 0
 		for n <= 20 {
-			next, e := l.Decide(s, confEpoch, 1)
+			next, e := l.Decide(s, testclock.Epoch, 1)
 			if !e.Allowed {
 				break
 			}
@@ -57,7 +59,7 @@ func TestLeakyBucketRemainingMaxDelay(t *testing.T) {
 	}
 	// Without MaxDelay only the queue's depth counts, fractions included.
 	l := algLimit(t, LeakyBucket, "5/s", 2.5, 0)
-	if _, d := l.Decide(State{}, confEpoch, 1); d.Remaining != 1.5 {
+	if _, d := l.Decide(State{}, testclock.Epoch, 1); d.Remaining != 1.5 {
 		t.Errorf("burst 2.5 after one request: Remaining %v, want 1.5", d.Remaining)
 	}
 }

@@ -10,12 +10,14 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testclock"
 )
 
-// memStore returns a MemoryStore on a fake clock at confEpoch.
-func memStore(t testing.TB, maxKeys int) (*MemoryStore, *fakeClock) {
+// memStore returns a MemoryStore on a fake clock at testclock.Epoch.
+func memStore(t testing.TB, maxKeys int) (*MemoryStore, *testclock.Clock) {
 	t.Helper()
-	clock := &fakeClock{now: confEpoch}
+	clock := testclock.New(testclock.Epoch)
 	s, err := NewMemoryStore(MemoryConfig{MaxKeys: maxKeys, Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testclock"
 )
 
 // TestPropertyInvariants drives every algorithm with random traces (fixed
@@ -85,7 +87,7 @@ func propTrace(t *testing.T, seed int64, rng *rand.Rand, l *Limit, steps int, ke
 			append([]interface{}{seed, l.Algorithm, l.Rate, l.Burst, l.MaxDelay, step}, args...)...)
 	}
 	unit := int64(l.unit)
-	now := confEpoch + rng.Int63n(l.period)
+	now := testclock.Epoch + rng.Int63n(l.period)
 	var s State
 	var adm []propAdmission
 	var lastStart int64 // leaky_bucket: departure of the previous admission

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/core/resp"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/resptest"
 )
 
 // fakeRedis is a RESP server for tests: it answers PING with PONG and
@@ -174,7 +175,7 @@ func (w *leavingWriter) WriteHeader(status int) { w.rec.WriteHeader(status) }
 // algorithm and key.
 func TestRedisDirectCommand(t *testing.T) {
 	f := startFakeRedis(t, "1 4 250000000 0 0 250000000", false)
-	client := newRespClient(t, f.addr, 1)
+	client := resptest.Client(t, f.addr, 1)
 	if s := newTestRedisStore(t, client, false); s.direct == nil || s.direct.client != client {
 		t.Fatal("a store of a *resp.Client holds no direct client")
 	}
@@ -260,7 +261,7 @@ func (c *countingEvals) ScriptLoad(ctx context.Context, script string) (string, 
 // SCRIPT FLUSH, and one whose direct client is closed, go through Client.
 func TestRedisDirect(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	client := newRespClient(t, srv.Addr, 2)
+	client := resptest.Client(t, srv.Addr, 2)
 	cs, direct, s := directStore(t, client)
 	uncounted := newTestRedisStore(t, client, false)
 	ctx := context.Background()
@@ -321,7 +322,7 @@ func TestRedisDirect(t *testing.T) {
 	}
 	counts("cost 2", 5*3+3+refunds, 3)
 
-	closed := newRespClient(t, srv.Addr, 1)
+	closed := resptest.Client(t, srv.Addr, 1)
 	closed.Close()
 	direct.Set(closed)
 	if v := directDecide(t, s, time.Second, l, "k", 1); v.Err != nil || !v.Decision.Allowed {

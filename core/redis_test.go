@@ -16,21 +16,9 @@ import (
 
 	"github.com/sluicehq/sluice/core/resp"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/resptest"
+	"github.com/sluicehq/sluice/internal/testclock"
 )
-
-// newRespClient connects to addr with a pool of poolSize connections,
-// closed by t.Cleanup.
-func newRespClient(t *testing.T, addr string, poolSize int) *resp.Client {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := resp.New(ctx, resp.Options{Addr: addr, PoolSize: poolSize})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
 
 func newTestRedisStore(t *testing.T, client Scripter, cluster bool) *RedisStore {
 	t.Helper()
@@ -70,8 +58,8 @@ var redisNonce = strconv.FormatInt(time.Now().UnixNano(), 36)
 
 func TestRedisStoreConformance(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	client := newRespClient(t, srv.Addr, 4)
-	testStoreConformance(t, func(t *testing.T, clock *fakeClock) Store {
+	client := resptest.Client(t, srv.Addr, 4)
+	testStoreConformance(t, func(t *testing.T, clock *testclock.Clock) Store {
 		s := newTestRedisStore(t, client, false)
 		s.clock = clock.Now
 		return s
@@ -84,8 +72,8 @@ func TestRedisStoreConformance(t *testing.T) {
 // same nanoseconds and the same floating-point operations as Limit.Decide.
 func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	clock := &fakeClock{now: confEpoch}
-	rs := newTestRedisStore(t, newRespClient(t, srv.Addr, 1), false)
+	clock := testclock.New(testclock.Epoch)
+	rs := newTestRedisStore(t, resptest.Client(t, srv.Addr, 1), false)
 	rs.clock = clock.Now
 	ms, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
 	if err != nil {
@@ -158,7 +146,7 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 		for i := range asks {
 			if got[i] != want[i] {
 				t.Fatalf("op %d, ask %d (%s, key %s, cost %v) at +%v:\nredis:  %+v\nmemory: %+v", op, i,
-					asks[i].Limit.Name, asks[i].Key, asks[i].Cost, time.Duration(clock.Now()-confEpoch), got[i], want[i])
+					asks[i].Limit.Name, asks[i].Key, asks[i].Cost, time.Duration(clock.Now()-testclock.Epoch), got[i], want[i])
 			}
 			if k := asks[i].Limit.Name + asks[i].Key; got[i].Allowed {
 				if admitted[k] = append(admitted[k], got[i]); len(admitted[k]) > 4 {
@@ -174,7 +162,7 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 // are admitted as there are tokens, on Redis's own clock.
 func TestRedisStoreRace(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := newTestRedisStore(t, newRespClient(t, srv.Addr, 4), false)
+	s := newTestRedisStore(t, resptest.Client(t, srv.Addr, 4), false)
 	raceLastToken(t, s, 500)
 }
 
@@ -233,7 +221,7 @@ func (c *countingScripter) ScriptLoad(ctx context.Context, script string) (strin
 // again, and again after SCRIPT FLUSH, transparently.
 func TestRedisStoreScriptFlush(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	client := newRespClient(t, srv.Addr, 1)
+	client := resptest.Client(t, srv.Addr, 1)
 	cs := &countingScripter{Scripter: client}
 	s := newTestRedisStore(t, cs, false)
 	l := redisTestLimit(t, "flush", TokenBucket, "10/s", 0, 0)
@@ -264,7 +252,7 @@ func TestRedisStoreScriptFlush(t *testing.T) {
 // context's deadline; once the server is back, the same store decides again.
 func TestRedisStoreOutage(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	s := newTestRedisStore(t, newRespClient(t, srv.Addr, 2), false)
+	s := newTestRedisStore(t, resptest.Client(t, srv.Addr, 2), false)
 	l := redisTestLimit(t, "outage", TokenBucket, "100/s", 0, 0)
 	key := redisNonce + "/outage"
 	redisTestTake(t, s, l, key, 1)
@@ -300,9 +288,9 @@ func TestRedisStoreOutage(t *testing.T) {
 // exactly, in every algorithm, and refunded exactly.
 func TestRedisStoreFractionalCost(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	client := newRespClient(t, srv.Addr, 1)
+	client := resptest.Client(t, srv.Addr, 1)
 	s := newTestRedisStore(t, client, false)
-	clock := &fakeClock{now: confEpoch}
+	clock := testclock.New(testclock.Epoch)
 	s.clock = clock.Now
 	for _, alg := range Algorithms {
 		burst := 0.0
@@ -337,7 +325,7 @@ func TestRedisStoreFractionalCost(t *testing.T) {
 // fresh key.
 func TestRedisStoreKeys(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	client := newRespClient(t, srv.Addr, 1)
+	client := resptest.Client(t, srv.Addr, 1)
 	ctx := context.Background()
 	tests := []struct {
 		alg     Algorithm
@@ -406,15 +394,15 @@ func sha256Of(s string) []byte {
 // request into its newest entry instead of growing.
 func TestRedisStoreLogMerge(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	client := newRespClient(t, srv.Addr, 1)
+	client := resptest.Client(t, srv.Addr, 1)
 	s := newTestRedisStore(t, client, false)
-	clock := &fakeClock{now: confEpoch}
+	clock := testclock.New(testclock.Epoch)
 	s.clock = clock.Now
 	l := redisTestLimit(t, "merge", SlidingWindowLog, strconv.Itoa(MaxLogQuota)+"/m", 0, 0)
 	key := redisNonce + "/merge"
 	name := s.key(l, key)
 	// Fill the log with MaxLogQuota−1 entries of 0.25 at the clock's instant.
-	now := strconv.FormatInt(confEpoch/1e9, 10) + " 0"
+	now := strconv.FormatInt(testclock.Epoch/1e9, 10) + " 0"
 	push := []string{"RPUSH", name + ":log"}
 	for i := 0; i < MaxLogQuota-1; i++ {
 		push = append(push, now+" 0.25")
@@ -582,84 +570,9 @@ func TestKeySlot(t *testing.T) {
 	}
 }
 
-// clusterScripter is a minimal Redis Cluster Scripter for tests: it sends
-// each script to the node that owns its keys' slot, per CLUSTER SLOTS, and
-// loads scripts on every node.
-type clusterScripter struct {
-	nodes []*resp.Client
-	owner [16384]int // index into nodes, per slot
-}
-
-func newClusterScripter(t *testing.T, c *redistest.Cluster) *clusterScripter {
-	t.Helper()
-	cs := &clusterScripter{}
-	index := map[string]int{}
-	for i, addr := range c.Addrs {
-		cs.nodes = append(cs.nodes, newRespClient(t, addr, 4))
-		index[addr] = i
-	}
-	v, err := cs.nodes[0].Do(context.Background(), "CLUSTER", "SLOTS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ranges, _ := v.([]interface{})
-	covered := 0
-	for _, r := range ranges {
-		f, _ := r.([]interface{})
-		if len(f) < 3 {
-			t.Fatalf("CLUSTER SLOTS: unexpected entry %v", r)
-		}
-		master, _ := f[2].([]interface{})
-		from, _ := f[0].(int64)
-		to, _ := f[1].(int64)
-		if len(master) < 2 {
-			t.Fatalf("CLUSTER SLOTS: unexpected entry %v", r)
-		}
-		host, _ := master[0].(string)
-		port, _ := master[1].(int64)
-		node, ok := index[host+":"+strconv.FormatInt(port, 10)]
-		if !ok {
-			t.Fatalf("CLUSTER SLOTS: unknown node %v", master)
-		}
-		for slot := from; slot <= to; slot++ {
-			cs.owner[slot] = node
-			covered++
-		}
-	}
-	if covered != 16384 {
-		t.Fatalf("CLUSTER SLOTS covers %d slots", covered)
-	}
-	return cs
-}
-
-func (c *clusterScripter) EvalSha(ctx context.Context, sha string, keys, args []string) (interface{}, error) {
-	if len(keys) == 0 {
-		return nil, errors.New("clusterScripter: no keys")
-	}
-	slot := resp.KeySlot(keys[0])
-	for _, k := range keys[1:] {
-		if resp.KeySlot(k) != slot {
-			return nil, errors.New("CROSSSLOT Keys in request don't hash to the same slot")
-		}
-	}
-	return c.nodes[c.owner[slot]].EvalSha(ctx, sha, keys, args)
-}
-
-func (c *clusterScripter) ScriptLoad(ctx context.Context, script string) (string, error) {
-	var sha string
-	for _, n := range c.nodes {
-		s, err := n.ScriptLoad(ctx, script)
-		if err != nil {
-			return "", err
-		}
-		sha = s
-	}
-	return sha, nil
-}
-
 func TestRedisStoreCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
-	cs := newClusterScripter(t, cluster)
+	cs := resptest.NewClusterScripter(t, cluster.Addrs)
 	s := newTestRedisStore(t, cs, true)
 	ctx := context.Background()
 
@@ -668,7 +581,7 @@ func TestRedisStoreCluster(t *testing.T) {
 		for _, key := range []string{"a", "b{c}", "}{", strings.Repeat("z", 500)} {
 			name := s.key(l, key)
 			for _, n := range []string{name, name + ":log"} {
-				v, err := cs.nodes[0].Do(ctx, "CLUSTER", "KEYSLOT", n)
+				v, err := cs.Nodes[0].Do(ctx, "CLUSTER", "KEYSLOT", n)
 				if err != nil || v != int64(resp.KeySlot(n)) {
 					t.Errorf("CLUSTER KEYSLOT %q = %v, %v; keySlot says %d", n, v, err, resp.KeySlot(n))
 				}
@@ -732,7 +645,7 @@ func TestRedisStoreCluster(t *testing.T) {
 // period read as thousands of years ahead: every request rejected, for ever.
 func TestRedisStoreRateChange(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	client := newRespClient(t, srv.Addr, 1)
+	client := resptest.Client(t, srv.Addr, 1)
 	ctx := context.Background()
 	const maxPTTL = int64(2*time.Hour/time.Millisecond) + 1000
 	checkPTTL := func(t *testing.T, s *RedisStore, l *Limit, key string) {
@@ -757,7 +670,7 @@ func TestRedisStoreRateChange(t *testing.T) {
 			longest = 2 * time.Hour // the count moves to the previous window
 		}
 		t.Run(string(alg)+"/memory", func(t *testing.T) {
-			clock := &fakeClock{now: confEpoch}
+			clock := testclock.New(testclock.Epoch)
 			rs := newTestRedisStore(t, client, false)
 			rs.clock = clock.Now
 			ms, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
@@ -769,7 +682,7 @@ func TestRedisStoreRateChange(t *testing.T) {
 				t.Helper()
 				got, want := redisTestTake(t, rs, l, key, 1), redisTestTake(t, ms, l, key, 1)
 				if got != want {
-					t.Fatalf("%s at +%v:\nredis:  %+v\nmemory: %+v", l.Rate, time.Duration(clock.Now()-confEpoch), got, want)
+					t.Fatalf("%s at +%v:\nredis:  %+v\nmemory: %+v", l.Rate, time.Duration(clock.Now()-testclock.Epoch), got, want)
 				}
 				return got
 			}
@@ -815,7 +728,7 @@ func TestRedisStoreRateChange(t *testing.T) {
 // other ask is neither charged nor refunded.
 func TestRedisScriptsWriteNothingOnError(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	client := newRespClient(t, srv.Addr, 1)
+	client := resptest.Client(t, srv.Addr, 1)
 	s := newTestRedisStore(t, client, false)
 	ctx := context.Background()
 	good := redisTestLimit(t, "atomic-good", FixedWindow, "10/h", 0, 0)
@@ -855,9 +768,9 @@ func TestRedisScriptsWriteNothingOnError(t *testing.T) {
 // a full bucket's refill or queue, one period, or two for the counter.
 func TestRedisStoreTTLBound(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	client := newRespClient(t, srv.Addr, 1)
+	client := resptest.Client(t, srv.Addr, 1)
 	s := newTestRedisStore(t, client, false)
-	clock := &fakeClock{}
+	clock := &testclock.Clock{}
 	s.clock = clock.Now
 	ctx := context.Background()
 	for _, alg := range Algorithms {
@@ -867,9 +780,9 @@ func TestRedisStoreTTLBound(t *testing.T) {
 			most += int64(time.Hour / time.Millisecond)
 		}
 		key := redisNonce + "/ttl-bound"
-		clock.Set(confEpoch + int64(3*time.Hour))
+		clock.Set(testclock.Epoch + int64(3*time.Hour))
 		redisTestTake(t, s, l, key, 1)
-		clock.Set(confEpoch)
+		clock.Set(testclock.Epoch)
 		redisTestTake(t, s, l, key, 1)
 		v, err := client.Do(ctx, "PTTL", s.key(l, key))
 		if ms, ok := v.(int64); err != nil || !ok || ms <= 0 || ms > most {

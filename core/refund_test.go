@@ -5,6 +5,8 @@ import (
 	"math/rand"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testclock"
 )
 
 // TestRefundNeverBeatsReplay: refunding any admission of a random history
@@ -37,7 +39,7 @@ func TestRefundNeverBeatsReplay(t *testing.T) {
 		for trial := 0; trial < 2000; trial++ {
 			var s State
 			var hist []charge
-			now := confEpoch
+			now := testclock.Epoch
 			for i := 1 + rng.Intn(12); i > 0; i-- {
 				now += rng.Int63n(int64(250 * time.Millisecond))
 				cost := costs[rng.Intn(len(costs))]
@@ -83,7 +85,7 @@ func TestRefundNeverBeatsReplay(t *testing.T) {
 				if dg.Remaining > dr.Remaining+1e-6 || pg.Allowed && !pr.Allowed || last && math.Abs(dg.Remaining-dr.Remaining) > 1e-6 {
 					t.Fatalf("%s %v burst %v max delay %v, trial %d: refunding admission %d of %d (cost %v at +%v) at +%v, then at +%v: %+v; the history without it: %+v",
 						l.Algorithm, l.Rate, l.Burst, l.MaxDelay, trial, k+1, len(hist), hist[k].cost,
-						time.Duration(hist[k].at-confEpoch), time.Duration(now-confEpoch), p, dg, dr)
+						time.Duration(hist[k].at-testclock.Epoch), time.Duration(now-testclock.Epoch), p, dg, dr)
 				}
 			}
 		}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/resptest"
+	"github.com/sluicehq/sluice/internal/testclock"
 )
 
 // shapingLimits are the limits that make requests wait, each with the most
@@ -36,7 +38,7 @@ func shapingLimits(t *testing.T) []struct {
 // key, some of which give up while they wait and are refunded (Refund with
 // their decision, as a Gate does), and fails if the requests that proceed
 // (at their admission plus Delay) ever exceed bound in a period.
-func checkShaping(t *testing.T, store Store, clock *fakeClock, l *Limit, key string, bound float64, seed int64) {
+func checkShaping(t *testing.T, store Store, clock *testclock.Clock, l *Limit, key string, bound float64, seed int64) {
 	t.Helper()
 	ctx := context.Background()
 	rng := rand.New(rand.NewSource(seed))
@@ -99,7 +101,7 @@ func checkShaping(t *testing.T, store Store, clock *fakeClock, l *Limit, key str
 		}
 		if n := float64(j - i); n > bound {
 			t.Fatalf("%s (seed %d): %v requests proceed in the period from +%v, want at most %v (%d cancelled)",
-				l.Name, seed, n, time.Duration(proceeded[i]-confEpoch), bound, cancelled)
+				l.Name, seed, n, time.Duration(proceeded[i]-testclock.Epoch), bound, cancelled)
 		}
 	}
 }
@@ -109,7 +111,7 @@ func checkShaping(t *testing.T, store Store, clock *fakeClock, l *Limit, key str
 func TestShapingBoundWithCancels(t *testing.T) {
 	for _, c := range shapingLimits(t) {
 		for seed := int64(1); seed <= 20; seed++ {
-			clock := &fakeClock{now: confEpoch}
+			clock := testclock.New(testclock.Epoch)
 			ms, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
 			if err != nil {
 				t.Fatal(err)
@@ -123,10 +125,10 @@ func TestShapingBoundWithCancels(t *testing.T) {
 // real Redis, whose scripts decide and refund.
 func TestRedisShapingBoundWithCancels(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	client := newRespClient(t, srv.Addr, 1)
+	client := resptest.Client(t, srv.Addr, 1)
 	for _, c := range shapingLimits(t) {
 		for seed := int64(1); seed <= 5; seed++ {
-			clock := &fakeClock{now: confEpoch}
+			clock := testclock.New(testclock.Epoch)
 			s := newTestRedisStore(t, client, false)
 			s.clock = clock.Now
 			checkShaping(t, s, clock, c.l, redisNonce+"/shape/"+string(rune('a'+seed)), c.bound, seed)
@@ -164,7 +166,7 @@ func (s *signalStore) Refund(ctx context.Context, asks []Ask, charged []Decision
 // taken: refunding them let the four newcomers leave at 300 to 450 ms
 // beside the requests still queued there, 13 in the period from 300 ms.
 func TestGateShapingWithClientsThatHangUp(t *testing.T) {
-	clock := &fakeClock{now: confEpoch}
+	clock := testclock.New(testclock.Epoch)
 	ms, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +240,7 @@ func TestGateShapingWithClientsThatHangUp(t *testing.T) {
 		_, cancel := send()
 		cancels = append(cancels, cancel)
 	}
-	clock.Set(confEpoch + int64(500*time.Millisecond))
+	clock.Set(testclock.Epoch + int64(500*time.Millisecond))
 	for i := 0; i < 10; i++ {
 		_, cancel := send()
 		cancels = append(cancels, cancel)
@@ -251,7 +253,7 @@ func TestGateShapingWithClientsThatHangUp(t *testing.T) {
 			j++
 		}
 		if j-i > 10 {
-			t.Fatalf("%d requests proceed in the period from +%v, want at most 10", j-i, time.Duration(departures[i]-confEpoch))
+			t.Fatalf("%d requests proceed in the period from +%v, want at most 10", j-i, time.Duration(departures[i]-testclock.Epoch))
 		}
 	}
 }

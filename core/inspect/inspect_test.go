@@ -10,6 +10,8 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/resptest"
+	"github.com/sluicehq/sluice/internal/testclock"
 )
 
 // inspectScale stretches the periods of inspectLimits and testInspector's
@@ -42,11 +44,11 @@ func inspectLimits(t *testing.T) []*core.Limit {
 // checks after each that Peek reports, without charging, what the
 // decision reported (remaining, reset, next), and that Delete makes the
 // limit whole.
-func testInspector(t *testing.T, newStore func(t *testing.T, clock *fakeClock) core.Store) {
+func testInspector(t *testing.T, newStore func(t *testing.T, clock *testclock.Clock) core.Store) {
 	ctx := context.Background()
 	for _, l := range inspectLimits(t) {
 		t.Run(string(l.Algorithm)+"/"+l.Name, func(t *testing.T) {
-			clock := &fakeClock{now: confEpoch}
+			clock := testclock.New(testclock.Epoch)
 			st := newStore(t, clock)
 			in := inspectorOf(t, st)
 			key := redisNonce + "/" + t.Name()
@@ -73,7 +75,7 @@ func testInspector(t *testing.T, newStore func(t *testing.T, clock *fakeClock) c
 					continue
 				}
 				if ks.Remaining != d.Remaining || ks.Reset != d.Reset || ks.Next != d.Next {
-					t.Fatalf("op %d at +%v: Peek %+v, decision %+v", op, time.Duration(clock.Now()-confEpoch), ks, d)
+					t.Fatalf("op %d at +%v: Peek %+v, decision %+v", op, time.Duration(clock.Now()-testclock.Epoch), ks, d)
 				}
 				delays := l.Algorithm == core.LeakyBucket || l.MaxDelay > 0
 				if ks.Queued < 0 || ks.Queued > 0 && !delays {
@@ -105,7 +107,7 @@ func testInspector(t *testing.T, newStore func(t *testing.T, clock *fakeClock) c
 }
 
 func TestMemoryStoreInspector(t *testing.T) {
-	testInspector(t, func(t *testing.T, clock *fakeClock) core.Store {
+	testInspector(t, func(t *testing.T, clock *testclock.Clock) core.Store {
 		s, err := core.NewMemoryStore(core.MemoryConfig{Clock: clock.Now})
 		if err != nil {
 			t.Fatal(err)
@@ -116,9 +118,9 @@ func TestMemoryStoreInspector(t *testing.T) {
 
 func TestRedisStoreInspector(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	client := newRespClient(t, srv.Addr, 2)
+	client := resptest.Client(t, srv.Addr, 2)
 	for _, readable := range []bool{false, true} {
-		testInspector(t, func(t *testing.T, clock *fakeClock) core.Store {
+		testInspector(t, func(t *testing.T, clock *testclock.Clock) core.Store {
 			s, err := core.NewRedisStore(core.RedisConfig{Client: client, ReadableKeys: readable, Clock: clock.Now})
 			if err != nil {
 				t.Fatal(err)
@@ -132,8 +134,8 @@ func TestRedisStoreInspector(t *testing.T) {
 // bucket lends, in memory and in Redis.
 func TestInspectorQueued(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	clock := &fakeClock{now: confEpoch}
-	rs := newTestRedisStore(t, newRespClient(t, srv.Addr, 1), false, clock.Now)
+	clock := testclock.New(testclock.Epoch)
+	rs := newTestRedisStore(t, resptest.Client(t, srv.Addr, 1), false, clock.Now)
 	ms, err := core.NewMemoryStore(core.MemoryConfig{Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +164,7 @@ func TestInspectorQueued(t *testing.T) {
 // TestRedisStoreCountKeys counts a limit's states, the log lists left out.
 func TestRedisStoreCountKeys(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	client := newRespClient(t, srv.Addr, 1)
+	client := resptest.Client(t, srv.Addr, 1)
 	s, err := core.NewRedisStore(core.RedisConfig{Client: client, Prefix: "count*[x]:"})
 	if err != nil {
 		t.Fatal(err)
@@ -187,8 +189,8 @@ func TestRedisStoreCountKeys(t *testing.T) {
 // Cluster, where a state's keys share a slot; counting is refused.
 func TestRedisStoreInspectorCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
-	cs := newClusterScripter(t, cluster)
-	testInspector(t, func(t *testing.T, clock *fakeClock) core.Store {
+	cs := resptest.NewClusterScripter(t, cluster.Addrs)
+	testInspector(t, func(t *testing.T, clock *testclock.Clock) core.Store {
 		return newTestRedisStore(t, cs, true, clock.Now)
 	})
 	s := newTestRedisStore(t, cs, true, nil)
@@ -207,7 +209,7 @@ func TestInspectorInFlight(t *testing.T) {
 	}
 	ctx := context.Background()
 	srv := redistest.Start(t, redistest.Options{})
-	rs := newTestRedisStore(t, newRespClient(t, srv.Addr, 16), false, nil)
+	rs := newTestRedisStore(t, resptest.Client(t, srv.Addr, 16), false, nil)
 	for _, st := range []core.Store{ms, rs} {
 		rated := flightLimit(t, "peekrated", "100/h", 3) // refills 0.03 a second
 		only := flightLimit(t, "peekonly", "", 3)
@@ -255,11 +257,11 @@ func TestInspectorInFlight(t *testing.T) {
 // expires: Present is whether the limit is short of whole (Reset > 0).
 func TestInspectorWholeIsAbsent(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	client := newRespClient(t, srv.Addr, 1)
+	client := resptest.Client(t, srv.Addr, 1)
 	ctx := context.Background()
 	for _, l := range inspectLimits(t) {
 		for _, store := range []string{"memory", "redis"} {
-			clock := &fakeClock{now: confEpoch + 100*int64(time.Millisecond)}
+			clock := testclock.New(testclock.Epoch + 100*int64(time.Millisecond))
 			var st core.Store
 			if store == "memory" {
 				ms, err := core.NewMemoryStore(core.MemoryConfig{Clock: clock.Now})
@@ -284,7 +286,7 @@ func TestInspectorWholeIsAbsent(t *testing.T) {
 				}
 				if ks.Present != (ks.Reset > 0) || !ks.Present && ks != (KeyState{Remaining: l.Capacity()}) {
 					t.Fatalf("%s %s at +%v: %+v; want present exactly while the limit is short of whole, else absent and whole",
-						store, l.Name, time.Duration(clock.Now()-confEpoch), ks)
+						store, l.Name, time.Duration(clock.Now()-testclock.Epoch), ks)
 				}
 				if !ks.Present {
 					whole = true

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testclock"
 )
 
 // zipfTrace returns n keys drawn from a Zipf distribution of exponent s
@@ -47,7 +49,7 @@ func sketchAccuracy(t *testing.T, trace []string, counters, k int) (float64, flo
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := confEpoch - mod(confEpoch, int64(time.Minute))
+	now := testclock.Epoch - mod(testclock.Epoch, int64(time.Minute))
 	exact := map[string]float64{}
 	maxOver := 0.0
 	for _, key := range trace {
@@ -108,7 +110,7 @@ func TestHeavyHittersWindows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := &fakeClock{now: confEpoch - mod(confEpoch, int64(time.Minute))}
+	clock := testclock.New(testclock.Epoch - mod(testclock.Epoch, int64(time.Minute)))
 	h.Add(clock.Now(), "a", 3, 0, 0)
 	h.Add(clock.Now(), "b", 0, 10, 1)
 	clock.Advance(time.Minute) // a and b in the previous window
@@ -150,7 +152,7 @@ func TestHeavyHittersEviction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := confEpoch
+	now := testclock.Epoch
 	for i := 0; i < 8; i++ {
 		h.Add(now, "k"+strconv.Itoa(i), float64(i+2), 0, 0)
 	}
@@ -185,16 +187,16 @@ func TestHeavyHittersConcurrent(t *testing.T) {
 		go func(g int) {
 			defer wg.Done()
 			for i := 0; i < 500; i++ {
-				h.Add(confEpoch, "hot", 1, 2, 0)
-				h.Add(confEpoch, "g"+strconv.Itoa(g), 0, 1, 0)
+				h.Add(testclock.Epoch, "hot", 1, 2, 0)
+				h.Add(testclock.Epoch, "g"+strconv.Itoa(g), 0, 1, 0)
 			}
 		}(g)
 	}
 	wg.Wait()
-	if top := h.Top(confEpoch, WeightRejected, 1).Keys; !equalHitters(top, []HeavyHitter{{Key: "hot", Count: 2000}}) {
+	if top := h.Top(testclock.Epoch, WeightRejected, 1).Keys; !equalHitters(top, []HeavyHitter{{Key: "hot", Count: 2000}}) {
 		t.Errorf("rejected: %+v, want hot 2000", top)
 	}
-	if top := h.Top(confEpoch, WeightAdmitted, 5).Keys; len(top) != 5 || top[0] != (HeavyHitter{Key: "hot", Count: 4000}) || top[1].Count != 500 {
+	if top := h.Top(testclock.Epoch, WeightAdmitted, 5).Keys; len(top) != 5 || top[0] != (HeavyHitter{Key: "hot", Count: 4000}) || top[1].Count != 500 {
 		t.Errorf("admitted: %+v, want hot 4000, then 500 for each goroutine's key", top)
 	}
 }
@@ -262,7 +264,7 @@ func BenchmarkHeavyHittersAdd(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				h.Add(confEpoch, bc.trace[i&(1<<16-1)], 0, 1, 0)
+				h.Add(testclock.Epoch, bc.trace[i&(1<<16-1)], 0, 1, 0)
 			}
 		})
 	}
