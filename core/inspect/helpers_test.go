@@ -29,15 +29,27 @@ func newTestRedisStore(t *testing.T, client core.Scripter, cluster bool, clock c
 // testLimit returns a valid limit of the given parameters.
 func testLimit(t *testing.T, name string, alg core.Algorithm, rate string, burst float64, maxDelay time.Duration) *core.Limit {
 	t.Helper()
-	rt, err := core.ParseRate(rate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &core.Limit{Name: name, Algorithm: alg, Rate: rt, Burst: burst, MaxDelay: maxDelay}
+	return validLimit(t, core.Limit{Name: name, Algorithm: alg, Rate: testRate(t, rate), Burst: burst, MaxDelay: maxDelay})
+}
+
+// validLimit returns l once Validate has filled in its defaults, failing t
+// if it is not valid.
+func validLimit(t *testing.T, l core.Limit) *core.Limit {
+	t.Helper()
 	if err := l.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	return l
+	return &l
+}
+
+// testRate parses rate (core.ParseRate), failing t if it is not one.
+func testRate(t *testing.T, rate string) core.Rate {
+	t.Helper()
+	r, err := core.ParseRate(rate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // testTake takes cost for (l, key) from s and returns the decision.
@@ -48,24 +60,6 @@ func testTake(t *testing.T, s core.Store, l *core.Limit, key string, cost float6
 		t.Fatalf("Take: %v", err)
 	}
 	return out[0]
-}
-
-// flightLimit returns a valid limit of k requests in flight, with rate
-// ("" for none).
-func flightLimit(t *testing.T, name, rate string, k int) *core.Limit {
-	t.Helper()
-	l := &core.Limit{Name: name, MaxInFlight: k}
-	if rate != "" {
-		r, err := core.ParseRate(rate)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.Rate = r
-	}
-	if err := l.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return l
 }
 
 // flightGate returns a gate of limits on st whose Redis leases live ttl.

@@ -211,8 +211,8 @@ func TestInspectorInFlight(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	rs := newTestRedisStore(t, resptest.Client(t, srv.Addr, 16), false, nil)
 	for _, st := range []core.Store{ms, rs} {
-		rated := flightLimit(t, "peekrated", "100/h", 3) // refills 0.03 a second
-		only := flightLimit(t, "peekonly", "", 3)
+		rated := validLimit(t, core.Limit{Name: "peekrated", Rate: testRate(t, "100/h"), MaxInFlight: 3}) // refills 0.03 a second
+		only := validLimit(t, core.Limit{Name: "peekonly", MaxInFlight: 3})
 		g := flightGate(t, st, time.Minute, rated, only)
 		key := redisNonce + "/flight"
 		asks := []core.Ask{{Limit: rated, Key: key, Cost: 1}, {Limit: only, Key: key, Cost: 1}}

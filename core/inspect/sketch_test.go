@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"math/rand"
+	"reflect"
 	"runtime"
 	"sort"
 	"strconv"
@@ -118,20 +119,20 @@ func TestHeavyHittersWindows(t *testing.T) {
 	h.Add(clock.Now(), "c", 2, 0, 0)
 	top := h.Top(clock.Now(), WeightRejected, 10)
 	want := []HeavyHitter{{Key: "a", Count: 4}, {Key: "c", Count: 2}}
-	if !equalHitters(top.Keys, want) {
+	if !reflect.DeepEqual(top.Keys, want) {
 		t.Errorf("rejected: %+v, want %+v", top.Keys, want)
 	}
 	if got := top.Since; got != clock.Now()-int64(time.Minute) {
 		t.Errorf("since %d, want the previous window's start %d", got, clock.Now()-int64(time.Minute))
 	}
-	if got := h.Top(clock.Now(), WeightAdmitted, 10).Keys; !equalHitters(got, []HeavyHitter{{Key: "b", Count: 10}}) {
+	if got := h.Top(clock.Now(), WeightAdmitted, 10).Keys; !reflect.DeepEqual(got, []HeavyHitter{{Key: "b", Count: 10}}) {
 		t.Errorf("admitted: %+v", got)
 	}
-	if got := h.Top(clock.Now(), WeightNearLimit, 10).Keys; !equalHitters(got, []HeavyHitter{{Key: "b", Count: 1}}) {
+	if got := h.Top(clock.Now(), WeightNearLimit, 10).Keys; !reflect.DeepEqual(got, []HeavyHitter{{Key: "b", Count: 1}}) {
 		t.Errorf("near_limit: %+v", got)
 	}
 	clock.Advance(time.Minute) // the first window is forgotten
-	if got := h.Top(clock.Now(), WeightRejected, 10).Keys; !equalHitters(got, []HeavyHitter{{Key: "c", Count: 2}, {Key: "a", Count: 1}}) {
+	if got := h.Top(clock.Now(), WeightRejected, 10).Keys; !reflect.DeepEqual(got, []HeavyHitter{{Key: "c", Count: 2}, {Key: "a", Count: 1}}) {
 		t.Errorf("a window later: %+v, want c 2, a 1", got)
 	}
 	clock.Advance(2 * time.Minute) // both windows over
@@ -140,7 +141,7 @@ func TestHeavyHittersWindows(t *testing.T) {
 	}
 	clock.Advance(-time.Hour) // a clock stepped back counts in the current window
 	h.Add(clock.Now(), "d", 1, 0, 0)
-	if got := h.Top(clock.Now(), WeightRejected, 1).Keys; !equalHitters(got, []HeavyHitter{{Key: "d", Count: 1}}) {
+	if got := h.Top(clock.Now(), WeightRejected, 1).Keys; !reflect.DeepEqual(got, []HeavyHitter{{Key: "d", Count: 1}}) {
 		t.Errorf("after a step back: %+v", got)
 	}
 }
@@ -193,7 +194,7 @@ func TestHeavyHittersConcurrent(t *testing.T) {
 		}(g)
 	}
 	wg.Wait()
-	if top := h.Top(testclock.Epoch, WeightRejected, 1).Keys; !equalHitters(top, []HeavyHitter{{Key: "hot", Count: 2000}}) {
+	if top := h.Top(testclock.Epoch, WeightRejected, 1).Keys; !reflect.DeepEqual(top, []HeavyHitter{{Key: "hot", Count: 2000}}) {
 		t.Errorf("rejected: %+v, want hot 2000", top)
 	}
 	if top := h.Top(testclock.Epoch, WeightAdmitted, 5).Keys; len(top) != 5 || top[0] != (HeavyHitter{Key: "hot", Count: 4000}) || top[1].Count != 500 {
@@ -223,18 +224,6 @@ func TestNewHeavyHittersBounds(t *testing.T) {
 	if _, err := ParseWeight("cost"); err == nil {
 		t.Error("ParseWeight(cost): no error")
 	}
-}
-
-func equalHitters(a, b []HeavyHitter) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // BenchmarkHeavyHittersAdd measures one Add of an admitted cost, as the
