@@ -70,5 +70,7 @@
 //   - the engine: gate.go (decide, fallback, dry run, wait), breaker.go,
 //     inflight.go (in-flight slots)
 //   - the Traefik lane: lane.go
-//   - what only Caddy's admin API uses: inspect.go, sketch.go
+//   - hooks for package core/inspect (peek.go), which holds what only
+//     Caddy's admin API uses, key inspection and the heavy-hitter sketch,
+//     outside everything the Traefik plugin loads
 package core
