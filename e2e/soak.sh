@@ -300,7 +300,15 @@ if ! tl_wait_traefik "$tport" "$storm/traefik.log" /r1 60; then
 	tail -20 "$storm/traefik.log"
 	exit 1
 fi
-tgoroutines() { curl -s --max-time 5 "http://127.0.0.1:$aport/debug/pprof/goroutine?debug=1" | sed -n 's/^goroutine profile: total //p'; }
+# tgoroutines counts Traefik's goroutines after a garbage collection (the
+# heap profile's gc=1) and a moment for finalizers: Traefik keeps caches
+# (patrickmn/go-cache) whose janitor goroutine ends only when a collection
+# finds the cache of an old configuration unreachable.
+tgoroutines() {
+	curl -s --max-time 5 -o /dev/null "http://127.0.0.1:$aport/debug/pprof/heap?gc=1"
+	sleep 0.5
+	curl -s --max-time 5 "http://127.0.0.1:$aport/debug/pprof/goroutine?debug=1" | sed -n 's/^goroutine profile: total //p'
+}
 tvictim() { curl -s -o /dev/null -D - --max-time 5 -H "X-API-Key: victim" "http://127.0.0.1:$tport/r1" | tr -d '\r'; }
 newcalls() { grep -c 'Adding tracing to middleware.*middlewareName=storm@file' "$storm/traefik.log" || true; }
 for i in $(seq 1 12); do tvictim >/dev/null; done
