@@ -300,7 +300,7 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 		reset++
 	}
 	if !held {
-		s.room(sh, now)
+		room(s, sh, now)
 	}
 	sh.slots[h] = memSlot{t: t, a: deficit, exp: t + reset}
 	sh.mu.Unlock()
@@ -520,7 +520,7 @@ func laneDecide(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reque
 	exp := tokenBucket(l.limit, &st, now, l.cost, &v.Decision, 0, 0, 0, 0)
 	if v.Decision.Allowed {
 		if !held {
-			l.mem.room(sh, now)
+			room(l.mem, sh, now)
 		}
 		sh.slots[h] = memSlot{t: st.T, a: st.A, exp: exp}
 		v.Decision.mark = mark{t: st.T, a: st.A, ok: true} // take1's
@@ -790,8 +790,9 @@ func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 }
 
 // laneTake1 is MemoryStore.take1 fused with decide's dispatch, for
-// serveLaneOne: the hash, the clock reading, memShard.keep and a
-// sliding_window_log's load and save of its entries are inline. Its parameters after d are its
+// serveLaneOne: the hash, the clock reading, the load and save of the
+// state and a sliding_window_log's load of its entries are inline, and
+// memShard.keep is laneKeep. Its parameters after d are its
 // variables, which callers pass as zero values (see serveLaneTB).
 func laneTake1(s *MemoryStore, l *Limit, key string, cost float64, d *Decision,
 	h uint64, sh *memShard, sl memSlot, held bool, st State, ps *State, now, exp int64) int64 {
@@ -819,20 +820,16 @@ func laneTake1(s *MemoryStore, l *Limit, key string, cost float64, d *Decision,
 			st.Log = sh.logs[h]
 		}
 		exp = slidingLog(l, ps, now, cost, d, 0, 0, 0, nil)
-		if d.Allowed { // memShard.putLog, fused
+		if d.Allowed {
 			// Before room, which may forget another state (h is not held).
-			if len(st.Log) == 0 {
-				delete(sh.logs, h)
-			} else {
-				sh.logs[h] = st.Log
-			}
+			putLog(sh, h, st.Log)
 		}
 	default:
 		exp = slidingCounter(l, ps, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 	}
 	if d.Allowed {
 		if !held {
-			s.room(sh, now)
+			room(s, sh, now)
 		}
 		sh.slots[h] = memSlot{t: st.T, a: st.A, b: st.B, exp: exp}
 		d.mark = mark{t: st.T, a: st.A, ok: true}
@@ -929,10 +926,10 @@ func laneTakeMany(s *MemoryStore, asks []Ask, out []Decision,
 			st = &m.st
 			sh = &s.shards[m.h>>memShardShift]
 			if asks[i].Limit.Algorithm == SlidingWindowLog {
-				sh.putLog(m.h, st.Log)
+				putLog(sh, m.h, st.Log)
 			}
 			if _, held = sh.slots[m.h]; !held {
-				s.room(sh, now)
+				room(s, sh, now)
 			}
 			sh.slots[m.h] = memSlot{t: st.T, a: st.A, b: st.B, exp: m.exp}
 			out[i].mark = mark{t: st.T, a: st.A, ok: true}

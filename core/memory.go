@@ -151,10 +151,10 @@ func (sh *memShard) load(h uint64, l *Limit) (State, bool) {
 func (s *MemoryStore) save(sh *memShard, h uint64, l *Limit, st *State, exp, now int64) {
 	if l.Algorithm == SlidingWindowLog {
 		// Before room, which may forget another state of sh.
-		sh.putLog(h, st.Log)
+		putLog(sh, h, st.Log)
 	}
 	if _, held := sh.slots[h]; !held {
-		s.room(sh, now)
+		room(s, sh, now)
 	}
 	sh.slots[h] = memSlot{t: st.T, a: st.A, b: st.B, exp: exp}
 }
@@ -174,15 +174,17 @@ func (sh *memShard) keep(h uint64, l *Limit, now int64) {
 	}
 }
 
-// room prepares sh, whose mutex is held, for one new state at now. It
-// examines up to memSample states and forgets the first one expired for
-// memGrace, so that while new keys arrive, states of keys never seen again
-// do not outlive their expiry by long. (The grace keeps what a clock that
-// steps back a little, such as another instance's, still counts.) At the cap, if none of them has expired,
-// it forgets the one of them that expires first: the least valuable, since
-// forgetting a state hands its key a fresh one, and the state closest to
-// expiring is closest to fresh. Below the cap no live state is forgotten.
-func (s *MemoryStore) room(sh *memShard, now int64) {
+// room prepares sh, a shard of s whose mutex is held, for one new state
+// at now. It examines up to memSample states and forgets the first one
+// expired for memGrace, so that while new keys arrive, states of keys never
+// seen again do not outlive their expiry by long. (The grace keeps what a
+// clock that steps back a little, such as another instance's, still
+// counts.) At the cap, if none of them has expired, it forgets the one of
+// them that expires first: the least valuable, since forgetting a state
+// hands its key a fresh one, and the state closest to expiring is closest
+// to fresh. Below the cap no live state is forgotten. It is a function,
+// like putLog, for the Traefik lane's callers.
+func room(s *MemoryStore, sh *memShard, now int64) {
 	full := len(sh.slots) >= s.perShard
 	old := now - memGrace
 	if full {
@@ -208,8 +210,10 @@ func (s *MemoryStore) room(sh *memShard, now int64) {
 	}
 }
 
-// putLog stores the sliding_window_log entries of h.
-func (sh *memShard) putLog(h uint64, log []LogEntry) {
+// putLog stores the sliding_window_log entries of h in sh. It is a
+// function, not a method, so that the Traefik lane's callers pay less for
+// its call under Yaegi.
+func putLog(sh *memShard, h uint64, log []LogEntry) {
 	if len(log) == 0 {
 		delete(sh.logs, h)
 	} else {
