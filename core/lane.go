@@ -33,7 +33,6 @@ type Lane struct {
 	// exempt and exemptIP are LaneConfig's; exempt is nil without any.
 	exempt   []netip.Prefix
 	exemptIP *ClientIP
-	flight   bool // the gate has in-flight limits: Gate.Serve holds their slots
 
 	// mem: the gate's store is in memory and unwatched, so the lane
 	// takes from it directly. one: mem, and a single enforced limit,
@@ -153,7 +152,7 @@ type LaneAsk struct {
 // NewLane returns the lane of cfg.
 func NewLane(cfg LaneConfig) *Lane {
 	g := cfg.Gate
-	l := &Lane{gate: g, asks: cfg.Asks, specs: cfg.Specs, prefix: cfg.Prefix, resp: g.resp, observe: cfg.Observe, watch: cfg.Watch, flight: g.slots != nil}
+	l := &Lane{gate: g, asks: cfg.Asks, specs: cfg.Specs, prefix: cfg.Prefix, resp: g.resp, observe: cfg.Observe, watch: cfg.Watch}
 	if g.cfg.Mode == DryRun {
 		l.dryRun = cfg.DryRunHeader
 	}
@@ -771,11 +770,13 @@ func laneAsks(l *Lane, r *http.Request, keys []string, asks []Ask, i int, key st
 // the common case, one enforced token_bucket limit in the in-memory store
 // admitting a request, is written out here with as few values as it
 // takes: the key of an IPv4 peer, the lookup of MemoryStore.take1, the
-// admission of tokenBucket and the headers of Responder.SetHeaders (serveLaneTB).
-// So is the common decision on Redis (serveLaneRedis).
-// Everything else is in functions that it calls only when needed, since
-// entering a function pays for its whole body; the tests prove every path
-// identical to Gate.Serve's.
+// admission of tokenBucket and the headers of Responder.SetHeaders
+// (serveLaneTB). So are one limit of any algorithm in memory
+// (serveLaneOne), several in memory (laneMany) and the common decision on
+// Redis (serveLaneRedis), each in functions that it calls only when
+// needed, since entering a function pays for its whole body; the tests
+// prove every path identical to Gate.Serve's. Every other configuration
+// is Gate.Serve's own (serveLaneAny).
 func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
 	switch {
 	case l.tb:
