@@ -269,9 +269,8 @@ type memAsk struct {
 	newest LogEntry
 }
 
-// takeMany is Take for several asks, and returns the instant it decided
-// at.
-func (s *MemoryStore) takeMany(asks []Ask, out []Decision) int64 {
+// takeMany is Take for several asks.
+func (s *MemoryStore) takeMany(asks []Ask, out []Decision) {
 	var msBuf [maxAsks]memAsk
 	var orderBuf [maxAsks]int
 	ms, order := msBuf[:0], orderBuf[:0]
@@ -315,7 +314,6 @@ func (s *MemoryStore) takeMany(asks []Ask, out []Decision) int64 {
 	for _, i := range order {
 		s.shards[i].mu.Unlock()
 	}
-	return now
 }
 
 // shardOrder inserts shard i into order, the ascending shard indexes that
