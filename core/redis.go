@@ -343,9 +343,7 @@ func (s *RedisStore) Refund(ctx context.Context, asks []Ask, charged []Decision)
 }
 
 // takeAsks runs the take script once for asks, charging them all if they
-// all allow and charge is set, and decodes the decisions into out. Like
-// the functions it calls, it is a function and not a method: under Yaegi
-// a method call costs four times as much.
+// all allow and charge is set, and decodes the decisions into out.
 func (s *RedisStore) takeAsks(ctx context.Context, asks []Ask, out []Decision, charge bool) error {
 	keys, args := s.scriptArgs(asks, charge)
 	reply, err := s.Eval(ctx, redisTake, keys, args)
