@@ -402,7 +402,7 @@ func parseBody(s string) (core.BodyFormat, bool, error) {
 	}
 	f, err := core.ParseBodyFormat(s)
 	if err != nil {
-		return f, false, fmt.Errorf("body %q: unknown (want json, problem, text, none or error)", s)
+		return f, false, &core.FieldError{Field: "body", Value: s, Reason: "unknown (want json, problem, text, none or error)"}
 	}
 	return f, false, nil
 }

@@ -245,7 +245,7 @@ func (z *Zone) provision(ctx caddy.Context) error {
 		z.constKey = core.BoundKey(core.EscapeKey(z.Key))
 	}
 	if z.missing, err = core.ParseMissingKey(z.OnMissingKey); err != nil {
-		return fmt.Errorf("on_missing_key: %w", err)
+		return err
 	}
 	if ph := clientChosenPlaceholder(z.key()); ph != "" && z.missing == core.MissingSkip {
 		ctx.Logger().Info("a request without this placeholder's value is not limited by the zone (on_missing_key skip); set on_missing_key shared to count such requests under one key",

@@ -147,7 +147,7 @@ func TestZoneProvisionErrors(t *testing.T) {
 		{Zone{Name: "z", Rate: "10/s", IPv4Prefix: 40}, `ipv4_prefix "40": must be between 0 and 32`},
 		{Zone{Name: "z", Rate: "10/s", IPv6Prefix: -1}, `ipv6_prefix "-1": must be between 0 and 128`},
 		{Zone{Name: "z", Rate: "10/s", Cost: "0"}, `cost "0": must be positive`},
-		{Zone{Name: "z", Rate: "10/s", OnMissingKey: "drop"}, "on_missing_key:"},
+		{Zone{Name: "z", Rate: "10/s", OnMissingKey: "drop"}, `on_missing_key "drop": want skip or shared`},
 		{Zone{Name: "z", Rate: "10/s", MatchRaw: caddy.ModuleMap{"nosuchmatcher": []byte(`{}`)}}, "match:"},
 	}
 	for _, tt := range tests {

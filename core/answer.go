@@ -2,7 +2,6 @@ package core
 
 import (
 	"encoding/json"
-	"fmt"
 	"math"
 	"math/rand"
 	"net/http"
@@ -73,13 +72,13 @@ func ParseHeaderSet(names []string) (HeaderSet, error) {
 		case "off":
 			off = true
 		default:
-			return 0, fmt.Errorf("headers %q: unknown (want ietf, legacy, x or off)", n)
+			return 0, &FieldError{Field: "headers", Value: n, Reason: "unknown (want ietf, legacy, x or off)"}
 		}
 		given = true
 	}
 	if off {
 		if set != HeadersOff {
-			return 0, fmt.Errorf("headers %q: off cannot be combined with other header sets", strings.Join(names, ","))
+			return 0, &FieldError{Field: "headers", Value: strings.Join(names, ","), Reason: "off cannot be combined with other header sets"}
 		}
 		return HeadersOff, nil
 	}
@@ -134,7 +133,7 @@ func ParseBodyFormat(s string) (BodyFormat, error) {
 	case "none":
 		return BodyNone, nil
 	}
-	return 0, fmt.Errorf("body %q: unknown (want json, problem, text or none)", s)
+	return 0, &FieldError{Field: "body", Value: s, Reason: "unknown (want json, problem, text or none)"}
 }
 
 // Responder writes sluice's rate-limit headers and 429 answers. It is the

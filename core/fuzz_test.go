@@ -14,18 +14,18 @@ import (
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
-// FuzzParseRate: any text either fails to parse with an error naming the
-// rate, or parses to a rate that a limit then accepts or refuses, without
-// panicking.
+// FuzzParseRate: any text either fails to parse with a *FieldError of the
+// rate holding the text, or parses to a rate that a limit then accepts or
+// refuses, without panicking.
 func FuzzParseRate(f *testing.F) {
-	for _, s := range []string{"100/m", "10/1m30s", "2.5/s", "0.5/s", "1/2s", "10/100ms", "1e308/ns", "-1/s", "NaN/s", "5/", "/s", "1/9999999h", "7/1500ms"} {
+	for _, s := range []string{"", "100/m", "10/1m30s", "2.5/s", "0.5/s", "1/2s", "10/100ms", "1e308/ns", "-1/s", "NaN/s", "5/", "/s", "1/9999999h", "7/1500ms"} {
 		f.Add(s, 0.0)
 	}
 	f.Fuzz(func(t *testing.T, s string, burst float64) {
 		r, err := ParseRate(s)
 		if err != nil {
-			if !strings.HasPrefix(err.Error(), "rate ") {
-				t.Fatalf("ParseRate(%q): error %q does not name the rate", s, err)
+			if fe, ok := err.(*FieldError); !ok || fe.Field != "rate" || fe.Value != s {
+				t.Fatalf("ParseRate(%q): error %#v is not a FieldError of the rate holding the text", s, err)
 			}
 			return
 		}

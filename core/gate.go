@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -31,7 +30,7 @@ func ParseStoreErrorPolicy(s string) (StoreErrorPolicy, error) {
 	case "deny":
 		return FailClosed, nil
 	}
-	return FailOpen, fmt.Errorf("on_store_error %q: want allow or deny", s)
+	return FailOpen, &FieldError{Field: "on_store_error", Value: s, Reason: "want allow or deny"}
 }
 
 // Mode is how a Gate treats requests its limits reject.
@@ -55,7 +54,7 @@ func ParseMode(s string) (Mode, error) {
 	case "dry_run", "dry-run", "dryrun":
 		return DryRun, nil
 	}
-	return Enforce, fmt.Errorf("mode %q: want enforce or dry_run", s)
+	return Enforce, &FieldError{Field: "mode", Value: s, Reason: "want enforce or dry_run"}
 }
 
 // Outcome classifies a Gate's verdict, for metrics and logs.

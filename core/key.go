@@ -472,7 +472,7 @@ func ParseMissingKey(s string) (MissingKey, error) {
 	case "shared":
 		return MissingShared, nil
 	}
-	return 0, fmt.Errorf("missing key policy %q: unknown (want skip or shared)", s)
+	return 0, &FieldError{Field: "on_missing_key", Value: s, Reason: "want skip or shared"}
 }
 
 // String returns the policy's name as ParseMissingKey reads it.

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -71,14 +70,14 @@ type Rate struct {
 func ParseRate(s string) (Rate, error) {
 	q, p, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
-		return Rate{}, fmt.Errorf("rate %q: want <quota>/<period>, such as 100/m", s)
+		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "want <quota>/<period>, such as 100/m"}
 	}
 	quota, err := strconv.ParseFloat(strings.TrimSpace(q), 64)
 	if err != nil || math.IsNaN(quota) || math.IsInf(quota, 0) {
-		return Rate{}, fmt.Errorf("rate %q: quota %q is not a number", s, q)
+		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "quota " + strconv.Quote(q) + " is not a number"}
 	}
 	if quota <= 0 {
-		return Rate{}, fmt.Errorf("rate %q: quota must be positive", s)
+		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "quota must be positive"}
 	}
 	p = strings.TrimSpace(p)
 	var period time.Duration
@@ -95,16 +94,16 @@ func ParseRate(s string) (Rate, error) {
 		period = 24 * time.Hour
 	default:
 		if p == "" || (p[0] < '0' || p[0] > '9') {
-			return Rate{}, fmt.Errorf("rate %q: unknown unit %q (use ms, s, m, h, d or a duration such as 1m30s)", s, p)
+			return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "unknown unit " + strconv.Quote(p) + " (use ms, s, m, h, d or a duration such as 1m30s)"}
 		}
 		d, err := time.ParseDuration(p)
 		if err != nil {
-			return Rate{}, fmt.Errorf("rate %q: period %q: unknown unit or bad duration", s, p)
+			return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "period " + strconv.Quote(p) + ": unknown unit or bad duration"}
 		}
 		period = d
 	}
 	if period <= 0 {
-		return Rate{}, fmt.Errorf("rate %q: period must be positive", s)
+		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "period must be positive"}
 	}
 	return Rate{Quota: quota, Period: period}, nil
 }

@@ -314,7 +314,7 @@ func newLimit(l *Limit, ip *core.ClientIP, prefix string) (limit, error) {
 	}
 	missing, err := core.ParseMissingKey(l.OnMissingKey)
 	if err != nil {
-		return limit{}, fmt.Errorf("on_missing_key: %w", err)
+		return limit{}, err
 	}
 	cost := l.Cost
 	if cost == 0 {

@@ -318,7 +318,7 @@ func TestConfigErrors(t *testing.T) {
 		{"burst of a window", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", Algorithm: "fixed_window", Burst: 3})}, "burst: fixed_window takes its capacity"},
 		{"algorithm", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", Algorithm: "gcra"})}, `algorithm "gcra": unknown`},
 		{"key", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", Key: []string{"header"}})}, `limits[0] (api): key part "header": want header:<Name>`},
-		{"on_missing_key", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", OnMissingKey: "maybe"})}, "on_missing_key: "},
+		{"on_missing_key", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", OnMissingKey: "maybe"})}, `on_missing_key "maybe": want skip or shared`},
 		{"cost", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", Burst: 2, Cost: 3})}, `limits[0] (api): cost "3": above the capacity of 2`},
 		{"negative cost", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", Cost: -1})}, `cost "-1": must be positive`},
 		{"ipv6_prefix", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", IPv6Prefix: 129})}, `ipv6_prefix "129": must be between 0 and 128`},

@@ -176,7 +176,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 		}
 		if item.OnMissingKey != "" {
 			if missing, err = core.ParseMissingKey(strings.TrimSpace(item.OnMissingKey)); err != nil {
-				return nil, fmt.Errorf("%s.onMissingKey %q: want skip or shared", option, item.OnMissingKey)
+				return nil, fieldError(option+".", err)
 			}
 		}
 		c, costOption := cost, "cost"
@@ -365,6 +365,8 @@ var coreOptions = map[string]string{
 	"ca":                 "redis.tls.ca",
 	"sentinel.master":    "redis.sentinel.masterName",
 	"sentinel.addresses": "redis.sentinel.endpoints",
+	"on_missing_key":     "onMissingKey",
+	"on_store_error":     "onStoreError",
 }
 
 // fieldError is err, a core.FieldError or a core.LimitError, naming its
@@ -438,7 +440,7 @@ func parseSource(cfg *Config, s *settings) (*core.ClientIP, keyDefaults, error) 
 	}
 	if cfg.OnMissingKey != "" {
 		if keys.missing, err = core.ParseMissingKey(strings.TrimSpace(cfg.OnMissingKey)); err != nil {
-			return nil, keys, fmt.Errorf("onMissingKey %q: want skip or shared", cfg.OnMissingKey)
+			return nil, keys, fieldError("", err)
 		}
 	}
 	return ip, keys, nil
@@ -510,10 +512,10 @@ func parseClientIP(cfg *Config, st *IPStrategy, s *settings) (*core.ClientIP, er
 func parseAnswers(cfg *Config, s *settings) error {
 	var err error
 	if s.responder.Headers, err = core.ParseHeaderSet(parseList(cfg.Headers)); err != nil {
-		return err
+		return fieldError("", err)
 	}
 	if s.responder.Body, err = core.ParseBodyFormat(cfg.Body); err != nil {
-		return err
+		return fieldError("", err)
 	}
 	if s.responder.Jitter, err = parseNumber("retryJitter", cfg.RetryJitter, 0); err != nil {
 		return err
@@ -522,7 +524,7 @@ func parseAnswers(cfg *Config, s *settings) error {
 		return fieldError("", err)
 	}
 	if s.mode, err = core.ParseMode(cfg.Mode); err != nil {
-		return err
+		return fieldError("", err)
 	}
 	return nil
 }
@@ -531,7 +533,7 @@ func parseAnswers(cfg *Config, s *settings) error {
 func parseStore(cfg *Config, s *settings) error {
 	var err error
 	if s.policy, err = core.ParseStoreErrorPolicy(cfg.OnStoreError); err != nil {
-		return fmt.Errorf("onStoreError %q: want allow or deny", cfg.OnStoreError)
+		return fieldError("", err)
 	}
 	switch strings.ToLower(strings.TrimSpace(cfg.Fallback)) {
 	case "", "none":
