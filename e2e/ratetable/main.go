@@ -18,6 +18,13 @@
 // the cases of a minute. The cases of a few seconds run one after another,
 // each with its three variants at once; the cases of a minute run all at
 // once. Every loop is bounded by its duration.
+//
+// Each variant's slowest answer is reported. A request the table does not
+// model, one answered after more than stallAfter (on a loaded machine a
+// connection's SYN dropped from a full accept queue waits a second to be
+// sent again), costs its variant that long's admissions; a case that fails
+// while one of its variants saw such a stall runs once more, and only the
+// second run counts. A case failing without a stall fails at once.
 package main
 
 import (
@@ -57,6 +64,17 @@ var cases = []rateCase{
 // variants are the middlewares each case runs through, by path prefix.
 var variants = []string{"builtin", "sluice", "redis"}
 
+// stallAfter is the slowest answer a run of a case allows before its
+// failure is put down to the machine: the longest wait the table's
+// limits ask for is 500 ms (the built-in's maxDelay below 1/s).
+const stallAfter = 750 * time.Millisecond
+
+// A result is what one variant of a case saw.
+type result struct {
+	admitted int
+	slowest  time.Duration // the slowest answer
+}
+
 func main() {
 	into := flag.String("into", "", "add the routers and middlewares to this file-provider configuration")
 	redis := flag.String("redis", "", "host:port of the Redis of the redis variant (with -into)")
@@ -84,13 +102,10 @@ func main() {
 		}
 	}
 	for _, i := range short {
-		failed = report(cases[i], run(*base, []int{i})[i]) || failed
+		failed = check(*base, []int{i}) || failed
 	}
 	if len(longCases) > 0 {
-		counts := run(*base, longCases)
-		for _, i := range longCases {
-			failed = report(cases[i], counts[i]) || failed
-		}
+		failed = check(*base, longCases) || failed
 	}
 	if failed {
 		os.Exit(1)
@@ -140,22 +155,55 @@ func addConfig(path, redis string) error {
 	return os.WriteFile(path, []byte(text), 0o644)
 }
 
-// run runs the cases idx with all their variants at once and returns the
-// requests admitted, by case and variant.
-func run(base string, idx []int) map[int]map[string]int {
-	counts := map[int]map[string]int{}
+// check runs the cases idx at once, runs again those that failed beside a
+// stall, and reports whether any failed.
+func check(base string, idx []int) bool {
+	results := run(base, idx)
+	var again []int
+	for _, i := range idx {
+		if problems(cases[i], results[i]) != nil && stalled(results[i]) {
+			report(cases[i], results[i], " (stalled: run again)")
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		for i, r := range run(base, again) {
+			results[i] = r
+		}
+	}
+	failed := false
+	for _, i := range idx {
+		failed = report(cases[i], results[i], "") || failed
+	}
+	return failed
+}
+
+// stalled reports whether a variant saw an answer slower than stallAfter.
+func stalled(rs map[string]result) bool {
+	for _, r := range rs {
+		if r.slowest > stallAfter {
+			return true
+		}
+	}
+	return false
+}
+
+// run runs the cases idx with all their variants at once and returns what
+// each saw, by case and variant.
+func run(base string, idx []int) map[int]map[string]result {
+	counts := map[int]map[string]result{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, i := range idx {
-		counts[i] = map[string]int{}
+		counts[i] = map[string]result{}
 		for _, v := range variants {
 			i, v := i, v
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				n := load(fmt.Sprintf("%s/rt-%s-%d", base, v, i), cases[i])
+				r := load(fmt.Sprintf("%s/rt-%s-%d", base, v, i), cases[i])
 				mu.Lock()
-				counts[i][v] = n
+				counts[i][v] = r
 				mu.Unlock()
 			}()
 		}
@@ -167,30 +215,34 @@ func run(base string, idx []int) map[int]map[string]int {
 // load is the loop of Traefik's test: one client sends a request, waits
 // for its answer (a delayed one included), and the next tick, after the
 // initial requests, which go as fast as the answers come; it returns the
-// number answered 200.
-func load(url string, c rateCase) int {
+// number answered 200 and the slowest answer.
+func load(url string, c rateCase) result {
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	ticker := time.NewTicker(time.Second / time.Duration(c.load))
 	defer ticker.Stop()
-	admitted := 0
+	var r result
 	for end := time.Now().Add(c.duration); !time.Now().After(end); {
+		start := time.Now()
 		if resp, err := client.Get(url); err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				admitted++
+				r.admitted++
 			}
 		}
-		if c.initial > 0 && admitted < c.initial {
+		if took := time.Since(start); took > r.slowest {
+			r.slowest = took
+		}
+		if c.initial > 0 && r.admitted < c.initial {
 			continue
 		}
 		<-ticker.C
 	}
-	return admitted
+	return r
 }
 
-// report prints a case's counts and reports whether it failed.
-func report(c rateCase, counts map[string]int) bool {
+// want is what the table wants of c, and the most any variant may admit.
+func want(c rateCase) (want, most int) {
 	period := c.period
 	if period == 0 {
 		period = time.Second
@@ -199,35 +251,55 @@ func report(c rateCase, counts map[string]int) bool {
 	if burst < 1 {
 		burst = 1
 	}
-	want := int(float64(c.average)*float64(c.duration)/float64(period)) + burst
-	most := want*102/100 + 1
-	near := want * 3 / 100
+	want = int(float64(c.average)*float64(c.duration)/float64(period)) + burst
+	return want, want*102/100 + 1
+}
+
+// problems lists what is wrong with the results rs of c: a variant
+// admitting more than the table allows, or sluice admitting other than
+// the built-in.
+func problems(c rateCase, rs map[string]result) []string {
+	w, most := want(c)
+	near := w * 3 / 100
 	if near < 2 {
 		near = 2
 	}
-	var problems []string
+	var ps []string
 	for _, v := range variants {
-		if counts[v] > most {
-			problems = append(problems, fmt.Sprintf("%s admitted %d > %d", v, counts[v], most))
+		if rs[v].admitted > most {
+			ps = append(ps, fmt.Sprintf("%s admitted %d > %d", v, rs[v].admitted, most))
 		}
 	}
 	for _, v := range variants[1:] {
-		if d := counts[v] - counts["builtin"]; d > near || -d > near {
-			problems = append(problems, fmt.Sprintf("%s admitted %d, the built-in %d (differ by more than %d)", v, counts[v], counts["builtin"], near))
+		if d := rs[v].admitted - rs["builtin"].admitted; d > near || -d > near {
+			ps = append(ps, fmt.Sprintf("%s admitted %d, the built-in %d (differ by more than %d)", v, rs[v].admitted, rs["builtin"].admitted, near))
 		}
 	}
+	return ps
+}
+
+// report prints the results rs of c, followed by note when it is not
+// empty (then as a remark, not a verdict), and reports whether c failed.
+func report(c rateCase, rs map[string]result, note string) bool {
+	w, _ := want(c)
 	slow := ""
-	if counts["builtin"] < want*95/100 {
+	if rs["builtin"].admitted < w*95/100 {
 		slow = " (the built-in below 95 %: a loaded machine)"
 	}
+	ps := problems(c, rs)
 	status := "PASS"
-	if len(problems) > 0 {
+	switch {
+	case note != "":
+		status = "NOTE"
+	case len(ps) > 0:
 		status = "FAIL"
 	}
-	fmt.Printf("%s: rate table %q: want %d, built-in %d, sluice %d, sluice+redis %d%s", status, c.desc, want, counts["builtin"], counts["sluice"], counts["redis"], slow)
-	if len(problems) > 0 {
-		fmt.Printf(": %s", strings.Join(problems, "; "))
+	fmt.Printf("%s: rate table %q: want %d, built-in %d, sluice %d, sluice+redis %d%s; slowest answers %v, %v, %v%s",
+		status, c.desc, w, rs["builtin"].admitted, rs["sluice"].admitted, rs["redis"].admitted, slow,
+		rs["builtin"].slowest.Round(time.Millisecond), rs["sluice"].slowest.Round(time.Millisecond), rs["redis"].slowest.Round(time.Millisecond), note)
+	if len(ps) > 0 {
+		fmt.Printf(": %s", strings.Join(ps, "; "))
 	}
 	fmt.Println()
-	return len(problems) > 0
+	return note == "" && len(ps) > 0
 }
