@@ -64,8 +64,9 @@
 //   - configuration checked once, with typed field errors: config.go
 //   - keys and client addresses: key.go, clientip.go
 //   - stores: store.go, memory.go; redis.go, redis_lua.go (the scripts
-//     mirror the algorithms), redis_inflight.go, with the RESP client in
-//     package resp; share.go names keys shared across hosts
+//     mirror the algorithms), redis_inflight.go, with the RESP client and
+//     its reconnecting client (resp.Lazy) in package resp; share.go names
+//     keys shared across hosts
 //   - answers (headers, 429 bodies): answer.go
 //   - the engine: gate.go (decide, fallback, dry run, wait), breaker.go,
 //     inflight.go (in-flight slots)

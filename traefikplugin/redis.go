@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,11 +18,6 @@ import (
 
 // defaultRedisEndpoint is Traefik's default rateLimit.redis.endpoints.
 const defaultRedisEndpoint = "localhost:6379"
-
-// redialEvery is the least time between two attempts to connect a Redis
-// client that has never connected, so that a Redis down at startup costs
-// one failed dial per second, not one per request.
-const redialEvery = time.Second
 
 // envPrefix marks a password read from the environment: "env:NAME".
 const envPrefix = "env:"
@@ -127,7 +121,9 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 	if o.timeout, err = parseDuration("redis.timeout", r.Timeout); err != nil {
 		return nil, err
 	}
-	o.timeout = orDefault(o.timeout, core.DefaultRedisTimeout)
+	if o.timeout == 0 {
+		o.timeout = core.DefaultRedisTimeout
+	}
 	if s.leaseTTL, err = parseDuration("redis.leaseTTL", r.LeaseTTL); err != nil {
 		return nil, err
 	}
@@ -195,13 +191,6 @@ func refuseUnsupported(r *Redis) error {
 	return nil
 }
 
-func orDefault(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
-}
-
 // parseTLS builds the client TLS configuration as Traefik's ClientTLS does:
 // CA, Cert and Key are file paths, or else the PEM text itself.
 func parseTLS(t *RedisTLS) (*tls.Config, error) {
@@ -216,229 +205,47 @@ func parseTLS(t *RedisTLS) (*tls.Config, error) {
 	return c, nil
 }
 
-// redisConn is a connected Redis client: a *resp.Client, a *resp.Cluster
-// for several endpoints, or a *resp.Sentinel.
-type redisConn interface {
-	EvalSha(ctx context.Context, sha string, keys []string, args []string) (interface{}, error)
-	ScriptLoad(ctx context.Context, script string) (string, error)
-	Close() error
-}
-
-// redisClient is a Redis connection pool (one per master of a Redis
-// Cluster) shared by every middleware with the same connection settings, with the store, the circuit breaker and the
-// outage report that go with it. It implements core.Scripter, connecting
-// on demand: a client whose server was down when the middleware was created
-// keeps trying, at most once per redialEvery, from the request path; and a
-// client whose connections the registry closed (it dropped the client's
-// last entry, which Traefik may still route to) connects again when used.
+// redisClient is a Redis client (a connection pool per master) shared by
+// every middleware with the same connection settings, with the store, the
+// circuit breaker and the outage report that go with it. Its resp.Lazy
+// connects on demand: a client whose server was down when the middleware
+// was created keeps trying, at most once per resp.RedialEvery, from the
+// request path; and a client whose connections the registry closed (it
+// dropped the client's last entry, which Traefik may still route to)
+// connects again when used.
 type redisClient struct {
-	opts  redisOptions
-	clock core.Clock
-	log   io.Writer // stderr: outages and recoveries
+	opts redisOptions
+	log  io.Writer // stderr: outages and recoveries
 
+	lazy    *resp.Lazy
 	store   *core.RedisStore
 	breaker core.Breaker
-	// direct holds client while it is a standalone server's *resp.Client,
+	// direct holds the standalone server's *resp.Client while connected,
 	// for the store to send its common decisions to without EvalSha.
 	direct core.RedisDirect
 
-	mu       sync.Mutex
-	client   redisConn // nil until connected and after close
-	dialing  bool
-	dialed   chan struct{} // closed when the dial under way ends
-	lastDial int64         // instant of the last failed dial
-	lastErr  error
-	gen      uint64 // counts close calls: a dial that spans one is not kept
-	refs     int    // registry entries using it; under the registry's lock
-
+	refs int   // registry entries using it; under the registry's lock
 	down int32 // atomic; 1 while an outage has been reported
 }
-
-// errNotConnected is the store error while no connection could be opened.
-var errNotConnected = errors.New("not connected")
 
 // newRedisClient returns a client for o, trying to connect once within o's
 // dial timeout. A failure is reported on log and is not an error: requests
 // are then decided by the middleware's failure policy until the server
 // answers.
 func newRedisClient(ctx context.Context, o *redisOptions, clock core.Clock, log io.Writer) (*redisClient, error) {
-	c := &redisClient{opts: *o, clock: clock, log: log}
-	st, err := core.NewRedisStore(core.RedisConfig{Client: c, Cluster: o.seeds != nil, ReadableKeys: o.readable, Direct: &c.direct})
+	c := &redisClient{opts: *o, log: log}
+	c.lazy = resp.NewLazy(resp.Target{Options: o.resp, Seeds: o.seeds, Sentinel: o.sentinel, ClusterTimeout: o.timeout, Name: o.name},
+		clock, c.direct.Set)
+	st, err := core.NewRedisStore(core.RedisConfig{Client: c.lazy, Cluster: o.seeds != nil, ReadableKeys: o.readable, Direct: &c.direct})
 	if err != nil {
 		return nil, err
 	}
 	c.store = st
-	if _, err := c.connect(ctx); err != nil {
+	if _, err := c.lazy.Connect(ctx); err != nil {
 		atomic.StoreInt32(&c.down, 1)
 		fmt.Fprintf(log, "sluice: redis %s unavailable: %v; requests are decided by onStoreError or the fallback until it answers\n", o.name, err)
 	}
 	return c, nil
-}
-
-// connect returns the connected client, dialing if there is none and the
-// last attempt is at least redialEvery old. While a dial is under way,
-// callers fail at once if the last dial failed (the server is down), and
-// otherwise (close dropped the connections) wait for it, within ctx.
-func (c *redisClient) connect(ctx context.Context) (redisConn, error) {
-	c.mu.Lock()
-	if cl := c.client; cl != nil {
-		c.mu.Unlock()
-		return cl, nil
-	}
-	if c.dialing && c.lastErr == nil {
-		done := c.dialed
-		c.mu.Unlock()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("redis %s: %w", c.opts.name, ctx.Err())
-		}
-		c.mu.Lock()
-		if cl := c.client; cl != nil {
-			c.mu.Unlock()
-			return cl, nil
-		}
-	}
-	now := c.clock()
-	if c.dialing || (c.lastErr != nil && now-c.lastDial < int64(redialEvery)) {
-		err := c.lastErr
-		c.mu.Unlock()
-		if err == nil {
-			err = errNotConnected
-		}
-		return nil, fmt.Errorf("redis %s: %w", c.opts.name, err)
-	}
-	c.dialing = true
-	c.dialed = make(chan struct{})
-	gen := c.gen
-	c.mu.Unlock()
-
-	cl, err := c.dial(ctx)
-
-	c.mu.Lock()
-	c.dialing = false
-	close(c.dialed)
-	if err != nil {
-		c.lastDial, c.lastErr = now, err
-		c.mu.Unlock()
-		return nil, err
-	}
-	if c.gen != gen {
-		// close ran while dialing: keeping this pool would leave it open
-		// after close. The caller may connect again.
-		c.mu.Unlock()
-		cl.Close()
-		return nil, resp.ErrClosed
-	}
-	// One field per statement: Yaegi v0.16.1 panics on a nil in a tuple
-	// assignment to fields.
-	c.client = cl
-	c.lastErr = nil
-	if one, ok := cl.(*resp.Client); ok {
-		c.direct.Set(one)
-	}
-	c.mu.Unlock()
-	return cl, nil
-}
-
-// dial opens a client: of a standalone server, or of the master that Redis
-// Sentinels name, within the dial timeout, or of a Redis Cluster (reading its slot map and connecting to every master)
-// within the timeout of one decision.
-func (c *redisClient) dial(ctx context.Context) (redisConn, error) {
-	if so := c.opts.sentinel; so != nil {
-		dctx, cancel := context.WithTimeout(ctx, orDefault(c.opts.resp.DialTimeout, resp.DefaultDialTimeout))
-		defer cancel()
-		sc, err := resp.NewSentinel(dctx, *so, c.opts.resp)
-		if err != nil {
-			return nil, err
-		}
-		return sc, nil
-	}
-	if c.opts.seeds == nil {
-		dctx, cancel := context.WithTimeout(ctx, orDefault(c.opts.resp.DialTimeout, resp.DefaultDialTimeout))
-		defer cancel()
-		cl, err := resp.New(dctx, c.opts.resp)
-		if err != nil {
-			return nil, err
-		}
-		return cl, nil
-	}
-	dctx, cancel := context.WithTimeout(ctx, c.opts.timeout)
-	defer cancel()
-	cc, err := resp.NewCluster(dctx, c.opts.seeds, c.opts.resp)
-	if err != nil {
-		return nil, err
-	}
-	return cc, nil
-}
-
-// EvalSha implements core.Scripter. A call whose connections close closed,
-// while it dialed them or before it sent the command, runs once more on
-// new ones: ErrClosed means the command was not sent.
-//
-// It holds the common case, a connected client that runs the command: a
-// standalone server's client is called through a method expression, and
-// connecting and retrying are in evalShaSlow, since under Yaegi a method
-// call costs four times a function's and every call pays for every value
-// of the callee's body. (A standalone server's common decisions do not
-// come here: the store sends them to the client that c.direct holds.)
-func (c *redisClient) EvalSha(ctx context.Context, sha string, keys []string, args []string) (interface{}, error) {
-	c.mu.Lock()
-	cl := c.client
-	c.mu.Unlock()
-	if cl == nil {
-		return evalShaSlow(c, ctx, sha, keys, args)
-	}
-	var v interface{}
-	var err error
-	if one, ok := cl.(*resp.Client); ok {
-		v, err = (*resp.Client).EvalSha(one, ctx, sha, keys, args)
-	} else {
-		v, err = cl.EvalSha(ctx, sha, keys, args)
-	}
-	if err == resp.ErrClosed {
-		return evalShaSlow(c, ctx, sha, keys, args)
-	}
-	return v, err
-}
-
-// evalShaSlow is EvalSha connecting first, and once more after ErrClosed.
-func evalShaSlow(c *redisClient, ctx context.Context, sha string, keys []string, args []string) (interface{}, error) {
-	cl, err := c.connect(ctx)
-	if err == resp.ErrClosed {
-		cl, err = c.connect(ctx)
-	}
-	if err != nil {
-		return nil, err
-	}
-	v, err := cl.EvalSha(ctx, sha, keys, args)
-	if err == resp.ErrClosed {
-		if cl, err = c.connect(ctx); err != nil {
-			return nil, err
-		}
-		v, err = cl.EvalSha(ctx, sha, keys, args)
-	}
-	return v, err
-}
-
-// ScriptLoad implements core.Scripter, running once more after ErrClosed
-// as EvalSha does.
-func (c *redisClient) ScriptLoad(ctx context.Context, script string) (string, error) {
-	cl, err := c.connect(ctx)
-	if err == resp.ErrClosed {
-		cl, err = c.connect(ctx)
-	}
-	if err != nil {
-		return "", err
-	}
-	sha, err := cl.ScriptLoad(ctx, script)
-	if err == resp.ErrClosed {
-		if cl, err = c.connect(ctx); err != nil {
-			return "", err
-		}
-		sha, err = cl.ScriptLoad(ctx, script)
-	}
-	return sha, err
 }
 
 // observe reports, one line each, the start of an outage (the circuit
@@ -463,13 +270,5 @@ func (c *redisClient) observe(err error) {
 // middleware); such an entry then reconnects, and only an entry no
 // longer used leaves no connection open.
 func (c *redisClient) close() {
-	c.mu.Lock()
-	cl := c.client
-	c.client = nil
-	c.direct.Set(nil)
-	c.gen++
-	c.mu.Unlock()
-	if cl != nil {
-		cl.Close()
-	}
+	c.lazy.Close()
 }

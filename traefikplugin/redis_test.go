@@ -1,9 +1,6 @@
 package traefikplugin
 
 import (
-	"context"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -14,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/core"
-	"github.com/sluicehq/sluice/core/resp"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -261,59 +256,6 @@ func TestRedisCluster(t *testing.T) {
 		if log := g.stderr.String(); strings.Contains(log, "unavailable") || !strings.Contains(log, "Redis Cluster seed list") {
 			t.Errorf("log: %q; want the seed list note and no outage", log)
 		}
-	}
-}
-
-// TestCloseDuringDial: a client closed while it dials keeps no pool open:
-// the dial's connection is closed, not installed.
-func TestCloseDuringDial(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted, release, closedByClient := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	go func() {
-		cn, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer cn.Close()
-		buf := make([]byte, 64)
-		cn.Read(buf) // the PING
-		close(accepted)
-		<-release
-		cn.Write([]byte("+PONG\r\n"))
-		if _, err := cn.Read(buf); err != nil { // EOF: the client closed it
-			close(closedByClient)
-		}
-	}()
-	o, err := parseRedis(&Redis{Endpoints: []string{ln.Addr().String()}, DialTimeout: "5s"}, &settings{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &redisClient{opts: *o, clock: core.SystemClock(), log: io.Discard}
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.connect(context.Background())
-		done <- err
-	}()
-	<-accepted
-	c.close()
-	close(release)
-	if err := <-done; err != resp.ErrClosed {
-		t.Errorf("connect across close: %v, want resp.ErrClosed", err)
-	}
-	c.mu.Lock()
-	live := c.client != nil
-	c.mu.Unlock()
-	if live {
-		t.Error("a pool dialed across close was kept")
-	}
-	select {
-	case <-closedByClient:
-	case <-time.After(5 * time.Second):
-		t.Error("the connection dialed across close was left open")
 	}
 }
 

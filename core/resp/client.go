@@ -4,7 +4,8 @@
 // connection (no pipelining, no pub/sub) from a bounded pool and starts no
 // goroutines; a Cluster routes scripts to the masters of a Redis Cluster by
 // key slot, following MOVED and ASK redirections; a Sentinel follows the
-// master that Redis Sentinels name.
+// master that Redis Sentinels name; a Lazy client connects any of them on
+// demand, and again after its server was down or its connections closed.
 //
 // Replies are decoded as: integer → int64, simple or bulk string → string,
 // array → []interface{}, nil bulk string or nil array → nil, error reply →
