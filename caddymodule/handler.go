@@ -165,6 +165,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		z.prefix = zonePrefix(ctx, h.Share, z.Name)
 		z.nearAt = z.nearLimit() * z.limit.Capacity()
+		z.nameValue = z.Name
 		if z.top, err = h.acquireSketch(z); err != nil {
 			return fmt.Errorf("zone %q: %w", z.Name, err)
 		}
@@ -344,9 +345,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	rejected := v.Outcome == core.OutcomeRejected || v.Outcome == core.OutcomeDryRunRejected ||
 		v.Outcome == core.OutcomeStoreErrorDeny
-	zoneName, remaining := "", ""
+	var zoneName any = ""
+	remaining := ""
 	if v.Decision.Limit != nil {
-		zoneName = v.Decision.Limit.Name
+		zoneName = h.Zones[zone].nameValue // the decision's zone
 		remaining = strconv.FormatFloat(math.Floor(v.Decision.Remaining), 'f', -1, 64)
 	}
 	setPlaceholders(repl, zoneName, remaining, rejected)
@@ -417,12 +419,23 @@ func (h *Handler) reportedZone(v core.Verdict, asks []core.Ask) int {
 	return h.zoneIndex[name]
 }
 
-// setPlaceholders sets {http.sluice.*} on repl.
-func setPlaceholders(repl *caddy.Replacer, zone, remaining string, rejected bool) {
+// setPlaceholders sets {http.sluice.*} on repl; zone is a zone's name
+// (Zone.nameValue, or "").
+func setPlaceholders(repl *caddy.Replacer, zone any, remaining string, rejected bool) {
 	repl.Set("http.sluice.zone", zone)
 	repl.Set("http.sluice.remaining", remaining)
-	repl.Set("http.sluice.rejected", strconv.FormatBool(rejected))
+	if rejected {
+		repl.Set("http.sluice.rejected", rejectedValue)
+	} else {
+		repl.Set("http.sluice.rejected", admittedValue)
+	}
 }
+
+// rejectedValue and admittedValue are {http.sluice.rejected}'s values,
+// boxed once: a string put in the replacer's map of values is otherwise
+// an allocation per request. They stay strings, as a CEL expression
+// comparing the placeholder to "true" reads them.
+var rejectedValue, admittedValue any = "true", "false"
 
 // Interface guards
 var (

@@ -181,7 +181,8 @@ type Zone struct {
 	costTmpl string  // the cost's placeholder template, or ""
 	// nearAt is the remaining capacity under which an admitted request
 	// is a near miss: NearLimit × capacity.
-	nearAt float64
+	nearAt    float64
+	nameValue any // Name, boxed once: the value of {http.sluice.zone}
 	// top ranks the zone's keys (admin.go); it is shared with the zones
 	// of the same prefix and name, across reloads.
 	top *inspect.HeavyHitters
