@@ -82,7 +82,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return fmt.Errorf("zone %q: %w, at %s:%d", le.Limit, caddyError(err), d.File(), zoneLines[le.Index])
 	}
 	if err := h.Validate(); err != nil {
-		if line, ok := lines[leadingField(err.Error())]; ok {
+		if line, ok := lines[optionOf(err)]; ok {
 			return fmt.Errorf("%w, at %s:%d", err, d.File(), line)
 		}
 		return d.Err(err.Error())
@@ -179,23 +179,13 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 		}
 	}
 	if err := z.check(); err != nil {
-		if line, ok := lines[leadingField(err.Error())]; ok {
+		if line, ok := lines[optionOf(err)]; ok {
 			return fmt.Errorf("zone %q: %w, at %s:%d", z.Name, err, d.File(), line)
 		}
 		return d.Errf("zone %q: %v", z.Name, err)
 	}
 	h.Zones = append(h.Zones, &z)
 	return nil
-}
-
-// leadingField returns the subdirective an error message begins with:
-// its leading run of lower-case letters, digits and underscores.
-func leadingField(msg string) string {
-	i := 0
-	for i < len(msg) && (msg[i] == '_' || msg[i] >= 'a' && msg[i] <= 'z' || msg[i] >= '0' && msg[i] <= '9') {
-		i++
-	}
-	return msg[:i]
 }
 
 // checkNames checks the zones' limits, which check built, together: no
@@ -345,8 +335,7 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisStoreConfig, error) {
 		}
 	}
 	if err := r.validate(); err != nil {
-		field := leadingField(strings.TrimPrefix(err.Error(), "store.redis."))
-		if line, ok := lines[field]; ok {
+		if line, ok := lines[optionOf(err)]; ok {
 			return nil, fmt.Errorf("%w, at %s:%d", err, d.File(), line)
 		}
 		return nil, d.Err(err.Error())

@@ -230,10 +230,10 @@ func (h *Handler) responder() (core.Responder, error) {
 	var r core.Responder
 	var err error
 	if r.Headers, err = core.ParseHeaderSet(h.Headers); err != nil {
-		return r, err
+		return r, caddyError(err)
 	}
 	if r.Body, r.Defer, err = parseBody(h.Body); err != nil {
-		return r, err
+		return r, caddyError(err)
 	}
 	r.Jitter = h.RetryJitter
 	return r, caddyError(r.Validate())
@@ -254,10 +254,10 @@ func (h *Handler) Validate() error {
 	}
 	onRedis := h.Store != nil && h.Store.Redis != nil
 	if onRedis && h.Store.Redis.LeaseTTL != 0 && !h.inFlight() {
-		return errors.New("store.redis.lease_ttl: only zones with max_in_flight take leases")
+		return optionErrorf("store", "store.redis.lease_ttl: only zones with max_in_flight take leases")
 	}
 	if h.Fallback != "" && h.Fallback != fallbackLocal {
-		return fmt.Errorf("fallback %q: unknown (want local)", h.Fallback)
+		return optionErrorf("fallback", "fallback %q: unknown (want local)", h.Fallback)
 	}
 	if err := core.CheckFallback(h.Fallback == fallbackLocal, h.instances(), !onRedis); err != nil {
 		return caddyError(err)

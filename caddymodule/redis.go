@@ -121,10 +121,10 @@ func (c *RedisStoreConfig) validate() error {
 	if c.Sentinel != nil {
 		n++
 		if c.Sentinel.Master == "" {
-			return errors.New("store.redis.sentinel.master: required, the name of the master set")
+			return optionErrorf("sentinel", "store.redis.sentinel.master: required, the name of the master set")
 		}
 		if len(c.Sentinel.Addresses) == 0 {
-			return errors.New("store.redis.sentinel.addresses: at least one Sentinel host:port is required")
+			return optionErrorf("sentinel", "store.redis.sentinel.addresses: at least one Sentinel host:port is required")
 		}
 	}
 	if n != 1 {
@@ -134,60 +134,66 @@ func (c *RedisStoreConfig) validate() error {
 		return err
 	}
 	if err := core.CheckRedisDB(c.DB, len(c.Addresses) > 0); err != nil {
-		return fmt.Errorf("store.redis.%w", err)
+		return redisError(err)
 	}
 	if err := core.CheckRedisUser(c.Username, c.Password); err != nil {
-		return fmt.Errorf("store.redis.%w", err)
+		return redisError(err)
 	}
 	if c.Timeout < 0 {
-		return errors.New("store.redis.timeout: must not be negative")
+		return optionErrorf("timeout", "store.redis.timeout: must not be negative")
 	}
 	if c.PoolSize < 0 {
-		return errors.New("store.redis.pool_size: must not be negative")
+		return optionErrorf("pool_size", "store.redis.pool_size: must not be negative")
 	}
 	if c.LeaseTTL < 0 {
-		return errors.New("store.redis.lease_ttl: must not be negative")
+		return optionErrorf("lease_ttl", "store.redis.lease_ttl: must not be negative")
 	}
 	if b := c.Breaker; b != nil && b.Failures < 0 {
-		return errors.New("store.redis.breaker.failures: must not be negative")
+		return optionErrorf("breaker", "store.redis.breaker.failures: must not be negative")
 	}
 	if b := c.Breaker; b != nil && b.Backoff < 0 {
-		return errors.New("store.redis.breaker.backoff: must not be negative")
+		return optionErrorf("breaker", "store.redis.breaker.backoff: must not be negative")
 	}
 	if t := c.TLS; t != nil && (t.Cert == "") != (t.Key == "") {
-		return errors.New("store.redis.tls: cert and key go together")
+		return optionErrorf("tls", "store.redis.tls: cert and key go together")
 	}
 	if err := core.CheckRedisPrefix(c.Prefix); err != nil {
-		return fmt.Errorf("store.redis.%w", err)
+		return redisError(err)
 	}
 	return nil
+}
+
+// redisError is err, a core.FieldError of a field that the redis block's
+// subdirective of the same name sets, under store.redis.
+func redisError(err error) error {
+	return &optionError{option: core.FieldOf(err).Field, err: fmt.Errorf("store.redis.%w", err)}
 }
 
 // checkAddresses checks that every address is host:port; unless expanded,
 // it skips those holding a placeholder.
 func (c *RedisStoreConfig) checkAddresses(expanded bool) error {
-	check := func(option, a string) error {
+	check := func(sub, option, a string) error {
 		if !expanded && strings.Contains(a, "{") {
 			return nil
 		}
 		if err := core.CheckRedisAddress(a); err != nil {
-			return errors.New(core.FieldOf(err).Format("store.redis."+option, ""))
+			return &optionError{option: sub, err: errors.New(core.FieldOf(err).Format("store.redis."+option, ""))}
 		}
 		return nil
 	}
 	if c.Address != "" {
-		if err := check("address", c.Address); err != nil {
+		if err := check("address", "address", c.Address); err != nil {
 			return err
 		}
 	}
 	for _, a := range c.Addresses {
-		if err := check("addresses", a); err != nil {
+		if err := check("addresses", "addresses", a); err != nil {
 			return err
 		}
 	}
 	if c.Sentinel != nil {
 		for _, a := range c.Sentinel.Addresses {
-			if err := check("sentinel.addresses", a); err != nil {
+			if err := check("sentinel", "sentinel.addresses", a); err != nil {
 				return err
 			}
 		}

@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"errors"
 	"strconv"
 	"time"
 
@@ -33,13 +32,15 @@ type MemoryStoreConfig struct {
 // validate checks c without building anything.
 func (c *StoreConfig) validate() error {
 	if c.Memory != nil && c.Redis != nil {
-		return errors.New("store: set memory or redis, not both")
+		return optionErrorf("store", "store: set memory or redis, not both")
 	}
 	if c.Memory != nil && c.Memory.MaxKeys < 0 {
-		return errors.New("store.memory.max_keys: must not be negative")
+		return optionErrorf("store", "store.memory.max_keys: must not be negative")
 	}
 	if c.Redis != nil {
-		return c.Redis.validate()
+		if err := c.Redis.validate(); err != nil {
+			return &optionError{option: "store", err: err}
+		}
 	}
 	return nil
 }

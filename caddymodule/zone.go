@@ -276,7 +276,7 @@ func (z *Zone) coreLimit() (*core.Limit, error) {
 	if z.Rate != "" {
 		rate, err := core.ParseRate(z.Rate)
 		if err != nil {
-			return nil, err
+			return nil, caddyError(err)
 		}
 		l.Rate = rate
 	}
@@ -320,7 +320,33 @@ func caddyError(err error) error {
 	if fe.Needs != "" {
 		needs = subdirective(fe.Needs)
 	}
-	return errors.New(fe.Format(name, needs))
+	return &optionError{option: sub, err: errors.New(fe.Format(name, needs))}
+}
+
+// An optionError is an error about one subdirective of a block (and the
+// JSON key of the same name), which the Caddyfile adapter reports at that
+// subdirective's line. Its text is err's.
+type optionError struct {
+	option string
+	err    error
+}
+
+func (e *optionError) Error() string { return e.err.Error() }
+func (e *optionError) Unwrap() error { return e.err }
+
+// optionErrorf returns an optionError about option with a formatted text.
+func optionErrorf(option, format string, args ...any) error {
+	return &optionError{option: option, err: fmt.Errorf(format, args...)}
+}
+
+// optionOf is the subdirective that err is about, the outermost
+// optionError's, or "" when it names none.
+func optionOf(err error) string {
+	var oe *optionError
+	if errors.As(err, &oe) {
+		return oe.option
+	}
+	return ""
 }
 
 // key is the key template, defaulted.
@@ -389,17 +415,17 @@ func (z *Zone) provisionMatch(ctx caddy.Context) error {
 // validate checks the settings that provision does not need.
 func (z *Zone) validate() error {
 	if err := checkKey(z.key()); err != nil {
-		return err
+		return &optionError{option: "key", err: err}
 	}
 	if z.groups() && !isClientIPKey(z.key()) {
 		option := "ipv4_prefix"
 		if z.IPv4Prefix == 0 {
 			option = "ipv6_prefix"
 		}
-		return fmt.Errorf("%s: groups client addresses, so it applies only to the key %s, not %q", option, clientIPKey, z.Key)
+		return optionErrorf(option, "%s: groups client addresses, so it applies only to the key %s, not %q", option, clientIPKey, z.Key)
 	}
 	if !(z.NearLimit >= 0 && z.NearLimit <= 1) {
-		return fmt.Errorf("near_limit: must be between 0 and 1 (a share of the capacity), got %v", z.NearLimit)
+		return optionErrorf("near_limit", "near_limit: must be between 0 and 1 (a share of the capacity), got %v", z.NearLimit)
 	}
 	return z.checkTop()
 }
@@ -407,10 +433,10 @@ func (z *Zone) validate() error {
 // checkTop checks TopKeys and TopWindow, zero meaning their defaults.
 func (z *Zone) checkTop() error {
 	if n := z.TopKeys; n != 0 && (n < inspect.MinSketchCounters || n > inspect.MaxSketchCounters) {
-		return fmt.Errorf("top_keys: must be between %d and %d, got %d", inspect.MinSketchCounters, inspect.MaxSketchCounters, n)
+		return optionErrorf("top_keys", "top_keys: must be between %d and %d, got %d", inspect.MinSketchCounters, inspect.MaxSketchCounters, n)
 	}
 	if w := time.Duration(z.TopWindow); w != 0 && (w < inspect.MinSketchWindow || w > inspect.MaxSketchWindow) {
-		return fmt.Errorf("top_window: must be between %v and %v, got %v", inspect.MinSketchWindow, inspect.MaxSketchWindow, w)
+		return optionErrorf("top_window", "top_window: must be between %v and %v, got %v", inspect.MinSketchWindow, inspect.MaxSketchWindow, w)
 	}
 	return nil
 }
