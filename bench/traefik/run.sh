@@ -9,13 +9,21 @@
 # run in one Traefik process, and rounds interleave a b c d e so that drift
 # on a shared machine hits all of them.
 #
+# With REDIS=1, (b), (c) and (e) decide in a redis-server on loopback
+# instead of in memory: the built-in rateLimit with redis.endpoints, sluice
+# with redis.endpoints, and bench/testdata/redisfloor, a bare token bucket
+# that sends one EVALSHA per request over a pooled connection and writes
+# the same five headers: about the least a Redis limiter costs under Yaegi.
+#
 #   bench/traefik/run.sh                  # 3 rounds of wrk -t2 -c32 -d5s
 #   ROUNDS=5 DURATION=10s bench/traefik/run.sh
+#   REDIS=1 ROUNDS=8 bench/traefik/run.sh
 #   PROFILE="sluice builtin" bench/traefik/run.sh
 #
 # With PROFILE set, it instead takes a 15 s CPU profile of Traefik
 # (/debug/pprof on its own loopback entry point) under wrk for each
-# variant named (none, builtin, sluice, trivial, floor), writes it to
+# variant named (none, builtin, sluice, trivial, floor, builtin-redis,
+# sluice-redis, redisfloor), writes it to
 # $PROFILE_DIR/NAME.pb.gz (default /tmp/sluice-profiles) beside its
 # req/s, and prints the Traefik CPU per request, the middleware's own
 # (its ServeHTTP without the proxying after it) and the garbage
@@ -43,7 +51,7 @@ if ! command -v wrk >/dev/null 2>&1; then
 	[ "$(id -u)" -eq 0 ] || sudo=(sudo)
 	"${sudo[@]}" apt-get install -y -qq wrk >/dev/null
 fi
-for tool in go curl wrk; do
+for tool in go curl wrk redis-server; do
 	command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool not found"; exit 1; }
 done
 
@@ -62,16 +70,22 @@ tl_build_backend "$TMP/backend"
 backend_port="$(free_port)"
 tl_start_backend "$TMP/backend" "$backend_port"
 
+redis_port="$(free_port)"
+redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no --logfile "$TMP/redis.log" &
+TL_PIDS+=("$!")
+tl_wait_port "$redis_port" 10 || { echo "bench: redis-server did not listen on 127.0.0.1:$redis_port"; exit 1; }
+
 run="$TMP/run"
 mkdir -p "$run"
 tl_plugin_tree "$run"
 tl_bench_tree "$run" trivial
 tl_bench_tree "$run" floor
+tl_bench_tree "$run" redisfloor
 port="$(free_port)"
-tl_render "$REPO/bench/traefik/dynamic.yml" "$run/dynamic.yml" "BACKEND=127.0.0.1:$backend_port"
+tl_render "$REPO/bench/traefik/dynamic.yml" "$run/dynamic.yml" "BACKEND=127.0.0.1:$backend_port" "REDIS=127.0.0.1:$redis_port"
 tl_render "$REPO/e2e/testdata/traefik/static.yml" "$run/static.yml" "PORT=$port" \
 	"DYNAMIC=$run/dynamic.yml" "LOG=$run/traefik.log"
-printf '    trivial:\n      moduleName: example.com/trivial\n    floor:\n      moduleName: example.com/floor\n' >>"$run/static.yml"
+printf '    trivial:\n      moduleName: example.com/trivial\n    floor:\n      moduleName: example.com/floor\n    redisfloor:\n      moduleName: example.com/redisfloor\n' >>"$run/static.yml"
 if [ -n "${PROFILE:-}" ]; then
 	api_port="$(free_port)"
 	# The API's debug endpoints on an entry point of their own.
@@ -83,7 +97,14 @@ if ! tl_wait_traefik "$port" "$run/traefik.log" /sluice 60; then
 	exit 1
 fi
 base="http://127.0.0.1:$port"
-for v in none builtin trivial floor; do
+# The variants (a) to (e), by path.
+variants=(none builtin sluice trivial floor)
+store=memory
+if [ "${REDIS:-}" = 1 ]; then
+	variants=(none builtin-redis sluice-redis trivial redisfloor)
+	store="Redis at 127.0.0.1:$redis_port"
+fi
+for v in "${variants[@]}"; do
 	[ "$(tl_status "$base/$v")" = 200 ] || { echo "bench: GET /$v is not 200"; exit 1; }
 done
 
@@ -133,16 +154,18 @@ load() {
 
 median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-echo "bench: Traefik v3.6.12, wrk -t$threads -c$conns -d$duration, $rounds rounds of a b c d e ($(nproc) cores)"
-for v in none builtin sluice trivial floor; do
+echo "bench: Traefik v3.6.12, wrk -t$threads -c$conns -d$duration, $rounds rounds of a b c d e ($(nproc) cores), limiters in $store"
+declare -A all=() lat=()
+for v in "${variants[@]}"; do
 	load "$v" 1s >/dev/null # warm-up: connections, Yaegi's first calls
+	all[$v]=""
+	lat[$v]=""
 done
-declare -A all=([none]="" [builtin]="" [sluice]="" [trivial]="" [floor]="") lat=([none]="" [builtin]="" [sluice]="" [trivial]="" [floor]="")
 printf '%-6s %14s %14s %14s %14s %14s %8s\n' round "(a) none" "(b) rateLimit" "(c) sluice" "(d) one header" "(e) floor" "(c)/(b)"
 ratios=""
 for r in $(seq 1 "$rounds"); do
 	row=()
-	for v in none builtin sluice trivial floor; do
+	for v in "${variants[@]}"; do
 		read -r rps p99 < <(load "$v" "$duration")
 		[ -n "$rps" ] || exit 1
 		all[$v]+="$rps "
@@ -153,14 +176,14 @@ for r in $(seq 1 "$rounds"); do
 	ratios+="$ratio "
 	printf '%-6s %14s %14s %14s %14s %14s %8s\n' "$r" "${row[@]}" "$ratio"
 done
-ma="$(median <<<"${all[none]}")"
-mb="$(median <<<"${all[builtin]}")"
-mc="$(median <<<"${all[sluice]}")"
-md="$(median <<<"${all[trivial]}")"
-me="$(median <<<"${all[floor]}")"
+ma="$(median <<<"${all[${variants[0]}]}")"
+mb="$(median <<<"${all[${variants[1]}]}")"
+mc="$(median <<<"${all[${variants[2]}]}")"
+md="$(median <<<"${all[${variants[3]}]}")"
+me="$(median <<<"${all[${variants[4]}]}")"
 printf '%-6s %14.0f %14.0f %14.0f %14.0f %14.0f\n' median "$ma" "$mb" "$mc" "$md" "$me"
-la="$(median <<<"${lat[none]}")" lb="$(median <<<"${lat[builtin]}")"
-lc="$(median <<<"${lat[sluice]}")" ld="$(median <<<"${lat[trivial]}")" le="$(median <<<"${lat[floor]}")"
+la="$(median <<<"${lat[${variants[0]}]}")" lb="$(median <<<"${lat[${variants[1]}]}")"
+lc="$(median <<<"${lat[${variants[2]}]}")" ld="$(median <<<"${lat[${variants[3]}]}")" le="$(median <<<"${lat[${variants[4]}]}")"
 printf '%-6s %14s %14s %14s %14s %14s\n' "p99 ms" "$la" "$lb" "$lc" "$ld" "$le"
 lo="$(tr ' ' '\n' <<<"$ratios" | sed '/^$/d' | sort -g | head -n 1)"
 hi="$(tr ' ' '\n' <<<"$ratios" | sed '/^$/d' | sort -g | tail -n 1)"

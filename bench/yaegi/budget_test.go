@@ -31,6 +31,9 @@ func TestYaegiAllocBudget(t *testing.T) {
 	}
 	srv := redistest.Start(t, redistest.Options{})
 	for i, c := range redisCases {
+		if c.ceiling == 0 {
+			continue
+		}
 		h, nx, req := build(t, onRedis(c, srv.Addr), len(memoryCases)+i)
 		if m := measure(h, nx, req, 20, 3, 100); m.allocs > c.ceiling {
 			t.Errorf("%s: %.0f allocations per request, more than its ceiling %.0f", c.name, m.allocs, c.ceiling)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mitchellh/mapstructure"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/traefik/yaegi/interp"
 	"github.com/traefik/yaegi/stdlib"
 )
@@ -38,6 +39,13 @@ const trivialImport = "example.com/trivial"
 // beside sluice.
 const floorImport = "example.com/floor"
 
+// redisFloorImport is a bare token bucket decided by one EVALSHA over a
+// pooled connection, writing sluice's five headers on an admission, with
+// none of sluice's guarantees (bench/testdata/redisfloor): about the least
+// a Redis limiter costs under the interpreter, measured beside sluice's
+// Redis path.
+const redisFloorImport = "example.com/redisfloor"
+
 // ballast stands for the live heap of the Traefik process around the
 // plugin (some 100 MB of RSS in the runs of bench/traefik): the garbage
 // collector runs when the heap has grown by GOGC percent of what is live,
@@ -52,8 +60,9 @@ type plugin struct {
 }
 
 // gopath lays out, in a temporary GOPATH, sluice's go.mod and the Go files
-// (tests left out) of every package the plugin needs, and the trivial
-// and floor plugins, as Traefik finds them under plugins-local/src.
+// (tests left out) of every package the plugin needs, and the trivial,
+// floor and Redis floor plugins, as Traefik finds them under
+// plugins-local/src.
 func gopath(tb testing.TB) string {
 	tb.Helper()
 	root, err := filepath.Abs("../..")
@@ -76,6 +85,7 @@ func gopath(tb testing.TB) string {
 	}
 	copyFile(tb, filepath.Join(root, "bench", "testdata", "trivial", "trivial.go"), filepath.Join(dir, "src", trivialImport, "trivial.go"))
 	copyFile(tb, filepath.Join(root, "bench", "testdata", "floor", "floor.go"), filepath.Join(dir, "src", floorImport, "floor.go"))
+	copyFile(tb, filepath.Join(root, "bench", "testdata", "redisfloor", "redisfloor.go"), filepath.Join(dir, "src", redisFloorImport, "redisfloor.go"))
 	return dir
 }
 
@@ -269,6 +279,40 @@ func TestFloorAnswersAsSluice(t *testing.T) {
 			wf.h.Del("X-Ratelimit-Reset")
 			if !reflect.DeepEqual(ws.h, wf.h) {
 				t.Errorf("%v, request %d: headers\n%v (sluice)\n%v (floor)", config, n, ws.h, wf.h)
+			}
+		}
+	}
+}
+
+// TestRedisFloorAnswersAsSluice: the Redis floor plugin writes on an
+// admission the headers sluice on Redis writes, with the same values
+// (X-RateLimit-Reset within a second), so that the cost report compares
+// like with like.
+func TestRedisFloorAnswersAsSluice(t *testing.T) {
+	sluice, _, _ := loadPlugins(t)
+	srv := redistest.Start(t, redistest.Options{})
+	req := httptest.NewRequest(http.MethodGet, "http://example.com/", nil)
+	req.RemoteAddr = ipv4
+	for i, config := range []map[string]any{open, {"average": 100, "burst": 50}, {"average": 3, "burst": 2}} {
+		name := "redisfloor" + strconv.Itoa(i) + "@file"
+		hs := sluice.handler(t, onRedis(pluginCase{config: config}, srv.Addr).config, name, &next{})
+		hf := plugins.redisFloor.handler(t, onRedis(pluginCase{config: config, redisFloor: true}, srv.Addr).config, name, &next{})
+		for n := 0; n < 2; n++ {
+			ws, wf := &writer{h: http.Header{}}, &writer{h: http.Header{}}
+			hs.ServeHTTP(ws, req)
+			hf.ServeHTTP(wf, req)
+			if ws.status != 0 || wf.status != 0 {
+				t.Fatalf("%v, request %d: status %d (sluice), %d (Redis floor); want both admitted", config, n, ws.status, wf.status)
+			}
+			rs, _ := strconv.ParseInt(ws.h.Get("X-Ratelimit-Reset"), 10, 64)
+			rf, _ := strconv.ParseInt(wf.h.Get("X-Ratelimit-Reset"), 10, 64)
+			if rs == 0 || rf < rs-1 || rf > rs+1 {
+				t.Errorf("%v, request %d: X-RateLimit-Reset %d (sluice), %d (Redis floor)", config, n, rs, rf)
+			}
+			ws.h.Del("X-Ratelimit-Reset")
+			wf.h.Del("X-Ratelimit-Reset")
+			if !reflect.DeepEqual(ws.h, wf.h) {
+				t.Errorf("%v, request %d: headers\n%v (sluice)\n%v (Redis floor)", config, n, ws.h, wf.h)
 			}
 		}
 	}

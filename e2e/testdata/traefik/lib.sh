@@ -36,7 +36,8 @@ tl_plugin_tree() {
 # tl_bench_tree DIR NAME lays out in DIR/plugins-local the local plugin
 # bench/testdata/NAME, imported as example.com/NAME: trivial sets one header
 # (what any Yaegi plugin costs Traefik), floor is a bare token bucket with
-# sluice's five headers (bench/rss.sh, bench/traefik/run.sh).
+# sluice's five headers (bench/rss.sh, bench/traefik/run.sh), redisfloor
+# the same decided by one EVALSHA per request (bench/traefik/run.sh).
 tl_bench_tree() {
 	local dst="$1/plugins-local/src/example.com/$2"
 	mkdir -p "$dst"

@@ -1,0 +1,3 @@
+module example.com/redisfloor
+
+go 1.22
