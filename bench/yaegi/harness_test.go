@@ -258,62 +258,53 @@ func TestUnknownOption(t *testing.T) {
 // like with like.
 func TestFloorAnswersAsSluice(t *testing.T) {
 	sluice, _, floor := loadPlugins(t)
-	req := httptest.NewRequest(http.MethodGet, "http://example.com/", nil)
-	req.RemoteAddr = ipv4
-	for i, config := range []map[string]any{open, {"average": 100, "burst": 50}, {"average": 3, "burst": 2}} {
+	for i, config := range floorConfigs {
 		name := "floor" + strconv.Itoa(i) + "@file"
-		hs, hf := sluice.handler(t, config, name, &next{}), floor.handler(t, config, name, &next{})
-		for n := 0; n < 2; n++ {
-			ws, wf := &writer{h: http.Header{}}, &writer{h: http.Header{}}
-			hs.ServeHTTP(ws, req)
-			hf.ServeHTTP(wf, req)
-			if ws.status != 0 || wf.status != 0 {
-				t.Fatalf("%v, request %d: status %d (sluice), %d (floor); want both admitted", config, n, ws.status, wf.status)
-			}
-			rs, _ := strconv.ParseInt(ws.h.Get("X-Ratelimit-Reset"), 10, 64)
-			rf, _ := strconv.ParseInt(wf.h.Get("X-Ratelimit-Reset"), 10, 64)
-			if rs == 0 || rf < rs-1 || rf > rs+1 {
-				t.Errorf("%v, request %d: X-RateLimit-Reset %d (sluice), %d (floor)", config, n, rs, rf)
-			}
-			ws.h.Del("X-Ratelimit-Reset")
-			wf.h.Del("X-Ratelimit-Reset")
-			if !reflect.DeepEqual(ws.h, wf.h) {
-				t.Errorf("%v, request %d: headers\n%v (sluice)\n%v (floor)", config, n, ws.h, wf.h)
-			}
-		}
+		answerAlike(t, config, sluice.handler(t, config, name, &next{}), floor.handler(t, config, name, &next{}))
 	}
 }
 
 // TestRedisFloorAnswersAsSluice: the Redis floor plugin writes on an
-// admission the headers sluice on Redis writes, with the same values
-// (X-RateLimit-Reset within a second), so that the cost report compares
-// like with like.
+// admission the headers sluice on Redis writes, as
+// TestFloorAnswersAsSluice checks for the floor.
 func TestRedisFloorAnswersAsSluice(t *testing.T) {
 	sluice, _, _ := loadPlugins(t)
 	srv := redistest.Start(t, redistest.Options{})
-	req := httptest.NewRequest(http.MethodGet, "http://example.com/", nil)
-	req.RemoteAddr = ipv4
-	for i, config := range []map[string]any{open, {"average": 100, "burst": 50}, {"average": 3, "burst": 2}} {
+	for i, config := range floorConfigs {
 		name := "redisfloor" + strconv.Itoa(i) + "@file"
 		hs := sluice.handler(t, onRedis(pluginCase{config: config}, srv.Addr).config, name, &next{})
 		hf := plugins.redisFloor.handler(t, onRedis(pluginCase{config: config, redisFloor: true}, srv.Addr).config, name, &next{})
-		for n := 0; n < 2; n++ {
-			ws, wf := &writer{h: http.Header{}}, &writer{h: http.Header{}}
-			hs.ServeHTTP(ws, req)
-			hf.ServeHTTP(wf, req)
-			if ws.status != 0 || wf.status != 0 {
-				t.Fatalf("%v, request %d: status %d (sluice), %d (Redis floor); want both admitted", config, n, ws.status, wf.status)
-			}
-			rs, _ := strconv.ParseInt(ws.h.Get("X-Ratelimit-Reset"), 10, 64)
-			rf, _ := strconv.ParseInt(wf.h.Get("X-Ratelimit-Reset"), 10, 64)
-			if rs == 0 || rf < rs-1 || rf > rs+1 {
-				t.Errorf("%v, request %d: X-RateLimit-Reset %d (sluice), %d (Redis floor)", config, n, rs, rf)
-			}
-			ws.h.Del("X-Ratelimit-Reset")
-			wf.h.Del("X-Ratelimit-Reset")
-			if !reflect.DeepEqual(ws.h, wf.h) {
-				t.Errorf("%v, request %d: headers\n%v (sluice)\n%v (Redis floor)", config, n, ws.h, wf.h)
-			}
+		answerAlike(t, config, hs, hf)
+	}
+}
+
+// floorConfigs are the limits on which the floors must answer as sluice.
+var floorConfigs = []map[string]any{open, {"average": 100, "burst": 50}, {"average": 3, "burst": 2}}
+
+// answerAlike sends two requests of one client to sluice's handler hs and
+// a floor's hf, both configured with config, and checks that both admit
+// them with the same headers (X-RateLimit-Reset within a second: the two
+// read the clock apart).
+func answerAlike(t *testing.T, config map[string]any, hs, hf http.Handler) {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, "http://example.com/", nil)
+	req.RemoteAddr = ipv4
+	for n := 0; n < 2; n++ {
+		ws, wf := &writer{h: http.Header{}}, &writer{h: http.Header{}}
+		hs.ServeHTTP(ws, req)
+		hf.ServeHTTP(wf, req)
+		if ws.status != 0 || wf.status != 0 {
+			t.Fatalf("%v, request %d: status %d (sluice), %d (floor); want both admitted", config, n, ws.status, wf.status)
+		}
+		rs, _ := strconv.ParseInt(ws.h.Get("X-Ratelimit-Reset"), 10, 64)
+		rf, _ := strconv.ParseInt(wf.h.Get("X-Ratelimit-Reset"), 10, 64)
+		if rs == 0 || rf < rs-1 || rf > rs+1 {
+			t.Errorf("%v, request %d: X-RateLimit-Reset %d (sluice), %d (floor)", config, n, rs, rf)
+		}
+		ws.h.Del("X-Ratelimit-Reset")
+		wf.h.Del("X-Ratelimit-Reset")
+		if !reflect.DeepEqual(ws.h, wf.h) {
+			t.Errorf("%v, request %d: headers\n%v (sluice)\n%v (floor)", config, n, ws.h, wf.h)
 		}
 	}
 }
