@@ -162,6 +162,10 @@ var lenTexts = func() (t [128]string) {
 	return t
 }()
 
+// headerNames are the headers of an admission, in the order of serve's
+// values, as net/http's canonical keys.
+var headerNames = [5]string{"Ratelimit-Policy", "Ratelimit", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"}
+
 var errReply = errors.New("redisfloor: unexpected reply")
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -268,10 +272,8 @@ func serve(h *handler, w http.ResponseWriter, r *http.Request,
 	deficit += h.wall
 	vals = []string{h.policy, `"default";r=` + remText + ";t=" + fmtInt(t, 10), h.limitText, remText, fmtInt(deficit, 10)}
 	hd = w.Header()
-	hd["Ratelimit-Policy"] = vals[0:1:1]
-	hd["Ratelimit"] = vals[1:2:2]
-	hd["X-Ratelimit-Limit"] = vals[2:3:3]
-	hd["X-Ratelimit-Remaining"] = vals[3:4:4]
-	hd["X-Ratelimit-Reset"] = vals[4:5:5]
+	for i = 0; i < len(vals); i++ {
+		hd[headerNames[i]] = vals[i : i+1 : i+1]
+	}
 	h.next.ServeHTTP(w, r)
 }
