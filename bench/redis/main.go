@@ -6,7 +6,9 @@
 //
 //	go run ./bench/redis -addr 127.0.0.1:6379 -c 1,8,64 -d 3s
 //
-// prints one line per concurrency, "<callers> <decisions/s>". With -dump
+// prints one line per concurrency, "<callers> <decisions/s> <p99 ms>": the
+// decisions per second and the 99th percentile of one decision's latency
+// (of the first maxSamples decisions of each caller). With -dump
 // DIR it first writes the store's script to DIR/script.lua and the EVALSHA
 // arguments of one decision, one per line, to DIR/evalsha.args, so that
 // redis-benchmark can send exactly the same command (see run.sh).
@@ -18,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,33 +59,39 @@ func run(addr, conc string, dur time.Duration, dump string) error {
 		if err != nil || n < 1 {
 			return fmt.Errorf("-c: bad concurrency %q", f)
 		}
-		rate, err := measure(addr, asks, n, dur)
+		rate, p99, err := measure(addr, asks, n, dur)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%d %.0f\n", n, rate)
+		fmt.Printf("%d %.0f %.3f\n", n, rate, float64(p99)/float64(time.Millisecond))
 	}
 	return nil
 }
 
+// maxSamples bounds the latencies each caller keeps, and so the memory
+// a measurement takes.
+const maxSamples = 1 << 18
+
 // measure runs callers goroutines deciding asks in a loop for dur and
-// returns the decisions per second.
-func measure(addr string, asks []core.Ask, callers int, dur time.Duration) (float64, error) {
+// returns the decisions per second and the 99th percentile of a
+// decision's latency.
+func measure(addr string, asks []core.Ask, callers int, dur time.Duration) (float64, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dur+10*time.Second)
 	defer cancel()
 	client, err := resp.New(ctx, resp.Options{Addr: addr, PoolSize: callers})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer client.Close()
 	store, err := core.NewRedisStore(core.RedisConfig{Client: client})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	// Warm up: load the script and open every connection.
 	if err := store.Take(ctx, asks, make([]core.Decision, len(asks))); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	samples := make([][]time.Duration, callers)
 	var done, failed int64
 	var firstErr atomic.Value
 	var stop int32
@@ -90,28 +99,42 @@ func measure(addr string, asks []core.Ask, callers int, dur time.Duration) (floa
 	began := time.Now()
 	for i := 0; i < callers; i++ {
 		wg.Add(1)
-		go func() {
+		go func(i int) {
 			defer wg.Done()
 			out := make([]core.Decision, len(asks))
+			lat := make([]time.Duration, 0, 4096)
 			for atomic.LoadInt32(&stop) == 0 {
+				t0 := time.Now()
 				if err := store.Take(ctx, asks, out); err != nil {
 					if atomic.AddInt64(&failed, 1) == 1 {
 						firstErr.Store(err)
 					}
 					return
 				}
+				if len(lat) < maxSamples {
+					lat = append(lat, time.Since(t0))
+				}
 				atomic.AddInt64(&done, 1)
 			}
-		}()
+			samples[i] = lat
+		}(i)
 	}
 	time.Sleep(dur)
 	atomic.StoreInt32(&stop, 1)
 	wg.Wait()
 	elapsed := time.Since(began)
 	if failed > 0 {
-		return 0, fmt.Errorf("%d callers failed: %v", failed, firstErr.Load())
+		return 0, 0, fmt.Errorf("%d callers failed: %v", failed, firstErr.Load())
 	}
-	return float64(done) / elapsed.Seconds(), nil
+	var all []time.Duration
+	for _, s := range samples {
+		all = append(all, s...)
+	}
+	if len(all) == 0 {
+		return 0, 0, fmt.Errorf("no decision in %v", dur)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	return float64(done) / elapsed.Seconds(), all[len(all)*99/100], nil
 }
 
 // recorder is a Scripter that remembers the last script loaded and the
