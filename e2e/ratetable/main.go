@@ -156,17 +156,23 @@ func addConfig(path, redis string) error {
 }
 
 // check runs the cases idx at once, runs again those that failed beside a
-// stall, and reports whether any failed.
+// stall, once every variant's bucket is full again, and reports whether any
+// failed.
 func check(base string, idx []int) bool {
 	results := run(base, idx)
 	var again []int
+	var wait time.Duration
 	for _, i := range idx {
 		if problems(cases[i], results[i]) != nil && stalled(results[i]) {
 			report(cases[i], results[i], " (stalled: run again)")
 			again = append(again, i)
+			if d := refill(cases[i]); d > wait {
+				wait = d
+			}
 		}
 	}
 	if len(again) > 0 {
+		time.Sleep(wait)
 		for i, r := range run(base, again) {
 			results[i] = r
 		}
@@ -176,6 +182,25 @@ func check(base string, idx []int) bool {
 		failed = report(cases[i], results[i], "") || failed
 	}
 	return failed
+}
+
+// refill is how long an empty bucket of c takes to be full again, and a
+// second more.
+func refill(c rateCase) time.Duration {
+	period, burst := c.limit()
+	return time.Duration(float64(period)*float64(burst)/float64(c.average)) + time.Second
+}
+
+// limit is c's period and burst, defaulted as the built-in defaults them.
+func (c rateCase) limit() (period time.Duration, burst int) {
+	period, burst = c.period, c.burst
+	if period == 0 {
+		period = time.Second
+	}
+	if burst < 1 {
+		burst = 1
+	}
+	return period, burst
 }
 
 // stalled reports whether a variant saw an answer slower than stallAfter.
@@ -243,14 +268,7 @@ func load(url string, c rateCase) result {
 
 // want is what the table wants of c, and the most any variant may admit.
 func want(c rateCase) (want, most int) {
-	period := c.period
-	if period == 0 {
-		period = time.Second
-	}
-	burst := c.burst
-	if burst < 1 {
-		burst = 1
-	}
+	period, burst := c.limit()
 	want = int(float64(c.average)*float64(c.duration)/float64(period)) + burst
 	return want, want*102/100 + 1
 }
