@@ -29,7 +29,8 @@ import (
 	"time"
 )
 
-// Config is the limit, Average requests per second and Burst at once, and
+// Config is the limit, Average requests per second (counted in
+// microseconds: above 1,000,000 it is 1,000,000) and Burst at once, and
 // the Redis server's host:port.
 type Config struct {
 	Average int64
@@ -67,7 +68,7 @@ type handler struct {
 	prefix    string // of the keys: the middleware's name
 	mu        sync.Mutex
 	idle      []*conn
-	head      string // *6, EVALSHA, the sha, 1 key, the key's $
+	head      string // *6, EVALSHA, the sha and 1 (one key)
 	tail      string // the two arguments
 	emission  int64  // µs per token
 	base      time.Time
@@ -92,26 +93,33 @@ func New(ctx context.Context, next http.Handler, config *Config, name string) (h
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.nc.Write(appendBulks(nil, "SCRIPT", "LOAD", script)); err != nil {
-		return nil, err
-	}
-	r := bufio.NewReader(c.nc)
-	line, err := r.ReadString('\n')
-	if err != nil || line != "$40\r\n" { // the sha, 40 hex digits
-		return nil, errors.New("redisfloor: SCRIPT LOAD: " + strings.TrimSpace(line))
-	}
-	sha, err := r.ReadString('\n')
+	sha, err := loadScript(c)
 	if err != nil {
+		c.nc.Close()
 		return nil, err
 	}
 	h.idle = append(h.idle, c)
-	h.head = string(appendBulks(nil, "EVALSHA", strings.TrimSpace(sha), "1"))
+	h.head = string(appendBulks(nil, "EVALSHA", sha, "1"))
 	h.head = "*6" + h.head[2:] // the key and the two arguments follow
 	h.tail = string(appendBulks(nil, strconv.FormatInt(h.emission, 10), strconv.FormatInt(h.emission*config.Burst, 10)))
 	h.tail = h.tail[strings.IndexByte(h.tail, '\n')+1:] // without the *2 line
 	h.limitText = strconv.FormatInt(config.Average, 10)
 	h.policy = `"default";q=` + h.limitText + ";w=1"
 	return h, nil
+}
+
+// loadScript loads the script on c and returns its sha.
+func loadScript(c *conn) (string, error) {
+	if _, err := c.nc.Write(appendBulks(nil, "SCRIPT", "LOAD", script)); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c.nc)
+	line, err := r.ReadString('\n')
+	if err != nil || line != "$40\r\n" { // the sha, 40 hex digits
+		return "", errors.New("redisfloor: SCRIPT LOAD: " + strings.TrimSpace(line))
+	}
+	sha, err := r.ReadString('\n')
+	return strings.TrimSpace(sha), err
 }
 
 // appendBulks appends args to b as one RESP command.
