@@ -125,7 +125,7 @@ var plugins struct {
 	sluice, trivial, floor, redisFloor *plugin
 }
 
-func loadPlugins(tb testing.TB) (sluice, trivial, floor *plugin) {
+func loadPlugins(tb testing.TB) (sluice, trivial, floor, redisFloor *plugin) {
 	plugins.once.Do(func() {
 		dir := gopath(tb)
 		plugins.sluice = load(tb, dir, pluginImport)
@@ -136,7 +136,7 @@ func loadPlugins(tb testing.TB) (sluice, trivial, floor *plugin) {
 	if plugins.sluice == nil || plugins.trivial == nil || plugins.floor == nil || plugins.redisFloor == nil {
 		tb.Fatal("loading the plugins failed")
 	}
-	return plugins.sluice, plugins.trivial, plugins.floor
+	return plugins.sluice, plugins.trivial, plugins.floor, plugins.redisFloor
 }
 
 // build returns c's handler, a request from its client, and checks that
@@ -144,7 +144,7 @@ func loadPlugins(tb testing.TB) (sluice, trivial, floor *plugin) {
 // that empties a closed limit).
 func build(tb testing.TB, c pluginCase, seq int) (http.Handler, *next, *http.Request) {
 	tb.Helper()
-	sluice, trivial, floor := loadPlugins(tb)
+	sluice, trivial, floor, redisFloor := loadPlugins(tb)
 	p := sluice
 	switch {
 	case c.trivial:
@@ -152,7 +152,7 @@ func build(tb testing.TB, c pluginCase, seq int) (http.Handler, *next, *http.Req
 	case c.floor:
 		p = floor
 	case c.redisFloor:
-		p = plugins.redisFloor
+		p = redisFloor
 	}
 	nx := &next{}
 	// A middleware name per case and run: entries never share counters.

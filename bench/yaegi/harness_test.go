@@ -236,7 +236,7 @@ func measure(h http.Handler, nx *next, req *http.Request, warm, rounds, n int) c
 // interpreter, an option the plugin does not know reaches its Unknown
 // fields and New refuses it, naming it, at the top level and in a block.
 func TestUnknownOption(t *testing.T) {
-	sluice, _, _ := loadPlugins(t)
+	sluice, _, _, _ := loadPlugins(t)
 	for _, tc := range []struct {
 		config map[string]any
 		want   string
@@ -257,7 +257,7 @@ func TestUnknownOption(t *testing.T) {
 // second: the two read the clock apart), so that the cost report compares
 // like with like.
 func TestFloorAnswersAsSluice(t *testing.T) {
-	sluice, _, floor := loadPlugins(t)
+	sluice, _, floor, _ := loadPlugins(t)
 	for i, config := range floorConfigs {
 		name := "floor" + strconv.Itoa(i) + "@file"
 		answerAlike(t, config, sluice.handler(t, config, name, &next{}), floor.handler(t, config, name, &next{}))
@@ -268,12 +268,12 @@ func TestFloorAnswersAsSluice(t *testing.T) {
 // admission the headers sluice on Redis writes, as
 // TestFloorAnswersAsSluice checks for the floor.
 func TestRedisFloorAnswersAsSluice(t *testing.T) {
-	sluice, _, _ := loadPlugins(t)
+	sluice, _, _, redisFloor := loadPlugins(t)
 	srv := redistest.Start(t, redistest.Options{})
 	for i, config := range floorConfigs {
 		name := "redisfloor" + strconv.Itoa(i) + "@file"
 		hs := sluice.handler(t, onRedis(pluginCase{config: config}, srv.Addr).config, name, &next{})
-		hf := plugins.redisFloor.handler(t, onRedis(pluginCase{config: config, redisFloor: true}, srv.Addr).config, name, &next{})
+		hf := redisFloor.handler(t, onRedis(pluginCase{config: config, redisFloor: true}, srv.Addr).config, name, &next{})
 		answerAlike(t, config, hs, hf)
 	}
 }
