@@ -163,10 +163,15 @@ func (c *RedisStoreConfig) validate() error {
 	return nil
 }
 
-// redisError is err, a core.FieldError of a field that the redis block's
-// subdirective of the same name sets, under store.redis.
+// redisError is err, a check's error of the redis block, under
+// store.redis.: about the subdirective of the same name as its field when
+// it is a core.FieldError.
 func redisError(err error) error {
-	return &optionError{option: core.FieldOf(err).Field, err: fmt.Errorf("store.redis.%w", err)}
+	wrapped := fmt.Errorf("store.redis.%w", err)
+	if fe := core.FieldOf(err); fe != nil {
+		return &optionError{option: fe.Field, err: wrapped}
+	}
+	return wrapped
 }
 
 // checkAddresses checks that every address is host:port; unless expanded,
