@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/inspect"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens; see the
@@ -78,7 +79,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.Err("sluice: at least one zone is required")
 	}
 	if err := h.checkNames(); err != nil {
-		le := err.(*core.LimitError)
+		le := err.(*model.LimitError)
 		return fmt.Errorf("zone %q: %w, at %s:%d", le.Limit, caddyError(err), d.File(), zoneLines[le.Index])
 	}
 	if err := h.Validate(); err != nil {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 func init() {
@@ -195,7 +196,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	cfg.Instances = h.instances()
 	if h.gate, err = core.NewGate(cfg); err != nil {
-		if le, ok := err.(*core.LimitError); ok {
+		if le, ok := err.(*model.LimitError); ok {
 			return fmt.Errorf("zones[%d].%w", le.Index, caddyError(err))
 		}
 		return caddyError(err)
@@ -404,7 +405,7 @@ func parseBody(s string) (core.BodyFormat, bool, error) {
 	}
 	f, err := core.ParseBodyFormat(s)
 	if err != nil {
-		return f, false, &core.FieldError{Field: "body", Value: s, Reason: "unknown (want json, problem, text, none or error)"}
+		return f, false, &model.FieldError{Field: "body", Value: s, Reason: "unknown (want json, problem, text, none or error)"}
 	}
 	return f, false, nil
 }

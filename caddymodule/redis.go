@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // RedisStoreConfig configures a Redis store. Exactly one of Address,
@@ -168,7 +169,7 @@ func (c *RedisStoreConfig) validate() error {
 // it is a core.FieldError.
 func redisError(err error) error {
 	wrapped := fmt.Errorf("store.redis.%w", err)
-	if fe := core.FieldOf(err); fe != nil {
+	if fe := model.FieldOf(err); fe != nil {
 		return &optionError{option: fe.Field, err: wrapped}
 	}
 	return wrapped
@@ -182,7 +183,7 @@ func (c *RedisStoreConfig) checkAddresses(expanded bool) error {
 			return nil
 		}
 		if err := core.CheckRedisAddress(a); err != nil {
-			return &optionError{option: sub, err: errors.New(core.FieldOf(err).Format("store.redis."+option, ""))}
+			return &optionError{option: sub, err: errors.New(model.FieldOf(err).Format("store.redis."+option, ""))}
 		}
 		return nil
 	}

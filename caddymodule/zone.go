@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/inspect"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // clientIPKey is the default key template: the client's address (see
@@ -307,7 +308,7 @@ func subdirective(field string) string {
 // period "1.5µs": ..." for a part of one); any other error is returned as
 // it is.
 func caddyError(err error) error {
-	fe := core.FieldOf(err)
+	fe := model.FieldOf(err)
 	if fe == nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
@@ -112,7 +113,7 @@ func TestLimitValidateErrors(t *testing.T) {
 			t.Errorf("%s: Validate accepted %+v", c.name, c.limit)
 			continue
 		}
-		if fe := FieldOf(err); fe == nil || fe.Field != c.field || !strings.Contains(err.Error(), c.field) {
+		if fe := model.FieldOf(err); fe == nil || fe.Field != c.field || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("%s: error %q (%#v) does not name %q", c.name, err, fe, c.field)
 		}
 		if c.limit.Name != "" && !strings.Contains(err.Error(), `limit "`+c.limit.Name+`"`) {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // HeaderSet selects the families of rate-limit response headers a
@@ -72,13 +74,13 @@ func ParseHeaderSet(names []string) (HeaderSet, error) {
 		case "off":
 			off = true
 		default:
-			return 0, &FieldError{Field: "headers", Value: n, Reason: "unknown (want ietf, legacy, x or off)"}
+			return 0, &model.FieldError{Field: "headers", Value: n, Reason: "unknown (want ietf, legacy, x or off)"}
 		}
 		given = true
 	}
 	if off {
 		if set != HeadersOff {
-			return 0, &FieldError{Field: "headers", Value: strings.Join(names, ","), Reason: "off cannot be combined with other header sets"}
+			return 0, &model.FieldError{Field: "headers", Value: strings.Join(names, ","), Reason: "off cannot be combined with other header sets"}
 		}
 		return HeadersOff, nil
 	}
@@ -133,7 +135,7 @@ func ParseBodyFormat(s string) (BodyFormat, error) {
 	case "none":
 		return BodyNone, nil
 	}
-	return 0, &FieldError{Field: "body", Value: s, Reason: "unknown (want json, problem, text or none)"}
+	return 0, &model.FieldError{Field: "body", Value: s, Reason: "unknown (want json, problem, text or none)"}
 }
 
 // Responder writes sluice's rate-limit headers and 429 answers. It is the
@@ -166,13 +168,13 @@ type Responder struct {
 // *FieldError.
 func (r *Responder) Validate() error {
 	if r.Headers&^allHeaders != 0 {
-		return &FieldError{Field: "headers", Value: "0x" + strconv.FormatUint(uint64(r.Headers&^allHeaders), 16), Reason: "unknown header set bits"}
+		return &model.FieldError{Field: "headers", Value: "0x" + strconv.FormatUint(uint64(r.Headers&^allHeaders), 16), Reason: "unknown header set bits"}
 	}
 	if r.Body > BodyNone {
-		return &FieldError{Field: "body", Value: strconv.Itoa(int(r.Body)), Reason: "unknown format"}
+		return &model.FieldError{Field: "body", Value: strconv.Itoa(int(r.Body)), Reason: "unknown format"}
 	}
 	if !(r.Jitter >= 0 && r.Jitter <= 1) {
-		return &FieldError{Field: "jitter", Value: formatFloat(r.Jitter), Reason: "must be between 0 and 1"}
+		return &model.FieldError{Field: "jitter", Value: formatFloat(r.Jitter), Reason: "must be between 0 and 1"}
 	}
 	return nil
 }

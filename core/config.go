@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // This file holds the checks of configuration values that every host of
@@ -18,67 +20,6 @@ import (
 // (Caddyfile subdirective, JSON path, Traefik option) from the Field,
 // Value and Reason, never from the error's text.
 
-// FieldError is a configuration value that core refuses. Field names the
-// field in core's words ("rate.period", "burst", "max_delay", "jitter",
-// "instances", ...: the names of the Go fields, in snake case, with a dot
-// for a part of a field); Value is the value as core read it, or "" when
-// the rule concerns the field as a whole; Reason says what is wrong. Needs,
-// when set, is a field that the value has no meaning without.
-type FieldError struct {
-	Field  string
-	Value  string
-	Reason string
-	Needs  string
-}
-
-// Error is `<field> "<value>": <reason>`, without the value when it is
-// empty, followed with Needs by "(set <needs>, or remove <field>)".
-func (e *FieldError) Error() string {
-	return e.Format(e.Field, e.Needs)
-}
-
-// Format is Error with the field named field and Needs named needs: a
-// host's names for them.
-func (e *FieldError) Format(field, needs string) string {
-	s := field
-	if e.Value != "" {
-		s += " " + strconv.Quote(e.Value)
-	}
-	s += ": " + e.Reason
-	if needs != "" {
-		s += " (set " + needs + ", or remove " + field + ")"
-	}
-	return s
-}
-
-// LimitError is a FieldError of the limit named Limit. Index is the
-// limit's position in the list NewGate or CheckLimits checked, or -1 from
-// Limit.Validate.
-type LimitError struct {
-	Index int
-	Limit string
-	Err   *FieldError
-}
-
-// Error is `limit "<name>": ` and the FieldError.
-func (e *LimitError) Error() string {
-	return "limit " + strconv.Quote(e.Limit) + ": " + e.Err.Error()
-}
-
-// Unwrap returns the FieldError.
-func (e *LimitError) Unwrap() error { return e.Err }
-
-// FieldOf returns the FieldError err is or holds (as a LimitError), or nil.
-// It asserts the two types rather than calling errors.As, which Yaegi
-// cannot apply to interpreted types.
-func FieldOf(err error) *FieldError {
-	if le, ok := err.(*LimitError); ok {
-		return le.Err
-	}
-	fe, _ := err.(*FieldError)
-	return fe
-}
-
 // CheckLimits validates every limit of limits (Limit.Validate) and
 // refuses a name used twice, reporting the second use. Its error is a
 // *LimitError whose Index is the limit's position in limits.
@@ -86,12 +27,12 @@ func CheckLimits(limits []*Limit) error {
 	names := make(map[string]bool, len(limits))
 	for i, l := range limits {
 		if err := l.Validate(); err != nil {
-			le := err.(*LimitError)
+			le := err.(*model.LimitError)
 			le.Index = i
 			return le
 		}
 		if names[l.Name] {
-			return &LimitError{Index: i, Limit: l.Name, Err: &FieldError{Field: "name", Value: l.Name, Reason: "defined twice"}}
+			return &model.LimitError{Index: i, Limit: l.Name, Err: &model.FieldError{Field: "name", Value: l.Name, Reason: "defined twice"}}
 		}
 		names[l.Name] = true
 	}
@@ -105,11 +46,11 @@ func CheckLimits(limits []*Limit) error {
 func CheckFallback(fallback bool, instances int, inMemory bool) error {
 	switch {
 	case !fallback && instances != 0:
-		return &FieldError{Field: "instances", Reason: "only the local fallback divides quotas by the number of instances", Needs: "fallback"}
+		return &model.FieldError{Field: "instances", Reason: "only the local fallback divides quotas by the number of instances", Needs: "fallback"}
 	case fallback && inMemory:
-		return &FieldError{Field: "fallback", Reason: "applies only to a store that can fail, such as Redis, not to memory"}
+		return &model.FieldError{Field: "fallback", Reason: "applies only to a store that can fail, such as Redis, not to memory"}
 	case fallback && instances < 1:
-		return &FieldError{Field: "instances", Value: strconv.Itoa(instances), Reason: "must be at least 1"}
+		return &model.FieldError{Field: "instances", Value: strconv.Itoa(instances), Reason: "must be at least 1"}
 	}
 	return nil
 }
@@ -124,16 +65,16 @@ const LimitNameReserved = "\"\\:{}\r\n"
 // empty or contains a byte of LimitNameReserved, and nil otherwise.
 func CheckLimitName(name string) error {
 	if name == "" {
-		return &FieldError{Field: "name", Reason: "must not be empty"}
+		return &model.FieldError{Field: "name", Reason: "must not be empty"}
 	}
 	if strings.ContainsAny(name, LimitNameReserved) {
-		return &FieldError{Field: "name", Value: name, Reason: "must not contain quotes, backslashes, colons, braces or line breaks"}
+		return &model.FieldError{Field: "name", Value: name, Reason: "must not contain quotes, backslashes, colons, braces or line breaks"}
 	}
 	for i := 0; i < len(name); i++ {
 		if name[i] < 0x20 || name[i] > 0x7e {
 			// A structured-field String carries printable ASCII only, and
 			// the name must read the same in the header and the body.
-			return &FieldError{Field: "name", Value: name, Reason: "must be printable ASCII (it is sent in the RateLimit-Policy header)"}
+			return &model.FieldError{Field: "name", Value: name, Reason: "must be printable ASCII (it is sent in the RateLimit-Policy header)"}
 		}
 	}
 	return nil
@@ -147,7 +88,7 @@ func CheckLimitName(name string) error {
 // one host and 1 in the other: every host refuses it instead.
 func CheckBurst(burst float64) error {
 	if burst == 0 {
-		return &FieldError{Field: "burst", Value: strconv.FormatFloat(burst, 'g', -1, 64), Reason: "must be positive (leave burst out for the default)"}
+		return &model.FieldError{Field: "burst", Value: strconv.FormatFloat(burst, 'g', -1, 64), Reason: "must be positive (leave burst out for the default)"}
 	}
 	return nil
 }
@@ -194,7 +135,7 @@ func TLSConfig(ca, cert, key string, insecureSkipVerify bool, serverName string)
 		}
 		cfg.RootCAs = x509.NewCertPool()
 		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, &FieldError{Field: "ca", Value: ca, Reason: "no PEM certificate found"}
+			return nil, &model.FieldError{Field: "ca", Value: ca, Reason: "no PEM certificate found"}
 		}
 	}
 	if err := CheckTLSPair(cert, key); err != nil {
@@ -211,7 +152,7 @@ func TLSConfig(ca, cert, key string, insecureSkipVerify bool, serverName string)
 		}
 		pair, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
-			return nil, &FieldError{Field: "cert", Reason: "does not go with key: " + err.Error()}
+			return nil, &model.FieldError{Field: "cert", Reason: "does not go with key: " + err.Error()}
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
@@ -224,9 +165,9 @@ func TLSConfig(ca, cert, key string, insecureSkipVerify bool, serverName string)
 func CheckTLSPair(cert, key string) error {
 	switch {
 	case cert != "" && key == "":
-		return &FieldError{Field: "cert", Reason: "needs its private key", Needs: "key"}
+		return &model.FieldError{Field: "cert", Reason: "needs its private key", Needs: "key"}
 	case key != "" && cert == "":
-		return &FieldError{Field: "key", Reason: "needs its certificate", Needs: "cert"}
+		return &model.FieldError{Field: "key", Reason: "needs its certificate", Needs: "cert"}
 	}
 	return nil
 }
@@ -242,7 +183,7 @@ func readPEM(field, s string) ([]byte, error) {
 		if pe, ok := err.(*os.PathError); ok {
 			err = pe.Err // without the file's name, the Value
 		}
-		return nil, &FieldError{Field: field, Value: s, Reason: "neither PEM text nor a readable file: " + err.Error()}
+		return nil, &model.FieldError{Field: field, Value: s, Reason: "neither PEM text nor a readable file: " + err.Error()}
 	}
 	return b, nil
 }

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/core/model"
 )
 
 func TestCheckLimitName(t *testing.T) {
@@ -175,7 +177,7 @@ func TestCheckBurst(t *testing.T) {
 		}
 	}
 	err := CheckBurst(0)
-	if fe := FieldOf(err); fe == nil || fe.Field != "burst" || err.Error() != `burst "0": must be positive (leave burst out for the default)` {
+	if fe := model.FieldOf(err); fe == nil || fe.Field != "burst" || err.Error() != `burst "0": must be positive (leave burst out for the default)` {
 		t.Errorf("CheckBurst(0): %v", err)
 	}
 }
@@ -188,15 +190,15 @@ func TestFieldErrors(t *testing.T) {
 	b := &Limit{Name: "b", Rate: Rate{Quota: 1, Period: time.Second}}
 	a2 := &Limit{Name: "a", Rate: Rate{Quota: 2, Period: time.Second}}
 	err := CheckLimits([]*Limit{a, b, a2})
-	le, ok := err.(*LimitError)
+	le, ok := err.(*model.LimitError)
 	if !ok || le.Index != 2 || le.Limit != "a" || le.Err.Field != "name" || err.Error() != `limit "a": name "a": defined twice` {
 		t.Errorf("CheckLimits with a name twice: %#v (%v)", err, err)
 	}
 	bad := &Limit{Name: "c", Rate: Rate{Quota: 1, Period: time.Second}, Burst: -1}
-	if le, ok := CheckLimits([]*Limit{a, bad}).(*LimitError); !ok || le.Index != 1 || FieldOf(le).Field != "burst" {
+	if le, ok := CheckLimits([]*Limit{a, bad}).(*model.LimitError); !ok || le.Index != 1 || model.FieldOf(le).Field != "burst" {
 		t.Errorf("CheckLimits with a bad burst: %#v", le)
 	}
-	if _, err := NewGate(GateConfig{Limits: []*Limit{a, a2}}); FieldOf(err) == nil || FieldOf(err).Field != "name" {
+	if _, err := NewGate(GateConfig{Limits: []*Limit{a, a2}}); model.FieldOf(err) == nil || model.FieldOf(err).Field != "name" {
 		t.Errorf("NewGate with a name twice: %v", err)
 	}
 	for _, c := range []struct {
@@ -212,11 +214,11 @@ func TestFieldErrors(t *testing.T) {
 		{true, 0, false, `instances "0": must be at least 1`},
 	} {
 		err := CheckFallback(c.fallback, c.n, c.inMemory)
-		if c.want == "" && err != nil || c.want != "" && (err == nil || err.Error() != c.want || FieldOf(err) == nil) {
+		if c.want == "" && err != nil || c.want != "" && (err == nil || err.Error() != c.want || model.FieldOf(err) == nil) {
 			t.Errorf("CheckFallback(%v, %d, %v) = %v, want %q", c.fallback, c.n, c.inMemory, err, c.want)
 		}
 	}
-	if _, err := NewGate(GateConfig{Limits: []*Limit{a}, Fallback: &MemoryStore{}, Instances: 2}); FieldOf(err) == nil || FieldOf(err).Field != "fallback" {
+	if _, err := NewGate(GateConfig{Limits: []*Limit{a}, Fallback: &MemoryStore{}, Instances: 2}); model.FieldOf(err) == nil || model.FieldOf(err).Field != "fallback" {
 		t.Errorf("NewGate with a fallback for a memory store: %v", err)
 	}
 	if err := a.Validate(); err != nil {
@@ -225,7 +227,7 @@ func TestFieldErrors(t *testing.T) {
 	if err := a.CheckCost(2); err == nil || err.Error() != `cost "2": above the capacity of 1 (the burst, or a window algorithm's quota), so no request could ever pass; lower the cost or raise the capacity` {
 		t.Errorf("CheckCost(2): %v", err)
 	}
-	if FieldOf(errors.New("x")) != nil {
+	if model.FieldOf(errors.New("x")) != nil {
 		t.Error("FieldOf found a FieldError in a plain error")
 	}
 }

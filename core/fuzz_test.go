@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
@@ -24,7 +25,7 @@ func FuzzParseRate(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string, burst float64) {
 		r, err := ParseRate(s)
 		if err != nil {
-			if fe, ok := err.(*FieldError); !ok || fe.Field != "rate" || fe.Value != s {
+			if fe, ok := err.(*model.FieldError); !ok || fe.Field != "rate" || fe.Value != s {
 				t.Fatalf("ParseRate(%q): error %#v is not a FieldError of the rate holding the text", s, err)
 			}
 			return

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // StoreErrorPolicy says what a Gate does with a request when its store
@@ -30,7 +32,7 @@ func ParseStoreErrorPolicy(s string) (StoreErrorPolicy, error) {
 	case "deny":
 		return FailClosed, nil
 	}
-	return FailOpen, &FieldError{Field: "on_store_error", Value: s, Reason: "want allow or deny"}
+	return FailOpen, &model.FieldError{Field: "on_store_error", Value: s, Reason: "want allow or deny"}
 }
 
 // Mode is how a Gate treats requests its limits reject.
@@ -54,7 +56,7 @@ func ParseMode(s string) (Mode, error) {
 	case "dry_run", "dry-run", "dryrun":
 		return DryRun, nil
 	}
-	return Enforce, &FieldError{Field: "mode", Value: s, Reason: "want enforce or dry_run"}
+	return Enforce, &model.FieldError{Field: "mode", Value: s, Reason: "want enforce or dry_run"}
 }
 
 // Outcome classifies a Gate's verdict, for metrics and logs.
@@ -201,7 +203,7 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 		cfg.Store = st
 	}
 	if cfg.Timeout < 0 {
-		return nil, &FieldError{Field: "timeout", Value: cfg.Timeout.String(), Reason: "must not be negative"}
+		return nil, &model.FieldError{Field: "timeout", Value: cfg.Timeout.String(), Reason: "must not be negative"}
 	}
 	if err := cfg.Responder.Validate(); err != nil {
 		return nil, err

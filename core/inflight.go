@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // In-flight limits. A Limit with MaxInFlight holds, besides its rate, a
@@ -51,14 +53,14 @@ func newFlightLimit(l *Limit) *Limit {
 
 // validateFlightOnly finishes Validate for a limit of requests in flight
 // only (a zero Rate), which has no algorithm, burst or delay.
-func (l *Limit) validateFlightOnly() *FieldError {
+func (l *Limit) validateFlightOnly() *model.FieldError {
 	switch {
 	case l.Algorithm != "":
-		return &FieldError{Field: "algorithm", Value: string(l.Algorithm), Reason: "only a rate has an algorithm", Needs: "rate"}
+		return &model.FieldError{Field: "algorithm", Value: string(l.Algorithm), Reason: "only a rate has an algorithm", Needs: "rate"}
 	case l.Burst != 0:
-		return &FieldError{Field: "burst", Reason: "only a rate has a burst", Needs: "rate"}
+		return &model.FieldError{Field: "burst", Reason: "only a rate has a burst", Needs: "rate"}
 	case l.MaxDelay != 0:
-		return &FieldError{Field: "max_delay", Reason: "only a rate delays requests", Needs: "rate"}
+		return &model.FieldError{Field: "max_delay", Reason: "only a rate delays requests", Needs: "rate"}
 	}
 	f := l.flight
 	l.period, l.unit, l.capacity, l.owe = 0, 0, 0, 0
@@ -238,7 +240,7 @@ func newGateSlots(cfg *GateConfig) (*gateSlots, error) {
 		flight = flight || l.MaxInFlight > 0
 	}
 	if cfg.LeaseTTL < 0 {
-		return nil, &FieldError{Field: "lease_ttl", Value: cfg.LeaseTTL.String(), Reason: "must not be negative"}
+		return nil, &model.FieldError{Field: "lease_ttl", Value: cfg.LeaseTTL.String(), Reason: "must not be negative"}
 	}
 	if !flight {
 		return nil, nil

@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // KeySpec builds a request's key from an ordered list of request parts. It
@@ -472,7 +474,7 @@ func ParseMissingKey(s string) (MissingKey, error) {
 	case "shared":
 		return MissingShared, nil
 	}
-	return 0, &FieldError{Field: "on_missing_key", Value: s, Reason: "want skip or shared"}
+	return 0, &model.FieldError{Field: "on_missing_key", Value: s, Reason: "want skip or shared"}
 }
 
 // String returns the policy's name as ParseMissingKey reads it.

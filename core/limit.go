@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // Algorithm names a rate-limiting algorithm.
@@ -70,14 +72,14 @@ type Rate struct {
 func ParseRate(s string) (Rate, error) {
 	q, p, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
-		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "want <quota>/<period>, such as 100/m"}
+		return Rate{}, &model.FieldError{Field: "rate", Value: s, Reason: "want <quota>/<period>, such as 100/m"}
 	}
 	quota, err := strconv.ParseFloat(strings.TrimSpace(q), 64)
 	if err != nil || math.IsNaN(quota) || math.IsInf(quota, 0) {
-		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "quota " + strconv.Quote(q) + " is not a number"}
+		return Rate{}, &model.FieldError{Field: "rate", Value: s, Reason: "quota " + strconv.Quote(q) + " is not a number"}
 	}
 	if quota <= 0 {
-		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "quota must be positive"}
+		return Rate{}, &model.FieldError{Field: "rate", Value: s, Reason: "quota must be positive"}
 	}
 	p = strings.TrimSpace(p)
 	var period time.Duration
@@ -94,16 +96,16 @@ func ParseRate(s string) (Rate, error) {
 		period = 24 * time.Hour
 	default:
 		if p == "" || (p[0] < '0' || p[0] > '9') {
-			return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "unknown unit " + strconv.Quote(p) + " (use ms, s, m, h, d or a duration such as 1m30s)"}
+			return Rate{}, &model.FieldError{Field: "rate", Value: s, Reason: "unknown unit " + strconv.Quote(p) + " (use ms, s, m, h, d or a duration such as 1m30s)"}
 		}
 		d, err := time.ParseDuration(p)
 		if err != nil {
-			return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "period " + strconv.Quote(p) + ": unknown unit or bad duration"}
+			return Rate{}, &model.FieldError{Field: "rate", Value: s, Reason: "period " + strconv.Quote(p) + ": unknown unit or bad duration"}
 		}
 		period = d
 	}
 	if period <= 0 {
-		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "period must be positive"}
+		return Rate{}, &model.FieldError{Field: "rate", Value: s, Reason: "period must be positive"}
 	}
 	return Rate{Quota: quota, Period: period}, nil
 }
@@ -183,7 +185,7 @@ type Limit struct {
 // naming the limit and the field at fault. It is idempotent.
 func (l *Limit) Validate() error {
 	if err := l.validate(); err != nil {
-		return &LimitError{Index: -1, Limit: l.Name, Err: err}
+		return &model.LimitError{Index: -1, Limit: l.Name, Err: err}
 	}
 	return nil
 }
@@ -194,16 +196,16 @@ func (l *Limit) CheckCost(cost float64) error {
 	if l.Fits(cost) {
 		return nil
 	}
-	return &FieldError{Field: "cost", Value: formatFloat(cost), Reason: "above the capacity of " + formatFloat(l.capacity) +
+	return &model.FieldError{Field: "cost", Value: formatFloat(cost), Reason: "above the capacity of " + formatFloat(l.capacity) +
 		" (the burst, or a window algorithm's quota), so no request could ever pass; lower the cost or raise the capacity"}
 }
 
-func (l *Limit) validate() *FieldError {
+func (l *Limit) validate() *model.FieldError {
 	if err := CheckLimitName(l.Name); err != nil {
-		return err.(*FieldError)
+		return err.(*model.FieldError)
 	}
 	if l.MaxInFlight < 0 {
-		return &FieldError{Field: "max_in_flight", Value: strconv.Itoa(l.MaxInFlight), Reason: "must not be negative"}
+		return &model.FieldError{Field: "max_in_flight", Value: strconv.Itoa(l.MaxInFlight), Reason: "must not be negative"}
 	}
 	l.flight = nil
 	if l.MaxInFlight > 0 {
@@ -213,7 +215,7 @@ func (l *Limit) validate() *FieldError {
 		}
 	}
 	if l.Rate == (Rate{}) {
-		return &FieldError{Field: "rate", Reason: "required (or max_in_flight)"}
+		return &model.FieldError{Field: "rate", Reason: "required (or max_in_flight)"}
 	}
 	if l.Algorithm == "" {
 		l.Algorithm = TokenBucket
@@ -225,19 +227,19 @@ func (l *Limit) validate() *FieldError {
 		}
 	}
 	if !known {
-		return &FieldError{Field: "algorithm", Value: string(l.Algorithm), Reason: "unknown (want token_bucket, leaky_bucket, fixed_window, sliding_window_log or sliding_window_counter)"}
+		return &model.FieldError{Field: "algorithm", Value: string(l.Algorithm), Reason: "unknown (want token_bucket, leaky_bucket, fixed_window, sliding_window_log or sliding_window_counter)"}
 	}
 	if !(l.Rate.Quota > 0) || math.IsInf(l.Rate.Quota, 0) {
-		return &FieldError{Field: "rate.quota", Value: formatFloat(l.Rate.Quota), Reason: "must be a positive number"}
+		return &model.FieldError{Field: "rate.quota", Value: formatFloat(l.Rate.Quota), Reason: "must be a positive number"}
 	}
 	if l.Rate.Period <= 0 {
-		return &FieldError{Field: "rate.period", Value: FormatPeriod(l.Rate.Period), Reason: "must be positive"}
+		return &model.FieldError{Field: "rate.period", Value: FormatPeriod(l.Rate.Period), Reason: "must be positive"}
 	}
 	if l.Burst < 0 || math.IsNaN(l.Burst) || math.IsInf(l.Burst, 0) {
-		return &FieldError{Field: "burst", Value: formatFloat(l.Burst), Reason: "must not be negative"}
+		return &model.FieldError{Field: "burst", Value: formatFloat(l.Burst), Reason: "must not be negative"}
 	}
 	if l.MaxDelay < 0 {
-		return &FieldError{Field: "max_delay", Value: l.MaxDelay.String(), Reason: "must not be negative"}
+		return &model.FieldError{Field: "max_delay", Value: l.MaxDelay.String(), Reason: "must not be negative"}
 	}
 	switch l.Algorithm {
 	case TokenBucket, LeakyBucket:
@@ -252,25 +254,25 @@ func (l *Limit) validate() *FieldError {
 		}
 	default:
 		if l.Burst != 0 {
-			return &FieldError{Field: "burst", Reason: string(l.Algorithm) + " takes its capacity from the rate's quota; remove burst"}
+			return &model.FieldError{Field: "burst", Reason: string(l.Algorithm) + " takes its capacity from the rate's quota; remove burst"}
 		}
 		if l.Rate.Quota < 1 {
-			return &FieldError{Field: "rate", Value: l.Rate.String(), Reason: string(l.Algorithm) + " admits at most its quota in a window, and a quota below 1 admits no request of cost 1; write it as " +
+			return &model.FieldError{Field: "rate", Value: l.Rate.String(), Reason: string(l.Algorithm) + " admits at most its quota in a window, and a quota below 1 admits no request of cost 1; write it as " +
 				Rate{Quota: 1, Period: time.Duration(float64(l.Rate.Period) / l.Rate.Quota)}.String()}
 		}
 		l.capacity = l.Rate.Quota
 	}
 	if l.MaxDelay != 0 && l.Algorithm != LeakyBucket && l.Algorithm != TokenBucket {
-		return &FieldError{Field: "max_delay", Reason: "only leaky_bucket and token_bucket delay requests, not " + string(l.Algorithm)}
+		return &model.FieldError{Field: "max_delay", Reason: "only leaky_bucket and token_bucket delay requests, not " + string(l.Algorithm)}
 	}
 	if l.Algorithm == SlidingWindowLog && l.Rate.Quota > MaxLogQuota {
-		return &FieldError{Field: "rate.quota", Value: formatFloat(l.Rate.Quota), Reason: "sliding_window_log keeps one entry per request and accepts a quota of at most " + strconv.Itoa(MaxLogQuota) + " (use sliding_window_counter)"}
+		return &model.FieldError{Field: "rate.quota", Value: formatFloat(l.Rate.Quota), Reason: "sliding_window_log keeps one entry per request and accepts a quota of at most " + strconv.Itoa(MaxLogQuota) + " (use sliding_window_counter)"}
 	}
 	if l.Rate.Period > MaxSpan {
-		return &FieldError{Field: "rate.period", Value: FormatPeriod(l.Rate.Period), Reason: "longer than the " + FormatPeriod(MaxSpan) + " sluice supports"}
+		return &model.FieldError{Field: "rate.period", Value: FormatPeriod(l.Rate.Period), Reason: "longer than the " + FormatPeriod(MaxSpan) + " sluice supports"}
 	}
 	if l.Rate.Period%time.Microsecond != 0 {
-		return &FieldError{Field: "rate.period", Value: FormatPeriod(l.Rate.Period), Reason: "must be a whole number of microseconds (Redis's clock resolution)"}
+		return &model.FieldError{Field: "rate.period", Value: FormatPeriod(l.Rate.Period), Reason: "must be a whole number of microseconds (Redis's clock resolution)"}
 	}
 	l.period = int64(l.Rate.Period)
 	l.unit = float64(l.period) / l.Rate.Quota
@@ -279,7 +281,7 @@ func (l *Limit) validate() *FieldError {
 		l.owe = float64(l.MaxDelay) / l.unit
 	}
 	if span := l.capacity*l.unit + float64(l.MaxDelay); !(span <= float64(MaxSpan)) {
-		return &FieldError{Field: "burst", Value: formatFloat(l.capacity), Reason: "refilling it at the rate takes longer than the " + FormatPeriod(MaxSpan) + " sluice supports"}
+		return &model.FieldError{Field: "burst", Value: formatFloat(l.capacity), Reason: "refilling it at the rate takes longer than the " + FormatPeriod(MaxSpan) + " sluice supports"}
 	}
 	l.ns = l.Name + ":" + string(l.Algorithm)
 	l.nsHash = fnv1a(l.ns)

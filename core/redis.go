@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/resp"
 )
 
@@ -33,10 +34,10 @@ const DefaultRedisTimeout = 100 * time.Millisecond
 // meant to keep apart.) Its error is a *FieldError of the field "db".
 func CheckRedisDB(db int, cluster bool) error {
 	if db < 0 {
-		return &FieldError{Field: "db", Value: strconv.Itoa(db), Reason: "must not be negative"}
+		return &model.FieldError{Field: "db", Value: strconv.Itoa(db), Reason: "must not be negative"}
 	}
 	if db != 0 && cluster {
-		return &FieldError{Field: "db", Value: strconv.Itoa(db), Reason: "a Redis Cluster has only database 0"}
+		return &model.FieldError{Field: "db", Value: strconv.Itoa(db), Reason: "a Redis Cluster has only database 0"}
 	}
 	return nil
 }
@@ -46,7 +47,7 @@ func CheckRedisDB(db int, cluster bool) error {
 // it read addr from.
 func CheckRedisAddress(addr string) error {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return &FieldError{Field: "address", Value: addr, Reason: "want host:port"}
+		return &model.FieldError{Field: "address", Value: addr, Reason: "want host:port"}
 	}
 	return nil
 }
@@ -55,7 +56,7 @@ func CheckRedisAddress(addr string) error {
 // user authenticates with both. Its error is a *FieldError of "username".
 func CheckRedisUser(username, password string) error {
 	if username != "" && password == "" {
-		return &FieldError{Field: "username", Reason: "needs a password (an ACL user authenticates with both)"}
+		return &model.FieldError{Field: "username", Reason: "needs a password (an ACL user authenticates with both)"}
 	}
 	return nil
 }
@@ -66,14 +67,14 @@ func CheckRedisUser(username, password string) error {
 // "sentinel.addresses".
 func CheckRedisSentinel(master string, addrs []string) error {
 	if master == "" {
-		return &FieldError{Field: "sentinel.master", Reason: "required, the name of the master set"}
+		return &model.FieldError{Field: "sentinel.master", Reason: "required, the name of the master set"}
 	}
 	if len(addrs) == 0 {
-		return &FieldError{Field: "sentinel.addresses", Reason: "at least one Sentinel host:port is required"}
+		return &model.FieldError{Field: "sentinel.addresses", Reason: "at least one Sentinel host:port is required"}
 	}
 	for _, a := range addrs {
 		if err := CheckRedisAddress(a); err != nil {
-			fe := err.(*FieldError)
+			fe := err.(*model.FieldError)
 			fe.Field = "sentinel.addresses"
 			return fe
 		}
@@ -86,7 +87,7 @@ func CheckRedisSentinel(master string, addrs []string) error {
 // "prefix".
 func CheckRedisPrefix(prefix string) error {
 	if strings.ContainsAny(prefix, "{}") {
-		return &FieldError{Field: "prefix", Value: prefix, Reason: "must not contain braces"}
+		return &model.FieldError{Field: "prefix", Value: prefix, Reason: "must not contain braces"}
 	}
 	return nil
 }

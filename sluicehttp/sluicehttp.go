@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/resp"
 )
 
@@ -321,7 +322,7 @@ func newLimit(l *Limit, ip *core.ClientIP, prefix string) (limit, error) {
 		cost = 1
 	}
 	if !(cost > 0) {
-		return limit{}, &core.FieldError{Field: "cost", Value: strconv.FormatFloat(cost, 'g', -1, 64), Reason: "must be positive"}
+		return limit{}, &model.FieldError{Field: "cost", Value: strconv.FormatFloat(cost, 'g', -1, 64), Reason: "must be positive"}
 	}
 	if err := cl.CheckCost(cost); err != nil {
 		return limit{}, err

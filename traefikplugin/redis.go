@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/resp"
 )
 
@@ -68,7 +69,7 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 	}
 	for _, e := range endpoints {
 		if err := core.CheckRedisAddress(e); err != nil {
-			return nil, errors.New(core.FieldOf(err).Format("redis.endpoints", ""))
+			return nil, errors.New(model.FieldOf(err).Format("redis.endpoints", ""))
 		}
 	}
 	o.resp.Addr = endpoints[0]

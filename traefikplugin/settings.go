@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // maxLimits is the most limits one middleware may define.
@@ -102,7 +103,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 			specIndex[id] = i
 		}
 		if err := l.CheckCost(cost); err != nil {
-			return errors.New(core.FieldOf(err).Format(costOption, ""))
+			return errors.New(model.FieldOf(err).Format(costOption, ""))
 		}
 		s.plans = append(s.plans, limitPlan{limit: l, spec: i, missing: missing, cost: cost, option: option})
 		if missing == core.MissingSkip {
@@ -201,7 +202,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 		limits[i] = p.limit
 	}
 	if err := core.CheckLimits(limits); err != nil {
-		p := s.plans[err.(*core.LimitError).Index]
+		p := s.plans[err.(*model.LimitError).Index]
 		err = fieldError(p.option, err)
 		if p.option != "" && p.limit.Name == topName && strings.TrimSpace(cfg.Name) == "" {
 			err = fmt.Errorf("%w (the top-level limit is named %q unless name is set)", err, topName)
@@ -373,7 +374,7 @@ var coreOptions = map[string]string{
 // field as the plugin's option under option ("", "limits[i]." or
 // "redis."); any other error is returned as it is.
 func fieldError(option string, err error) error {
-	fe := core.FieldOf(err)
+	fe := model.FieldOf(err)
 	if fe == nil {
 		return err
 	}
