@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/inspect"
 	"github.com/sluicehq/sluice/core/model"
 )
@@ -151,7 +152,7 @@ type Zone struct {
 	match   caddyhttp.MatcherSet
 	missing core.MissingKey
 	keyKind keyKind
-	group   *core.ClientIP // with keyClientIP: groups addresses by prefix; nil keys by full address
+	group   *clientip.Strategy // with keyClientIP: groups addresses by prefix; nil keys by full address
 	// relays, with keyClientIP or clientVar, read the server's
 	// client_ip_headers, in order, for a request that a trusted proxy
 	// relayed (clientKey).
@@ -212,7 +213,7 @@ func (z *Zone) provision(ctx caddy.Context) error {
 	case isClientIPKey(key):
 		z.keyKind = keyClientIP
 		if z.groups() {
-			z.group = &core.ClientIP{IPv4Prefix: z.IPv4Prefix, IPv6Prefix: z.IPv6Prefix}
+			z.group = &clientip.Strategy{IPv4Prefix: z.IPv4Prefix, IPv6Prefix: z.IPv6Prefix}
 			if err := z.group.Validate(); err != nil {
 				return err
 			}
@@ -517,8 +518,8 @@ func (z *Zone) ask(r *http.Request, repl *caddy.Replacer) (a core.Ask, ok bool, 
 // relayHeader is one of the server's client_ip_headers, as a zone keyed
 // on the client's address reads it.
 type relayHeader struct {
-	name string         // canonical
-	ip   *core.ClientIP // reads it, and groups addresses as the zone does
+	name string             // canonical
+	ip   *clientip.Strategy // reads it, and groups addresses as the zone does
 	// own: sluice reads the header even when the server sets
 	// trusted_proxies_strict, because Caddy cannot (Forwarded).
 	own bool
@@ -536,7 +537,7 @@ func (z *Zone) provisionRelays(ctx caddy.Context) error {
 	}
 	z.relays = make([]relayHeader, len(headers))
 	for i, name := range headers {
-		ip := &core.ClientIP{Header: name, IPv4Prefix: z.IPv4Prefix, IPv6Prefix: z.IPv6Prefix}
+		ip := &clientip.Strategy{Header: name, IPv4Prefix: z.IPv4Prefix, IPv6Prefix: z.IPv6Prefix}
 		if err := ip.Validate(); err != nil {
 			return fmt.Errorf("the server's client_ip_headers: %w", err)
 		}
@@ -610,7 +611,7 @@ func strictVetted(lines []string, ip string) bool {
 	for li := len(lines) - 1; li >= 0; li-- {
 		s := lines[li]
 		for {
-			if n == core.MaxForwardedHops {
+			if n == clientip.MaxForwardedHops {
 				return false
 			}
 			n++

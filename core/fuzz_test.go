@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
@@ -62,7 +63,7 @@ func FuzzRequestKey(f *testing.F) {
 	f.Add("[2001:db8::1%eth0]:443", "[::ffff:10.0.0.1]:80, unknown", "", strings.Repeat("k", 300))
 	f.Add("@", ",,,", "x", "")
 	trusted := mustPrefixes(f, "10.0.0.0/8", "::1/128")
-	rules := []*ClientIP{
+	rules := []*clientip.Strategy{
 		{},
 		{TrustedProxies: trusted},
 		{TrustedProxies: trusted, Depth: 2},
@@ -94,7 +95,7 @@ func FuzzRequestKey(f *testing.F) {
 				t.Fatalf("key of %d bytes", len(key))
 			}
 		}
-		// The zero ClientIP trusts no proxy: headers cannot move its key.
+		// The zero clientip.Strategy trusts no proxy: headers cannot move its key.
 		withHeaders, ok1 := plain.Key(r)
 		r.Header = http.Header{}
 		bare, ok2 := plain.Key(r)
@@ -164,7 +165,7 @@ func FuzzRelayedClient(f *testing.F) {
 			{"Forwarded", `, for="[2001:db8::5]:4711";proto=https, for=10.0.0.2;by=10.0.0.1`, "2001:db8::5"},
 			{"Forwarded", ",for=203.0.113.5", "203.0.113.5"},
 		} {
-			c := &ClientIP{TrustedProxies: trusted, Header: tc.header}
+			c := &clientip.Strategy{TrustedProxies: trusted, Header: tc.header}
 			if err := c.Validate(); err != nil {
 				t.Fatal(err)
 			}
@@ -172,12 +173,12 @@ func FuzzRelayedClient(f *testing.F) {
 			if got, ok := c.Key(r); !ok || got != tc.want {
 				t.Fatalf("%s: %q: key %q, %v; want %q", tc.header, written+tc.proxies, got, ok, tc.want)
 			}
-			if depth < 0 || depth > MaxForwardedHops {
+			if depth < 0 || depth > clientip.MaxForwardedHops {
 				continue
 			}
 			// The client's text alone, with any depth: no panic, and a
 			// key that is an address.
-			c = &ClientIP{TrustedProxies: trusted, Header: tc.header, Depth: depth}
+			c = &clientip.Strategy{TrustedProxies: trusted, Header: tc.header, Depth: depth}
 			if err := c.Validate(); err != nil {
 				t.Fatal(err)
 			}
@@ -192,8 +193,9 @@ func FuzzRelayedClient(f *testing.F) {
 }
 
 // FuzzDepthKey: behind load balancers, as Traefik's ipStrategy.depth
-// configures it, the key that the lane takes (laneClientKey) for an IPv4
-// entry is the one that clientKey finds, for any peer and any header.
+// configures it, the key that the lane takes (laneDepthKey) for an IPv4
+// entry is the one that clientip.Strategy.Key finds, for any peer and any
+// header.
 func FuzzDepthKey(f *testing.F) {
 	f.Add("192.0.2.1:1", "203.0.113.7, 10.0.0.1", 1)
 	f.Add("192.0.2.1:1", "203.0.113.7 ,\t10.0.0.1", 2)
@@ -205,20 +207,23 @@ func FuzzDepthKey(f *testing.F) {
 	f.Add("192.0.2.1:1", strings.Repeat("1.2.3.4,", 40), 32)
 	f.Add("192.0.2.1:1", "::ffff:203.0.113.7", 1)
 	f.Fuzz(func(t *testing.T, remote, xff string, depth int) {
-		if depth < 1 || depth > MaxForwardedHops {
+		if depth < 1 || depth > clientip.MaxForwardedHops {
 			return
 		}
 		for _, v4 := range []int{0, 24, 32} {
-			c := &ClientIP{AnyPeer: true, Depth: depth, IPv4Prefix: v4, IPv6Prefix: 64}
+			c := &clientip.Strategy{AnyPeer: true, Depth: depth, IPv4Prefix: v4, IPv6Prefix: 64}
 			if err := c.Validate(); err != nil {
 				t.Fatal(err)
 			}
 			r := newRequest(remote)
 			for _, line := range strings.Split(xff, "\n") {
-				r.Header.Add(headerXFF, line)
+				r.Header.Add(clientip.XForwardedFor, line)
 			}
-			got, ok := laneClientKey(c, r)
-			want, wantOK := clientKey(c, r)
+			if !laneDepth4(c) {
+				continue // the lane takes Strategy.Key itself
+			}
+			got, ok := laneDepthKey(c, r, "", nil, 0, 0, noAddr, nil)
+			want, wantOK := (*clientip.Strategy).Key(c, r)
 			if got != want || ok != wantOK {
 				t.Fatalf("peer %q, X-Forwarded-For %q, depth %d, ipv4 /%d: key %q, %v; want %q, %v", remote, xff, depth, v4, got, ok, want, wantOK)
 			}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/model"
 )
 
@@ -17,7 +18,7 @@ import (
 // is built by ParseKeySpec and safe for concurrent use.
 type KeySpec struct {
 	parts []keyPart
-	ip    *ClientIP
+	ip    *clientip.Strategy
 	// ipv4: the key is client_ip alone, from the peer's address, with
 	// IPv4 addresses in full; Key then handles an IPv4 peer inline. ipv6:
 	// likewise for IPv6 addresses, which peerKey6 handles.
@@ -53,7 +54,7 @@ type keyPart struct {
 
 // ParseKeySpec parses the parts of a key, in order:
 //
-//	client_ip       the client address, as derived by ip (see [ClientIP.Key])
+//	client_ip       the client address, as derived by ip (see [clientip.Strategy.Key])
 //	header:<Name>   the first value of request header Name
 //	host            the requested host, lowercased, without port, IPv6 brackets
 //	                or the trailing dot of a fully qualified name
@@ -66,11 +67,11 @@ type keyPart struct {
 // Kinds are lowercase; a header name is matched in any letter case, query
 // parameter and cookie names exactly. Surrounding spaces are ignored. An
 // empty or nil parts means client_ip alone. A nil ip means the zero
-// [ClientIP] (no trusted proxy); ip is validated here and must not be
+// [clientip.Strategy] (no trusted proxy); ip is validated here and must not be
 // modified afterwards. Errors name the offending part.
-func ParseKeySpec(parts []string, ip *ClientIP) (*KeySpec, error) {
+func ParseKeySpec(parts []string, ip *clientip.Strategy) (*KeySpec, error) {
 	if ip == nil {
-		ip = &ClientIP{}
+		ip = &clientip.Strategy{}
 	}
 	if err := ip.Validate(); err != nil {
 		return nil, fmt.Errorf("client_ip: %w", err)
@@ -129,7 +130,7 @@ func parseKeyPart(s string) (keyPart, error) {
 		if arg == "" {
 			return keyPart{}, fmt.Errorf("want header:<Name>")
 		}
-		if !isToken(arg) {
+		if !clientip.IsToken(arg) {
 			return keyPart{}, fmt.Errorf("header name %q: not a valid header name", arg)
 		}
 		name := http.CanonicalHeaderKey(arg)
@@ -140,7 +141,7 @@ func parseKeyPart(s string) (keyPart, error) {
 	case "query":
 		return named(partQuery, "name")
 	case "cookie":
-		if arg != "" && !isToken(arg) {
+		if arg != "" && !clientip.IsToken(arg) {
 			return keyPart{}, fmt.Errorf("cookie name %q: not a valid cookie name", arg)
 		}
 		return named(partCookie, "name")
@@ -148,24 +149,6 @@ func parseKeyPart(s string) (keyPart, error) {
 		return named(partConst, "value")
 	}
 	return keyPart{}, fmt.Errorf("unknown kind %q (want client_ip, header:<Name>, host, method, path, query:<name>, cookie:<name> or const:<value>)", kind)
-}
-
-// isToken reports whether s is an RFC 9110 token, the syntax of header and
-// cookie names.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
-		}
-		if strings.IndexByte("!#$%&'*+-.^_`|~", c) < 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // Key returns r's key, bounded by [BoundKey]. It reports false when any part
@@ -203,8 +186,8 @@ func (k *KeySpec) Key(r *http.Request) (string, bool) {
 
 // peerKey6 is the key of a bracketed IPv6 peer "[addr]:port" for a
 // KeySpec whose ipv6 flag is set: the address unmapped, without zone, in
-// full, as clientKey makes it, in five calls of the standard library
-// instead of clientKey's dozen interpreted frames. ok is false when remote
+// full, as clientip.Strategy.Key makes it, in five calls of the standard library
+// instead of Strategy.Key's dozen interpreted frames. ok is false when remote
 // is not such an address.
 func peerKey6(remote string) (string, bool) {
 	ap, err := netip.ParseAddrPort(remote)
@@ -228,7 +211,7 @@ func specKey(k *KeySpec, r *http.Request) (string, bool) {
 	switch p.kind {
 	case partClientIP:
 		// An address or prefix: short, and never begins with 0x00.
-		return clientKey(k.ip, r)
+		return (*clientip.Strategy).Key(k.ip, r)
 	case partHeader:
 		if vs := r.Header[p.arg]; len(vs) > 0 {
 			v = vs[0]
@@ -283,7 +266,7 @@ func JoinKey(values []string) string {
 func partValue(k *KeySpec, p *keyPart, r *http.Request) string {
 	switch p.kind {
 	case partClientIP:
-		v, _ := clientKey(k.ip, r)
+		v, _ := (*clientip.Strategy).Key(k.ip, r)
 		return v
 	case partHeader:
 		if vs := r.Header[p.arg]; len(vs) > 0 {

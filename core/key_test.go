@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/core/clientip"
 )
 
 // keyRequest returns a request from 127.0.0.1 for target ("/path?query")
@@ -47,8 +49,8 @@ func TestParseKeySpecErrors(t *testing.T) {
 			t.Errorf("ParseKeySpec(%q) = %v; want an error starting %q", tt.parts, err, tt.wantErr)
 		}
 	}
-	if _, err := ParseKeySpec(nil, &ClientIP{IPv4Prefix: 40}); err == nil || !strings.Contains(err.Error(), "ipv4_prefix") {
-		t.Errorf("ParseKeySpec with an invalid ClientIP = %v; want its error", err)
+	if _, err := ParseKeySpec(nil, &clientip.Strategy{IPv4Prefix: 40}); err == nil || !strings.Contains(err.Error(), "ipv4_prefix") {
+		t.Errorf("ParseKeySpec with an invalid clientip.Strategy = %v; want its error", err)
 	}
 }
 
@@ -103,7 +105,7 @@ func TestKeySpecKey(t *testing.T) {
 }
 
 func TestKeySpecUsesClientIP(t *testing.T) {
-	ip := &ClientIP{TrustedProxies: mustPrefixes(t, "127.0.0.1"), IPv4Prefix: 24}
+	ip := &clientip.Strategy{TrustedProxies: mustPrefixes(t, "127.0.0.1"), IPv4Prefix: 24}
 	k, err := ParseKeySpec([]string{"client_ip", "path"}, ip)
 	if err != nil {
 		t.Fatal(err)
@@ -354,7 +356,7 @@ func TestEscapeKey(t *testing.T) {
 }
 
 func TestClientIPGroupKey(t *testing.T) {
-	c := &ClientIP{IPv4Prefix: 24, IPv6Prefix: 64}
+	c := &clientip.Strategy{IPv4Prefix: 24, IPv6Prefix: 64}
 	for in, want := range map[string]string{
 		"203.0.113.7":          "203.0.113.0/24",
 		"::ffff:203.0.113.7":   "203.0.113.0/24",
@@ -365,7 +367,7 @@ func TestClientIPGroupKey(t *testing.T) {
 			t.Errorf("GroupKey(%s) = %q, want %q", in, got, want)
 		}
 	}
-	if got := (&ClientIP{}).GroupKey(netip.MustParseAddr("::ffff:10.0.0.1")); got != "10.0.0.1" {
+	if got := (&clientip.Strategy{}).GroupKey(netip.MustParseAddr("::ffff:10.0.0.1")); got != "10.0.0.1" {
 		t.Errorf("ungrouped GroupKey = %q, want 10.0.0.1", got)
 	}
 }

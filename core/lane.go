@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/resp"
 )
 
@@ -32,7 +33,7 @@ type Lane struct {
 	dryRun  string // LaneConfig.DryRunHeader in DryRun mode, else ""
 	// exempt and exemptIP are LaneConfig's; exempt is nil without any.
 	exempt   []netip.Prefix
-	exemptIP *ClientIP
+	exemptIP *clientip.Strategy
 
 	// mem: the gate's store is in memory and unwatched, so the lane
 	// takes from it directly. one: mem, and a single enforced limit,
@@ -42,9 +43,12 @@ type Lane struct {
 	one  bool
 	tb   bool
 	ipv4 bool // the key is the peer's full IPv4 address
-	// clientIP is the spec's ClientIP when the key is the client's
+	// clientIP is the spec's clientip.Strategy when the key is the client's
 	// address and nothing else, else nil.
-	clientIP *ClientIP
+	clientIP *clientip.Strategy
+	// depth4: clientIP takes an IPv4 client behind proxies at a Depth,
+	// keyed by its full address, so that laneDepthKey applies.
+	depth4   bool
 	shared   bool // the limit's MissingKey is MissingShared
 	clock    bool // g.memClock, for every lane on mem: the decision's instant is the headers' clock
 	limit    *Limit
@@ -131,7 +135,7 @@ type LaneConfig struct {
 	// every limit, without headers; ExemptIP (validated) finds a request's
 	// client address.
 	Exempt   []netip.Prefix
-	ExemptIP *ClientIP
+	ExemptIP *clientip.Strategy
 	// Down, if set with Watch, is a host's flag, loaded atomically, that
 	// is not 0 while it deems the store down: the lane may then leave a
 	// verdict simply allowed (no delay, no store error) unobserved while
@@ -184,6 +188,7 @@ func NewLane(cfg LaneConfig) *Lane {
 	l.ipv4 = l.spec.ipv4
 	if len(l.spec.parts) == 1 && l.spec.parts[0].kind == partClientIP {
 		l.clientIP = l.spec.ip
+		l.depth4 = laneDepth4(l.spec.ip)
 	}
 	l.shared = a.Missing == MissingShared
 	l.nsHash, l.capacity, l.quota = lim.nsHash, lim.capacity, lim.Rate.Quota
@@ -437,7 +442,7 @@ func laneKey4(l *Lane, r *http.Request, key string, err error) string {
 // request but an IPv4 peer's keyed by its address: "" when the request has
 // no key and the limit skips such requests. It takes an IPv6 peer's
 // address itself rather than through KeySpec.Key, whose IPv4 path it would
-// pay for under Yaegi, and a client address behind proxies from clientKey
+// pay for under Yaegi, and a client address behind proxies from clientip.Strategy.Key
 // rather than through specKey. key and ok are its variables, zero (see
 // serveLaneTB).
 func laneKey(l *Lane, r *http.Request, key string, ok bool) string {
@@ -446,8 +451,10 @@ func laneKey(l *Lane, r *http.Request, key string, ok bool) string {
 		key, ok = peerKey6(key)
 	}
 	if !ok {
-		if l.clientIP != nil {
-			key, ok = laneClientKey(l.clientIP, r)
+		if l.depth4 {
+			key, ok = laneDepthKey(l.clientIP, r, "", nil, 0, 0, noAddr, nil)
+		} else if l.clientIP != nil {
+			key, ok = (*clientip.Strategy).Key(l.clientIP, r)
 		} else {
 			key, ok = specKey(l.spec, r)
 		}
@@ -662,8 +669,8 @@ func laneClassify(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 
 // laneExempt reports whether r's client is in l's exempt networks.
 func laneExempt(l *Lane, r *http.Request) bool {
-	a, ok := (*ClientIP).Addr(l.exemptIP, r)
-	return ok && containsAddr(l.exempt, a)
+	a, ok := (*clientip.Strategy).Addr(l.exemptIP, r)
+	return ok && clientip.Contains(l.exempt, a)
 }
 
 // serveLaneOne is ServeLane for one enforced limit of any algorithm in
@@ -962,47 +969,47 @@ func laneKeepAll(s *MemoryStore, asks []Ask, ms []memAsk, full bool, now int64) 
 	}
 }
 
-// laneClientKey is clientKey, by laneDepthKey when c takes an IPv4
-// client behind a proxy at a Depth.
-func laneClientKey(c *ClientIP, r *http.Request) (string, bool) {
-	if c.depth4 {
-		return laneDepthKey(c, r, "", nil, 0, 0, noAddr, nil)
-	}
-	return clientKey(c, r)
+// laneDepth4 reports whether laneDepthKey finds c's keys: c believes
+// X-Forwarded-For from any peer at a Depth, and keys IPv4 clients by their
+// full address.
+func laneDepth4(c *clientip.Strategy) bool {
+	return c.AnyPeer && c.Depth > 0 && (c.Header == "" || http.CanonicalHeaderKey(c.Header) == clientip.XForwardedFor) &&
+		(c.IPv4Prefix == 0 || c.IPv4Prefix == 32)
 }
 
-// laneDepthKey is clientKey fused with clientAddr, forwardedAt, parseHop
-// and groupKey for the commonest client behind a load balancer, as
-// Traefik's ipStrategy.depth finds it (ClientIP.depth4): when the request
-// has one X-Forwarded-For line whose Depth-th entry from the right is an
-// IPv4 address alone, from an IP peer, that address is the key, as
-// clientAddr and groupKey would find it. Every other request takes their
-// path, through clientKey. Under Yaegi the seven frames of the general
-// path cost a request behind a proxy some 150 allocations. Its parameters after r are its variables, zero (see
+// laneDepthKey is clientip.Strategy.Key fused with that package's
+// clientAddr, forwardedAt, parseHop and groupKey for the commonest client
+// behind a load balancer, as Traefik's ipStrategy.depth finds it
+// (laneDepth4): when the request has one X-Forwarded-For line whose
+// Depth-th entry from the right is an IPv4 address alone, from an IP peer,
+// that address is the key, as clientAddr and groupKey would find it. Every
+// other request takes their path, through Strategy.Key. Under Yaegi the
+// seven frames of the general path cost a request behind a proxy some 150
+// allocations. Its parameters after r are its variables, zero (see
 // serveLaneTB).
-func laneDepthKey(c *ClientIP, r *http.Request, s string, lines []string, depth, i int, a netip.Addr, err error) (string, bool) {
-	lines = r.Header[headerXFF]
+func laneDepthKey(c *clientip.Strategy, r *http.Request, s string, lines []string, depth, i int, a netip.Addr, err error) (string, bool) {
+	lines = r.Header[clientip.XForwardedFor]
 	if len(lines) != 1 {
-		return clientKey(c, r)
+		return (*clientip.Strategy).Key(c, r)
 	}
 	s = lines[0]
 	for depth = c.Depth; depth > 1; depth-- {
 		if i = lastIndexByte(s, ','); i < 0 {
-			return clientKey(c, r) // fewer entries than Depth
+			return (*clientip.Strategy).Key(c, r) // fewer entries than Depth
 		}
 		s = s[:i]
 	}
 	s = s[lastIndexByte(s, ',')+1:]
 	s = trimHop(s, " \t")
-	if len(s) > maxHopLength {
-		return clientKey(c, r)
+	if len(s) > clientip.MaxHopLength {
+		return (*clientip.Strategy).Key(c, r)
 	}
 	if a, err = parseAddr(s); err != nil || !a.Is4() {
-		return clientKey(c, r)
+		return (*clientip.Strategy).Key(c, r)
 	}
 	// The peer is only checked, as anyPeerAddr checks it.
 	if _, err = parseAddrPort(r.RemoteAddr); err != nil {
-		return clientKey(c, r)
+		return (*clientip.Strategy).Key(c, r)
 	}
 	// netip accepts only the canonical dotted quad, as parseHop says.
 	return s, true
@@ -1076,6 +1083,7 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 	l.ipv4 = l.spec.ipv4
 	if len(l.spec.parts) == 1 && l.spec.parts[0].kind == partClientIP {
 		l.clientIP = l.spec.ip
+		l.depth4 = laneDepth4(l.spec.ip)
 	}
 	l.shared = a.Missing == MissingShared
 	l.direct, l.breaker, l.timeout, l.answer = s.direct, g.cfg.Breaker, g.cfg.Timeout, &lim.answer

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
@@ -200,7 +201,7 @@ func TestServeLaneRelayedMatchesGate(t *testing.T) {
 	trusted := mustPrefixes(t, "192.0.2.0/24")
 	remotes := []string{"192.0.2.1:1234", "198.51.100.9:80", "[2001:db8::1]:443", "not an address"}
 	values := []string{"203.0.113.1", "203.0.113.2, 192.0.2.7", "198.51.100.1, 203.0.113.1", "unknown", "[2001:db8::7]:80", ""}
-	rules := []*ClientIP{
+	rules := []*clientip.Strategy{
 		{TrustedProxies: trusted},
 		{TrustedProxies: trusted, Header: "Forwarded"},
 		{TrustedProxies: trusted, Header: "Forwarded", Depth: 2},

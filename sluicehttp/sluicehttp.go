@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/resp"
 )
@@ -273,7 +274,7 @@ func build(cfg *Config) (*Middleware, core.GateConfig, error) {
 	if err := fallback(cfg, &gc); err != nil {
 		return nil, gc, err
 	}
-	trusted, err := core.ParsePrefixes(cfg.TrustedProxies)
+	trusted, err := clientip.ParsePrefixes(cfg.TrustedProxies)
 	if err != nil {
 		return nil, gc, fmt.Errorf("trusted_proxies: %w", err)
 	}
@@ -282,7 +283,7 @@ func build(cfg *Config) (*Middleware, core.GateConfig, error) {
 	gc.MaxCost = make(map[*core.Limit]float64, len(cfg.Limits))
 	for i := range cfg.Limits {
 		l := &cfg.Limits[i]
-		ip := &core.ClientIP{TrustedProxies: trusted, Header: cfg.ClientIPHeader, IPv4Prefix: l.IPv4Prefix, IPv6Prefix: l.IPv6Prefix}
+		ip := &clientip.Strategy{TrustedProxies: trusted, Header: cfg.ClientIPHeader, IPv4Prefix: l.IPv4Prefix, IPv6Prefix: l.IPv6Prefix}
 		if m.limits[i], err = newLimit(l, ip, prefix); err != nil {
 			return nil, gc, fmt.Errorf("limits[%d] (%s): %w", i, l.Name, err)
 		}
@@ -294,7 +295,7 @@ func build(cfg *Config) (*Middleware, core.GateConfig, error) {
 
 // newLimit builds the limit l, whose clients' keys begin with prefix and
 // whose client addresses ip reads.
-func newLimit(l *Limit, ip *core.ClientIP, prefix string) (limit, error) {
+func newLimit(l *Limit, ip *clientip.Strategy, prefix string) (limit, error) {
 	cl := &core.Limit{Name: l.Name, Algorithm: core.Algorithm(l.Algorithm), Burst: l.Burst, MaxDelay: l.MaxDelay, MaxInFlight: l.MaxInFlight}
 	if l.Rate == "" && l.MaxInFlight == 0 {
 		return limit{}, errors.New("rate: required (or max_in_flight)")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/clientip"
 )
 
 // labelConfig is a configuration as Docker labels give it: every value a
@@ -188,23 +189,23 @@ func TestClientIPFromSourceCriterion(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
-		want core.ClientIP
+		want clientip.Strategy
 		note string
 	}{
-		{"none", Config{}, core.ClientIP{TrustedProxies: []netip.Prefix{}}, ""},
-		{"empty ipStrategy", Config{SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{}}}, core.ClientIP{TrustedProxies: []netip.Prefix{}}, ""},
+		{"none", Config{}, clientip.Strategy{TrustedProxies: []netip.Prefix{}}, ""},
+		{"empty ipStrategy", Config{SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{}}}, clientip.Strategy{TrustedProxies: []netip.Prefix{}}, ""},
 		{"depth trusts Traefik's entryPoint", Config{SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{Depth: "1"}}},
-			core.ClientIP{TrustedProxies: []netip.Prefix{}, AnyPeer: true, Depth: 1}, ""},
+			clientip.Strategy{TrustedProxies: []netip.Prefix{}, AnyPeer: true, Depth: 1}, ""},
 		{"depth with trustedProxies", Config{TrustedProxies: []string{"10.0.0.0/8"}, SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{Depth: "2"}}},
-			core.ClientIP{TrustedProxies: p("10.0.0.0/8"), Depth: 2}, ""},
+			clientip.Strategy{TrustedProxies: p("10.0.0.0/8"), Depth: 2}, ""},
 		{"depth wins over excludedIPs", Config{SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{Depth: "1", ExcludedIPs: []string{"10.0.0.1"}}}},
-			core.ClientIP{TrustedProxies: []netip.Prefix{}, AnyPeer: true, Depth: 1}, "excludedIPs is ignored"},
+			clientip.Strategy{TrustedProxies: []netip.Prefix{}, AnyPeer: true, Depth: 1}, "excludedIPs is ignored"},
 		{"excludedIPs believe any peer, as the built-in does", Config{SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{ExcludedIPs: []string{"10.0.0.1", "10.1.0.0/16"}}}},
-			core.ClientIP{TrustedProxies: []netip.Prefix{}, AnyPeer: true, ExcludedIPs: p("10.0.0.1/32", "10.1.0.0/16")}, ""},
+			clientip.Strategy{TrustedProxies: []netip.Prefix{}, AnyPeer: true, ExcludedIPs: p("10.0.0.1/32", "10.1.0.0/16")}, ""},
 		{"excludedIPs with trustedProxies", Config{TrustedProxies: []string{"172.16.0.0/12"}, SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{ExcludedIPs: []string{"10.0.0.1"}}}},
-			core.ClientIP{TrustedProxies: p("172.16.0.0/12"), ExcludedIPs: p("10.0.0.1/32")}, ""},
+			clientip.Strategy{TrustedProxies: p("172.16.0.0/12"), ExcludedIPs: p("10.0.0.1/32")}, ""},
 		{"ipv6Subnet", Config{SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{IPv6Subnet: "56"}}},
-			core.ClientIP{TrustedProxies: []netip.Prefix{}, IPv6Prefix: 56}, ""},
+			clientip.Strategy{TrustedProxies: []netip.Prefix{}, IPv6Prefix: 56}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &settings{}

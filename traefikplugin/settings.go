@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/model"
 )
 
@@ -39,7 +40,7 @@ type settings struct {
 	// exempt are the client networks that bypass the limits, and ip the
 	// rule that finds a request's client address.
 	exempt []netip.Prefix
-	ip     *core.ClientIP
+	ip     *clientip.Strategy
 }
 
 // limitPlan is one limit and how a request's ask for it is built.
@@ -73,7 +74,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.exempt, err = core.ParsePrefixes(parseList(cfg.ExemptIPs)); err != nil {
+	if s.exempt, err = clientip.ParsePrefixes(parseList(cfg.ExemptIPs)); err != nil {
 		return nil, fmt.Errorf("exemptIPs: %w", err)
 	}
 	if len(s.exempt) > 0 {
@@ -396,7 +397,7 @@ func coreOption(field string) string {
 
 // parseSource reads SourceCriterion, TrustedProxies, Key and OnMissingKey:
 // how the client IP is found, and the default key of every limit.
-func parseSource(cfg *Config, s *settings) (*core.ClientIP, keyDefaults, error) {
+func parseSource(cfg *Config, s *settings) (*clientip.Strategy, keyDefaults, error) {
 	var keys keyDefaults
 	sc := cfg.SourceCriterion
 	if sc == nil {
@@ -470,23 +471,23 @@ func inFlightReqStyle(cfg *Config) bool {
 // X-Forwarded-For from every peer outside forwardedHeaders.trustedIPs
 // (unless forwardedHeaders.insecure is set): an untrusted peer's header
 // never gets here. For Depth and ExcludedIPs the header is then believed
-// from every peer (core.ClientIP.AnyPeer): with ExcludedIPs, the walk from
+// from every peer (clientip.Strategy.AnyPeer): with ExcludedIPs, the walk from
 // the right skips the excluded addresses and keys on the first other one,
 // whichever peer relayed the request.
-func parseClientIP(cfg *Config, st *IPStrategy, s *settings) (*core.ClientIP, error) {
-	trusted, err := core.ParsePrefixes(parseList(cfg.TrustedProxies))
+func parseClientIP(cfg *Config, st *IPStrategy, s *settings) (*clientip.Strategy, error) {
+	trusted, err := clientip.ParsePrefixes(parseList(cfg.TrustedProxies))
 	if err != nil {
 		return nil, fmt.Errorf("trustedProxies: %w", err)
 	}
-	ip := &core.ClientIP{TrustedProxies: trusted}
+	ip := &clientip.Strategy{TrustedProxies: trusted}
 	if st == nil {
 		return ip, nil
 	}
-	depth, err := parseInt("sourceCriterion.ipStrategy.depth", st.Depth, 0, 0, core.MaxForwardedHops)
+	depth, err := parseInt("sourceCriterion.ipStrategy.depth", st.Depth, 0, 0, clientip.MaxForwardedHops)
 	if err != nil {
 		return nil, err
 	}
-	excluded, err := core.ParsePrefixes(parseList(st.ExcludedIPs))
+	excluded, err := clientip.ParsePrefixes(parseList(st.ExcludedIPs))
 	if err != nil {
 		return nil, fmt.Errorf("sourceCriterion.ipStrategy.excludedIPs: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"runtime"
@@ -72,7 +73,7 @@ func gopath(tb testing.TB) string {
 	dir := tb.TempDir()
 	src := filepath.Join(dir, "src", module)
 	copyFile(tb, filepath.Join(root, "go.mod"), filepath.Join(src, "go.mod"))
-	for _, pkg := range []string{"core", "core/resp", "traefikplugin"} {
+	for _, pkg := range pluginPackages(tb, root) {
 		files, err := filepath.Glob(filepath.Join(root, pkg, "*.go"))
 		if err != nil {
 			tb.Fatal(err)
@@ -87,6 +88,24 @@ func gopath(tb testing.TB) string {
 	copyFile(tb, filepath.Join(root, "bench", "testdata", "floor", "floor.go"), filepath.Join(dir, "src", floorImport, "floor.go"))
 	copyFile(tb, filepath.Join(root, "bench", "testdata", "redisfloor", "redisfloor.go"), filepath.Join(dir, "src", redisFloorImport, "redisfloor.go"))
 	return dir
+}
+
+// pluginPackages lists the directories, relative to root, of the packages
+// of this module that the plugin imports, itself included, as go list
+// finds them.
+func pluginPackages(tb testing.TB, root string) []string {
+	tb.Helper()
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./traefikplugin")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		tb.Fatalf("go list the plugin's packages: %v", err)
+	}
+	var dirs []string
+	for _, imp := range strings.Fields(string(out)) {
+		dirs = append(dirs, strings.TrimPrefix(strings.TrimPrefix(imp, module), "/"))
+	}
+	return dirs
 }
 
 func copyFile(tb testing.TB, from, to string) {

@@ -1,4 +1,4 @@
-package core
+package clientip
 
 import (
 	"net/http"
@@ -13,30 +13,6 @@ import (
 
 // newRequest returns a GET request from remote with the given header lines,
 // given as name, value pairs; a name may repeat.
-func newRequest(remote string, header ...string) *http.Request {
-	r := &http.Request{Method: http.MethodGet, RemoteAddr: remote, Header: http.Header{}}
-	for i := 0; i+1 < len(header); i += 2 {
-		r.Header.Add(header[i], header[i+1])
-	}
-	return r
-}
-
-func mustPrefixes(t testing.TB, list ...string) []netip.Prefix {
-	t.Helper()
-	p, err := ParsePrefixes(list)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// isInterpreted reports whether the tests run under an interpreter such as
-// Yaegi, where calling an empty closure allocates and absolute allocation
-// counts say nothing about the code under test.
-func isInterpreted() bool {
-	return testing.AllocsPerRun(10, func() {}) > 0
-}
-
 func TestClientIPKey(t *testing.T) {
 	const xff, xri, fwd = "X-Forwarded-For", "X-Real-IP", "Forwarded"
 	loop := []string{"127.0.0.0/8"}
@@ -179,7 +155,7 @@ func TestClientIPKey(t *testing.T) {
 	for _, tt := range tests {
 		tt := tt
 		t.Run(tt.name, func(t *testing.T) {
-			c := &ClientIP{
+			c := &Strategy{
 				TrustedProxies: mustPrefixes(t, tt.trusted...),
 				ExcludedIPs:    mustPrefixes(t, tt.excluded...),
 				Header:         tt.hdr,
@@ -200,7 +176,7 @@ func TestClientIPKey(t *testing.T) {
 }
 
 func TestClientIPAddrIsFullAddress(t *testing.T) {
-	c := &ClientIP{TrustedProxies: mustPrefixes(t, "127.0.0.1"), IPv4Prefix: 24, IPv6Prefix: 64}
+	c := &Strategy{TrustedProxies: mustPrefixes(t, "127.0.0.1"), IPv4Prefix: 24, IPv6Prefix: 64}
 	a, ok := c.Addr(newRequest("127.0.0.1:1", "X-Forwarded-For", "::ffff:203.0.113.7"))
 	if !ok || a != netip.MustParseAddr("203.0.113.7") {
 		t.Errorf("Addr = %v, %v; want 203.0.113.7, true", a, ok)
@@ -208,10 +184,10 @@ func TestClientIPAddrIsFullAddress(t *testing.T) {
 	if _, ok := c.Addr(newRequest("not an address")); ok {
 		t.Error("Addr of a request with an unparsable RemoteAddr reported ok")
 	}
-	var zero ClientIP
+	var zero Strategy
 	a, ok = zero.Addr(newRequest("[::1]:1", "X-Forwarded-For", "203.0.113.7"))
 	if !ok || a != netip.IPv6Loopback() {
-		t.Errorf("zero ClientIP: Addr = %v, %v; want ::1, true", a, ok)
+		t.Errorf("zero Strategy: Addr = %v, %v; want ::1, true", a, ok)
 	}
 }
 
@@ -219,28 +195,28 @@ func TestClientIPValidate(t *testing.T) {
 	p := mustPrefixes(t, "127.0.0.1")
 	tests := []struct {
 		name    string
-		c       ClientIP
+		c       Strategy
 		wantErr string // "" means valid
 	}{
-		{name: "zero", c: ClientIP{}},
-		{name: "full", c: ClientIP{TrustedProxies: p, ExcludedIPs: p, IPv4Prefix: 32, IPv6Prefix: 128}},
-		{name: "depth max", c: ClientIP{TrustedProxies: p, Depth: MaxForwardedHops}},
-		{name: "x-real-ip any case", c: ClientIP{Header: "x-REAL-ip"}},
-		{name: "x-forwarded-for", c: ClientIP{Header: "X-Forwarded-For"}},
-		{name: "forwarded", c: ClientIP{Header: "forwarded", Depth: 2, ExcludedIPs: p}, wantErr: "excluded_ips"},
-		{name: "forwarded with excluded", c: ClientIP{Header: "Forwarded", ExcludedIPs: p}},
-		{name: "other list header", c: ClientIP{Header: "CF-Connecting-IP", Depth: 1}},
-		{name: "bad header name", c: ClientIP{Header: "X Forwarded"}, wantErr: `header "X Forwarded": not a valid header name`},
-		{name: "negative depth", c: ClientIP{Depth: -1}, wantErr: "depth"},
-		{name: "depth too large", c: ClientIP{Depth: MaxForwardedHops + 1}, wantErr: "depth"},
-		{name: "depth with x-real-ip", c: ClientIP{Header: "X-Real-IP", Depth: 1}, wantErr: "depth"},
-		{name: "excluded with depth", c: ClientIP{ExcludedIPs: p, Depth: 1}, wantErr: "excluded_ips"},
-		{name: "excluded with x-real-ip", c: ClientIP{ExcludedIPs: p, Header: "X-Real-IP"}, wantErr: "excluded_ips"},
-		{name: "ipv4 prefix 33", c: ClientIP{IPv4Prefix: 33}, wantErr: "ipv4_prefix"},
-		{name: "ipv4 prefix negative", c: ClientIP{IPv4Prefix: -1}, wantErr: "ipv4_prefix"},
-		{name: "ipv6 prefix 129", c: ClientIP{IPv6Prefix: 129}, wantErr: "ipv6_prefix"},
-		{name: "invalid trusted prefix", c: ClientIP{TrustedProxies: []netip.Prefix{{}}}, wantErr: "trusted_proxies"},
-		{name: "invalid excluded prefix", c: ClientIP{ExcludedIPs: []netip.Prefix{{}}}, wantErr: "excluded_ips"},
+		{name: "zero", c: Strategy{}},
+		{name: "full", c: Strategy{TrustedProxies: p, ExcludedIPs: p, IPv4Prefix: 32, IPv6Prefix: 128}},
+		{name: "depth max", c: Strategy{TrustedProxies: p, Depth: MaxForwardedHops}},
+		{name: "x-real-ip any case", c: Strategy{Header: "x-REAL-ip"}},
+		{name: "x-forwarded-for", c: Strategy{Header: "X-Forwarded-For"}},
+		{name: "forwarded", c: Strategy{Header: "forwarded", Depth: 2, ExcludedIPs: p}, wantErr: "excluded_ips"},
+		{name: "forwarded with excluded", c: Strategy{Header: "Forwarded", ExcludedIPs: p}},
+		{name: "other list header", c: Strategy{Header: "CF-Connecting-IP", Depth: 1}},
+		{name: "bad header name", c: Strategy{Header: "X Forwarded"}, wantErr: `header "X Forwarded": not a valid header name`},
+		{name: "negative depth", c: Strategy{Depth: -1}, wantErr: "depth"},
+		{name: "depth too large", c: Strategy{Depth: MaxForwardedHops + 1}, wantErr: "depth"},
+		{name: "depth with x-real-ip", c: Strategy{Header: "X-Real-IP", Depth: 1}, wantErr: "depth"},
+		{name: "excluded with depth", c: Strategy{ExcludedIPs: p, Depth: 1}, wantErr: "excluded_ips"},
+		{name: "excluded with x-real-ip", c: Strategy{ExcludedIPs: p, Header: "X-Real-IP"}, wantErr: "excluded_ips"},
+		{name: "ipv4 prefix 33", c: Strategy{IPv4Prefix: 33}, wantErr: "ipv4_prefix"},
+		{name: "ipv4 prefix negative", c: Strategy{IPv4Prefix: -1}, wantErr: "ipv4_prefix"},
+		{name: "ipv6 prefix 129", c: Strategy{IPv6Prefix: 129}, wantErr: "ipv6_prefix"},
+		{name: "invalid trusted prefix", c: Strategy{TrustedProxies: []netip.Prefix{{}}}, wantErr: "trusted_proxies"},
+		{name: "invalid excluded prefix", c: Strategy{ExcludedIPs: []netip.Prefix{{}}}, wantErr: "excluded_ips"},
 	}
 	for _, tt := range tests {
 		tt := tt
@@ -324,7 +300,7 @@ func TestClientIPHostileHeader(t *testing.T) {
 			if len(tt.hdr) < 64<<10 {
 				t.Fatalf("header is %d bytes; want at least 64 KiB", len(tt.hdr))
 			}
-			c := &ClientIP{TrustedProxies: trusted, Depth: tt.depth}
+			c := &Strategy{TrustedProxies: trusted, Depth: tt.depth}
 			r := newRequest("127.0.0.1:1", "X-Forwarded-For", tt.hdr)
 			if got, ok := c.Key(r); !ok || got != tt.want {
 				t.Errorf("Key = %q, %v; want %q, true", got, ok, tt.want)
@@ -340,7 +316,7 @@ func TestClientIPHostileHeader(t *testing.T) {
 	for i := range lines {
 		lines[i] = "127.0.0.3"
 	}
-	c := &ClientIP{TrustedProxies: trusted}
+	c := &Strategy{TrustedProxies: trusted}
 	rSmall := newRequest("127.0.0.1:1", "X-Forwarded-For", small)
 	rHuge := newRequest("127.0.0.1:1", "X-Forwarded-For", huge)
 	rLines := newRequest("127.0.0.1:1")
@@ -362,7 +338,7 @@ func TestClientIPHostileHeader(t *testing.T) {
 	if base > 0 {
 		t.Errorf("Key of a trusted chain: %v allocations; want 0", base)
 	}
-	c6 := &ClientIP{TrustedProxies: trusted, IPv4Prefix: 24}
+	c6 := &Strategy{TrustedProxies: trusted, IPv4Prefix: 24}
 	rClient := newRequest("127.0.0.1:1", "X-Forwarded-For", hostileForwardedFor(n, mixed))
 	if got := testing.AllocsPerRun(20, func() { c6.Key(rClient) }); got > 1 {
 		t.Errorf("Key of a grouped client behind a hostile header: %v allocations; want at most 1", got)
@@ -376,13 +352,13 @@ func BenchmarkClientIPKey(b *testing.B) {
 	trusted := mustPrefixes(b, "127.0.0.0/8")
 	cases := []struct {
 		name string
-		c    *ClientIP
+		c    *Strategy
 		r    *http.Request
 	}{
-		{"peer", &ClientIP{}, newRequest("127.0.0.1:4711")},
-		{"xff-3-hops", &ClientIP{TrustedProxies: trusted}, newRequest("127.0.0.1:4711", "X-Forwarded-For", "198.51.100.1, 203.0.113.7, 127.0.0.3")},
-		{"xff-ipv6-64", &ClientIP{TrustedProxies: trusted, IPv6Prefix: 64}, newRequest("127.0.0.1:4711", "X-Forwarded-For", "2001:db8:1:2::7")},
-		{"xff-hostile-10000", &ClientIP{TrustedProxies: trusted}, newRequest("127.0.0.1:4711", "X-Forwarded-For", strings.Repeat("127.0.0.3,", 9999)+"127.0.0.3")},
+		{"peer", &Strategy{}, newRequest("127.0.0.1:4711")},
+		{"xff-3-hops", &Strategy{TrustedProxies: trusted}, newRequest("127.0.0.1:4711", "X-Forwarded-For", "198.51.100.1, 203.0.113.7, 127.0.0.3")},
+		{"xff-ipv6-64", &Strategy{TrustedProxies: trusted, IPv6Prefix: 64}, newRequest("127.0.0.1:4711", "X-Forwarded-For", "2001:db8:1:2::7")},
+		{"xff-hostile-10000", &Strategy{TrustedProxies: trusted}, newRequest("127.0.0.1:4711", "X-Forwarded-For", strings.Repeat("127.0.0.3,", 9999)+"127.0.0.3")},
 	}
 	for _, bc := range cases {
 		bc := bc
@@ -424,7 +400,7 @@ func TestClientIPHostileForwarded(t *testing.T) {
 			if len(tt.hdr) < 64<<10 {
 				t.Fatalf("header is %d bytes; want at least 64 KiB", len(tt.hdr))
 			}
-			c := &ClientIP{TrustedProxies: trusted, Header: "Forwarded", Depth: tt.depth}
+			c := &Strategy{TrustedProxies: trusted, Header: "Forwarded", Depth: tt.depth}
 			if err := c.Validate(); err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,12 @@
-package core
+// Package clientip finds the address of the client that sent a request:
+// the direct peer, or, behind proxies it trusts, the client a forwarding
+// header (X-Forwarded-For, Forwarded, X-Real-IP) names, and groups it by
+// network into a request key. A header from a peer it does not trust never
+// chooses the address.
+//
+// It imports the standard library only, so that Traefik's Yaegi
+// interpreter can run it unchanged.
+package clientip
 
 import (
 	"fmt"
@@ -11,17 +19,17 @@ import (
 )
 
 // MaxForwardedHops is the most entries of a forwarding header (addresses
-// of X-Forwarded-For, elements of Forwarded) [ClientIP] examines, counted
+// of X-Forwarded-For, elements of Forwarded) [Strategy] examines, counted
 // from the right. Entries further left are never looked at, so a hostile
 // header of any length costs the same bounded work and no allocation
 // proportional to its size. A chain of more than this many trusted or
 // excluded proxies is treated like a header that names no client.
 const MaxForwardedHops = 32
 
-// The forwarding headers ClientIP reads in their own ways, in canonical
+// The forwarding headers a Strategy reads in their own ways, in canonical
 // form.
 const (
-	headerXFF       = "X-Forwarded-For"
+	XForwardedFor   = "X-Forwarded-For"
 	headerRealIP    = "X-Real-Ip" // canonical form of X-Real-IP
 	headerForwarded = "Forwarded"
 )
@@ -29,7 +37,7 @@ const (
 // maxHopLength is the longest X-Forwarded-For entry worth parsing: a
 // bracketed IPv6 address with an IPv4 tail, a zone and a port fits easily.
 // Longer entries are garbage and are rejected before parsing.
-const maxHopLength = 96
+const MaxHopLength = 96
 
 // maxElementLength is the longest Forwarded element worth parsing: its
 // for=, by=, host= and proto= parameters with addresses and a host name.
@@ -37,7 +45,7 @@ const maxHopLength = 96
 // without looking further left.
 const maxElementLength = 256
 
-// ClientIP derives the address of the client that sent a request.
+// Strategy derives the address of the client that sent a request.
 //
 // The direct peer (the IP of Request.RemoteAddr) is the client unless it is
 // one of TrustedProxies; only then is the forwarding header consulted, so a
@@ -49,11 +57,11 @@ const maxElementLength = 256
 // does not establish.
 //
 // Addresses are normalized: IPv4-mapped IPv6 addresses are unmapped and IPv6
-// zones are dropped. The zero ClientIP trusts no proxy and keys every
-// request by its peer's full address. A ClientIP must pass Validate before
+// zones are dropped. The zero Strategy trusts no proxy and keys every
+// request by its peer's full address. A Strategy must pass Validate before
 // use and must not be modified afterwards; it is then safe for concurrent
 // use.
-type ClientIP struct {
+type Strategy struct {
 	// TrustedProxies are the direct peers whose forwarding header is
 	// believed; when walking X-Forwarded-For from the right they are also
 	// skipped. Empty: the header is never believed, unless AnyPeer.
@@ -99,10 +107,6 @@ type ClientIP struct {
 	// realIP and rfc7239: Header names X-Real-IP or Forwarded (set by
 	// Validate), so that a request does not compare header names.
 	realIP, rfc7239 bool
-	// depth4: AnyPeer with a Depth, and IPv4 clients keyed by their full
-	// address (set by Validate), so that the Traefik lane tries laneDepthKey
-	// first.
-	depth4 bool
 }
 
 // ParsePrefixes parses a list of CIDR prefixes ("10.0.0.0/8",
@@ -110,7 +114,7 @@ type ClientIP struct {
 // "::1" means ::1/128). Surrounding spaces are ignored, host bits are
 // cleared, a zone on a bare address is dropped, and IPv4-mapped IPv6
 // prefixes ("::ffff:10.0.0.0/104") become the IPv4 prefixes they denote,
-// because [ClientIP] unmaps addresses before matching them. The error names
+// because [Strategy] unmaps addresses before matching them. The error names
 // the first bad entry.
 func ParsePrefixes(list []string) ([]netip.Prefix, error) {
 	out := make([]netip.Prefix, 0, len(list))
@@ -144,7 +148,7 @@ func ParsePrefixes(list []string) ([]netip.Prefix, error) {
 
 // Validate checks c; its error is a *FieldError naming the field at
 // fault. It does not modify c's settings.
-func (c *ClientIP) Validate() error {
+func (c *Strategy) Validate() error {
 	for _, p := range c.TrustedProxies {
 		if !p.IsValid() {
 			return &model.FieldError{Field: "trusted_proxies", Value: p.String(), Reason: "invalid prefix"}
@@ -155,9 +159,9 @@ func (c *ClientIP) Validate() error {
 			return &model.FieldError{Field: "excluded_ips", Value: p.String(), Reason: "invalid prefix"}
 		}
 	}
-	hdr := headerXFF
+	hdr := XForwardedFor
 	if c.Header != "" {
-		if !isToken(c.Header) {
+		if !IsToken(c.Header) {
 			return &model.FieldError{Field: "header", Value: c.Header, Reason: "not a valid header name"}
 		}
 		hdr = http.CanonicalHeaderKey(c.Header)
@@ -184,10 +188,9 @@ func (c *ClientIP) Validate() error {
 		return &model.FieldError{Field: "ipv6_prefix", Value: strconv.Itoa(c.IPv6Prefix), Reason: "must be between 0 and 128"}
 	}
 	c.hdr, c.realIP, c.rfc7239 = "", realIP, hdr == headerForwarded
-	if hdr != headerXFF && !realIP && !c.rfc7239 {
+	if hdr != XForwardedFor && !realIP && !c.rfc7239 {
 		c.hdr = hdr
 	}
-	c.depth4 = c.AnyPeer && c.Depth > 0 && hdr == headerXFF && (c.IPv4Prefix == 0 || c.IPv4Prefix == 32)
 	return nil
 }
 
@@ -195,7 +198,7 @@ func (c *ClientIP) Validate() error {
 // grouping), unmapped and without zone. It reports false only when the
 // peer address, Request.RemoteAddr, is not an IP address (as for a Unix
 // socket listener); a forwarding header is never needed for an answer.
-func (c *ClientIP) Addr(r *http.Request) (netip.Addr, bool) {
+func (c *Strategy) Addr(r *http.Request) (netip.Addr, bool) {
 	a, _, ok := clientAddr(c, r)
 	return a, ok
 }
@@ -204,15 +207,19 @@ func (c *ClientIP) Addr(r *http.Request) (netip.Addr, bool) {
 // text: "203.0.113.0/24" for a group, "203.0.113.7" for a full address. It
 // reports false when Addr does. It allocates only the returned string, and
 // not even that for an IPv4 peer keyed by its full address.
-func (c *ClientIP) Key(r *http.Request) (string, bool) {
-	return clientKey(c, r)
+func (c *Strategy) Key(r *http.Request) (string, bool) {
+	a, text, ok := clientAddr(c, r)
+	if !ok {
+		return "", false
+	}
+	return groupKey(c, a, text), true
 }
 
 // GroupKey returns the key of the client address a, grouped by IPv4Prefix
 // or IPv6Prefix as Key groups it. It is for hosts that derive the client
 // address themselves, such as Caddy, whose {client_ip} honours its own
 // trusted_proxies.
-func (c *ClientIP) GroupKey(a netip.Addr) string {
+func (c *Strategy) GroupKey(a netip.Addr) string {
 	return groupKey(c, a.Unmap().WithZone(""), "")
 }
 
@@ -222,23 +229,14 @@ func (c *ClientIP) GroupKey(a netip.Addr) string {
 // themselves whether the peer is a trusted proxy, such as Caddy with its
 // trusted_proxies. It reports false when the header names no client
 // (absent, malformed, too short for Depth); the peer is then the client.
-func (c *ClientIP) Relayed(h http.Header) (netip.Addr, bool) {
+func (c *Strategy) Relayed(h http.Header) (netip.Addr, bool) {
 	a, _, ok := forwardedAddr(c, h)
 	return a, ok
 }
 
-// clientKey is Key as a function, which Yaegi enters faster than a method.
-func clientKey(c *ClientIP, r *http.Request) (string, bool) {
-	a, text, ok := clientAddr(c, r)
-	if !ok {
-		return "", false
-	}
-	return groupKey(c, a, text), true
-}
-
 // groupKey formats a grouped by c's prefixes; text, if not empty, is a's
 // full-address form, reused to save an allocation.
-func groupKey(c *ClientIP, a netip.Addr, text string) string {
+func groupKey(c *Strategy, a netip.Addr, text string) string {
 	bits, full := c.IPv6Prefix, 128
 	if a.Is4() {
 		bits, full = c.IPv4Prefix, 32
@@ -265,7 +263,7 @@ func formatAddr(a netip.Addr, bits int) string {
 
 // clientAddr returns the client's address and, when it is at hand without
 // allocating, its canonical text (else "").
-func clientAddr(c *ClientIP, r *http.Request) (netip.Addr, string, bool) {
+func clientAddr(c *Strategy, r *http.Request) (netip.Addr, string, bool) {
 	if c.AnyPeer {
 		return anyPeerAddr(c, r)
 	}
@@ -273,7 +271,7 @@ func clientAddr(c *ClientIP, r *http.Request) (netip.Addr, string, bool) {
 	if !ok {
 		return netip.Addr{}, "", false
 	}
-	if !c.AnyPeer && (len(c.TrustedProxies) == 0 || !containsAddr(c.TrustedProxies, peer)) {
+	if !c.AnyPeer && (len(c.TrustedProxies) == 0 || !Contains(c.TrustedProxies, peer)) {
 		return peer, text, true
 	}
 	if a, t, ok := forwardedAddr(c, r.Header); ok {
@@ -285,7 +283,7 @@ func clientAddr(c *ClientIP, r *http.Request) (netip.Addr, string, bool) {
 // anyPeerAddr is clientAddr for AnyPeer, where the header decides whenever
 // it names a client: the peer's address is then only checked, not taken
 // apart, which under Yaegi saves parsePeer's frame and three calls.
-func anyPeerAddr(c *ClientIP, r *http.Request) (netip.Addr, string, bool) {
+func anyPeerAddr(c *Strategy, r *http.Request) (netip.Addr, string, bool) {
 	if _, err := netip.ParseAddrPort(r.RemoteAddr); err != nil {
 		if _, err := netip.ParseAddr(r.RemoteAddr); err != nil {
 			return netip.Addr{}, "", false // not an IP peer, as parsePeer says
@@ -301,7 +299,7 @@ func anyPeerAddr(c *ClientIP, r *http.Request) (netip.Addr, string, bool) {
 // peer names in h, and its text as parseHop gives it; false if it names
 // none. Each way of reading the header is a function of its own: under
 // Yaegi a function's call pays for its whole body.
-func forwardedAddr(c *ClientIP, h http.Header) (netip.Addr, string, bool) {
+func forwardedAddr(c *Strategy, h http.Header) (netip.Addr, string, bool) {
 	if c.realIP {
 		// A proxy sets X-Real-IP; if several lines arrive, the last one
 		// is the nearest proxy's.
@@ -313,7 +311,7 @@ func forwardedAddr(c *ClientIP, h http.Header) (netip.Addr, string, bool) {
 	if c.rfc7239 {
 		return fromForwarded(c, h[headerForwarded])
 	}
-	lines := h[headerXFF]
+	lines := h[XForwardedFor]
 	if c.hdr != "" {
 		lines = h[c.hdr]
 	}
@@ -350,7 +348,7 @@ func forwardedAt(depth int, lines []string) (netip.Addr, string, bool) {
 // MaxForwardedHops entries, or the leftmost if every entry is skipped. It
 // returns the client's canonical text when parseHop has it (else ""), and
 // false when the header names no client.
-func fromForwardedFor(c *ClientIP, lines []string) (netip.Addr, string, bool) {
+func fromForwardedFor(c *Strategy, lines []string) (netip.Addr, string, bool) {
 	var leftmost netip.Addr // last skipped entry
 	n := 0                  // entries examined
 	for li := len(lines) - 1; li >= 0; li-- {
@@ -399,7 +397,7 @@ func fromForwardedFor(c *ClientIP, lines []string) (netip.Addr, string, bool) {
 // names no client: the walk stops there, for what lies to its left was
 // not written by a trusted proxy. It examines at most MaxForwardedHops
 // elements of at most maxElementLength bytes each.
-func fromForwarded(c *ClientIP, lines []string) (netip.Addr, string, bool) {
+func fromForwarded(c *Strategy, lines []string) (netip.Addr, string, bool) {
 	var leftmost netip.Addr // last skipped element's
 	n := 0                  // elements examined
 	for li := len(lines) - 1; li >= 0; li-- {
@@ -422,7 +420,7 @@ func fromForwarded(c *ClientIP, lines []string) (netip.Addr, string, bool) {
 				if !ok {
 					return netip.Addr{}, "", false
 				}
-				if !containsAddr(c.TrustedProxies, a) && !containsAddr(c.ExcludedIPs, a) {
+				if !Contains(c.TrustedProxies, a) && !Contains(c.ExcludedIPs, a) {
 					return a, "", true
 				}
 				leftmost = a
@@ -482,7 +480,7 @@ func forwardedFor(elem string) (netip.Addr, bool) {
 			continue
 		}
 		eq := strings.IndexByte(elem, '=')
-		if eq < 0 || !isToken(elem[:eq]) {
+		if eq < 0 || !IsToken(elem[:eq]) {
 			return netip.Addr{}, false
 		}
 		name, value := elem[:eq], elem[eq+1:]
@@ -501,7 +499,7 @@ func forwardedFor(elem string) (netip.Addr, bool) {
 			if semi := strings.IndexByte(value, ';'); semi >= 0 {
 				value, elem = value[:semi], value[semi:]
 			}
-			if value = strings.TrimRight(value, " \t"); !isToken(value) {
+			if value = strings.TrimRight(value, " \t"); !IsToken(value) {
 				return netip.Addr{}, false
 			}
 		}
@@ -525,7 +523,7 @@ func forwardedFor(elem string) (netip.Addr, bool) {
 // too, as some proxies write it. "unknown" and obfuscated identifiers
 // ("_hidden") are not addresses.
 func forwardedNode(v string) (netip.Addr, bool) {
-	if len(v) > maxHopLength {
+	if len(v) > MaxHopLength {
 		return netip.Addr{}, false
 	}
 	host, port := v, ""
@@ -605,7 +603,7 @@ func parsePeer(remote string) (netip.Addr, string, bool) {
 // proxy, so the rarer forms are parseHopPort's.
 func parseHop(s string) (netip.Addr, string, bool) {
 	s = strings.Trim(s, " \t")
-	if s == "" || len(s) > maxHopLength {
+	if s == "" || len(s) > MaxHopLength {
 		return netip.Addr{}, "", false
 	}
 	a, err := netip.ParseAddr(s)
@@ -639,11 +637,29 @@ func parseHopPort(s string) (netip.Addr, string, bool) {
 }
 
 // containsAddr reports whether any of prefixes contains a.
-func containsAddr(prefixes []netip.Prefix, a netip.Addr) bool {
+func Contains(prefixes []netip.Prefix, a netip.Addr) bool {
 	for _, p := range prefixes {
 		if p.Contains(a) {
 			return true
 		}
 	}
 	return false
+}
+
+// isToken reports whether s is an RFC 9110 token, the syntax of header and
+// cookie names.
+func IsToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if strings.IndexByte("!#$%&'*+-.^_`|~", c) < 0 {
+			return false
+		}
+	}
+	return true
 }
