@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/inspect"
+	"github.com/sluicehq/sluice/core/keyspec"
 )
 
 func init() {
@@ -216,7 +217,7 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 		}
 		// A zone charges a long key under its digest (Zone.ask), which is
 		// also the name /top shows; a digest is its own.
-		key := core.BoundKey(parts[3])
+		key := keyspec.BoundKey(parts[3])
 		if r.Method == http.MethodDelete {
 			return deleteKey(w, r, az, key)
 		}

@@ -17,7 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -293,8 +293,8 @@ func testAdminLongKey(t *testing.T, store map[string]any) {
 	}
 	urls, api := loadWithAdmin(t, server{port: p[0], handler: h})
 	token := "Bearer " + strings.Repeat("eyJhbGciOiJIUzI1NiJ9.", 12)
-	digest := core.BoundKey(token)
-	if len(token) <= core.MaxKeyLength || digest == token {
+	digest := keyspec.BoundKey(token)
+	if len(token) <= keyspec.MaxKeyLength || digest == token {
 		t.Fatalf("token of %d bytes kept verbatim", len(token))
 	}
 	wantStatus(t, urls[0], []int{200, 200, 429}, "Authorization", token)

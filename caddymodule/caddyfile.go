@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/inspect"
+	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
 )
 
@@ -161,7 +162,7 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 		case "ipv6_prefix":
 			z.IPv6Prefix, err = intArg(d, sub, 0, 128)
 		case "on_missing_key":
-			z.OnMissingKey, err = oneArg(d, sub, checked(core.ParseMissingKey))
+			z.OnMissingKey, err = oneArg(d, sub, checked(keyspec.ParseMissingKey))
 		case "near_limit":
 			z.NearLimit, err = shareArg(d, sub)
 		case "top_keys":

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/keyspec"
 )
 
 // provisionHandler provisions and validates h outside a running config,
@@ -110,8 +111,8 @@ func TestRejectionLogBoundsKey(t *testing.T) {
 	if len(entries) != 1 {
 		t.Fatalf("%d rejection logs, want 1", len(entries))
 	}
-	if key := entries[0].ContextMap()["key"]; key != core.BoundKey(token) {
-		t.Errorf("key field = %.60q, want %q", key, core.BoundKey(token))
+	if key := entries[0].ContextMap()["key"]; key != keyspec.BoundKey(token) {
+		t.Errorf("key field = %.60q, want %q", key, keyspec.BoundKey(token))
 	}
 }
 

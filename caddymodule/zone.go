@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/inspect"
+	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
 )
 
@@ -150,7 +151,7 @@ type Zone struct {
 
 	limit   *core.Limit
 	match   caddyhttp.MatcherSet
-	missing core.MissingKey
+	missing keyspec.MissingKey
 	keyKind keyKind
 	group   *clientip.Strategy // with keyClientIP: groups addresses by prefix; nil keys by full address
 	// relays, with keyClientIP or clientVar, read the server's
@@ -245,12 +246,12 @@ func (z *Zone) provision(ctx caddy.Context) error {
 		}
 	default:
 		z.keyKind = keyConstant
-		z.constKey = core.BoundKey(core.EscapeKey(z.Key))
+		z.constKey = keyspec.BoundKey(keyspec.EscapeKey(z.Key))
 	}
-	if z.missing, err = core.ParseMissingKey(z.OnMissingKey); err != nil {
+	if z.missing, err = keyspec.ParseMissingKey(z.OnMissingKey); err != nil {
 		return err
 	}
-	if ph := clientChosenPlaceholder(z.key()); ph != "" && z.missing == core.MissingSkip {
+	if ph := clientChosenPlaceholder(z.key()); ph != "" && z.missing == keyspec.MissingSkip {
 		ctx.Logger().Info("a request without this placeholder's value is not limited by the zone (on_missing_key skip); set on_missing_key shared to count such requests under one key",
 			zap.String("zone", z.Name), zap.String("placeholder", ph))
 	}
@@ -496,7 +497,7 @@ func (z *Zone) topKey(askKey string) string {
 // the admin API names it, is key: the raw key or its digest (core.BoundKey),
 // as /top shows keys longer than core.MaxKeyLength.
 func (z *Zone) storeKey(key string) string {
-	return z.prefix + core.BoundKey(key)
+	return z.prefix + keyspec.BoundKey(key)
 }
 
 // ask returns r's ask of the zone; ok is false when the zone does not apply
@@ -661,7 +662,7 @@ func (z *Zone) keyOf(r *http.Request, repl *caddy.Replacer) (string, bool) {
 		if !ok {
 			return "", false
 		}
-		return core.BoundKey(core.EscapeKey(k)), true
+		return keyspec.BoundKey(keyspec.EscapeKey(k)), true
 	}
 	return z.constKey, true
 }
@@ -684,7 +685,7 @@ func (z *Zone) joinedKey(r *http.Request, repl *caddy.Replacer) (string, bool) {
 		}
 		values[i] = v
 	}
-	return core.JoinKey(values), true
+	return keyspec.JoinKey(values), true
 }
 
 // errNoValue ends the expansion of a key template with a placeholder that
@@ -711,7 +712,7 @@ func (z *Zone) expand(r *http.Request, repl *caddy.Replacer, tmpl string) (strin
 			}
 			return nil, errNoValue
 		case hostVarKey[1 : len(hostVarKey)-1]:
-			val = core.HostKey(caddy.ToString(val))
+			val = keyspec.HostKey(caddy.ToString(val))
 		}
 		if caddy.ToString(val) == "" {
 			return nil, errNoValue // unknown (nil) or empty

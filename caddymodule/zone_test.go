@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/keyspec"
 )
 
 // testRequest returns a request whose Caddy client address is clientIP,
@@ -298,7 +299,7 @@ func TestZoneLongKeyIsBounded(t *testing.T) {
 		if err != nil || !ok {
 			t.Fatalf("key %.40q: ask = %v, %v", tc.zone.Key, ok, err)
 		}
-		want := core.BoundKey(tc.raw)
+		want := keyspec.BoundKey(tc.raw)
 		if a.Key != z.prefix+want || len(want) != 33 {
 			t.Errorf("key %.40q: ask key %.60q (%d bytes), want %q", tc.zone.Key, a.Key, len(a.Key), want)
 		}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
@@ -720,11 +721,11 @@ func TestAnswerSameForEveryKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		g.memClock = true
-		spec, err := ParseKeySpec(nil, nil)
+		spec, err := keyspec.Parse(nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		lane := NewLane(LaneConfig{Gate: g, Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*KeySpec{spec}, Prefix: "lane\x00"})
+		lane := NewLane(LaneConfig{Gate: g, Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*keyspec.Spec{spec}, Prefix: "lane\x00"})
 		for step := 0; step < 4; step++ { // 200, 200, 429, 429
 			for _, path := range []string{"gate", "lane"} {
 				var answers []string

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/clientip"
+	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
@@ -71,17 +72,17 @@ func FuzzRequestKey(f *testing.F) {
 		{AnyPeer: true, ExcludedIPs: mustPrefixes(f, "203.0.113.0/24")},
 		{TrustedProxies: trusted, IPv4Prefix: 24, IPv6Prefix: 64},
 	}
-	var specs []*KeySpec
+	var specs []*keyspec.Spec
 	for _, ip := range rules {
 		for _, parts := range [][]string{nil, {"client_ip", "header:X-Key"}, {"header:X-Key"}, {"query:k", "cookie:c", "path"}} {
-			spec, err := ParseKeySpec(parts, ip)
+			spec, err := keyspec.Parse(parts, ip)
 			if err != nil {
 				f.Fatal(err)
 			}
 			specs = append(specs, spec)
 		}
 	}
-	plain, _ := ParseKeySpec(nil, nil)
+	plain, _ := keyspec.Parse(nil, nil)
 	f.Fuzz(func(t *testing.T, remote, xff, realIP, value string) {
 		r := httptest.NewRequest(http.MethodGet, "/p", nil)
 		r.URL.RawQuery = "k=" + url.QueryEscape(value)
@@ -91,7 +92,7 @@ func FuzzRequestKey(f *testing.F) {
 		r.Header["X-Real-Ip"] = []string{realIP}
 		r.Header["Cookie"] = []string{"c=" + value}
 		for _, s := range specs {
-			if key, ok := s.Key(r); ok && len(key) > MaxKeyLength+1 && len(key) != len(digestKey("x")) {
+			if key, ok := s.Key(r); ok && len(key) > keyspec.MaxKeyLength+1 && len(key) != len(keyspec.BoundKey(string(make([]byte, keyspec.MaxKeyLength+1)))) {
 				t.Fatalf("key of %d bytes", len(key))
 			}
 		}

@@ -14,18 +14,20 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/clientip"
+	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/resp"
 )
 
 // A Lane is the whole request path of one Gate for hosts whose keys come
-// from KeySpecs, as the Traefik plugin's do: build each limit's key,
+// from keyspec.Specs, as the Traefik plugin's do: build each limit's key,
 // decide, write the headers or the 429 answer, wait out a delay, and pass
 // the request on. It is built once per configuration by NewLane and is
 // safe for concurrent use.
 type Lane struct {
 	gate    *Gate
 	asks    []LaneAsk
-	specs   []*KeySpec
+	specs   []*keyspec.Spec
+	shapes  []keyspec.Shape // of specs
 	prefix  string
 	resp    *Responder
 	observe func(*Verdict)
@@ -43,6 +45,7 @@ type Lane struct {
 	one  bool
 	tb   bool
 	ipv4 bool // the key is the peer's full IPv4 address
+	ipv6 bool // likewise for an IPv6 peer (Shape.PeerIPv6)
 	// clientIP is the spec's clientip.Strategy when the key is the client's
 	// address and nothing else, else nil.
 	clientIP *clientip.Strategy
@@ -52,7 +55,7 @@ type Lane struct {
 	shared   bool // the limit's MissingKey is MissingShared
 	clock    bool // g.memClock, for every lane on mem: the decision's instant is the headers' clock
 	limit    *Limit
-	spec     *KeySpec
+	spec     *keyspec.Spec
 	cost     float64
 	nsHash   uint64
 	capacity float64
@@ -117,7 +120,7 @@ type LaneConfig struct {
 	// whose keys Specs build.
 	Gate  *Gate
 	Asks  []LaneAsk
-	Specs []*KeySpec
+	Specs []*keyspec.Spec
 	// Prefix begins every key (such as a middleware's name, so that two
 	// lanes sharing a store never share a key).
 	Prefix string
@@ -149,7 +152,7 @@ type LaneConfig struct {
 type LaneAsk struct {
 	Limit   *Limit
 	Spec    int // index into LaneConfig.Specs
-	Missing MissingKey
+	Missing keyspec.MissingKey
 	Cost    float64
 }
 
@@ -157,6 +160,10 @@ type LaneAsk struct {
 func NewLane(cfg LaneConfig) *Lane {
 	g := cfg.Gate
 	l := &Lane{gate: g, asks: cfg.Asks, specs: cfg.Specs, prefix: cfg.Prefix, resp: g.resp, observe: cfg.Observe, watch: cfg.Watch}
+	l.shapes = make([]keyspec.Shape, len(cfg.Specs))
+	for i, spec := range cfg.Specs {
+		l.shapes[i] = spec.Shape()
+	}
 	if g.cfg.Mode == DryRun {
 		l.dryRun = cfg.DryRunHeader
 	}
@@ -185,12 +192,8 @@ func NewLane(cfg LaneConfig) *Lane {
 	lim := a.Limit
 	l.one, l.limit, l.spec, l.cost = true, lim, cfg.Specs[a.Spec], a.Cost
 	l.tb = lim.Algorithm == TokenBucket
-	l.ipv4 = l.spec.ipv4
-	if len(l.spec.parts) == 1 && l.spec.parts[0].kind == partClientIP {
-		l.clientIP = l.spec.ip
-		l.depth4 = laneDepth4(l.spec.ip)
-	}
-	l.shared = a.Missing == MissingShared
+	laneShape(l, l.spec.Shape())
+	l.shared = a.Missing == keyspec.MissingShared
 	l.nsHash, l.capacity, l.quota = lim.nsHash, lim.capacity, lim.Rate.Quota
 	l.most, l.owe, l.lent = lim.capacity+lim.owe, lim.owe > 0, lim.owe
 	l.period, l.unit = float64(lim.period), lim.unit
@@ -441,14 +444,14 @@ func laneKey4(l *Lane, r *http.Request, key string, err error) string {
 // laneKey is the key of a token bucket lane's request, prefixed, for every
 // request but an IPv4 peer's keyed by its address: "" when the request has
 // no key and the limit skips such requests. It takes an IPv6 peer's
-// address itself rather than through KeySpec.Key, whose IPv4 path it would
+// address itself rather than through keyspec.Spec.Key, whose IPv4 path it would
 // pay for under Yaegi, and a client address behind proxies from clientip.Strategy.Key
-// rather than through specKey. key and ok are its variables, zero (see
+// rather than through keyspec.Spec.PartsKey. key and ok are its variables, zero (see
 // serveLaneTB).
 func laneKey(l *Lane, r *http.Request, key string, ok bool) string {
 	key = r.RemoteAddr
-	if l.spec.ipv6 && key != "" && key[0] == '[' {
-		key, ok = peerKey6(key)
+	if l.ipv6 && key != "" && key[0] == '[' {
+		key, ok = keyspec.PeerKey6(key)
 	}
 	if !ok {
 		if l.depth4 {
@@ -456,14 +459,14 @@ func laneKey(l *Lane, r *http.Request, key string, ok bool) string {
 		} else if l.clientIP != nil {
 			key, ok = (*clientip.Strategy).Key(l.clientIP, r)
 		} else {
-			key, ok = specKey(l.spec, r)
+			key, ok = (*keyspec.Spec).PartsKey(l.spec, r)
 		}
 	}
 	if ok && key != "" {
 		return l.prefix + key
 	}
 	if l.shared {
-		return l.prefix + missingSharedKey
+		return l.prefix + keyspec.SharedKey
 	}
 	return ""
 }
@@ -675,7 +678,7 @@ func laneExempt(l *Lane, r *http.Request) bool {
 
 // serveLaneOne is ServeLane for one enforced limit of any algorithm in
 // the in-memory store: Gate.Serve's own path, without its generality. It
-// builds the key by laneKey4 rather than through KeySpec.Key, whose
+// builds the key by laneKey4 rather than through keyspec.Spec.Key, whose
 // generality costs more under Yaegi. Its parameters after r are its
 // variables, zero (see serveLaneTB).
 func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
@@ -734,32 +737,32 @@ func laneFinish(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reque
 // Yaegi a range loop's variables are allocated again on every iteration.
 // A constant key (a global limit's), an IPv4 peer's key (as serveLaneTB
 // builds it) and MissingKey.Resolve are inline: under Yaegi each call of
-// KeySpec.Key or Resolve costs a frame more than the lines it saves.
-func laneAsks(l *Lane, r *http.Request, keys []string, asks []Ask, i int, key string, spec *KeySpec, a *LaneAsk, err error) []Ask {
+// keyspec.Spec.Key or Resolve costs a frame more than the lines it saves.
+func laneAsks(l *Lane, r *http.Request, keys []string, asks []Ask, i int, key string, sh *keyspec.Shape, a *LaneAsk, err error) []Ask {
 	keys = make([]string, len(l.specs))
 	for i = 0; i < len(keys); i++ {
-		spec = l.specs[i]
-		if spec.fixed {
-			keys[i] = spec.constKey
+		sh = &l.shapes[i]
+		if sh.Fixed {
+			keys[i] = sh.Const
 			continue
 		}
 		key = r.RemoteAddr
-		if spec.ipv4 && key != "" && key[0] != '[' {
+		if sh.PeerIPv4 && key != "" && key[0] != '[' {
 			if _, err = parseAddrPort(key); err == nil {
 				keys[i] = key[:lastIndexByte(key, ':')]
 				continue
 			}
 		}
-		keys[i], _ = (*KeySpec).Key(spec, r) // "" when missing
+		keys[i], _ = (*keyspec.Spec).Key(l.specs[i], r) // "" when missing
 	}
 	asks = make([]Ask, 0, len(l.asks))
 	for i = 0; i < len(l.asks); i++ {
 		a = &l.asks[i]
 		if key = keys[a.Spec]; key == "" { // Resolve(key, true)
-			if a.Missing != MissingShared {
+			if a.Missing != keyspec.MissingShared {
 				continue
 			}
-			key = missingSharedKey
+			key = keyspec.SharedKey
 		}
 		asks = append(asks, Ask{Limit: a.Limit, Key: l.prefix + key, Cost: a.Cost})
 	}
@@ -969,6 +972,15 @@ func laneKeepAll(s *MemoryStore, asks []Ask, ms []memAsk, full bool, now int64) 
 	}
 }
 
+// laneShape sets the fields of l that describe its one key, of shape sh.
+func laneShape(l *Lane, sh keyspec.Shape) {
+	l.ipv4, l.ipv6 = sh.PeerIPv4, sh.PeerIPv6
+	if sh.Client != nil {
+		l.clientIP = sh.Client
+		l.depth4 = laneDepth4(sh.Client)
+	}
+}
+
 // laneDepth4 reports whether laneDepthKey finds c's keys: c believes
 // X-Forwarded-For from any peer at a Depth, and keys IPv4 clients by their
 // full address.
@@ -1080,12 +1092,8 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 		return
 	}
 	l.rd, l.limit, l.spec, l.cost, l.quota = true, lim, cfg.Specs[a.Spec], a.Cost, lim.Rate.Quota
-	l.ipv4 = l.spec.ipv4
-	if len(l.spec.parts) == 1 && l.spec.parts[0].kind == partClientIP {
-		l.clientIP = l.spec.ip
-		l.depth4 = laneDepth4(l.spec.ip)
-	}
-	l.shared = a.Missing == MissingShared
+	laneShape(l, l.spec.Shape())
+	l.shared = a.Missing == keyspec.MissingShared
 	l.direct, l.breaker, l.timeout, l.answer = s.direct, g.cfg.Breaker, g.cfg.Timeout, &lim.answer
 	if b := g.cfg.Breaker; b != nil {
 		l.bstate, l.bfails = &b.state, &b.fails
@@ -1132,7 +1140,7 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 	key string, err error, cl *resp.Client, ctx context.Context, start time.Time, cmd []byte, sum [sha256.Size]byte,
 	reply interface{}, text string, ok bool, rem float64, p, q, j int, c byte, n time.Duration, f [redisReplyFields]time.Duration, now int64, v Verdict) {
 	key = laneKey4(l, r, "", nil)
-	if key == "" || len(key) > MaxKeyLength || l.bstate != nil && loadInt32(l.bstate) != breakerClosed {
+	if key == "" || len(key) > keyspec.MaxKeyLength || l.bstate != nil && loadInt32(l.bstate) != breakerClosed {
 		serveLaneAny(l, next, w, r, nil, noVerdict, false)
 		return
 	}

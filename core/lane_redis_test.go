@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
 	"github.com/sluicehq/sluice/internal/testclock"
@@ -137,13 +138,13 @@ func TestServeLaneRedisMatchesGeneral(t *testing.T) {
 		client := resptest.Client(t, f.addr, 1)
 		store := newTestRedisStore(t, client, false)
 		l := redisTestLimit(t, "lane-redis", TokenBucket, "4/s", 5, 0)
-		spec, err := ParseKeySpec(nil, nil)
+		spec, err := keyspec.Parse(nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for variant := 0; variant < 6; variant++ {
 			var down int32
-			cfg := LaneConfig{Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*KeySpec{spec}, Prefix: "mw\x00"}
+			cfg := LaneConfig{Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*keyspec.Spec{spec}, Prefix: "mw\x00"}
 			switch variant {
 			case 1:
 				cfg.Watch = true
@@ -151,10 +152,10 @@ func TestServeLaneRedisMatchesGeneral(t *testing.T) {
 				cfg.Watch, cfg.Down = true, &down
 				down = int32(variant - 2)
 			case 4:
-				cfg.Asks[0].Missing = MissingShared
+				cfg.Asks[0].Missing = keyspec.MissingShared
 				cfg.Watch, cfg.Down = true, &down
 			case 5:
-				cfg.Prefix = strings.Repeat("p", MaxKeyLength)
+				cfg.Prefix = strings.Repeat("p", keyspec.MaxKeyLength)
 			}
 			policy := StoreErrorPolicy(variant % 2)
 			clock := testclock.New(testclock.Epoch)
@@ -195,12 +196,12 @@ func TestServeLaneRedisSystemClock(t *testing.T) {
 	f := startFakeRedis(t, "1 4 250000000 0 0 250000000", false)
 	store := newTestRedisStore(t, resptest.Client(t, f.addr, 1), false)
 	l := redisTestLimit(t, "lane-redis-clock", TokenBucket, "4/s", 5, 0)
-	spec, err := ParseKeySpec(nil, nil)
+	spec, err := keyspec.Parse(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var seen [2][]Verdict
-	lanes := redisLanePair(t, store, l, FailOpen, nil, LaneConfig{Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*KeySpec{spec}}, &seen)
+	lanes := redisLanePair(t, store, l, FailOpen, nil, LaneConfig{Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*keyspec.Spec{spec}}, &seen)
 	if lanes[0].sys == nil {
 		t.Fatal("the lane does not read the system clock inline")
 	}
@@ -230,12 +231,12 @@ func TestServeLaneRedisScripts(t *testing.T) {
 	client := resptest.Client(t, srv.Addr, 2)
 	cs, direct, s := directStore(t, client)
 	l := redisTestLimit(t, "lane-redis-"+redisNonce, TokenBucket, "2/h", 3, 0)
-	spec, err := ParseKeySpec(nil, nil)
+	spec, err := keyspec.Parse(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var seen [2][]Verdict
-	lanes := redisLanePair(t, s, l, FailClosed, nil, LaneConfig{Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*KeySpec{spec}, Watch: true}, &seen)
+	lanes := redisLanePair(t, s, l, FailClosed, nil, LaneConfig{Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*keyspec.Spec{spec}, Watch: true}, &seen)
 	serve := func(what string, code int, remaining string, evals, loads int32) {
 		t.Helper()
 		w := httptest.NewRecorder()

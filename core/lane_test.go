@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/clientip"
+	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
@@ -63,7 +64,7 @@ func TestServeLaneMatchesGate(t *testing.T) {
 	rng := rand.New(rand.NewSource(11))
 	for li, lc := range limits {
 		for hi, hs := range headerSets {
-			for _, missing := range []MissingKey{MissingSkip, MissingShared} {
+			for _, missing := range []keyspec.MissingKey{keyspec.MissingSkip, keyspec.MissingShared} {
 				clock := testclock.New(testclock.Epoch)
 				l := gateLimit(t, "api", lc.alg, lc.rate, lc.burst)
 				if l.MaxDelay = lc.maxDelay; l.Validate() != nil {
@@ -99,12 +100,12 @@ func TestServeLaneMatchesGate(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				spec, err := ParseKeySpec(nil, nil)
+				spec, err := keyspec.Parse(nil, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
 				var seen []Verdict
-				lane := NewLane(LaneConfig{Gate: laneGate, Asks: []LaneAsk{{Limit: l, Missing: missing, Cost: lc.cost}}, Specs: []*KeySpec{spec}, Prefix: "mw\x00",
+				lane := NewLane(LaneConfig{Gate: laneGate, Asks: []LaneAsk{{Limit: l, Missing: missing, Cost: lc.cost}}, Specs: []*keyspec.Spec{spec}, Prefix: "mw\x00",
 					Observe: func(v *Verdict) { seen = append(seen, *v) }})
 				// Bit tests: Yaegi v0.16.1 compares hs with the constant
 				// DefaultHeaders wrongly.
@@ -196,7 +197,7 @@ func serveBothRequest(t *testing.T, label string, lane *Lane, gate *Gate, newReq
 
 // TestServeLaneRelayedMatchesGate: behind trusted proxies, with the client
 // named by X-Forwarded-For or by Forwarded, with a depth or without, the
-// lane keys requests as KeySpec.Key does.
+// lane keys requests as keyspec.Spec.Key does.
 func TestServeLaneRelayedMatchesGate(t *testing.T) {
 	trusted := mustPrefixes(t, "192.0.2.0/24")
 	remotes := []string{"192.0.2.1:1234", "198.51.100.9:80", "[2001:db8::1]:443", "not an address"}
@@ -231,12 +232,12 @@ func TestServeLaneRelayedMatchesGate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		spec, err := ParseKeySpec(nil, ip)
+		spec, err := keyspec.Parse(nil, ip)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var seen []Verdict
-		lane := NewLane(LaneConfig{Gate: laneGate, Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*KeySpec{spec}, Prefix: "mw\x00",
+		lane := NewLane(LaneConfig{Gate: laneGate, Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*keyspec.Spec{spec}, Prefix: "mw\x00",
 			Observe: func(v *Verdict) { seen = append(seen, *v) }})
 		for step := 0; step < 200; step++ {
 			remote, v := remotes[rng.Intn(len(remotes))], values[rng.Intn(len(values))]
@@ -252,7 +253,7 @@ func TestServeLaneRelayedMatchesGate(t *testing.T) {
 				r.Header.Set("Forwarded", strings.ReplaceAll(fwd, ", ", ", for="))
 				return r
 			}, func(r *http.Request) []Ask {
-				if key, ok := MissingSkip.Resolve(spec.Key(r)); ok {
+				if key, ok := keyspec.MissingSkip.Resolve(spec.Key(r)); ok {
 					return []Ask{{Limit: l, Key: "mw\x00" + key, Cost: 1}}
 				}
 				return nil
@@ -287,11 +288,11 @@ func TestServeLaneNextRounding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := ParseKeySpec(nil, nil)
+	spec, err := keyspec.Parse(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lane := NewLane(LaneConfig{Gate: g, Asks: []LaneAsk{{Limit: l, Cost: 0.55}}, Specs: []*KeySpec{spec}})
+	lane := NewLane(LaneConfig{Gate: g, Asks: []LaneAsk{{Limit: l, Cost: 0.55}}, Specs: []*keyspec.Spec{spec}})
 	for step := 0; step < 2; step++ {
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
 		lr, gr := httptest.NewRecorder(), httptest.NewRecorder()
@@ -359,24 +360,24 @@ func TestServeLaneManyMatchesGate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ipSpec, err := ParseKeySpec(nil, nil)
+			ipSpec, err := keyspec.Parse(nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			allSpec, err := ParseKeySpec([]string{"const:all"}, nil)
+			allSpec, err := keyspec.Parse([]string{"const:all"}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var seen []Verdict
 			lane := NewLane(LaneConfig{Gate: laneGate, Asks: []LaneAsk{{Limit: per, Spec: 0, Cost: 1}, {Limit: global, Spec: 1, Cost: 1}},
-				Specs: []*KeySpec{ipSpec, allSpec}, Prefix: "mw\x00", Observe: func(v *Verdict) { seen = append(seen, *v) }})
+				Specs: []*keyspec.Spec{ipSpec, allSpec}, Prefix: "mw\x00", Observe: func(v *Verdict) { seen = append(seen, *v) }})
 			label := string(ac.alg) + " headers " + strconv.Itoa(int(hs))
 			for step := 0; step < steps; step++ {
 				remote := remotes[rng.Intn(len(remotes))]
 				seen = seen[:0]
 				serveBoth(t, label+" step "+strconv.Itoa(step), lane, slowGate, context.Background(), remote, func(r *http.Request) []Ask {
 					all := Ask{Limit: global, Key: "mw\x00all", Cost: 1}
-					if key, ok := MissingSkip.Resolve(ipSpec.Key(r)); ok {
+					if key, ok := keyspec.MissingSkip.Resolve(ipSpec.Key(r)); ok {
 						return []Ask{{Limit: per, Key: "mw\x00" + key, Cost: 1}, all}
 					}
 					return []Ask{all}
@@ -415,7 +416,7 @@ func TestXRateLimitResetRoundsUp(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				spec, err := ParseKeySpec(nil, nil)
+				spec, err := keyspec.Parse(nil, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -425,7 +426,7 @@ func TestXRateLimitResetRoundsUp(t *testing.T) {
 					if len(limits) == 2 {
 						asks = append(asks, LaneAsk{Limit: limits[1], Cost: 1})
 					}
-					lane = NewLane(LaneConfig{Gate: g, Asks: asks, Specs: []*KeySpec{spec}})
+					lane = NewLane(LaneConfig{Gate: g, Asks: asks, Specs: []*keyspec.Spec{spec}})
 				}
 				// The window of 1 per second began at the whole second:
 				// it ends 0.1 s from now.

@@ -46,11 +46,6 @@ var Algorithms = []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindo
 // at most 160 KiB.
 const MaxLogQuota = 10000
 
-// MaxKeyLength is the longest raw key kept verbatim; longer keys are replaced
-// by a fixed-length digest (see [BoundKey]), so a 64 KiB header costs
-// no more memory than a short one.
-const MaxKeyLength = 128
-
 // MaxSpan bounds a limit's period and the time its capacity takes to refill
 // (Burst·Period/Quota), so that no instant sluice computes overflows int64
 // nanoseconds (which end in 2262).

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/resp"
 )
@@ -512,12 +513,12 @@ func newLimitRedis(l *Limit) limitRedis {
 // key is the hash holding the state of (l, key).
 func (s *RedisStore) key(l *Limit, key string) string {
 	if s.readable {
-		return s.prefix + l.redis.tag + tagSafe(BoundKey(key)) + "}"
+		return s.prefix + l.redis.tag + tagSafe(keyspec.BoundKey(key)) + "}"
 	}
-	if len(key) > MaxKeyLength {
-		return s.prefix + l.redis.tag + digestKey(key) + "}"
+	if len(key) > keyspec.MaxKeyLength {
+		return s.prefix + l.redis.tag + keyspec.BoundKey(key) + "}"
 	}
-	sum := sha256.Sum256([]byte(key)) // digestKey's digest, without its chunk buffer
+	sum := sha256.Sum256([]byte(key)) // BoundKey's digest, without its chunk buffer
 	return s.prefix + l.redis.tag + "#" + hex.EncodeToString(sum[:16]) + "}"
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/resp"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -57,11 +58,11 @@ func BenchmarkRedisDecide(b *testing.B) {
 // observer): key, decision, headers.
 func BenchmarkRedisServeLane(b *testing.B) {
 	g, l := benchRedisGate(b)
-	spec, err := ParseKeySpec(nil, nil)
+	spec, err := keyspec.Parse(nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	lane := NewLane(LaneConfig{Gate: g, Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*KeySpec{spec}, Prefix: "bench\x00",
+	lane := NewLane(LaneConfig{Gate: g, Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*keyspec.Spec{spec}, Prefix: "bench\x00",
 		Observe: func(v *Verdict) {
 			if v.Outcome != OutcomeAllowed || v.Err != nil {
 				b.Fatalf("verdict %+v", v)

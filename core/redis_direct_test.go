@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/resp"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
@@ -135,12 +136,12 @@ func directDecide(t *testing.T, store *RedisStore, timeout time.Duration, l *Lim
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := ParseKeySpec([]string{"header:X-Key"}, nil)
+	spec, err := keyspec.Parse([]string{"header:X-Key"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var v Verdict
-	lane := NewLane(LaneConfig{Gate: g, Asks: []LaneAsk{{Limit: l, Cost: cost}}, Specs: []*KeySpec{spec},
+	lane := NewLane(LaneConfig{Gate: g, Asks: []LaneAsk{{Limit: l, Cost: cost}}, Specs: []*keyspec.Spec{spec},
 		Observe: func(o *Verdict) { v = *o }, Watch: true})
 	if cost == 1 && store.direct != nil && !lane.rd {
 		t.Fatal("the lane does not take serveLaneRedis' path")
@@ -180,7 +181,7 @@ func TestRedisDirectCommand(t *testing.T) {
 		t.Fatal("a store of a *resp.Client holds no direct client")
 	}
 	cs, _, s := directStore(t, client)
-	keys := []string{"10.0.0.1", "{a}b%c}", "κλειδί", strings.Repeat("k", MaxKeyLength)}
+	keys := []string{"10.0.0.1", "{a}b%c}", "κλειδί", strings.Repeat("k", keyspec.MaxKeyLength)}
 	for _, alg := range []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindowCounter, SlidingWindowLog} {
 		l := redisTestLimit(t, "direct-"+string(alg), alg, "5/s", 0, 0)
 		for _, key := range keys {

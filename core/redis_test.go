@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/resp"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
@@ -376,7 +377,7 @@ func TestRedisStoreKeys(t *testing.T) {
 		redisTestTake(t, s, l, long, 1)
 		part := "#" + hex.EncodeToString(sha256Of(long)[:16])
 		if readable {
-			part = BoundKey(long)
+			part = keyspec.BoundKey(long)
 		}
 		if v, err := client.Do(ctx, "EXISTS", "sluice:{long:token_bucket:"+part+"}"); err != nil || v != int64(1) {
 			t.Errorf("readable %v: state of a long key: EXISTS = %v, %v; want 1", readable, v, err)

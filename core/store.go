@@ -5,7 +5,7 @@ import "context"
 // Ask is one limit's share of a request: charge Cost to Limit under Key.
 type Ask struct {
 	Limit *Limit
-	// Key identifies the client within the limit, as built by a [KeySpec]
+	// Key identifies the client within the limit, as built by a [keyspec.Spec]
 	// or a host's placeholders. Stores namespace it by the limit and bound
 	// its length, so it may be any string.
 	Key  string

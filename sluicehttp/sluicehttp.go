@@ -28,7 +28,7 @@
 // limits of other names count apart.
 //
 // The middleware is a thin adapter: the decisions, the waits, the
-// headers and the answers are core.Gate's, the request keys core.KeySpec's,
+// headers and the answers are core.Gate's, the request keys keyspec.Spec's,
 // and the Redis keys core.RedisStore's.
 package sluicehttp
 
@@ -43,6 +43,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/clientip"
+	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/resp"
 )
@@ -219,8 +220,8 @@ type Middleware struct {
 // limit is a Limit as a request needs it.
 type limit struct {
 	limit   *core.Limit
-	key     *core.KeySpec
-	missing core.MissingKey
+	key     *keyspec.Spec
+	missing keyspec.MissingKey
 	cost    float64
 	match   func(*http.Request) bool
 	prefix  string // core.SharePrefix(Config.Share)
@@ -310,11 +311,11 @@ func newLimit(l *Limit, ip *clientip.Strategy, prefix string) (limit, error) {
 	if err := cl.Validate(); err != nil {
 		return limit{}, err
 	}
-	key, err := core.ParseKeySpec(l.Key, ip)
+	key, err := keyspec.Parse(l.Key, ip)
 	if err != nil {
 		return limit{}, err
 	}
-	missing, err := core.ParseMissingKey(l.OnMissingKey)
+	missing, err := keyspec.ParseMissingKey(l.OnMissingKey)
 	if err != nil {
 		return limit{}, err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/clientip"
+	"github.com/sluicehq/sluice/core/keyspec"
 )
 
 // labelConfig is a configuration as Docker labels give it: every value a
@@ -129,15 +130,15 @@ func checkFullSettings(t *testing.T, s *settings) {
 		burst    float64
 		maxDelay time.Duration
 		cost     float64
-		missing  core.MissingKey
+		missing  keyspec.MissingKey
 	}
 	wants := []want{
 		// A token_bucket's default maxDelay is the built-in's 1/(2·rate),
 		// the rate truncated to whole requests per second: 100/m is
 		// below 2/s (500 ms), 1000/m is 16/s (31.25 ms).
-		{"default", core.TokenBucket, 100, time.Minute, 50, 500 * time.Millisecond, 1.5, core.MissingShared},
-		{"global", core.TokenBucket, 1000, time.Minute, 2, 31250 * time.Microsecond, 1.5, core.MissingShared},
-		{"slow", core.LeakyBucket, 10, time.Second, 0, 500 * time.Millisecond, 1.5, core.MissingSkip},
+		{"default", core.TokenBucket, 100, time.Minute, 50, 500 * time.Millisecond, 1.5, keyspec.MissingShared},
+		{"global", core.TokenBucket, 1000, time.Minute, 2, 31250 * time.Microsecond, 1.5, keyspec.MissingShared},
+		{"slow", core.LeakyBucket, 10, time.Second, 0, 500 * time.Millisecond, 1.5, keyspec.MissingSkip},
 	}
 	for i, w := range wants {
 		p := s.plans[i]
@@ -321,10 +322,10 @@ func TestItemDefaults(t *testing.T) {
 		t.Fatalf("got %d limits, want 2", len(s.plans))
 	}
 	a, b := s.plans[0], s.plans[1]
-	if a.limit.Algorithm != core.LeakyBucket || a.limit.MaxDelay != 2*time.Second || a.cost != 2 || a.missing != core.MissingShared || a.spec != 0 {
+	if a.limit.Algorithm != core.LeakyBucket || a.limit.MaxDelay != 2*time.Second || a.cost != 2 || a.missing != keyspec.MissingShared || a.spec != 0 {
 		t.Errorf("inheriting item: got %+v, limit %+v", a, *a.limit)
 	}
-	if b.limit.Algorithm != core.FixedWindow || b.limit.MaxDelay != 0 || b.cost != 3 || b.missing != core.MissingShared || b.spec != 1 {
+	if b.limit.Algorithm != core.FixedWindow || b.limit.MaxDelay != 0 || b.cost != 3 || b.missing != keyspec.MissingShared || b.spec != 1 {
 		t.Errorf("own item: got %+v, limit %+v", b, *b.limit)
 	}
 }

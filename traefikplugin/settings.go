@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/clientip"
+	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
 )
 
@@ -22,7 +23,7 @@ const maxMemoryKeys = 1 << 30
 // needs to build its Gate.
 type settings struct {
 	plans     []limitPlan
-	specs     []*core.KeySpec // distinct key specs; plans index them
+	specs     []*keyspec.Spec // distinct key specs; plans index them
 	responder core.Responder
 	mode      core.Mode
 	policy    core.StoreErrorPolicy
@@ -47,7 +48,7 @@ type settings struct {
 type limitPlan struct {
 	limit   *core.Limit
 	spec    int // index into settings.specs
-	missing core.MissingKey
+	missing keyspec.MissingKey
 	cost    float64
 	option  string // the path of its options, for errors: "" or "limits[i]."
 }
@@ -55,7 +56,7 @@ type limitPlan struct {
 // keyDefaults are the top-level defaults of the per-limit key options.
 type keyDefaults struct {
 	parts   []string
-	missing core.MissingKey
+	missing keyspec.MissingKey
 	// fromSource is set when parts come from SourceCriterion, where a
 	// missing key is shared as in Traefik's built-in.
 	fromSource bool
@@ -91,11 +92,11 @@ func parse(cfg *Config, name string) (*settings, error) {
 	}
 
 	specIndex := map[string]int{}
-	add := func(option, keyOption, costOption string, l *core.Limit, parts []string, missing core.MissingKey, cost float64) error {
+	add := func(option, keyOption, costOption string, l *core.Limit, parts []string, missing keyspec.MissingKey, cost float64) error {
 		id := strings.Join(parts, "\x00")
 		i, ok := specIndex[id]
 		if !ok {
-			spec, err := core.ParseKeySpec(parts, ip)
+			spec, err := keyspec.Parse(parts, ip)
 			if err != nil {
 				return fmt.Errorf("%s: %w", keyOption, err)
 			}
@@ -107,7 +108,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 			return errors.New(model.FieldOf(err).Format(costOption, ""))
 		}
 		s.plans = append(s.plans, limitPlan{limit: l, spec: i, missing: missing, cost: cost, option: option})
-		if missing == core.MissingSkip {
+		if missing == keyspec.MissingSkip {
 			if part := clientChosenPart(parts); part != "" {
 				s.notes = append(s.notes, fmt.Sprintf("limit %q: a request without %s is not limited by it (onMissingKey: skip); set onMissingKey: shared to count such requests in one bucket", l.Name, part))
 			}
@@ -171,13 +172,13 @@ func parse(cfg *Config, name string) (*settings, error) {
 		}
 		parts, missing, keyOption := keys.parts, keys.missing, keys.option
 		if k := parseList(item.Key); len(k) > 0 {
-			parts, missing, keyOption = k, core.MissingSkip, option+".key"
+			parts, missing, keyOption = k, keyspec.MissingSkip, option+".key"
 			if cfg.OnMissingKey != "" {
 				missing = keys.missing // the explicit top-level choice
 			}
 		}
 		if item.OnMissingKey != "" {
-			if missing, err = core.ParseMissingKey(strings.TrimSpace(item.OnMissingKey)); err != nil {
+			if missing, err = keyspec.ParseMissingKey(strings.TrimSpace(item.OnMissingKey)); err != nil {
 				return nil, fieldError(option+".", err)
 			}
 		}
@@ -429,7 +430,7 @@ func parseSource(cfg *Config, s *settings) (*clientip.Strategy, keyDefaults, err
 	case len(keys.parts) > 0 && host:
 		return nil, keys, errors.New("key and sourceCriterion.requestHost are mutually exclusive: write host as a key part")
 	case len(keys.parts) > 0:
-		keys.missing, keys.option = core.MissingSkip, "key"
+		keys.missing, keys.option = keyspec.MissingSkip, "key"
 	case header != "":
 		keys.parts, keys.fromSource, keys.option = []string{"header:" + header}, true, "sourceCriterion.requestHeaderName"
 	case host || inFlightReqStyle(cfg):
@@ -438,10 +439,10 @@ func parseSource(cfg *Config, s *settings) (*clientip.Strategy, keyDefaults, err
 		keys.parts, keys.fromSource, keys.option = []string{"client_ip"}, true, "sourceCriterion"
 	}
 	if keys.fromSource {
-		keys.missing = core.MissingShared
+		keys.missing = keyspec.MissingShared
 	}
 	if cfg.OnMissingKey != "" {
-		if keys.missing, err = core.ParseMissingKey(strings.TrimSpace(cfg.OnMissingKey)); err != nil {
+		if keys.missing, err = keyspec.ParseMissingKey(strings.TrimSpace(cfg.OnMissingKey)); err != nil {
 			return nil, keys, fieldError("", err)
 		}
 	}

@@ -1,4 +1,11 @@
-package core
+// Package keyspec builds the key that a request is limited by, from an
+// ordered list of its parts (client address, header, host, method, path,
+// query parameter, cookie, constant), bounds its length, and says what
+// becomes of a request without a key (MissingKey).
+//
+// It imports the standard library only, so that Traefik's Yaegi
+// interpreter can run it unchanged.
+package keyspec
 
 import (
 	"crypto/sha256"
@@ -14,14 +21,14 @@ import (
 	"github.com/sluicehq/sluice/core/model"
 )
 
-// KeySpec builds a request's key from an ordered list of request parts. It
-// is built by ParseKeySpec and safe for concurrent use.
-type KeySpec struct {
+// Spec builds a request's key from an ordered list of request parts. It
+// is built by Parse and safe for concurrent use.
+type Spec struct {
 	parts []keyPart
 	ip    *clientip.Strategy
 	// ipv4: the key is client_ip alone, from the peer's address, with
 	// IPv4 addresses in full; Key then handles an IPv4 peer inline. ipv6:
-	// likewise for IPv6 addresses, which peerKey6 handles.
+	// likewise for IPv6 addresses, which PeerKey6 handles.
 	ipv4, ipv6 bool
 	// fixed: every part is a constant, so the key is always constKey
 	// (and constOK), computed once: a global limit's key costs a request
@@ -29,6 +36,31 @@ type KeySpec struct {
 	fixed    bool
 	constKey string
 	constOK  bool
+}
+
+// Shape describes the keys a Spec builds, for the request paths that
+// build the commonest ones themselves (the Traefik lane's): it is read once,
+// when such a path is made, so that a request reads no field of the spec.
+type Shape struct {
+	// PeerIPv4: the key is client_ip alone, from the peer's address, with
+	// IPv4 addresses in full; an IPv4 peer's "ip:port" gives the key "ip".
+	// PeerIPv6: likewise for IPv6 addresses, which PeerKey6 reads.
+	PeerIPv4, PeerIPv6 bool
+	// Client is the spec's Strategy when the key is the client's address
+	// alone, else nil.
+	Client *clientip.Strategy
+	// Fixed: every part is a constant, so the key is always Const.
+	Fixed bool
+	Const string
+}
+
+// Shape returns the shape of k's keys.
+func (k *Spec) Shape() Shape {
+	s := Shape{PeerIPv4: k.ipv4, PeerIPv6: k.ipv6, Fixed: k.fixed, Const: k.constKey}
+	if len(k.parts) == 1 && k.parts[0].kind == partClientIP {
+		s.Client = k.ip
+	}
+	return s
 }
 
 // partKind is the kind of one key part.
@@ -52,7 +84,7 @@ type keyPart struct {
 	arg  string
 }
 
-// ParseKeySpec parses the parts of a key, in order:
+// Parse parses the parts of a key, in order:
 //
 //	client_ip       the client address, as derived by ip (see [clientip.Strategy.Key])
 //	header:<Name>   the first value of request header Name
@@ -69,14 +101,14 @@ type keyPart struct {
 // empty or nil parts means client_ip alone. A nil ip means the zero
 // [clientip.Strategy] (no trusted proxy); ip is validated here and must not be
 // modified afterwards. Errors name the offending part.
-func ParseKeySpec(parts []string, ip *clientip.Strategy) (*KeySpec, error) {
+func Parse(parts []string, ip *clientip.Strategy) (*Spec, error) {
 	if ip == nil {
 		ip = &clientip.Strategy{}
 	}
 	if err := ip.Validate(); err != nil {
 		return nil, fmt.Errorf("client_ip: %w", err)
 	}
-	k := &KeySpec{ip: ip}
+	k := &Spec{ip: ip}
 	k.ipv4 = len(ip.TrustedProxies) == 0 && !ip.AnyPeer && (ip.IPv4Prefix == 0 || ip.IPv4Prefix == 32)
 	if len(parts) == 0 {
 		k.parts = []keyPart{{kind: partClientIP}}
@@ -98,7 +130,7 @@ func ParseKeySpec(parts []string, ip *clientip.Strategy) (*KeySpec, error) {
 		k.fixed = k.fixed && p.kind == partConst
 	}
 	if k.fixed {
-		k.constKey, k.constOK = specKey(k, nil) // constants never read the request
+		k.constKey, k.constOK = k.PartsKey(nil) // constants never read the request
 	}
 	return k, nil
 }
@@ -161,7 +193,7 @@ func parseKeyPart(s string) (keyPart, error) {
 // "<len>:<value>|<len>:<value>...", lengths in decimal bytes, so distinct
 // value lists never share a key. The key may share memory with the request;
 // a store that keeps it beyond the request should copy it.
-func (k *KeySpec) Key(r *http.Request) (string, bool) {
+func (k *Spec) Key(r *http.Request) (string, bool) {
 	if k.ipv4 {
 		// The common key, an IPv4 peer's address, in two calls of the
 		// standard library: an unbracketed ip:port that netip accepts is
@@ -173,7 +205,7 @@ func (k *KeySpec) Key(r *http.Request) (string, bool) {
 				return remote[:strings.LastIndexByte(remote, ':')], true
 			}
 		} else if k.ipv6 && remote != "" {
-			if key, ok := peerKey6(remote); ok {
+			if key, ok := PeerKey6(remote); ok {
 				return key, true
 			}
 		}
@@ -181,15 +213,15 @@ func (k *KeySpec) Key(r *http.Request) (string, bool) {
 	if k.fixed {
 		return k.constKey, k.constOK
 	}
-	return specKey(k, r)
+	return (*Spec).PartsKey(k, r)
 }
 
-// peerKey6 is the key of a bracketed IPv6 peer "[addr]:port" for a
-// KeySpec whose ipv6 flag is set: the address unmapped, without zone, in
+// PeerKey6 is the key of a bracketed IPv6 peer "[addr]:port" for a
+// Spec whose keys are of Shape PeerIPv6: the address unmapped, without zone, in
 // full, as clientip.Strategy.Key makes it, in five calls of the standard library
 // instead of Strategy.Key's dozen interpreted frames. ok is false when remote
 // is not such an address.
-func peerKey6(remote string) (string, bool) {
+func PeerKey6(remote string) (string, bool) {
 	ap, err := netip.ParseAddrPort(remote)
 	if err != nil {
 		return "", false
@@ -197,10 +229,12 @@ func peerKey6(remote string) (string, bool) {
 	return ap.Addr().Unmap().WithZone("").String(), true
 }
 
-// specKey is Key but for its fast path. Under Yaegi, entering a function
-// costs tens of nanoseconds for every value in its body, executed or not,
-// so Key keeps only its fast path.
-func specKey(k *KeySpec, r *http.Request) (string, bool) {
+// PartsKey is Key but for its fast path (an IPv4 or IPv6 peer's address,
+// a constant key): the key built from the parts. It is for request paths
+// that have taken that fast path themselves. Under Yaegi, entering a
+// function costs tens of nanoseconds for every value in its body, executed
+// or not, so Key keeps only its fast path.
+func (k *Spec) PartsKey(r *http.Request) (string, bool) {
 	if len(k.parts) > 1 {
 		return composite(k, r)
 	}
@@ -232,7 +266,7 @@ func specKey(k *KeySpec, r *http.Request) (string, bool) {
 }
 
 // composite builds the key of several parts.
-func composite(k *KeySpec, r *http.Request) (string, bool) {
+func composite(k *Spec, r *http.Request) (string, bool) {
 	values := make([]string, len(k.parts))
 	for i := range k.parts {
 		if values[i] = partValue(k, &k.parts[i], r); values[i] == "" {
@@ -245,7 +279,7 @@ func composite(k *KeySpec, r *http.Request) (string, bool) {
 // JoinKey encodes the values of a key of several parts unambiguously, as
 // "<len>:<value>|<len>:<value>...", lengths in decimal bytes, so that two
 // distinct lists of values never share a key ("a b"+"c" is not "a"+"b c"),
-// and bounds the result with [BoundKey]. KeySpec.Key uses it, and hosts
+// and bounds the result with [BoundKey]. Spec.Key uses it, and hosts
 // that build keys from several values of their own (Caddy's placeholders)
 // must too. The key never begins with 0x00 or 0x01 (see [EscapeKey]).
 // Plain concatenation costs two allocations more than a strings.Builder
@@ -263,7 +297,7 @@ func JoinKey(values []string) string {
 }
 
 // partValue returns the value of one part for r, or "" when it is missing.
-func partValue(k *KeySpec, p *keyPart, r *http.Request) string {
+func partValue(k *Spec, p *keyPart, r *http.Request) string {
 	switch p.kind {
 	case partClientIP:
 		v, _ := (*clientip.Strategy).Key(k.ip, r)
@@ -299,7 +333,7 @@ func partValue(k *KeySpec, p *keyPart, r *http.Request) string {
 
 // HostKey is a key's value for the Host value host: lowercased, without
 // port or brackets, and without the trailing dot of a fully qualified name,
-// so that "Example.com.:443" and "example.com" are one key. A KeySpec's
+// so that "Example.com.:443" and "example.com" are one key. A Spec's
 // host part and the Caddy module's {http.request.host} read it.
 func HostKey(host string) string {
 	h := strings.ToLower(stripPort(host))
@@ -392,6 +426,11 @@ func unhex(c byte) byte {
 	return c - '0'
 }
 
+// MaxKeyLength is the longest raw key kept verbatim; longer keys are replaced
+// by a fixed-length digest (see [BoundKey]), so a 64 KiB header costs
+// no more memory than a short one.
+const MaxKeyLength = 128
+
 // BoundKey returns key unchanged if it is at most MaxKeyLength bytes long,
 // else a 33-byte digest of it: "#" followed by the first 32 hexadecimal
 // digits (128 bits) of its SHA-256. It reads a long key in fixed-size
@@ -422,7 +461,7 @@ func digestKey(key string) string {
 }
 
 // MissingKey says what to do with a request whose key cannot be built
-// ([KeySpec.Key] reports false). The zero value is MissingSkip.
+// ([Spec.Key] reports false). The zero value is MissingSkip.
 type MissingKey int
 
 const (
@@ -436,7 +475,7 @@ const (
 // EscapeKey returns k as a built key: one that begins with byte 0x00 or 0x01
 // gets a 0x01 prefix, so that no built key equals MissingShared's key. Hosts
 // that build keys themselves (Caddy's placeholders) pass them through it;
-// KeySpec.Key applies the same rule.
+// Spec.Key applies the same rule.
 func EscapeKey(k string) string {
 	if k != "" && k[0] <= 1 {
 		return "\x01" + k
@@ -444,9 +483,9 @@ func EscapeKey(k string) string {
 	return k
 }
 
-// missingSharedKey is MissingShared's key. Built keys never begin with 0x00
-// (see KeySpec.Key), so it collides with none of them.
-const missingSharedKey = "\x00missing"
+// SharedKey is MissingShared's key. Built keys never begin with 0x00
+// (see Spec.Key), so it collides with none of them.
+const SharedKey = "\x00missing"
 
 // ParseMissingKey parses a policy name: "skip" (also the empty string) or
 // "shared".
@@ -472,7 +511,7 @@ func (m MissingKey) String() string {
 }
 
 // Resolve returns the key to charge for a request whose key is (key, ok),
-// as returned by [KeySpec.Key], and whether the limit applies at all. A
+// as returned by [Spec.Key], and whether the limit applies at all. A
 // built key (ok and non-empty) is used as is. Otherwise MissingShared
 // charges the fixed key "\x00missing", which no built key can equal, and
 // MissingSkip (or an unknown policy) reports that the limit does not apply.
@@ -482,7 +521,7 @@ func (m MissingKey) Resolve(key string, ok bool) (string, bool) {
 		return key, true
 	}
 	if m == MissingShared {
-		return missingSharedKey, true
+		return SharedKey, true
 	}
 	return "", false
 }
