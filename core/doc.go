@@ -56,13 +56,15 @@
 // as trailing parameters, standard-library functions held in package
 // variables); yaegicheck -dialect enforces it in CI.
 //
-// # Files by concern
+// # Packages and files by concern
 //
+//   - the typed errors of a refused configuration, which every package
+//     returns: package model
+//   - client addresses: package clientip; request keys: package keyspec
 //   - model and algorithms, pure functions of (state, now, cost):
 //     limit.go, decision.go, algorithm.go, tokenbucket.go, leakybucket.go,
 //     window.go
-//   - configuration checked once, with typed field errors: config.go
-//   - keys and client addresses: key.go, clientip.go
+//   - configuration checked once: config.go
 //   - stores: store.go, memory.go; redis.go, redis_lua.go (the scripts
 //     mirror the algorithms), redis_inflight.go, with the RESP client and
 //     its reconnecting client (resp.Lazy) in package resp; share.go names
@@ -71,7 +73,7 @@
 //   - the engine: gate.go (decide, fallback, dry run, wait), breaker.go,
 //     inflight.go (in-flight slots)
 //   - the Traefik lane: lane.go
-//   - hooks for package core/inspect (peek.go), which holds what only
-//     Caddy's admin API uses, key inspection and the heavy-hitter sketch,
-//     outside everything the Traefik plugin loads
+//   - hooks for package inspect (peek.go), which holds what only Caddy's
+//     admin API uses, key inspection and the heavy-hitter sketch, outside
+//     everything the Traefik plugin loads
 package core
