@@ -47,7 +47,6 @@ func newFlightLimit(l *Limit) *Limit {
 	f.nsHash = fnv1a(f.ns)
 	f.capacity = float64(l.MaxInFlight)
 	f.answer = newFlightAnswer(l.Name, l.MaxInFlight)
-	f.redis = limitRedis{tag: "{" + f.ns + ":"}
 	return f
 }
 
@@ -65,7 +64,7 @@ func (l *Limit) validateFlightOnly() *model.FieldError {
 	f := l.flight
 	l.period, l.unit, l.capacity, l.owe = 0, 0, 0, 0
 	l.ns, l.nsHash = f.ns, f.nsHash
-	l.answer, l.redis = limitAnswer{}, limitRedis{}
+	l.answer = limitAnswer{}
 	return nil
 }
 

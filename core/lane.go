@@ -95,7 +95,7 @@ type Lane struct {
 	// with limit, spec, cost, quota, ipv4, clientIP and shared as for one.
 	// direct, breaker and timeout are the gate's store's and config's,
 	// bstate and bfails the breaker's state and fails (nil without one);
-	// take, hole and hole2 the limit's limitRedis call; sys the gate's
+	// take, hole and hole2 the limit's directTake call; sys the gate's
 	// system clock, nil with a GateConfig.Clock. down is LaneConfig's
 	// with Watch and Observe, &alwaysDown with them but no Down, else
 	// nil: serveLaneRedis observes an admission while *down is not 0.
@@ -1088,7 +1088,7 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 	}
 	a := cfg.Asks[0]
 	lim := a.Limit
-	if a.Cost != 1 || lim.redis.take == "" || g.resp.Headers != headersIETFX || !lim.answer.ready || lim.answer.quota != lim.Rate.Quota {
+	if a.Cost != 1 || !lim.Rated() || g.resp.Headers != headersIETFX || !lim.answer.ready || lim.answer.quota != lim.Rate.Quota {
 		return
 	}
 	l.rd, l.limit, l.spec, l.cost, l.quota = true, lim, cfg.Specs[a.Spec], a.Cost, lim.Rate.Quota
@@ -1104,7 +1104,7 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 			l.down = &alwaysDown
 		}
 	}
-	l.take, l.hole, l.hole2 = lim.redis.take, lim.redis.hole, lim.redis.hole2
+	l.take, l.hole, l.hole2 = directTake(lim)
 	// A rejection is laneReject's when its retry is known: the reply
 	// says Never in more digits than serveLaneRedis reads.
 	l.rejectHead = "1 "

@@ -163,10 +163,8 @@ type Limit struct {
 	period   int64   // Rate.Period in nanoseconds
 	capacity float64 // effective burst
 	owe      float64 // token_bucket: the tokens MaxDelay lends, MaxDelay/unit
-	// answer holds the constant strings of its HTTP answers (answer.go),
-	// redis those of its script calls (redis.go).
+	// answer holds the constant strings of its HTTP answers (answer.go).
 	answer limitAnswer
-	redis  limitRedis
 	// flight, with MaxInFlight, is the limit that decides its in-flight
 	// slots (inflight.go); nil without.
 	flight *Limit
@@ -284,7 +282,6 @@ func (l *Limit) validate() *model.FieldError {
 	var d Decision
 	l.keep = decide(l, &spent, 0, l.capacity, &d)
 	l.answer = newLimitAnswer(l, l.Rate.Quota)
-	l.redis = newLimitRedis(l)
 	return nil
 }
 

@@ -82,9 +82,9 @@ func (s *RedisStore) LeaseKey(l *Limit, key string) string {
 // ":log".
 func (s *RedisStore) KeyPrefix(l *Limit) string {
 	if !l.Rated() {
-		return s.prefix + l.flight.redis.tag
+		return s.prefix + "{" + l.flight.ns + ":"
 	}
-	return s.prefix + l.redis.tag
+	return s.prefix + "{" + l.ns + ":"
 }
 
 // Cluster reports whether the store's client is a Redis Cluster

@@ -197,7 +197,7 @@ type RedisStore struct {
 	cluster  bool
 	readable bool
 	// direct is RedisConfig.Direct, nil unless the store uses the default
-	// prefix and digested keys, those of limitRedis.take.
+	// prefix and digested keys, those of directTake.
 	direct *RedisDirect
 	// clock is RedisConfig.Clock: when set (by tests only), it supplies
 	// the instants instead of Redis's clock.
@@ -426,7 +426,7 @@ func (s *RedisStore) evalFailed(ctx context.Context, script *RedisScript, keys, 
 // as "<Unix seconds> <nanoseconds>" (empty for Redis's clock), ARGV[2] "2"
 // to charge, marking every admission (see luaTakeMain), then six values per ask (algorithm, quota, period in ns,
 // capacity, max delay in ns, cost), and one key per ask, two for a sliding
-// window log. All but the cost come from the limit's limitRedis.
+// window log. All but the cost come from limitArgs.
 func (s *RedisStore) scriptArgs(asks []Ask, charge bool) (keys, args []string) {
 	keys = make([]string, 0, len(asks)+1)
 	args = make([]string, 2, 2+6*len(asks))
@@ -439,17 +439,17 @@ func (s *RedisStore) scriptArgs(asks []Ask, charge bool) (keys, args []string) {
 	}
 	for i := range asks {
 		a := &asks[i]
-		lr := &a.Limit.redis
 		key := s.key(a.Limit, a.Key)
 		keys = append(keys, key)
-		if lr.log {
+		if a.Limit.Algorithm == SlidingWindowLog {
 			keys = append(keys, key+":log")
 		}
 		cost := "1"
 		if a.Cost != 1 {
 			cost = formatFloat(a.Cost)
 		}
-		args = append(args, lr.args[0], lr.args[1], lr.args[2], lr.args[3], lr.args[4], cost)
+		la := limitArgs(a.Limit)
+		args = append(args, la[0], la[1], la[2], la[3], la[4], cost)
 	}
 	return keys, args
 }
@@ -460,66 +460,52 @@ func clockArg(ns int64) string {
 	return strconv.FormatInt(sec, 10) + " " + strconv.FormatInt(ns-sec*1e9, 10)
 }
 
-// limitRedis holds the constant parts of a limit's script calls, computed
-// once by Validate: the start of its keys' hash tag and its five ARGV
-// values besides the cost; and the take script's call for one ask of
-// cost 1, as RedisDirect sends it.
-type limitRedis struct {
-	tag  string // "{" + Namespace() + ":"
-	log  bool   // a sliding window log, which has a second key
-	args [5]string
-	// take is the whole EVALSHA of the take script, encoded, charging
-	// one ask of cost 1 of a store with the default prefix and digested
-	// keys on Redis's clock, but for the key's digest: its 32
-	// hexadecimal digits are at take[hole:] (and at take[hole2:] for the
-	// second key of a sliding window log, 0 otherwise).
-	take        string
-	hole, hole2 int
-	// charge is the index in take of ARGV[2], "1": charge, marking only
-	// delayed admissions (see luaTakeMain).
-	charge int
+// limitArgs is the five ARGV values of a script call for l besides the
+// cost: its algorithm, quota, period in nanoseconds, capacity and maximum
+// delay in nanoseconds.
+func limitArgs(l *Limit) [5]string {
+	return [5]string{redisAlgorithmCode(l.Algorithm), formatFloat(l.Rate.Quota),
+		strconv.FormatInt(l.period, 10), formatFloat(l.capacity), strconv.FormatInt(int64(l.MaxDelay), 10)}
 }
 
-func newLimitRedis(l *Limit) limitRedis {
-	lr := limitRedis{
-		tag: "{" + l.ns + ":",
-		log: l.Algorithm == SlidingWindowLog,
-		args: [5]string{redisAlgorithmCode(l.Algorithm), formatFloat(l.Rate.Quota),
-			strconv.FormatInt(l.period, 10), formatFloat(l.capacity), strconv.FormatInt(int64(l.MaxDelay), 10)},
-	}
-	// scriptArgs' keys and ARGV for that ask, a digest of zeros standing
-	// for the key's.
-	head := DefaultRedisPrefix + lr.tag + "#"
+// directTake is the whole EVALSHA of the take script for one ask of l of
+// cost 1, encoded, as a Lane sends it through a RedisDirect client: for a
+// store with the default prefix and digested keys, on Redis's clock,
+// charging and marking only delayed admissions (ARGV[2] "1", see
+// luaTakeMain). The key's digest is missing: its 32 hexadecimal digits go
+// at take[hole:] (and at take[hole2:] for the second key of a sliding
+// window log, 0 otherwise), where take holds zeros.
+func directTake(l *Limit) (take string, hole, hole2 int) {
+	head := DefaultRedisPrefix + "{" + l.ns + ":#"
 	key := head + strings.Repeat("0", 32) + "}"
 	args := []string{"EVALSHA", redisTake.sha, "1", key}
-	if lr.log {
+	log := l.Algorithm == SlidingWindowLog
+	if log {
 		args = append(args, key+":log")
 		args[2] = "2"
 	}
-	args = append(args, "", "1", lr.args[0], lr.args[1], lr.args[2], lr.args[3], lr.args[4], "1")
-	lr.take = string(resp.AppendCommand(nil, args...))
+	la := limitArgs(l)
+	args = append(args, "", "1", la[0], la[1], la[2], la[3], la[4], "1")
+	take = string(resp.AppendCommand(nil, args...))
 	// The first "sluice:{" is the key's: what precedes is digits, EVALSHA
 	// and the SHA-1 in hexadecimal.
-	lr.hole = strings.Index(lr.take, head) + len(head)
-	if lr.log {
-		lr.hole2 = lr.hole + strings.Index(lr.take[lr.hole:], head) + len(head)
+	hole = strings.Index(take, head) + len(head)
+	if log {
+		hole2 = hole + strings.Index(take[hole:], head) + len(head)
 	}
-	// ARGV[1] empty, then ARGV[2], after the keys.
-	argv := "\r\n$0\r\n\r\n$1\r\n"
-	lr.charge = lr.hole + strings.Index(lr.take[lr.hole:], argv) + len(argv)
-	return lr
+	return take, hole, hole2
 }
 
 // key is the hash holding the state of (l, key).
 func (s *RedisStore) key(l *Limit, key string) string {
 	if s.readable {
-		return s.prefix + l.redis.tag + tagSafe(keyspec.BoundKey(key)) + "}"
+		return s.prefix + "{" + l.ns + ":" + tagSafe(keyspec.BoundKey(key)) + "}"
 	}
 	if len(key) > keyspec.MaxKeyLength {
-		return s.prefix + l.redis.tag + keyspec.BoundKey(key) + "}"
+		return s.prefix + "{" + l.ns + ":" + keyspec.BoundKey(key) + "}"
 	}
 	sum := sha256.Sum256([]byte(key)) // BoundKey's digest, without its chunk buffer
-	return s.prefix + l.redis.tag + "#" + hex.EncodeToString(sum[:16]) + "}"
+	return s.prefix + "{" + l.ns + ":#" + hex.EncodeToString(sum[:16]) + "}"
 }
 
 // tagSafe escapes the braces of a client's key, and the escape byte, as

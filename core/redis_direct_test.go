@@ -192,7 +192,7 @@ func TestRedisDirectCommand(t *testing.T) {
 			cmds := f.commands()
 			got := cmds[len(cmds)-1]
 			k, a := s.scriptArgs([]Ask{{Limit: l, Key: key, Cost: 1}}, true)
-			a[1] = "1" // but marking only delayed admissions (see limitRedis.take)
+			a[1] = "1" // but marking only delayed admissions (see directTake)
 			want := append([]string{"EVALSHA", redisTake.sha, strconv.Itoa(len(k))}, k...)
 			want = append(want, a...)
 			if !reflect.DeepEqual(got, want) {
