@@ -162,6 +162,11 @@ type Responder struct {
 	// Cache-Control but writes nothing, and the host answers 429 its own
 	// way (Caddy's handle_errors). Body is then ignored.
 	Defer bool
+
+	// texts holds the answer texts of the limits of the Gate this
+	// Responder is the copy of (see prepare), made once; the texts of
+	// any other decision are made when it is answered (answerFor).
+	texts map[*Limit]*limitAnswer
 }
 
 // Validate reports the first field of r that is out of range, as a
@@ -195,7 +200,7 @@ func (r *Responder) SetHeaders(h http.Header, d *Decision, now int64) {
 	if set == HeadersOff || d == nil {
 		return
 	}
-	a := d.answer()
+	a := r.answer(d)
 	rem := unitsText(floorUnits(d.Remaining))
 	vals := make([]string, 8)
 	if set&HeadersIETF != 0 && a.ready {
@@ -232,14 +237,32 @@ func (r *Responder) SetHeaders(h http.Header, d *Decision, now int64) {
 	}
 }
 
-// answer is the answer texts of d: its limit's, made when the limit was
-// validated, or made now by answerFor when it advertises another quota or
-// has no validated limit.
-func (d *Decision) answer() *limitAnswer {
-	if l := d.Limit; l != nil && l.answer.ready && l.answer.quota == d.Quota {
-		return &l.answer
+// answer is the answer texts of d: its limit's, made by prepare, or made
+// now by answerFor when it advertises another quota or its limit is not
+// one of the Gate's.
+func (r *Responder) answer(d *Decision) *limitAnswer {
+	if a := r.texts[d.Limit]; a != nil && a.quota == d.Quota {
+		return a
 	}
 	return answerFor(d)
+}
+
+// prepare makes the answer texts of each limit of limits, and of the limit
+// of its requests in flight, which r then answers without making them.
+// A Gate calls it on its own copy of the Responder, before any request.
+func (r *Responder) prepare(limits []*Limit) {
+	if r.texts == nil {
+		r.texts = make(map[*Limit]*limitAnswer, 2*len(limits))
+	}
+	for _, l := range limits {
+		if a, ok := limitTexts(l, l.Rate.Quota); ok {
+			r.texts[l] = &a
+		}
+		if f := l.flight; f != nil {
+			a := newFlightAnswer(f.Name, f.MaxInFlight)
+			r.texts[f] = &a
+		}
+	}
 }
 
 // unitsText is strconv.FormatInt(n, 10) for n >= 0, from smallIntTexts
@@ -320,10 +343,7 @@ func (r *Responder) Reject(w http.ResponseWriter, d *Decision, now int64) {
 	var body []byte
 	ctype := ""
 	if r.Body < BodyNone {
-		tails := &noLimitTails
-		if d.Limit != nil && d.Limit.answer.ready {
-			tails = &d.Limit.answer.tails
-		}
+		tails := &r.answer(d).tails
 		body = appendBody(&bodyTexts[r.Body], retry, tails[r.Body])
 		ctype = bodyTexts[r.Body].contentType
 	}
@@ -576,14 +596,28 @@ func policyWindow(capacity, quota float64, period time.Duration) (q, w int64) {
 // advertises another quota than its Rate's, the limit's strings for that
 // quota.
 func answerFor(d *Decision) *limitAnswer {
-	var a limitAnswer
-	if d.Limit != nil && d.Limit.answer.ready {
-		a = newLimitAnswer(d.Limit, d.Quota)
-	} else {
+	a, ok := limitTexts(d.Limit, d.Quota)
+	if !ok {
 		a.quota, a.tails = d.Quota, noLimitTails
 		a.qInt, a.qText = quotaTexts(d.Quota)
 	}
 	return &a
+}
+
+// limitTexts makes the answer texts of l advertising quota, or reports
+// false when l has none: l is nil, was not validated, or is a limit of
+// requests in flight only, whose decisions are its flight limit's. A flight
+// limit (Limit.flight) has the texts of its slots (newFlightAnswer).
+func limitTexts(l *Limit, quota float64) (limitAnswer, bool) {
+	switch {
+	case l == nil || l.ns == "":
+		return limitAnswer{}, false
+	case l.Rated():
+		return newLimitAnswer(l, quota), true
+	case l.flight == nil:
+		return newFlightAnswer(l.Name, l.MaxInFlight), true
+	}
+	return limitAnswer{}, false
 }
 
 // sfString quotes s as a structured-field String (RFC 9651): backslash

@@ -350,7 +350,7 @@ func TestPolicyWindow(t *testing.T) {
 		if err := l.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		if got := l.answer.policy; got != c.want {
+		if got := newLimitAnswer(l, l.Rate.Quota).policy; got != c.want {
 			t.Errorf("%s %s burst %v: RateLimit-Policy %s, want %s", c.alg, c.rate, c.burst, got, c.want)
 		}
 	}

@@ -259,6 +259,10 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 			g.fallback[l] = &share
 		}
 	}
+	g.resp.prepare(cfg.Limits)
+	for _, share := range g.fallback {
+		g.resp.prepare([]*Limit{share})
+	}
 	return g, nil
 }
 

@@ -46,7 +46,6 @@ func newFlightLimit(l *Limit) *Limit {
 	f.ns = l.Name + ":in_flight"
 	f.nsHash = fnv1a(f.ns)
 	f.capacity = float64(l.MaxInFlight)
-	f.answer = newFlightAnswer(l.Name, l.MaxInFlight)
 	return f
 }
 
@@ -64,7 +63,6 @@ func (l *Limit) validateFlightOnly() *model.FieldError {
 	f := l.flight
 	l.period, l.unit, l.capacity, l.owe = 0, 0, 0, 0
 	l.ns, l.nsHash = f.ns, f.nsHash
-	l.answer = limitAnswer{}
 	return nil
 }
 

@@ -199,8 +199,8 @@ func NewLane(cfg LaneConfig) *Lane {
 	l.period, l.unit = float64(lim.period), lim.unit
 	l.headers = g.resp.Headers
 	l.fast = l.clock && l.headers&HeadersLegacy == 0 && l.headers&HeadersIETF != 0 && l.headers&HeadersX != 0 &&
-		lim.capacity < maxSFInteger && lim.answer.ready
-	l.answer = &lim.answer
+		lim.capacity < maxSFInteger && g.resp.texts[lim] != nil
+	l.answer = g.resp.texts[lim]
 	if l.fast {
 		setFastReject(l, lim, !l.tb || a.Cost <= lim.capacity+eps)
 	}
@@ -213,12 +213,13 @@ func NewLane(cfg LaneConfig) *Lane {
 // and admit: the limit can admit the request's cost), fastReject and the
 // texts of the body.
 func setFastReject(l *Lane, lim *Limit, admit bool) {
-	l.policy, l.ietfPrefix, l.qText = lim.answer.policy, lim.answer.ietfPrefix, lim.answer.qText
+	a := l.resp.texts[lim]
+	l.policy, l.ietfPrefix, l.qText = a.policy, a.ietfPrefix, a.qText
 	rs := l.resp
 	if admit && rs.Jitter == 0 && !rs.Defer && rs.Body < BodyNone {
 		t := &bodyTexts[rs.Body]
 		l.fastReject = true
-		l.bodyHead, l.bodyTail, l.contentType = t.retry, t.retryEnd+lim.answer.tails[rs.Body], t.contentType
+		l.bodyHead, l.bodyTail, l.contentType = t.retry, t.retryEnd+a.tails[rs.Body], t.contentType
 	}
 }
 
@@ -229,7 +230,7 @@ func setFastReject(l *Lane, lim *Limit, admit bool) {
 func newLaneMany(l *Lane, cfg LaneConfig) {
 	l.ietfx = cfg.Gate.resp.Headers == headersIETFX
 	for _, a := range cfg.Asks {
-		if !a.Limit.answer.ready || a.Limit.answer.quota != a.Limit.Rate.Quota {
+		if cfg.Gate.resp.texts[a.Limit] == nil {
 			l.ietfx = false
 		}
 		// The lane of a alone, fastReject in Enforce mode when laneReject
@@ -623,7 +624,7 @@ func laneMany(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request
 			now = l.gate.now()
 		}
 		if l.ietfx { // made by newLaneMany
-			laneSetIETFX(w.Header(), &best.Limit.answer, best, now, 0, 0, 0, "", "", nil)
+			laneSetIETFX(w.Header(), l.resp.texts[best.Limit], best, now, 0, 0, 0, "", "", nil)
 		} else {
 			l.resp.SetHeaders(w.Header(), best, now)
 		}
@@ -1088,13 +1089,13 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 	}
 	a := cfg.Asks[0]
 	lim := a.Limit
-	if a.Cost != 1 || !lim.Rated() || g.resp.Headers != headersIETFX || !lim.answer.ready || lim.answer.quota != lim.Rate.Quota {
+	if a.Cost != 1 || !lim.Rated() || g.resp.Headers != headersIETFX || g.resp.texts[lim] == nil {
 		return
 	}
 	l.rd, l.limit, l.spec, l.cost, l.quota = true, lim, cfg.Specs[a.Spec], a.Cost, lim.Rate.Quota
 	laneShape(l, l.spec.Shape())
 	l.shared = a.Missing == keyspec.MissingShared
-	l.direct, l.breaker, l.timeout, l.answer = s.direct, g.cfg.Breaker, g.cfg.Timeout, &lim.answer
+	l.direct, l.breaker, l.timeout, l.answer = s.direct, g.cfg.Breaker, g.cfg.Timeout, g.resp.texts[lim]
 	if b := g.cfg.Breaker; b != nil {
 		l.bstate, l.bfails = &b.state, &b.fails
 	}

@@ -163,8 +163,6 @@ type Limit struct {
 	period   int64   // Rate.Period in nanoseconds
 	capacity float64 // effective burst
 	owe      float64 // token_bucket: the tokens MaxDelay lends, MaxDelay/unit
-	// answer holds the constant strings of its HTTP answers (answer.go).
-	answer limitAnswer
 	// flight, with MaxInFlight, is the limit that decides its in-flight
 	// slots (inflight.go); nil without.
 	flight *Limit
@@ -281,7 +279,6 @@ func (l *Limit) validate() *model.FieldError {
 	var spent State
 	var d Decision
 	l.keep = decide(l, &spent, 0, l.capacity, &d)
-	l.answer = newLimitAnswer(l, l.Rate.Quota)
 	return nil
 }
 
