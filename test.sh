@@ -70,7 +70,7 @@ stage_yaegi_compat() {
 	fi
 	# The only files allowed the interpreter's dialect: the Traefik lane's
 	# fused paths and the algorithm kernel they share with the stores.
-	local dialect=core/lane.go,core/algorithm.go,core/tokenbucket.go,core/leakybucket.go,core/window.go
+	local dialect=core/lane.go,core/model/algorithm.go,core/model/tokenbucket.go,core/model/leakybucket.go,core/model/window.go
 	go run ./scripts/yaegicheck -dialect "$dialect" "${yaegi_patterns[@]}"
 }
 

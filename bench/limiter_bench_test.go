@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/core"
 	"golang.org/x/time/rate"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // Both limiters are token buckets of 10⁹ tokens refilled at one per 1.8 s,
@@ -33,7 +35,7 @@ type limiter interface {
 // sluiceLimiter is sluice's MemoryStore with one token_bucket limit.
 type sluiceLimiter struct {
 	store *core.MemoryStore
-	limit *core.Limit
+	limit *model.Limit
 }
 
 func newSluice(b *testing.B) limiter {
@@ -41,7 +43,7 @@ func newSluice(b *testing.B) limiter {
 	if err != nil {
 		b.Fatal(err)
 	}
-	l := &core.Limit{Name: "bench", Rate: core.Rate{Quota: 1, Period: benchPeriod}, Burst: benchBurst}
+	l := &model.Limit{Name: "bench", Rate: model.Rate{Quota: 1, Period: benchPeriod}, Burst: benchBurst}
 	if err := l.Validate(); err != nil {
 		b.Fatal(err)
 	}
@@ -49,8 +51,8 @@ func newSluice(b *testing.B) limiter {
 }
 
 func (l *sluiceLimiter) caller() func(string) bool {
-	asks := []core.Ask{{Limit: l.limit, Cost: 1}}
-	out := make([]core.Decision, 1)
+	asks := []model.Ask{{Limit: l.limit, Cost: 1}}
+	out := make([]model.Decision, 1)
 	ctx := context.Background()
 	return func(key string) bool {
 		asks[0].Key = key

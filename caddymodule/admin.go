@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/inspect"
 	"github.com/sluicehq/sluice/core/keyspec"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 func init() {
@@ -273,7 +274,7 @@ type zonesAnswer struct {
 // and algorithm of other handlers share).
 func listZones(ctx context.Context) zonesAnswer {
 	ans := zonesAnswer{Zones: []zoneInfo{}}
-	counted := map[core.Store]int{} // memory stores' counts, once per store
+	counted := map[model.Store]int{} // memory stores' counts, once per store
 	for _, az := range registeredZones() {
 		z, l := az.z, az.z.limit
 		info := zoneInfo{
@@ -354,7 +355,7 @@ func peekKey(w http.ResponseWriter, r *http.Request, az *adminZone, key string) 
 	if l.Rated() {
 		capacity, reset, next := l.Capacity(), ceilMilli(ks.Reset), ceilMilli(ks.Next)
 		ans.Capacity, ans.Reset, ans.Next = &capacity, &reset, &next
-		if l.Algorithm == core.LeakyBucket || l.MaxDelay > 0 {
+		if l.Algorithm == model.LeakyBucket || l.MaxDelay > 0 {
 			queued := math.Round(ks.Queued*1000) / 1000
 			ans.Queued = &queued
 		}

@@ -126,12 +126,12 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 			}
 			z.Key = strings.Join(args, " ")
 		case "rate":
-			z.Rate, err = oneArg(d, sub, checked(core.ParseRate))
+			z.Rate, err = oneArg(d, sub, checked(model.ParseRate))
 		case "max_in_flight":
 			z.MaxInFlight, err = intArg(d, sub, 1, 1<<30)
 		case "burst":
 			if z.Burst, err = numberArg(d, sub); err == nil {
-				if berr := core.CheckBurst(z.Burst); berr != nil {
+				if berr := model.CheckBurst(z.Burst); berr != nil {
 					err = d.Err(caddyError(berr).Error()) // in JSON, 0 is burst left out
 				}
 			}
@@ -194,11 +194,11 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 // two may have one name. Its error is a *core.LimitError whose Index is
 // the zone's.
 func (h *Handler) checkNames() error {
-	limits := make([]*core.Limit, len(h.Zones))
+	limits := make([]*model.Limit, len(h.Zones))
 	for i, z := range h.Zones {
 		limits[i] = z.limit
 	}
-	return core.CheckLimits(limits)
+	return model.CheckLimits(limits)
 }
 
 // check validates a zone parsed from a Caddyfile as far as possible

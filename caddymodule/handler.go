@@ -155,7 +155,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	limits := make([]*core.Limit, len(h.Zones))
+	limits := make([]*model.Limit, len(h.Zones))
 	h.zoneIndex = make(map[string]int, len(h.Zones))
 	for i, z := range h.Zones {
 		if z == nil {
@@ -174,7 +174,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.zoneIndex[z.Name] = i
 	}
 
-	cfg := core.GateConfig{Limits: limits, Responder: responder, Mode: mode, OnStoreError: policy, MaxCost: map[*core.Limit]float64{}, Clock: testClock}
+	cfg := core.GateConfig{Limits: limits, Responder: responder, Mode: mode, OnStoreError: policy, MaxCost: map[*model.Limit]float64{}, Clock: testClock}
 	for _, z := range h.Zones {
 		if z.costTmpl == "" {
 			cfg.MaxCost[z.limit] = z.cost
@@ -260,7 +260,7 @@ func (h *Handler) Validate() error {
 	if h.Fallback != "" && h.Fallback != fallbackLocal {
 		return optionErrorf("fallback", "fallback %q: unknown (want local)", h.Fallback)
 	}
-	if err := core.CheckFallback(h.Fallback == fallbackLocal, h.instances(), !onRedis); err != nil {
+	if err := model.CheckFallback(h.Fallback == fallbackLocal, h.instances(), !onRedis); err != nil {
 		return caddyError(err)
 	}
 	if h.Store != nil {
@@ -317,7 +317,7 @@ func (h *Handler) Cleanup() error {
 // the decision is counted with outcome "cancelled".
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	var buf [8]core.Ask
+	var buf [8]model.Ask
 	var zbuf [8]int
 	asks, zones := buf[:0], zbuf[:0] // zones[i]: the index of asks[i]'s zone
 	for i, z := range h.Zones {
@@ -373,7 +373,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // admitted, and the reported zone counts a near miss or a rejection (a
 // rejection in dry_run mode too). Store failures and cancelled waits
 // count nothing.
-func (h *Handler) countKeys(now int64, reported int, near bool, v core.Verdict, asks []core.Ask, zones []int) {
+func (h *Handler) countKeys(now int64, reported int, near bool, v core.Verdict, asks []model.Ask, zones []int) {
 	switch v.Outcome {
 	case core.OutcomeAllowed:
 		for i := range asks {
@@ -412,7 +412,7 @@ func parseBody(s string) (core.BodyFormat, bool, error) {
 
 // reportedZone is the index of the zone a verdict is about: the zone of its
 // decision or, when the store failed without one, the first zone asked.
-func (h *Handler) reportedZone(v core.Verdict, asks []core.Ask) int {
+func (h *Handler) reportedZone(v core.Verdict, asks []model.Ask) int {
 	name := asks[0].Limit.Name
 	if v.Decision.Limit != nil {
 		name = v.Decision.Limit.Name

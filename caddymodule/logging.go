@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // warnInterval is the least time between two store-error warnings of one
@@ -61,7 +62,7 @@ func (h *Handler) warnStoreError(v core.Verdict) {
 // logRejection logs at debug level that a zone rejected a request (or
 // would have, in dry_run mode): the zone, the outcome, the Retry-After
 // and, only with log_key, the zone's key.
-func (h *Handler) logRejection(zone int, v core.Verdict, asks []core.Ask) {
+func (h *Handler) logRejection(zone int, v core.Verdict, asks []model.Ask) {
 	ce := h.logger.Check(zapcore.DebugLevel, "request rate-limited")
 	if ce == nil {
 		return
@@ -71,7 +72,7 @@ func (h *Handler) logRejection(zone int, v core.Verdict, asks []core.Ask) {
 		zap.String("zone", z.Name),
 		zap.String("outcome", v.Outcome.String()),
 	}
-	if ra := v.Decision.RetryAfter; ra == core.Never {
+	if ra := v.Decision.RetryAfter; ra == model.Never {
 		fields = append(fields, zap.String("retry_after", "never"))
 	} else {
 		fields = append(fields, zap.Duration("retry_after", ra))

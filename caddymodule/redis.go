@@ -398,6 +398,6 @@ func (s scripter) ScriptLoad(ctx context.Context, script string) (string, error)
 
 // Interface guards
 var (
-	_ core.Scripter    = scripter{}
+	_ model.Scripter   = scripter{}
 	_ caddy.Destructor = (*pooledStore)(nil)
 )

@@ -7,6 +7,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // StoreConfig selects where a handler's counters live: set Memory or
@@ -53,7 +54,7 @@ var stores = caddy.NewUsagePool()
 
 // pooledStore is a store in the pool.
 type pooledStore struct {
-	store   core.Store
+	store   model.Store
 	timeout time.Duration // bound of each call; zero for memory
 	breaker *core.Breaker // nil for memory
 	label   string        // the store's metric label: no credentials

@@ -149,7 +149,7 @@ type Zone struct {
 	// windows. 1s to 1h, default 1m.
 	TopWindow caddy.Duration `json:"top_window,omitempty"`
 
-	limit   *core.Limit
+	limit   *model.Limit
 	match   caddyhttp.MatcherSet
 	missing keyspec.MissingKey
 	keyKind keyKind
@@ -268,16 +268,16 @@ func (z *Zone) provision(ctx caddy.Context) error {
 
 // coreLimit builds and validates the zone's limit: its rate, unless it
 // has none and a MaxInFlight, and its in-flight slots.
-func (z *Zone) coreLimit() (*core.Limit, error) {
-	l := &core.Limit{
+func (z *Zone) coreLimit() (*model.Limit, error) {
+	l := &model.Limit{
 		Name:        z.Name,
-		Algorithm:   core.Algorithm(z.Algorithm),
+		Algorithm:   model.Algorithm(z.Algorithm),
 		Burst:       z.Burst,
 		MaxDelay:    time.Duration(z.MaxDelay),
 		MaxInFlight: z.MaxInFlight,
 	}
 	if z.Rate != "" {
-		rate, err := core.ParseRate(z.Rate)
+		rate, err := model.ParseRate(z.Rate)
 		if err != nil {
 			return nil, caddyError(err)
 		}
@@ -387,8 +387,8 @@ func (z *Zone) provisionCost() error {
 // parseCost parses a configured cost with core.ParseCost, telling a value
 // that is not a number that it may also be a placeholder.
 func parseCost(s string) (float64, error) {
-	c, err := core.ParseCost(s)
-	if err == core.ErrCostNotNumber {
+	c, err := model.ParseCost(s)
+	if err == model.ErrCostNotNumber {
 		return 0, errors.New("not a number or a placeholder")
 	}
 	return c, err
@@ -503,7 +503,7 @@ func (z *Zone) storeKey(key string) string {
 // ask returns r's ask of the zone; ok is false when the zone does not apply
 // (its matchers do not match, or the key is missing under on_missing_key
 // skip). err is a matcher's error.
-func (z *Zone) ask(r *http.Request, repl *caddy.Replacer) (a core.Ask, ok bool, err error) {
+func (z *Zone) ask(r *http.Request, repl *caddy.Replacer) (a model.Ask, ok bool, err error) {
 	if len(z.match) > 0 {
 		if ok, err = z.match.MatchWithError(r); !ok || err != nil {
 			return a, false, err
@@ -513,7 +513,7 @@ func (z *Zone) ask(r *http.Request, repl *caddy.Replacer) (a core.Ask, ok bool, 
 	if !ok {
 		return a, false, nil
 	}
-	return core.Ask{Limit: z.limit, Key: z.prefix + key, Cost: z.costOf(repl)}, true, nil
+	return model.Ask{Limit: z.limit, Key: z.prefix + key, Cost: z.costOf(repl)}, true, nil
 }
 
 // relayHeader is one of the server's client_ip_headers, as a zone keyed
@@ -746,7 +746,7 @@ func (z *Zone) costOf(repl *caddy.Replacer) float64 {
 	if z.costTmpl == "" {
 		return z.cost
 	}
-	c, err := core.ParseCost(strings.TrimSpace(repl.ReplaceAll(z.costTmpl, "")))
+	c, err := model.ParseCost(strings.TrimSpace(repl.ReplaceAll(z.costTmpl, "")))
 	if err != nil {
 		return 1
 	}

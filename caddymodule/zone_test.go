@@ -10,8 +10,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/keyspec"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // testRequest returns a request whose Caddy client address is clientIP,
@@ -170,7 +170,7 @@ func TestZoneProvisionErrors(t *testing.T) {
 func TestLimitIsCore(t *testing.T) {
 	z := provisionedZone(t, Zone{Name: "api", Rate: "100/m", Algorithm: "leaky_bucket", Burst: 5, MaxDelay: caddy.Duration(5e8)})
 	l := z.limit
-	if l.Name != "api" || l.Algorithm != core.LeakyBucket || l.Rate.Quota != 100 || l.Capacity() != 5 || l.MaxDelay != 5e8 {
+	if l.Name != "api" || l.Algorithm != model.LeakyBucket || l.Rate.Quota != 100 || l.Capacity() != 5 || l.MaxDelay != 5e8 {
 		t.Errorf("limit = %+v", l)
 	}
 }

@@ -166,7 +166,7 @@ type Responder struct {
 	// texts holds the answer texts of the limits of the Gate this
 	// Responder is the copy of (see prepare), made once; the texts of
 	// any other decision are made when it is answered (answerFor).
-	texts map[*Limit]*limitAnswer
+	texts map[*model.Limit]*limitAnswer
 }
 
 // Validate reports the first field of r that is out of range, as a
@@ -179,7 +179,7 @@ func (r *Responder) Validate() error {
 		return &model.FieldError{Field: "body", Value: strconv.Itoa(int(r.Body)), Reason: "unknown format"}
 	}
 	if !(r.Jitter >= 0 && r.Jitter <= 1) {
-		return &model.FieldError{Field: "jitter", Value: formatFloat(r.Jitter), Reason: "must be between 0 and 1"}
+		return &model.FieldError{Field: "jitter", Value: model.FormatFloat(r.Jitter), Reason: "must be between 0 and 1"}
 	}
 	return nil
 }
@@ -195,7 +195,7 @@ func (r *Responder) Validate() error {
 // reallocates instead of overwriting the next), and keys are assigned in
 // canonical form instead of through http.Header.Set: one allocation for
 // the slices of every header.
-func (r *Responder) SetHeaders(h http.Header, d *Decision, now int64) {
+func (r *Responder) SetHeaders(h http.Header, d *model.Decision, now int64) {
 	set := r.Headers
 	if set == HeadersOff || d == nil {
 		return
@@ -209,7 +209,7 @@ func (r *Responder) SetHeaders(h http.Header, d *Decision, now int64) {
 		// without jitter, so that Retry-After is never earlier than t),
 		// in whole seconds rounded up.
 		t := d.Next
-		if !d.Allowed && d.RetryAfter != Never {
+		if !d.Allowed && d.RetryAfter != model.Never {
 			t = d.RetryAfter
 		}
 		// One element per statement: Yaegi v0.16.1 loses some values
@@ -240,7 +240,7 @@ func (r *Responder) SetHeaders(h http.Header, d *Decision, now int64) {
 // answer is the answer texts of d: its limit's, made by prepare, or made
 // now by answerFor when it advertises another quota or its limit is not
 // one of the Gate's.
-func (r *Responder) answer(d *Decision) *limitAnswer {
+func (r *Responder) answer(d *model.Decision) *limitAnswer {
 	if a := r.texts[d.Limit]; a != nil && a.quota == d.Quota {
 		return a
 	}
@@ -250,15 +250,15 @@ func (r *Responder) answer(d *Decision) *limitAnswer {
 // prepare makes the answer texts of each limit of limits, and of the limit
 // of its requests in flight, which r then answers without making them.
 // A Gate calls it on its own copy of the Responder, before any request.
-func (r *Responder) prepare(limits []*Limit) {
+func (r *Responder) prepare(limits []*model.Limit) {
 	if r.texts == nil {
-		r.texts = make(map[*Limit]*limitAnswer, 2*len(limits))
+		r.texts = make(map[*model.Limit]*limitAnswer, 2*len(limits))
 	}
 	for _, l := range limits {
 		if a, ok := limitTexts(l, l.Rate.Quota); ok {
 			r.texts[l] = &a
 		}
-		if f := l.flight; f != nil {
+		if f := l.Flight(); f != nil {
 			a := newFlightAnswer(f.Name, f.MaxInFlight)
 			r.texts[f] = &a
 		}
@@ -312,9 +312,9 @@ var smallIntTexts = func() (t [smallInts]string) {
 // [Never]), Cache-Control: no-store, Content-Length and, with a body,
 // Content-Type and X-Content-Type-Options: nosniff, then the body of
 // r.Body. now is SetHeaders'. A nil d is answered as the zero Decision.
-func (r *Responder) Reject(w http.ResponseWriter, d *Decision, now int64) {
+func (r *Responder) Reject(w http.ResponseWriter, d *model.Decision, now int64) {
 	if d == nil {
-		d = &Decision{}
+		d = &model.Decision{}
 	}
 	h := w.Header()
 	if r.Headers != HeadersOff && (d.Limit != nil || d.Quota > 0) {
@@ -323,7 +323,7 @@ func (r *Responder) Reject(w http.ResponseWriter, d *Decision, now int64) {
 		r.SetHeaders(h, d, now)
 	}
 	retry := int64(-1)
-	if d.RetryAfter != Never {
+	if d.RetryAfter != model.Never {
 		ra := d.RetryAfter
 		if r.Jitter > 0 {
 			ra = r.jittered(ra)
@@ -400,8 +400,8 @@ func (r *Responder) jittered(ra time.Duration) time.Duration {
 		u = 1
 	}
 	f := float64(ra) * (1 + r.Jitter*u)
-	if !(f < float64(Never)) {
-		return Never - 1
+	if !(f < float64(model.Never)) {
+		return model.Never - 1
 	}
 	return time.Duration(f)
 }
@@ -521,8 +521,8 @@ type limitAnswer struct {
 
 // newLimitAnswer precomputes the answer strings of l advertising quota;
 // l's name and period must be valid.
-func newLimitAnswer(l *Limit, quota float64) limitAnswer {
-	capacity := l.capacity * quota / l.Rate.Quota // the same burst at this quota
+func newLimitAnswer(l *model.Limit, quota float64) limitAnswer {
+	capacity := l.Capacity() * quota / l.Rate.Quota // the same burst at this quota
 	q, w := policyWindow(capacity, quota, l.Rate.Period)
 	return namedAnswer(l.Name, quota, ";q="+strconv.FormatInt(q, 10)+";w="+strconv.FormatInt(w, 10))
 }
@@ -595,7 +595,7 @@ func policyWindow(capacity, quota float64, period time.Duration) (q, w int64) {
 // (no IETF fields, no policy in bodies); with a limit whose decision
 // advertises another quota than its Rate's, the limit's strings for that
 // quota.
-func answerFor(d *Decision) *limitAnswer {
+func answerFor(d *model.Decision) *limitAnswer {
 	a, ok := limitTexts(d.Limit, d.Quota)
 	if !ok {
 		a.quota, a.tails = d.Quota, noLimitTails
@@ -608,13 +608,13 @@ func answerFor(d *Decision) *limitAnswer {
 // false when l has none: l is nil, was not validated, or is a limit of
 // requests in flight only, whose decisions are its flight limit's. A flight
 // limit (Limit.flight) has the texts of its slots (newFlightAnswer).
-func limitTexts(l *Limit, quota float64) (limitAnswer, bool) {
+func limitTexts(l *model.Limit, quota float64) (limitAnswer, bool) {
 	switch {
-	case l == nil || l.ns == "":
+	case l == nil || l.Namespace() == "":
 		return limitAnswer{}, false
 	case l.Rated():
 		return newLimitAnswer(l, quota), true
-	case l.flight == nil:
+	case l.Flight() == nil:
 		return newFlightAnswer(l.Name, l.MaxInFlight), true
 	}
 	return limitAnswer{}, false

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/keyspec"
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
@@ -24,9 +25,9 @@ import (
 const answerNow = 1700000000 * nsPerSecond
 
 // validLimit returns a validated limit, failing t when it is not valid.
-func validLimit(t testing.TB, name string, quota float64, period time.Duration) *Limit {
+func validLimit(t testing.TB, name string, quota float64, period time.Duration) *model.Limit {
 	t.Helper()
-	l := &Limit{Name: name, Rate: Rate{Quota: quota, Period: period}}
+	l := &model.Limit{Name: name, Rate: model.Rate{Quota: quota, Period: period}}
 	if err := l.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -34,10 +35,10 @@ func validLimit(t testing.TB, name string, quota float64, period time.Duration) 
 }
 
 // answerDecisions are the decisions of the golden tests, by name.
-func answerDecisions(t testing.TB) map[string]Decision {
+func answerDecisions(t testing.TB) map[string]model.Decision {
 	api := validLimit(t, "api", 100, time.Minute)
 	frac := validLimit(t, "frac", 2.5, 1500*time.Millisecond)
-	return map[string]Decision{
+	return map[string]model.Decision{
 		// r=42 (floored), t=1 (the next whole unit in 0.18 s), reset 18
 		// (17.2 s rounded up).
 		"allowed": {Limit: api, Allowed: true, Quota: 100, Remaining: 42.7, Reset: 17200 * time.Millisecond, Next: 180 * time.Millisecond},
@@ -45,7 +46,7 @@ func answerDecisions(t testing.TB) map[string]Decision {
 		// a rejection's t is its own wait, not the next unit's (1).
 		"rejected": {Limit: api, Quota: 100, Remaining: 0.4, Reset: 59500 * time.Millisecond, Next: 360 * time.Millisecond, RetryAfter: 4200 * time.Millisecond},
 		// A cost above the capacity: full bucket, no Retry-After.
-		"never": {Limit: api, Quota: 100, Remaining: 100, RetryAfter: Never},
+		"never": {Limit: api, Quota: 100, Remaining: 100, RetryAfter: model.Never},
 		// q=2 (floored Integer), X-RateLimit-Limit 2.5, w=2 (1.5 s rounded up).
 		"frac-allowed":  {Limit: frac, Allowed: true, Quota: 2.5, Remaining: 1.5, Reset: 400 * time.Millisecond, Next: 300 * time.Millisecond},
 		"frac-rejected": {Limit: frac, Quota: 2.5, Remaining: 0.5, Reset: 1 * time.Second, Next: 300 * time.Millisecond, RetryAfter: 200 * time.Millisecond},
@@ -184,7 +185,7 @@ func TestRejectConsistentWithSetHeaders(t *testing.T) {
 				// t is the wait for more quota; on a rejection that
 				// will fit, Retry-After's (never earlier than t).
 				tWant := strconv.FormatInt(ceilSeconds(d.Next), 10)
-				if d.RetryAfter != Never {
+				if d.RetryAfter != model.Never {
 					tWant = got.Get("Retry-After")
 				}
 				want := `"` + d.Limit.Name + `";r=` + got.Get("RateLimit-Remaining") + ";t=" + tWant
@@ -208,7 +209,7 @@ func TestRejectConsistentWithSetHeaders(t *testing.T) {
 			}
 			ra := got.Get("Retry-After")
 			switch {
-			case d.RetryAfter == Never:
+			case d.RetryAfter == model.Never:
 				if doc.Retryable || doc.RetryAfter != nil || ra != "" {
 					t.Errorf("%s: never-retryable answer has Retry-After %q and body %s", name, ra, rec.Body.String())
 				}
@@ -227,14 +228,14 @@ func TestRejectConsistentWithSetHeaders(t *testing.T) {
 // yields well-formed fields and JSON that name it alike.
 func TestAnswerOddPolicyName(t *testing.T) {
 	for _, bad := range []string{"a\té", "caf\u00e9", "a\x00b"} {
-		l := &Limit{Name: bad, Rate: Rate{Quota: 10, Period: time.Second}}
+		l := &model.Limit{Name: bad, Rate: model.Rate{Quota: 10, Period: time.Second}}
 		if err := l.Validate(); err == nil || !strings.Contains(err.Error(), "printable ASCII") {
 			t.Errorf("name %q: Validate said %v, want a refusal", bad, err)
 		}
 	}
 	name := "a<b>& c"
 	l := validLimit(t, name, 10, time.Second)
-	d := Decision{Limit: l, Quota: 10, Remaining: 1, Reset: time.Second, RetryAfter: time.Second}
+	d := model.Decision{Limit: l, Quota: 10, Remaining: 1, Reset: time.Second, RetryAfter: time.Second}
 	for _, body := range []BodyFormat{BodyJSON, BodyProblem} {
 		r := Responder{Headers: DefaultHeaders, Body: body}
 		rec := httptest.NewRecorder()
@@ -273,8 +274,8 @@ func TestAnswerOddPolicyName(t *testing.T) {
 // answered without policy and without panicking.
 func TestAnswerWithoutLimit(t *testing.T) {
 	r := Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX, Body: BodyProblem}
-	unvalidated := &Limit{Name: "api", Rate: Rate{Quota: 5, Period: time.Second}}
-	for name, d := range map[string]*Decision{
+	unvalidated := &model.Limit{Name: "api", Rate: model.Rate{Quota: 5, Period: time.Second}}
+	for name, d := range map[string]*model.Decision{
 		"nil":         nil,
 		"zero":        {},
 		"unvalidated": {Limit: unvalidated, Quota: 5, Remaining: 1, Reset: time.Second, RetryAfter: time.Second},
@@ -307,7 +308,7 @@ func TestAnswerWithoutLimit(t *testing.T) {
 func TestSetHeadersOtherQuota(t *testing.T) {
 	l := validLimit(t, "api", 100, time.Minute)
 	h := http.Header{}
-	d := Decision{Limit: l, Allowed: true, Quota: 12.5, Remaining: 3, Reset: time.Second, Next: time.Second}
+	d := model.Decision{Limit: l, Allowed: true, Quota: 12.5, Remaining: 3, Reset: time.Second, Next: time.Second}
 	(&Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX}).SetHeaders(h, &d, answerNow)
 	for k, want := range map[string]string{
 		"RateLimit-Policy":  `"api";q=25;w=120`,
@@ -326,27 +327,27 @@ func TestSetHeadersOtherQuota(t *testing.T) {
 // RateLimit's r never exceeds q.
 func TestPolicyWindow(t *testing.T) {
 	for _, c := range []struct {
-		alg   Algorithm
+		alg   model.Algorithm
 		rate  string
 		burst float64
 		want  string
 	}{
-		{TokenBucket, "100/m", 0, `"p";q=100;w=60`},
-		{TokenBucket, "100/m", 20, `"p";q=100;w=60`},
-		{TokenBucket, "10/100ms", 0, `"p";q=100;w=1`},
-		{TokenBucket, "2.5/s", 0, `"p";q=5;w=2`},
-		{TokenBucket, "7/1500ms", 0, `"p";q=14;w=3`},
-		{TokenBucket, "10/m", 100, `"p";q=100;w=600`},
-		{TokenBucket, "0.5/s", 0, `"p";q=1;w=2`},
-		{LeakyBucket, "3/s", 6, `"p";q=6;w=2`},
-		{FixedWindow, "1000/h", 0, `"p";q=1000;w=3600`},
-		{SlidingWindowCounter, "5/250ms", 0, `"p";q=20;w=1`},
+		{model.TokenBucket, "100/m", 0, `"p";q=100;w=60`},
+		{model.TokenBucket, "100/m", 20, `"p";q=100;w=60`},
+		{model.TokenBucket, "10/100ms", 0, `"p";q=100;w=1`},
+		{model.TokenBucket, "2.5/s", 0, `"p";q=5;w=2`},
+		{model.TokenBucket, "7/1500ms", 0, `"p";q=14;w=3`},
+		{model.TokenBucket, "10/m", 100, `"p";q=100;w=600`},
+		{model.TokenBucket, "0.5/s", 0, `"p";q=1;w=2`},
+		{model.LeakyBucket, "3/s", 6, `"p";q=6;w=2`},
+		{model.FixedWindow, "1000/h", 0, `"p";q=1000;w=3600`},
+		{model.SlidingWindowCounter, "5/250ms", 0, `"p";q=20;w=1`},
 	} {
-		r, err := ParseRate(c.rate)
+		r, err := model.ParseRate(c.rate)
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := &Limit{Name: "p", Algorithm: c.alg, Rate: r, Burst: c.burst}
+		l := &model.Limit{Name: "p", Algorithm: c.alg, Rate: r, Burst: c.burst}
 		if err := l.Validate(); err != nil {
 			t.Fatal(err)
 		}
@@ -386,7 +387,7 @@ func TestSetHeadersReplaces(t *testing.T) {
 // after ra.
 func rejectRetryAfter(r *Responder, ra time.Duration) string {
 	rec := httptest.NewRecorder()
-	r.Reject(rec, &Decision{RetryAfter: ra}, answerNow)
+	r.Reject(rec, &model.Decision{RetryAfter: ra}, answerNow)
 	return rec.Result().Header.Get("Retry-After")
 }
 
@@ -397,8 +398,8 @@ func TestRejectRetryAfter(t *testing.T) {
 		u      float64
 		want   string
 	}{
-		{Never, 0, 0, ""},
-		{Never, 1, 0.5, ""},
+		{model.Never, 0, 0, ""},
+		{model.Never, 1, 0.5, ""},
 		{-time.Second, 0, 0, "1"},
 		{0, 0, 0, "1"},
 		{1, 0, 0, "1"},
@@ -413,8 +414,8 @@ func TestRejectRetryAfter(t *testing.T) {
 		{4 * time.Second, 0.5, -1, "4"},         // clamped to 0
 		{4 * time.Second, 0.5, math.NaN(), "4"}, // treated as 0
 		{4 * time.Second, 1, 0.999999, "8"},
-		{Never - 1, 0, 0, "9223372037"},
-		{Never - 1, 1, 0.9, "9223372037"}, // lengthened to at most Never-1
+		{model.Never - 1, 0, 0, "9223372037"},
+		{model.Never - 1, 1, 0.9, "9223372037"}, // lengthened to at most Never-1
 	} {
 		r := Responder{Body: BodyNone, Jitter: tc.jitter, Rand: fixedRand(tc.u)}
 		if got := rejectRetryAfter(&r, tc.ra); got != tc.want {
@@ -439,7 +440,7 @@ func TestAnswerRounding(t *testing.T) {
 		want int64
 	}{
 		{-time.Second, 0}, {0, 0}, {1, 1}, {time.Second, 1}, {time.Second + 1, 2},
-		{17200 * time.Millisecond, 18}, {Never, 9223372037},
+		{17200 * time.Millisecond, 18}, {model.Never, 9223372037},
 	} {
 		if got := ceilSeconds(tc.d); got != tc.want {
 			t.Errorf("ceilSeconds(%v) = %d, want %d", tc.d, got, tc.want)
@@ -480,14 +481,14 @@ func TestSetHeadersRoundsLikeHelpers(t *testing.T) {
 	r := Responder{Headers: HeadersLegacy}
 	for _, x := range []float64{-1, math.NaN(), 0, 0.999, 42.7, 1e300, math.Inf(1)} {
 		h := http.Header{}
-		r.SetHeaders(h, &Decision{Remaining: x}, answerNow)
+		r.SetHeaders(h, &model.Decision{Remaining: x}, answerNow)
 		if got, want := h.Get("RateLimit-Remaining"), strconv.FormatInt(floorUnits(x), 10); got != want {
 			t.Errorf("Remaining %v: RateLimit-Remaining %q, want %q", x, got, want)
 		}
 	}
-	for _, d := range []time.Duration{-1500 * time.Millisecond, -time.Second, -1, 0, 1, time.Second, 17200 * time.Millisecond, Never} {
+	for _, d := range []time.Duration{-1500 * time.Millisecond, -time.Second, -1, 0, 1, time.Second, 17200 * time.Millisecond, model.Never} {
 		h := http.Header{}
-		r.SetHeaders(h, &Decision{Reset: d}, answerNow)
+		r.SetHeaders(h, &model.Decision{Reset: d}, answerNow)
 		if got, want := h.Get("RateLimit-Reset"), strconv.FormatInt(ceilSeconds(d), 10); got != want {
 			t.Errorf("Reset %v: RateLimit-Reset %q, want %q", d, got, want)
 		}
@@ -598,11 +599,11 @@ func BenchmarkReject(b *testing.B) {
 }
 
 func TestResponderDefer(t *testing.T) {
-	l := &Limit{Name: "api", Rate: Rate{Quota: 100, Period: time.Minute}}
+	l := &model.Limit{Name: "api", Rate: model.Rate{Quota: 100, Period: time.Minute}}
 	if err := l.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	d := &Decision{Limit: l, Quota: 100, RetryAfter: 4200 * time.Millisecond, Reset: time.Minute}
+	d := &model.Decision{Limit: l, Quota: 100, RetryAfter: 4200 * time.Millisecond, Reset: time.Minute}
 	rec := httptest.NewRecorder()
 	r := &Responder{Headers: DefaultHeaders, Body: BodyJSON, Defer: true}
 	r.Reject(rec, d, answerNow)
@@ -625,7 +626,7 @@ func TestResponderDefer(t *testing.T) {
 func TestAnswerGoldenPerAlgorithm(t *testing.T) {
 	update := os.Getenv("SLUICE_UPDATE_GOLDEN") == "1"
 	cases := []struct {
-		alg   Algorithm
+		alg   model.Algorithm
 		rate  string
 		burst float64
 		// steps: seconds to advance before each request.
@@ -633,11 +634,11 @@ func TestAnswerGoldenPerAlgorithm(t *testing.T) {
 	}{
 		// The issue's example: 100/1m with burst 20, emptied: Retry-After 1
 		// and t=1, not t=12 (the time to refill all 20).
-		{TokenBucket, "100/m", 20, append(make([]float64, 21), 0.3, 0.3, 5)},
-		{LeakyBucket, "2/s", 3, []float64{0, 0, 0, 0, 0.2, 0.3, 1}},
-		{FixedWindow, "3/10s", 0, []float64{0, 0, 0, 0, 4, 6, 0}},
-		{SlidingWindowLog, "3/10s", 0, []float64{0, 2, 2, 0, 3, 3, 10}},
-		{SlidingWindowCounter, "3/10s", 0, []float64{0, 2, 2, 0, 3, 3, 10}},
+		{model.TokenBucket, "100/m", 20, append(make([]float64, 21), 0.3, 0.3, 5)},
+		{model.LeakyBucket, "2/s", 3, []float64{0, 0, 0, 0, 0.2, 0.3, 1}},
+		{model.FixedWindow, "3/10s", 0, []float64{0, 0, 0, 0, 4, 6, 0}},
+		{model.SlidingWindowLog, "3/10s", 0, []float64{0, 2, 2, 0, 3, 3, 10}},
+		{model.SlidingWindowCounter, "3/10s", 0, []float64{0, 2, 2, 0, 3, 3, 10}},
 	}
 	for _, c := range cases {
 		c := c
@@ -648,7 +649,7 @@ func TestAnswerGoldenPerAlgorithm(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: store, Responder: Responder{Headers: DefaultHeaders}, Clock: clock.Now})
+			g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: store, Responder: Responder{Headers: DefaultHeaders}, Clock: clock.Now})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -658,7 +659,7 @@ func TestAnswerGoldenPerAlgorithm(t *testing.T) {
 				clock.Advance(time.Duration(step * float64(time.Second)))
 				at += step
 				rec := httptest.NewRecorder()
-				v := g.Decide(context.Background(), []Ask{{Limit: l, Key: "k", Cost: 1}})
+				v := g.Decide(context.Background(), []model.Ask{{Limit: l, Key: "k", Cost: 1}})
 				if v.Outcome == OutcomeRejected {
 					g.resp.Reject(rec, &v.Decision, clock.Now())
 				} else {
@@ -711,12 +712,12 @@ func TestAnswerSameForEveryKey(t *testing.T) {
 	clients := []string{"198.51.100.7:1111", "[2001:db8::42]:2222"}
 	for _, body := range []BodyFormat{BodyJSON, BodyProblem, BodyText} {
 		clock := testclock.New(testclock.Epoch)
-		l := gateLimit(t, "api", TokenBucket, "2/m", 0)
+		l := gateLimit(t, "api", model.TokenBucket, "2/m", 0)
 		store, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
-		g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: store, Responder: Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX, Body: body}, Clock: clock.Now})
+		g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: store, Responder: Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX, Body: body}, Clock: clock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -737,7 +738,7 @@ func TestAnswerSameForEveryKey(t *testing.T) {
 						ServeLane(lane, &countingHandler{}, rec, r)
 					} else {
 						key, _ := spec.Key(r)
-						g.Serve(rec, r, []Ask{{Limit: l, Key: key, Cost: 1}})
+						g.Serve(rec, r, []model.Ask{{Limit: l, Key: key, Cost: 1}})
 					}
 					got := renderAnswer(rec.Code, rec.Result().Header, rec.Body.String())
 					host := remote[:strings.LastIndexByte(remote, ':')]
@@ -765,13 +766,13 @@ func TestResetUnix(t *testing.T) {
 		{100 * s, 0, 100},
 		{100 * s, 1, 101},
 		{100 * s, s, 101},
-		{100*s + 900_000_000, s, 102},                     // whole at 101.9 s
-		{100*s + 900_000_000, 100_000_000, 101},           // whole at 101.0 s
-		{100*s + 900_000_000, 100_000_001, 102},           // whole just after 101 s
-		{100*s + 1, s - 1, 101},                           // whole at 101.0 s
-		{100*s + 500_000_000, 1500*1_000_000 + 1, 103},    // 102.000000001 s
-		{100*s + 500_000_000, -2 * s, 101},                // as 0
-		{100 * s, int64(Never), 100 + int64(Never)/s + 1}, // no overflow
+		{100*s + 900_000_000, s, 102},                                 // whole at 101.9 s
+		{100*s + 900_000_000, 100_000_000, 101},                       // whole at 101.0 s
+		{100*s + 900_000_000, 100_000_001, 102},                       // whole just after 101 s
+		{100*s + 1, s - 1, 101},                                       // whole at 101.0 s
+		{100*s + 500_000_000, 1500*1_000_000 + 1, 103},                // 102.000000001 s
+		{100*s + 500_000_000, -2 * s, 101},                            // as 0
+		{100 * s, int64(model.Never), 100 + int64(model.Never)/s + 1}, // no overflow
 	} {
 		if got := resetUnix(tc.now, tc.reset); got != tc.want {
 			t.Errorf("resetUnix(%d, %d) = %d, want %d", tc.now, tc.reset, got, tc.want)

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // The MemoryStore benchmarks decide one request per operation on the real
@@ -42,18 +44,18 @@ func (r *benchRand) intn(n int) int {
 
 // benchStore returns a store holding up to maxKeys states and a limit it
 // never rejects.
-func benchStore(b *testing.B, maxKeys int) (*MemoryStore, *Limit) {
+func benchStore(b *testing.B, maxKeys int) (*MemoryStore, *model.Limit) {
 	s, err := NewMemoryStore(MemoryConfig{MaxKeys: maxKeys})
 	if err != nil {
 		b.Fatal(err)
 	}
-	return s, algLimit(b, TokenBucket, "2000/h", 1e9, 0)
+	return s, algLimit(b, model.TokenBucket, "2000/h", 1e9, 0)
 }
 
 // benchFill decides one request for each key, so that every state exists.
-func benchFill(s *MemoryStore, l *Limit, keys []string) {
-	asks := []Ask{{Limit: l, Cost: 1}}
-	out := make([]Decision, 1)
+func benchFill(s *MemoryStore, l *model.Limit, keys []string) {
+	asks := []model.Ask{{Limit: l, Cost: 1}}
+	out := make([]model.Decision, 1)
 	for _, k := range keys {
 		asks[0].Key = k
 		s.Take(context.Background(), asks, out)
@@ -63,8 +65,8 @@ func benchFill(s *MemoryStore, l *Limit, keys []string) {
 // BenchmarkMemoryHotKey: every request from one client.
 func BenchmarkMemoryHotKey(b *testing.B) {
 	s, l := benchStore(b, 1<<17)
-	asks := []Ask{{Limit: l, Key: "203.0.113.7", Cost: 1}}
-	out := make([]Decision, 1)
+	asks := []model.Ask{{Limit: l, Key: "203.0.113.7", Cost: 1}}
+	out := make([]model.Decision, 1)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -81,8 +83,8 @@ func BenchmarkMemory100kKeys(b *testing.B) {
 	keys := benchKeys(100000)
 	s, l := benchStore(b, 1<<18)
 	benchFill(s, l, keys)
-	asks := []Ask{{Limit: l, Cost: 1}}
-	out := make([]Decision, 1)
+	asks := []model.Ask{{Limit: l, Cost: 1}}
+	out := make([]model.Decision, 1)
 	ctx := context.Background()
 	r := benchRand(88172645463325252)
 	b.ReportAllocs()
@@ -103,8 +105,8 @@ func BenchmarkMemoryParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		asks := []Ask{{Limit: l, Cost: 1}}
-		out := make([]Decision, 1)
+		asks := []model.Ask{{Limit: l, Cost: 1}}
+		out := make([]model.Decision, 1)
 		ctx := context.Background()
 		r := benchRand(atomic.AddUint64(&seed, 0x9e3779b97f4a7c15))
 		for pb.Next() {
@@ -130,8 +132,8 @@ func BenchmarkMemoryBytesPerKey(b *testing.B) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	held := s.Len()
-	asks := []Ask{{Limit: l, Cost: 1}}
-	out := make([]Decision, 1)
+	asks := []model.Ask{{Limit: l, Cost: 1}}
+	out := make([]model.Decision, 1)
 	ctx := context.Background()
 	r := benchRand(2463534242)
 	b.ReportAllocs()
@@ -149,11 +151,11 @@ func BenchmarkMemoryBytesPerKey(b *testing.B) {
 // MaxLogQuota entries, each merged into its newest one.
 func BenchmarkMemoryFullLog(b *testing.B) {
 	s, clock := memStore(b, 4096)
-	l := algLimit(b, SlidingWindowLog, "10000/h", 0, 0)
-	asks := []Ask{{Limit: l, Key: "k", Cost: 0.5}}
-	out := make([]Decision, 1)
+	l := algLimit(b, model.SlidingWindowLog, "10000/h", 0, 0)
+	asks := []model.Ask{{Limit: l, Key: "k", Cost: 0.5}}
+	out := make([]model.Decision, 1)
 	ctx := context.Background()
-	for i := 0; i < MaxLogQuota; i++ {
+	for i := 0; i < model.MaxLogQuota; i++ {
 		clock.Advance(time.Millisecond)
 		s.Take(ctx, asks, out)
 	}

@@ -36,13 +36,13 @@ func TestCheckLimitName(t *testing.T) {
 		{"a\nb", "must not contain"},
 	}
 	for _, tt := range tests {
-		err := CheckLimitName(tt.name)
+		err := model.CheckLimitName(tt.name)
 		if tt.err == "" && err != nil || tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)) {
 			t.Errorf("CheckLimitName(%q) = %v, want %q", tt.name, err, tt.err)
 		}
 	}
 	// Validate uses it.
-	l := Limit{Name: "a:b", Rate: Rate{Quota: 1, Period: time.Second}}
+	l := model.Limit{Name: "a:b", Rate: model.Rate{Quota: 1, Period: time.Second}}
 	if err := l.Validate(); err == nil || !strings.Contains(err.Error(), `name "a:b"`) {
 		t.Errorf("Validate: %v", err)
 	}
@@ -69,12 +69,12 @@ func TestParseCost(t *testing.T) {
 		{"1e400", 0, "not a number"},
 	}
 	for _, tt := range tests {
-		got, err := ParseCost(tt.s)
+		got, err := model.ParseCost(tt.s)
 		if tt.err == "" && (err != nil || got != tt.want) || tt.err != "" && (err == nil || err.Error() != tt.err) {
 			t.Errorf("ParseCost(%q) = %v, %v; want %v, %q", tt.s, got, err, tt.want, tt.err)
 		}
-		if (err == ErrCostNotNumber) != (tt.err == "not a number") {
-			t.Errorf("ParseCost(%q): error %v, ErrCostNotNumber is %v", tt.s, err, err == ErrCostNotNumber)
+		if (err == model.ErrCostNotNumber) != (tt.err == "not a number") {
+			t.Errorf("ParseCost(%q): error %v, ErrCostNotNumber is %v", tt.s, err, err == model.ErrCostNotNumber)
 		}
 	}
 }
@@ -172,11 +172,11 @@ func TestTLSConfig(t *testing.T) {
 // Limit.Validate's to check.
 func TestCheckBurst(t *testing.T) {
 	for _, b := range []float64{0.5, 1, 100, -1, math.NaN()} {
-		if err := CheckBurst(b); err != nil {
+		if err := model.CheckBurst(b); err != nil {
 			t.Errorf("CheckBurst(%v): %v", b, err)
 		}
 	}
-	err := CheckBurst(0)
+	err := model.CheckBurst(0)
 	if fe := model.FieldOf(err); fe == nil || fe.Field != "burst" || err.Error() != `burst "0": must be positive (leave burst out for the default)` {
 		t.Errorf("CheckBurst(0): %v", err)
 	}
@@ -186,19 +186,19 @@ func TestCheckBurst(t *testing.T) {
 // reports the second use of a name with its index, CheckFallback each of
 // its rules, and FieldOf finds the FieldError in a LimitError.
 func TestFieldErrors(t *testing.T) {
-	a := &Limit{Name: "a", Rate: Rate{Quota: 1, Period: time.Second}}
-	b := &Limit{Name: "b", Rate: Rate{Quota: 1, Period: time.Second}}
-	a2 := &Limit{Name: "a", Rate: Rate{Quota: 2, Period: time.Second}}
-	err := CheckLimits([]*Limit{a, b, a2})
+	a := &model.Limit{Name: "a", Rate: model.Rate{Quota: 1, Period: time.Second}}
+	b := &model.Limit{Name: "b", Rate: model.Rate{Quota: 1, Period: time.Second}}
+	a2 := &model.Limit{Name: "a", Rate: model.Rate{Quota: 2, Period: time.Second}}
+	err := model.CheckLimits([]*model.Limit{a, b, a2})
 	le, ok := err.(*model.LimitError)
 	if !ok || le.Index != 2 || le.Limit != "a" || le.Err.Field != "name" || err.Error() != `limit "a": name "a": defined twice` {
 		t.Errorf("CheckLimits with a name twice: %#v (%v)", err, err)
 	}
-	bad := &Limit{Name: "c", Rate: Rate{Quota: 1, Period: time.Second}, Burst: -1}
-	if le, ok := CheckLimits([]*Limit{a, bad}).(*model.LimitError); !ok || le.Index != 1 || model.FieldOf(le).Field != "burst" {
+	bad := &model.Limit{Name: "c", Rate: model.Rate{Quota: 1, Period: time.Second}, Burst: -1}
+	if le, ok := model.CheckLimits([]*model.Limit{a, bad}).(*model.LimitError); !ok || le.Index != 1 || model.FieldOf(le).Field != "burst" {
 		t.Errorf("CheckLimits with a bad burst: %#v", le)
 	}
-	if _, err := NewGate(GateConfig{Limits: []*Limit{a, a2}}); model.FieldOf(err) == nil || model.FieldOf(err).Field != "name" {
+	if _, err := NewGate(GateConfig{Limits: []*model.Limit{a, a2}}); model.FieldOf(err) == nil || model.FieldOf(err).Field != "name" {
 		t.Errorf("NewGate with a name twice: %v", err)
 	}
 	for _, c := range []struct {
@@ -213,12 +213,12 @@ func TestFieldErrors(t *testing.T) {
 		{true, 1, true, "fallback: applies only to a store that can fail, such as Redis, not to memory"},
 		{true, 0, false, `instances "0": must be at least 1`},
 	} {
-		err := CheckFallback(c.fallback, c.n, c.inMemory)
+		err := model.CheckFallback(c.fallback, c.n, c.inMemory)
 		if c.want == "" && err != nil || c.want != "" && (err == nil || err.Error() != c.want || model.FieldOf(err) == nil) {
 			t.Errorf("CheckFallback(%v, %d, %v) = %v, want %q", c.fallback, c.n, c.inMemory, err, c.want)
 		}
 	}
-	if _, err := NewGate(GateConfig{Limits: []*Limit{a}, Fallback: &MemoryStore{}, Instances: 2}); model.FieldOf(err) == nil || model.FieldOf(err).Field != "fallback" {
+	if _, err := NewGate(GateConfig{Limits: []*model.Limit{a}, Fallback: &MemoryStore{}, Instances: 2}); model.FieldOf(err) == nil || model.FieldOf(err).Field != "fallback" {
 		t.Errorf("NewGate with a fallback for a memory store: %v", err)
 	}
 	if err := a.Validate(); err != nil {

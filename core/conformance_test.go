@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
@@ -33,7 +35,7 @@ var confNonce = strconv.FormatInt(time.Now().UnixNano(), 36)
 // clock set to testclock.Epoch; the suite uses only Store.Take and
 // Store.Refund, gives every subtest its own limit names and keys, and
 // compares Allowed exactly and amounts within confDurTol and confFloatTol.
-func testStoreConformance(t *testing.T, newStore func(t *testing.T, clock *testclock.Clock) Store) {
+func testStoreConformance(t *testing.T, newStore func(t *testing.T, clock *testclock.Clock) model.Store) {
 	for _, c := range conformanceCases {
 		c := c
 		t.Run(c.name, func(t *testing.T) {
@@ -45,7 +47,7 @@ func testStoreConformance(t *testing.T, newStore func(t *testing.T, clock *testc
 }
 
 func TestMemoryStoreConformance(t *testing.T) {
-	testStoreConformance(t, func(t *testing.T, clock *testclock.Clock) Store {
+	testStoreConformance(t, func(t *testing.T, clock *testclock.Clock) model.Store {
 		s, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
 		if err != nil {
 			t.Fatal(err)
@@ -58,11 +60,11 @@ func TestMemoryStoreConformance(t *testing.T) {
 type confRun struct {
 	t      *testing.T
 	clock  *testclock.Clock
-	store  Store
+	store  model.Store
 	prefix string // prepended to every key
 	// charged holds the last admission of each limit and key, which
 	// refund gives back.
-	charged map[string]Decision
+	charged map[string]model.Decision
 }
 
 // confWant is an expected Decision. Zero durations and amounts are expected
@@ -76,13 +78,13 @@ type confWant struct {
 }
 
 // limit returns a validated limit named name (unique within the subtest).
-func (r *confRun) limit(name string, alg Algorithm, rate string, burst float64, maxDelay time.Duration) *Limit {
+func (r *confRun) limit(name string, alg model.Algorithm, rate string, burst float64, maxDelay time.Duration) *model.Limit {
 	r.t.Helper()
-	rt, err := ParseRate(rate)
+	rt, err := model.ParseRate(rate)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	l := &Limit{Name: name, Algorithm: alg, Rate: rt, Burst: burst, MaxDelay: maxDelay}
+	l := &model.Limit{Name: name, Algorithm: alg, Rate: rt, Burst: burst, MaxDelay: maxDelay}
 	if err := l.Validate(); err != nil {
 		r.t.Fatal(err)
 	}
@@ -92,24 +94,24 @@ func (r *confRun) limit(name string, alg Algorithm, rate string, burst float64, 
 // at sets the clock to testclock.Epoch + d.
 func (r *confRun) at(d time.Duration) { r.clock.Set(testclock.Epoch + int64(d)) }
 
-func (r *confRun) ask(l *Limit, key string, cost float64) Ask {
-	return Ask{Limit: l, Key: r.prefix + key, Cost: cost}
+func (r *confRun) ask(l *model.Limit, key string, cost float64) model.Ask {
+	return model.Ask{Limit: l, Key: r.prefix + key, Cost: cost}
 }
 
 // take asks one limit for cost under key, at the clock's instant.
-func (r *confRun) take(l *Limit, key string, cost float64) Decision {
+func (r *confRun) take(l *model.Limit, key string, cost float64) model.Decision {
 	r.t.Helper()
 	return r.takeAll(r.ask(l, key, cost))[0]
 }
 
-func (r *confRun) takeAll(asks ...Ask) []Decision {
+func (r *confRun) takeAll(asks ...model.Ask) []model.Decision {
 	r.t.Helper()
-	out := make([]Decision, len(asks))
+	out := make([]model.Decision, len(asks))
 	if err := r.store.Take(context.Background(), asks, out); err != nil {
 		r.t.Fatalf("Take: %v", err)
 	}
 	if r.charged == nil {
-		r.charged = make(map[string]Decision)
+		r.charged = make(map[string]model.Decision)
 	}
 	for i := range asks {
 		if out[i].Allowed {
@@ -121,9 +123,9 @@ func (r *confRun) takeAll(asks ...Ask) []Decision {
 
 // refund gives back asks, each the last admission of its limit and key
 // (nothing where there was none).
-func (r *confRun) refund(asks ...Ask) {
+func (r *confRun) refund(asks ...model.Ask) {
 	r.t.Helper()
-	charged := make([]Decision, len(asks))
+	charged := make([]model.Decision, len(asks))
 	for i := range asks {
 		charged[i] = r.charged[asks[i].Limit.Namespace()+"\n"+asks[i].Key]
 	}
@@ -133,7 +135,7 @@ func (r *confRun) refund(asks ...Ask) {
 }
 
 // expect checks got against w.
-func (r *confRun) expect(label string, got Decision, w confWant) {
+func (r *confRun) expect(label string, got model.Decision, w confWant) {
 	r.t.Helper()
 	var bad []string
 	if got.Allowed != w.allowed {
@@ -161,7 +163,7 @@ func (r *confRun) expect(label string, got Decision, w confWant) {
 
 // confDurEqual compares durations within confDurTol; Never only equals Never.
 func confDurEqual(got, want time.Duration) bool {
-	if got == Never || want == Never {
+	if got == model.Never || want == model.Never {
 		return got == want
 	}
 	d := got - want
@@ -173,7 +175,7 @@ func confDurEqual(got, want time.Duration) bool {
 
 // drain takes unit costs until one is rejected, at most limit+1 times, and
 // returns how many were admitted.
-func (r *confRun) drain(l *Limit, key string, limit int) int {
+func (r *confRun) drain(l *model.Limit, key string, limit int) int {
 	r.t.Helper()
 	for n := 0; n <= limit; n++ {
 		if !r.take(l, key, 1).Allowed {
@@ -186,9 +188,9 @@ func (r *confRun) drain(l *Limit, key string, limit int) int {
 // retryExact checks that a request rejected with d.RetryAfter at the current
 // instant still fails 1 ms before the retry instant and passes at it. It
 // leaves the clock at the retry instant, the request admitted.
-func (r *confRun) retryExact(label string, l *Limit, key string, cost float64, d Decision) Decision {
+func (r *confRun) retryExact(label string, l *model.Limit, key string, cost float64, d model.Decision) model.Decision {
 	r.t.Helper()
-	if d.Allowed || d.RetryAfter <= confDurTol || d.RetryAfter == Never {
+	if d.Allowed || d.RetryAfter <= confDurTol || d.RetryAfter == model.Never {
 		r.t.Fatalf("%s: want a rejection with a finite RetryAfter above %v, got %+v", label, confDurTol, d)
 	}
 	now := r.clock.Now()
@@ -237,7 +239,7 @@ func confLeakyWholeQueue(r *confRun) {
 		rate := rate
 		r.t.Run(rate, func(t *testing.T) {
 			r := r.sub(t)
-			l := r.limit("whole-lb", LeakyBucket, rate, 0, 0)
+			l := r.limit("whole-lb", model.LeakyBucket, rate, 0, 0)
 			n := int(l.Rate.Quota)
 			for i := 1; i <= n; i++ {
 				if d := r.take(l, "k", 1); !d.Allowed {
@@ -263,7 +265,7 @@ func confInitialBurst(r *confRun) {
 	ms := time.Millisecond
 	r.t.Run("token_bucket", func(t *testing.T) {
 		r := r.sub(t)
-		l := r.limit("burst-tb", TokenBucket, "2/s", 5, 0)
+		l := r.limit("burst-tb", model.TokenBucket, "2/s", 5, 0)
 		for i := 1; i <= 5; i++ {
 			r.expect(fmt.Sprint("take ", i), r.take(l, "k", 1),
 				confWant{allowed: true, remaining: float64(5 - i), reset: time.Duration(i) * 500 * ms})
@@ -274,7 +276,7 @@ func confInitialBurst(r *confRun) {
 	})
 	r.t.Run("leaky_bucket", func(t *testing.T) {
 		r := r.sub(t)
-		l := r.limit("burst-lb", LeakyBucket, "5/s", 5, 0)
+		l := r.limit("burst-lb", model.LeakyBucket, "5/s", 5, 0)
 		for i := 1; i <= 5; i++ {
 			r.expect(fmt.Sprint("take ", i), r.take(l, "k", 1), confWant{allowed: true,
 				remaining: float64(5 - i), delay: time.Duration(i-1) * 200 * ms, reset: time.Duration(i) * 200 * ms})
@@ -286,13 +288,13 @@ func confInitialBurst(r *confRun) {
 	})
 	// Windows, 15 s into a minute: quota 10.
 	windows := []struct {
-		alg          Algorithm
+		alg          model.Algorithm
 		reset, retry time.Duration
 	}{
-		{FixedWindow, 45 * time.Second, 45 * time.Second},
-		{SlidingWindowLog, 60 * time.Second, 60 * time.Second},
+		{model.FixedWindow, 45 * time.Second, 45 * time.Second},
+		{model.SlidingWindowLog, 60 * time.Second, 60 * time.Second},
 		// cur 10 becomes prev: 10·(1−g)+1 ≤ 10 at g = 0.1, 6 s into the next window.
-		{SlidingWindowCounter, 105 * time.Second, 51 * time.Second},
+		{model.SlidingWindowCounter, 105 * time.Second, 51 * time.Second},
 	}
 	for _, w := range windows {
 		w := w
@@ -320,7 +322,7 @@ func (r *confRun) sub(t *testing.T) *confRun {
 // confExactExhaustion: a rate whose unit is not a whole number of
 // nanoseconds (3/s) still exhausts to exactly 0 and retries exactly.
 func confExactExhaustion(r *confRun) {
-	l := r.limit("exhaust-tb", TokenBucket, "3/s", 0, 0)
+	l := r.limit("exhaust-tb", model.TokenBucket, "3/s", 0, 0)
 	for i := 1; i <= 3; i++ {
 		r.expect(fmt.Sprint("take ", i), r.take(l, "k", 1), confWant{allowed: true, remaining: float64(3 - i), reset: confAnyReset})
 	}
@@ -333,7 +335,7 @@ func confExactExhaustion(r *confRun) {
 // confTokenBucketRefill: partial refill is exact, and idling never fills
 // the bucket above its burst.
 func confTokenBucketRefill(r *confRun) {
-	l := r.limit("refill-tb", TokenBucket, "2/s", 5, 0)
+	l := r.limit("refill-tb", model.TokenBucket, "2/s", 5, 0)
 	if n := r.drain(l, "a", 10); n != 5 {
 		t := r.t
 		t.Fatalf("B=5 r=2: %d passed at once, want 5", n)
@@ -347,7 +349,7 @@ func confTokenBucketRefill(r *confRun) {
 		r.t.Errorf("B=5 r=2, after an hour idle: %d passed, want 5 (the burst)", n)
 	}
 
-	l8 := r.limit("refill-tb8", TokenBucket, "1/s", 8, 0)
+	l8 := r.limit("refill-tb8", model.TokenBucket, "1/s", 8, 0)
 	r.at(2 * time.Hour)
 	if n := r.drain(l8, "b", 20); n != 8 {
 		r.t.Errorf("B=8 r=1: %d passed at once, want 8", n)
@@ -363,16 +365,16 @@ func confTokenBucketRefill(r *confRun) {
 func confFractionalCost(r *confRun) {
 	ms := time.Millisecond
 	cases := []struct {
-		alg                       Algorithm
+		alg                       model.Algorithm
 		rate                      string
 		delay2, retry, reset, at0 time.Duration
 	}{
-		{TokenBucket, "5/s", 0, 500 * ms, time.Second, 0},
-		{LeakyBucket, "5/s", 500 * ms, 500 * ms, time.Second, 0},
-		{FixedWindow, "5/m", 0, 45 * time.Second, 45 * time.Second, 15 * time.Second},
-		{SlidingWindowLog, "5/m", 0, 60 * time.Second, 60 * time.Second, 15 * time.Second},
+		{model.TokenBucket, "5/s", 0, 500 * ms, time.Second, 0},
+		{model.LeakyBucket, "5/s", 500 * ms, 500 * ms, time.Second, 0},
+		{model.FixedWindow, "5/m", 0, 45 * time.Second, 45 * time.Second, 15 * time.Second},
+		{model.SlidingWindowLog, "5/m", 0, 60 * time.Second, 60 * time.Second, 15 * time.Second},
 		// cur 5 becomes prev: 5·(1−g)+2.5 ≤ 5 at g = 0.5, 30 s into the next window.
-		{SlidingWindowCounter, "5/m", 0, 75 * time.Second, 105 * time.Second, 15 * time.Second},
+		{model.SlidingWindowCounter, "5/m", 0, 75 * time.Second, 105 * time.Second, 15 * time.Second},
 	}
 	for _, c := range cases {
 		c := c
@@ -392,17 +394,17 @@ func confFractionalCost(r *confRun) {
 // confCostAboveCapacity: a cost no wait can admit is rejected with Never and
 // consumes nothing.
 func confCostAboveCapacity(r *confRun) {
-	for _, alg := range Algorithms {
+	for _, alg := range model.Algorithms {
 		alg := alg
 		r.t.Run(string(alg), func(t *testing.T) {
 			r := r.sub(t)
 			l := r.limit("big-"+string(alg), alg, "5/m", 0, 0)
-			r.expect("cost 6", r.take(l, "k", 6), confWant{remaining: 5, retry: Never})
-			r.expect("cost 5.5", r.take(l, "k", 5.5), confWant{remaining: 5, retry: Never})
+			r.expect("cost 6", r.take(l, "k", 6), confWant{remaining: 5, retry: model.Never})
+			r.expect("cost 5.5", r.take(l, "k", 5.5), confWant{remaining: 5, retry: model.Never})
 			if n := r.drain(l, "k", 10); n != 5 {
 				r.t.Errorf("after rejecting cost 6: %d unit requests passed, want 5", n)
 			}
-			r.expect("cost 6 when exhausted", r.take(l, "k", 6), confWant{retry: Never, reset: confAnyReset})
+			r.expect("cost 6 when exhausted", r.take(l, "k", 6), confWant{retry: model.Never, reset: confAnyReset})
 		})
 	}
 }
@@ -416,7 +418,7 @@ func confCostAboveCapacity(r *confRun) {
 func confBackwardsTime(r *confRun) {
 	s := time.Second
 	cases := []struct {
-		alg    Algorithm
+		alg    model.Algorithm
 		rate   string
 		burst  float64
 		setup  []time.Duration // instants of unit requests before t1
@@ -426,18 +428,18 @@ func confBackwardsTime(r *confRun) {
 		back   time.Duration
 		exact  bool
 	}{
-		{TokenBucket, "2/s", 5, nil, 30 * s, 3, 2, 20 * s, true},
-		{TokenBucket, "2/s", 5, nil, 30 * s, 3, 2, 100 * time.Millisecond, true},
-		{FixedWindow, "5/m", 0, nil, 30 * s, 3, 2, 20 * s, true},
-		{FixedWindow, "5/m", 0, nil, 30 * s, 3, 2, -10 * s, true}, // into the previous window
-		{SlidingWindowLog, "5/m", 0, nil, 30 * s, 3, 2, -10 * s, true},
-		{SlidingWindowLog, "5/m", 0, nil, 30 * s, 3, 2, 29 * s, true},
-		{LeakyBucket, "5/s", 5, nil, 30 * s, 3, 2, 20 * s, false},
-		{LeakyBucket, "5/s", 5, nil, 30 * s, 3, 2, 29900 * time.Millisecond, false},
+		{model.TokenBucket, "2/s", 5, nil, 30 * s, 3, 2, 20 * s, true},
+		{model.TokenBucket, "2/s", 5, nil, 30 * s, 3, 2, 100 * time.Millisecond, true},
+		{model.FixedWindow, "5/m", 0, nil, 30 * s, 3, 2, 20 * s, true},
+		{model.FixedWindow, "5/m", 0, nil, 30 * s, 3, 2, -10 * s, true}, // into the previous window
+		{model.SlidingWindowLog, "5/m", 0, nil, 30 * s, 3, 2, -10 * s, true},
+		{model.SlidingWindowLog, "5/m", 0, nil, 30 * s, 3, 2, 29 * s, true},
+		{model.LeakyBucket, "5/s", 5, nil, 30 * s, 3, 2, 20 * s, false},
+		{model.LeakyBucket, "5/s", 5, nil, 30 * s, 3, 2, 29900 * time.Millisecond, false},
 		// prev 4; at 50 % of the window 2 more: estimate 4, k = 1.
-		{SlidingWindowCounter, "5/m", 0, []time.Duration{-30 * s, -30 * s, -30 * s, -30 * s}, 30 * s, 2, 1, 10 * s, false},
-		{SlidingWindowCounter, "5/m", 0, []time.Duration{-30 * s, -30 * s, -30 * s, -30 * s}, 30 * s, 2, 1, -10 * s, false},
-		{SlidingWindowCounter, "5/m", 0, nil, 30 * s, 3, 2, 10 * s, true},
+		{model.SlidingWindowCounter, "5/m", 0, []time.Duration{-30 * s, -30 * s, -30 * s, -30 * s}, 30 * s, 2, 1, 10 * s, false},
+		{model.SlidingWindowCounter, "5/m", 0, []time.Duration{-30 * s, -30 * s, -30 * s, -30 * s}, 30 * s, 2, 1, -10 * s, false},
+		{model.SlidingWindowCounter, "5/m", 0, nil, 30 * s, 3, 2, 10 * s, true},
 	}
 	for i, c := range cases {
 		c := c
@@ -469,7 +471,7 @@ func confBackwardsTime(r *confRun) {
 	}
 	r.t.Run("fresh_key", func(t *testing.T) {
 		r := r.sub(t)
-		for _, alg := range Algorithms {
+		for _, alg := range model.Algorithms {
 			l := r.limit("backfresh-"+string(alg), alg, "5/m", 0, 0)
 			r.at(time.Minute)
 			r.take(l, "other", 1)
@@ -481,7 +483,7 @@ func confBackwardsTime(r *confRun) {
 	})
 	r.t.Run("token_bucket_then_refill", func(t *testing.T) {
 		r := r.sub(t)
-		l := r.limit("backrefill-tb", TokenBucket, "2/s", 5, 0)
+		l := r.limit("backrefill-tb", model.TokenBucket, "2/s", 5, 0)
 		r.at(10 * s)
 		r.drain(l, "k", 5)
 		r.at(-time.Hour)
@@ -498,10 +500,10 @@ func confBackwardsTime(r *confRun) {
 // fixed window of 10/min (its known flaw), while the sliding log and the
 // sliding counter reject the second batch.
 func confFixedWindowFlaw(r *confRun) {
-	fw := r.limit("flaw-fw", FixedWindow, "10/m", 0, 0)
-	log := r.limit("flaw-log", SlidingWindowLog, "10/m", 0, 0)
-	ctr := r.limit("flaw-ctr", SlidingWindowCounter, "10/m", 0, 0)
-	limits := []*Limit{fw, log, ctr}
+	fw := r.limit("flaw-fw", model.FixedWindow, "10/m", 0, 0)
+	log := r.limit("flaw-log", model.SlidingWindowLog, "10/m", 0, 0)
+	ctr := r.limit("flaw-ctr", model.SlidingWindowCounter, "10/m", 0, 0)
+	limits := []*model.Limit{fw, log, ctr}
 	r.at(59900 * time.Millisecond)
 	for _, l := range limits {
 		for i := 0; i < 10; i++ {
@@ -530,7 +532,7 @@ func confFixedWindowFlaw(r *confRun) {
 // previous window, 20 in the current, 30 % into it: the estimate is
 // 80·0.7 + 20 = 76.
 func confSlidingCounterEstimate(r *confRun) {
-	l := r.limit("estimate-ctr", SlidingWindowCounter, "100/m", 0, 0)
+	l := r.limit("estimate-ctr", model.SlidingWindowCounter, "100/m", 0, 0)
 	r.at(10 * time.Second)
 	if !r.take(l, "k", 80).Allowed {
 		r.t.Fatal("80 in an empty window rejected")
@@ -551,7 +553,7 @@ func confSlidingCounterEstimate(r *confRun) {
 // confSlidingLogRetry: the log's RetryAfter is when enough of the oldest
 // entries have left.
 func confSlidingLogRetry(r *confRun) {
-	l := r.limit("retry-log", SlidingWindowLog, "3/m", 0, 0)
+	l := r.limit("retry-log", model.SlidingWindowLog, "3/m", 0, 0)
 	for _, at := range []time.Duration{0, 10 * time.Second, 20 * time.Second} {
 		r.at(at)
 		if !r.take(l, "k", 1).Allowed {
@@ -569,20 +571,20 @@ func confSlidingLogRetry(r *confRun) {
 
 // confMultiLimit: a request under several limits is all-or-nothing.
 func confMultiLimit(r *confRun) {
-	plenty := []*Limit{
-		r.limit("multi-tb", TokenBucket, "100/s", 0, 0),
-		r.limit("multi-lb", LeakyBucket, "100/s", 0, 0),
-		r.limit("multi-fw", FixedWindow, "100/m", 0, 0),
-		r.limit("multi-log", SlidingWindowLog, "100/m", 0, 0),
-		r.limit("multi-ctr", SlidingWindowCounter, "100/m", 0, 0),
+	plenty := []*model.Limit{
+		r.limit("multi-tb", model.TokenBucket, "100/s", 0, 0),
+		r.limit("multi-lb", model.LeakyBucket, "100/s", 0, 0),
+		r.limit("multi-fw", model.FixedWindow, "100/m", 0, 0),
+		r.limit("multi-log", model.SlidingWindowLog, "100/m", 0, 0),
+		r.limit("multi-ctr", model.SlidingWindowCounter, "100/m", 0, 0),
 	}
-	tight := r.limit("multi-tight", TokenBucket, "1/h", 1, 0)
+	tight := r.limit("multi-tight", model.TokenBucket, "1/h", 1, 0)
 	r.at(time.Second)
 	if !r.take(tight, "k", 1).Allowed {
 		r.t.Fatal("first request to the tight limit rejected")
 	}
 	for _, first := range []bool{true, false} {
-		var asks []Ask
+		var asks []model.Ask
 		if first {
 			asks = append(asks, r.ask(tight, "k", 1))
 		}
@@ -606,7 +608,7 @@ func confMultiLimit(r *confRun) {
 			confWant{allowed: true, remaining: 99, reset: confAnyReset})
 	}
 	// When every limit allows, every limit is charged.
-	var asks []Ask
+	var asks []model.Ask
 	for _, l := range plenty {
 		asks = append(asks, r.ask(l, "k", 1))
 	}
@@ -628,7 +630,7 @@ func confRefund(r *confRun) {
 	ms := time.Millisecond
 	r.t.Run("leaky_bucket_cancelled_wait", func(t *testing.T) {
 		r := r.sub(t)
-		l := r.limit("refund-lb", LeakyBucket, "5/s", 5, 0)
+		l := r.limit("refund-lb", model.LeakyBucket, "5/s", 5, 0)
 		for i := 0; i < 3; i++ {
 			r.take(l, "k", 1)
 		}
@@ -643,7 +645,7 @@ func confRefund(r *confRun) {
 		r.expect("at 0.3 s, after a second refund", r.take(l, "k", 1),
 			confWant{allowed: true, remaining: 1.5, delay: 500 * ms, reset: 700 * ms})
 	})
-	for _, alg := range Algorithms {
+	for _, alg := range model.Algorithms {
 		alg := alg
 		r.t.Run(string(alg), func(t *testing.T) {
 			r := r.sub(t)
@@ -671,9 +673,9 @@ func confRefund(r *confRun) {
 }
 
 // refundOf gives back the admission d of ask.
-func (r *confRun) refundOf(ask Ask, d Decision) {
+func (r *confRun) refundOf(ask model.Ask, d model.Decision) {
 	r.t.Helper()
-	if err := r.store.Refund(context.Background(), []Ask{ask}, []Decision{d}); err != nil {
+	if err := r.store.Refund(context.Background(), []model.Ask{ask}, []model.Decision{d}); err != nil {
 		r.t.Fatalf("Refund: %v", err)
 	}
 }
@@ -686,7 +688,7 @@ func confRefundKeepsLaterCharges(r *confRun) {
 	ms := time.Millisecond
 	r.t.Run("token_bucket_refilled", func(t *testing.T) {
 		r := r.sub(t)
-		l := r.limit("later-tb", TokenBucket, "10/s", 10, 0)
+		l := r.limit("later-tb", model.TokenBucket, "10/s", 10, 0)
 		a := r.take(l, "k", 1)
 		r.at(100 * ms) // A's token is back by now
 		r.take(l, "k", 1)
@@ -695,7 +697,7 @@ func confRefundKeepsLaterCharges(r *confRun) {
 	})
 	r.t.Run("fixed_window_previous", func(t *testing.T) {
 		r := r.sub(t)
-		l := r.limit("later-fw", FixedWindow, "10/s", 0, 0)
+		l := r.limit("later-fw", model.FixedWindow, "10/s", 0, 0)
 		r.at(900 * ms)
 		a := r.take(l, "k", 1)
 		r.at(1100 * ms) // the next window
@@ -705,7 +707,7 @@ func confRefundKeepsLaterCharges(r *confRun) {
 	})
 	r.t.Run("sliding_window_counter_previous", func(t *testing.T) {
 		r := r.sub(t)
-		l := r.limit("later-swc", SlidingWindowCounter, "10/s", 0, 0)
+		l := r.limit("later-swc", model.SlidingWindowCounter, "10/s", 0, 0)
 		r.at(900 * ms)
 		a := r.take(l, "k", 1)
 		r.at(1100 * ms)
@@ -715,7 +717,7 @@ func confRefundKeepsLaterCharges(r *confRun) {
 	})
 	r.t.Run("sliding_window_log_older", func(t *testing.T) {
 		r := r.sub(t)
-		l := r.limit("later-swl", SlidingWindowLog, "3/s", 0, 0)
+		l := r.limit("later-swl", model.SlidingWindowLog, "3/s", 0, 0)
 		a := r.take(l, "k", 1)
 		r.at(500 * ms)
 		r.take(l, "k", 1)
@@ -727,8 +729,8 @@ func confRefundKeepsLaterCharges(r *confRun) {
 	})
 	r.t.Run("leaky_bucket_hole", func(t *testing.T) {
 		r := r.sub(t)
-		l := r.limit("later-lb", LeakyBucket, "10/s", 10, 0)
-		var ds []Decision
+		l := r.limit("later-lb", model.LeakyBucket, "10/s", 10, 0)
+		var ds []model.Decision
 		for i := 0; i < 4; i++ {
 			ds = append(ds, r.take(l, "k", 1)) // delays 0, 100, 200, 300 ms
 		}
@@ -741,8 +743,8 @@ func confRefundKeepsLaterCharges(r *confRun) {
 	})
 	r.t.Run("token_bucket_max_delay_hole", func(t *testing.T) {
 		r := r.sub(t)
-		l := r.limit("later-tbd", TokenBucket, "10/s", 1, time.Second)
-		var ds []Decision
+		l := r.limit("later-tbd", model.TokenBucket, "10/s", 1, time.Second)
+		var ds []model.Decision
 		for i := 0; i < 3; i++ {
 			ds = append(ds, r.take(l, "k", 1)) // delays 0, 100, 200 ms
 		}
@@ -756,7 +758,7 @@ func confRefundKeepsLaterCharges(r *confRun) {
 // most MaxDelay.
 func confLeakyMaxDelay(r *confRun) {
 	ms := time.Millisecond
-	l := r.limit("maxdelay-lb", LeakyBucket, "5/s", 10, 400*ms)
+	l := r.limit("maxdelay-lb", model.LeakyBucket, "5/s", 10, 400*ms)
 	// Remaining counts the unit requests whose delay would still be ≤ 400 ms.
 	for i := 1; i <= 3; i++ {
 		r.expect(fmt.Sprint("take ", i), r.take(l, "k", 1), confWant{allowed: true,
@@ -775,7 +777,7 @@ func confLeakyMaxDelay(r *confRun) {
 // time until they do.
 func confTokenMaxDelay(r *confRun) {
 	ms := time.Millisecond
-	l := r.limit("maxdelay-tb", TokenBucket, "2/s", 1, 250*ms)
+	l := r.limit("maxdelay-tb", model.TokenBucket, "2/s", 1, 250*ms)
 	r.expect("take 1", r.take(l, "k", 1), confWant{allowed: true, reset: 500 * ms})
 	r.at(300 * ms)
 	// 0.6 token: 0.4 missing, 200 ms away.
@@ -794,21 +796,21 @@ func confTokenMaxDelay(r *confRun) {
 func confRateChange(r *confRun) {
 	ms := 59*time.Minute + 30*time.Second // to the end of the hour
 	cases := []struct {
-		alg       Algorithm
+		alg       model.Algorithm
 		n         int // admitted at 10/h
 		remaining float64
 		retry     time.Duration
 	}{
 		// 30 s at 10/h refill 1/12 token of the 4 taken: 6 fit, the 7th
 		// waits for the other 11/12 of a token, 6 min each.
-		{TokenBucket, 6, 1.0 / 12, 330 * time.Second},
+		{model.TokenBucket, 6, 1.0 / 12, 330 * time.Second},
 		// The 4 left the queue by 24 s; 10 queue at 6 min each.
-		{LeakyBucket, 10, 0, 6 * time.Minute},
-		{FixedWindow, 6, 0, ms},
+		{model.LeakyBucket, 10, 0, 6 * time.Minute},
+		{model.FixedWindow, 6, 0, ms},
 		// cur 10 becomes prev: 10·(1−g)+1 ≤ 10 at g = 0.1, 6 min into
 		// the next hour.
-		{SlidingWindowCounter, 6, 0, ms + 6*time.Minute},
-		{SlidingWindowLog, 6, 0, ms},
+		{model.SlidingWindowCounter, 6, 0, ms + 6*time.Minute},
+		{model.SlidingWindowLog, 6, 0, ms},
 	}
 	for _, c := range cases {
 		c := c
@@ -837,12 +839,59 @@ func confRateChange(r *confRun) {
 // to burst 1 is empty, not 100 tokens in debt: one token later, a request
 // passes.
 func confCapacityShrink(r *confRun) {
-	big := r.limit("shrink", TokenBucket, "100/h", 100, 0)
-	small := r.limit("shrink", TokenBucket, "1/h", 1, 0)
+	big := r.limit("shrink", model.TokenBucket, "100/h", 100, 0)
+	small := r.limit("shrink", model.TokenBucket, "1/h", 1, 0)
 	if n := r.drain(big, "k", 100); n != 100 {
 		r.t.Fatalf("burst 100: %d admitted, want 100", n)
 	}
 	d := r.take(small, "k", 1)
 	r.expect("burst 1, just shrunk", d, confWant{retry: time.Hour, reset: time.Hour})
 	r.retryExact("burst 1, just shrunk", small, "k", 1, d)
+}
+
+// decideStore is the simplest Store: a map of States under one mutex,
+// changed only by Limit.Decide and Limit.Refund. Running the conformance
+// suite against it tests the algorithms themselves, apart from any store's
+// bookkeeping.
+type decideStore struct {
+	mu     sync.Mutex
+	clock  Clock
+	states map[string]model.State
+}
+
+func (s *decideStore) Take(ctx context.Context, asks []model.Ask, out []model.Decision) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock()
+	next := make([]model.State, len(asks))
+	all := true
+	for i, a := range asks {
+		next[i], out[i] = a.Limit.Decide(s.states[a.Limit.Namespace()+"\n"+a.Key], now, a.Cost)
+		all = all && out[i].Allowed
+	}
+	if all {
+		for i, a := range asks {
+			s.states[a.Limit.Namespace()+"\n"+a.Key] = next[i]
+		}
+	}
+	return nil
+}
+
+func (s *decideStore) Refund(ctx context.Context, asks []model.Ask, charged []model.Decision) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock()
+	for i, a := range asks {
+		k := a.Limit.Namespace() + "\n" + a.Key
+		if st, ok := s.states[k]; ok {
+			s.states[k] = a.Limit.Refund(st, now, a.Cost, charged[i])
+		}
+	}
+	return nil
+}
+
+func TestDecideConformance(t *testing.T) {
+	testStoreConformance(t, func(t *testing.T, clock *testclock.Clock) model.Store {
+		return &decideStore{clock: clock.Now, states: make(map[string]model.State)}
+	})
 }

@@ -1,35 +1,16 @@
-// Package core is sluice's rate-limiting engine: the algorithms, request keys,
-// the stores that hold per-key state, and the writer of standard 429 answers.
+// Package core is sluice's rate-limiting engine: the stores that hold
+// per-key state, the writer of standard 429 answers, and the one request
+// engine that every host runs. The model and the algorithms it applies
+// are in package model, request keys in keyspec, client addresses in
+// clientip.
 //
 // It imports the standard library only, so that Traefik's Yaegi interpreter can
 // run it unchanged; it therefore avoids generics, the min/max/clear builtins,
 // range-over-int, atomic.Pointer, sync.OnceValue and unsafe.
 //
-// # Model
-//
-// A [Limit] names an [Algorithm], a [Rate] (a quota per period), a burst and,
-// for shaping, a maximum delay. Each algorithm is a pure state transition
-//
-//	(State, now, cost) -> (State, Decision)
-//
-// on nanosecond instants supplied by the caller ([Limit.Decide]); nothing in
-// an algorithm reads a clock. A [Store] keeps one State per (limit, key) and
-// applies transitions atomically; a request subject to several limits is
-// decided all-or-nothing by [Store.Take]: if any limit rejects it, no limit
-// is charged.
-//
-// Costs are positive real numbers (2.5 is a valid cost). An instant earlier
-// than one already decided at (a clock stepped back) never mints capacity
-// and never panics. token_bucket and sliding_window_log states keep the
-// latest instant they have seen, and an earlier instant is clamped to it.
-// fixed_window and sliding_window_counter states keep only the start of
-// their window, and leaky_bucket states the instant their queue drains: an
-// earlier instant is clamped to the window's start or taken as it is, which
-// can only make decisions stricter (a longer wait for the window's end or
-// the queue, a heavier previous window).//
 // # Request path
 //
-// One engine serves every host. A host turns a request into [Ask]s (a limit,
+// One engine serves every host. A host turns a request into [model.Ask]s (a limit,
 // the request's key for it, a cost) and hands them to [Gate.Serve]:
 //
 //	Caddy      caddymodule.Handler.ServeHTTP ─┐
@@ -58,14 +39,14 @@
 //
 // # Packages and files by concern
 //
-//   - the typed errors of a refused configuration, which every package
-//     returns: package model
+//   - package model: the model and the algorithms, pure functions of
+//     (state, now, cost) (limit.go, decision.go, algorithm.go,
+//     tokenbucket.go, leakybucket.go, window.go); the Store interface
+//     (store.go); configuration checked once, with typed field errors
+//     (config.go, fielderror.go); the limit of a key's requests in flight
+//     (flightlimit.go)
 //   - client addresses: package clientip; request keys: package keyspec
-//   - model and algorithms, pure functions of (state, now, cost):
-//     limit.go, decision.go, algorithm.go, tokenbucket.go, leakybucket.go,
-//     window.go
-//   - configuration checked once: config.go
-//   - stores: store.go, memory.go; redis.go, redis_lua.go (the scripts
+//   - stores: memory.go; redis.go, redis_lua.go (the scripts
 //     mirror the algorithms), redis_inflight.go, with the RESP client and
 //     its reconnecting client (resp.Lazy) in package resp; share.go names
 //     keys shared across hosts

@@ -25,17 +25,17 @@ func FuzzParseRate(f *testing.F) {
 		f.Add(s, 0.0)
 	}
 	f.Fuzz(func(t *testing.T, s string, burst float64) {
-		r, err := ParseRate(s)
+		r, err := model.ParseRate(s)
 		if err != nil {
 			if fe, ok := err.(*model.FieldError); !ok || fe.Field != "rate" || fe.Value != s {
 				t.Fatalf("ParseRate(%q): error %#v is not a FieldError of the rate holding the text", s, err)
 			}
 			return
 		}
-		for _, alg := range Algorithms {
-			l := &Limit{Name: "f", Algorithm: alg, Rate: r, Burst: burst}
+		for _, alg := range model.Algorithms {
+			l := &model.Limit{Name: "f", Algorithm: alg, Rate: r, Burst: burst}
 			if l.Validate() == nil {
-				if _, d := l.Decide(State{}, testclock.Epoch, 1); !d.Allowed && d.RetryAfter == 0 {
+				if _, d := l.Decide(model.State{}, testclock.Epoch, 1); !d.Allowed && d.RetryAfter == 0 {
 					t.Fatalf("%s %v burst %v: a fresh state rejects with no Retry-After", alg, r, burst)
 				}
 			}
@@ -49,7 +49,7 @@ func FuzzParseCost(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if c, err := ParseCost(s); err == nil && !(c > 0 && !math.IsInf(c, 0)) {
+		if c, err := model.ParseCost(s); err == nil && !(c > 0 && !math.IsInf(c, 0)) {
 			t.Fatalf("ParseCost(%q) = %v without error", s, c)
 		}
 	})
@@ -113,7 +113,7 @@ func FuzzResponder(f *testing.F) {
 	f.Add(5.0, 1.5, int64(time.Second), int64(time.Second), uint8(7), uint8(0), 0.2)
 	f.Add(-1.0, math.Inf(1), int64(-1), int64(math.MaxInt64), uint8(1), uint8(3), 1.0)
 	f.Add(1e300, math.NaN(), int64(math.MaxInt64), int64(1), uint8(2), uint8(2), 0.0)
-	l := &Limit{Name: "api", Rate: Rate{Quota: 100, Period: time.Minute}}
+	l := &model.Limit{Name: "api", Rate: model.Rate{Quota: 100, Period: time.Minute}}
 	if err := l.Validate(); err != nil {
 		f.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func FuzzResponder(f *testing.F) {
 		if r.Validate() != nil {
 			r.Jitter = 0
 		}
-		d := Decision{Limit: l, Quota: quota, Remaining: remaining, Reset: time.Duration(reset), RetryAfter: time.Duration(retry)}
+		d := model.Decision{Limit: l, Quota: quota, Remaining: remaining, Reset: time.Duration(reset), RetryAfter: time.Duration(retry)}
 		if d.Reset < 0 {
 			d.Reset = 0
 		}
@@ -140,7 +140,7 @@ func FuzzResponder(f *testing.F) {
 				}
 			}
 		}
-		if d.RetryAfter != Never {
+		if d.RetryAfter != model.Never {
 			ra := rec.Header().Get("Retry-After")
 			if n, err := strconv.ParseInt(ra, 10, 64); err != nil || n < (int64(d.RetryAfter)-1)/int64(time.Second)+1 && n < 9223372036 {
 				t.Fatalf("Retry-After %q for %v", ra, d.RetryAfter)

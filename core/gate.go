@@ -92,7 +92,7 @@ type Verdict struct {
 	// the one asking for the longest wait; otherwise the limit closest to
 	// exhaustion (smallest Remaining/Quota). Its Limit is nil when no limit
 	// applied or when the store failed without fallback.
-	Decision Decision
+	Decision model.Decision
 	// Delay is how long the request must wait before proceeding (the
 	// longest delay of its leaky_bucket limits).
 	Delay time.Duration
@@ -108,7 +108,7 @@ type Verdict struct {
 	// charged holds the decision on each ask of an admission when there
 	// are several (the store's), for a refund; nil for one ask, whose
 	// decision is Decision.
-	charged []Decision
+	charged []model.Decision
 	// chargedLocal: the rates were charged on the fallback store, where
 	// a refund goes. It differs from Fallback when the rates were decided
 	// by the primary store and the in-flight slots by the fallback.
@@ -117,20 +117,20 @@ type Verdict struct {
 
 // charges is what Store.Refund needs of v: the decision on each of the
 // asks that v decided.
-func (v *Verdict) charges() []Decision {
+func (v *Verdict) charges() []model.Decision {
 	if v.charged != nil {
 		return v.charged
 	}
-	return []Decision{v.Decision}
+	return []model.Decision{v.Decision}
 }
 
 // GateConfig configures a Gate.
 type GateConfig struct {
 	// Limits are every limit the gate may be asked about, validated. Asks
 	// must refer to these pointers.
-	Limits []*Limit
+	Limits []*model.Limit
 	// Store decides; nil means a new MemoryStore with default settings.
-	Store Store
+	Store model.Store
 	// Responder writes headers and 429 answers.
 	Responder Responder
 	// Mode is Enforce or DryRun.
@@ -155,11 +155,11 @@ type GateConfig struct {
 	// Instances must be at least 1 with a Fallback and zero without, and
 	// a Fallback needs a Store that can fail, not a MemoryStore
 	// (CheckFallback).
-	Fallback  Store
+	Fallback  model.Store
 	Instances int
 	// MaxCost, if set, holds for some limits the largest cost the host asks
 	// of them (a constant cost it configured); others are taken to ask 1.
-	MaxCost map[*Limit]float64
+	MaxCost map[*model.Limit]float64
 	// Clock supplies the instant for the Unix-time headers; nil means
 	// SystemClock().
 	Clock Clock
@@ -176,8 +176,8 @@ type GateConfig struct {
 type Gate struct {
 	cfg GateConfig // cfg.Clock nil: the system clock, read from systemClock
 	systemClock
-	resp     *Responder        // &cfg.Responder
-	fallback map[*Limit]*Limit // primary limit → its per-instance share
+	resp     *Responder                    // &cfg.Responder
+	fallback map[*model.Limit]*model.Limit // primary limit → its per-instance share
 	// mem is the primary store when it is a MemoryStore and no breaker
 	// watches it: Serve then decides a single ask without Decide's
 	// generality (a MemoryStore never fails and ignores contexts).
@@ -208,11 +208,11 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 	if err := cfg.Responder.Validate(); err != nil {
 		return nil, err
 	}
-	if err := CheckLimits(cfg.Limits); err != nil {
+	if err := model.CheckLimits(cfg.Limits); err != nil {
 		return nil, err
 	}
 	_, inMemory := cfg.Store.(*MemoryStore)
-	if err := CheckFallback(cfg.Fallback != nil, cfg.Instances, inMemory); err != nil {
+	if err := model.CheckFallback(cfg.Fallback != nil, cfg.Instances, inMemory); err != nil {
 		return nil, err
 	}
 	g := &Gate{cfg: cfg}
@@ -231,7 +231,7 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 	}
 	if cfg.Fallback != nil {
 		n := cfg.Instances
-		g.fallback = make(map[*Limit]*Limit, len(cfg.Limits))
+		g.fallback = make(map[*model.Limit]*model.Limit, len(cfg.Limits))
 		for _, l := range cfg.Limits {
 			share := *l
 			floor := cfg.MaxCost[l]
@@ -245,7 +245,7 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 			if l.MaxInFlight > 0 {
 				share.MaxInFlight = flightShare(l.MaxInFlight, n)
 			}
-			if l.Algorithm == TokenBucket || l.Algorithm == LeakyBucket {
+			if l.Algorithm == model.TokenBucket || l.Algorithm == model.LeakyBucket {
 				share.Burst = l.Capacity() / float64(n)
 				if share.Burst < floor {
 					share.Burst = floor
@@ -261,7 +261,7 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 	}
 	g.resp.prepare(cfg.Limits)
 	for _, share := range g.fallback {
-		g.resp.prepare([]*Limit{share})
+		g.resp.prepare([]*model.Limit{share})
 	}
 	return g, nil
 }
@@ -271,12 +271,12 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 func (g *Gate) Deferred() bool { return g.cfg.Responder.Defer }
 
 // Store is the gate's primary store.
-func (g *Gate) Store() Store { return g.cfg.Store }
+func (g *Gate) Store() model.Store { return g.cfg.Store }
 
 // Decide decides asks all-or-nothing and classifies the result. It neither
 // writes nor waits. The slots of an admitted request's in-flight limits
 // are taken: the caller must release the verdict's Slots.
-func (g *Gate) Decide(ctx context.Context, asks []Ask) Verdict {
+func (g *Gate) Decide(ctx context.Context, asks []model.Ask) Verdict {
 	if g.slots != nil {
 		v, _ := flightDecide(g, ctx, asks)
 		return v
@@ -287,11 +287,11 @@ func (g *Gate) Decide(ctx context.Context, asks []Ask) Verdict {
 // decide is Decide without in-flight limits. It asks the primary store
 // through the breaker and the timeout, and decided reports the call and
 // classifies the decisions.
-func (g *Gate) decide(ctx context.Context, asks []Ask) Verdict {
+func (g *Gate) decide(ctx context.Context, asks []model.Ask) Verdict {
 	if len(asks) == 0 {
 		return Verdict{Outcome: OutcomeAllowed}
 	}
-	out := make([]Decision, len(asks)) // on the heap anyway: stores keep it
+	out := make([]model.Decision, len(asks)) // on the heap anyway: stores keep it
 	b := g.cfg.Breaker
 	var probe uint64
 	if b != nil && atomic.LoadInt32(&b.state) != breakerClosed {
@@ -308,7 +308,7 @@ func (g *Gate) decide(ctx context.Context, asks []Ask) Verdict {
 // into out, or failed with err: it reports the call, with the breaker's
 // probe ticket, to the breaker unless it is simply closed and the call
 // succeeded, and returns the verdict.
-func (g *Gate) decided(ctx context.Context, asks []Ask, out []Decision, err error, probe uint64) Verdict {
+func (g *Gate) decided(ctx context.Context, asks []model.Ask, out []model.Decision, err error, probe uint64) Verdict {
 	b := g.cfg.Breaker
 	if b != nil && (err != nil || atomic.LoadInt32(&b.state) != breakerClosed || atomic.LoadInt32(&b.fails) != 0) {
 		g.report(b, ctx, err, probe)
@@ -321,7 +321,7 @@ func (g *Gate) decided(ctx context.Context, asks []Ask, out []Decision, err erro
 
 // failed is the verdict on asks after the primary store failed with
 // err: the fallback's, or the StoreErrorPolicy's.
-func (g *Gate) failed(ctx context.Context, asks []Ask, out []Decision, err error) Verdict {
+func (g *Gate) failed(ctx context.Context, asks []model.Ask, out []model.Decision, err error) Verdict {
 	if g.fallback != nil {
 		if ferr := g.cfg.Fallback.Take(ctx, g.localAsks(asks), out); ferr == nil {
 			v := g.classify(out)
@@ -330,7 +330,7 @@ func (g *Gate) failed(ctx context.Context, asks []Ask, out []Decision, err error
 		}
 	}
 	if g.cfg.OnStoreError == FailClosed {
-		return Verdict{Outcome: OutcomeStoreErrorDeny, Err: err, Decision: Decision{RetryAfter: time.Second}}
+		return Verdict{Outcome: OutcomeStoreErrorDeny, Err: err, Decision: model.Decision{RetryAfter: time.Second}}
 	}
 	return Verdict{Outcome: OutcomeStoreErrorAllow, Err: err}
 }
@@ -366,7 +366,7 @@ func clientGone(ctx context.Context) bool {
 }
 
 // classify picks the reported decision and the outcome.
-func (g *Gate) classify(out []Decision) Verdict {
+func (g *Gate) classify(out []model.Decision) Verdict {
 	v := Verdict{Outcome: OutcomeAllowed}
 	best := -1
 	allowed := true
@@ -410,7 +410,7 @@ func (g *Gate) classify(out []Decision) Verdict {
 // written, except for OutcomeCancelled, where the client is gone. A
 // request that proceeds may hold in-flight slots (Verdict.Slots), which
 // the host releases when the next handler returns.
-func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, asks []Ask) (Verdict, bool) {
+func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, asks []model.Ask) (Verdict, bool) {
 	if g.mem == nil || len(asks) != 1 {
 		if g.slots != nil {
 			return serveFlight(g, w, r, asks)
@@ -430,7 +430,7 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, asks []Ask) (Verdic
 
 // take asks the primary store to decide asks into out, within the gate's
 // timeout.
-func (g *Gate) take(ctx context.Context, asks []Ask, out []Decision) error {
+func (g *Gate) take(ctx context.Context, asks []model.Ask, out []model.Decision) error {
 	if g.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
@@ -457,7 +457,7 @@ func (g *Gate) classify1(v *Verdict) {
 // answer or the headers, and waits out v.Delay. now is the gate's clock,
 // or 0 if it has not been read. It reports whether the request may
 // proceed.
-func (g *Gate) answer(w http.ResponseWriter, r *http.Request, asks []Ask, v *Verdict, now int64) bool {
+func (g *Gate) answer(w http.ResponseWriter, r *http.Request, asks []model.Ask, v *Verdict, now int64) bool {
 	d := &v.Decision
 	if v.Outcome == OutcomeRejected || v.Outcome == OutcomeStoreErrorDeny {
 		if now == 0 {
@@ -505,7 +505,7 @@ func (g *Gate) wait(ctx context.Context, d time.Duration) bool {
 // that decided it, for a request that does not proceed: a cancelled wait,
 // or one refused an in-flight slot. It runs without the request's context
 // (which may have ended), bounded by the gate's timeout.
-func (g *Gate) refund(asks []Ask, v *Verdict) {
+func (g *Gate) refund(asks []model.Ask, v *Verdict) {
 	ctx := context.Background()
 	if g.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -520,8 +520,8 @@ func (g *Gate) refund(asks []Ask, v *Verdict) {
 }
 
 // localAsks translates asks to the fallback store's per-instance limits.
-func (g *Gate) localAsks(asks []Ask) []Ask {
-	local := make([]Ask, len(asks))
+func (g *Gate) localAsks(asks []model.Ask) []model.Ask {
+	local := make([]model.Ask, len(asks))
 	for i := range asks {
 		local[i] = asks[i]
 		local[i].Limit = g.fallback[asks[i].Limit]

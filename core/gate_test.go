@@ -7,27 +7,29 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // failingStore fails every call, counting them.
 type failingStore struct{ calls int }
 
-func (f *failingStore) Take(ctx context.Context, asks []Ask, out []Decision) error {
+func (f *failingStore) Take(ctx context.Context, asks []model.Ask, out []model.Decision) error {
 	f.calls++
 	return errors.New("store down")
 }
 
-func (f *failingStore) Refund(ctx context.Context, asks []Ask, charged []Decision) error {
+func (f *failingStore) Refund(ctx context.Context, asks []model.Ask, charged []model.Decision) error {
 	return errors.New("store down")
 }
 
-func gateLimit(t *testing.T, name string, alg Algorithm, rate string, burst float64) *Limit {
+func gateLimit(t *testing.T, name string, alg model.Algorithm, rate string, burst float64) *model.Limit {
 	t.Helper()
-	r, err := ParseRate(rate)
+	r, err := model.ParseRate(rate)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &Limit{Name: name, Algorithm: alg, Rate: r, Burst: burst}
+	l := &model.Limit{Name: name, Algorithm: alg, Rate: r, Burst: burst}
 	if err := l.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -53,10 +55,10 @@ func newTestGate(t *testing.T, cfg GateConfig, now *int64) *Gate {
 
 func TestGateReportsClosestLimit(t *testing.T) {
 	now := int64(1_700_000_040e9)
-	ip := gateLimit(t, "ip", TokenBucket, "10/s", 0)
-	user := gateLimit(t, "user", TokenBucket, "100/m", 4)
-	g := newTestGate(t, GateConfig{Limits: []*Limit{ip, user}}, &now)
-	asks := []Ask{{Limit: ip, Key: "a", Cost: 1}, {Limit: user, Key: "u", Cost: 1}}
+	ip := gateLimit(t, "ip", model.TokenBucket, "10/s", 0)
+	user := gateLimit(t, "user", model.TokenBucket, "100/m", 4)
+	g := newTestGate(t, GateConfig{Limits: []*model.Limit{ip, user}}, &now)
+	asks := []model.Ask{{Limit: ip, Key: "a", Cost: 1}, {Limit: user, Key: "u", Cost: 1}}
 	v := g.Decide(context.Background(), asks)
 	if v.Outcome != OutcomeAllowed || v.Decision.Limit != user || v.Decision.Remaining != 3 {
 		t.Fatalf("got %v %+v, want allowed reporting user with 3 left", v.Outcome, v.Decision)
@@ -77,9 +79,9 @@ func TestGateReportsClosestLimit(t *testing.T) {
 
 func TestGateDryRunPassesWithoutCharging(t *testing.T) {
 	now := int64(0)
-	l := gateLimit(t, "api", FixedWindow, "2/m", 0)
-	g := newTestGate(t, GateConfig{Limits: []*Limit{l}, Mode: DryRun}, &now)
-	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	l := gateLimit(t, "api", model.FixedWindow, "2/m", 0)
+	g := newTestGate(t, GateConfig{Limits: []*model.Limit{l}, Mode: DryRun}, &now)
+	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
 	var outcomes []Outcome
 	for i := 0; i < 4; i++ {
 		rec := httptest.NewRecorder()
@@ -99,8 +101,8 @@ func TestGateDryRunPassesWithoutCharging(t *testing.T) {
 
 func TestGateStoreErrorPolicy(t *testing.T) {
 	now := int64(0)
-	l := gateLimit(t, "api", TokenBucket, "1/s", 0)
-	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	l := gateLimit(t, "api", model.TokenBucket, "1/s", 0)
+	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
 	for _, tc := range []struct {
 		policy StoreErrorPolicy
 		want   Outcome
@@ -110,7 +112,7 @@ func TestGateStoreErrorPolicy(t *testing.T) {
 		{FailOpen, OutcomeStoreErrorAllow, http.StatusOK, true},
 		{FailClosed, OutcomeStoreErrorDeny, http.StatusTooManyRequests, false},
 	} {
-		g := newTestGate(t, GateConfig{Limits: []*Limit{l}, Store: &failingStore{}, OnStoreError: tc.policy,
+		g := newTestGate(t, GateConfig{Limits: []*model.Limit{l}, Store: &failingStore{}, OnStoreError: tc.policy,
 			Responder: Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX}}, &now)
 		rec := httptest.NewRecorder()
 		v, ok := g.Serve(rec, httptest.NewRequest("GET", "/", nil), asks)
@@ -126,10 +128,10 @@ func TestGateStoreErrorPolicy(t *testing.T) {
 
 func TestGateFallbackSharesQuota(t *testing.T) {
 	now := int64(0)
-	l := gateLimit(t, "api", TokenBucket, "10/s", 0)
+	l := gateLimit(t, "api", model.TokenBucket, "10/s", 0)
 	local, _ := NewMemoryStore(MemoryConfig{MaxKeys: 64, Clock: func() int64 { return now }})
-	g := newTestGate(t, GateConfig{Limits: []*Limit{l}, Store: &failingStore{}, Fallback: local, Instances: 5}, &now)
-	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	g := newTestGate(t, GateConfig{Limits: []*model.Limit{l}, Store: &failingStore{}, Fallback: local, Instances: 5}, &now)
+	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
 	admitted := 0
 	for i := 0; i < 10; i++ {
 		v := g.Decide(context.Background(), asks)
@@ -147,10 +149,10 @@ func TestGateFallbackSharesQuota(t *testing.T) {
 
 func TestGateBreakerStopsCallingStore(t *testing.T) {
 	now := int64(0)
-	l := gateLimit(t, "api", TokenBucket, "1/s", 0)
+	l := gateLimit(t, "api", model.TokenBucket, "1/s", 0)
 	fs := &failingStore{}
-	g := newTestGate(t, GateConfig{Limits: []*Limit{l}, Store: fs, Breaker: &Breaker{Failures: 3, Backoff: time.Second}}, &now)
-	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	g := newTestGate(t, GateConfig{Limits: []*model.Limit{l}, Store: fs, Breaker: &Breaker{Failures: 3, Backoff: time.Second}}, &now)
+	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
 	for i := 0; i < 10; i++ {
 		g.Decide(context.Background(), asks)
 	}
@@ -170,12 +172,12 @@ func TestGateBreakerStopsCallingStore(t *testing.T) {
 
 func TestGateServeWaitsAndRefundsOnCancel(t *testing.T) {
 	now := int64(0)
-	l := &Limit{Name: "shape", Algorithm: LeakyBucket, Rate: Rate{Quota: 1, Period: time.Hour}, Burst: 3}
+	l := &model.Limit{Name: "shape", Algorithm: model.LeakyBucket, Rate: model.Rate{Quota: 1, Period: time.Hour}, Burst: 3}
 	if err := l.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	g := newTestGate(t, GateConfig{Limits: []*Limit{l}}, &now)
-	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	g := newTestGate(t, GateConfig{Limits: []*model.Limit{l}}, &now)
+	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
 	if v, ok := g.Serve(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), asks); !ok || v.Delay != 0 {
 		t.Fatalf("first request: %+v %v", v, ok)
 	}
@@ -196,9 +198,9 @@ func TestGateServeWaitsAndRefundsOnCancel(t *testing.T) {
 
 func TestGateServeRejects(t *testing.T) {
 	now := int64(1_700_000_040e9)
-	l := gateLimit(t, "api", TokenBucket, "1/m", 0)
-	g := newTestGate(t, GateConfig{Limits: []*Limit{l}, Responder: Responder{Headers: DefaultHeaders}}, &now)
-	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	l := gateLimit(t, "api", model.TokenBucket, "1/m", 0)
+	g := newTestGate(t, GateConfig{Limits: []*model.Limit{l}, Responder: Responder{Headers: DefaultHeaders}}, &now)
+	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
 	rec := httptest.NewRecorder()
 	if _, ok := g.Serve(rec, httptest.NewRequest("GET", "/", nil), asks); !ok || rec.Header().Get("RateLimit") == "" {
 		t.Fatalf("first request: pass %v, headers %v", ok, rec.Header())
@@ -211,21 +213,21 @@ func TestGateServeRejects(t *testing.T) {
 }
 
 func TestGateRejectsDuplicateNames(t *testing.T) {
-	a := gateLimit(t, "api", TokenBucket, "1/s", 0)
-	b := gateLimit(t, "api", FixedWindow, "1/s", 0)
-	if _, err := NewGate(GateConfig{Limits: []*Limit{a, b}}); err == nil {
+	a := gateLimit(t, "api", model.TokenBucket, "1/s", 0)
+	b := gateLimit(t, "api", model.FixedWindow, "1/s", 0)
+	if _, err := NewGate(GateConfig{Limits: []*model.Limit{a, b}}); err == nil {
 		t.Fatal("two limits named api were accepted")
 	}
 }
 
 func TestGateDryRunDoesNotShape(t *testing.T) {
 	now := int64(0)
-	l := &Limit{Name: "shape", Algorithm: LeakyBucket, Rate: Rate{Quota: 1, Period: time.Hour}, Burst: 3}
+	l := &model.Limit{Name: "shape", Algorithm: model.LeakyBucket, Rate: model.Rate{Quota: 1, Period: time.Hour}, Burst: 3}
 	if err := l.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	g := newTestGate(t, GateConfig{Limits: []*Limit{l}, Mode: DryRun}, &now)
-	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	g := newTestGate(t, GateConfig{Limits: []*model.Limit{l}, Mode: DryRun}, &now)
+	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
 	g.Decide(context.Background(), asks)
 	v, ok := g.Serve(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), asks)
 	if !ok || v.Outcome != OutcomeAllowed || v.Delay != 0 || v.Decision.Delay != time.Hour {
@@ -235,13 +237,13 @@ func TestGateDryRunDoesNotShape(t *testing.T) {
 
 func TestGateFallbackWindowAlgorithms(t *testing.T) {
 	now := int64(0)
-	for _, alg := range Algorithms {
+	for _, alg := range model.Algorithms {
 		l := gateLimit(t, "w", alg, "10/m", 0)
 		local, _ := NewMemoryStore(MemoryConfig{MaxKeys: 64, Clock: func() int64 { return now }})
-		g := newTestGate(t, GateConfig{Limits: []*Limit{l}, Store: &failingStore{}, Fallback: local, Instances: 2}, &now)
+		g := newTestGate(t, GateConfig{Limits: []*model.Limit{l}, Store: &failingStore{}, Fallback: local, Instances: 2}, &now)
 		admitted := 0
 		for i := 0; i < 10; i++ {
-			if v := g.Decide(context.Background(), []Ask{{Limit: l, Key: "k", Cost: 1}}); v.Outcome == OutcomeAllowed {
+			if v := g.Decide(context.Background(), []model.Ask{{Limit: l, Key: "k", Cost: 1}}); v.Outcome == OutcomeAllowed {
 				admitted++
 			}
 		}
@@ -258,23 +260,23 @@ func TestGateFallbackWindowAlgorithms(t *testing.T) {
 func TestGateFallbackShareAdmitsOneRequest(t *testing.T) {
 	now := int64(0)
 	for _, tc := range []struct {
-		limit     *Limit
+		limit     *model.Limit
 		cost      float64
 		instances int
 	}{
-		{gateLimit(t, "tb", TokenBucket, "100/s", 1), 1, 2},
-		{gateLimit(t, "expensive", TokenBucket, "10/m", 0), 5, 3},
-		{gateLimit(t, "fw", FixedWindow, "1/m", 0), 1, 4},
-		{gateLimit(t, "lb", LeakyBucket, "1/s", 1), 1, 3},
+		{gateLimit(t, "tb", model.TokenBucket, "100/s", 1), 1, 2},
+		{gateLimit(t, "expensive", model.TokenBucket, "10/m", 0), 5, 3},
+		{gateLimit(t, "fw", model.FixedWindow, "1/m", 0), 1, 4},
+		{gateLimit(t, "lb", model.LeakyBucket, "1/s", 1), 1, 3},
 	} {
 		local, _ := NewMemoryStore(MemoryConfig{MaxKeys: 64, Clock: func() int64 { return now }})
-		g := newTestGate(t, GateConfig{Limits: []*Limit{tc.limit}, Store: &failingStore{}, Fallback: local, Instances: tc.instances,
-			MaxCost: map[*Limit]float64{tc.limit: tc.cost}}, &now)
-		v := g.Decide(context.Background(), []Ask{{Limit: tc.limit, Key: "k", Cost: tc.cost}})
+		g := newTestGate(t, GateConfig{Limits: []*model.Limit{tc.limit}, Store: &failingStore{}, Fallback: local, Instances: tc.instances,
+			MaxCost: map[*model.Limit]float64{tc.limit: tc.cost}}, &now)
+		v := g.Decide(context.Background(), []model.Ask{{Limit: tc.limit, Key: "k", Cost: tc.cost}})
 		if !v.Fallback || v.Outcome != OutcomeAllowed {
 			t.Errorf("%s, cost %v over %d instances: %+v, want admitted by the fallback", tc.limit.Name, tc.cost, tc.instances, v)
 		}
-		if v = g.Decide(context.Background(), []Ask{{Limit: tc.limit, Key: "k", Cost: tc.cost}}); v.Outcome != OutcomeRejected || v.Decision.RetryAfter == Never {
+		if v = g.Decide(context.Background(), []model.Ask{{Limit: tc.limit, Key: "k", Cost: tc.cost}}); v.Outcome != OutcomeRejected || v.Decision.RetryAfter == model.Never {
 			t.Errorf("%s: second request %+v, want rejected with a finite Retry-After", tc.limit.Name, v)
 		}
 	}
@@ -283,21 +285,23 @@ func TestGateFallbackShareAdmitsOneRequest(t *testing.T) {
 // cancellingStore fails as a store does when its caller's context ends.
 type cancellingStore struct{}
 
-func (cancellingStore) Take(ctx context.Context, asks []Ask, out []Decision) error {
+func (cancellingStore) Take(ctx context.Context, asks []model.Ask, out []model.Decision) error {
 	return ctx.Err()
 }
 
-func (cancellingStore) Refund(ctx context.Context, asks []Ask, charged []Decision) error { return nil }
+func (cancellingStore) Refund(ctx context.Context, asks []model.Ask, charged []model.Decision) error {
+	return nil
+}
 
 func TestGateBreakerIgnoresClientsThatLeave(t *testing.T) {
 	now := int64(0)
-	l := gateLimit(t, "api", TokenBucket, "1/s", 0)
+	l := gateLimit(t, "api", model.TokenBucket, "1/s", 0)
 	b := &Breaker{Failures: 2, Backoff: time.Second}
-	g := newTestGate(t, GateConfig{Limits: []*Limit{l}, Store: cancellingStore{}, Breaker: b}, &now)
+	g := newTestGate(t, GateConfig{Limits: []*model.Limit{l}, Store: cancellingStore{}, Breaker: b}, &now)
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	for i := 0; i < 5; i++ {
-		g.Decide(gone, []Ask{{Limit: l, Key: "k", Cost: 1}})
+		g.Decide(gone, []model.Ask{{Limit: l, Key: "k", Cost: 1}})
 	}
 	if b.State() != BreakerClosed {
 		t.Fatalf("breaker %v after clients left, want closed", b.State())

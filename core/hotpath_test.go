@@ -10,31 +10,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
 // TestDecideReturnsExpiry: the expiry decide returns for the next state,
 // which the in-memory store keeps, is Limit.Expiry of that state.
 func TestDecideReturnsExpiry(t *testing.T) {
-	limits := []*Limit{
-		algLimit(t, TokenBucket, "7/s", 3, 0),
-		algLimit(t, TokenBucket, "6/s", 0, 0),
-		algLimit(t, LeakyBucket, "5/s", 4, 0),
-		algLimit(t, LeakyBucket, "3/s", 4, 500*time.Millisecond),
-		algLimit(t, FixedWindow, "10/m", 0, 0),
-		algLimit(t, SlidingWindowCounter, "4/s", 0, 0),
-		algLimit(t, SlidingWindowLog, "3/s", 0, 0),
+	limits := []*model.Limit{
+		algLimit(t, model.TokenBucket, "7/s", 3, 0),
+		algLimit(t, model.TokenBucket, "6/s", 0, 0),
+		algLimit(t, model.LeakyBucket, "5/s", 4, 0),
+		algLimit(t, model.LeakyBucket, "3/s", 4, 500*time.Millisecond),
+		algLimit(t, model.FixedWindow, "10/m", 0, 0),
+		algLimit(t, model.SlidingWindowCounter, "4/s", 0, 0),
+		algLimit(t, model.SlidingWindowLog, "3/s", 0, 0),
 	}
 	costs := []float64{0.5, 1, 1, 2.5}
 	rng := rand.New(rand.NewSource(7))
 	for _, l := range limits {
-		var s State
+		var s model.State
 		now := testclock.Epoch
 		for step := 0; step < 300; step++ {
 			now += rng.Int63n(int64(400*time.Millisecond)) - int64(50*time.Millisecond)
 			next := copyState(s)
-			var d Decision
-			exp := decide(l, &next, now, costs[rng.Intn(len(costs))], &d)
+			var d model.Decision
+			exp := model.Step(l, &next, now, costs[rng.Intn(len(costs))], &d)
 			if want := l.Expiry(next); exp != want {
 				t.Fatalf("%s %v, step %d: decide returned expiry %d, Expiry says %d", l.Algorithm, l.Rate, step, exp, want)
 			}
@@ -51,11 +52,11 @@ func TestDecideReturnsExpiry(t *testing.T) {
 // struct{ Store } stored by value in GateConfig.Store.
 type hiddenStore struct{ s *MemoryStore }
 
-func (h *hiddenStore) Take(ctx context.Context, asks []Ask, out []Decision) error {
+func (h *hiddenStore) Take(ctx context.Context, asks []model.Ask, out []model.Decision) error {
 	return h.s.Take(ctx, asks, out)
 }
 
-func (h *hiddenStore) Refund(ctx context.Context, asks []Ask, charged []Decision) error {
+func (h *hiddenStore) Refund(ctx context.Context, asks []model.Ask, charged []model.Decision) error {
 	return h.s.Refund(ctx, asks, charged)
 }
 
@@ -63,12 +64,12 @@ func (h *hiddenStore) Refund(ctx context.Context, asks []Ask, charged []Decision
 // Serve decides on its own path, gets the verdict, status and headers of
 // the general path, for every algorithm, admitted, delayed and rejected.
 func TestGateServeFastPathMatchesGeneral(t *testing.T) {
-	limits := []*Limit{
-		gateLimit(t, "tb", TokenBucket, "3/s", 0),
-		gateLimit(t, "fw", FixedWindow, "4/m", 0),
-		gateLimit(t, "swc", SlidingWindowCounter, "4/s", 0),
-		gateLimit(t, "swl", SlidingWindowLog, "3/s", 0),
-		gateLimit(t, "lb", LeakyBucket, "1/s", 3),
+	limits := []*model.Limit{
+		gateLimit(t, "tb", model.TokenBucket, "3/s", 0),
+		gateLimit(t, "fw", model.FixedWindow, "4/m", 0),
+		gateLimit(t, "swc", model.SlidingWindowCounter, "4/s", 0),
+		gateLimit(t, "swl", model.SlidingWindowLog, "3/s", 0),
+		gateLimit(t, "lb", model.LeakyBucket, "1/s", 3),
 	}
 	for _, mode := range []Mode{Enforce, DryRun} {
 		now := testclock.Epoch
@@ -102,7 +103,7 @@ func TestGateServeFastPathMatchesGeneral(t *testing.T) {
 		seen := map[Outcome]bool{}
 		for step := 0; step < 60; step++ {
 			l := limits[step%len(limits)]
-			asks := []Ask{{Limit: l, Key: "k" + strconv.Itoa(step%2), Cost: 1}}
+			asks := []model.Ask{{Limit: l, Key: "k" + strconv.Itoa(step%2), Cost: 1}}
 			var recs [2]*httptest.ResponseRecorder
 			var verdicts [2]Verdict
 			var oks [2]bool
@@ -135,15 +136,15 @@ func TestGateServeFastPathMatchesGeneral(t *testing.T) {
 // configured) share its reading, and X-RateLimit-Reset is the Unix time
 // at which the limit is whole again.
 func TestGateServeSystemClock(t *testing.T) {
-	l := gateLimit(t, "api", TokenBucket, "10/h", 0)
-	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Responder: Responder{Headers: DefaultHeaders}})
+	l := gateLimit(t, "api", model.TokenBucket, "10/h", 0)
+	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Responder: Responder{Headers: DefaultHeaders}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !g.memClock {
 		t.Fatal("a gate without Clock or Store does not share its store's clock")
 	}
-	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
 	before := time.Now().UnixNano()
 	rec := httptest.NewRecorder()
 	v, ok := g.Serve(rec, httptest.NewRequest(http.MethodGet, "/", nil), asks)

@@ -30,60 +30,10 @@ import (
 // (RateLimit-Policy: "api";q=10;qu="concurrent-requests") and whose
 // namespace, "<name>:in_flight", keeps its keys apart from the rate's.
 
-// FlightRetryAfter is the Retry-After of a request refused an in-flight
-// slot: short, since a slot frees as soon as any request of the key ends
-// (jittered like every Retry-After by Responder.Jitter).
-const FlightRetryAfter = time.Second
-
 // DefaultLeaseTTL is the time to live of a Redis in-flight lease when
 // GateConfig.LeaseTTL is zero: 30 s, a common request timeout, and 5 s
 // more. It bounds how long the slots of a proxy that crashed stay taken.
 const DefaultLeaseTTL = 35 * time.Second
-
-// newFlightLimit returns the limit that decides the in-flight slots of l.
-func newFlightLimit(l *Limit) *Limit {
-	f := &Limit{Name: l.Name, MaxInFlight: l.MaxInFlight}
-	f.ns = l.Name + ":in_flight"
-	f.nsHash = fnv1a(f.ns)
-	f.capacity = float64(l.MaxInFlight)
-	return f
-}
-
-// validateFlightOnly finishes Validate for a limit of requests in flight
-// only (a zero Rate), which has no algorithm, burst or delay.
-func (l *Limit) validateFlightOnly() *model.FieldError {
-	switch {
-	case l.Algorithm != "":
-		return &model.FieldError{Field: "algorithm", Value: string(l.Algorithm), Reason: "only a rate has an algorithm", Needs: "rate"}
-	case l.Burst != 0:
-		return &model.FieldError{Field: "burst", Reason: "only a rate has a burst", Needs: "rate"}
-	case l.MaxDelay != 0:
-		return &model.FieldError{Field: "max_delay", Reason: "only a rate delays requests", Needs: "rate"}
-	}
-	f := l.flight
-	l.period, l.unit, l.capacity, l.owe = 0, 0, 0, 0
-	l.ns, l.nsHash = f.ns, f.nsHash
-	return nil
-}
-
-// flightDecision is the decision of a flight limit l on a request that
-// found held slots of its key taken: admitted when one is free, with the
-// slots left after it as Remaining; otherwise rejected, to retry after
-// FlightRetryAfter. Reset and Next, which a count of requests in progress
-// does not know, are FlightRetryAfter when no slot is left, else zero.
-func flightDecision(l *Limit, held int) Decision {
-	k := l.MaxInFlight
-	d := Decision{Limit: l, Allowed: held < k, Quota: float64(k)}
-	if d.Allowed && held+1 < k {
-		d.Remaining = float64(k - held - 1)
-		return d
-	}
-	d.Reset, d.Next = FlightRetryAfter, FlightRetryAfter
-	if !d.Allowed {
-		d.RetryAfter = FlightRetryAfter
-	}
-	return d
-}
 
 // slotStore is a store that counts requests in flight: the MemoryStore
 // exactly, the RedisStore by leases that expire. asks are of flight
@@ -92,12 +42,12 @@ func flightDecision(l *Limit, held int) Decision {
 type slotStore interface {
 	// acquireSlots takes a slot of every ask for lease if each has one
 	// free, else none, and writes each ask's decision to out.
-	acquireSlots(ctx context.Context, asks []Ask, lease string, ttl time.Duration, out []Decision) error
+	acquireSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration, out []model.Decision) error
 	// releaseSlots gives back the slots of lease.
-	releaseSlots(ctx context.Context, asks []Ask, lease string) error
+	releaseSlots(ctx context.Context, asks []model.Ask, lease string) error
 	// renewSlots extends the slots of lease to ttl from now; a memory
 	// store's never expire.
-	renewSlots(ctx context.Context, asks []Ask, lease string, ttl time.Duration) error
+	renewSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration) error
 }
 
 // flightTable is a MemoryStore's count of requests in flight, by the hash
@@ -125,7 +75,7 @@ func (s *MemoryStore) InFlight() int {
 
 // acquireSlots implements slotStore, exactly: one lock over the count of
 // every key of the request.
-func (s *MemoryStore) acquireSlots(ctx context.Context, asks []Ask, lease string, ttl time.Duration, out []Decision) error {
+func (s *MemoryStore) acquireSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration, out []model.Decision) error {
 	var hb [maxAsks]uint64
 	hs := hb[:0]
 	for i := range asks {
@@ -135,7 +85,7 @@ func (s *MemoryStore) acquireSlots(ctx context.Context, asks []Ask, lease string
 	all := true
 	t.mu.Lock()
 	for i := range asks {
-		out[i] = flightDecision(asks[i].Limit, t.held[hs[i]])
+		out[i] = model.FlightDecision(asks[i].Limit, t.held[hs[i]])
 		all = all && out[i].Allowed
 	}
 	if all {
@@ -151,7 +101,7 @@ func (s *MemoryStore) acquireSlots(ctx context.Context, asks []Ask, lease string
 // addSlots takes a slot of every ask, whether or not it has one free: the
 // count of slots held on another store, which the fallback's shares must
 // see (see Slots).
-func (s *MemoryStore) addSlots(asks []Ask) {
+func (s *MemoryStore) addSlots(asks []model.Ask) {
 	t := s.flight
 	t.mu.Lock()
 	for i := range asks {
@@ -162,7 +112,7 @@ func (s *MemoryStore) addSlots(asks []Ask) {
 }
 
 // releaseSlots implements slotStore; a key's entry goes at zero.
-func (s *MemoryStore) releaseSlots(ctx context.Context, asks []Ask, lease string) error {
+func (s *MemoryStore) releaseSlots(ctx context.Context, asks []model.Ask, lease string) error {
 	t := s.flight
 	t.mu.Lock()
 	for i := range asks {
@@ -182,7 +132,7 @@ func (s *MemoryStore) releaseSlots(ctx context.Context, asks []Ask, lease string
 }
 
 // renewSlots implements slotStore: a memory store's slots never expire.
-func (s *MemoryStore) renewSlots(ctx context.Context, asks []Ask, lease string, ttl time.Duration) error {
+func (s *MemoryStore) renewSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration) error {
 	return nil
 }
 
@@ -292,8 +242,8 @@ func flightShare(most, n int) int {
 // next request is admitted on Redis: see reassertSlots).
 type Slots struct {
 	gate  *Gate
-	asks  []Ask // of the flight limits, on the gate's store
-	local []Ask // of the fallback's shares, on the fallback; nil without
+	asks  []model.Ask // of the flight limits, on the gate's store
+	local []model.Ask // of the fallback's shares, on the fallback; nil without
 	lease string
 	mu    sync.Mutex
 	timer *time.Timer // renews a Redis lease; nil for memory
@@ -341,7 +291,7 @@ func releaseSlots(s *Slots) {
 // releaseLease gives back the slots of lease on store, without a
 // request's context, which may have ended, but bounded by the gate's
 // timeout; a failure leaves a Redis lease to expire.
-func releaseLease(g *Gate, store slotStore, asks []Ask, lease string) {
+func releaseLease(g *Gate, store slotStore, asks []model.Ask, lease string) {
 	ctx, cancel := gateBackground(g)
 	_ = store.releaseSlots(ctx, asks, lease)
 	cancel()
@@ -434,13 +384,13 @@ func gateBackground(g *Gate) (context.Context, context.CancelFunc) {
 // slot is refused or the store fails under FailClosed. It returns the
 // verdict, holding the slots taken, and the asks of the rates, which
 // answer refunds if the client leaves during a delay.
-func flightDecide(g *Gate, ctx context.Context, asks []Ask) (Verdict, []Ask) {
-	rated := make([]Ask, 0, len(asks))
-	var flight []Ask
+func flightDecide(g *Gate, ctx context.Context, asks []model.Ask) (Verdict, []model.Ask) {
+	rated := make([]model.Ask, 0, len(asks))
+	var flight []model.Ask
 	for i := range asks {
 		l := asks[i].Limit
-		if l.flight != nil {
-			flight = append(flight, Ask{Limit: l.flight, Key: asks[i].Key, Cost: 1})
+		if l.Flight() != nil {
+			flight = append(flight, model.Ask{Limit: l.Flight(), Key: asks[i].Key, Cost: 1})
 		}
 		if l.Rated() {
 			rated = append(rated, asks[i])
@@ -453,7 +403,7 @@ func flightDecide(g *Gate, ctx context.Context, asks []Ask) (Verdict, []Ask) {
 	// The rates are charged unless the store failed and FailOpen let the
 	// request through uncharged.
 	charged := v.Err == nil || v.Fallback
-	out := make([]Decision, len(flight), len(flight)+1)
+	out := make([]model.Decision, len(flight), len(flight)+1)
 	slots, decided, err := takeFlight(g, ctx, asks, flight, v.Err, out)
 	if !decided {
 		if clientGone(ctx) {
@@ -468,7 +418,7 @@ func flightDecide(g *Gate, ctx context.Context, asks []Ask) (Verdict, []Ask) {
 			if charged {
 				g.refund(rated, &v)
 			}
-			return Verdict{Outcome: OutcomeStoreErrorDeny, Err: err, Decision: Decision{RetryAfter: time.Second}}, rated
+			return Verdict{Outcome: OutcomeStoreErrorDeny, Err: err, Decision: model.Decision{RetryAfter: time.Second}}, rated
 		}
 		v.Outcome, v.Err = OutcomeStoreErrorAllow, err
 		return v, rated
@@ -506,7 +456,7 @@ func flightDecide(g *Gate, ctx context.Context, asks []Ask) (Verdict, []Ask) {
 // With a fallback, the slots are counted on it whichever store decides:
 // the shares are taken unconditionally before the gate's store decides,
 // and given back if it refuses or fails.
-func takeFlight(g *Gate, ctx context.Context, asks, flight []Ask, failed error, out []Decision) (slots *Slots, decided bool, err error) {
+func takeFlight(g *Gate, ctx context.Context, asks, flight []model.Ask, failed error, out []model.Decision) (slots *Slots, decided bool, err error) {
 	gs := g.slots
 	err = failed
 	var probe uint64
@@ -516,12 +466,12 @@ func takeFlight(g *Gate, ctx context.Context, asks, flight []Ask, failed error, 
 			err = ErrBreakerOpen
 		}
 	}
-	var local []Ask
+	var local []model.Ask
 	if gs.fallback != nil {
-		local = make([]Ask, 0, len(flight))
+		local = make([]model.Ask, 0, len(flight))
 		for i := range asks {
-			if l := g.fallback[asks[i].Limit]; l.flight != nil {
-				local = append(local, Ask{Limit: l.flight, Key: asks[i].Key, Cost: 1})
+			if l := g.fallback[asks[i].Limit]; l.Flight() != nil {
+				local = append(local, model.Ask{Limit: l.Flight(), Key: asks[i].Key, Cost: 1})
 			}
 		}
 	}
@@ -602,7 +552,7 @@ func takeFlight(g *Gate, ctx context.Context, asks, flight []Ask, failed error, 
 // it. On Redis, the lease is renewed every third of its lifetime, and
 // the slots join the gate's held ones: slots the fallback took make them
 // dirty, to be added to Redis once it answers.
-func holdSlots(g *Gate, flight, local []Ask, lease string, out []Decision, leased bool) *Slots {
+func holdSlots(g *Gate, flight, local []model.Ask, lease string, out []model.Decision, leased bool) *Slots {
 	for i := range out {
 		if !out[i].Allowed {
 			return nil
@@ -629,7 +579,7 @@ func holdSlots(g *Gate, flight, local []Ask, lease string, out []Decision, lease
 // serveFlight is Serve for a gate with in-flight limits: Serve's work
 // around flightDecide. The slots of a request that may not proceed are
 // released at once.
-func serveFlight(g *Gate, w http.ResponseWriter, r *http.Request, asks []Ask) (Verdict, bool) {
+func serveFlight(g *Gate, w http.ResponseWriter, r *http.Request, asks []model.Ask) (Verdict, bool) {
 	v, rated := flightDecide(g, r.Context(), asks)
 	if v.Outcome == OutcomeCancelled {
 		return v, false

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/resp"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
@@ -19,11 +20,11 @@ import (
 
 // flightLimit returns a validated limit of k requests in flight, with the
 // rate rate ("" for none).
-func flightLimit(t *testing.T, name, rate string, k int) *Limit {
+func flightLimit(t *testing.T, name, rate string, k int) *model.Limit {
 	t.Helper()
-	l := &Limit{Name: name, MaxInFlight: k}
+	l := &model.Limit{Name: name, MaxInFlight: k}
 	if rate != "" {
-		r, err := ParseRate(rate)
+		r, err := model.ParseRate(rate)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -35,7 +36,7 @@ func flightLimit(t *testing.T, name, rate string, k int) *Limit {
 	return l
 }
 
-func flightGate(t *testing.T, st Store, ttl time.Duration, limits ...*Limit) *Gate {
+func flightGate(t *testing.T, st model.Store, ttl time.Duration, limits ...*model.Limit) *Gate {
 	t.Helper()
 	g, err := NewGate(GateConfig{Limits: limits, Store: st, Responder: Responder{Headers: DefaultHeaders}, LeaseTTL: ttl})
 	if err != nil {
@@ -46,13 +47,13 @@ func flightGate(t *testing.T, st Store, ttl time.Duration, limits ...*Limit) *Ga
 
 func TestFlightLimitValidate(t *testing.T) {
 	for _, c := range []struct {
-		l    Limit
+		l    model.Limit
 		want string
 	}{
-		{Limit{Name: "a", MaxInFlight: -1}, `max_in_flight "-1": must not be negative`},
-		{Limit{Name: "a", MaxInFlight: 2, Algorithm: FixedWindow}, "algorithm \"fixed_window\": only a rate has an algorithm"},
-		{Limit{Name: "a", MaxInFlight: 2, Burst: 3}, "burst: only a rate has a burst"},
-		{Limit{Name: "a"}, "rate: required (or max_in_flight)"},
+		{model.Limit{Name: "a", MaxInFlight: -1}, `max_in_flight "-1": must not be negative`},
+		{model.Limit{Name: "a", MaxInFlight: 2, Algorithm: model.FixedWindow}, "algorithm \"fixed_window\": only a rate has an algorithm"},
+		{model.Limit{Name: "a", MaxInFlight: 2, Burst: 3}, "burst: only a rate has a burst"},
+		{model.Limit{Name: "a"}, "rate: required (or max_in_flight)"},
 	} {
 		l := c.l
 		if err := l.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
@@ -66,14 +67,14 @@ func TestFlightLimitValidate(t *testing.T) {
 	if both := flightLimit(t, "api", "10/s", 3); !both.Rated() || both.Namespace() != "api:token_bucket" {
 		t.Errorf("a limit of a rate and requests in flight: Rated %v, Namespace %q", both.Rated(), both.Namespace())
 	}
-	if _, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: &failingStore{}}); err == nil || !strings.Contains(err.Error(), "max_in_flight") {
+	if _, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: &failingStore{}}); err == nil || !strings.Contains(err.Error(), "max_in_flight") {
 		t.Errorf("a store that cannot count requests in flight: %v", err)
 	}
 }
 
 // holdAll asks g for n requests of key at once, without releasing any,
 // and returns the verdicts.
-func holdAll(t *testing.T, g *Gate, l *Limit, key string, n int) []Verdict {
+func holdAll(t *testing.T, g *Gate, l *model.Limit, key string, n int) []Verdict {
 	t.Helper()
 	vs := make([]Verdict, n)
 	var wg sync.WaitGroup
@@ -84,7 +85,7 @@ func holdAll(t *testing.T, g *Gate, l *Limit, key string, n int) []Verdict {
 		go func() {
 			defer wg.Done()
 			<-start
-			vs[i] = g.Decide(context.Background(), []Ask{{Limit: l, Key: key, Cost: 1}})
+			vs[i] = g.Decide(context.Background(), []model.Ask{{Limit: l, Key: key, Cost: 1}})
 		}()
 	}
 	close(start)
@@ -103,7 +104,7 @@ func checkHeld(t *testing.T, vs []Verdict, k int) {
 			held++
 			v.Slots.Release()
 		case v.Slots == nil && v.Outcome == OutcomeRejected:
-			if d := v.Decision; d.RetryAfter != FlightRetryAfter || d.Remaining != 0 || d.Quota != float64(k) {
+			if d := v.Decision; d.RetryAfter != model.FlightRetryAfter || d.Remaining != 0 || d.Quota != float64(k) {
 				t.Errorf("a refused slot's decision: %+v", d)
 			}
 		default:
@@ -144,7 +145,7 @@ func TestFlightMemoryExact(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := 0; j < rounds; j++ {
-				v := g.Decide(context.Background(), []Ask{{Limit: l, Key: "k", Cost: 1}})
+				v := g.Decide(context.Background(), []model.Ask{{Limit: l, Key: "k", Cost: 1}})
 				if v.Slots == nil {
 					continue
 				}
@@ -176,12 +177,12 @@ func TestFlightMemoryExact(t *testing.T) {
 // the slots: a request refused a slot is not charged to the rate.
 func TestFlightRefundsRate(t *testing.T) {
 	st, _ := NewMemoryStore(MemoryConfig{})
-	rate := gateLimit(t, "rate", TokenBucket, "3/h", 0)
+	rate := gateLimit(t, "rate", model.TokenBucket, "3/h", 0)
 	conc := flightLimit(t, "conc", "", 1)
 	g := flightGate(t, st, 0, rate, conc)
-	asks := []Ask{{Limit: rate, Key: "k", Cost: 1}, {Limit: conc, Key: "k", Cost: 1}}
+	asks := []model.Ask{{Limit: rate, Key: "k", Cost: 1}, {Limit: conc, Key: "k", Cost: 1}}
 	first := g.Decide(context.Background(), asks)
-	if first.Slots == nil || first.Decision.Limit != conc.flight {
+	if first.Slots == nil || first.Decision.Limit != conc.Flight() {
 		t.Fatalf("first request: %+v, want its slot, reported (1 of 1 taken is closest to exhaustion)", first)
 	}
 	for i := 0; i < 5; i++ {
@@ -212,7 +213,7 @@ func TestFlightAnswer(t *testing.T) {
 	st, _ := NewMemoryStore(MemoryConfig{})
 	l := flightLimit(t, "conc", "", 2)
 	g := flightGate(t, st, 0, l)
-	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
 	serve := func() (*httptest.ResponseRecorder, Verdict, bool) {
 		w := httptest.NewRecorder()
 		v, ok := g.Serve(w, httptest.NewRequest("GET", "/", nil), asks)
@@ -250,7 +251,7 @@ func TestFlightReleasedOnPanic(t *testing.T) {
 	g := flightGate(t, st, 0, l)
 	func() {
 		defer func() { _ = recover() }()
-		v, _ := g.Serve(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), []Ask{{Limit: l, Key: "k", Cost: 1}})
+		v, _ := g.Serve(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), []model.Ask{{Limit: l, Key: "k", Cost: 1}})
 		defer v.Slots.Release()
 		panic("handler")
 	}()
@@ -263,13 +264,13 @@ func TestFlightReleasedOnPanic(t *testing.T) {
 // the client cuts short gives its slot back as well as its rate.
 func TestFlightCancelledDelay(t *testing.T) {
 	st, _ := NewMemoryStore(MemoryConfig{})
-	r, _ := ParseRate("1/h")
-	l := &Limit{Name: "lb", Algorithm: LeakyBucket, Rate: r, Burst: 2, MaxInFlight: 5}
+	r, _ := model.ParseRate("1/h")
+	l := &model.Limit{Name: "lb", Algorithm: model.LeakyBucket, Rate: r, Burst: 2, MaxInFlight: 5}
 	if err := l.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	g := flightGate(t, st, 0, l)
-	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
 	v, ok := g.Serve(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), asks)
 	v.Slots.Release()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -291,7 +292,7 @@ func TestFlightNoLeakUnderCancels(t *testing.T) {
 	l := flightLimit(t, "conc", "1000000/s", 8)
 	g := flightGate(t, st, 0, l)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		v, ok := g.Serve(w, r, []Ask{{Limit: l, Key: "k", Cost: 1}})
+		v, ok := g.Serve(w, r, []model.Ask{{Limit: l, Key: "k", Cost: 1}})
 		defer v.Slots.Release()
 		if !ok {
 			return
@@ -350,9 +351,9 @@ func TestFlightRedisLeaseExpires(t *testing.T) {
 	st := flightRedisStore(t)
 	const ttl = 300 * time.Millisecond
 	l := flightLimit(t, "lease"+redisNonce, "", 1)
-	out := make([]Decision, 1)
+	out := make([]model.Decision, 1)
 	ctx := context.Background()
-	asks := []Ask{{Limit: l.flight, Key: "k", Cost: 1}}
+	asks := []model.Ask{{Limit: l.Flight(), Key: "k", Cost: 1}}
 	if err := st.acquireSlots(ctx, asks, "dead", ttl, out); err != nil || !out[0].Allowed {
 		t.Fatalf("first lease: %v, %+v", err, out[0])
 	}
@@ -383,7 +384,7 @@ func TestFlightRedisRenewal(t *testing.T) {
 	const ttl = 150 * time.Millisecond
 	l := flightLimit(t, "renew"+redisNonce, "", 1)
 	g := flightGate(t, st, ttl, l)
-	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
 	v := g.Decide(context.Background(), asks)
 	if v.Slots == nil {
 		t.Fatalf("first request: %+v", v)
@@ -420,7 +421,7 @@ func TestFlightRedisExact(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := 0; j < rounds; j++ {
-				v := g.Decide(context.Background(), []Ask{{Limit: l, Key: "k", Cost: 1}})
+				v := g.Decide(context.Background(), []model.Ask{{Limit: l, Key: "k", Cost: 1}})
 				if v.Slots == nil {
 					continue
 				}
@@ -452,7 +453,7 @@ func TestFlightClientGone(t *testing.T) {
 	st, _ := NewMemoryStore(MemoryConfig{})
 	l := flightLimit(t, "both", "1/h", 1)
 	g := flightGate(t, st, 0, l)
-	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	w := httptest.NewRecorder()
@@ -484,9 +485,9 @@ func (downScripter) ScriptLoad(ctx context.Context, script string) (string, erro
 func TestFlightStoreDown(t *testing.T) {
 	down := newTestRedisStore(t, downScripter{}, false)
 	l := flightLimit(t, "conc", "", 4)
-	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
 	local, _ := NewMemoryStore(MemoryConfig{})
-	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: down, Fallback: local, Instances: 2})
+	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: down, Fallback: local, Instances: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,7 +509,7 @@ func TestFlightStoreDown(t *testing.T) {
 		policy StoreErrorPolicy
 		want   Outcome
 	}{{FailOpen, OutcomeStoreErrorAllow}, {FailClosed, OutcomeStoreErrorDeny}} {
-		g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: down, OnStoreError: c.policy})
+		g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: down, OnStoreError: c.policy})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -523,11 +524,11 @@ func TestFlightStoreDown(t *testing.T) {
 func TestFlightDryRun(t *testing.T) {
 	st, _ := NewMemoryStore(MemoryConfig{})
 	l := flightLimit(t, "conc", "", 1)
-	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: st, Mode: DryRun})
+	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: st, Mode: DryRun})
 	if err != nil {
 		t.Fatal(err)
 	}
-	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
 	first, _ := g.Serve(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), asks)
 	v, ok := g.Serve(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), asks)
 	if !ok || v.Outcome != OutcomeDryRunRejected || v.Slots != nil || st.InFlight() != 1 {
@@ -552,15 +553,15 @@ func TestFlightRedisCluster(t *testing.T) {
 	wide := flightLimit(t, "wide"+redisNonce, "", 2)
 	// The first narrow limit whose key falls in another hash slot than
 	// wide's (names hash apart but for one in 16384).
-	var narrow *Limit
+	var narrow *model.Limit
 	for i := 0; narrow == nil; i++ {
 		l := flightLimit(t, "narrow"+strconv.Itoa(i)+redisNonce, "", 1)
-		if len(st.slotGroups([]Ask{{Limit: wide.flight, Key: "k"}, {Limit: l.flight, Key: "k"}})) == 2 {
+		if len(st.slotGroups([]model.Ask{{Limit: wide.Flight(), Key: "k"}, {Limit: l.Flight(), Key: "k"}})) == 2 {
 			narrow = l
 		}
 	}
 	g := flightGate(t, st, 0, wide, narrow)
-	both := []Ask{{Limit: wide, Key: "k", Cost: 1}, {Limit: narrow, Key: "k", Cost: 1}}
+	both := []model.Ask{{Limit: wide, Key: "k", Cost: 1}, {Limit: narrow, Key: "k", Cost: 1}}
 	first := g.Decide(context.Background(), both)
 	if first.Slots == nil {
 		t.Fatalf("first request: %+v", first)
@@ -593,11 +594,11 @@ func TestFlightAcrossOutage(t *testing.T) {
 	const k = 4
 	l := flightLimit(t, "outage"+redisNonce, "", k)
 	local, _ := NewMemoryStore(MemoryConfig{})
-	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: st, Fallback: local, Instances: 1, Timeout: time.Second})
+	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: st, Fallback: local, Instances: 1, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
 	var held []*Slots
 	// take asks for n slots and checks that want of them are granted,
 	// by the fallback or not.
@@ -662,7 +663,7 @@ func TestFlightAcrossOutageUnderLoad(t *testing.T) {
 	const k, workers, rounds = 3, 8, 1000
 	l := flightLimit(t, "outload"+redisNonce, "", k)
 	local, _ := NewMemoryStore(MemoryConfig{})
-	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: st, Fallback: local, Instances: 1, Timeout: time.Second})
+	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: st, Fallback: local, Instances: 1, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -673,7 +674,7 @@ func TestFlightAcrossOutageUnderLoad(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := 0; j < rounds && atomic.LoadInt64(&done) == 0; j++ {
-				v := g.Decide(context.Background(), []Ask{{Limit: l, Key: "k", Cost: 1}})
+				v := g.Decide(context.Background(), []model.Ask{{Limit: l, Key: "k", Cost: 1}})
 				if v.Slots == nil {
 					time.Sleep(time.Millisecond)
 					continue
@@ -723,17 +724,17 @@ func TestFlightAcrossOutageUnderLoad(t *testing.T) {
 // Redis, where the charge is, not the fallback store.
 func TestFlightRefundGoesWhereCharged(t *testing.T) {
 	st := flightRedisStore(t)
-	r, _ := ParseRate("1/h")
-	l := &Limit{Name: "lbcharged" + redisNonce, Algorithm: LeakyBucket, Rate: r, Burst: 2, MaxInFlight: 5}
+	r, _ := model.ParseRate("1/h")
+	l := &model.Limit{Name: "lbcharged" + redisNonce, Algorithm: model.LeakyBucket, Rate: r, Burst: 2, MaxInFlight: 5}
 	if err := l.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	local, _ := NewMemoryStore(MemoryConfig{})
-	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: st, Fallback: local, Instances: 1, Timeout: time.Second})
+	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: st, Fallback: local, Instances: 1, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	asks := []Ask{{Limit: l, Key: "k", Cost: 1}}
+	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
 	v := g.Decide(context.Background(), asks)
 	if v.Outcome != OutcomeAllowed || v.Delay != 0 {
 		t.Fatalf("first request: %+v", v)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/keyspec"
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/resp"
 )
 
@@ -54,7 +55,7 @@ type Lane struct {
 	depth4   bool
 	shared   bool // the limit's MissingKey is MissingShared
 	clock    bool // g.memClock, for every lane on mem: the decision's instant is the headers' clock
-	limit    *Limit
+	limit    *model.Limit
 	spec     *keyspec.Spec
 	cost     float64
 	nsHash   uint64
@@ -150,7 +151,7 @@ type LaneConfig struct {
 
 // LaneAsk is how a Lane builds one limit's ask.
 type LaneAsk struct {
-	Limit   *Limit
+	Limit   *model.Limit
 	Spec    int // index into LaneConfig.Specs
 	Missing keyspec.MissingKey
 	Cost    float64
@@ -191,18 +192,25 @@ func NewLane(cfg LaneConfig) *Lane {
 	a := cfg.Asks[0]
 	lim := a.Limit
 	l.one, l.limit, l.spec, l.cost = true, lim, cfg.Specs[a.Spec], a.Cost
-	l.tb = lim.Algorithm == TokenBucket
+	l.tb = lim.Algorithm == tokenBucket
 	laneShape(l, l.spec.Shape())
 	l.shared = a.Missing == keyspec.MissingShared
-	l.nsHash, l.capacity, l.quota = lim.nsHash, lim.capacity, lim.Rate.Quota
-	l.most, l.owe, l.lent = lim.capacity+lim.owe, lim.owe > 0, lim.owe
-	l.period, l.unit = float64(lim.period), lim.unit
+	// One field per statement: Yaegi v0.16.1 loses values of a tuple
+	// assignment of calls to fields.
+	l.nsHash = lim.Hash
+	l.capacity = lim.Capacity()
+	l.quota = lim.Rate.Quota
+	l.lent = lim.Owe()
+	l.most = l.capacity + l.lent
+	l.owe = l.lent > 0
+	l.period = float64(lim.PeriodNanos())
+	l.unit = lim.Unit()
 	l.headers = g.resp.Headers
 	l.fast = l.clock && l.headers&HeadersLegacy == 0 && l.headers&HeadersIETF != 0 && l.headers&HeadersX != 0 &&
-		lim.capacity < maxSFInteger && g.resp.texts[lim] != nil
+		lim.Capacity() < maxSFInteger && g.resp.texts[lim] != nil
 	l.answer = g.resp.texts[lim]
 	if l.fast {
-		setFastReject(l, lim, !l.tb || a.Cost <= lim.capacity+eps)
+		setFastReject(l, lim, !l.tb || a.Cost <= lim.Capacity()+eps)
 	}
 	return l
 }
@@ -212,7 +220,7 @@ func NewLane(cfg LaneConfig) *Lane {
 // when laneReject can answer its rejections (no jitter, no Defer, a body,
 // and admit: the limit can admit the request's cost), fastReject and the
 // texts of the body.
-func setFastReject(l *Lane, lim *Limit, admit bool) {
+func setFastReject(l *Lane, lim *model.Limit, admit bool) {
 	a := l.resp.texts[lim]
 	l.policy, l.ietfPrefix, l.qText = a.policy, a.ietfPrefix, a.qText
 	rs := l.resp
@@ -362,13 +370,25 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 // frame of every function that uses it.
 const statusTooManyRequests = 429
 
+// The constants of package model that the lanes' paths read, as constants
+// of this package for the same reason.
+const (
+	eps              = model.Eps
+	never            = model.Never
+	maxLogQuota      = model.MaxLogQuota
+	tokenBucket      = model.TokenBucket
+	leakyBucket      = model.LeakyBucket
+	fixedWindow      = model.FixedWindow
+	slidingWindowLog = model.SlidingWindowLog
+)
+
 // The standard library functions of the lanes' paths, as package
 // variables: see serveLaneTB.
 var (
-	noSlot        memSlot  // serveLaneTB's sl, zero
-	noVerdict     Verdict  // laneReject's v, zero
-	noDecision    Decision // laneSetHeaders' d, zero
-	noState       State    // take1's st, zero
+	noSlot        memSlot        // serveLaneTB's sl, zero
+	noVerdict     Verdict        // laneReject's v, zero
+	noDecision    model.Decision // laneSetHeaders' d, zero
+	noState       model.State    // take1's st, zero
 	fmtInt        = strconv.FormatInt
 	parseAddrPort = netip.ParseAddrPort
 	lastIndexByte = strings.LastIndexByte
@@ -423,7 +443,7 @@ func laneReject(l *Lane, w http.ResponseWriter, rem float64, reset, next, wait, 
 	w.WriteHeader(statusTooManyRequests)
 	_, _ = writeString(w, body) // a failed write means the client is gone
 	if l.observe != nil {
-		v = Verdict{Outcome: OutcomeRejected, Decision: Decision{Limit: l.limit, Quota: l.quota, Remaining: rem,
+		v = Verdict{Outcome: OutcomeRejected, Decision: model.Decision{Limit: l.limit, Quota: l.quota, Remaining: rem,
 			Reset: time.Duration(reset), Next: time.Duration(next), RetryAfter: time.Duration(wait)}}
 		l.observe(&v)
 	}
@@ -504,7 +524,7 @@ func laneShort(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 	}
 	// Next: nextUnits, then duration.
 	if rem < 0 { // in debt
-		ns = nextUnits(0, l.capacity) - rem
+		ns = model.NextUnits(0, l.capacity) - rem
 		rem = 0
 	} else {
 		ns = 1 - (rem - float64(int64(rem))) // rem < maxSFInteger: whole below 1<<53
@@ -525,15 +545,15 @@ func laneShort(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 // admitted the request (with a delay, when MaxDelay lends its tokens), and
 // the request is answered, or waits, as Gate.Serve answers it.
 func laneDecide(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, sh *memShard, h uint64, held bool, sl *memSlot, now int64) {
-	st := State{T: sl.t, A: sl.a}
+	st := model.State{T: sl.t, A: sl.a}
 	var v Verdict
-	exp := tokenBucket(l.limit, &st, now, l.cost, &v.Decision, 0, 0, 0, 0)
+	exp := model.TokenBucketStep(l.limit, &st, now, l.cost, &v.Decision, 0, 0, 0, 0)
 	if v.Decision.Allowed {
 		if !held {
 			room(l.mem, sh, now)
 		}
 		sh.slots[h] = memSlot{t: st.T, a: st.A, exp: exp}
-		v.Decision.mark = mark{t: st.T, a: st.A, ok: true} // take1's
+		v.Decision.Mark = model.Mark{T: st.T, A: st.A, OK: true} // take1's
 	} else if held {
 		laneKeep(sh, h, *sl, l.limit, now)
 	}
@@ -541,7 +561,7 @@ func laneDecide(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reque
 	if !l.clock {
 		now = 0
 	}
-	laneOneAnswer(l, next, w, r, []Ask{{Limit: l.limit, Key: key, Cost: l.cost}}, &v, now)
+	laneOneAnswer(l, next, w, r, []model.Ask{{Limit: l.limit, Key: key, Cost: l.cost}}, &v, now)
 }
 
 // laneHeaders writes the headers of an admitted token bucket request whose
@@ -558,10 +578,10 @@ func laneHeaders(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 
 // laneSetHeaders is Responder.SetHeaders for laneHeaders; d is its variable, zero
 // (see serveLaneTB).
-func laneSetHeaders(l *Lane, w http.ResponseWriter, deficit float64, reset, now int64, d Decision) {
-	d = Decision{Limit: l.limit, Allowed: true, Quota: l.quota, Remaining: l.capacity - deficit, Reset: time.Duration(reset)}
+func laneSetHeaders(l *Lane, w http.ResponseWriter, deficit float64, reset, now int64, d model.Decision) {
+	d = model.Decision{Limit: l.limit, Allowed: true, Quota: l.quota, Remaining: l.capacity - deficit, Reset: time.Duration(reset)}
 	if deficit > 0 {
-		d.Next = duration(nextUnits(d.Remaining, deficit) * l.unit)
+		d.Next = model.DurationOf(model.NextUnits(d.Remaining, deficit) * l.unit)
 	}
 	if !l.clock {
 		now = l.gate.now()
@@ -576,7 +596,7 @@ func laneSetHeaders(l *Lane, w http.ResponseWriter, deficit float64, reset, now 
 // path. Its parameters after r are its variables, zero
 // (see serveLaneTB).
 func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
-	asks []Ask, v Verdict, ok bool) {
+	asks []model.Ask, v Verdict, ok bool) {
 	if l.dryRun != "" {
 		delete(r.Header, l.dryRun)
 	}
@@ -604,9 +624,9 @@ func serveLaneAny(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 // the clock of the decisions when that is the gate's (l.clock), and
 // passes the request on; laneManyAnswer answers any other request. Its
 // parameters after asks are its variables, zero (see serveLaneTB).
-func laneMany(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask,
-	out []Decision, d, best *Decision, i int, now int64) {
-	out = make([]Decision, len(asks))
+func laneMany(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []model.Ask,
+	out []model.Decision, d, best *model.Decision, i int, now int64) {
+	out = make([]model.Decision, len(asks))
 	now = laneTakeMany(l.mem, asks, out, noMemAsks, noOrder, nil, nil, nil, nil, nil, nil, nil, nil, noSlot, false, false, false, 0, 0)
 	best = &out[0]
 	for i = 0; i < len(out); i++ {
@@ -640,15 +660,15 @@ func laneMany(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request
 // laneReject answers it, as answer would; laneClassify answers any other
 // request. Its parameters after now are its variables, zero (see
 // serveLaneTB).
-func laneManyAnswer(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask, out []Decision, now int64,
-	d, best *Decision, rl *Lane, i int) {
+func laneManyAnswer(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []model.Ask, out []model.Decision, now int64,
+	d, best *model.Decision, rl *Lane, i int) {
 	for i = 0; i < len(out); i++ {
 		d = &out[i]
 		if !d.Allowed && (best == nil || d.RetryAfter > best.RetryAfter) {
 			best = d
 		}
 	}
-	if best != nil && best.RetryAfter != Never {
+	if best != nil && best.RetryAfter != never {
 		for i = 0; i < len(l.rejects); i++ {
 			if rl = l.rejects[i].(*Lane); rl.limit == best.Limit {
 				laneReject(rl, w, best.Remaining, int64(best.Reset), int64(best.Next), int64(best.RetryAfter), now,
@@ -664,7 +684,7 @@ func laneManyAnswer(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 // does not answer: classify and answer, apart so that a rejection that
 // laneReject answers does not pay for them under Yaegi. v is its
 // variable, zero (see serveLaneTB).
-func laneClassify(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask, out []Decision, v Verdict) {
+func laneClassify(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []model.Ask, out []model.Decision, v Verdict) {
 	v = l.gate.classify(out)
 	laneFinish(l, next, w, r, &v, l.gate.answer(w, r, asks, &v, 0))
 }
@@ -683,7 +703,7 @@ func laneExempt(l *Lane, r *http.Request) bool {
 // generality costs more under Yaegi. Its parameters after r are its
 // variables, zero (see serveLaneTB).
 func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
-	key string, v Verdict, d *Decision, now int64) {
+	key string, v Verdict, d *model.Decision, now int64) {
 	key = laneKey4(l, r, "", nil)
 	if key == "" { // MissingSkip
 		next.ServeHTTP(w, r)
@@ -697,7 +717,7 @@ func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 	if !d.Allowed || d.Delay > 0 || !l.fast {
 		// answer writes an admitted request's headers as SetHeaders
 		// does, and passes it on.
-		laneOneAnswer(l, next, w, r, []Ask{{Limit: l.limit, Key: key, Cost: l.cost}}, &v, now)
+		laneOneAnswer(l, next, w, r, []model.Ask{{Limit: l.limit, Key: key, Cost: l.cost}}, &v, now)
 		return
 	}
 	laneSetIETFX(w.Header(), l.answer, d, now, 0, 0, 0, "", "", nil)
@@ -707,9 +727,9 @@ func serveLaneOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Req
 // laneOneAnswer finishes serveLaneOne for a request its limit rejected or
 // delays: v holds the decision on asks at now (0 if not the gate's
 // clock).
-func laneOneAnswer(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []Ask, v *Verdict, now int64) {
+func laneOneAnswer(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, asks []model.Ask, v *Verdict, now int64) {
 	d := &v.Decision
-	if !d.Allowed && l.fastReject && d.RetryAfter != Never {
+	if !d.Allowed && l.fastReject && d.RetryAfter != never {
 		laneReject(l, w, d.Remaining, int64(d.Reset), int64(d.Next), int64(d.RetryAfter), now, 0, 0, "", "", "", nil, nil, noVerdict)
 		return
 	}
@@ -739,7 +759,7 @@ func laneFinish(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reque
 // A constant key (a global limit's), an IPv4 peer's key (as serveLaneTB
 // builds it) and MissingKey.Resolve are inline: under Yaegi each call of
 // keyspec.Spec.Key or Resolve costs a frame more than the lines it saves.
-func laneAsks(l *Lane, r *http.Request, keys []string, asks []Ask, i int, key string, sh *keyspec.Shape, a *LaneAsk, err error) []Ask {
+func laneAsks(l *Lane, r *http.Request, keys []string, asks []model.Ask, i int, key string, sh *keyspec.Shape, a *LaneAsk, err error) []model.Ask {
 	keys = make([]string, len(l.specs))
 	for i = 0; i < len(keys); i++ {
 		sh = &l.shapes[i]
@@ -756,7 +776,7 @@ func laneAsks(l *Lane, r *http.Request, keys []string, asks []Ask, i int, key st
 		}
 		keys[i], _ = (*keyspec.Spec).Key(l.specs[i], r) // "" when missing
 	}
-	asks = make([]Ask, 0, len(l.asks))
+	asks = make([]model.Ask, 0, len(l.asks))
 	for i = 0; i < len(l.asks); i++ {
 		a = &l.asks[i]
 		if key = keys[a.Spec]; key == "" { // Resolve(key, true)
@@ -765,7 +785,7 @@ func laneAsks(l *Lane, r *http.Request, keys []string, asks []Ask, i int, key st
 			}
 			key = keyspec.SharedKey
 		}
-		asks = append(asks, Ask{Limit: a.Limit, Key: l.prefix + key, Cost: a.Cost})
+		asks = append(asks, model.Ask{Limit: a.Limit, Key: l.prefix + key, Cost: a.Cost})
 	}
 	return asks
 }
@@ -801,19 +821,19 @@ func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 	}
 }
 
-// laneTake1 is MemoryStore.take1 fused with decide's dispatch, for
+// laneTake1 is MemoryStore.take1 fused with model.Step's dispatch, for
 // serveLaneOne: the hash, the clock reading, the load and save of the
 // state and a sliding_window_log's load of its entries are inline, and
 // memShard.keep is laneKeep. Its parameters after d are its
 // variables, which callers pass as zero values (see serveLaneTB).
-func laneTake1(s *MemoryStore, l *Limit, key string, cost float64, d *Decision,
-	h uint64, sh *memShard, sl memSlot, held bool, st State, ps *State, now, exp int64) int64 {
+func laneTake1(s *MemoryStore, l *model.Limit, key string, cost float64, d *model.Decision,
+	h uint64, sh *memShard, sl memSlot, held bool, st model.State, ps *model.State, now, exp int64) int64 {
 	h = hashString(s.seed, key)
-	h ^= l.nsHash
+	h ^= l.Hash
 	sh = &s.shards[h>>memShardShift]
 	sh.mu.Lock()
 	sl, held = sh.slots[h]
-	st = State{T: sl.t, A: sl.a, B: sl.b}
+	st = model.State{T: sl.t, A: sl.a, B: sl.b}
 	ps = &st
 	now = int64(timeSince(s.base))
 	now += s.wall
@@ -821,30 +841,30 @@ func laneTake1(s *MemoryStore, l *Limit, key string, cost float64, d *Decision,
 		now = s.clock()
 	}
 	switch l.Algorithm {
-	case TokenBucket:
-		exp = tokenBucket(l, ps, now, cost, d, 0, 0, 0, 0)
-	case LeakyBucket:
-		exp = leakyBucket(l, ps, now, cost, d, 0, 0, 0, 0, 0, 0, 0, false)
-	case FixedWindow:
-		exp = fixedWindow(l, ps, now, cost, d, 0, 0, 0)
-	case SlidingWindowLog:
+	case tokenBucket:
+		exp = model.TokenBucketStep(l, ps, now, cost, d, 0, 0, 0, 0)
+	case leakyBucket:
+		exp = model.LeakyBucketStep(l, ps, now, cost, d, 0, 0, 0, 0, 0, 0, 0, false)
+	case fixedWindow:
+		exp = model.FixedWindowStep(l, ps, now, cost, d, 0, 0, 0)
+	case slidingWindowLog:
 		if held {
 			st.Log = sh.logs[h]
 		}
-		exp = slidingLog(l, ps, now, cost, d, 0, 0, 0, nil)
+		exp = model.SlidingLogStep(l, ps, now, cost, d, 0, 0, 0, nil)
 		if d.Allowed {
 			// Before room, which may forget another state (h is not held).
 			putLog(sh, h, st.Log)
 		}
 	default:
-		exp = slidingCounter(l, ps, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+		exp = model.SlidingCounterStep(l, ps, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 	}
 	if d.Allowed {
 		if !held {
 			room(s, sh, now)
 		}
 		sh.slots[h] = memSlot{t: st.T, a: st.A, b: st.B, exp: exp}
-		d.mark = mark{t: st.T, a: st.A, ok: true}
+		d.Mark = model.Mark{T: st.T, A: st.A, OK: true}
 	} else if held {
 		laneKeep(sh, h, sl, l, now)
 	}
@@ -855,8 +875,8 @@ func laneTake1(s *MemoryStore, l *Limit, key string, cost float64, d *Decision,
 // laneKeep is memShard.keep for the state sl of h, which the lane has
 // read: a function apart, so that admissions do not pay for its values
 // under Yaegi. sh's mutex is held.
-func laneKeep(sh *memShard, h uint64, sl memSlot, l *Limit, now int64) {
-	now += l.keep + 1 // the expiry to keep, in now: no := (see decide)
+func laneKeep(sh *memShard, h uint64, sl memSlot, l *model.Limit, now int64) {
+	now += l.Keep + 1 // the expiry to keep, in now: no := (see model.Step)
 	if sl.exp < now {
 		sl.exp = now
 		sh.slots[h] = sl
@@ -877,9 +897,9 @@ var (
 // parameters after out are its variables, which callers pass as zero
 // values (see serveLaneTB): mb and ib hold ms and order for up to maxAsks
 // asks.
-func laneTakeMany(s *MemoryStore, asks []Ask, out []Decision,
-	mb [maxAsks]memAsk, ib [maxAsks]int, ms []memAsk, order []int, a *Ask, l *Limit, m *memAsk, st *State,
-	d *Decision, sh *memShard, sl memSlot, held, all, full bool, i int, now int64) int64 {
+func laneTakeMany(s *MemoryStore, asks []model.Ask, out []model.Decision,
+	mb [maxAsks]memAsk, ib [maxAsks]int, ms []memAsk, order []int, a *model.Ask, l *model.Limit, m *memAsk, st *model.State,
+	d *model.Decision, sh *memShard, sl memSlot, held, all, full bool, i int, now int64) int64 {
 	if len(asks) > maxAsks {
 		ms, order = make([]memAsk, len(asks)), make([]int, 0, len(asks))
 	} else {
@@ -889,7 +909,7 @@ func laneTakeMany(s *MemoryStore, asks []Ask, out []Decision,
 		a = &asks[i]
 		m = &ms[i]
 		m.h = hashString(s.seed, a.Key)
-		m.h ^= a.Limit.nsHash
+		m.h ^= a.Limit.Hash
 		if i == 0 { // shardOrder of no shards, without its call
 			order = append(order, int(m.h>>memShardShift))
 		} else {
@@ -913,20 +933,20 @@ func laneTakeMany(s *MemoryStore, asks []Ask, out []Decision,
 		d = &out[i]
 		sh = &s.shards[m.h>>memShardShift]
 		sl = sh.slots[m.h]
-		*st = State{T: sl.t, A: sl.a, B: sl.b}
+		*st = model.State{T: sl.t, A: sl.a, B: sl.b}
 		switch l.Algorithm {
-		case TokenBucket:
-			m.exp = tokenBucket(l, st, now, a.Cost, d, 0, 0, 0, 0)
-		case SlidingWindowLog:
+		case tokenBucket:
+			m.exp = model.TokenBucketStep(l, st, now, a.Cost, d, 0, 0, 0, 0)
+		case slidingWindowLog:
 			st.Log = sh.logs[m.h]
-			if len(st.Log) >= MaxLogQuota {
+			if len(st.Log) >= maxLogQuota {
 				m.full = true
 				full = true
 				m.newest = st.Log[len(st.Log)-1]
 			}
-			m.exp = slidingLog(l, st, now, a.Cost, d, 0, 0, 0, nil)
+			m.exp = model.SlidingLogStep(l, st, now, a.Cost, d, 0, 0, 0, nil)
 		default:
-			m.exp = decide(l, st, now, a.Cost, d)
+			m.exp = model.Step(l, st, now, a.Cost, d)
 		}
 		if !d.Allowed {
 			all = false
@@ -937,14 +957,14 @@ func laneTakeMany(s *MemoryStore, asks []Ask, out []Decision,
 			m = &ms[i]
 			st = &m.st
 			sh = &s.shards[m.h>>memShardShift]
-			if asks[i].Limit.Algorithm == SlidingWindowLog {
+			if asks[i].Limit.Algorithm == slidingWindowLog {
 				putLog(sh, m.h, st.Log)
 			}
 			if _, held = sh.slots[m.h]; !held {
 				room(s, sh, now)
 			}
 			sh.slots[m.h] = memSlot{t: st.T, a: st.A, b: st.B, exp: m.exp}
-			out[i].mark = mark{t: st.T, a: st.A, ok: true}
+			out[i].Mark = model.Mark{T: st.T, A: st.A, OK: true}
 		}
 	} else {
 		laneKeepAll(s, asks, ms, full, now)
@@ -959,7 +979,7 @@ func laneTakeMany(s *MemoryStore, asks []Ask, out []Decision,
 // shards locked: it puts back the newest entry of each full log decided
 // (see memAsk), when full, and keeps every held state (laneKeep). It is
 // apart so that admissions do not pay for it under Yaegi.
-func laneKeepAll(s *MemoryStore, asks []Ask, ms []memAsk, full bool, now int64) {
+func laneKeepAll(s *MemoryStore, asks []model.Ask, ms []memAsk, full bool, now int64) {
 	for i := range ms {
 		m := &ms[i]
 		sh := &s.shards[m.h>>memShardShift]
@@ -1037,7 +1057,7 @@ var headersIETFX = HeadersIETF | HeadersX
 // variables, zero (see serveLaneTB). Each field of d is read once, and t
 // is a Duration, so that d's durations need no conversion: under Yaegi
 // each selector and conversion is a value.
-func laneSetIETFX(h http.Header, a *limitAnswer, d *Decision, now int64,
+func laneSetIETFX(h http.Header, a *limitAnswer, d *model.Decision, now int64,
 	rem int64, t time.Duration, x float64, remText, tText string, vals []string) {
 	x = d.Remaining // floorUnits(x)
 	if x >= maxSFInteger {
@@ -1052,7 +1072,7 @@ func laneSetIETFX(h http.Header, a *limitAnswer, d *Decision, now int64,
 	}
 	// t: ceilSeconds of Next, or of a rejection's RetryAfter.
 	t = d.RetryAfter
-	if d.Allowed || t == Never {
+	if d.Allowed || t == never {
 		t = d.Next
 	}
 	tText = "0"
@@ -1109,7 +1129,7 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 	// A rejection is laneReject's when its retry is known: the reply
 	// says Never in more digits than serveLaneRedis reads.
 	l.rejectHead = "1 "
-	if lim.capacity < maxSFInteger {
+	if lim.Capacity() < maxSFInteger {
 		if setFastReject(l, lim, true); l.fastReject {
 			l.rejectHead = "0 "
 		}
@@ -1215,7 +1235,7 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 		laneRedisReject(l, w, rem, &f, n, now)
 		return
 	}
-	v.Decision = Decision{Limit: l.limit, Allowed: true, Quota: l.quota, Remaining: rem, Reset: f[2], Next: n}
+	v.Decision = model.Decision{Limit: l.limit, Allowed: true, Quota: l.quota, Remaining: rem, Reset: f[2], Next: n}
 	laneSetIETFX(w.Header(), l.answer, &v.Decision, now, 0, 0, 0, "", "", nil)
 	if l.down != nil && loadInt32(l.down) != 0 {
 		l.observe(&v)
@@ -1244,8 +1264,8 @@ func laneRedisReject(l *Lane, w http.ResponseWriter, rem float64, f *[redisReply
 // of its reply, then Gate.decided's and
 // serveLaneAny's.
 func laneRedisSlow(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, ctx context.Context, start time.Time, reply interface{}, err error) {
-	asks := []Ask{{Limit: l.limit, Key: key, Cost: l.cost}}
-	out := make([]Decision, 1)
+	asks := []model.Ask{{Limit: l.limit, Key: key, Cost: l.cost}}
+	out := make([]model.Decision, 1)
 	if err != nil {
 		err = l.gate.redis.takeFailed(ctx, start, l.timeout, asks, out, err)
 	} else {

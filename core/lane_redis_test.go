@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/keyspec"
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
 	"github.com/sluicehq/sluice/internal/testclock"
@@ -23,11 +24,11 @@ import (
 // the clock clock, nil for the system clock), that record what they
 // observe in seen: the first takes serveLaneRedis' path, the second, the
 // same lane with that path off, the general one.
-func redisLanePair(t *testing.T, store *RedisStore, l *Limit, policy StoreErrorPolicy, clock Clock, cfg LaneConfig, seen *[2][]Verdict) [2]*Lane {
+func redisLanePair(t *testing.T, store *RedisStore, l *model.Limit, policy StoreErrorPolicy, clock Clock, cfg LaneConfig, seen *[2][]Verdict) [2]*Lane {
 	t.Helper()
 	var lanes [2]*Lane
 	for i := range lanes {
-		g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: store, Responder: Responder{Headers: DefaultHeaders, Body: BodyJSON},
+		g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: store, Responder: Responder{Headers: DefaultHeaders, Body: BodyJSON},
 			OnStoreError: policy, Timeout: 50 * time.Millisecond, Breaker: &Breaker{Failures: 3, Backoff: time.Hour}, Clock: clock})
 		if err != nil {
 			t.Fatal(err)
@@ -137,7 +138,7 @@ func TestServeLaneRedisMatchesGeneral(t *testing.T) {
 		f := startFakeRedis(t, reply, reply == "silent")
 		client := resptest.Client(t, f.addr, 1)
 		store := newTestRedisStore(t, client, false)
-		l := redisTestLimit(t, "lane-redis", TokenBucket, "4/s", 5, 0)
+		l := redisTestLimit(t, "lane-redis", model.TokenBucket, "4/s", 5, 0)
 		spec, err := keyspec.Parse(nil, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -195,7 +196,7 @@ func TestServeLaneRedisMatchesGeneral(t *testing.T) {
 func TestServeLaneRedisSystemClock(t *testing.T) {
 	f := startFakeRedis(t, "1 4 250000000 0 0 250000000", false)
 	store := newTestRedisStore(t, resptest.Client(t, f.addr, 1), false)
-	l := redisTestLimit(t, "lane-redis-clock", TokenBucket, "4/s", 5, 0)
+	l := redisTestLimit(t, "lane-redis-clock", model.TokenBucket, "4/s", 5, 0)
 	spec, err := keyspec.Parse(nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +231,7 @@ func TestServeLaneRedisScripts(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	client := resptest.Client(t, srv.Addr, 2)
 	cs, direct, s := directStore(t, client)
-	l := redisTestLimit(t, "lane-redis-"+redisNonce, TokenBucket, "2/h", 3, 0)
+	l := redisTestLimit(t, "lane-redis-"+redisNonce, model.TokenBucket, "2/h", 3, 0)
 	spec, err := keyspec.Parse(nil, nil)
 	if err != nil {
 		t.Fatal(err)

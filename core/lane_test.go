@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/keyspec"
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
@@ -35,25 +36,25 @@ func TestServeLaneMatchesGate(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	limits := []struct {
-		alg      Algorithm
+		alg      model.Algorithm
 		rate     string
 		burst    float64
 		cost     float64
 		maxDelay time.Duration
 	}{
-		{TokenBucket, "3/s", 0, 1, 0},
-		{TokenBucket, "100/m", 20, 1, 0},
-		{TokenBucket, "2.5/s", 5, 0.5, 0},
-		{TokenBucket, "10/h", 3, 2.5, 0},
-		{TokenBucket, "1000000000/s", 1000000000, 1, 0},
-		{FixedWindow, "5/s", 0, 1, 0},
-		{SlidingWindowCounter, "10/m", 0, 2, 0},
-		{SlidingWindowLog, "4/s", 0, 1, 0},
-		{LeakyBucket, "3/s", 4, 1, 1},
+		{model.TokenBucket, "3/s", 0, 1, 0},
+		{model.TokenBucket, "100/m", 20, 1, 0},
+		{model.TokenBucket, "2.5/s", 5, 0.5, 0},
+		{model.TokenBucket, "10/h", 3, 2.5, 0},
+		{model.TokenBucket, "1000000000/s", 1000000000, 1, 0},
+		{model.FixedWindow, "5/s", 0, 1, 0},
+		{model.SlidingWindowCounter, "10/m", 0, 2, 0},
+		{model.SlidingWindowLog, "4/s", 0, 1, 0},
+		{model.LeakyBucket, "3/s", 4, 1, 1},
 		// MaxDelay on a token bucket: the requests it delays come with a
 		// cancelled context, so they are refunded at once instead of
 		// waited out.
-		{TokenBucket, "5/s", 2, 1, 150 * time.Millisecond},
+		{model.TokenBucket, "5/s", 2, 1, 150 * time.Millisecond},
 	}
 	headerSets := []HeaderSet{DefaultHeaders, HeadersIETF, HeadersX, HeadersIETF | HeadersLegacy | HeadersX, HeadersOff}
 	remotes := []string{"192.0.2.1:1234", "192.0.2.2:80", "[2001:db8::1]:443", "not an address", ""}
@@ -85,7 +86,7 @@ func TestServeLaneMatchesGate(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				laneGate, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: laneStore, Responder: resp, Clock: clock.Now})
+				laneGate, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: laneStore, Responder: resp, Clock: clock.Now})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -96,7 +97,7 @@ func TestServeLaneMatchesGate(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				slowGate, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: &hiddenStore{slowStore}, Responder: resp, Clock: clock.Now})
+				slowGate, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: &hiddenStore{slowStore}, Responder: resp, Clock: clock.Now})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -110,7 +111,7 @@ func TestServeLaneMatchesGate(t *testing.T) {
 				// Bit tests: Yaegi v0.16.1 compares hs with the constant
 				// DefaultHeaders wrongly.
 				fast := hs&HeadersIETF != 0 && hs&HeadersX != 0 && hs&HeadersLegacy == 0
-				if !lane.one || lane.tb != (lc.alg == TokenBucket) || lane.fast != fast {
+				if !lane.one || lane.tb != (lc.alg == model.TokenBucket) || lane.fast != fast {
 					t.Fatalf("lane one %v tb %v fast %v for %s and headers %v", lane.one, lane.tb, lane.fast, lc.alg, hs)
 				}
 				if reject := fast && resp.Jitter == 0 && resp.Body != BodyNone; lane.fastReject != reject {
@@ -119,7 +120,7 @@ func TestServeLaneMatchesGate(t *testing.T) {
 				label := string(lc.alg) + " limit " + strconv.Itoa(li) + " headers " + strconv.Itoa(int(hs)) + " missing " + missing.String()
 				for step := 0; step < steps; step++ {
 					remote := remotes[rng.Intn(len(remotes))]
-					if l.MaxDelay > 0 && lc.alg == TokenBucket && rng.Intn(3) == 0 {
+					if l.MaxDelay > 0 && lc.alg == model.TokenBucket && rng.Intn(3) == 0 {
 						// Tokens lent and not given back: another taker of
 						// the same key, straight from both stores, whose
 						// Take charges a delay without waiting it, puts
@@ -127,16 +128,16 @@ func TestServeLaneMatchesGate(t *testing.T) {
 						r := httptest.NewRequest(http.MethodGet, "/", nil)
 						r.RemoteAddr = remote
 						if key, ok := missing.Resolve(spec.Key(r)); ok {
-							asks := []Ask{{Limit: l, Key: "mw\x00" + key, Cost: lc.cost}}
-							laneStore.Take(context.Background(), asks, make([]Decision, 1))
-							slowStore.Take(context.Background(), asks, make([]Decision, 1))
+							asks := []model.Ask{{Limit: l, Key: "mw\x00" + key, Cost: lc.cost}}
+							laneStore.Take(context.Background(), asks, make([]model.Decision, 1))
+							slowStore.Take(context.Background(), asks, make([]model.Decision, 1))
 						}
 					}
 					seen = seen[:0]
-					serveBoth(t, label+" step "+strconv.Itoa(step), lane, slowGate, cancelled, remote, func(r *http.Request) []Ask {
+					serveBoth(t, label+" step "+strconv.Itoa(step), lane, slowGate, cancelled, remote, func(r *http.Request) []model.Ask {
 						key, ok := spec.Key(r)
 						if key, ok = missing.Resolve(key, ok); ok {
-							return []Ask{{Limit: l, Key: "mw\x00" + key, Cost: lc.cost}}
+							return []model.Ask{{Limit: l, Key: "mw\x00" + key, Cost: lc.cost}}
 						}
 						return nil
 					}, &seen)
@@ -152,7 +153,7 @@ func TestServeLaneMatchesGate(t *testing.T) {
 // (status, headers, body, whether the request went on) and the lane
 // observed, in seen, the gate's verdict, or nothing for a request simply
 // allowed.
-func serveBoth(t *testing.T, label string, lane *Lane, gate *Gate, ctx context.Context, remote string, asks func(*http.Request) []Ask, seen *[]Verdict) {
+func serveBoth(t *testing.T, label string, lane *Lane, gate *Gate, ctx context.Context, remote string, asks func(*http.Request) []model.Ask, seen *[]Verdict) {
 	t.Helper()
 	serveBothRequest(t, label, lane, gate, func() *http.Request {
 		r := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx)
@@ -162,7 +163,7 @@ func serveBoth(t *testing.T, label string, lane *Lane, gate *Gate, ctx context.C
 }
 
 // serveBothRequest is serveBoth for requests that newRequest makes.
-func serveBothRequest(t *testing.T, label string, lane *Lane, gate *Gate, newRequest func() *http.Request, asks func(*http.Request) []Ask, seen *[]Verdict) {
+func serveBothRequest(t *testing.T, label string, lane *Lane, gate *Gate, newRequest func() *http.Request, asks func(*http.Request) []model.Ask, seen *[]Verdict) {
 	t.Helper()
 	var recs [2]*httptest.ResponseRecorder
 	var nexts [2]countingHandler
@@ -213,13 +214,13 @@ func TestServeLaneRelayedMatchesGate(t *testing.T) {
 	rng := rand.New(rand.NewSource(13))
 	for ri, ip := range rules {
 		clock := testclock.New(testclock.Epoch)
-		l := gateLimit(t, "api", TokenBucket, "2/s", 0)
+		l := gateLimit(t, "api", model.TokenBucket, "2/s", 0)
 		resp := Responder{Headers: DefaultHeaders, Body: BodyJSON}
 		laneStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
-		laneGate, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: laneStore, Responder: resp, Clock: clock.Now})
+		laneGate, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: laneStore, Responder: resp, Clock: clock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,7 +229,7 @@ func TestServeLaneRelayedMatchesGate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		slowGate, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: &hiddenStore{slowStore}, Responder: resp, Clock: clock.Now})
+		slowGate, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: &hiddenStore{slowStore}, Responder: resp, Clock: clock.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,9 +253,9 @@ func TestServeLaneRelayedMatchesGate(t *testing.T) {
 				r.Header.Set("X-Forwarded-For", xff)
 				r.Header.Set("Forwarded", strings.ReplaceAll(fwd, ", ", ", for="))
 				return r
-			}, func(r *http.Request) []Ask {
+			}, func(r *http.Request) []model.Ask {
 				if key, ok := keyspec.MissingSkip.Resolve(spec.Key(r)); ok {
-					return []Ask{{Limit: l, Key: "mw\x00" + key, Cost: 1}}
+					return []model.Ask{{Limit: l, Key: "mw\x00" + key, Cost: 1}}
 				}
 				return nil
 			}, &seen)
@@ -269,13 +270,13 @@ func TestServeLaneRelayedMatchesGate(t *testing.T) {
 // 3000000001 ns, Next 3000000000 ns, t=3).
 func TestServeLaneNextRounding(t *testing.T) {
 	clock := testclock.New(testclock.Epoch)
-	l := gateLimit(t, "api", TokenBucket, "1/4s", 10)
+	l := gateLimit(t, "api", model.TokenBucket, "1/4s", 10)
 	resp := Responder{Headers: DefaultHeaders}
 	ms, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: ms, Responder: resp, Clock: clock.Now})
+	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: ms, Responder: resp, Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +285,7 @@ func TestServeLaneNextRounding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sg, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: &hiddenStore{slow}, Responder: resp, Clock: clock.Now})
+	sg, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: &hiddenStore{slow}, Responder: resp, Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +299,7 @@ func TestServeLaneNextRounding(t *testing.T) {
 		lr, gr := httptest.NewRecorder(), httptest.NewRecorder()
 		ServeLane(lane, &countingHandler{}, lr, r)
 		key, _ := spec.Key(r)
-		sg.Serve(gr, r, []Ask{{Limit: l, Key: key, Cost: 0.55}})
+		sg.Serve(gr, r, []model.Ask{{Limit: l, Key: key, Cost: 0.55}})
 		if got, want := lr.Header().Get("Ratelimit"), gr.Header().Get("Ratelimit"); got != want {
 			t.Fatalf("request %d: lane RateLimit %q, gate %q", step+1, got, want)
 		}
@@ -313,15 +314,15 @@ func TestServeLaneNextRounding(t *testing.T) {
 // header set.
 func TestServeLaneManyMatchesGate(t *testing.T) {
 	algs := []struct {
-		alg   Algorithm
+		alg   model.Algorithm
 		rate  string
 		burst float64
 	}{
-		{TokenBucket, "3/s", 0},
-		{FixedWindow, "5/s", 0},
-		{SlidingWindowCounter, "10/m", 0},
-		{SlidingWindowLog, "4/s", 0},
-		{LeakyBucket, "3/s", 4},
+		{model.TokenBucket, "3/s", 0},
+		{model.FixedWindow, "5/s", 0},
+		{model.SlidingWindowCounter, "10/m", 0},
+		{model.SlidingWindowLog, "4/s", 0},
+		{model.LeakyBucket, "3/s", 4},
 	}
 	headerSets := []HeaderSet{DefaultHeaders, HeadersIETF, HeadersX, HeadersIETF | HeadersLegacy | HeadersX, HeadersOff}
 	remotes := []string{"192.0.2.1:1234", "192.0.2.2:80", "[2001:db8::1]:443", "not an address", ""}
@@ -334,14 +335,14 @@ func TestServeLaneManyMatchesGate(t *testing.T) {
 		for hi, hs := range headerSets {
 			clock := testclock.New(testclock.Epoch)
 			per := gateLimit(t, "per", ac.alg, ac.rate, ac.burst)
-			if ac.alg == LeakyBucket {
+			if ac.alg == model.LeakyBucket {
 				per.MaxDelay = 1 // rejects what it would delay
 				if err := per.Validate(); err != nil {
 					t.Fatal(err)
 				}
 			}
-			global := gateLimit(t, "global", TokenBucket, "7/s", 5)
-			limits := []*Limit{per, global}
+			global := gateLimit(t, "global", model.TokenBucket, "7/s", 5)
+			limits := []*model.Limit{per, global}
 			resp := Responder{Headers: hs, Body: BodyFormat((ai + hi) % 4)}
 			laneStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
 			if err != nil {
@@ -375,12 +376,12 @@ func TestServeLaneManyMatchesGate(t *testing.T) {
 			for step := 0; step < steps; step++ {
 				remote := remotes[rng.Intn(len(remotes))]
 				seen = seen[:0]
-				serveBoth(t, label+" step "+strconv.Itoa(step), lane, slowGate, context.Background(), remote, func(r *http.Request) []Ask {
-					all := Ask{Limit: global, Key: "mw\x00all", Cost: 1}
+				serveBoth(t, label+" step "+strconv.Itoa(step), lane, slowGate, context.Background(), remote, func(r *http.Request) []model.Ask {
+					all := model.Ask{Limit: global, Key: "mw\x00all", Cost: 1}
 					if key, ok := keyspec.MissingSkip.Resolve(ipSpec.Key(r)); ok {
-						return []Ask{{Limit: per, Key: "mw\x00" + key, Cost: 1}, all}
+						return []model.Ask{{Limit: per, Key: "mw\x00" + key, Cost: 1}, all}
 					}
-					return []Ask{all}
+					return []model.Ask{all}
 				}, &seen)
 				clock.Advance(time.Duration(rng.Int63n(int64(300 * time.Millisecond))))
 			}
@@ -398,15 +399,15 @@ func TestServeLaneManyMatchesGate(t *testing.T) {
 // answers the same.
 func TestXRateLimitResetRoundsUp(t *testing.T) {
 	const frac = 900 * time.Millisecond
-	for _, alg := range []Algorithm{TokenBucket, FixedWindow} {
+	for _, alg := range []model.Algorithm{model.TokenBucket, model.FixedWindow} {
 		for _, hs := range []HeaderSet{DefaultHeaders, HeadersX} {
 			for _, via := range []string{"gate", "lane", "lane of two limits"} {
 				label := string(alg) + " headers " + strconv.Itoa(int(hs)) + " " + via
 				clock := testclock.New(testclock.Epoch + int64(frac))
 				l := gateLimit(t, "api", alg, "1/s", 0)
-				limits := []*Limit{l}
+				limits := []*model.Limit{l}
 				if via == "lane of two limits" {
-					limits = append(limits, gateLimit(t, "global", TokenBucket, "1000/s", 0))
+					limits = append(limits, gateLimit(t, "global", model.TokenBucket, "1000/s", 0))
 				}
 				store, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
 				if err != nil {
@@ -431,7 +432,7 @@ func TestXRateLimitResetRoundsUp(t *testing.T) {
 				// The window of 1 per second began at the whole second:
 				// it ends 0.1 s from now.
 				whole := testclock.Epoch + int64(frac) + int64(time.Second)
-				if alg == FixedWindow {
+				if alg == model.FixedWindow {
 					whole = testclock.Epoch + int64(time.Second)
 				}
 				want := strconv.FormatInt((whole+nsPerSecond-1)/nsPerSecond, 10)
@@ -442,7 +443,7 @@ func TestXRateLimitResetRoundsUp(t *testing.T) {
 						ServeLane(lane, &countingHandler{}, rec, r)
 					} else {
 						key, _ := spec.Key(r)
-						g.Serve(rec, r, []Ask{{Limit: l, Key: key, Cost: 1}})
+						g.Serve(rec, r, []model.Ask{{Limit: l, Key: key, Cost: 1}})
 					}
 					if rec.Code != status {
 						t.Fatalf("%s: request %d answered %d, want %d", label, i+1, rec.Code, status)

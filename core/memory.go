@@ -6,6 +6,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // DefaultMaxKeys is the MemoryStore capacity used when MemoryConfig.MaxKeys
@@ -67,9 +69,9 @@ type MemoryStore struct {
 
 type memShard struct {
 	mu    sync.Mutex
-	slots map[uint64]memSlot    // states by hash
-	logs  map[uint64][]LogEntry // sliding_window_log entries, by hash
-	_     [40]byte              // keeps hot mutexes on separate cache lines
+	slots map[uint64]memSlot          // states by hash
+	logs  map[uint64][]model.LogEntry // sliding_window_log entries, by hash
+	_     [40]byte                    // keeps hot mutexes on separate cache lines
 }
 
 // memSlot is one stored State.
@@ -97,7 +99,7 @@ func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
 	}
 	for i := 0; i < memShards; i++ {
 		s.shards[i].slots = make(map[uint64]memSlot)
-		s.shards[i].logs = make(map[uint64][]LogEntry)
+		s.shards[i].logs = make(map[uint64][]model.LogEntry)
 	}
 	return s, nil
 }
@@ -120,8 +122,8 @@ func (s *MemoryStore) Len() int {
 }
 
 // hash identifies (limit, key); its top bits choose the shard.
-func (s *MemoryStore) hash(l *Limit, key string) uint64 {
-	return maphash.String(s.seed, key) ^ l.nsHash
+func (s *MemoryStore) hash(l *model.Limit, key string) uint64 {
+	return maphash.String(s.seed, key) ^ l.Hash
 }
 
 // shard is the shard of hash h.
@@ -137,10 +139,10 @@ func (s *MemoryStore) now() int64 {
 
 // load returns the state of h (the zero State when absent) and whether sh
 // holds one. sh's mutex is held.
-func (sh *memShard) load(h uint64, l *Limit) (State, bool) {
+func (sh *memShard) load(h uint64, l *model.Limit) (model.State, bool) {
 	sl, held := sh.slots[h]
-	st := State{T: sl.t, A: sl.a, B: sl.b}
-	if held && l.Algorithm == SlidingWindowLog {
+	st := model.State{T: sl.t, A: sl.a, B: sl.b}
+	if held && l.Algorithm == model.SlidingWindowLog {
 		st.Log = sh.logs[h]
 	}
 	return st, held
@@ -148,8 +150,8 @@ func (sh *memShard) load(h uint64, l *Limit) (State, bool) {
 
 // save stores *st, which expires at exp, as h's state in sh, whose mutex
 // is held, making room for it if h is new (room).
-func (s *MemoryStore) save(sh *memShard, h uint64, l *Limit, st *State, exp, now int64) {
-	if l.Algorithm == SlidingWindowLog {
+func (s *MemoryStore) save(sh *memShard, h uint64, l *model.Limit, st *model.State, exp, now int64) {
+	if l.Algorithm == model.SlidingWindowLog {
 		// Before room, which may forget another state of sh.
 		putLog(sh, h, st.Log)
 	}
@@ -166,9 +168,9 @@ func (s *MemoryStore) save(sh *memShard, h uint64, l *Limit, st *State, exp, now
 // which evicts the states closest to expiring first (room), must not
 // forget it while it keeps asking, which would hand it the capacity
 // again. sh's mutex is held.
-func (sh *memShard) keep(h uint64, l *Limit, now int64) {
+func (sh *memShard) keep(h uint64, l *model.Limit, now int64) {
 	sl, held := sh.slots[h]
-	if until := now + l.keep + 1; held && sl.exp < until {
+	if until := now + l.Keep + 1; held && sl.exp < until {
 		sl.exp = until
 		sh.slots[h] = sl
 	}
@@ -213,7 +215,7 @@ func room(s *MemoryStore, sh *memShard, now int64) {
 // putLog stores the sliding_window_log entries of h in sh. It is a
 // function, not a method, so that the Traefik lane's callers pay less for
 // its call under Yaegi.
-func putLog(sh *memShard, h uint64, log []LogEntry) {
+func putLog(sh *memShard, h uint64, log []model.LogEntry) {
 	if len(log) == 0 {
 		delete(sh.logs, h)
 	} else {
@@ -224,7 +226,7 @@ func putLog(sh *memShard, h uint64, log []LogEntry) {
 // Take implements Store. It locks the shards of all asks (in shard order, so
 // concurrent calls cannot deadlock), decides each ask on one clock reading,
 // and saves the new states only if every ask is allowed.
-func (s *MemoryStore) Take(ctx context.Context, asks []Ask, out []Decision) error {
+func (s *MemoryStore) Take(ctx context.Context, asks []model.Ask, out []model.Decision) error {
 	if len(asks) == 1 {
 		s.take1(&asks[0], &out[0])
 	} else {
@@ -235,16 +237,16 @@ func (s *MemoryStore) Take(ctx context.Context, asks []Ask, out []Decision) erro
 
 // take1 decides one ask into *d and returns the instant it decided at:
 // Take's common case, and Gate.Serve's.
-func (s *MemoryStore) take1(a *Ask, d *Decision) int64 {
+func (s *MemoryStore) take1(a *model.Ask, d *model.Decision) int64 {
 	h := s.hash(a.Limit, a.Key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	st, held := sh.load(h, a.Limit)
 	now := s.now()
-	exp := decide(a.Limit, &st, now, a.Cost, d)
+	exp := model.Step(a.Limit, &st, now, a.Cost, d)
 	if d.Allowed {
 		s.save(sh, h, a.Limit, &st, exp, now)
-		d.mark = mark{t: st.T, a: st.A, ok: true}
+		d.Mark = model.Mark{T: st.T, A: st.A, OK: true}
 	} else if held {
 		sh.keep(h, a.Limit, now)
 	}
@@ -264,13 +266,13 @@ const maxAsks = 8
 type memAsk struct {
 	h      uint64
 	exp    int64
-	st     State
+	st     model.State
 	full   bool
-	newest LogEntry
+	newest model.LogEntry
 }
 
 // takeMany is Take for several asks.
-func (s *MemoryStore) takeMany(asks []Ask, out []Decision) {
+func (s *MemoryStore) takeMany(asks []model.Ask, out []model.Decision) {
 	var msBuf [maxAsks]memAsk
 	var orderBuf [maxAsks]int
 	ms, order := msBuf[:0], orderBuf[:0]
@@ -290,10 +292,10 @@ func (s *MemoryStore) takeMany(asks []Ask, out []Decision) {
 	for i := range asks {
 		a, m := &asks[i], &ms[i]
 		m.st, _ = s.shard(m.h).load(m.h, a.Limit)
-		if n := len(m.st.Log); n >= MaxLogQuota {
+		if n := len(m.st.Log); n >= model.MaxLogQuota {
 			m.full, m.newest = true, m.st.Log[n-1]
 		}
-		m.exp = decide(a.Limit, &m.st, now, a.Cost, &out[i])
+		m.exp = model.Step(a.Limit, &m.st, now, a.Cost, &out[i])
 		all = all && out[i].Allowed
 	}
 	for i := range asks {
@@ -301,7 +303,7 @@ func (s *MemoryStore) takeMany(asks []Ask, out []Decision) {
 		switch {
 		case all:
 			s.save(s.shard(m.h), m.h, asks[i].Limit, &m.st, m.exp, now)
-			out[i].mark = mark{t: m.st.T, a: m.st.A, ok: true}
+			out[i].Mark = model.Mark{T: m.st.T, A: m.st.A, OK: true}
 		case m.full:
 			// Put back what slidingLog wrote in place (see memAsk).
 			log := s.shard(m.h).logs[m.h]
@@ -334,10 +336,10 @@ func shardOrder(order []int, i int) []int {
 }
 
 // Refund implements Store.
-func (s *MemoryStore) Refund(ctx context.Context, asks []Ask, charged []Decision) error {
+func (s *MemoryStore) Refund(ctx context.Context, asks []model.Ask, charged []model.Decision) error {
 	for i := range asks {
 		a := &asks[i]
-		if !charged[i].mark.ok {
+		if !charged[i].Mark.OK {
 			continue
 		}
 		h := s.hash(a.Limit, a.Key)
@@ -346,7 +348,7 @@ func (s *MemoryStore) Refund(ctx context.Context, asks []Ask, charged []Decision
 		if st, held := sh.load(h, a.Limit); held {
 			now := s.now()
 			st = a.Limit.Refund(st, now, a.Cost, charged[i])
-			s.save(sh, h, a.Limit, &st, expiry(a.Limit, &st), now)
+			s.save(sh, h, a.Limit, &st, model.Expires(a.Limit, &st), now)
 		}
 		sh.mu.Unlock()
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
@@ -25,9 +26,9 @@ func memStore(t testing.TB, maxKeys int) (*MemoryStore, *testclock.Clock) {
 	return s, clock
 }
 
-func memTake(t testing.TB, s *MemoryStore, asks ...Ask) []Decision {
+func memTake(t testing.TB, s *MemoryStore, asks ...model.Ask) []model.Decision {
 	t.Helper()
-	out := make([]Decision, len(asks))
+	out := make([]model.Decision, len(asks))
 	if err := s.Take(context.Background(), asks, out); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func memRaceTrials() int {
 
 // memRace releases n goroutines together, each taking asks once, and
 // returns how many were admitted (by every ask).
-func memRace(s *MemoryStore, n int, asks []Ask) int {
+func memRace(s *MemoryStore, n int, asks []model.Ask) int {
 	var admitted int64
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -74,7 +75,7 @@ func memRace(s *MemoryStore, n int, asks []Ask) int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out := make([]Decision, len(asks))
+			out := make([]model.Decision, len(asks))
 			<-start
 			if s.Take(context.Background(), asks, out) != nil {
 				return
@@ -98,20 +99,20 @@ func memRace(s *MemoryStore, n int, asks []Ask) int {
 func TestMemoryStoreRaceForLastToken(t *testing.T) {
 	const racers, capacity = 32, 16
 	trials := memRaceTrials()
-	for _, alg := range Algorithms {
+	for _, alg := range model.Algorithms {
 		alg := alg
 		t.Run(string(alg), func(t *testing.T) {
 			s, _ := memStore(t, 1<<16)
 			l := algLimit(t, alg, strconv.Itoa(capacity)+"/h", 0, 0)
 			for i := 0; i < trials; i++ {
 				last := "last" + strconv.Itoa(i)
-				if d := memTake(t, s, Ask{Limit: l, Key: last, Cost: capacity - 1}); !d[0].Allowed {
+				if d := memTake(t, s, model.Ask{Limit: l, Key: last, Cost: capacity - 1}); !d[0].Allowed {
 					t.Fatalf("trial %d: first request rejected", i)
 				}
-				if n := memRace(s, racers, []Ask{{Limit: l, Key: last, Cost: 1}}); n != 1 {
+				if n := memRace(s, racers, []model.Ask{{Limit: l, Key: last, Cost: 1}}); n != 1 {
 					t.Fatalf("trial %d: %d racers won the last unit, want 1", i, n)
 				}
-				if n := memRace(s, 2*capacity, []Ask{{Limit: l, Key: "half" + strconv.Itoa(i), Cost: 1}}); n != capacity {
+				if n := memRace(s, 2*capacity, []model.Ask{{Limit: l, Key: "half" + strconv.Itoa(i), Cost: 1}}); n != capacity {
 					t.Fatalf("trial %d: %d of %d racers admitted for %d units, want %d", i, n, 2*capacity, capacity, capacity)
 				}
 			}
@@ -123,16 +124,16 @@ func TestMemoryStoreRaceForLastToken(t *testing.T) {
 // limit has one unit left: one wins, and the other limit is charged once.
 func TestMemoryStoreRaceMultiLimit(t *testing.T) {
 	s, _ := memStore(t, 1<<16)
-	plenty := algLimit(t, SlidingWindowCounter, "1000/h", 0, 0)
-	tight := algLimit(t, TokenBucket, "2/h", 0, 0)
+	plenty := algLimit(t, model.SlidingWindowCounter, "1000/h", 0, 0)
+	tight := algLimit(t, model.TokenBucket, "2/h", 0, 0)
 	trials := memRaceTrials() / 4
 	for i := 0; i < trials; i++ {
 		k := "k" + strconv.Itoa(i)
-		memTake(t, s, Ask{Limit: tight, Key: k, Cost: 1})
-		if n := memRace(s, 32, []Ask{{Limit: plenty, Key: k, Cost: 1}, {Limit: tight, Key: k, Cost: 1}}); n != 1 {
+		memTake(t, s, model.Ask{Limit: tight, Key: k, Cost: 1})
+		if n := memRace(s, 32, []model.Ask{{Limit: plenty, Key: k, Cost: 1}, {Limit: tight, Key: k, Cost: 1}}); n != 1 {
 			t.Fatalf("trial %d: %d racers admitted, want 1", i, n)
 		}
-		if d := memTake(t, s, Ask{Limit: plenty, Key: k, Cost: 1}); d[0].Remaining != 998 {
+		if d := memTake(t, s, model.Ask{Limit: plenty, Key: k, Cost: 1}); d[0].Remaining != 998 {
 			t.Fatalf("trial %d: the plentiful limit has %v left, want 998 (charged once by the race)", i, d[0].Remaining)
 		}
 	}
@@ -147,8 +148,8 @@ func TestMemoryStoreKeyFlood(t *testing.T) {
 	}
 	s, clock := memStore(t, maxKeys)
 	ctx := context.Background()
-	asks := []Ask{{Limit: algLimit(t, TokenBucket, "10/h", 0, 0), Cost: 1}}
-	out := make([]Decision, 1)
+	asks := []model.Ask{{Limit: algLimit(t, model.TokenBucket, "10/h", 0, 0), Cost: 1}}
+	out := make([]model.Decision, 1)
 	buf := make([]byte, 0, 32)
 	for i := 0; i < keys; i++ {
 		buf = strconv.AppendInt(append(buf[:0], "flood-"...), int64(i), 10)
@@ -163,7 +164,7 @@ func TestMemoryStoreKeyFlood(t *testing.T) {
 	}
 
 	// The logs of sliding_window_log states go with their slots.
-	asks[0].Limit = algLimit(t, SlidingWindowLog, "10/h", 0, 0)
+	asks[0].Limit = algLimit(t, model.SlidingWindowLog, "10/h", 0, 0)
 	for i := 0; i < keys/5; i++ {
 		buf = strconv.AppendInt(append(buf[:0], "logflood-"...), int64(i), 10)
 		asks[0].Key = string(buf)
@@ -187,7 +188,7 @@ func TestMemoryStoreKeyFlood(t *testing.T) {
 }
 
 // memKeysInShard returns n keys of l whose states fall in shard sh.
-func memKeysInShard(s *MemoryStore, l *Limit, prefix string, sh, n int) []string {
+func memKeysInShard(s *MemoryStore, l *model.Limit, prefix string, sh, n int) []string {
 	var keys []string
 	for i := 0; len(keys) < n && i < 1000000; i++ {
 		k := prefix + strconv.Itoa(i)
@@ -198,7 +199,7 @@ func memKeysInShard(s *MemoryStore, l *Limit, prefix string, sh, n int) []string
 	return keys
 }
 
-func memHeld(s *MemoryStore, l *Limit, key string) bool {
+func memHeld(s *MemoryStore, l *model.Limit, key string) bool {
 	h := s.hash(l, key)
 	sh := &s.shards[h>>memShardShift]
 	sh.mu.Lock()
@@ -218,10 +219,10 @@ func TestMemoryStoreKeepsLiveStates(t *testing.T) {
 		perShard = 400
 	}
 	s, clock := memStore(t, memShards*perShard)
-	l := algLimit(t, TokenBucket, "1/h", 10, 0)
+	l := algLimit(t, model.TokenBucket, "1/h", 10, 0)
 	n := s.Cap() * 3 / 4
 	for i := 0; i < n; i++ {
-		memTake(t, s, Ask{l, "live" + strconv.Itoa(i), 1})
+		memTake(t, s, model.Ask{Limit: l, Key: "live" + strconv.Itoa(i), Cost: 1})
 	}
 	if got := s.Len(); got != n {
 		t.Fatalf("%d live keys at 75%% of the cap: %d held", n, got)
@@ -234,7 +235,7 @@ func TestMemoryStoreKeepsLiveStates(t *testing.T) {
 	// Once they have expired, as many new keys drop them as they arrive.
 	clock.Advance(2 * time.Hour)
 	for i := 0; i < n; i++ {
-		memTake(t, s, Ask{l, "new" + strconv.Itoa(i), 1})
+		memTake(t, s, model.Ask{Limit: l, Key: "new" + strconv.Itoa(i), Cost: 1})
 	}
 	if got := s.Len(); got > n+n/5 {
 		t.Errorf("%d expired and %d new keys: %d held, want about %d", n, n, got, n)
@@ -250,8 +251,8 @@ func TestMemoryStoreEviction(t *testing.T) {
 	if s.perShard != memWays {
 		t.Fatalf("%d states per shard, want %d", s.perShard, memWays)
 	}
-	live := algLimit(t, TokenBucket, "1/h", 10, 0) // cost c expires c·6 min later
-	short := algLimit(t, TokenBucket, "1/s", 1, 0) // expires a second later
+	live := algLimit(t, model.TokenBucket, "1/h", 10, 0) // cost c expires c·6 min later
+	short := algLimit(t, model.TokenBucket, "1/s", 1, 0) // expires a second later
 	const sh = 5
 	liveKeys := memKeysInShard(s, live, "live", sh, memWays+1)
 	shortKeys := memKeysInShard(s, short, "short", sh, 2)
@@ -260,9 +261,9 @@ func TestMemoryStoreEviction(t *testing.T) {
 	}
 
 	// Slots: live, short, live, live, short, live, live, live.
-	order := []Ask{
-		{live, liveKeys[0], 1}, {short, shortKeys[0], 1}, {live, liveKeys[1], 1}, {live, liveKeys[2], 1},
-		{short, shortKeys[1], 1}, {live, liveKeys[3], 1}, {live, liveKeys[4], 1}, {live, liveKeys[5], 1},
+	order := []model.Ask{
+		{Limit: live, Key: liveKeys[0], Cost: 1}, {Limit: short, Key: shortKeys[0], Cost: 1}, {Limit: live, Key: liveKeys[1], Cost: 1}, {Limit: live, Key: liveKeys[2], Cost: 1},
+		{Limit: short, Key: shortKeys[1], Cost: 1}, {Limit: live, Key: liveKeys[3], Cost: 1}, {Limit: live, Key: liveKeys[4], Cost: 1}, {Limit: live, Key: liveKeys[5], Cost: 1},
 	}
 	for _, a := range order {
 		memTake(t, s, a)
@@ -271,8 +272,8 @@ func TestMemoryStoreEviction(t *testing.T) {
 		t.Fatalf("Len %d after filling one shard, want %d", n, memWays)
 	}
 	clock.Advance(2 * time.Second) // both short states expire
-	memTake(t, s, Ask{live, liveKeys[6], 1})
-	memTake(t, s, Ask{live, liveKeys[7], 1})
+	memTake(t, s, model.Ask{Limit: live, Key: liveKeys[6], Cost: 1})
+	memTake(t, s, model.Ask{Limit: live, Key: liveKeys[7], Cost: 1})
 	for i := 0; i < 8; i++ {
 		if !memHeld(s, live, liveKeys[i]) {
 			t.Errorf("live key %d evicted while expired states were held", i)
@@ -289,10 +290,10 @@ func TestMemoryStoreEviction(t *testing.T) {
 	// has cost 1 and every other one gets 1 more.
 	for i := 0; i < 8; i++ {
 		if i != 3 {
-			memTake(t, s, Ask{live, liveKeys[i], 1})
+			memTake(t, s, model.Ask{Limit: live, Key: liveKeys[i], Cost: 1})
 		}
 	}
-	memTake(t, s, Ask{live, liveKeys[8], 1})
+	memTake(t, s, model.Ask{Limit: live, Key: liveKeys[8], Cost: 1})
 	for i := 0; i < 9; i++ {
 		if held := memHeld(s, live, liveKeys[i]); held != (i != 3) {
 			t.Errorf("live key %d: held %v, want %v (key 3 expires first)", i, held, i != 3)
@@ -307,16 +308,16 @@ func TestMemoryStoreEviction(t *testing.T) {
 // with A and B in different shards, race without deadlocking.
 func TestMemoryStoreMultiLimitNoDeadlock(t *testing.T) {
 	s, _ := memStore(t, 4096)
-	a := algLimit(t, TokenBucket, "1000000/s", 0, 0)
-	b := algLimit(t, FixedWindow, "1000000/s", 0, 0)
+	a := algLimit(t, model.TokenBucket, "1000000/s", 0, 0)
+	b := algLimit(t, model.FixedWindow, "1000000/s", 0, 0)
 	ka := memKeysInShard(s, a, "a", 3, 1)
 	kb := memKeysInShard(s, b, "b", 60, 1)
 	iters := 2000
 	if testing.Short() {
 		iters = 100
 	}
-	ab := []Ask{{a, ka[0], 1}, {b, kb[0], 1}}
-	ba := []Ask{{b, kb[0], 1}, {a, ka[0], 1}}
+	ab := []model.Ask{{Limit: a, Key: ka[0], Cost: 1}, {Limit: b, Key: kb[0], Cost: 1}}
+	ba := []model.Ask{{Limit: b, Key: kb[0], Cost: 1}, {Limit: a, Key: ka[0], Cost: 1}}
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
 		asks := ab
@@ -326,7 +327,7 @@ func TestMemoryStoreMultiLimitNoDeadlock(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out := make([]Decision, 2)
+			out := make([]model.Decision, 2)
 			for i := 0; i < iters; i++ {
 				s.Take(context.Background(), asks, out)
 			}
@@ -345,12 +346,12 @@ func TestMemoryStoreMultiLimitNoDeadlock(t *testing.T) {
 // are decided alike, all-or-nothing.
 func TestMemoryStoreManyAsks(t *testing.T) {
 	s, _ := memStore(t, 4096)
-	var asks []Ask
+	var asks []model.Ask
 	for i := 0; i < maxAsks+3; i++ {
-		asks = append(asks, Ask{algLimit(t, TokenBucket, "10/h", 0, 0), "k" + strconv.Itoa(i), 1})
+		asks = append(asks, model.Ask{Limit: algLimit(t, model.TokenBucket, "10/h", 0, 0), Key: "k" + strconv.Itoa(i), Cost: 1})
 	}
-	tight := algLimit(t, FixedWindow, "1/h", 0, 0)
-	asks = append(asks, Ask{tight, "t", 1})
+	tight := algLimit(t, model.FixedWindow, "1/h", 0, 0)
+	asks = append(asks, model.Ask{Limit: tight, Key: "t", Cost: 1})
 	if d := memTake(t, s, asks...); !d[len(d)-1].Allowed || !d[0].Allowed {
 		t.Fatalf("first request: %+v", d)
 	}
@@ -372,13 +373,13 @@ func TestMemoryStoreTakeAllocs(t *testing.T) {
 		t.Skip("allocation counts are meaningless under an interpreter")
 	}
 	s, clock := memStore(t, 4096)
-	tb := algLimit(t, TokenBucket, "1000000/s", 0, 0)
-	fw := algLimit(t, FixedWindow, "1000000/s", 0, 0)
-	one := []Ask{{tb, "client", 1}}
-	two := []Ask{{tb, "client", 1}, {fw, "client", 1}}
-	out := make([]Decision, 2)
+	tb := algLimit(t, model.TokenBucket, "1000000/s", 0, 0)
+	fw := algLimit(t, model.FixedWindow, "1000000/s", 0, 0)
+	one := []model.Ask{{Limit: tb, Key: "client", Cost: 1}}
+	two := []model.Ask{{Limit: tb, Key: "client", Cost: 1}, {Limit: fw, Key: "client", Cost: 1}}
+	out := make([]model.Decision, 2)
 	ctx := context.Background()
-	for _, asks := range [][]Ask{one, two} {
+	for _, asks := range [][]model.Ask{one, two} {
 		asks := asks
 		n := testing.AllocsPerRun(1000, func() {
 			clock.Advance(time.Millisecond)
@@ -419,41 +420,41 @@ func TestShardOrder(t *testing.T) {
 // limit rejects leaves the stored log exactly as it was.
 func TestMemoryStoreFullLog(t *testing.T) {
 	s, clock := memStore(t, 4096)
-	log := algLimit(t, SlidingWindowLog, "10000/h", 0, 0)
-	for i := 0; i < MaxLogQuota; i++ {
+	log := algLimit(t, model.SlidingWindowLog, "10000/h", 0, 0)
+	for i := 0; i < model.MaxLogQuota; i++ {
 		clock.Advance(time.Millisecond)
-		if d := memTake(t, s, Ask{log, "k", 0.5})[0]; !d.Allowed {
+		if d := memTake(t, s, model.Ask{Limit: log, Key: "k", Cost: 0.5})[0]; !d.Allowed {
 			t.Fatalf("request %d rejected: %+v", i+1, d)
 		}
 	}
-	stored := func() []LogEntry {
+	stored := func() []model.LogEntry {
 		h := s.hash(log, "k")
-		return append([]LogEntry(nil), s.shards[h>>memShardShift].logs[h]...)
+		return append([]model.LogEntry(nil), s.shards[h>>memShardShift].logs[h]...)
 	}
-	if n := len(stored()); n != MaxLogQuota {
-		t.Fatalf("log holds %d entries, want %d", n, MaxLogQuota)
+	if n := len(stored()); n != model.MaxLogQuota {
+		t.Fatalf("log holds %d entries, want %d", n, model.MaxLogQuota)
 	}
-	closed := algLimit(t, TokenBucket, "1/h", 1, 0)
-	memTake(t, s, Ask{closed, "k", 1})
+	closed := algLimit(t, model.TokenBucket, "1/h", 1, 0)
+	memTake(t, s, model.Ask{Limit: closed, Key: "k", Cost: 1})
 	before := stored()
 	clock.Advance(time.Millisecond)
-	if d := memTake(t, s, Ask{log, "k", 1}, Ask{closed, "k", 1}); d[0].Allowed != true || d[1].Allowed {
+	if d := memTake(t, s, model.Ask{Limit: log, Key: "k", Cost: 1}, model.Ask{Limit: closed, Key: "k", Cost: 1}); d[0].Allowed != true || d[1].Allowed {
 		t.Fatalf("want the log to admit and the bucket to reject: %+v", d)
 	}
 	if after := stored(); !reflect.DeepEqual(after, before) {
 		t.Fatalf("a rejected multi-limit request changed the full log: newest entry %+v, was %+v", after[len(after)-1], before[len(before)-1])
 	}
 	clock.Advance(time.Millisecond)
-	if d := memTake(t, s, Ask{log, "k", 1})[0]; !d.Allowed || d.Remaining != log.Capacity()-MaxLogQuota*0.5-1 {
+	if d := memTake(t, s, model.Ask{Limit: log, Key: "k", Cost: 1})[0]; !d.Allowed || d.Remaining != log.Capacity()-model.MaxLogQuota*0.5-1 {
 		t.Fatalf("admission into a full log: %+v", d)
 	}
-	if got := stored(); len(got) != MaxLogQuota || got[MaxLogQuota-1].T != clock.Now() || got[MaxLogQuota-1].Cost != 1.5 {
+	if got := stored(); len(got) != model.MaxLogQuota || got[model.MaxLogQuota-1].T != clock.Now() || got[model.MaxLogQuota-1].Cost != 1.5 {
 		t.Fatalf("full log after an admission: %d entries, newest %+v; want the newest merged at now with cost 1.5", len(got), got[len(got)-1])
 	}
 	if isInterpreted() {
 		return // allocation counts are meaningless under an interpreter
 	}
-	ctx, asks, out := context.Background(), []Ask{{log, "k", 0.001}}, make([]Decision, 1)
+	ctx, asks, out := context.Background(), []model.Ask{{Limit: log, Key: "k", Cost: 0.001}}, make([]model.Decision, 1)
 	if n := testing.AllocsPerRun(100, func() {
 		clock.Advance(time.Microsecond)
 		s.Take(ctx, asks, out)
@@ -474,12 +475,12 @@ func TestMemoryStoreKeepsLimitedKey(t *testing.T) {
 	}
 	for _, asks := range []int{1, 2} {
 		s, clock := memStore(t, memShards*perShard)
-		l := algLimit(t, TokenBucket, "11/h", 1, 0)
-		global := algLimit(t, TokenBucket, "1000000/s", 1000000, 0)
-		ask := func(key string) []Ask {
-			a := []Ask{{Limit: l, Key: key, Cost: 1}}
+		l := algLimit(t, model.TokenBucket, "11/h", 1, 0)
+		global := algLimit(t, model.TokenBucket, "1000000/s", 1000000, 0)
+		ask := func(key string) []model.Ask {
+			a := []model.Ask{{Limit: l, Key: key, Cost: 1}}
 			if asks == 2 {
-				a = append(a, Ask{Limit: global, Key: "all", Cost: 1})
+				a = append(a, model.Ask{Limit: global, Key: "all", Cost: 1})
 			}
 			return a
 		}

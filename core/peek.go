@@ -1,6 +1,10 @@
 package core
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/sluicehq/sluice/core/model"
+)
 
 // The hooks through which package core/inspect reads and forgets the
 // states of a MemoryStore or a RedisStore for operators, outside core so
@@ -14,18 +18,18 @@ import "errors"
 // instant at the read. live reports whether s holds a state there that
 // has not expired at now (its Limit.Expiry is after now); the state is
 // the zero State when it does not. l must limit a rate (Limit.Rated).
-func (s *MemoryStore) PeekState(l *Limit, key string) (State, bool, int64) {
+func (s *MemoryStore) PeekState(l *model.Limit, key string) (model.State, bool, int64) {
 	h := s.hash(l, key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	st, held := sh.load(h, l)
 	// Take may write a full log's newest entry in place.
-	st.Log = append([]LogEntry(nil), st.Log...)
+	st.Log = append([]model.LogEntry(nil), st.Log...)
 	exp := sh.slots[h].exp
 	now := s.now()
 	sh.mu.Unlock()
 	if !held || exp <= now {
-		return State{}, false, now
+		return model.State{}, false, now
 	}
 	return st, true, now
 }
@@ -33,7 +37,7 @@ func (s *MemoryStore) PeekState(l *Limit, key string) (State, bool, int64) {
 // DeleteState forgets the state of l's rate that s holds for key, so
 // that its next request finds the limit whole, and reports whether it was
 // live (see PeekState). l must limit a rate.
-func (s *MemoryStore) DeleteState(l *Limit, key string) bool {
+func (s *MemoryStore) DeleteState(l *model.Limit, key string) bool {
 	h := s.hash(l, key)
 	sh := s.shard(h)
 	sh.mu.Lock()
@@ -47,11 +51,11 @@ func (s *MemoryStore) DeleteState(l *Limit, key string) bool {
 
 // HeldSlots is the number of in-flight slots that the requests of key in
 // progress hold under l's MaxInFlight; zero for a limit without one.
-func (s *MemoryStore) HeldSlots(l *Limit, key string) int {
-	if l.flight == nil {
+func (s *MemoryStore) HeldSlots(l *model.Limit, key string) int {
+	if l.Flight() == nil {
 		return 0
 	}
-	h, t := s.hash(l.flight, key), s.flight
+	h, t := s.hash(l.Flight(), key), s.flight
 	t.mu.Lock()
 	held := t.held[h]
 	t.mu.Unlock()
@@ -64,15 +68,15 @@ func (s *MemoryStore) HeldSlots(l *Limit, key string) int {
 // followed by ":log", for a sliding_window_log), and its limit's
 // parameters and cost. A script that begins with RedisLua reads them with
 // its function asks. Every limit must limit a rate.
-func (s *RedisStore) ScriptArgs(asks []Ask) (keys, args []string) {
+func (s *RedisStore) ScriptArgs(asks []model.Ask) (keys, args []string) {
 	return s.scriptArgs(asks, false)
 }
 
 // LeaseKey is the key of the sorted set of the leases that the requests
 // of key in progress hold under l's MaxInFlight, scored by their expiry
 // in Unix milliseconds on Redis's clock. l must have a MaxInFlight.
-func (s *RedisStore) LeaseKey(l *Limit, key string) string {
-	return s.key(l.flight, key)
+func (s *RedisStore) LeaseKey(l *model.Limit, key string) string {
+	return s.key(l.Flight(), key)
 }
 
 // KeyPrefix is the beginning of the key of every state of l that the
@@ -80,11 +84,11 @@ func (s *RedisStore) LeaseKey(l *Limit, key string) string {
 // of requests in flight only. Each such key ends at the "}" that closes
 // its hash tag; a sliding window log's list is that key followed by
 // ":log".
-func (s *RedisStore) KeyPrefix(l *Limit) string {
+func (s *RedisStore) KeyPrefix(l *model.Limit) string {
 	if !l.Rated() {
-		return s.prefix + "{" + l.flight.ns + ":"
+		return s.prefix + "{" + l.Flight().Namespace() + ":"
 	}
-	return s.prefix + "{" + l.ns + ":"
+	return s.prefix + "{" + l.Namespace() + ":"
 }
 
 // Cluster reports whether the store's client is a Redis Cluster

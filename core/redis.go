@@ -96,7 +96,7 @@ func CheckRedisPrefix(prefix string) error {
 // RedisConfig configures a RedisStore.
 type RedisConfig struct {
 	// Client runs the scripts. Required.
-	Client Scripter
+	Client model.Scripter
 	// Prefix begins every key the store writes; empty means
 	// DefaultRedisPrefix. It must not contain braces, which would change
 	// the keys' Cluster hash tags.
@@ -192,7 +192,7 @@ func (d *RedisDirect) Set(c *resp.Client) {
 // two windows, one period), even when a clock that stepped back left the
 // state ahead of it.
 type RedisStore struct {
-	client   Scripter
+	client   model.Scripter
 	prefix   string
 	cluster  bool
 	readable bool
@@ -257,7 +257,7 @@ const redisReplyFields = 6
 // the first request was not admitted. If a call fails after others
 // succeeded, their charges are refunded before Take returns the error; if
 // that refund fails too, the error says so and those charges remain.
-func (s *RedisStore) Take(ctx context.Context, asks []Ask, out []Decision) error {
+func (s *RedisStore) Take(ctx context.Context, asks []model.Ask, out []model.Decision) error {
 	if len(asks) == 0 {
 		return nil
 	}
@@ -274,7 +274,7 @@ func (s *RedisStore) Take(ctx context.Context, asks []Ask, out []Decision) error
 // evalFailed makes of it, after loading the script and running it again
 // if the server did not know it. A call that may have run is never sent
 // twice.
-func (s *RedisStore) takeFailed(ctx context.Context, start time.Time, timeout time.Duration, asks []Ask, out []Decision, err error) error {
+func (s *RedisStore) takeFailed(ctx context.Context, start time.Time, timeout time.Duration, asks []model.Ask, out []model.Decision, err error) error {
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, start.Add(timeout))
@@ -294,13 +294,13 @@ func (s *RedisStore) takeFailed(ctx context.Context, start time.Time, timeout ti
 // takeSlots is Take for several asks in a Cluster. It is apart from Take,
 // which holds the common case: under Yaegi every call pays for every value
 // of the called function's body.
-func (s *RedisStore) takeSlots(ctx context.Context, asks []Ask, out []Decision) error {
+func (s *RedisStore) takeSlots(ctx context.Context, asks []model.Ask, out []model.Decision) error {
 	groups := s.slotGroups(asks)
 	if len(groups) == 1 {
 		return s.takeAsks(ctx, asks, out, true)
 	}
 	for i, g := range groups {
-		sub, dec := pickAsks(asks, g), make([]Decision, len(g))
+		sub, dec := pickAsks(asks, g), make([]model.Decision, len(g))
 		if err := s.takeAsks(ctx, sub, dec, true); err != nil {
 			if rerr := s.refundGroups(ctx, asks, out, groups[:i]); rerr != nil {
 				return fmt.Errorf("%w (and refunding the asks already charged failed: %v)", err, rerr)
@@ -319,7 +319,7 @@ func (s *RedisStore) takeSlots(ctx context.Context, asks []Ask, out []Decision) 
 			return fmt.Errorf("redis: refunding the asks charged before a rejection: %w", err)
 		}
 		for _, g := range groups[i+1:] {
-			sub, dec := pickAsks(asks, g), make([]Decision, len(g))
+			sub, dec := pickAsks(asks, g), make([]model.Decision, len(g))
 			if err := s.takeAsks(ctx, sub, dec, false); err != nil {
 				return err
 			}
@@ -334,7 +334,7 @@ func (s *RedisStore) takeSlots(ctx context.Context, asks []Ask, out []Decision) 
 
 // Refund implements Store. It gives back each ask's cost as Limit.Refund
 // does, on the server's clock; states that no longer exist are left alone.
-func (s *RedisStore) Refund(ctx context.Context, asks []Ask, charged []Decision) error {
+func (s *RedisStore) Refund(ctx context.Context, asks []model.Ask, charged []model.Decision) error {
 	if len(asks) == 0 {
 		return nil
 	}
@@ -346,7 +346,7 @@ func (s *RedisStore) Refund(ctx context.Context, asks []Ask, charged []Decision)
 
 // takeAsks runs the take script once for asks, charging them all if they
 // all allow and charge is set, and decodes the decisions into out.
-func (s *RedisStore) takeAsks(ctx context.Context, asks []Ask, out []Decision, charge bool) error {
+func (s *RedisStore) takeAsks(ctx context.Context, asks []model.Ask, out []model.Decision, charge bool) error {
 	keys, args := s.scriptArgs(asks, charge)
 	reply, err := s.Eval(ctx, redisTake, keys, args)
 	if err != nil {
@@ -357,7 +357,7 @@ func (s *RedisStore) takeAsks(ctx context.Context, asks []Ask, out []Decision, c
 
 // refundAsks runs the refund script once for asks, whose charges are
 // charged.
-func (s *RedisStore) refundAsks(ctx context.Context, asks []Ask, charged []Decision) error {
+func (s *RedisStore) refundAsks(ctx context.Context, asks []model.Ask, charged []model.Decision) error {
 	keys, args := s.refundArgs(asks, charged)
 	_, err := s.Eval(ctx, redisRefund, keys, args)
 	return err
@@ -367,14 +367,14 @@ func (s *RedisStore) refundAsks(ctx context.Context, asks []Ask, charged []Decis
 // whose charges are charged: scriptArgs' with, after each ask's six
 // values, the mark of its charge, "<Unix seconds> <nanoseconds>" and its
 // number (see luaRefundMain), or two empty strings for none.
-func (s *RedisStore) refundArgs(asks []Ask, charged []Decision) (keys, args []string) {
+func (s *RedisStore) refundArgs(asks []model.Ask, charged []model.Decision) (keys, args []string) {
 	keys, six := s.scriptArgs(asks, false)
 	args = make([]string, 0, len(six)+2*len(asks))
 	args = append(args, six[:2]...)
 	for i := range asks {
 		args = append(args, six[2+6*i:8+6*i]...)
-		if m := &charged[i].mark; m.ok {
-			args = append(args, clockArg(m.t), formatFloat(m.a))
+		if m := &charged[i].Mark; m.OK {
+			args = append(args, clockArg(m.T), model.FormatFloat(m.A))
 		} else {
 			args = append(args, "", "")
 		}
@@ -384,7 +384,7 @@ func (s *RedisStore) refundArgs(asks []Ask, charged []Decision) (keys, args []st
 
 // refundGroups refunds the asks of every group, one script call per group,
 // and returns the first error after trying them all.
-func (s *RedisStore) refundGroups(ctx context.Context, asks []Ask, charged []Decision, groups [][]int) error {
+func (s *RedisStore) refundGroups(ctx context.Context, asks []model.Ask, charged []model.Decision, groups [][]int) error {
 	var first error
 	for _, g := range groups {
 		if err := s.refundAsks(ctx, pickAsks(asks, g), pickDecisions(charged, g)); err != nil && first == nil {
@@ -427,7 +427,7 @@ func (s *RedisStore) evalFailed(ctx context.Context, script *RedisScript, keys, 
 // to charge, marking every admission (see luaTakeMain), then six values per ask (algorithm, quota, period in ns,
 // capacity, max delay in ns, cost), and one key per ask, two for a sliding
 // window log. All but the cost come from limitArgs.
-func (s *RedisStore) scriptArgs(asks []Ask, charge bool) (keys, args []string) {
+func (s *RedisStore) scriptArgs(asks []model.Ask, charge bool) (keys, args []string) {
 	keys = make([]string, 0, len(asks)+1)
 	args = make([]string, 2, 2+6*len(asks))
 	if s.clock != nil {
@@ -441,12 +441,12 @@ func (s *RedisStore) scriptArgs(asks []Ask, charge bool) (keys, args []string) {
 		a := &asks[i]
 		key := s.key(a.Limit, a.Key)
 		keys = append(keys, key)
-		if a.Limit.Algorithm == SlidingWindowLog {
+		if a.Limit.Algorithm == model.SlidingWindowLog {
 			keys = append(keys, key+":log")
 		}
 		cost := "1"
 		if a.Cost != 1 {
-			cost = formatFloat(a.Cost)
+			cost = model.FormatFloat(a.Cost)
 		}
 		la := limitArgs(a.Limit)
 		args = append(args, la[0], la[1], la[2], la[3], la[4], cost)
@@ -463,9 +463,9 @@ func clockArg(ns int64) string {
 // limitArgs is the five ARGV values of a script call for l besides the
 // cost: its algorithm, quota, period in nanoseconds, capacity and maximum
 // delay in nanoseconds.
-func limitArgs(l *Limit) [5]string {
-	return [5]string{redisAlgorithmCode(l.Algorithm), formatFloat(l.Rate.Quota),
-		strconv.FormatInt(l.period, 10), formatFloat(l.capacity), strconv.FormatInt(int64(l.MaxDelay), 10)}
+func limitArgs(l *model.Limit) [5]string {
+	return [5]string{redisAlgorithmCode(l.Algorithm), model.FormatFloat(l.Rate.Quota),
+		strconv.FormatInt(l.PeriodNanos(), 10), model.FormatFloat(l.Capacity()), strconv.FormatInt(int64(l.MaxDelay), 10)}
 }
 
 // directTake is the whole EVALSHA of the take script for one ask of l of
@@ -475,11 +475,11 @@ func limitArgs(l *Limit) [5]string {
 // luaTakeMain). The key's digest is missing: its 32 hexadecimal digits go
 // at take[hole:] (and at take[hole2:] for the second key of a sliding
 // window log, 0 otherwise), where take holds zeros.
-func directTake(l *Limit) (take string, hole, hole2 int) {
-	head := DefaultRedisPrefix + "{" + l.ns + ":#"
+func directTake(l *model.Limit) (take string, hole, hole2 int) {
+	head := DefaultRedisPrefix + "{" + l.Namespace() + ":#"
 	key := head + strings.Repeat("0", 32) + "}"
 	args := []string{"EVALSHA", redisTake.sha, "1", key}
-	log := l.Algorithm == SlidingWindowLog
+	log := l.Algorithm == model.SlidingWindowLog
 	if log {
 		args = append(args, key+":log")
 		args[2] = "2"
@@ -497,15 +497,15 @@ func directTake(l *Limit) (take string, hole, hole2 int) {
 }
 
 // key is the hash holding the state of (l, key).
-func (s *RedisStore) key(l *Limit, key string) string {
+func (s *RedisStore) key(l *model.Limit, key string) string {
 	if s.readable {
-		return s.prefix + "{" + l.ns + ":" + tagSafe(keyspec.BoundKey(key)) + "}"
+		return s.prefix + "{" + l.Namespace() + ":" + tagSafe(keyspec.BoundKey(key)) + "}"
 	}
 	if len(key) > keyspec.MaxKeyLength {
-		return s.prefix + "{" + l.ns + ":" + keyspec.BoundKey(key) + "}"
+		return s.prefix + "{" + l.Namespace() + ":" + keyspec.BoundKey(key) + "}"
 	}
 	sum := sha256.Sum256([]byte(key)) // BoundKey's digest, without its chunk buffer
-	return s.prefix + "{" + l.ns + ":#" + hex.EncodeToString(sum[:16]) + "}"
+	return s.prefix + "{" + l.Namespace() + ":#" + hex.EncodeToString(sum[:16]) + "}"
 }
 
 // tagSafe escapes the braces of a client's key, and the escape byte, as
@@ -523,15 +523,15 @@ func tagSafe(key string) string {
 var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // redisAlgorithmCode is an algorithm's name in the scripts.
-func redisAlgorithmCode(a Algorithm) string {
+func redisAlgorithmCode(a model.Algorithm) string {
 	switch a {
-	case LeakyBucket:
+	case model.LeakyBucket:
 		return "lb"
-	case FixedWindow:
+	case model.FixedWindow:
 		return "fw"
-	case SlidingWindowCounter:
+	case model.SlidingWindowCounter:
 		return "swc"
-	case SlidingWindowLog:
+	case model.SlidingWindowLog:
 		return "swl"
 	}
 	return "tb"
@@ -541,7 +541,7 @@ func redisAlgorithmCode(a Algorithm) string {
 // a string of one decision per ask, separated by commas, each of
 // redisReplyFields numbers separated by spaces (see luaTakeMain), and
 // after an admission the script charged, its mark.
-func decodeDecisions(reply interface{}, asks []Ask, out []Decision) error {
+func decodeDecisions(reply interface{}, asks []model.Ask, out []model.Decision) error {
 	text, ok := reply.(string)
 	if !ok {
 		return badTakeReply(reply, -1)
@@ -571,7 +571,7 @@ func badTakeReply(reply interface{}, asks int) error {
 // decodeAsk decodes the decision of ask i, which starts at text[p:], into
 // out[i] for decodeDecisions, and returns the start of the next one: whole
 // numbers of up to 18 digits by hand, others by replyNumber.
-func decodeAsk(reply interface{}, text string, asks []Ask, out []Decision, i, p int) (int, error) {
+func decodeAsk(reply interface{}, text string, asks []model.Ask, out []model.Decision, i, p int) (int, error) {
 	var f [redisReplyFields]float64
 	for j := 0; j < redisReplyFields; j++ {
 		// The field is text[p:q], ended by a space, or by a comma
@@ -603,7 +603,7 @@ func decodeAsk(reply interface{}, text string, asks []Ask, out []Decision, i, p 
 		}
 		p = q + 1
 	}
-	var m mark
+	var m model.Mark
 	if p-1 < len(text) && text[p-1] == ' ' { // the mark of a charge
 		var err error
 		if m, p, err = decodeMark(text, p); err != nil {
@@ -611,21 +611,21 @@ func decodeAsk(reply interface{}, text string, asks []Ask, out []Decision, i, p 
 		}
 	}
 	l := asks[i].Limit
-	d := Decision{
+	d := model.Decision{
 		Limit:     l,
 		Allowed:   f[0] == 1,
 		Quota:     l.Rate.Quota,
-		Remaining: nonNegative(f[1]),
-		Reset:     duration(f[2]),
-		Next:      duration(f[5]),
+		Remaining: model.NonNegative(f[1]),
+		Reset:     model.DurationOf(f[2]),
+		Next:      model.DurationOf(f[5]),
 	}
 	if d.Allowed {
-		d.Delay = duration(f[4])
-		d.mark = m
+		d.Delay = model.DurationOf(f[4])
+		d.Mark = m
 	} else {
-		d.RetryAfter = Never
+		d.RetryAfter = model.Never
 		if f[3] >= 0 {
-			d.RetryAfter = duration(f[3])
+			d.RetryAfter = model.DurationOf(f[3])
 		}
 		if d.RetryAfter == 0 {
 			d.RetryAfter = 1
@@ -638,7 +638,7 @@ func decodeAsk(reply interface{}, text string, asks []Ask, out []Decision, i, p 
 // decodeMark reads the mark that the take script appends to an admission
 // it charged, "<Unix seconds> <nanoseconds> <A>" from text[p:] up to a
 // comma or the end, and returns it with the index after that comma.
-func decodeMark(text string, p int) (mark, int, error) {
+func decodeMark(text string, p int) (model.Mark, int, error) {
 	q := strings.IndexByte(text[p:], ',')
 	if q < 0 {
 		q = len(text)
@@ -647,21 +647,21 @@ func decodeMark(text string, p int) (mark, int, error) {
 	}
 	f := strings.Fields(text[p:q])
 	if len(f) != 3 {
-		return mark{}, 0, fmt.Errorf("not a number: %q, want 3 numbers", text[p:q])
+		return model.Mark{}, 0, fmt.Errorf("not a number: %q, want 3 numbers", text[p:q])
 	}
 	sec, err := strconv.ParseInt(f[0], 10, 64)
 	if err != nil {
-		return mark{}, 0, err
+		return model.Mark{}, 0, err
 	}
 	ns, err := strconv.ParseInt(f[1], 10, 64)
 	if err != nil {
-		return mark{}, 0, err
+		return model.Mark{}, 0, err
 	}
 	a, err := replyNumber(f[2])
 	if err != nil {
-		return mark{}, 0, err
+		return model.Mark{}, 0, err
 	}
-	return mark{t: sec*1e9 + ns, a: a, ok: true}, q + 1, nil
+	return model.Mark{T: sec*1e9 + ns, A: a, OK: true}, q + 1, nil
 }
 
 // replyNumber reads a number the scripts return as an integer or as a
@@ -697,9 +697,6 @@ func describeReply(v interface{}) string {
 	return fmt.Sprintf("%T %v", v, v)
 }
 
-// formatFloat formats x so that Lua's tonumber reads back the same double.
-func formatFloat(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
-
 // floorDiv is a/b rounded towards negative infinity (b > 0).
 func floorDiv(a, b int64) int64 {
 	q := a / b
@@ -711,7 +708,7 @@ func floorDiv(a, b int64) int64 {
 
 // slotGroups partitions asks by the Cluster hash slot of their keys, in
 // order of first appearance: indexes into asks.
-func (s *RedisStore) slotGroups(asks []Ask) [][]int {
+func (s *RedisStore) slotGroups(asks []model.Ask) [][]int {
 	var groups [][]int
 	var slots []int
 	for i := range asks {
@@ -731,8 +728,8 @@ func (s *RedisStore) slotGroups(asks []Ask) [][]int {
 }
 
 // pickAsks returns the asks at the indexes idx.
-func pickAsks(asks []Ask, idx []int) []Ask {
-	sub := make([]Ask, len(idx))
+func pickAsks(asks []model.Ask, idx []int) []model.Ask {
+	sub := make([]model.Ask, len(idx))
 	for j, k := range idx {
 		sub[j] = asks[k]
 	}
@@ -740,12 +737,12 @@ func pickAsks(asks []Ask, idx []int) []Ask {
 }
 
 // pickDecisions returns the decisions at the indexes idx.
-func pickDecisions(out []Decision, idx []int) []Decision {
-	sub := make([]Decision, len(idx))
+func pickDecisions(out []model.Decision, idx []int) []model.Decision {
+	sub := make([]model.Decision, len(idx))
 	for j, k := range idx {
 		sub[j] = out[k]
 	}
 	return sub
 }
 
-var _ Store = (*RedisStore)(nil)
+var _ model.Store = (*RedisStore)(nil)

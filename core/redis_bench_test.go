@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/core/keyspec"
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/resp"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -14,7 +15,7 @@ import (
 // benchRedisGate returns a Gate on a real redis-server as the Traefik
 // plugin builds it (a RedisStore whose RedisDirect holds the RESP client,
 // a breaker, a timeout) and a token bucket it never rejects.
-func benchRedisGate(b *testing.B) (*Gate, *Limit) {
+func benchRedisGate(b *testing.B) (*Gate, *model.Limit) {
 	b.Helper()
 	srv := redistest.Start(b, redistest.Options{})
 	client, err := resp.New(context.Background(), resp.Options{Addr: srv.Addr})
@@ -28,8 +29,8 @@ func benchRedisGate(b *testing.B) (*Gate, *Limit) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	l := algLimit(b, TokenBucket, "1e9/s", 1e12, 0)
-	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: s, Responder: Responder{Headers: DefaultHeaders},
+	l := algLimit(b, model.TokenBucket, "1e9/s", 1e12, 0)
+	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: s, Responder: Responder{Headers: DefaultHeaders},
 		Breaker: &Breaker{}, Timeout: DefaultRedisTimeout})
 	if err != nil {
 		b.Fatal(err)
@@ -42,7 +43,7 @@ func benchRedisGate(b *testing.B) (*Gate, *Limit) {
 // included.
 func BenchmarkRedisDecide(b *testing.B) {
 	g, l := benchRedisGate(b)
-	asks := []Ask{{Limit: l, Key: "192.0.2.1", Cost: 1}}
+	asks := []model.Ask{{Limit: l, Key: "192.0.2.1", Cost: 1}}
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/keyspec"
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/resp"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
@@ -130,9 +131,9 @@ func readFakeCommand(r *bufio.Reader) ([]string, error) {
 // store's RedisDirect client. The client leaves once the answer's headers
 // are written, so that a delayed request is cancelled, and refunded,
 // rather than waited out.
-func directDecide(t *testing.T, store *RedisStore, timeout time.Duration, l *Limit, key string, cost float64) Verdict {
+func directDecide(t *testing.T, store *RedisStore, timeout time.Duration, l *model.Limit, key string, cost float64) Verdict {
 	t.Helper()
-	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: store, Responder: Responder{Headers: DefaultHeaders, Body: BodyJSON}, Timeout: timeout})
+	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: store, Responder: Responder{Headers: DefaultHeaders, Body: BodyJSON}, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func TestRedisDirectCommand(t *testing.T) {
 	}
 	cs, _, s := directStore(t, client)
 	keys := []string{"10.0.0.1", "{a}b%c}", "κλειδί", strings.Repeat("k", keyspec.MaxKeyLength)}
-	for _, alg := range []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindowCounter, SlidingWindowLog} {
+	for _, alg := range []model.Algorithm{model.TokenBucket, model.LeakyBucket, model.FixedWindow, model.SlidingWindowCounter, model.SlidingWindowLog} {
 		l := redisTestLimit(t, "direct-"+string(alg), alg, "5/s", 0, 0)
 		for _, key := range keys {
 			v := directDecide(t, s, time.Second, l, key, 1)
@@ -191,7 +192,7 @@ func TestRedisDirectCommand(t *testing.T) {
 			}
 			cmds := f.commands()
 			got := cmds[len(cmds)-1]
-			k, a := s.scriptArgs([]Ask{{Limit: l, Key: key, Cost: 1}}, true)
+			k, a := s.scriptArgs([]model.Ask{{Limit: l, Key: key, Cost: 1}}, true)
 			a[1] = "1" // but marking only delayed admissions (see directTake)
 			want := append([]string{"EVALSHA", redisTake.sha, strconv.Itoa(len(k))}, k...)
 			want = append(want, a...)
@@ -216,7 +217,7 @@ func TestRedisDirectTimeout(t *testing.T) {
 	}
 	t.Cleanup(func() { client.Close() })
 	s := newTestRedisStore(t, client, false)
-	l := redisTestLimit(t, "direct-timeout", TokenBucket, "5/s", 0, 0)
+	l := redisTestLimit(t, "direct-timeout", model.TokenBucket, "5/s", 0, 0)
 	began := time.Now()
 	v := directDecide(t, s, 50*time.Millisecond, l, "k", 1)
 	if took := time.Since(began); took > time.Second {
@@ -243,7 +244,7 @@ func directStore(t *testing.T, client *resp.Client) (cs *countingEvals, direct *
 
 // countingEvals counts a Scripter's EvalSha and ScriptLoad calls.
 type countingEvals struct {
-	Scripter
+	model.Scripter
 	evals, loads int32
 }
 
@@ -272,29 +273,29 @@ func TestRedisDirect(t *testing.T) {
 			t.Fatalf("%s: %d EvalSha and %d ScriptLoad through Client, want %d and %d", what, e, l, evals, loads)
 		}
 	}
-	for _, alg := range []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindowCounter, SlidingWindowLog} {
+	for _, alg := range []model.Algorithm{model.TokenBucket, model.LeakyBucket, model.FixedWindow, model.SlidingWindowCounter, model.SlidingWindowLog} {
 		l := redisTestLimit(t, "direct-"+redisNonce+string(alg), alg, "2/h", 0, 0)
 		viaLane, viaTake := redisNonce+"/lane", redisNonce+"/take"
 		for i := 0; i < 3; i++ {
 			v := directDecide(t, s, time.Second, l, viaLane, 1)
 			d := redisTestTake(t, s, l, viaTake, 1)
 			if d.Delay > 0 { // as the lane refunds the leaving client's
-				if err := uncounted.Refund(ctx, []Ask{{Limit: l, Key: viaTake, Cost: 1}}, []Decision{d}); err != nil {
+				if err := uncounted.Refund(ctx, []model.Ask{{Limit: l, Key: viaTake, Cost: 1}}, []model.Decision{d}); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if v.Err != nil || v.Decision.Allowed != d.Allowed || math.Abs(v.Decision.Remaining-d.Remaining) > 0.01 || v.Decision.Quota != d.Quota ||
-				(v.Decision.RetryAfter == Never) != (d.RetryAfter == Never) {
+				(v.Decision.RetryAfter == model.Never) != (d.RetryAfter == model.Never) {
 				t.Errorf("%s, decision %d: lane %+v (%v), Take %+v", alg, i+1, v.Decision, v.Err, d)
 			}
 			// A leaky bucket's second request waits, and is refunded
 			// when its client leaves, so that it admits the third too.
-			if want := i < 2 || alg == LeakyBucket; d.Allowed != want {
+			if want := i < 2 || alg == model.LeakyBucket; d.Allowed != want {
 				t.Errorf("%s, decision %d: allowed %v", alg, i+1, d.Allowed)
 			}
 		}
 		for _, key := range []string{viaLane, viaTake} {
-			keys, _ := s.scriptArgs([]Ask{{Limit: l, Key: key, Cost: 1}}, false)
+			keys, _ := s.scriptArgs([]model.Ask{{Limit: l, Key: key, Cost: 1}}, false)
 			for _, k := range keys {
 				if n, err := client.Do(ctx, "PTTL", k); err != nil || n.(int64) <= 0 {
 					t.Errorf("%s: PTTL %s = %v, %v", alg, k, n, err)
@@ -308,7 +309,7 @@ func TestRedisDirect(t *testing.T) {
 	const refunds = 3
 	counts("decisions", 5*3+1+refunds, 2)
 
-	l := redisTestLimit(t, "direct-"+redisNonce+"-flush", TokenBucket, "10/s", 0, 0)
+	l := redisTestLimit(t, "direct-"+redisNonce+"-flush", model.TokenBucket, "10/s", 0, 0)
 	if _, err := client.Do(ctx, "SCRIPT", "FLUSH"); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // In-flight slots in Redis are leases. The slots of (flight limit, key)
@@ -78,7 +80,7 @@ var (
 // acquireSlots implements slotStore. In a Cluster, asks whose keys fall in
 // several hash slots are taken slot by slot; at the first refusal or
 // failure the leases already taken are released.
-func (s *RedisStore) acquireSlots(ctx context.Context, asks []Ask, lease string, ttl time.Duration, out []Decision) error {
+func (s *RedisStore) acquireSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration, out []model.Decision) error {
 	var groups [][]int
 	if s.cluster && len(asks) > 1 {
 		groups = s.slotGroups(asks)
@@ -87,7 +89,7 @@ func (s *RedisStore) acquireSlots(ctx context.Context, asks []Ask, lease string,
 		return acquireLeases(s, ctx, asks, lease, ttl, out)
 	}
 	for i, g := range groups {
-		dec := make([]Decision, len(g))
+		dec := make([]model.Decision, len(g))
 		err := acquireLeases(s, ctx, pickAsks(asks, g), lease, ttl, dec)
 		all := err == nil
 		for j, k := range g {
@@ -107,7 +109,7 @@ func (s *RedisStore) acquireSlots(ctx context.Context, asks []Ask, lease string,
 		// far as this request can tell; classify reports a refusal.
 		for _, rest := range groups[i+1:] {
 			for _, k := range rest {
-				out[k] = flightDecision(asks[k].Limit, 0)
+				out[k] = model.FlightDecision(asks[k].Limit, 0)
 			}
 		}
 		return nil
@@ -116,19 +118,19 @@ func (s *RedisStore) acquireSlots(ctx context.Context, asks []Ask, lease string,
 }
 
 // releaseSlots implements slotStore.
-func (s *RedisStore) releaseSlots(ctx context.Context, asks []Ask, lease string) error {
-	return s.eachSlot(asks, func(sub []Ask) error { return evalLeases(s, ctx, redisRelease, sub, lease, 0) })
+func (s *RedisStore) releaseSlots(ctx context.Context, asks []model.Ask, lease string) error {
+	return s.eachSlot(asks, func(sub []model.Ask) error { return evalLeases(s, ctx, redisRelease, sub, lease, 0) })
 }
 
 // renewSlots implements slotStore.
-func (s *RedisStore) renewSlots(ctx context.Context, asks []Ask, lease string, ttl time.Duration) error {
-	return s.eachSlot(asks, func(sub []Ask) error { return evalLeases(s, ctx, redisRenew, sub, lease, ttl) })
+func (s *RedisStore) renewSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration) error {
+	return s.eachSlot(asks, func(sub []model.Ask) error { return evalLeases(s, ctx, redisRenew, sub, lease, ttl) })
 }
 
 // eachSlot calls f with the asks of each Cluster hash slot, or with all
 // of them on a standalone server, and returns the first error after
 // calling it for every slot.
-func (s *RedisStore) eachSlot(asks []Ask, f func([]Ask) error) error {
+func (s *RedisStore) eachSlot(asks []model.Ask, f func([]model.Ask) error) error {
 	if !s.cluster || len(asks) < 2 {
 		return f(asks)
 	}
@@ -143,7 +145,7 @@ func (s *RedisStore) eachSlot(asks []Ask, f func([]Ask) error) error {
 
 // acquireLeases runs the acquire script once for asks and decodes the
 // decisions into out.
-func acquireLeases(s *RedisStore, ctx context.Context, asks []Ask, lease string, ttl time.Duration, out []Decision) error {
+func acquireLeases(s *RedisStore, ctx context.Context, asks []model.Ask, lease string, ttl time.Duration, out []model.Decision) error {
 	keys, args := leaseArgs(s, asks, lease, ttl)
 	for i := range asks {
 		args = append(args, strconv.Itoa(asks[i].Limit.MaxInFlight))
@@ -162,13 +164,13 @@ func acquireLeases(s *RedisStore, ctx context.Context, asks []Ask, lease string,
 		if err != nil {
 			return fmt.Errorf("redis: unexpected reply to the acquire script: %s: %w", describeReply(reply), err)
 		}
-		out[i] = flightDecision(asks[i].Limit, held)
+		out[i] = model.FlightDecision(asks[i].Limit, held)
 	}
 	return nil
 }
 
 // evalLeases runs the renew or the release script once for asks.
-func evalLeases(s *RedisStore, ctx context.Context, script *RedisScript, asks []Ask, lease string, ttl time.Duration) error {
+func evalLeases(s *RedisStore, ctx context.Context, script *RedisScript, asks []model.Ask, lease string, ttl time.Duration) error {
 	keys, args := leaseArgs(s, asks, lease, ttl)
 	_, err := s.Eval(ctx, script, keys, args)
 	return err
@@ -177,7 +179,7 @@ func evalLeases(s *RedisStore, ctx context.Context, script *RedisScript, asks []
 // leaseArgs builds the KEYS of a lease script call, one sorted set per
 // ask, and its first two ARGV: the lease and the time to live in
 // milliseconds (at least 1).
-func leaseArgs(s *RedisStore, asks []Ask, lease string, ttl time.Duration) (keys, args []string) {
+func leaseArgs(s *RedisStore, asks []model.Ask, lease string, ttl time.Duration) (keys, args []string) {
 	keys = make([]string, len(asks))
 	for i := range asks {
 		keys[i] = s.key(asks[i].Limit, asks[i].Key)

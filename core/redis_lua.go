@@ -184,7 +184,7 @@ local function reader(logkey)
 end
 `
 
-// luaTokenBucket mirrors (*Limit).tokenBucket in tokenbucket.go. State: t
+// luaTokenBucket mirrors model.TokenBucketStep (core/model/tokenbucket.go). State: t
 // is the last refill instant, a the deficit.
 const luaTokenBucket = `
 local function token_bucket(st, now, p)
@@ -218,7 +218,7 @@ local function token_bucket(st, now, p)
 end
 `
 
-// luaLeakyBucket mirrors (*Limit).leakyBucket in leakybucket.go. State: t
+// luaLeakyBucket mirrors model.LeakyBucketStep (core/model/leakybucket.go). State: t
 // is the theoretical arrival time (the queue drains then), a the fraction
 // of a nanosecond by which it drains later.
 const luaLeakyBucket = `
@@ -264,7 +264,7 @@ local function leaky_bucket(st, now, p)
 end
 `
 
-// luaFixedWindow mirrors (*Limit).fixedWindow in window.go. State: t is
+// luaFixedWindow mirrors model.FixedWindowStep (core/model/window.go). State: t is
 // the start of the current window, a the cost counted in it.
 const luaFixedWindow = `
 local function fixed_window(st, now, p)
@@ -288,7 +288,7 @@ local function fixed_window(st, now, p)
 end
 `
 
-// luaSlidingCounter mirrors (*Limit).slidingCounter in window.go. State: t
+// luaSlidingCounter mirrors model.SlidingCounterStep (core/model/window.go). State: t
 // is the start of the current window (as in luaFixedWindow), a its count,
 // b the previous window's.
 const luaSlidingCounter = `
@@ -340,7 +340,7 @@ local function sliding_counter(st, now, p)
 end
 `
 
-// luaTrimLog mirrors (*Limit).trimLog: the sum of the costs in the log of
+// luaTrimLog mirrors model's trimLog (core/model/window.go): the sum of the costs in the log of
 // len entries read by rd once those older than a period before now are
 // dropped, and how many are.
 const luaTrimLog = `
@@ -356,9 +356,9 @@ local function trim_log(st, now, p, rd, len)
 end
 `
 
-// luaSlidingLog mirrors (*Limit).slidingLog and (*Limit).trimLog in
-// window.go. State: t is the newest instant seen, a the sum of the costs in
-// the log, a list of entries, oldest first, under its own key.
+// luaSlidingLog mirrors model.SlidingLogStep and trimLog in
+// core/model/window.go. State: t is the newest instant seen, a the sum of
+// the costs in the log, a list of entries, oldest first, under its own key.
 const luaSlidingLog = luaTrimLog + `
 local function sliding_log(st, now, p)
   if now < st.t then now = st.t end

@@ -15,13 +15,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/keyspec"
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/resp"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
-func newTestRedisStore(t *testing.T, client Scripter, cluster bool) *RedisStore {
+func newTestRedisStore(t *testing.T, client model.Scripter, cluster bool) *RedisStore {
 	t.Helper()
 	s, err := NewRedisStore(RedisConfig{Client: client, Cluster: cluster})
 	if err != nil {
@@ -31,13 +32,13 @@ func newTestRedisStore(t *testing.T, client Scripter, cluster bool) *RedisStore 
 }
 
 // redisTestLimit returns a validated limit.
-func redisTestLimit(t *testing.T, name string, alg Algorithm, rate string, burst float64, maxDelay time.Duration) *Limit {
+func redisTestLimit(t *testing.T, name string, alg model.Algorithm, rate string, burst float64, maxDelay time.Duration) *model.Limit {
 	t.Helper()
-	rt, err := ParseRate(rate)
+	rt, err := model.ParseRate(rate)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &Limit{Name: name, Algorithm: alg, Rate: rt, Burst: burst, MaxDelay: maxDelay}
+	l := &model.Limit{Name: name, Algorithm: alg, Rate: rt, Burst: burst, MaxDelay: maxDelay}
 	if err := l.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -45,10 +46,10 @@ func redisTestLimit(t *testing.T, name string, alg Algorithm, rate string, burst
 }
 
 // redisTestTake asks l for cost under key and fails the test on error.
-func redisTestTake(t *testing.T, s Store, l *Limit, key string, cost float64) Decision {
+func redisTestTake(t *testing.T, s model.Store, l *model.Limit, key string, cost float64) model.Decision {
 	t.Helper()
-	out := make([]Decision, 1)
-	if err := s.Take(context.Background(), []Ask{{Limit: l, Key: key, Cost: cost}}, out); err != nil {
+	out := make([]model.Decision, 1)
+	if err := s.Take(context.Background(), []model.Ask{{Limit: l, Key: key, Cost: cost}}, out); err != nil {
 		t.Fatalf("Take: %v", err)
 	}
 	return out[0]
@@ -60,7 +61,7 @@ var redisNonce = strconv.FormatInt(time.Now().UnixNano(), 36)
 func TestRedisStoreConformance(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	client := resptest.Client(t, srv.Addr, 4)
-	testStoreConformance(t, func(t *testing.T, clock *testclock.Clock) Store {
+	testStoreConformance(t, func(t *testing.T, clock *testclock.Clock) model.Store {
 		s := newTestRedisStore(t, client, false)
 		s.clock = clock.Now
 		return s
@@ -80,33 +81,33 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	limits := []*Limit{
-		redisTestLimit(t, "tb", TokenBucket, "10/s", 5, 0),
-		redisTestLimit(t, "tb2", TokenBucket, "2/s", 0, 0),
-		redisTestLimit(t, "lb", LeakyBucket, "5/s", 5, 0),
-		redisTestLimit(t, "lbd", LeakyBucket, "10/s", 10, 300*time.Millisecond),
-		redisTestLimit(t, "fw", FixedWindow, "10/m", 0, 0),
-		redisTestLimit(t, "fw2", FixedWindow, "5/s", 0, 0),
-		redisTestLimit(t, "swc", SlidingWindowCounter, "10/m", 0, 0),
-		redisTestLimit(t, "swc2", SlidingWindowCounter, "4/s", 0, 0),
-		redisTestLimit(t, "swl", SlidingWindowLog, "5/m", 0, 0),
-		redisTestLimit(t, "swl2", SlidingWindowLog, "3/s", 0, 0),
-		redisTestLimit(t, "tb3", TokenBucket, "3/s", 2, 0),
-		redisTestLimit(t, "lb3", LeakyBucket, "3/s", 4, 500*time.Millisecond),
-		redisTestLimit(t, "fw7", FixedWindow, "7/1500ms", 0, 0),
-		redisTestLimit(t, "swc7", SlidingWindowCounter, "7/1500ms", 0, 0),
-		redisTestLimit(t, "swl7", SlidingWindowLog, "7/1500ms", 0, 0),
+	limits := []*model.Limit{
+		redisTestLimit(t, "tb", model.TokenBucket, "10/s", 5, 0),
+		redisTestLimit(t, "tb2", model.TokenBucket, "2/s", 0, 0),
+		redisTestLimit(t, "lb", model.LeakyBucket, "5/s", 5, 0),
+		redisTestLimit(t, "lbd", model.LeakyBucket, "10/s", 10, 300*time.Millisecond),
+		redisTestLimit(t, "fw", model.FixedWindow, "10/m", 0, 0),
+		redisTestLimit(t, "fw2", model.FixedWindow, "5/s", 0, 0),
+		redisTestLimit(t, "swc", model.SlidingWindowCounter, "10/m", 0, 0),
+		redisTestLimit(t, "swc2", model.SlidingWindowCounter, "4/s", 0, 0),
+		redisTestLimit(t, "swl", model.SlidingWindowLog, "5/m", 0, 0),
+		redisTestLimit(t, "swl2", model.SlidingWindowLog, "3/s", 0, 0),
+		redisTestLimit(t, "tb3", model.TokenBucket, "3/s", 2, 0),
+		redisTestLimit(t, "lb3", model.LeakyBucket, "3/s", 4, 500*time.Millisecond),
+		redisTestLimit(t, "fw7", model.FixedWindow, "7/1500ms", 0, 0),
+		redisTestLimit(t, "swc7", model.SlidingWindowCounter, "7/1500ms", 0, 0),
+		redisTestLimit(t, "swl7", model.SlidingWindowLog, "7/1500ms", 0, 0),
 		// Token buckets that lend (MaxDelay), as the Traefik plugin's are
 		// by default, and leaky buckets with a fractional carry.
-		redisTestLimit(t, "tbd", TokenBucket, "10/s", 1, 50*time.Millisecond),
-		redisTestLimit(t, "tbd2", TokenBucket, "7/s", 3, 500*time.Millisecond),
-		redisTestLimit(t, "lb7", LeakyBucket, "7/s", 0, 0),
+		redisTestLimit(t, "tbd", model.TokenBucket, "10/s", 1, 50*time.Millisecond),
+		redisTestLimit(t, "tbd2", model.TokenBucket, "7/s", 3, 500*time.Millisecond),
+		redisTestLimit(t, "lb7", model.LeakyBucket, "7/s", 0, 0),
 	}
 	costs := []float64{0.1, 0.5, 1, 1, 1, 2, 2.5}
 	keys := []string{"a", "b"}
 	rnd := rand.New(rand.NewSource(1))
 	ctx := context.Background()
-	admitted := map[string][]Decision{} // the last few admissions of each limit and key
+	admitted := map[string][]model.Decision{} // the last few admissions of each limit and key
 	for op := 0; op < 3000; op++ {
 		switch n := rnd.Intn(100); {
 		case n < 5:
@@ -114,7 +115,7 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 		case n < 60:
 			clock.Advance(time.Duration(rnd.Intn(400)) * time.Millisecond)
 		}
-		var asks []Ask
+		var asks []model.Ask
 		used := map[string]bool{}
 		for i := 1 + rnd.Intn(3); i > 0; i-- {
 			l, k := limits[rnd.Intn(len(limits))], keys[rnd.Intn(len(keys))]
@@ -122,12 +123,12 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 				continue
 			}
 			used[l.Name+k] = true
-			asks = append(asks, Ask{Limit: l, Key: redisNonce + "/" + k, Cost: costs[rnd.Intn(len(costs))]})
+			asks = append(asks, model.Ask{Limit: l, Key: redisNonce + "/" + k, Cost: costs[rnd.Intn(len(costs))]})
 		}
 		if rnd.Intn(100) < 15 {
 			// Each ask's last admission (of any cost), or an older
 			// one, or none.
-			charged := make([]Decision, len(asks))
+			charged := make([]model.Decision, len(asks))
 			for i := range asks {
 				if past := admitted[asks[i].Limit.Name+asks[i].Key]; len(past) > 0 {
 					charged[i] = past[len(past)-1-rnd.Intn(len(past))]
@@ -139,7 +140,7 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 			ms.Refund(ctx, asks, charged)
 			continue
 		}
-		got, want := make([]Decision, len(asks)), make([]Decision, len(asks))
+		got, want := make([]model.Decision, len(asks)), make([]model.Decision, len(asks))
 		if err := rs.Take(ctx, asks, got); err != nil {
 			t.Fatalf("op %d: Redis Take: %v", op, err)
 		}
@@ -171,7 +172,7 @@ func TestRedisStoreRace(t *testing.T) {
 // 10-token bucket (refilling 1 per day) for one token.
 func raceLastToken(t *testing.T, s *RedisStore, trials int) {
 	const tokens, callers = 10, 32
-	l := redisTestLimit(t, "race", TokenBucket, "1/24h", tokens, 0)
+	l := redisTestLimit(t, "race", model.TokenBucket, "1/24h", tokens, 0)
 	for trial := 0; trial < trials; trial++ {
 		key := redisNonce + "/race/" + strconv.Itoa(trial)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -184,8 +185,8 @@ func raceLastToken(t *testing.T, s *RedisStore, trials int) {
 			go func() {
 				defer wg.Done()
 				<-start
-				out := make([]Decision, 1)
-				if err := s.Take(ctx, []Ask{{Limit: l, Key: key, Cost: 1}}, out); err != nil {
+				out := make([]model.Decision, 1)
+				if err := s.Take(ctx, []model.Ask{{Limit: l, Key: key, Cost: 1}}, out); err != nil {
 					atomic.AddInt32(&failed, 1)
 					firstErr.Store(err.Error())
 					return
@@ -209,7 +210,7 @@ func raceLastToken(t *testing.T, s *RedisStore, trials int) {
 
 // countingScripter counts the scripts loaded through it.
 type countingScripter struct {
-	Scripter
+	model.Scripter
 	loads int32
 }
 
@@ -225,7 +226,7 @@ func TestRedisStoreScriptFlush(t *testing.T) {
 	client := resptest.Client(t, srv.Addr, 1)
 	cs := &countingScripter{Scripter: client}
 	s := newTestRedisStore(t, cs, false)
-	l := redisTestLimit(t, "flush", TokenBucket, "10/s", 0, 0)
+	l := redisTestLimit(t, "flush", model.TokenBucket, "10/s", 0, 0)
 	key := redisNonce + "/flush"
 	for i, want := range []int32{1, 1, 2, 2} {
 		if i == 2 {
@@ -244,7 +245,7 @@ func TestRedisStoreScriptFlush(t *testing.T) {
 	if _, err := client.Do(ctx, "SCRIPT", "FLUSH"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Refund(ctx, []Ask{{Limit: l, Key: key, Cost: 1}}, []Decision{{}}); err != nil {
+	if err := s.Refund(ctx, []model.Ask{{Limit: l, Key: key, Cost: 1}}, []model.Decision{{}}); err != nil {
 		t.Fatalf("Refund after SCRIPT FLUSH: %v", err)
 	}
 }
@@ -254,13 +255,13 @@ func TestRedisStoreScriptFlush(t *testing.T) {
 func TestRedisStoreOutage(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	s := newTestRedisStore(t, resptest.Client(t, srv.Addr, 2), false)
-	l := redisTestLimit(t, "outage", TokenBucket, "100/s", 0, 0)
+	l := redisTestLimit(t, "outage", model.TokenBucket, "100/s", 0, 0)
 	key := redisNonce + "/outage"
 	redisTestTake(t, s, l, key, 1)
 	srv.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	began := time.Now()
-	err := s.Take(ctx, []Ask{{Limit: l, Key: key, Cost: 1}}, make([]Decision, 1))
+	err := s.Take(ctx, []model.Ask{{Limit: l, Key: key, Cost: 1}}, make([]model.Decision, 1))
 	took := time.Since(began)
 	cancel()
 	if err == nil {
@@ -273,7 +274,7 @@ func TestRedisStoreOutage(t *testing.T) {
 	deadline := time.Now().Add(time.Second)
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		err = s.Take(ctx, []Ask{{Limit: l, Key: key, Cost: 1}}, make([]Decision, 1))
+		err = s.Take(ctx, []model.Ask{{Limit: l, Key: key, Cost: 1}}, make([]model.Decision, 1))
 		cancel()
 		if err == nil {
 			break
@@ -293,14 +294,14 @@ func TestRedisStoreFractionalCost(t *testing.T) {
 	s := newTestRedisStore(t, client, false)
 	clock := testclock.New(testclock.Epoch)
 	s.clock = clock.Now
-	for _, alg := range Algorithms {
+	for _, alg := range model.Algorithms {
 		burst := 0.0
-		if alg == TokenBucket || alg == LeakyBucket {
+		if alg == model.TokenBucket || alg == model.LeakyBucket {
 			burst = 10
 		}
 		l := redisTestLimit(t, "frac", alg, "10/h", burst, 0)
 		key := redisNonce + "/frac"
-		var last Decision
+		var last model.Decision
 		for i := 1; i <= 4; i++ {
 			d := redisTestTake(t, s, l, key, 2.5)
 			if want := 10 - 2.5*float64(i); !d.Allowed || d.Remaining != want {
@@ -311,7 +312,7 @@ func TestRedisStoreFractionalCost(t *testing.T) {
 		if d := redisTestTake(t, s, l, key, 2.5); d.Allowed || d.Remaining != 0 {
 			t.Fatalf("%s: take 5 of 2.5: %+v, want rejected with 0 remaining", alg, d)
 		}
-		if err := s.Refund(context.Background(), []Ask{{Limit: l, Key: key, Cost: 2.5}}, []Decision{last}); err != nil {
+		if err := s.Refund(context.Background(), []model.Ask{{Limit: l, Key: key, Cost: 2.5}}, []model.Decision{last}); err != nil {
 			t.Fatal(err)
 		}
 		if d := redisTestTake(t, s, l, key, 2.5); !d.Allowed || d.Remaining != 0 {
@@ -329,15 +330,15 @@ func TestRedisStoreKeys(t *testing.T) {
 	client := resptest.Client(t, srv.Addr, 1)
 	ctx := context.Background()
 	tests := []struct {
-		alg     Algorithm
+		alg     model.Algorithm
 		rate    string
 		maxPTTL int64 // ms
 	}{
-		{TokenBucket, "1/s", 1000}, // one token missing: full again in 1 s
-		{LeakyBucket, "2/s", 500},
-		{FixedWindow, "5/s", 1000},
-		{SlidingWindowCounter, "5/s", 2000},
-		{SlidingWindowLog, "5/s", 1000},
+		{model.TokenBucket, "1/s", 1000}, // one token missing: full again in 1 s
+		{model.LeakyBucket, "2/s", 500},
+		{model.FixedWindow, "5/s", 1000},
+		{model.SlidingWindowCounter, "5/s", 2000},
+		{model.SlidingWindowLog, "5/s", 1000},
 	}
 	for _, readable := range []bool{false, true} {
 		s, err := NewRedisStore(RedisConfig{Client: client, ReadableKeys: readable})
@@ -354,7 +355,7 @@ func TestRedisStoreKeys(t *testing.T) {
 			}
 			name := "sluice:{ttl:" + string(tt.alg) + ":" + part + "}"
 			names := []string{name}
-			if tt.alg == SlidingWindowLog {
+			if tt.alg == model.SlidingWindowLog {
 				names = append(names, name+":log")
 			}
 			for _, n := range names {
@@ -372,7 +373,7 @@ func TestRedisStoreKeys(t *testing.T) {
 			t.Errorf("readable %v: %d Redis keys name the client's key %q (%v)", readable, n, key, err)
 		}
 		// A long key is bounded, and braces in a key do not move its state.
-		l := redisTestLimit(t, "long", TokenBucket, "1/s", 0, 0)
+		l := redisTestLimit(t, "long", model.TokenBucket, "1/s", 0, 0)
 		long := strings.Repeat("}{x", 1000) + strconv.FormatBool(readable)
 		redisTestTake(t, s, l, long, 1)
 		part := "#" + hex.EncodeToString(sha256Of(long)[:16])
@@ -399,31 +400,31 @@ func TestRedisStoreLogMerge(t *testing.T) {
 	s := newTestRedisStore(t, client, false)
 	clock := testclock.New(testclock.Epoch)
 	s.clock = clock.Now
-	l := redisTestLimit(t, "merge", SlidingWindowLog, strconv.Itoa(MaxLogQuota)+"/m", 0, 0)
+	l := redisTestLimit(t, "merge", model.SlidingWindowLog, strconv.Itoa(model.MaxLogQuota)+"/m", 0, 0)
 	key := redisNonce + "/merge"
 	name := s.key(l, key)
 	// Fill the log with MaxLogQuota−1 entries of 0.25 at the clock's instant.
 	now := strconv.FormatInt(testclock.Epoch/1e9, 10) + " 0"
 	push := []string{"RPUSH", name + ":log"}
-	for i := 0; i < MaxLogQuota-1; i++ {
+	for i := 0; i < model.MaxLogQuota-1; i++ {
 		push = append(push, now+" 0.25")
 	}
 	ctx := context.Background()
 	if _, err := client.Do(ctx, push...); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.Do(ctx, "HSET", name, "t", now, "a", formatFloat(0.25*(MaxLogQuota-1)), "b", "0"); err != nil {
+	if _, err := client.Do(ctx, "HSET", name, "t", now, "a", model.FormatFloat(0.25*(model.MaxLogQuota-1)), "b", "0"); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Second)
 	for i, cost := range []string{"0.25", "0.5"} {
 		d := redisTestTake(t, s, l, key, 0.25)
-		if want := MaxLogQuota - 0.25*float64(MaxLogQuota+i); !d.Allowed || math.Abs(d.Remaining-want) > 1e-9 {
+		if want := model.MaxLogQuota - 0.25*float64(model.MaxLogQuota+i); !d.Allowed || math.Abs(d.Remaining-want) > 1e-9 {
 			t.Fatalf("take %d: %+v, want allowed with %v remaining", i+1, d, want)
 		}
 		n, err := client.Do(ctx, "LLEN", name+":log")
-		if err != nil || n != int64(MaxLogQuota) {
-			t.Fatalf("take %d: LLEN = %v, %v; want %d", i+1, n, err, MaxLogQuota)
+		if err != nil || n != int64(model.MaxLogQuota) {
+			t.Fatalf("take %d: LLEN = %v, %v; want %d", i+1, n, err, model.MaxLogQuota)
 		}
 		want := strconv.FormatInt(clock.Now()/1e9, 10) + " " + strconv.FormatInt(clock.Now()%1e9, 10) + " " + cost
 		if last, err := client.Do(ctx, "LINDEX", name+":log", "-1"); err != nil || last != want {
@@ -435,7 +436,7 @@ func TestRedisStoreLogMerge(t *testing.T) {
 
 // TestRedisLuaMaxLog: the scripts' MAX_LOG is MaxLogQuota.
 func TestRedisLuaMaxLog(t *testing.T) {
-	if want := "local MAX_LOG = " + strconv.Itoa(MaxLogQuota) + "\n"; !strings.Contains(redisTakeScript, want) {
+	if want := "local MAX_LOG = " + strconv.Itoa(model.MaxLogQuota) + "\n"; !strings.Contains(redisTakeScript, want) {
 		t.Errorf("redisTakeScript lacks %q", want)
 	}
 }
@@ -482,41 +483,41 @@ func (f *fixedScripter) ScriptLoad(ctx context.Context, script string) (string, 
 // TestRedisStoreReplies: malformed replies and errors are reported as
 // errors, never panics; well-formed ones decode.
 func TestRedisStoreReplies(t *testing.T) {
-	l := redisTestLimit(t, "reply", TokenBucket, "10/s", 0, 0)
+	l := redisTestLimit(t, "reply", model.TokenBucket, "10/s", 0, 0)
 	tests := []struct {
 		name    string
 		reply   interface{}
 		err     error
 		wantErr string
-		want    Decision
+		want    model.Decision
 	}{
 		{"allowed", "1 7.5 250000000 0 0 50000000", nil, "",
-			Decision{Limit: l, Allowed: true, Quota: 10, Remaining: 7.5, Reset: 250 * time.Millisecond, Next: 50 * time.Millisecond}},
+			model.Decision{Limit: l, Allowed: true, Quota: 10, Remaining: 7.5, Reset: 250 * time.Millisecond, Next: 50 * time.Millisecond}},
 		{"rejected", "0 0 1e9 100000000.2 0 100000000", nil, "",
-			Decision{Limit: l, Quota: 10, Reset: time.Second, Next: 100 * time.Millisecond, RetryAfter: 100000001}},
+			model.Decision{Limit: l, Quota: 10, Reset: time.Second, Next: 100 * time.Millisecond, RetryAfter: 100000001}},
 		{"never", "0 10 0 -1 0 0", nil, "",
-			Decision{Limit: l, Quota: 10, Remaining: 10, RetryAfter: Never}},
+			model.Decision{Limit: l, Quota: 10, Remaining: 10, RetryAfter: model.Never}},
 		{"zero retry", "0 0 0 0 0 0", nil, "",
-			Decision{Limit: l, Quota: 10, RetryAfter: 1}},
+			model.Decision{Limit: l, Quota: 10, RetryAfter: 1}},
 		{"beyond 18 digits", "1 1234567890123456789 0 0 0 0", nil, "",
-			Decision{Limit: l, Allowed: true, Quota: 10, Remaining: 1234567890123456789}},
-		{"nil", nil, nil, "unexpected reply", Decision{}},
-		{"array", []interface{}{"1 0 0 0 0 0"}, nil, "unexpected reply", Decision{}},
-		{"status", "OK", nil, "not a number", Decision{}},
-		{"two asks' worth", "1 0 0 0 0 0,1 0 0 0 0 0", nil, "want 1 decisions of 6", Decision{}},
-		{"short", "1 1", nil, "unexpected reply", Decision{}},
-		{"long", "1 0 0 0 0 0 0", nil, "not a number", Decision{}},
-		{"empty field", "1  0 0 0 0", nil, "not a number", Decision{}},
-		{"not a number", "1 x 0 0 0 0", nil, "not a number", Decision{}},
-		{"nan", "1 nan 0 0 0 0", nil, "not a number", Decision{}},
-		{"minus", "1 - 0 0 0 0", nil, "not a number", Decision{}},
-		{"error", nil, errors.New("ERR something"), "ERR something", Decision{}},
-		{"noscript, load fails", nil, errors.New("NOSCRIPT No matching script"), "loading script", Decision{}},
+			model.Decision{Limit: l, Allowed: true, Quota: 10, Remaining: 1234567890123456789}},
+		{"nil", nil, nil, "unexpected reply", model.Decision{}},
+		{"array", []interface{}{"1 0 0 0 0 0"}, nil, "unexpected reply", model.Decision{}},
+		{"status", "OK", nil, "not a number", model.Decision{}},
+		{"two asks' worth", "1 0 0 0 0 0,1 0 0 0 0 0", nil, "want 1 decisions of 6", model.Decision{}},
+		{"short", "1 1", nil, "unexpected reply", model.Decision{}},
+		{"long", "1 0 0 0 0 0 0", nil, "not a number", model.Decision{}},
+		{"empty field", "1  0 0 0 0", nil, "not a number", model.Decision{}},
+		{"not a number", "1 x 0 0 0 0", nil, "not a number", model.Decision{}},
+		{"nan", "1 nan 0 0 0 0", nil, "not a number", model.Decision{}},
+		{"minus", "1 - 0 0 0 0", nil, "not a number", model.Decision{}},
+		{"error", nil, errors.New("ERR something"), "ERR something", model.Decision{}},
+		{"noscript, load fails", nil, errors.New("NOSCRIPT No matching script"), "loading script", model.Decision{}},
 	}
 	for _, tt := range tests {
 		s := newTestRedisStore(t, &fixedScripter{reply: tt.reply, err: tt.err}, false)
-		out := make([]Decision, 1)
-		err := s.Take(context.Background(), []Ask{{Limit: l, Key: "k", Cost: 1}}, out)
+		out := make([]model.Decision, 1)
+		err := s.Take(context.Background(), []model.Ask{{Limit: l, Key: "k", Cost: 1}}, out)
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("%s: error %v, want one containing %q", tt.name, err, tt.wantErr)
@@ -578,7 +579,7 @@ func TestRedisStoreCluster(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("key_slot", func(t *testing.T) {
-		l := redisTestLimit(t, "slot", SlidingWindowLog, "5/s", 0, 0)
+		l := redisTestLimit(t, "slot", model.SlidingWindowLog, "5/s", 0, 0)
 		for _, key := range []string{"a", "b{c}", "}{", strings.Repeat("z", 500)} {
 			name := s.key(l, key)
 			for _, n := range []string{name, name + ":log"} {
@@ -591,27 +592,27 @@ func TestRedisStoreCluster(t *testing.T) {
 	})
 
 	t.Run("all_or_nothing_across_slots", func(t *testing.T) {
-		tight := redisTestLimit(t, "tight", TokenBucket, "1/24h", 1, 0)
-		plenty := []*Limit{
-			redisTestLimit(t, "plenty-tb", TokenBucket, "1/24h", 5, 0),
-			redisTestLimit(t, "plenty-lb", LeakyBucket, "1/24h", 5, 0),
-			redisTestLimit(t, "plenty-fw", FixedWindow, "5/24h", 0, 0),
-			redisTestLimit(t, "plenty-swc", SlidingWindowCounter, "5/24h", 0, 0),
-			redisTestLimit(t, "plenty-swl", SlidingWindowLog, "5/24h", 0, 0),
+		tight := redisTestLimit(t, "tight", model.TokenBucket, "1/24h", 1, 0)
+		plenty := []*model.Limit{
+			redisTestLimit(t, "plenty-tb", model.TokenBucket, "1/24h", 5, 0),
+			redisTestLimit(t, "plenty-lb", model.LeakyBucket, "1/24h", 5, 0),
+			redisTestLimit(t, "plenty-fw", model.FixedWindow, "5/24h", 0, 0),
+			redisTestLimit(t, "plenty-swc", model.SlidingWindowCounter, "5/24h", 0, 0),
+			redisTestLimit(t, "plenty-swl", model.SlidingWindowLog, "5/24h", 0, 0),
 		}
 		key := redisNonce + "/spread"
-		var asks []Ask
+		var asks []model.Ask
 		for _, l := range plenty {
-			asks = append(asks, Ask{Limit: l, Key: key, Cost: 1})
+			asks = append(asks, model.Ask{Limit: l, Key: key, Cost: 1})
 		}
-		asks = append(asks, Ask{Limit: tight, Key: key, Cost: 1})
+		asks = append(asks, model.Ask{Limit: tight, Key: key, Cost: 1})
 		if len(s.slotGroups(asks)) < 3 {
 			t.Fatalf("the asks fall in %d slots; want them spread", len(s.slotGroups(asks)))
 		}
-		out := make([]Decision, len(asks))
+		out := make([]model.Decision, len(asks))
 		for round := 0; round < 3; round++ {
 			if round == 2 { // the exhausted limit first: nothing to refund
-				asks = append([]Ask{asks[len(asks)-1]}, asks[:len(asks)-1]...)
+				asks = append([]model.Ask{asks[len(asks)-1]}, asks[:len(asks)-1]...)
 			}
 			if err := s.Take(ctx, asks, out); err != nil {
 				t.Fatal(err)
@@ -649,10 +650,10 @@ func TestRedisStoreRateChange(t *testing.T) {
 	client := resptest.Client(t, srv.Addr, 1)
 	ctx := context.Background()
 	const maxPTTL = int64(2*time.Hour/time.Millisecond) + 1000
-	checkPTTL := func(t *testing.T, s *RedisStore, l *Limit, key string) {
+	checkPTTL := func(t *testing.T, s *RedisStore, l *model.Limit, key string) {
 		t.Helper()
 		names := []string{s.key(l, key)}
-		if l.Algorithm == SlidingWindowLog {
+		if l.Algorithm == model.SlidingWindowLog {
 			names = append(names, names[0]+":log")
 		}
 		for _, n := range names {
@@ -662,12 +663,12 @@ func TestRedisStoreRateChange(t *testing.T) {
 			}
 		}
 	}
-	for _, alg := range Algorithms {
+	for _, alg := range model.Algorithms {
 		alg := alg
 		perMinute := redisTestLimit(t, "rate", alg, "10/m", 0, 0)
 		perHour := redisTestLimit(t, "rate", alg, "10/h", 0, 0)
 		longest := time.Hour
-		if alg == SlidingWindowCounter {
+		if alg == model.SlidingWindowCounter {
 			longest = 2 * time.Hour // the count moves to the previous window
 		}
 		t.Run(string(alg)+"/memory", func(t *testing.T) {
@@ -679,7 +680,7 @@ func TestRedisStoreRateChange(t *testing.T) {
 				t.Fatal(err)
 			}
 			key := redisNonce + "/rate/" + string(alg)
-			take := func(l *Limit) Decision {
+			take := func(l *model.Limit) model.Decision {
 				t.Helper()
 				got, want := redisTestTake(t, rs, l, key, 1), redisTestTake(t, ms, l, key, 1)
 				if got != want {
@@ -732,10 +733,10 @@ func TestRedisScriptsWriteNothingOnError(t *testing.T) {
 	client := resptest.Client(t, srv.Addr, 1)
 	s := newTestRedisStore(t, client, false)
 	ctx := context.Background()
-	good := redisTestLimit(t, "atomic-good", FixedWindow, "10/h", 0, 0)
-	broken := redisTestLimit(t, "atomic-broken", TokenBucket, "10/h", 0, 0)
+	good := redisTestLimit(t, "atomic-good", model.FixedWindow, "10/h", 0, 0)
+	broken := redisTestLimit(t, "atomic-broken", model.TokenBucket, "10/h", 0, 0)
 	key := redisNonce + "/atomic"
-	asks := []Ask{{Limit: good, Key: key, Cost: 1}, {Limit: broken, Key: key, Cost: 1}}
+	asks := []model.Ask{{Limit: good, Key: key, Cost: 1}, {Limit: broken, Key: key, Cost: 1}}
 	tamper := func(charge bool) (keys, args []string) {
 		keys, args = s.scriptArgs(asks, charge)
 		args[2+6+1] = "0" // the broken ask's quota
@@ -748,7 +749,7 @@ func TestRedisScriptsWriteNothingOnError(t *testing.T) {
 	if v, err := client.Do(ctx, "EXISTS", keys[0], keys[1]); err != nil || v != int64(0) {
 		t.Fatalf("after the failed take: EXISTS = %v, %v; want 0 (nothing written)", v, err)
 	}
-	out := make([]Decision, 2)
+	out := make([]model.Decision, 2)
 	if err := s.Take(ctx, asks, out); err != nil {
 		t.Fatal(err)
 	}
@@ -774,10 +775,10 @@ func TestRedisStoreTTLBound(t *testing.T) {
 	clock := &testclock.Clock{}
 	s.clock = clock.Now
 	ctx := context.Background()
-	for _, alg := range Algorithms {
+	for _, alg := range model.Algorithms {
 		l := redisTestLimit(t, "ttl-bound", alg, "10/h", 0, 0)
 		most := int64(time.Hour/time.Millisecond) + 1000
-		if alg == SlidingWindowCounter {
+		if alg == model.SlidingWindowCounter {
 			most += int64(time.Hour / time.Millisecond)
 		}
 		key := redisNonce + "/ttl-bound"
@@ -797,7 +798,7 @@ func TestRedisStoreTTLBound(t *testing.T) {
 // over slots, and distinct keys stay distinct.
 func TestRedisKeysSpreadWhateverTheClientKey(t *testing.T) {
 	s := &RedisStore{prefix: "sluice:"}
-	l := redisTestLimit(t, "api", TokenBucket, "10/s", 0, 0)
+	l := redisTestLimit(t, "api", model.TokenBucket, "10/s", 0, 0)
 	slots := map[int]bool{}
 	keys := map[string]string{}
 	for i := 0; i < 64; i++ {

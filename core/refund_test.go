@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
@@ -16,15 +17,15 @@ import (
 // Limit.Refund (TestRedisStoreMatchesMemoryStore), so this holds on Redis
 // too.
 func TestRefundNeverBeatsReplay(t *testing.T) {
-	limits := []*Limit{
-		algLimit(t, TokenBucket, "10/s", 10, 0),
-		algLimit(t, TokenBucket, "7/s", 3, 0),
-		algLimit(t, TokenBucket, "10/s", 2, 400*time.Millisecond),
-		algLimit(t, LeakyBucket, "10/s", 5, 0),
-		algLimit(t, LeakyBucket, "7/s", 4, 300*time.Millisecond),
-		algLimit(t, FixedWindow, "5/s", 0, 0),
-		algLimit(t, SlidingWindowCounter, "5/s", 0, 0),
-		algLimit(t, SlidingWindowLog, "5/s", 0, 0),
+	limits := []*model.Limit{
+		algLimit(t, model.TokenBucket, "10/s", 10, 0),
+		algLimit(t, model.TokenBucket, "7/s", 3, 0),
+		algLimit(t, model.TokenBucket, "10/s", 2, 400*time.Millisecond),
+		algLimit(t, model.LeakyBucket, "10/s", 5, 0),
+		algLimit(t, model.LeakyBucket, "7/s", 4, 300*time.Millisecond),
+		algLimit(t, model.FixedWindow, "5/s", 0, 0),
+		algLimit(t, model.SlidingWindowCounter, "5/s", 0, 0),
+		algLimit(t, model.SlidingWindowLog, "5/s", 0, 0),
 	}
 	costs := []float64{1, 1, 1, 0.5, 2, 2.5}
 	probes := []time.Duration{0, 30 * time.Millisecond, 150 * time.Millisecond, 400 * time.Millisecond, time.Second, 3 * time.Second}
@@ -32,12 +33,12 @@ func TestRefundNeverBeatsReplay(t *testing.T) {
 	type charge struct {
 		at   int64
 		cost float64
-		d    Decision
+		d    model.Decision
 	}
 	for _, l := range limits {
 		compared := 0
 		for trial := 0; trial < 2000; trial++ {
-			var s State
+			var s model.State
 			var hist []charge
 			now := testclock.Epoch
 			for i := 1 + rng.Intn(12); i > 0; i-- {
@@ -57,7 +58,7 @@ func TestRefundNeverBeatsReplay(t *testing.T) {
 				now += rng.Int63n(int64(300 * time.Millisecond))
 			}
 			got := l.Refund(s, now, hist[k].cost, hist[k].d)
-			var replay State
+			var replay model.State
 			admitted := true
 			for i, c := range hist {
 				if i == k {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
 	"github.com/sluicehq/sluice/internal/testclock"
@@ -20,17 +21,17 @@ import (
 // leave one unit every Period/Quota, so at most Quota in a period; a
 // token_bucket with MaxDelay lets Burst + Quota through (B + r·T).
 func shapingLimits(t *testing.T) []struct {
-	l     *Limit
+	l     *model.Limit
 	bound float64
 } {
 	return []struct {
-		l     *Limit
+		l     *model.Limit
 		bound float64
 	}{
-		{redisTestLimit(t, "shape-lb", LeakyBucket, "10/s", 10, 0), 10},
-		{redisTestLimit(t, "shape-lbd", LeakyBucket, "4/s", 6, 800*time.Millisecond), 4},
-		{redisTestLimit(t, "shape-tbd", TokenBucket, "10/s", 1, time.Second), 11},
-		{redisTestLimit(t, "shape-tbd5", TokenBucket, "10/s", 5, 300*time.Millisecond), 15},
+		{redisTestLimit(t, "shape-lb", model.LeakyBucket, "10/s", 10, 0), 10},
+		{redisTestLimit(t, "shape-lbd", model.LeakyBucket, "4/s", 6, 800*time.Millisecond), 4},
+		{redisTestLimit(t, "shape-tbd", model.TokenBucket, "10/s", 1, time.Second), 11},
+		{redisTestLimit(t, "shape-tbd5", model.TokenBucket, "10/s", 5, 300*time.Millisecond), 15},
 	}
 }
 
@@ -38,14 +39,14 @@ func shapingLimits(t *testing.T) []struct {
 // key, some of which give up while they wait and are refunded (Refund with
 // their decision, as a Gate does), and fails if the requests that proceed
 // (at their admission plus Delay) ever exceed bound in a period.
-func checkShaping(t *testing.T, store Store, clock *testclock.Clock, l *Limit, key string, bound float64, seed int64) {
+func checkShaping(t *testing.T, store model.Store, clock *testclock.Clock, l *model.Limit, key string, bound float64, seed int64) {
 	t.Helper()
 	ctx := context.Background()
 	rng := rand.New(rand.NewSource(seed))
-	ask := []Ask{{Limit: l, Key: key, Cost: 1}}
+	ask := []model.Ask{{Limit: l, Key: key, Cost: 1}}
 	type waiter struct {
 		departs int64
-		d       Decision
+		d       model.Decision
 	}
 	var waiting []waiter
 	var proceeded []int64
@@ -65,7 +66,7 @@ func checkShaping(t *testing.T, store Store, clock *testclock.Clock, l *Limit, k
 		if len(waiting) > 0 && rng.Intn(100) < 15 {
 			// A client still waiting hangs up.
 			i := rng.Intn(len(waiting))
-			if err := store.Refund(ctx, ask, []Decision{waiting[i].d}); err != nil {
+			if err := store.Refund(ctx, ask, []model.Decision{waiting[i].d}); err != nil {
 				t.Fatalf("step %d: Refund: %v", step, err)
 			}
 			waiting = append(waiting[:i], waiting[i+1:]...)
@@ -73,7 +74,7 @@ func checkShaping(t *testing.T, store Store, clock *testclock.Clock, l *Limit, k
 			continue
 		}
 		for n := rng.Intn(4); n >= 0; n-- {
-			out := make([]Decision, 1)
+			out := make([]model.Decision, 1)
 			if err := store.Take(ctx, ask, out); err != nil {
 				t.Fatalf("step %d: Take: %v", step, err)
 			}
@@ -140,17 +141,17 @@ func TestRedisShapingBoundWithCancels(t *testing.T) {
 // that a test knows when a request waits and when its refund is done.
 type signalStore struct {
 	s        *MemoryStore
-	took     chan Decision
+	took     chan model.Decision
 	refunded chan struct{}
 }
 
-func (s *signalStore) Take(ctx context.Context, asks []Ask, out []Decision) error {
+func (s *signalStore) Take(ctx context.Context, asks []model.Ask, out []model.Decision) error {
 	err := s.s.Take(ctx, asks, out)
 	s.took <- out[0]
 	return err
 }
 
-func (s *signalStore) Refund(ctx context.Context, asks []Ask, charged []Decision) error {
+func (s *signalStore) Refund(ctx context.Context, asks []model.Ask, charged []model.Decision) error {
 	err := s.s.Refund(ctx, asks, charged)
 	s.refunded <- struct{}{}
 	return err
@@ -171,9 +172,9 @@ func TestGateShapingWithClientsThatHangUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := &signalStore{s: ms, took: make(chan Decision), refunded: make(chan struct{}, 16)}
-	l := gateLimit(t, "shape", LeakyBucket, "10/500ms", 10)
-	g, err := NewGate(GateConfig{Limits: []*Limit{l}, Store: store, Clock: clock.Now})
+	store := &signalStore{s: ms, took: make(chan model.Decision), refunded: make(chan struct{}, 16)}
+	l := gateLimit(t, "shape", model.LeakyBucket, "10/500ms", 10)
+	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: store, Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func TestGateShapingWithClientsThatHangUp(t *testing.T) {
 	var departures []int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		at := clock.Now()
-		if v, ok := g.Serve(w, r, []Ask{{Limit: l, Key: "k", Cost: 1}}); ok {
+		if v, ok := g.Serve(w, r, []model.Ask{{Limit: l, Key: "k", Cost: 1}}); ok {
 			mu.Lock()
 			departures = append(departures, at+int64(v.Delay))
 			mu.Unlock()
@@ -192,7 +193,7 @@ func TestGateShapingWithClientsThatHangUp(t *testing.T) {
 	var wg sync.WaitGroup
 	// send starts a request and returns its decision and the function
 	// that hangs it up.
-	send := func() (Decision, context.CancelFunc) {
+	send := func() (model.Decision, context.CancelFunc) {
 		ctx, cancel := context.WithCancel(context.Background())
 		req, err := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
 		if err != nil {
@@ -211,7 +212,7 @@ func TestGateShapingWithClientsThatHangUp(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("no decision within 10 s")
 		}
-		return Decision{}, cancel
+		return model.Decision{}, cancel
 	}
 	var cancels []context.CancelFunc
 	defer func() {

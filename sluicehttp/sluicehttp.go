@@ -219,7 +219,7 @@ type Middleware struct {
 
 // limit is a Limit as a request needs it.
 type limit struct {
-	limit   *core.Limit
+	limit   *model.Limit
 	key     *keyspec.Spec
 	missing keyspec.MissingKey
 	cost    float64
@@ -281,7 +281,7 @@ func build(cfg *Config) (*Middleware, core.GateConfig, error) {
 	}
 	prefix := core.SharePrefix(cfg.Share)
 	m := &Middleware{onVerdict: cfg.OnVerdict, limits: make([]limit, len(cfg.Limits))}
-	gc.MaxCost = make(map[*core.Limit]float64, len(cfg.Limits))
+	gc.MaxCost = make(map[*model.Limit]float64, len(cfg.Limits))
 	for i := range cfg.Limits {
 		l := &cfg.Limits[i]
 		ip := &clientip.Strategy{TrustedProxies: trusted, Header: cfg.ClientIPHeader, IPv4Prefix: l.IPv4Prefix, IPv6Prefix: l.IPv6Prefix}
@@ -297,12 +297,12 @@ func build(cfg *Config) (*Middleware, core.GateConfig, error) {
 // newLimit builds the limit l, whose clients' keys begin with prefix and
 // whose client addresses ip reads.
 func newLimit(l *Limit, ip *clientip.Strategy, prefix string) (limit, error) {
-	cl := &core.Limit{Name: l.Name, Algorithm: core.Algorithm(l.Algorithm), Burst: l.Burst, MaxDelay: l.MaxDelay, MaxInFlight: l.MaxInFlight}
+	cl := &model.Limit{Name: l.Name, Algorithm: model.Algorithm(l.Algorithm), Burst: l.Burst, MaxDelay: l.MaxDelay, MaxInFlight: l.MaxInFlight}
 	if l.Rate == "" && l.MaxInFlight == 0 {
 		return limit{}, errors.New("rate: required (or max_in_flight)")
 	}
 	if l.Rate != "" {
-		rate, err := core.ParseRate(l.Rate)
+		rate, err := model.ParseRate(l.Rate)
 		if err != nil {
 			return limit{}, err
 		}
@@ -358,7 +358,7 @@ func fallback(cfg *Config, gc *core.GateConfig) error {
 	if cfg.Fallback == "local" && n == 0 {
 		n = 1 // the default of one instance
 	}
-	if err := core.CheckFallback(cfg.Fallback == "local", n, cfg.Redis == nil); err != nil {
+	if err := model.CheckFallback(cfg.Fallback == "local", n, cfg.Redis == nil); err != nil {
 		return err
 	}
 	if cfg.Fallback == "" {
@@ -373,7 +373,7 @@ func fallback(cfg *Config, gc *core.GateConfig) error {
 }
 
 // connect opens m's Redis client and returns the store on it.
-func (m *Middleware) connect(r *Redis) (core.Store, error) {
+func (m *Middleware) connect(r *Redis) (model.Store, error) {
 	if err := core.CheckRedisDB(r.DB, false); err != nil {
 		return nil, err
 	}
@@ -441,8 +441,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // asks returns r's ask of every limit that applies to it.
-func (m *Middleware) asks(r *http.Request) []core.Ask {
-	asks := make([]core.Ask, 0, len(m.limits))
+func (m *Middleware) asks(r *http.Request) []model.Ask {
+	asks := make([]model.Ask, 0, len(m.limits))
 	for i := range m.limits {
 		l := &m.limits[i]
 		if l.match != nil && !l.match(r) {
@@ -452,7 +452,7 @@ func (m *Middleware) asks(r *http.Request) []core.Ask {
 		if !ok {
 			continue
 		}
-		asks = append(asks, core.Ask{Limit: l.limit, Key: l.prefix + key, Cost: l.cost})
+		asks = append(asks, model.Ask{Limit: l.limit, Key: l.prefix + key, Cost: l.cost})
 	}
 	return asks
 }

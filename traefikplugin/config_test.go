@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/keyspec"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // labelConfig is a configuration as Docker labels give it: every value a
@@ -124,7 +125,7 @@ func checkFullSettings(t *testing.T, s *settings) {
 	}
 	type want struct {
 		name     string
-		alg      core.Algorithm
+		alg      model.Algorithm
 		quota    float64
 		period   time.Duration
 		burst    float64
@@ -136,9 +137,9 @@ func checkFullSettings(t *testing.T, s *settings) {
 		// A token_bucket's default maxDelay is the built-in's 1/(2·rate),
 		// the rate truncated to whole requests per second: 100/m is
 		// below 2/s (500 ms), 1000/m is 16/s (31.25 ms).
-		{"default", core.TokenBucket, 100, time.Minute, 50, 500 * time.Millisecond, 1.5, keyspec.MissingShared},
-		{"global", core.TokenBucket, 1000, time.Minute, 2, 31250 * time.Microsecond, 1.5, keyspec.MissingShared},
-		{"slow", core.LeakyBucket, 10, time.Second, 0, 500 * time.Millisecond, 1.5, keyspec.MissingSkip},
+		{"default", model.TokenBucket, 100, time.Minute, 50, 500 * time.Millisecond, 1.5, keyspec.MissingShared},
+		{"global", model.TokenBucket, 1000, time.Minute, 2, 31250 * time.Microsecond, 1.5, keyspec.MissingShared},
+		{"slow", model.LeakyBucket, 10, time.Second, 0, 500 * time.Millisecond, 1.5, keyspec.MissingSkip},
 	}
 	for i, w := range wants {
 		p := s.plans[i]
@@ -274,7 +275,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := s.plans[0].limit
-	if l.Name != "default" || l.Algorithm != core.TokenBucket || l.Rate != (core.Rate{Quota: 5, Period: time.Second}) || l.Burst != 1 || s.plans[0].cost != 1 {
+	if l.Name != "default" || l.Algorithm != model.TokenBucket || l.Rate != (model.Rate{Quota: 5, Period: time.Second}) || l.Burst != 1 || s.plans[0].cost != 1 {
 		t.Errorf("got %+v cost %v", *l, s.plans[0].cost)
 	}
 	headers := core.DefaultHeaders // a variable, for Yaegi (see checkFullSettings)
@@ -322,10 +323,10 @@ func TestItemDefaults(t *testing.T) {
 		t.Fatalf("got %d limits, want 2", len(s.plans))
 	}
 	a, b := s.plans[0], s.plans[1]
-	if a.limit.Algorithm != core.LeakyBucket || a.limit.MaxDelay != 2*time.Second || a.cost != 2 || a.missing != keyspec.MissingShared || a.spec != 0 {
+	if a.limit.Algorithm != model.LeakyBucket || a.limit.MaxDelay != 2*time.Second || a.cost != 2 || a.missing != keyspec.MissingShared || a.spec != 0 {
 		t.Errorf("inheriting item: got %+v, limit %+v", a, *a.limit)
 	}
-	if b.limit.Algorithm != core.FixedWindow || b.limit.MaxDelay != 0 || b.cost != 3 || b.missing != keyspec.MissingShared || b.spec != 1 {
+	if b.limit.Algorithm != model.FixedWindow || b.limit.MaxDelay != 0 || b.cost != 3 || b.missing != keyspec.MissingShared || b.spec != 1 {
 		t.Errorf("own item: got %+v, limit %+v", b, *b.limit)
 	}
 }

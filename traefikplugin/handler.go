@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // DryRunHeader is the request header that marks, in dry_run mode, a request
@@ -32,9 +33,9 @@ type entry struct {
 // clock is the gate's and the report's (nil: the system clock, read
 // inline).
 func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClient, clock core.Clock, out io.Writer) (*entry, error) {
-	limits := make([]*core.Limit, len(s.plans))
+	limits := make([]*model.Limit, len(s.plans))
 	asks := make([]core.LaneAsk, len(s.plans))
-	costs := make(map[*core.Limit]float64, len(s.plans))
+	costs := make(map[*model.Limit]float64, len(s.plans))
 	for i, p := range s.plans {
 		limits[i] = p.limit
 		asks[i] = core.LaneAsk{Limit: p.limit, Spec: p.spec, Missing: p.missing, Cost: p.cost}

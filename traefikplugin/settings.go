@@ -46,7 +46,7 @@ type settings struct {
 
 // limitPlan is one limit and how a request's ask for it is built.
 type limitPlan struct {
-	limit   *core.Limit
+	limit   *model.Limit
 	spec    int // index into settings.specs
 	missing keyspec.MissingKey
 	cost    float64
@@ -92,7 +92,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 	}
 
 	specIndex := map[string]int{}
-	add := func(option, keyOption, costOption string, l *core.Limit, parts []string, missing keyspec.MissingKey, cost float64) error {
+	add := func(option, keyOption, costOption string, l *model.Limit, parts []string, missing keyspec.MissingKey, cost float64) error {
 		id := strings.Join(parts, "\x00")
 		i, ok := specIndex[id]
 		if !ok {
@@ -160,7 +160,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 		if item.Algorithm == "" {
 			item.Algorithm = cfg.Algorithm
 		}
-		if alg := core.Algorithm(strings.TrimSpace(item.Algorithm)); item.MaxDelay == "" && (alg == core.LeakyBucket || alg == core.TokenBucket || alg == "") {
+		if alg := model.Algorithm(strings.TrimSpace(item.Algorithm)); item.MaxDelay == "" && (alg == model.LeakyBucket || alg == model.TokenBucket || alg == "") {
 			item.MaxDelay = cfg.MaxDelay
 		}
 		l, err := buildLimit(item, option)
@@ -199,11 +199,11 @@ func parse(cfg *Config, name string) (*settings, error) {
 	if s.leaseTTL != 0 && !hasInFlight(s.plans) {
 		return nil, errors.New("redis.leaseTTL: only limits with maxInFlight take leases")
 	}
-	limits := make([]*core.Limit, len(s.plans))
+	limits := make([]*model.Limit, len(s.plans))
 	for i, p := range s.plans {
 		limits[i] = p.limit
 	}
-	if err := core.CheckLimits(limits); err != nil {
+	if err := model.CheckLimits(limits); err != nil {
 		p := s.plans[err.(*model.LimitError).Index]
 		err = fieldError(p.option, err)
 		if p.option != "" && p.limit.Name == topName && strings.TrimSpace(cfg.Name) == "" {
@@ -230,7 +230,7 @@ func parseCost(option, s string, def float64) (float64, error) {
 	if s == "" {
 		return def, nil
 	}
-	c, err := core.ParseCost(s)
+	c, err := model.ParseCost(s)
 	if err != nil {
 		return 0, fmt.Errorf("%s %q: %w", option, s, err)
 	}
@@ -257,7 +257,7 @@ func builtinMaxDelay(avg float64, period time.Duration) time.Duration {
 // names of its options in errors ("" at the top level). It returns
 // errNoLimit when the average is zero or empty and there is no
 // maxInFlight.
-func buildLimit(item LimitConfig, option string) (*core.Limit, error) {
+func buildLimit(item LimitConfig, option string) (*model.Limit, error) {
 	if option != "" {
 		option += "."
 	}
@@ -282,33 +282,33 @@ func buildLimit(item LimitConfig, option string) (*core.Limit, error) {
 	if period == 0 {
 		period = defaultPeriod
 	}
-	alg := core.Algorithm(strings.ToLower(strings.TrimSpace(item.Algorithm)))
+	alg := model.Algorithm(strings.ToLower(strings.TrimSpace(item.Algorithm)))
 	if alg == "" {
-		alg = core.TokenBucket
+		alg = model.TokenBucket
 	}
 	burst, err := parseNumber(option+"burst", item.Burst, 0)
 	if err != nil {
 		return nil, err
 	}
 	if strings.TrimSpace(item.Burst) != "" {
-		if err := core.CheckBurst(burst); err != nil {
+		if err := model.CheckBurst(burst); err != nil {
 			return nil, fmt.Errorf("%w; the built-in rateLimit reads 0 as 1, the default", fieldError(option, err))
 		}
 	}
-	if alg == core.TokenBucket && burst == 0 {
+	if alg == model.TokenBucket && burst == 0 {
 		burst = 1 // Traefik's default
 	}
 	maxDelay, err := parseDuration(option+"maxDelay", item.MaxDelay)
 	if err != nil {
 		return nil, err
 	}
-	if alg == core.TokenBucket && strings.TrimSpace(item.MaxDelay) == "" {
+	if alg == model.TokenBucket && strings.TrimSpace(item.MaxDelay) == "" {
 		maxDelay = builtinMaxDelay(avg, period)
 	}
-	l := &core.Limit{
+	l := &model.Limit{
 		Name:        strings.TrimSpace(item.Name),
 		Algorithm:   alg,
-		Rate:        core.Rate{Quota: avg, Period: period},
+		Rate:        model.Rate{Quota: avg, Period: period},
 		Burst:       burst,
 		MaxDelay:    maxDelay,
 		MaxInFlight: inFlight,
@@ -320,14 +320,14 @@ func buildLimit(item LimitConfig, option string) (*core.Limit, error) {
 // inFlight requests at once. An item's algorithm and maxDelay may come
 // from the top level, and are ignored; core refuses its own burst and, at
 // the top level, an algorithm and a maxDelay.
-func flightOnlyLimit(item LimitConfig, option string, inFlight int) (*core.Limit, error) {
-	l := &core.Limit{Name: strings.TrimSpace(item.Name), MaxInFlight: inFlight}
+func flightOnlyLimit(item LimitConfig, option string, inFlight int) (*model.Limit, error) {
+	l := &model.Limit{Name: strings.TrimSpace(item.Name), MaxInFlight: inFlight}
 	var err error
 	if l.Burst, err = parseNumber(option+"burst", item.Burst, 0); err != nil {
 		return nil, err
 	}
 	if option == "" {
-		l.Algorithm = core.Algorithm(strings.ToLower(strings.TrimSpace(item.Algorithm)))
+		l.Algorithm = model.Algorithm(strings.ToLower(strings.TrimSpace(item.Algorithm)))
 		if l.MaxDelay, err = parseDuration("maxDelay", item.MaxDelay); err != nil {
 			return nil, err
 		}
@@ -337,7 +337,7 @@ func flightOnlyLimit(item LimitConfig, option string, inFlight int) (*core.Limit
 
 // validLimit validates l, naming the options of its errors after option,
 // the item's path ("limits[0].", or "" at the top level).
-func validLimit(l *core.Limit, option string) (*core.Limit, error) {
+func validLimit(l *model.Limit, option string) (*model.Limit, error) {
 	if err := l.Validate(); err != nil {
 		return nil, fieldError(option, err)
 	}
@@ -552,7 +552,7 @@ func parseStore(cfg *Config, s *settings) error {
 	if s.instances, err = parseInt("instances", cfg.Instances, instances, 0, 1<<20); err != nil {
 		return err
 	}
-	if err := core.CheckFallback(s.fallback, s.instances, cfg.Redis == nil); err != nil {
+	if err := model.CheckFallback(s.fallback, s.instances, cfg.Redis == nil); err != nil {
 		return fieldError("", err)
 	}
 	if s.maxKeys, err = parseInt("maxKeys", cfg.MaxKeys, 0, 1, maxMemoryKeys); err != nil {

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/resp"
 )
 
@@ -44,11 +45,11 @@ func main() {
 }
 
 func run(addr, conc string, dur time.Duration, dump string) error {
-	limit := &core.Limit{Name: "bench", Rate: core.Rate{Quota: 1e9, Period: time.Second}}
+	limit := &model.Limit{Name: "bench", Rate: model.Rate{Quota: 1e9, Period: time.Second}}
 	if err := limit.Validate(); err != nil {
 		return err
 	}
-	asks := []core.Ask{{Limit: limit, Key: "bench", Cost: 1}}
+	asks := []model.Ask{{Limit: limit, Key: "bench", Cost: 1}}
 	if dump != "" {
 		if err := dumpCommand(addr, asks, dump); err != nil {
 			return err
@@ -75,7 +76,7 @@ const maxSamples = 1 << 18
 // measure runs callers goroutines deciding asks in a loop for dur and
 // returns the decisions per second and the 99th percentile of a
 // decision's latency.
-func measure(addr string, asks []core.Ask, callers int, dur time.Duration) (float64, time.Duration, error) {
+func measure(addr string, asks []model.Ask, callers int, dur time.Duration) (float64, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dur+10*time.Second)
 	defer cancel()
 	client, err := resp.New(ctx, resp.Options{Addr: addr, PoolSize: callers})
@@ -88,7 +89,7 @@ func measure(addr string, asks []core.Ask, callers int, dur time.Duration) (floa
 		return 0, 0, err
 	}
 	// Warm up: load the script and open every connection.
-	if err := store.Take(ctx, asks, make([]core.Decision, len(asks))); err != nil {
+	if err := store.Take(ctx, asks, make([]model.Decision, len(asks))); err != nil {
 		return 0, 0, err
 	}
 	samples := make([][]time.Duration, callers)
@@ -101,7 +102,7 @@ func measure(addr string, asks []core.Ask, callers int, dur time.Duration) (floa
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			out := make([]core.Decision, len(asks))
+			out := make([]model.Decision, len(asks))
 			lat := make([]time.Duration, 0, 4096)
 			for atomic.LoadInt32(&stop) == 0 {
 				t0 := time.Now()
@@ -140,7 +141,7 @@ func measure(addr string, asks []core.Ask, callers int, dur time.Duration) (floa
 // recorder is a Scripter that remembers the last script loaded and the
 // last EVALSHA sent through it.
 type recorder struct {
-	core.Scripter
+	model.Scripter
 	script string
 	call   []string
 }
@@ -159,7 +160,7 @@ func (r *recorder) ScriptLoad(ctx context.Context, script string) (string, error
 // dumpCommand flushes the server's scripts, makes one decision through a
 // recorder (which reloads the script), and writes the script and the
 // EVALSHA arguments to dir.
-func dumpCommand(addr string, asks []core.Ask, dir string) error {
+func dumpCommand(addr string, asks []model.Ask, dir string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	client, err := resp.New(ctx, resp.Options{Addr: addr, PoolSize: 1})
@@ -175,7 +176,7 @@ func dumpCommand(addr string, asks []core.Ask, dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := store.Take(ctx, asks, make([]core.Decision, len(asks))); err != nil {
+	if err := store.Take(ctx, asks, make([]model.Decision, len(asks))); err != nil {
 		return err
 	}
 	if rec.script == "" || rec.call == nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/resp"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -79,15 +80,15 @@ func redisReport(t *testing.T, rounds, n int, out func(string, ...any)) {
 			continue
 		}
 		measure(h, nx, req, n/10, 1, 1)
-		l := &core.Limit{Name: "default", Rate: core.Rate{Quota: 1e9, Period: time.Second}, Burst: 1e9}
+		l := &model.Limit{Name: "default", Rate: model.Rate{Quota: 1e9, Period: time.Second}, Burst: 1e9}
 		if c.rejected {
-			l = &core.Limit{Name: "default", Rate: core.Rate{Quota: 1, Period: time.Hour}, Burst: 1}
+			l = &model.Limit{Name: "default", Rate: model.Rate{Quota: 1, Period: time.Hour}, Burst: 1}
 		}
 		if err := l.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		asks := []core.Ask{{Limit: l, Key: "compiled\x00" + strconv.Itoa(i), Cost: 1}}
-		dec := make([]core.Decision, 1)
+		asks := []model.Ask{{Limit: l, Key: "compiled\x00" + strconv.Itoa(i), Cost: 1}}
+		dec := make([]model.Decision, 1)
 		take := func() {
 			if err := store.Take(ctx, asks, dec); err != nil || dec[0].Allowed == c.rejected {
 				t.Fatalf("compiled Redis decision: %v %+v", err, dec[0])

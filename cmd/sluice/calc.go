@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // calcResult is what calc reports, also as JSON.
@@ -56,7 +56,7 @@ func calcCommand(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("calc", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	burst := fs.Float64("burst", 0, "bucket size (token and leaky buckets); 0: the quota")
-	alg := fs.String("algorithm", string(core.TokenBucket), "the algorithm: "+algorithmNames())
+	alg := fs.String("algorithm", string(model.TokenBucket), "the algorithm: "+algorithmNames())
 	asJSON := fs.Bool("json", false, "print JSON")
 	rateText, rest := "", args
 	if len(rest) > 0 && rest[0] != "help" && len(rest[0]) > 0 && rest[0][0] != '-' {
@@ -75,11 +75,11 @@ func calcCommand(args []string, stdout io.Writer) error {
 	if rateText == "" {
 		return fmt.Errorf("calc: want a rate, such as 100/1m (see sluice calc --help)")
 	}
-	rate, err := core.ParseRate(rateText)
+	rate, err := model.ParseRate(rateText)
 	if err != nil {
 		return err
 	}
-	res, err := calc(core.Algorithm(*alg), rate, *burst)
+	res, err := calc(model.Algorithm(*alg), rate, *burst)
 	if err != nil {
 		return err
 	}
@@ -99,7 +99,7 @@ func calcCommand(args []string, stdout io.Writer) error {
 }
 
 // calc computes calcResult for a limit.
-func calc(alg core.Algorithm, rate core.Rate, burst float64) (calcResult, error) {
+func calc(alg model.Algorithm, rate model.Rate, burst float64) (calcResult, error) {
 	l, err := newLimit(alg, rate, burst)
 	if err != nil {
 		return calcResult{}, err
@@ -137,14 +137,14 @@ func calc(alg core.Algorithm, rate core.Rate, burst float64) (calcResult, error)
 	for i := range burstTrace {
 		burstTrace[i] = arrival{at: rate.Period / 2, cost: 1}
 	}
-	if o := simulate(l, burstTrace); o.retryAfter > 0 && o.retryAfter != core.Never {
+	if o := simulate(l, burstTrace); o.retryAfter > 0 && o.retryAfter != model.Never {
 		res.RetryAfterS = int64(math.Ceil(o.retryAfter.Seconds()))
 	}
 	return res, nil
 }
 
 // boundaryOrNil is the boundary trace, or nil when it would be too long.
-func boundaryOrNil(rate core.Rate) []arrival {
+func boundaryOrNil(rate model.Rate) []arrival {
 	t, err := trace("boundary", rate)
 	if err != nil {
 		return nil

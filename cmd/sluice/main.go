@@ -24,7 +24,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // usage is sluice's own help.
@@ -117,8 +117,8 @@ func parseFlags(fs *flag.FlagSet, args []string, text string, stdout io.Writer) 
 
 // algorithmNames lists core's algorithms for a flag's help.
 func algorithmNames() string {
-	names := make([]string, len(core.Algorithms))
-	for i, a := range core.Algorithms {
+	names := make([]string, len(model.Algorithms))
+	for i, a := range model.Algorithms {
 		names[i] = string(a)
 	}
 	return strings.Join(names, ", ")

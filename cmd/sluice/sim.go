@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // epoch is the simulated clock's origin: a whole number of days after the
@@ -31,7 +32,7 @@ type arrival struct {
 
 // outcome is what one algorithm did with a trace.
 type outcome struct {
-	alg                core.Algorithm
+	alg                model.Algorithm
 	admitted, rejected int
 	maxWindow          float64       // most cost admitted in any window of the period
 	longestWait        time.Duration // of an admitted leaky_bucket request
@@ -40,9 +41,9 @@ type outcome struct {
 }
 
 // newLimit returns a validated limit named "sim".
-func newLimit(alg core.Algorithm, rate core.Rate, burst float64) (*core.Limit, error) {
-	l := &core.Limit{Name: "sim", Algorithm: alg, Rate: rate}
-	if alg == core.TokenBucket || alg == core.LeakyBucket {
+func newLimit(alg model.Algorithm, rate model.Rate, burst float64) (*model.Limit, error) {
+	l := &model.Limit{Name: "sim", Algorithm: alg, Rate: rate}
+	if alg == model.TokenBucket || alg == model.LeakyBucket {
 		l.Burst = burst
 	}
 	if err := l.Validate(); err != nil {
@@ -53,15 +54,15 @@ func newLimit(alg core.Algorithm, rate core.Rate, burst float64) (*core.Limit, e
 
 // simulate replays trace through l in core's in-memory store, on a clock
 // that reads each arrival's instant, as one client.
-func simulate(l *core.Limit, trace []arrival) outcome {
+func simulate(l *model.Limit, trace []arrival) outcome {
 	now := epoch
 	store, err := core.NewMemoryStore(core.MemoryConfig{MaxKeys: 64, Clock: func() int64 { return now }})
 	if err != nil {
 		panic(err) // MaxKeys is valid
 	}
 	o := outcome{alg: l.Algorithm}
-	asks := []core.Ask{{Limit: l, Key: "client"}}
-	out := make([]core.Decision, 1)
+	asks := []model.Ask{{Limit: l, Key: "client"}}
+	out := make([]model.Decision, 1)
 	var costs []float64
 	for _, a := range trace {
 		now = epoch + int64(a.at)
@@ -115,7 +116,7 @@ func maxInWindow(at []time.Duration, costs []float64, period time.Duration) floa
 // the fixed window's known flaw), uniform (twice the rate, evenly
 // spaced), bursty (bursts of half a quota, a third of a period apart), or
 // a CSV file of arrival instants in seconds, with an optional cost column.
-func trace(name string, rate core.Rate) ([]arrival, error) {
+func trace(name string, rate model.Rate) ([]arrival, error) {
 	period := rate.Period
 	n := int(math.Ceil(rate.Quota))
 	switch name {
@@ -185,7 +186,7 @@ func readTrace(r io.Reader) ([]arrival, error) {
 		}
 		cost := 1.0
 		if strings.TrimSpace(costText) != "" {
-			if cost, err = core.ParseCost(strings.TrimSpace(costText)); err != nil {
+			if cost, err = model.ParseCost(strings.TrimSpace(costText)); err != nil {
 				return nil, fmt.Errorf("trace line %d: cost %q: %v", line, costText, err)
 			}
 		}

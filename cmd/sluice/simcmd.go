@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // simHelp is sim's help, before its flags.
@@ -64,15 +64,15 @@ func simCommand(args []string, stdout io.Writer) error {
 	if *rateText == "" {
 		return fmt.Errorf("sim: --rate is required, such as --rate 10/1m (see sluice sim --help)")
 	}
-	rate, err := core.ParseRate(*rateText)
+	rate, err := model.ParseRate(*rateText)
 	if err != nil {
 		return err
 	}
-	list := core.Algorithms
+	list := model.Algorithms
 	if *algs != "all" {
 		list = nil
 		for _, a := range strings.Split(*algs, ",") {
-			list = append(list, core.Algorithm(strings.TrimSpace(a)))
+			list = append(list, model.Algorithm(strings.TrimSpace(a)))
 		}
 	}
 	tr, err := trace(*traceName, rate)
@@ -99,7 +99,7 @@ func simCommand(args []string, stdout io.Writer) error {
 }
 
 // simAll replays tr through a limit of each algorithm.
-func simAll(algs []core.Algorithm, rate core.Rate, burst float64, tr []arrival) ([]outcome, error) {
+func simAll(algs []model.Algorithm, rate model.Rate, burst float64, tr []arrival) ([]outcome, error) {
 	var out []outcome
 	for _, a := range algs {
 		l, err := newLimit(a, rate, burst)
@@ -112,10 +112,10 @@ func simAll(algs []core.Algorithm, rate core.Rate, burst float64, tr []arrival) 
 }
 
 // writeTable prints the outcomes, one row per algorithm.
-func writeTable(w io.Writer, traceName string, rate core.Rate, arrivals int, outcomes []outcome) {
+func writeTable(w io.Writer, traceName string, rate model.Rate, arrivals int, outcomes []outcome) {
 	fmt.Fprintf(w, "trace %s: %d requests; limit %s\n", traceName, arrivals, rate)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "algorithm\tadmitted\trejected\tmost in any %s\tlongest wait\n", core.FormatPeriod(rate.Period))
+	fmt.Fprintf(tw, "algorithm\tadmitted\trejected\tmost in any %s\tlongest wait\n", model.FormatPeriod(rate.Period))
 	for _, o := range outcomes {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%v\n", o.alg, o.admitted, o.rejected, num(o.maxWindow), o.longestWait.Round(time.Millisecond))
 	}

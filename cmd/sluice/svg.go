@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // seriesStyle is how one algorithm's line is drawn. The styles narrow
@@ -51,7 +51,7 @@ const (
 // arrivals in grey, with the windows' boundaries and one period's quota
 // marked, so that the fixed window's two quotas around a boundary stand
 // out. The time axis spans the trace's events, from near the first.
-func writeSVG(w io.Writer, traceName string, rate core.Rate, tr []arrival, outcomes []outcome) error {
+func writeSVG(w io.Writer, traceName string, rate model.Rate, tr []arrival, outcomes []outcome) error {
 	arrived := arrivalTimes(tr)
 	first, last := span(arrived, outcomes)
 	if last <= first {
@@ -127,7 +127,7 @@ func writeSVG(w io.Writer, traceName string, rate core.Rate, tr []arrival, outco
 // writeLegend draws the legend in the right margin: a sample of each line
 // with what it admitted, a note on each line that coincides with an
 // earlier one, and what the grey marks mean.
-func writeLegend(b *strings.Builder, rate core.Rate, arrived []time.Duration, outcomes []outcome) {
+func writeLegend(b *strings.Builder, rate model.Rate, arrived []time.Duration, outcomes []outcome) {
 	lx, ly := plotWidth-plotRight+20, plotTop+4
 	entry := func(label string, st seriesStyle, note string) {
 		fmt.Fprintf(b, `<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="%s" stroke-width="%g"%s/>`+"\n", lx, ly, lx+34, ly, st.color, st.width, dashAttr(st))

@@ -26,15 +26,17 @@ import (
 // excluded proxies is treated like a header that names no client.
 const MaxForwardedHops = 32
 
-// The forwarding headers a Strategy reads in their own ways, in canonical
-// form.
+// XForwardedFor is the default forwarding header, a list of addresses.
+const XForwardedFor = "X-Forwarded-For"
+
+// The other forwarding headers a Strategy reads in their own ways, in
+// canonical form.
 const (
-	XForwardedFor   = "X-Forwarded-For"
 	headerRealIP    = "X-Real-Ip" // canonical form of X-Real-IP
 	headerForwarded = "Forwarded"
 )
 
-// maxHopLength is the longest X-Forwarded-For entry worth parsing: a
+// MaxHopLength is the longest X-Forwarded-For entry worth parsing: a
 // bracketed IPv6 address with an IPv4 tail, a zone and a port fits easily.
 // Longer entries are garbage and are rejected before parsing.
 const MaxHopLength = 96
@@ -636,7 +638,7 @@ func parseHopPort(s string) (netip.Addr, string, bool) {
 	return a.Unmap().WithZone(""), "", true
 }
 
-// containsAddr reports whether any of prefixes contains a.
+// Contains reports whether any of prefixes contains a.
 func Contains(prefixes []netip.Prefix, a netip.Addr) bool {
 	for _, p := range prefixes {
 		if p.Contains(a) {
@@ -646,7 +648,7 @@ func Contains(prefixes []netip.Prefix, a netip.Addr) bool {
 	return false
 }
 
-// isToken reports whether s is an RFC 9110 token, the syntax of header and
+// IsToken reports whether s is an RFC 9110 token, the syntax of header and
 // cookie names.
 func IsToken(s string) bool {
 	if s == "" {

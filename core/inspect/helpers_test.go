@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // The helpers of this package's tests, on core's exported API; those that
@@ -17,7 +18,7 @@ var redisNonce = strconv.FormatInt(time.Now().UnixNano(), 36)
 
 // newTestRedisStore returns a store on client with the default prefix and
 // digested keys, deciding at clock's instants (Redis's for nil).
-func newTestRedisStore(t *testing.T, client core.Scripter, cluster bool, clock core.Clock) *core.RedisStore {
+func newTestRedisStore(t *testing.T, client model.Scripter, cluster bool, clock core.Clock) *core.RedisStore {
 	t.Helper()
 	s, err := core.NewRedisStore(core.RedisConfig{Client: client, Cluster: cluster, Clock: clock})
 	if err != nil {
@@ -27,14 +28,14 @@ func newTestRedisStore(t *testing.T, client core.Scripter, cluster bool, clock c
 }
 
 // testLimit returns a valid limit of the given parameters.
-func testLimit(t *testing.T, name string, alg core.Algorithm, rate string, burst float64, maxDelay time.Duration) *core.Limit {
+func testLimit(t *testing.T, name string, alg model.Algorithm, rate string, burst float64, maxDelay time.Duration) *model.Limit {
 	t.Helper()
-	return validLimit(t, core.Limit{Name: name, Algorithm: alg, Rate: testRate(t, rate), Burst: burst, MaxDelay: maxDelay})
+	return validLimit(t, model.Limit{Name: name, Algorithm: alg, Rate: testRate(t, rate), Burst: burst, MaxDelay: maxDelay})
 }
 
 // validLimit returns l once Validate has filled in its defaults, failing t
 // if it is not valid.
-func validLimit(t *testing.T, l core.Limit) *core.Limit {
+func validLimit(t *testing.T, l model.Limit) *model.Limit {
 	t.Helper()
 	if err := l.Validate(); err != nil {
 		t.Fatal(err)
@@ -43,9 +44,9 @@ func validLimit(t *testing.T, l core.Limit) *core.Limit {
 }
 
 // testRate parses rate (core.ParseRate), failing t if it is not one.
-func testRate(t *testing.T, rate string) core.Rate {
+func testRate(t *testing.T, rate string) model.Rate {
 	t.Helper()
-	r, err := core.ParseRate(rate)
+	r, err := model.ParseRate(rate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,17 +54,17 @@ func testRate(t *testing.T, rate string) core.Rate {
 }
 
 // testTake takes cost for (l, key) from s and returns the decision.
-func testTake(t *testing.T, s core.Store, l *core.Limit, key string, cost float64) core.Decision {
+func testTake(t *testing.T, s model.Store, l *model.Limit, key string, cost float64) model.Decision {
 	t.Helper()
-	out := make([]core.Decision, 1)
-	if err := s.Take(context.Background(), []core.Ask{{Limit: l, Key: key, Cost: cost}}, out); err != nil {
+	out := make([]model.Decision, 1)
+	if err := s.Take(context.Background(), []model.Ask{{Limit: l, Key: key, Cost: cost}}, out); err != nil {
 		t.Fatalf("Take: %v", err)
 	}
 	return out[0]
 }
 
 // flightGate returns a gate of limits on st whose Redis leases live ttl.
-func flightGate(t *testing.T, st core.Store, ttl time.Duration, limits ...*core.Limit) *core.Gate {
+func flightGate(t *testing.T, st model.Store, ttl time.Duration, limits ...*model.Limit) *core.Gate {
 	t.Helper()
 	g, err := core.NewGate(core.GateConfig{Limits: limits, Store: st, Responder: core.Responder{Headers: core.DefaultHeaders}, LeaseTTL: ttl})
 	if err != nil {
@@ -73,7 +74,7 @@ func flightGate(t *testing.T, st core.Store, ttl time.Duration, limits ...*core.
 }
 
 // inspectorOf returns the Inspector of st, failing t if it has none.
-func inspectorOf(t *testing.T, st core.Store) Inspector {
+func inspectorOf(t *testing.T, st model.Store) Inspector {
 	t.Helper()
 	in, ok := Of(st)
 	if !ok {

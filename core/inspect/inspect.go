@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // KeyState is what a store holds for one (limit, key), read without
@@ -42,17 +43,17 @@ type KeyState struct {
 type Inspector interface {
 	// Peek reports the state of (l, key) at the store's current instant
 	// without changing it. key is the Ask's Key.
-	Peek(ctx context.Context, l *core.Limit, key string) (KeyState, error)
+	Peek(ctx context.Context, l *model.Limit, key string) (KeyState, error)
 	// Delete forgets the rate state of (l, key), so that its next request
 	// finds the limit whole, and reports whether a state was held. The
 	// slots of requests in progress (MaxInFlight) are theirs until they
 	// end: Delete leaves them.
-	Delete(ctx context.Context, l *core.Limit, key string) (bool, error)
+	Delete(ctx context.Context, l *model.Limit, key string) (bool, error)
 }
 
 // Of returns the Inspector of store s, a *core.MemoryStore or a
 // *core.RedisStore; ok is false for any other Store.
-func Of(s core.Store) (in Inspector, ok bool) {
+func Of(s model.Store) (in Inspector, ok bool) {
 	switch st := s.(type) {
 	case *core.MemoryStore:
 		return memoryInspector{st}, true
@@ -67,7 +68,7 @@ type memoryInspector struct{ s *core.MemoryStore }
 
 // Peek implements Inspector. It reads the state under its shard's lock,
 // hashed as Take hashes it (core.MemoryStore.PeekState).
-func (m memoryInspector) Peek(ctx context.Context, l *core.Limit, key string) (KeyState, error) {
+func (m memoryInspector) Peek(ctx context.Context, l *model.Limit, key string) (KeyState, error) {
 	var ks KeyState
 	if l.Rated() {
 		st, live, now := m.s.PeekState(l, key)
@@ -80,7 +81,7 @@ func (m memoryInspector) Peek(ctx context.Context, l *core.Limit, key string) (K
 }
 
 // Delete implements Inspector.
-func (m memoryInspector) Delete(ctx context.Context, l *core.Limit, key string) (bool, error) {
+func (m memoryInspector) Delete(ctx context.Context, l *model.Limit, key string) (bool, error) {
 	if !l.Rated() {
 		return false, nil
 	}
@@ -89,7 +90,7 @@ func (m memoryInspector) Delete(ctx context.Context, l *core.Limit, key string) 
 
 // flightState completes ks, the state of (l, key) held or not, with the
 // key's held requests in flight, for a limit with MaxInFlight.
-func flightState(l *core.Limit, ks KeyState, held int) KeyState {
+func flightState(l *model.Limit, ks KeyState, held int) KeyState {
 	ks.InFlight = held
 	if !l.Rated() {
 		ks.Present, ks.Remaining = held > 0, float64(l.MaxInFlight-held)
@@ -104,20 +105,20 @@ func flightState(l *core.Limit, ks KeyState, held int) KeyState {
 // (live) or not, at now. It decides a cost of zero on st, which charges
 // nothing and reports what is left, except for a sliding window log,
 // where a zero-cost entry would count as an admission.
-func peekState(l *core.Limit, st core.State, live bool, now int64) KeyState {
+func peekState(l *model.Limit, st model.State, live bool, now int64) KeyState {
 	if !live {
 		return KeyState{Remaining: l.Capacity()}
 	}
-	if l.Algorithm == core.SlidingWindowLog {
+	if l.Algorithm == model.SlidingWindowLog {
 		return wholeAbsent(l, peekLog(l, st, now))
 	}
 	st, d := l.Decide(st, now, 0)
 	ks := KeyState{Present: true, Remaining: d.Remaining, Reset: d.Reset, Next: d.Next}
 	switch l.Algorithm {
-	case core.TokenBucket:
+	case model.TokenBucket:
 		// Past the capacity, the deficit is what the bucket lent.
 		ks.Queued = nonNegative(st.A - l.Capacity())
-	case core.LeakyBucket:
+	case model.LeakyBucket:
 		// The queue drains at st.T + st.A, a nanosecond of the period
 		// per unit of cost over the quota.
 		unit := float64(l.Rate.Period) / l.Rate.Quota
@@ -128,7 +129,7 @@ func peekState(l *core.Limit, st core.State, live bool, now int64) KeyState {
 
 // wholeAbsent returns ks, the state of a key of l that the store holds,
 // or the absent state when its limit is whole (see KeyState.Present).
-func wholeAbsent(l *core.Limit, ks KeyState) KeyState {
+func wholeAbsent(l *model.Limit, ks KeyState) KeyState {
 	if ks.Reset <= 0 {
 		return KeyState{Remaining: l.Capacity()}
 	}
@@ -137,9 +138,9 @@ func wholeAbsent(l *core.Limit, ks KeyState) KeyState {
 
 // peekLog is peekState for a sliding window log: the entries of the last
 // period count, the oldest expiring first. It drops the entries that no
-// longer count as the algorithm does (trimLog in core/window.go), so that
+// longer count as the algorithm does (trimLog in core/model/window.go), so that
 // Remaining is the float the next decision computes.
-func peekLog(l *core.Limit, st core.State, now int64) KeyState {
+func peekLog(l *model.Limit, st model.State, now int64) KeyState {
 	if now < st.T {
 		now = st.T
 	}
@@ -161,13 +162,13 @@ func peekLog(l *core.Limit, st core.State, now int64) KeyState {
 }
 
 // duration converts nanoseconds to a Duration, rounding up, as the
-// decisions do (core/algorithm.go).
+// decisions do (core/model/algorithm.go).
 func duration(ns float64) time.Duration {
 	if ns <= 0 {
 		return 0
 	}
-	if ns >= float64(core.Never) {
-		return core.Never
+	if ns >= float64(model.Never) {
+		return model.Never
 	}
 	d := time.Duration(ns)
 	if float64(d) < ns {

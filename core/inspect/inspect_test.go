@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
 	"github.com/sluicehq/sluice/internal/testclock"
@@ -26,17 +27,17 @@ func inspectScale() time.Duration {
 }
 
 // inspectLimits are limits of every algorithm, with and without delays.
-func inspectLimits(t *testing.T) []*core.Limit {
+func inspectLimits(t *testing.T) []*model.Limit {
 	unit := "/" + (inspectScale() * time.Second).String()
 	delay := inspectScale() * 500 * time.Millisecond
-	return []*core.Limit{
-		testLimit(t, "tb", core.TokenBucket, "10"+unit, 5, 0),
-		testLimit(t, "tbd", core.TokenBucket, "7"+unit, 3, delay),
-		testLimit(t, "lb", core.LeakyBucket, "5"+unit, 5, 0),
-		testLimit(t, "lbd", core.LeakyBucket, "3"+unit, 4, delay),
-		testLimit(t, "fw", core.FixedWindow, "5"+unit, 0, 0),
-		testLimit(t, "swc", core.SlidingWindowCounter, "4"+unit, 0, 0),
-		testLimit(t, "swl", core.SlidingWindowLog, "3"+unit, 0, 0),
+	return []*model.Limit{
+		testLimit(t, "tb", model.TokenBucket, "10"+unit, 5, 0),
+		testLimit(t, "tbd", model.TokenBucket, "7"+unit, 3, delay),
+		testLimit(t, "lb", model.LeakyBucket, "5"+unit, 5, 0),
+		testLimit(t, "lbd", model.LeakyBucket, "3"+unit, 4, delay),
+		testLimit(t, "fw", model.FixedWindow, "5"+unit, 0, 0),
+		testLimit(t, "swc", model.SlidingWindowCounter, "4"+unit, 0, 0),
+		testLimit(t, "swl", model.SlidingWindowLog, "3"+unit, 0, 0),
 	}
 }
 
@@ -44,7 +45,7 @@ func inspectLimits(t *testing.T) []*core.Limit {
 // checks after each that Peek reports, without charging, what the
 // decision reported (remaining, reset, next), and that Delete makes the
 // limit whole.
-func testInspector(t *testing.T, newStore func(t *testing.T, clock *testclock.Clock) core.Store) {
+func testInspector(t *testing.T, newStore func(t *testing.T, clock *testclock.Clock) model.Store) {
 	ctx := context.Background()
 	for _, l := range inspectLimits(t) {
 		t.Run(string(l.Algorithm)+"/"+l.Name, func(t *testing.T) {
@@ -77,7 +78,7 @@ func testInspector(t *testing.T, newStore func(t *testing.T, clock *testclock.Cl
 				if ks.Remaining != d.Remaining || ks.Reset != d.Reset || ks.Next != d.Next {
 					t.Fatalf("op %d at +%v: Peek %+v, decision %+v", op, time.Duration(clock.Now()-testclock.Epoch), ks, d)
 				}
-				delays := l.Algorithm == core.LeakyBucket || l.MaxDelay > 0
+				delays := l.Algorithm == model.LeakyBucket || l.MaxDelay > 0
 				if ks.Queued < 0 || ks.Queued > 0 && !delays {
 					t.Fatalf("op %d: in flight %v for %s", op, ks.Queued, l.Name)
 				}
@@ -107,7 +108,7 @@ func testInspector(t *testing.T, newStore func(t *testing.T, clock *testclock.Cl
 }
 
 func TestMemoryStoreInspector(t *testing.T) {
-	testInspector(t, func(t *testing.T, clock *testclock.Clock) core.Store {
+	testInspector(t, func(t *testing.T, clock *testclock.Clock) model.Store {
 		s, err := core.NewMemoryStore(core.MemoryConfig{Clock: clock.Now})
 		if err != nil {
 			t.Fatal(err)
@@ -120,7 +121,7 @@ func TestRedisStoreInspector(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	client := resptest.Client(t, srv.Addr, 2)
 	for _, readable := range []bool{false, true} {
-		testInspector(t, func(t *testing.T, clock *testclock.Clock) core.Store {
+		testInspector(t, func(t *testing.T, clock *testclock.Clock) model.Store {
 			s, err := core.NewRedisStore(core.RedisConfig{Client: client, ReadableKeys: readable, Clock: clock.Now})
 			if err != nil {
 				t.Fatal(err)
@@ -140,10 +141,10 @@ func TestInspectorQueued(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lb := testLimit(t, "lbq", core.LeakyBucket, "10/s", 5, 0)
-	tb := testLimit(t, "tbq", core.TokenBucket, "10/s", 2, time.Second)
+	lb := testLimit(t, "lbq", model.LeakyBucket, "10/s", 5, 0)
+	tb := testLimit(t, "tbq", model.TokenBucket, "10/s", 2, time.Second)
 	ctx := context.Background()
-	for _, st := range []core.Store{ms, rs} {
+	for _, st := range []model.Store{ms, rs} {
 		key := redisNonce + "/queued"
 		for i := 0; i < 3; i++ {
 			testTake(t, st, lb, key, 1)
@@ -170,8 +171,8 @@ func TestRedisStoreCountKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An hour, so that no key expires while the test runs.
-	l := testLimit(t, "swl", core.SlidingWindowLog, "3/h", 0, 0)
-	other := testLimit(t, "swl", core.FixedWindow, "3/h", 0, 0)
+	l := testLimit(t, "swl", model.SlidingWindowLog, "3/h", 0, 0)
+	other := testLimit(t, "swl", model.FixedWindow, "3/h", 0, 0)
 	for i := 0; i < 2500; i++ {
 		testTake(t, s, l, "k"+strings.Repeat("x", i%7)+strconv.Itoa(i), 1)
 	}
@@ -190,7 +191,7 @@ func TestRedisStoreCountKeys(t *testing.T) {
 func TestRedisStoreInspectorCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	cs := resptest.NewClusterScripter(t, cluster.Addrs)
-	testInspector(t, func(t *testing.T, clock *testclock.Clock) core.Store {
+	testInspector(t, func(t *testing.T, clock *testclock.Clock) model.Store {
 		return newTestRedisStore(t, cs, true, clock.Now)
 	})
 	s := newTestRedisStore(t, cs, true, nil)
@@ -210,12 +211,12 @@ func TestInspectorInFlight(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t, redistest.Options{})
 	rs := newTestRedisStore(t, resptest.Client(t, srv.Addr, 16), false, nil)
-	for _, st := range []core.Store{ms, rs} {
-		rated := validLimit(t, core.Limit{Name: "peekrated", Rate: testRate(t, "100/h"), MaxInFlight: 3}) // refills 0.03 a second
-		only := validLimit(t, core.Limit{Name: "peekonly", MaxInFlight: 3})
+	for _, st := range []model.Store{ms, rs} {
+		rated := validLimit(t, model.Limit{Name: "peekrated", Rate: testRate(t, "100/h"), MaxInFlight: 3}) // refills 0.03 a second
+		only := validLimit(t, model.Limit{Name: "peekonly", MaxInFlight: 3})
 		g := flightGate(t, st, time.Minute, rated, only)
 		key := redisNonce + "/flight"
-		asks := []core.Ask{{Limit: rated, Key: key, Cost: 1}, {Limit: only, Key: key, Cost: 1}}
+		asks := []model.Ask{{Limit: rated, Key: key, Cost: 1}, {Limit: only, Key: key, Cost: 1}}
 		var held []*core.Slots
 		for i := 0; i < 2; i++ {
 			v := g.Decide(ctx, asks)
@@ -262,7 +263,7 @@ func TestInspectorWholeIsAbsent(t *testing.T) {
 	for _, l := range inspectLimits(t) {
 		for _, store := range []string{"memory", "redis"} {
 			clock := testclock.New(testclock.Epoch + 100*int64(time.Millisecond))
-			var st core.Store
+			var st model.Store
 			if store == "memory" {
 				ms, err := core.NewMemoryStore(core.MemoryConfig{Clock: clock.Now})
 				if err != nil {

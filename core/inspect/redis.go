@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // redisInspector is the Inspector of a RedisStore.
@@ -22,7 +23,7 @@ var (
 
 // Peek implements Inspector with one read-only script on Redis's clock
 // (luaPeekMain), at the keys Take writes.
-func (r redisInspector) Peek(ctx context.Context, l *core.Limit, key string) (KeyState, error) {
+func (r redisInspector) Peek(ctx context.Context, l *model.Limit, key string) (KeyState, error) {
 	var ks KeyState
 	if l.Rated() {
 		var err error
@@ -45,8 +46,8 @@ func (r redisInspector) Peek(ctx context.Context, l *core.Limit, key string) (Ke
 }
 
 // redisPeekRate is Peek for the rate of l.
-func redisPeekRate(s *core.RedisStore, ctx context.Context, l *core.Limit, key string) (KeyState, error) {
-	keys, args := s.ScriptArgs([]core.Ask{{Limit: l, Key: key}})
+func redisPeekRate(s *core.RedisStore, ctx context.Context, l *model.Limit, key string) (KeyState, error) {
+	keys, args := s.ScriptArgs([]model.Ask{{Limit: l, Key: key}})
 	reply, err := s.Eval(ctx, redisPeek, keys, args)
 	if err != nil {
 		return KeyState{}, err
@@ -70,11 +71,11 @@ func redisPeekRate(s *core.RedisStore, ctx context.Context, l *core.Limit, key s
 
 // Delete implements Inspector: it deletes the state's keys (a sliding
 // window log's list too).
-func (r redisInspector) Delete(ctx context.Context, l *core.Limit, key string) (bool, error) {
+func (r redisInspector) Delete(ctx context.Context, l *model.Limit, key string) (bool, error) {
 	if !l.Rated() {
 		return false, nil // the key is the leases' (namespace "<name>:in_flight")
 	}
-	keys, _ := r.s.ScriptArgs([]core.Ask{{Limit: l, Key: key}})
+	keys, _ := r.s.ScriptArgs([]model.Ask{{Limit: l, Key: key}})
 	reply, err := r.s.Eval(ctx, redisDelete, keys, nil)
 	if err != nil {
 		return false, err
@@ -92,7 +93,7 @@ func (r redisInspector) Delete(ctx context.Context, l *core.Limit, key string) (
 // scanning at most budget keys of the database; complete is false when
 // the budget ran out first, and n then counts what was seen. It is not
 // supported on a Cluster, where every master would have to be scanned.
-func CountKeys(ctx context.Context, s *core.RedisStore, l *core.Limit, budget int) (n int, complete bool, err error) {
+func CountKeys(ctx context.Context, s *core.RedisStore, l *model.Limit, budget int) (n int, complete bool, err error) {
 	if s.Cluster() {
 		return 0, false, errors.New("redis: counting keys is not supported on a Cluster")
 	}

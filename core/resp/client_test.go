@@ -533,7 +533,7 @@ return {1, v, 0}`)
 	})
 }
 
-// Client implements core.Scripter (core/store.go); the interface is
+// Client implements model.Scripter (core/model/store.go); the interface is
 // repeated here because resp does not import core.
 var _ interface {
 	EvalSha(ctx context.Context, sha string, keys []string, args []string) (interface{}, error)

@@ -1,8 +1,8 @@
-package core
+package model
 
 import "time"
 
-// fixedWindow counts cost per window [k·Period, (k+1)·Period) aligned to
+// FixedWindowStep counts cost per window [k·Period, (k+1)·Period) aligned to
 // instant zero (the Unix epoch for SystemClock), so every server agrees on
 // the boundaries. A request passes iff count + cost ≤ Quota. Its known flaw
 // is deliberate and tested: Quota requests at the end of one window and
@@ -11,7 +11,7 @@ import "time"
 // Its parameters after d are its variables, which its callers pass as
 // zero values, and mod, duration and nonNegative are written out: see
 // decide.
-func fixedWindow(l *Limit, s *State, now int64, cost float64, d *Decision, t int64, a float64, reset time.Duration) int64 {
+func FixedWindowStep(l *Limit, s *State, now int64, cost float64, d *Decision, t int64, a float64, reset time.Duration) int64 {
 	if now < s.T {
 		now = s.T
 	}
@@ -30,9 +30,9 @@ func fixedWindow(l *Limit, s *State, now int64, cost float64, d *Decision, t int
 	}
 	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	switch {
-	case cost > l.capacity+eps:
+	case cost > l.capacity+Eps:
 		d.RetryAfter = Never
-	case a+cost <= l.capacity+eps:
+	case a+cost <= l.capacity+Eps:
 		d.Allowed = true
 		a += cost
 	default:
@@ -50,7 +50,7 @@ func fixedWindow(l *Limit, s *State, now int64, cost float64, d *Decision, t int
 	return t + l.period // Expiry
 }
 
-// slidingCounter approximates the count of the last Period by the current
+// SlidingCounterStep approximates the count of the last Period by the current
 // window's count plus the previous window's, weighted by how much of the
 // previous window the last Period still overlaps:
 //
@@ -62,7 +62,7 @@ func fixedWindow(l *Limit, s *State, now int64, cost float64, d *Decision, t int
 // Its parameters after d are its variables, which its callers pass as
 // zero values, and mod, duration, nonNegative and nextUnits are written
 // out: see decide.
-func slidingCounter(l *Limit, s *State, now int64, cost float64, d *Decision,
+func SlidingCounterStep(l *Limit, s *State, now int64, cost float64, d *Decision,
 	start int64, a, b, c, p, elapsed, estimate, x, left float64) int64 {
 	if now < s.T {
 		now = s.T
@@ -92,13 +92,13 @@ func slidingCounter(l *Limit, s *State, now int64, cost float64, d *Decision,
 	estimate = b*(1-elapsed/p) + a
 	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	switch {
-	case cost > c+eps:
+	case cost > c+Eps:
 		d.RetryAfter = Never
-	case estimate+cost <= c+eps:
+	case estimate+cost <= c+Eps:
 		d.Allowed = true
 		a += cost
 		estimate += cost
-	case a+cost <= c+eps:
+	case a+cost <= c+Eps:
 		// Passes later in this window, once enough of prev has slid out:
 		// prev·(1 − f) + cur + cost ≤ Quota, f = x.
 		x = 1 - (c-a-cost)/b
@@ -171,7 +171,7 @@ func slidingCounter(l *Limit, s *State, now int64, cost float64, d *Decision,
 	return start + l.period
 }
 
-// slidingLog keeps every admitted request of the last Period as an entry
+// SlidingLogStep keeps every admitted request of the last Period as an entry
 // (instant, cost), oldest first, and their sum in s.A. An entry admitted at
 // t stops counting at t + Period. A request passes iff sum + cost ≤ Quota:
 // the moving count is exact.
@@ -183,7 +183,7 @@ func slidingCounter(l *Limit, s *State, now int64, cost float64, d *Decision,
 //
 // Its parameters after d are its variables, which its callers pass as
 // zero values, and duration and nonNegative are written out: see decide.
-func slidingLog(l *Limit, s *State, now int64, cost float64, d *Decision,
+func SlidingLogStep(l *Limit, s *State, now int64, cost float64, d *Decision,
 	n int, t int64, need float64, log []LogEntry) int64 {
 	if now < s.T {
 		now = s.T
@@ -194,9 +194,9 @@ func slidingLog(l *Limit, s *State, now int64, cost float64, d *Decision,
 	n = len(log)
 	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	switch {
-	case cost > l.capacity+eps:
+	case cost > l.capacity+Eps:
 		d.RetryAfter = Never
-	case s.A+cost <= l.capacity+eps:
+	case s.A+cost <= l.capacity+Eps:
 		d.Allowed = true
 		if n >= MaxLogQuota {
 			// The log is full: merge into the newest entry, moved to
@@ -218,7 +218,7 @@ func slidingLog(l *Limit, s *State, now int64, cost float64, d *Decision,
 		need = s.A + cost - l.capacity
 		for _, e := range log {
 			need -= e.Cost
-			if need <= eps {
+			if need <= Eps {
 				// duration of a whole number of nanoseconds in (0,
 				// Never) (the entry still counts), which it leaves
 				// as it is.
@@ -276,9 +276,9 @@ func refundLog(s *State, t int64, cost float64) {
 		i--
 	}
 	j := i // entries [j, i) are used up
-	for j > 0 && cost > eps {
+	for j > 0 && cost > Eps {
 		e := &s.Log[j-1]
-		if e.Cost > cost+eps {
+		if e.Cost > cost+Eps {
 			e.Cost -= cost
 			s.A -= cost
 			break

@@ -1,7 +1,7 @@
-package core
+package model
 
-// tokenBucket: a bucket of Capacity tokens, full when first seen, refilled
-// continuously at Quota per Period. The state stores the deficit (tokens
+// TokenBucketStep is token_bucket: a bucket of Capacity tokens, full when
+// first seen, refilled continuously at Quota per Period. The state stores the deficit (tokens
 // missing from a full bucket) so that the zero State is a full bucket.
 //
 // Refill is computed as elapsed·Quota/Period rather than elapsed·rate so that
@@ -19,7 +19,7 @@ package core
 // and in debt, which only MaxDelay and rejections reach, are tokenShort's
 // and tokenDebt's: under Yaegi a function pays for its whole body on
 // every call.
-func tokenBucket(l *Limit, s *State, now int64, cost float64, d *Decision,
+func TokenBucketStep(l *Limit, s *State, now int64, cost float64, d *Decision,
 	t int64, deficit, c, most float64) int64 {
 	t = s.T
 	deficit = s.A
@@ -32,15 +32,15 @@ func tokenBucket(l *Limit, s *State, now int64, cost float64, d *Decision,
 	}
 	if deficit > 0 {
 		deficit -= float64(now-t) * l.Rate.Quota / float64(l.period)
-		if deficit < eps {
+		if deficit < Eps {
 			deficit = 0
 		}
 	}
 	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	switch {
-	case cost > c+eps:
+	case cost > c+Eps:
 		d.RetryAfter = Never
-	case c-deficit+eps >= cost: // the bucket holds c − deficit tokens
+	case c-deficit+Eps >= cost: // the bucket holds c − deficit tokens
 		d.Allowed = true
 		deficit += cost
 		if deficit > c {
@@ -103,17 +103,17 @@ func tokenBucket(l *Limit, s *State, now int64, cost float64, d *Decision,
 // the request is rejected until the tokens missing are within what
 // MaxDelay lends.
 func tokenShort(l *Limit, d *Decision, cost, deficit float64) float64 {
-	if deficit+cost <= l.capacity+l.owe+eps {
+	if deficit+cost <= l.capacity+l.owe+Eps {
 		d.Allowed = true
-		d.Delay = duration((cost - (l.capacity - deficit)) * l.unit)
+		d.Delay = DurationOf((cost - (l.capacity - deficit)) * l.unit)
 		return deficit + cost
 	}
-	d.RetryAfter = duration((cost - (l.capacity - deficit) - l.owe) * l.unit)
+	d.RetryAfter = DurationOf((cost - (l.capacity - deficit) - l.owe) * l.unit)
 	return deficit
 }
 
 // tokenDebt sets d.Next for tokenBucket when l's bucket is in debt, its
 // deficit above its capacity: more once the debt and a unit are refilled.
 func tokenDebt(l *Limit, d *Decision, deficit float64) {
-	d.Next = duration((deficit - l.capacity + nextUnits(0, l.capacity)) * l.unit)
+	d.Next = DurationOf((deficit - l.capacity + NextUnits(0, l.capacity)) * l.unit)
 }

@@ -1,12 +1,10 @@
-package core
+package model
 
 import (
 	"math"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/sluicehq/sluice/core/model"
 )
 
 // Algorithm names a rate-limiting algorithm.
@@ -67,14 +65,14 @@ type Rate struct {
 func ParseRate(s string) (Rate, error) {
 	q, p, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
-		return Rate{}, &model.FieldError{Field: "rate", Value: s, Reason: "want <quota>/<period>, such as 100/m"}
+		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "want <quota>/<period>, such as 100/m"}
 	}
 	quota, err := strconv.ParseFloat(strings.TrimSpace(q), 64)
 	if err != nil || math.IsNaN(quota) || math.IsInf(quota, 0) {
-		return Rate{}, &model.FieldError{Field: "rate", Value: s, Reason: "quota " + strconv.Quote(q) + " is not a number"}
+		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "quota " + strconv.Quote(q) + " is not a number"}
 	}
 	if quota <= 0 {
-		return Rate{}, &model.FieldError{Field: "rate", Value: s, Reason: "quota must be positive"}
+		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "quota must be positive"}
 	}
 	p = strings.TrimSpace(p)
 	var period time.Duration
@@ -91,16 +89,16 @@ func ParseRate(s string) (Rate, error) {
 		period = 24 * time.Hour
 	default:
 		if p == "" || (p[0] < '0' || p[0] > '9') {
-			return Rate{}, &model.FieldError{Field: "rate", Value: s, Reason: "unknown unit " + strconv.Quote(p) + " (use ms, s, m, h, d or a duration such as 1m30s)"}
+			return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "unknown unit " + strconv.Quote(p) + " (use ms, s, m, h, d or a duration such as 1m30s)"}
 		}
 		d, err := time.ParseDuration(p)
 		if err != nil {
-			return Rate{}, &model.FieldError{Field: "rate", Value: s, Reason: "period " + strconv.Quote(p) + ": unknown unit or bad duration"}
+			return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "period " + strconv.Quote(p) + ": unknown unit or bad duration"}
 		}
 		period = d
 	}
 	if period <= 0 {
-		return Rate{}, &model.FieldError{Field: "rate", Value: s, Reason: "period must be positive"}
+		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "period must be positive"}
 	}
 	return Rate{Quota: quota, Period: period}, nil
 }
@@ -157,8 +155,19 @@ type Limit struct {
 	// MaxDelay): it then limits concurrency only.
 	MaxInFlight int
 
+	// Hash and Keep are set by Validate, for the stores and request paths
+	// that read them on every request, where a method call would cost
+	// the Yaegi interpreter a frame; they must not be set otherwise.
+	//
+	// Hash is the 64-bit FNV-1a hash of Namespace, which in-memory stores
+	// mix into their key hashes.
+	Hash uint64
+	// Keep is how long, in nanoseconds, a state lives that has just taken
+	// the whole capacity: how long, at least, an in-memory store keeps a
+	// key's state after a request it rejected.
+	Keep int64
+
 	ns       string  // store namespace: name and algorithm
-	nsHash   uint64  // FNV-1a of ns, mixed into in-memory key hashes
 	unit     float64 // nanoseconds of the period per cost unit
 	period   int64   // Rate.Period in nanoseconds
 	capacity float64 // effective burst
@@ -166,17 +175,13 @@ type Limit struct {
 	// flight, with MaxInFlight, is the limit that decides its in-flight
 	// slots (inflight.go); nil without.
 	flight *Limit
-	// keep is how long a state lives that has just taken the whole
-	// capacity: how long, at least, a MemoryStore keeps the state of a key
-	// after a request it rejected (memShard.keep).
-	keep int64
 }
 
 // Validate checks l and fills in defaults. Its error is a *LimitError
 // naming the limit and the field at fault. It is idempotent.
 func (l *Limit) Validate() error {
 	if err := l.validate(); err != nil {
-		return &model.LimitError{Index: -1, Limit: l.Name, Err: err}
+		return &LimitError{Index: -1, Limit: l.Name, Err: err}
 	}
 	return nil
 }
@@ -187,16 +192,16 @@ func (l *Limit) CheckCost(cost float64) error {
 	if l.Fits(cost) {
 		return nil
 	}
-	return &model.FieldError{Field: "cost", Value: formatFloat(cost), Reason: "above the capacity of " + formatFloat(l.capacity) +
+	return &FieldError{Field: "cost", Value: FormatFloat(cost), Reason: "above the capacity of " + FormatFloat(l.capacity) +
 		" (the burst, or a window algorithm's quota), so no request could ever pass; lower the cost or raise the capacity"}
 }
 
-func (l *Limit) validate() *model.FieldError {
+func (l *Limit) validate() *FieldError {
 	if err := CheckLimitName(l.Name); err != nil {
-		return err.(*model.FieldError)
+		return err.(*FieldError)
 	}
 	if l.MaxInFlight < 0 {
-		return &model.FieldError{Field: "max_in_flight", Value: strconv.Itoa(l.MaxInFlight), Reason: "must not be negative"}
+		return &FieldError{Field: "max_in_flight", Value: strconv.Itoa(l.MaxInFlight), Reason: "must not be negative"}
 	}
 	l.flight = nil
 	if l.MaxInFlight > 0 {
@@ -206,7 +211,7 @@ func (l *Limit) validate() *model.FieldError {
 		}
 	}
 	if l.Rate == (Rate{}) {
-		return &model.FieldError{Field: "rate", Reason: "required (or max_in_flight)"}
+		return &FieldError{Field: "rate", Reason: "required (or max_in_flight)"}
 	}
 	if l.Algorithm == "" {
 		l.Algorithm = TokenBucket
@@ -218,19 +223,19 @@ func (l *Limit) validate() *model.FieldError {
 		}
 	}
 	if !known {
-		return &model.FieldError{Field: "algorithm", Value: string(l.Algorithm), Reason: "unknown (want token_bucket, leaky_bucket, fixed_window, sliding_window_log or sliding_window_counter)"}
+		return &FieldError{Field: "algorithm", Value: string(l.Algorithm), Reason: "unknown (want token_bucket, leaky_bucket, fixed_window, sliding_window_log or sliding_window_counter)"}
 	}
 	if !(l.Rate.Quota > 0) || math.IsInf(l.Rate.Quota, 0) {
-		return &model.FieldError{Field: "rate.quota", Value: formatFloat(l.Rate.Quota), Reason: "must be a positive number"}
+		return &FieldError{Field: "rate.quota", Value: FormatFloat(l.Rate.Quota), Reason: "must be a positive number"}
 	}
 	if l.Rate.Period <= 0 {
-		return &model.FieldError{Field: "rate.period", Value: FormatPeriod(l.Rate.Period), Reason: "must be positive"}
+		return &FieldError{Field: "rate.period", Value: FormatPeriod(l.Rate.Period), Reason: "must be positive"}
 	}
 	if l.Burst < 0 || math.IsNaN(l.Burst) || math.IsInf(l.Burst, 0) {
-		return &model.FieldError{Field: "burst", Value: formatFloat(l.Burst), Reason: "must not be negative"}
+		return &FieldError{Field: "burst", Value: FormatFloat(l.Burst), Reason: "must not be negative"}
 	}
 	if l.MaxDelay < 0 {
-		return &model.FieldError{Field: "max_delay", Value: l.MaxDelay.String(), Reason: "must not be negative"}
+		return &FieldError{Field: "max_delay", Value: l.MaxDelay.String(), Reason: "must not be negative"}
 	}
 	switch l.Algorithm {
 	case TokenBucket, LeakyBucket:
@@ -245,25 +250,25 @@ func (l *Limit) validate() *model.FieldError {
 		}
 	default:
 		if l.Burst != 0 {
-			return &model.FieldError{Field: "burst", Reason: string(l.Algorithm) + " takes its capacity from the rate's quota; remove burst"}
+			return &FieldError{Field: "burst", Reason: string(l.Algorithm) + " takes its capacity from the rate's quota; remove burst"}
 		}
 		if l.Rate.Quota < 1 {
-			return &model.FieldError{Field: "rate", Value: l.Rate.String(), Reason: string(l.Algorithm) + " admits at most its quota in a window, and a quota below 1 admits no request of cost 1; write it as " +
+			return &FieldError{Field: "rate", Value: l.Rate.String(), Reason: string(l.Algorithm) + " admits at most its quota in a window, and a quota below 1 admits no request of cost 1; write it as " +
 				Rate{Quota: 1, Period: time.Duration(float64(l.Rate.Period) / l.Rate.Quota)}.String()}
 		}
 		l.capacity = l.Rate.Quota
 	}
 	if l.MaxDelay != 0 && l.Algorithm != LeakyBucket && l.Algorithm != TokenBucket {
-		return &model.FieldError{Field: "max_delay", Reason: "only leaky_bucket and token_bucket delay requests, not " + string(l.Algorithm)}
+		return &FieldError{Field: "max_delay", Reason: "only leaky_bucket and token_bucket delay requests, not " + string(l.Algorithm)}
 	}
 	if l.Algorithm == SlidingWindowLog && l.Rate.Quota > MaxLogQuota {
-		return &model.FieldError{Field: "rate.quota", Value: formatFloat(l.Rate.Quota), Reason: "sliding_window_log keeps one entry per request and accepts a quota of at most " + strconv.Itoa(MaxLogQuota) + " (use sliding_window_counter)"}
+		return &FieldError{Field: "rate.quota", Value: FormatFloat(l.Rate.Quota), Reason: "sliding_window_log keeps one entry per request and accepts a quota of at most " + strconv.Itoa(MaxLogQuota) + " (use sliding_window_counter)"}
 	}
 	if l.Rate.Period > MaxSpan {
-		return &model.FieldError{Field: "rate.period", Value: FormatPeriod(l.Rate.Period), Reason: "longer than the " + FormatPeriod(MaxSpan) + " sluice supports"}
+		return &FieldError{Field: "rate.period", Value: FormatPeriod(l.Rate.Period), Reason: "longer than the " + FormatPeriod(MaxSpan) + " sluice supports"}
 	}
 	if l.Rate.Period%time.Microsecond != 0 {
-		return &model.FieldError{Field: "rate.period", Value: FormatPeriod(l.Rate.Period), Reason: "must be a whole number of microseconds (Redis's clock resolution)"}
+		return &FieldError{Field: "rate.period", Value: FormatPeriod(l.Rate.Period), Reason: "must be a whole number of microseconds (Redis's clock resolution)"}
 	}
 	l.period = int64(l.Rate.Period)
 	l.unit = float64(l.period) / l.Rate.Quota
@@ -272,13 +277,13 @@ func (l *Limit) validate() *model.FieldError {
 		l.owe = float64(l.MaxDelay) / l.unit
 	}
 	if span := l.capacity*l.unit + float64(l.MaxDelay); !(span <= float64(MaxSpan)) {
-		return &model.FieldError{Field: "burst", Value: formatFloat(l.capacity), Reason: "refilling it at the rate takes longer than the " + FormatPeriod(MaxSpan) + " sluice supports"}
+		return &FieldError{Field: "burst", Value: FormatFloat(l.capacity), Reason: "refilling it at the rate takes longer than the " + FormatPeriod(MaxSpan) + " sluice supports"}
 	}
 	l.ns = l.Name + ":" + string(l.Algorithm)
-	l.nsHash = fnv1a(l.ns)
+	l.Hash = fnv1a(l.ns)
 	var spent State
 	var d Decision
-	l.keep = decide(l, &spent, 0, l.capacity, &d)
+	l.Keep = Step(l, &spent, 0, l.capacity, &d)
 	return nil
 }
 
@@ -302,6 +307,22 @@ func (l *Limit) Capacity() float64 { return l.capacity }
 // algorithm does not. It is valid after Validate.
 func (l *Limit) Namespace() string { return l.ns }
 
+// Flight is the limit that decides l's requests in flight (MaxInFlight),
+// or nil without MaxInFlight. It is valid after Validate.
+func (l *Limit) Flight() *Limit { return l.flight }
+
+// Owe is, for a token_bucket, the tokens MaxDelay lends, MaxDelay/Unit;
+// zero otherwise. It is valid after Validate.
+func (l *Limit) Owe() float64 { return l.owe }
+
+// Unit is the nanoseconds of the period per cost unit, Period/Quota. It
+// is valid after Validate.
+func (l *Limit) Unit() float64 { return l.unit }
+
+// PeriodNanos is Rate.Period in nanoseconds, or zero for a limit of
+// requests in flight only. It is valid after Validate.
+func (l *Limit) PeriodNanos() int64 { return l.period }
+
 // fnv1a is the 64-bit FNV-1a hash of s.
 func fnv1a(s string) uint64 {
 	h := uint64(14695981039346656037)
@@ -311,3 +332,6 @@ func fnv1a(s string) uint64 {
 	}
 	return h
 }
+
+// FormatFloat formats x so that Lua's tonumber reads back the same double.
+func FormatFloat(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }

@@ -1,4 +1,4 @@
-package core
+package model
 
 import "time"
 
@@ -53,49 +53,18 @@ type Decision struct {
 	// Delay is how long an admitted leaky_bucket request must wait before it
 	// proceeds; zero for every other algorithm.
 	Delay time.Duration
-	// mark is what the store charged for an admission, for Refund.
-	mark mark
+	// Mark is what the store charged for an admission, for Refund; set
+	// by the stores.
+	Mark Mark
 }
 
-// mark identifies the charge of an admission: the State's T and A just
+// Mark identifies the charge of an admission: the State's T and A just
 // after it, which the next admission on the same state changes (see
-// Limit.Refund). A decision carries one when its store recorded it (ok):
+// Limit.Refund). A decision carries one when its store recorded it (OK):
 // every admission that a Take charged, except that a RedisStore's call
 // sent by its RedisDirect client or by a Lane marks only delayed ones.
-type mark struct {
-	t  int64
-	a  float64
-	ok bool
-}
-
-// Clock returns the current instant in nanoseconds. sluice's algorithms need
-// it to be monotonic and, for fixed windows to align with the calendar, close
-// to Unix time; [SystemClock] is both.
-type Clock func() int64
-
-// SystemClock returns a Clock that reads Unix time once, at creation, and
-// advances it by the process's monotonic clock: it never steps backwards when
-// the wall clock is adjusted, at the price of drifting from it as much as the
-// wall clock is slewed.
-func SystemClock() Clock {
-	c := newSystemClock()
-	return c.read
-}
-
-// systemClock is what a SystemClock reads. Stores and gates configured
-// without a Clock embed one and read it inline, as wall + time.Since(base):
-// under Yaegi, calling a Clock closure costs a microsecond more than that,
-// and reading a field of an embedded struct allocates less than reading
-// one of a named struct field.
-type systemClock struct {
-	base time.Time
-	wall int64 // base in Unix nanoseconds
-}
-
-// read returns the clock's instant.
-func (c *systemClock) read() int64 { return c.wall + int64(time.Since(c.base)) }
-
-func newSystemClock() systemClock {
-	base := time.Now()
-	return systemClock{base: base, wall: base.UnixNano()}
+type Mark struct {
+	T  int64
+	A  float64
+	OK bool
 }

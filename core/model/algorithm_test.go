@@ -1,15 +1,12 @@
-package core
+package model
 
 import (
-	"context"
 	"math"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
@@ -25,53 +22,6 @@ func algLimit(t testing.TB, alg Algorithm, rate string, burst float64, maxDelay 
 		t.Fatal(err)
 	}
 	return l
-}
-
-// decideStore is the simplest Store: a map of States under one mutex,
-// changed only by Limit.Decide and Limit.Refund. Running the conformance
-// suite against it tests the algorithms themselves, apart from any store's
-// bookkeeping.
-type decideStore struct {
-	mu     sync.Mutex
-	clock  Clock
-	states map[string]State
-}
-
-func (s *decideStore) Take(ctx context.Context, asks []Ask, out []Decision) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock()
-	next := make([]State, len(asks))
-	all := true
-	for i, a := range asks {
-		next[i], out[i] = a.Limit.Decide(s.states[a.Limit.Namespace()+"\n"+a.Key], now, a.Cost)
-		all = all && out[i].Allowed
-	}
-	if all {
-		for i, a := range asks {
-			s.states[a.Limit.Namespace()+"\n"+a.Key] = next[i]
-		}
-	}
-	return nil
-}
-
-func (s *decideStore) Refund(ctx context.Context, asks []Ask, charged []Decision) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock()
-	for i, a := range asks {
-		k := a.Limit.Namespace() + "\n" + a.Key
-		if st, ok := s.states[k]; ok {
-			s.states[k] = a.Limit.Refund(st, now, a.Cost, charged[i])
-		}
-	}
-	return nil
-}
-
-func TestDecideConformance(t *testing.T) {
-	testStoreConformance(t, func(t *testing.T, clock *testclock.Clock) Store {
-		return &decideStore{clock: clock.Now, states: make(map[string]State)}
-	})
 }
 
 func TestLimitValidateErrors(t *testing.T) {
@@ -113,7 +63,7 @@ func TestLimitValidateErrors(t *testing.T) {
 			t.Errorf("%s: Validate accepted %+v", c.name, c.limit)
 			continue
 		}
-		if fe := model.FieldOf(err); fe == nil || fe.Field != c.field || !strings.Contains(err.Error(), c.field) {
+		if fe := FieldOf(err); fe == nil || fe.Field != c.field || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("%s: error %q (%#v) does not name %q", c.name, err, fe, c.field)
 		}
 		if c.limit.Name != "" && !strings.Contains(err.Error(), `limit "`+c.limit.Name+`"`) {
@@ -357,7 +307,7 @@ func TestSlidingLogBoundedByMaxLogQuota(t *testing.T) {
 		}
 		s = next
 		admitted = append(admitted, LogEntry{T: now, Cost: cost})
-		if len(s.Log) > MaxLogQuota || s.A > l.Capacity()+eps {
+		if len(s.Log) > MaxLogQuota || s.A > l.Capacity()+Eps {
 			t.Fatalf("at +%v: log of %d entries, sum %v", time.Duration(now-testclock.Epoch), len(s.Log), s.A)
 		}
 		return true
@@ -372,14 +322,14 @@ func TestSlidingLogBoundedByMaxLogQuota(t *testing.T) {
 	if len(admitted) != 1+10020 || len(s.Log) != MaxLogQuota {
 		t.Errorf("%d admitted, log of %d entries; want %d, %d", len(admitted), len(s.Log), 1+10020, MaxLogQuota)
 	}
-	now = testclock.Epoch + l.period // the large entry expires
+	now = testclock.Epoch + l.PeriodNanos() // the large entry expires
 	for i := 0; i < 500; i++ {
 		if !ask(0.5) {
 			t.Fatalf("request %d after the large entry expired: rejected", i)
 		}
 		now += int64(time.Millisecond)
 	}
-	if w := maxWindowSum(admitted, l.period); w > l.Capacity()+1e-6 {
+	if w := maxWindowSum(admitted, l.PeriodNanos()); w > l.Capacity()+1e-6 {
 		t.Errorf("%v admitted within one period, above the quota %v", w, l.Capacity())
 	}
 }
@@ -435,8 +385,8 @@ func TestDecideDurationsRoundUp(t *testing.T) {
 	if _, d := l.Decide(s, testclock.Epoch+int64(d.RetryAfter), 1); !d.Allowed {
 		t.Errorf("rejected after waiting RetryAfter: %+v", d)
 	}
-	if duration(0.5) != 1 || duration(-3) != 0 || duration(2) != 2 || duration(1e300) != Never {
-		t.Errorf("duration rounding: %v %v %v %v", duration(0.5), duration(-3), duration(2), duration(1e300))
+	if DurationOf(0.5) != 1 || DurationOf(-3) != 0 || DurationOf(2) != 2 || DurationOf(1e300) != Never {
+		t.Errorf("duration rounding: %v %v %v %v", DurationOf(0.5), DurationOf(-3), DurationOf(2), DurationOf(1e300))
 	}
 }
 

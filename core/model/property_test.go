@@ -1,4 +1,4 @@
-package core
+package model
 
 import (
 	"math"
@@ -86,8 +86,8 @@ func propTrace(t *testing.T, seed int64, rng *rand.Rand, l *Limit, steps int, ke
 		t.Fatalf("seed %d, %s %v burst %v max_delay %v, step %d: "+format,
 			append([]interface{}{seed, l.Algorithm, l.Rate, l.Burst, l.MaxDelay, step}, args...)...)
 	}
-	unit := int64(l.unit)
-	now := testclock.Epoch + rng.Int63n(l.period)
+	unit := int64(l.Unit())
+	now := testclock.Epoch + rng.Int63n(l.PeriodNanos())
 	var s State
 	var adm []propAdmission
 	var lastStart int64 // leaky_bucket: departure of the previous admission
@@ -95,9 +95,9 @@ func propTrace(t *testing.T, seed int64, rng *rand.Rand, l *Limit, steps int, ke
 	for step := 0; step < steps; step++ {
 		switch r := rng.Intn(100); {
 		case r < 5: // a clock step back, up to two periods
-			now -= rng.Int63n(2*l.period) + 1
+			now -= rng.Int63n(2*l.PeriodNanos()) + 1
 		case r < 10: // a jump forward, up to three periods
-			now += rng.Int63n(3 * l.period)
+			now += rng.Int63n(3 * l.PeriodNanos())
 		default:
 			now += rng.Int63n(2*unit + 1)
 		}
@@ -123,7 +123,7 @@ func propTrace(t *testing.T, seed int64, rng *rand.Rand, l *Limit, steps int, ke
 		if d.Allowed != (d.RetryAfter == 0) || d.Reset < 0 || d.Delay < 0 {
 			fail(step, "malformed decision %+v", d)
 		}
-		if (cost > l.Capacity()+eps) != (d.RetryAfter == Never) {
+		if (cost > l.Capacity()+Eps) != (d.RetryAfter == Never) {
 			fail(step, "cost %v, capacity %v: RetryAfter %v", cost, l.Capacity(), d.RetryAfter)
 		}
 		if d.Delay != 0 && (l.MaxDelay == 0 && l.Algorithm != LeakyBucket || l.Algorithm != LeakyBucket && l.Algorithm != TokenBucket) {
@@ -144,10 +144,10 @@ func propTrace(t *testing.T, seed int64, rng *rand.Rand, l *Limit, steps int, ke
 				if l.MaxDelay > 0 && d.Delay > l.MaxDelay {
 					fail(step, "Delay %v above MaxDelay", d.Delay)
 				}
-				if q := float64(d.Delay)/l.unit + cost; q > l.Capacity()+1e-6 {
+				if q := float64(d.Delay)/l.Unit() + cost; q > l.Capacity()+1e-6 {
 					fail(step, "queue of %v above capacity %v", q, l.Capacity())
 				}
-				if len(adm) > 1 && float64(start-lastStart) < lastCost*l.unit-1 {
+				if len(adm) > 1 && float64(start-lastStart) < lastCost*l.Unit()-1 {
 					fail(step, "departs %v after the previous request of cost %v", time.Duration(start-lastStart), lastCost)
 				}
 				lastStart, lastCost = start, cost
@@ -199,7 +199,7 @@ func propCheckRates(t *testing.T, l *Limit, adm []propAdmission, fail func(strin
 		// For every pair i ≤ j: cost admitted in [t_i, t_j] ≤ B + r·(t_j − t_i),
 		// i.e. S_j − r·t_j + max over i ≤ j of (r·t_i − S_{i−1}) ≤ B, with S the
 		// prefix sums and instants relative to the first admission.
-		r := l.Rate.Quota / float64(l.period)
+		r := l.Rate.Quota / float64(l.PeriodNanos())
 		t0 := adm[0].at
 		best, prev, sum := math.Inf(-1), 0.0, 0.0
 		for j, a := range adm {
@@ -214,14 +214,14 @@ func propCheckRates(t *testing.T, l *Limit, adm []propAdmission, fail func(strin
 			}
 		}
 	case SlidingWindowLog:
-		if w := maxWindowSum(es, l.period); w > l.Rate.Quota+tol {
+		if w := maxWindowSum(es, l.PeriodNanos()); w > l.Rate.Quota+tol {
 			fail("sliding_window_log: %v admitted within one period, quota %v", w, l.Rate.Quota)
 		}
 	case FixedWindow, SlidingWindowCounter:
 		per := make(map[int64]float64)
 		for _, a := range adm {
 			per[a.window] += a.cost
-			if a.window != a.at-mod(a.at, l.period) {
+			if a.window != a.at-Mod(a.at, l.PeriodNanos()) {
 				fail("%s: admission at %d counted in the window starting %d", l.Algorithm, a.at, a.window)
 			}
 		}
@@ -230,7 +230,7 @@ func propCheckRates(t *testing.T, l *Limit, adm []propAdmission, fail func(strin
 				fail("%s: %v admitted in the window starting %d, quota %v", l.Algorithm, c, w, l.Rate.Quota)
 			}
 		}
-		if w := maxWindowSum(es, l.period); w > 2*l.Rate.Quota+tol {
+		if w := maxWindowSum(es, l.PeriodNanos()); w > 2*l.Rate.Quota+tol {
 			fail("%s: %v admitted within one period, above twice the quota %v", l.Algorithm, w, l.Rate.Quota)
 		}
 	}

@@ -1,10 +1,10 @@
-package core
+package model
 
 import "time"
 
-// eps absorbs float rounding in comparisons of costs: a bucket refilled to
+// Eps absorbs float rounding in comparisons of costs: a bucket refilled to
 // 2.9999999999999996 tokens still admits a cost of 3.
-const eps = 1e-9
+const Eps = 1e-9
 
 // Decide applies the limit's algorithm to s at instant now (nanoseconds) for
 // the given cost, and returns the next state and the decision. It is a pure
@@ -25,14 +25,14 @@ func (l *Limit) Decide(s State, now int64, cost float64) (State, Decision) {
 		s.Log = append([]LogEntry(nil), s.Log...)
 	}
 	var d Decision
-	decide(l, &s, now, cost, &d)
+	Step(l, &s, now, cost, &d)
 	if d.Allowed {
-		d.mark = mark{t: s.T, a: s.A, ok: true}
+		d.Mark = Mark{T: s.T, A: s.A, OK: true}
 	}
 	return s, d
 }
 
-// decide is Decide for the stores: it moves *s to the next state in place,
+// Step is Decide for the stores: it moves *s to the next state in place,
 // overwrites *d, and returns the next state's Expiry. It takes pointers
 // because under Yaegi every struct passed or returned by value is copied
 // through reflection, and every interpreted call costs about a
@@ -42,24 +42,24 @@ func (l *Limit) Decide(s State, now int64, cost float64) (State, Decision) {
 // The algorithms are written for Yaegi, which runs the Traefik plugin's
 // decisions: an interpreted call costs a frame, a copy of each argument
 // and a value for every parameter, variable and intermediate result of
-// the callee's whole body, so the helpers duration, nextUnits, mod and
-// nonNegative are written out where a decision calls them every time
+// the callee's whole body, so the helpers DurationOf, NextUnits, Mod and
+// NonNegative are written out where a decision calls them every time
 // (Go's compiler inlines them anyway), as is leakyEnd. And since := (or
 // var) allocates its variable again each time it runs, the algorithms
 // take their variables as trailing parameters, which callers pass as zero
 // values: a constant argument costs nothing.
-func decide(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
+func Step(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
 	switch l.Algorithm {
 	case TokenBucket:
-		return tokenBucket(l, s, now, cost, d, 0, 0, 0, 0)
+		return TokenBucketStep(l, s, now, cost, d, 0, 0, 0, 0)
 	case LeakyBucket:
-		return leakyBucket(l, s, now, cost, d, 0, 0, 0, 0, 0, 0, 0, false)
+		return LeakyBucketStep(l, s, now, cost, d, 0, 0, 0, 0, 0, 0, 0, false)
 	case FixedWindow:
-		return fixedWindow(l, s, now, cost, d, 0, 0, 0)
+		return FixedWindowStep(l, s, now, cost, d, 0, 0, 0)
 	case SlidingWindowLog:
-		return slidingLog(l, s, now, cost, d, 0, 0, 0, nil)
+		return SlidingLogStep(l, s, now, cost, d, 0, 0, 0, nil)
 	default:
-		return slidingCounter(l, s, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+		return SlidingCounterStep(l, s, now, cost, d, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 	}
 }
 
@@ -93,16 +93,16 @@ func (l *Limit) Refund(s State, now int64, cost float64, d Decision) State {
 	if l.Algorithm == SlidingWindowLog {
 		s.Log = append([]LogEntry(nil), s.Log...) // keep the caller's
 	}
-	refund(l, &s, now, cost, &d.mark)
+	refund(l, &s, now, cost, &d.Mark)
 	return s
 }
 
 // refund is Refund in place, for the stores, of the charge m marks.
-func refund(l *Limit, s *State, now int64, cost float64, m *mark) {
-	if !m.ok {
+func refund(l *Limit, s *State, now int64, cost float64, m *Mark) {
+	if !m.OK {
 		return
 	}
-	last := s.T == m.t && s.A == m.a // no admission since
+	last := s.T == m.T && s.A == m.A // no admission since
 	switch l.Algorithm {
 	case LeakyBucket:
 		if last {
@@ -114,40 +114,40 @@ func refund(l *Limit, s *State, now int64, cost float64, m *mark) {
 		}
 		// The deficit the admission left, refilled until now: what a
 		// bucket that did not take it would hold more, at most.
-		left := m.a
-		if now > m.t {
-			left -= float64(now-m.t) * l.Rate.Quota / float64(l.period)
+		left := m.A
+		if now > m.T {
+			left -= float64(now-m.T) * l.Rate.Quota / float64(l.period)
 		}
 		if left < cost {
 			cost = left
 		}
 		if cost > 0 {
-			s.A = nonNegative(s.A - cost)
+			s.A = NonNegative(s.A - cost)
 		}
 	case FixedWindow, SlidingWindowCounter:
-		if s.T == m.t {
-			s.A = nonNegative(s.A - cost)
-		} else if s.T == m.t+l.period && l.Algorithm == SlidingWindowCounter {
-			s.B = nonNegative(s.B - cost) // now the previous window
+		if s.T == m.T {
+			s.A = NonNegative(s.A - cost)
+		} else if s.T == m.T+l.period && l.Algorithm == SlidingWindowCounter {
+			s.B = NonNegative(s.B - cost) // now the previous window
 		}
 	case SlidingWindowLog:
-		refundLog(s, m.t, cost)
+		refundLog(s, m.T, cost)
 	}
 }
 
 // Expiry returns the instant from which s is equivalent to the zero State,
 // so that a store may forget it: the bucket is full, the queue drained, the
 // windows over, the log empty.
-func (l *Limit) Expiry(s State) int64 { return expiry(l, &s) }
+func (l *Limit) Expiry(s State) int64 { return Expires(l, &s) }
 
-// expiry is Expiry on a pointer, for the stores (see decide, whose
+// Expires is Expiry on a pointer, for the stores (see Step, whose
 // algorithms return the same instant).
-func expiry(l *Limit, s *State) int64 {
+func Expires(l *Limit, s *State) int64 {
 	switch l.Algorithm {
 	case TokenBucket:
 		// Rounded up: at the truncated instant up to one nanosecond's
 		// refill would still be missing.
-		return s.T + int64(duration(s.A*l.unit))
+		return s.T + int64(DurationOf(s.A*l.unit))
 	case LeakyBucket:
 		return leakyEnd(s)
 	case FixedWindow:
@@ -165,12 +165,12 @@ func expiry(l *Limit, s *State) int64 {
 	}
 }
 
-// nextUnits is how many cost units a limit with rem units remaining, used
+// NextUnits is how many cost units a limit with rem units remaining, used
 // units short of whole, must regain for rem floored to whole units to
 // grow: the rest of rem's fractional unit, or used if less (a limit whose
 // capacity is not whole becomes whole first). Decision.Next is that many
 // units' worth of time.
-func nextUnits(rem, used float64) float64 {
+func NextUnits(rem, used float64) float64 {
 	need := 1.0
 	if rem < 1<<53 { // larger doubles are whole; int64 truncates as Floor (rem >= 0), for less under Yaegi
 		need -= rem - float64(int64(rem))
@@ -181,10 +181,10 @@ func nextUnits(rem, used float64) float64 {
 	return need
 }
 
-// duration converts nanoseconds to a Duration, rounding up, so that waiting
+// DurationOf converts nanoseconds to a Duration, rounding up, so that waiting
 // RetryAfter is always enough. Of a whole number of nanoseconds in
 // (0, Never) it is the conversion alone (nanos).
-func duration(ns float64) time.Duration {
+func DurationOf(ns float64) time.Duration {
 	if ns <= 0 {
 		return 0
 	}
@@ -203,8 +203,8 @@ func duration(ns float64) time.Duration {
 // value allocated on each call, a name of the package none.
 type nanos = time.Duration
 
-// mod is the non-negative remainder of a by b (b > 0).
-func mod(a, b int64) int64 {
+// Mod is the non-negative remainder of a by b (b > 0).
+func Mod(a, b int64) int64 {
 	m := a % b
 	if m < 0 {
 		m += b
@@ -212,7 +212,7 @@ func mod(a, b int64) int64 {
 	return m
 }
 
-func nonNegative(x float64) float64 {
+func NonNegative(x float64) float64 {
 	if x < 0 {
 		return 0
 	}

@@ -1,8 +1,8 @@
-package core
+package model
 
 import "math"
 
-// leakyBucket shapes traffic the way NGINX's limit_req does without nodelay,
+// LeakyBucketStep shapes traffic the way NGINX's limit_req does without nodelay,
 // in the GCRA formulation: the state's T is the instant at which every
 // admitted request will have left (the theoretical arrival time). Each unit
 // of cost occupies Period/Quota of the outlet. A request arriving at now
@@ -28,7 +28,7 @@ import "math"
 // Its parameters after d are its variables, which its callers pass as
 // zero values, and duration, nonNegative, nextUnits and leakyEnd are
 // written out: see decide.
-func leakyBucket(l *Limit, s *State, now int64, cost float64, d *Decision,
+func LeakyBucketStep(l *Limit, s *State, now int64, cost float64, d *Decision,
 	start, ahead int64, carry, delay, backlog, c, u float64, fits bool) int64 {
 	// The queue ends at T + A, A a fraction of a nanosecond in [0, 1):
 	// each admission adds cost·Period/Quota exactly, so that rounding
@@ -50,9 +50,9 @@ func leakyBucket(l *Limit, s *State, now int64, cost float64, d *Decision,
 	}
 	*d = Decision{Limit: l, Quota: l.Rate.Quota}
 	switch {
-	case cost > c+eps:
+	case cost > c+Eps:
 		d.RetryAfter = Never
-	case backlog+cost <= c+eps && fits:
+	case backlog+cost <= c+Eps && fits:
 		d.Allowed = true
 		switch { // duration(delay)
 		case delay <= 0:
@@ -169,7 +169,7 @@ func leakyOver(l *Limit, ahead int64, carry, delay float64) float64 {
 // the next whole unit of room (d.Next). It is apart from leakyBucket so
 // that limits without MaxDelay do not pay for it under Yaegi.
 func leakyByDelay(l *Limit, queued float64, d *Decision) {
-	byDelay, room := 0.0, (float64(l.MaxDelay)-queued)/l.unit+eps
+	byDelay, room := 0.0, (float64(l.MaxDelay)-queued)/l.unit+Eps
 	if room >= 0 {
 		byDelay = math.Floor(room) + 1
 	}
@@ -178,9 +178,9 @@ func leakyByDelay(l *Limit, queued float64, d *Decision) {
 	}
 	d.Remaining = byDelay
 	if room >= 0 {
-		d.Next = duration((1 - (room - math.Floor(room))) * l.unit)
+		d.Next = DurationOf((1 - (room - math.Floor(room))) * l.unit)
 	} else {
-		d.Next = duration(-room * l.unit)
+		d.Next = DurationOf(-room * l.unit)
 	}
 }
 
