@@ -35,21 +35,6 @@ import (
 // more. It bounds how long the slots of a proxy that crashed stay taken.
 const DefaultLeaseTTL = 35 * time.Second
 
-// slotStore is a store that counts requests in flight: the MemoryStore
-// exactly, the RedisStore by leases that expire. asks are of flight
-// limits (Limit.flight); lease names the request's slots, and ttl is how
-// long a Redis lease lives without renewal.
-type slotStore interface {
-	// acquireSlots takes a slot of every ask for lease if each has one
-	// free, else none, and writes each ask's decision to out.
-	acquireSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration, out []model.Decision) error
-	// releaseSlots gives back the slots of lease.
-	releaseSlots(ctx context.Context, asks []model.Ask, lease string) error
-	// renewSlots extends the slots of lease to ttl from now; a memory
-	// store's never expire.
-	renewSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration) error
-}
-
 // flightTable is a MemoryStore's count of requests in flight, by the hash
 // of (flight limit, key) as its states are. A key's entry exists only
 // while it has requests in flight, so the table holds at most one entry
@@ -73,9 +58,9 @@ func (s *MemoryStore) InFlight() int {
 	return t.total
 }
 
-// acquireSlots implements slotStore, exactly: one lock over the count of
+// AcquireSlots implements model.SlotStore, exactly: one lock over the count of
 // every key of the request.
-func (s *MemoryStore) acquireSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration, out []model.Decision) error {
+func (s *MemoryStore) AcquireSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration, out []model.Decision) error {
 	var hb [maxAsks]uint64
 	hs := hb[:0]
 	for i := range asks {
@@ -111,8 +96,8 @@ func (s *MemoryStore) addSlots(asks []model.Ask) {
 	t.mu.Unlock()
 }
 
-// releaseSlots implements slotStore; a key's entry goes at zero.
-func (s *MemoryStore) releaseSlots(ctx context.Context, asks []model.Ask, lease string) error {
+// ReleaseSlots implements model.SlotStore; a key's entry goes at zero.
+func (s *MemoryStore) ReleaseSlots(ctx context.Context, asks []model.Ask, lease string) error {
 	t := s.flight
 	t.mu.Lock()
 	for i := range asks {
@@ -131,16 +116,16 @@ func (s *MemoryStore) releaseSlots(ctx context.Context, asks []model.Ask, lease 
 	return nil
 }
 
-// renewSlots implements slotStore: a memory store's slots never expire.
-func (s *MemoryStore) renewSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration) error {
+// RenewSlots implements model.SlotStore: a memory store's slots never expire.
+func (s *MemoryStore) RenewSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration) error {
 	return nil
 }
 
 // gateSlots is the in-flight part of a Gate that has limits with
 // MaxInFlight.
 type gateSlots struct {
-	store    slotStore    // the gate's primary store
-	fallback *MemoryStore // its fallback, or nil
+	store    model.SlotStore // the gate's primary store
+	fallback *MemoryStore    // its fallback, or nil
 	ttl      time.Duration
 	// remote: the store is a RedisStore, whose leases expire and are
 	// named by leases and a counter: random, so that instances sharing
@@ -197,7 +182,7 @@ func newGateSlots(cfg *GateConfig) (*gateSlots, error) {
 		gs.ttl = DefaultLeaseTTL
 	}
 	var ok bool
-	if gs.store, ok = cfg.Store.(slotStore); !ok {
+	if gs.store, ok = cfg.Store.(model.SlotStore); !ok {
 		return nil, fmt.Errorf("max_in_flight: the store %T does not count requests in flight (the memory and Redis stores do)", cfg.Store)
 	}
 	if cfg.Fallback != nil {
@@ -284,16 +269,16 @@ func releaseSlots(s *Slots) {
 		releaseLease(s.gate, gs.store, s.asks, s.lease)
 	}
 	if s.local != nil {
-		_ = gs.fallback.releaseSlots(context.Background(), s.local, "")
+		_ = gs.fallback.ReleaseSlots(context.Background(), s.local, "")
 	}
 }
 
 // releaseLease gives back the slots of lease on store, without a
 // request's context, which may have ended, but bounded by the gate's
 // timeout; a failure leaves a Redis lease to expire.
-func releaseLease(g *Gate, store slotStore, asks []model.Ask, lease string) {
+func releaseLease(g *Gate, store model.SlotStore, asks []model.Ask, lease string) {
 	ctx, cancel := gateBackground(g)
-	_ = store.releaseSlots(ctx, asks, lease)
+	_ = store.ReleaseSlots(ctx, asks, lease)
 	cancel()
 }
 
@@ -322,7 +307,7 @@ func assertLease(s *Slots) error {
 	}
 	gs := s.gate.slots
 	ctx, cancel := gateBackground(s.gate)
-	err := gs.store.renewSlots(ctx, s.asks, s.lease, gs.ttl)
+	err := gs.store.RenewSlots(ctx, s.asks, s.lease, gs.ttl)
 	cancel()
 	if err != nil {
 		if gs.held != nil {
@@ -498,7 +483,7 @@ func takeFlight(g *Gate, ctx context.Context, asks, flight []model.Ask, failed e
 		// ends, within the gate's timeout, and a lease taken for a
 		// client that left meanwhile is given back at once.
 		tctx, cancel := gateBackground(g)
-		err = gs.store.acquireSlots(tctx, flight, lease, gs.ttl, out)
+		err = gs.store.AcquireSlots(tctx, flight, lease, gs.ttl, out)
 		cancel()
 		if b := g.cfg.Breaker; b != nil {
 			g.report(b, context.Background(), err, probe)
@@ -513,12 +498,12 @@ func takeFlight(g *Gate, ctx context.Context, asks, flight []model.Ask, failed e
 				return nil, false, ctx.Err()
 			}
 			if slots == nil && local != nil {
-				_ = gs.fallback.releaseSlots(ctx, local, "")
+				_ = gs.fallback.ReleaseSlots(ctx, local, "")
 			}
 			return slots, true, nil
 		}
 		if local != nil {
-			_ = gs.fallback.releaseSlots(ctx, local, "")
+			_ = gs.fallback.ReleaseSlots(ctx, local, "")
 		}
 	}
 	if gs.held != nil {
@@ -528,7 +513,7 @@ func takeFlight(g *Gate, ctx context.Context, asks, flight []model.Ask, failed e
 		return nil, false, err
 	}
 	if gs.held == nil {
-		if ferr := gs.fallback.acquireSlots(ctx, local, "", 0, out); ferr != nil {
+		if ferr := gs.fallback.AcquireSlots(ctx, local, "", 0, out); ferr != nil {
 			return nil, false, err
 		}
 		return holdSlots(g, flight, local, lease, out, false), true, err
@@ -537,7 +522,7 @@ func takeFlight(g *Gate, ctx context.Context, asks, flight []model.Ask, failed e
 	if err != errAsserting {
 		atomic.StoreInt32(&gs.dirty, slotsDirty) // Redis may have lost leases
 	}
-	if ferr := gs.fallback.acquireSlots(ctx, local, "", 0, out); ferr != nil {
+	if ferr := gs.fallback.AcquireSlots(ctx, local, "", 0, out); ferr != nil {
 		gs.order.Unlock()
 		return nil, false, err
 	}
@@ -593,6 +578,6 @@ func serveFlight(g *Gate, w http.ResponseWriter, r *http.Request, asks []model.A
 }
 
 var (
-	_ slotStore = (*MemoryStore)(nil)
-	_ slotStore = (*RedisStore)(nil)
+	_ model.SlotStore = (*MemoryStore)(nil)
+	_ model.SlotStore = (*RedisStore)(nil)
 )

@@ -354,12 +354,12 @@ func TestFlightRedisLeaseExpires(t *testing.T) {
 	out := make([]model.Decision, 1)
 	ctx := context.Background()
 	asks := []model.Ask{{Limit: l.Flight(), Key: "k", Cost: 1}}
-	if err := st.acquireSlots(ctx, asks, "dead", ttl, out); err != nil || !out[0].Allowed {
+	if err := st.AcquireSlots(ctx, asks, "dead", ttl, out); err != nil || !out[0].Allowed {
 		t.Fatalf("first lease: %v, %+v", err, out[0])
 	}
 	start := time.Now()
 	for {
-		if err := st.acquireSlots(ctx, asks, "next", ttl, out); err != nil {
+		if err := st.AcquireSlots(ctx, asks, "next", ttl, out); err != nil {
 			t.Fatal(err)
 		}
 		if out[0].Allowed {

@@ -194,7 +194,7 @@ func NewLane(cfg LaneConfig) *Lane {
 	l.one, l.limit, l.spec, l.cost = true, lim, cfg.Specs[a.Spec], a.Cost
 	l.tb = lim.Algorithm == tokenBucket
 	laneShape(l, l.spec.Shape())
-	l.shared = a.Missing == keyspec.MissingShared
+	l.shared = a.Missing == missingShared
 	// One field per statement: Yaegi v0.16.1 loses values of a tuple
 	// assignment of calls to fields.
 	l.nsHash = lim.Hash
@@ -370,7 +370,7 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 // frame of every function that uses it.
 const statusTooManyRequests = 429
 
-// The constants of package model that the lanes' paths read, as constants
+// The constants of packages model, keyspec and clientip that the lanes' paths read, as constants
 // of this package for the same reason.
 const (
 	eps              = model.Eps
@@ -380,6 +380,11 @@ const (
 	leakyBucket      = model.LeakyBucket
 	fixedWindow      = model.FixedWindow
 	slidingWindowLog = model.SlidingWindowLog
+	maxKeyLength     = keyspec.MaxKeyLength
+	sharedKey        = keyspec.SharedKey
+	missingShared    = keyspec.MissingShared
+	maxHopLength     = clientip.MaxHopLength
+	xForwardedFor    = clientip.XForwardedFor
 )
 
 // The standard library functions of the lanes' paths, as package
@@ -487,7 +492,7 @@ func laneKey(l *Lane, r *http.Request, key string, ok bool) string {
 		return l.prefix + key
 	}
 	if l.shared {
-		return l.prefix + keyspec.SharedKey
+		return l.prefix + sharedKey
 	}
 	return ""
 }
@@ -780,10 +785,10 @@ func laneAsks(l *Lane, r *http.Request, keys []string, asks []model.Ask, i int, 
 	for i = 0; i < len(l.asks); i++ {
 		a = &l.asks[i]
 		if key = keys[a.Spec]; key == "" { // Resolve(key, true)
-			if a.Missing != keyspec.MissingShared {
+			if a.Missing != missingShared {
 				continue
 			}
-			key = keyspec.SharedKey
+			key = sharedKey
 		}
 		asks = append(asks, model.Ask{Limit: a.Limit, Key: l.prefix + key, Cost: a.Cost})
 	}
@@ -1006,7 +1011,7 @@ func laneShape(l *Lane, sh keyspec.Shape) {
 // X-Forwarded-For from any peer at a Depth, and keys IPv4 clients by their
 // full address.
 func laneDepth4(c *clientip.Strategy) bool {
-	return c.AnyPeer && c.Depth > 0 && (c.Header == "" || http.CanonicalHeaderKey(c.Header) == clientip.XForwardedFor) &&
+	return c.AnyPeer && c.Depth > 0 && (c.Header == "" || http.CanonicalHeaderKey(c.Header) == xForwardedFor) &&
 		(c.IPv4Prefix == 0 || c.IPv4Prefix == 32)
 }
 
@@ -1021,7 +1026,7 @@ func laneDepth4(c *clientip.Strategy) bool {
 // allocations. Its parameters after r are its variables, zero (see
 // serveLaneTB).
 func laneDepthKey(c *clientip.Strategy, r *http.Request, s string, lines []string, depth, i int, a netip.Addr, err error) (string, bool) {
-	lines = r.Header[clientip.XForwardedFor]
+	lines = r.Header[xForwardedFor]
 	if len(lines) != 1 {
 		return (*clientip.Strategy).Key(c, r)
 	}
@@ -1034,7 +1039,7 @@ func laneDepthKey(c *clientip.Strategy, r *http.Request, s string, lines []strin
 	}
 	s = s[lastIndexByte(s, ',')+1:]
 	s = trimHop(s, " \t")
-	if len(s) > clientip.MaxHopLength {
+	if len(s) > maxHopLength {
 		return (*clientip.Strategy).Key(c, r)
 	}
 	if a, err = parseAddr(s); err != nil || !a.Is4() {
@@ -1104,7 +1109,7 @@ func laneSetIETFX(h http.Header, a *limitAnswer, d *model.Decision, now int64,
 func newLaneRedis(l *Lane, cfg LaneConfig) {
 	g := cfg.Gate
 	s := g.redis
-	if s == nil || s.direct == nil || s.clock != nil || g.slots != nil || len(cfg.Asks) != 1 || g.cfg.Mode != Enforce {
+	if s == nil || s.Direct() == nil || g.slots != nil || len(cfg.Asks) != 1 || g.cfg.Mode != Enforce {
 		return
 	}
 	a := cfg.Asks[0]
@@ -1114,8 +1119,11 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 	}
 	l.rd, l.limit, l.spec, l.cost, l.quota = true, lim, cfg.Specs[a.Spec], a.Cost, lim.Rate.Quota
 	laneShape(l, l.spec.Shape())
-	l.shared = a.Missing == keyspec.MissingShared
-	l.direct, l.breaker, l.timeout, l.answer = s.direct, g.cfg.Breaker, g.cfg.Timeout, g.resp.texts[lim]
+	l.shared = a.Missing == missingShared
+	// One field per statement: Yaegi v0.16.1 loses values of a tuple
+	// assignment of calls to fields.
+	l.direct = s.Direct()
+	l.breaker, l.timeout, l.answer = g.cfg.Breaker, g.cfg.Timeout, g.resp.texts[lim]
 	if b := g.cfg.Breaker; b != nil {
 		l.bstate, l.bfails = &b.state, &b.fails
 	}
@@ -1161,13 +1169,11 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 	key string, err error, cl *resp.Client, ctx context.Context, start time.Time, cmd []byte, sum [sha256.Size]byte,
 	reply interface{}, text string, ok bool, rem float64, p, q, j int, c byte, n time.Duration, f [redisReplyFields]time.Duration, now int64, v Verdict) {
 	key = laneKey4(l, r, "", nil)
-	if key == "" || len(key) > keyspec.MaxKeyLength || l.bstate != nil && loadInt32(l.bstate) != breakerClosed {
+	if key == "" || len(key) > maxKeyLength || l.bstate != nil && loadInt32(l.bstate) != breakerClosed {
 		serveLaneAny(l, next, w, r, nil, noVerdict, false)
 		return
 	}
-	l.direct.mu.Lock()
-	cl = l.direct.client
-	l.direct.mu.Unlock()
+	cl = (*RedisDirect).Client(l.direct)
 	if cl == nil {
 		serveLaneAny(l, next, w, r, nil, noVerdict, false)
 		return

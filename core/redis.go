@@ -137,6 +137,14 @@ type RedisDirect struct {
 	client *resp.Client
 }
 
+// Client returns the client d holds, nil for none.
+func (d *RedisDirect) Client() *resp.Client {
+	d.mu.Lock()
+	c := d.client
+	d.mu.Unlock()
+	return c
+}
+
 // Set makes d hold c, nil for none: the client that the store's Client
 // runs scripts on, as long as it does.
 func (d *RedisDirect) Set(c *resp.Client) {
@@ -265,6 +273,16 @@ func (s *RedisStore) Take(ctx context.Context, asks []model.Ask, out []model.Dec
 		return s.takeAsks(ctx, asks, out, true)
 	}
 	return s.takeSlots(ctx, asks, out)
+}
+
+// Direct returns the RedisDirect that a Lane may send the store's take
+// script calls to (see DirectTake): nil when the store has none, or
+// decides on a clock of its own (RedisConfig.Clock) rather than Redis's.
+func (s *RedisStore) Direct() *RedisDirect {
+	if s.clock != nil {
+		return nil
+	}
+	return s.direct
 }
 
 // takeFailed finishes a take script call that a Lane sent to the store's

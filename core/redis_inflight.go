@@ -77,10 +77,10 @@ var (
 	redisRelease = NewRedisScript(redisReleaseScript)
 )
 
-// acquireSlots implements slotStore. In a Cluster, asks whose keys fall in
+// AcquireSlots implements model.SlotStore. In a Cluster, asks whose keys fall in
 // several hash slots are taken slot by slot; at the first refusal or
 // failure the leases already taken are released.
-func (s *RedisStore) acquireSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration, out []model.Decision) error {
+func (s *RedisStore) AcquireSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration, out []model.Decision) error {
 	var groups [][]int
 	if s.cluster && len(asks) > 1 {
 		groups = s.slotGroups(asks)
@@ -117,13 +117,13 @@ func (s *RedisStore) acquireSlots(ctx context.Context, asks []model.Ask, lease s
 	return nil
 }
 
-// releaseSlots implements slotStore.
-func (s *RedisStore) releaseSlots(ctx context.Context, asks []model.Ask, lease string) error {
+// ReleaseSlots implements model.SlotStore.
+func (s *RedisStore) ReleaseSlots(ctx context.Context, asks []model.Ask, lease string) error {
 	return s.eachSlot(asks, func(sub []model.Ask) error { return evalLeases(s, ctx, redisRelease, sub, lease, 0) })
 }
 
-// renewSlots implements slotStore.
-func (s *RedisStore) renewSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration) error {
+// RenewSlots implements model.SlotStore.
+func (s *RedisStore) RenewSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration) error {
 	return s.eachSlot(asks, func(sub []model.Ask) error { return evalLeases(s, ctx, redisRenew, sub, lease, ttl) })
 }
 

@@ -1,6 +1,9 @@
 package model
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Ask is one limit's share of a request: charge Cost to Limit under Key.
 type Ask struct {
@@ -47,4 +50,20 @@ type Scripter interface {
 	// ScriptLoad loads script (SCRIPT LOAD) on every node that may run it
 	// and returns its SHA-1.
 	ScriptLoad(ctx context.Context, script string) (string, error)
+}
+
+// SlotStore is a Store that also counts requests in flight, for limits
+// with MaxInFlight: core's MemoryStore exactly, its RedisStore by leases
+// that expire. asks are of flight limits (Limit.Flight); lease names the
+// request's slots, and ttl is how long a Redis lease lives without
+// renewal.
+type SlotStore interface {
+	// AcquireSlots takes a slot of every ask for lease if each has one
+	// free, else none, and writes each ask's decision to out.
+	AcquireSlots(ctx context.Context, asks []Ask, lease string, ttl time.Duration, out []Decision) error
+	// ReleaseSlots gives back the slots of lease.
+	ReleaseSlots(ctx context.Context, asks []Ask, lease string) error
+	// RenewSlots extends the slots of lease to ttl from now; a memory
+	// store's never expire.
+	RenewSlots(ctx context.Context, asks []Ask, lease string, ttl time.Duration) error
 }

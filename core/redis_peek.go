@@ -1,0 +1,54 @@
+package core
+
+import (
+	"errors"
+
+	"github.com/sluicehq/sluice/core/model"
+)
+
+// The hooks through which package core/inspect reads and forgets the
+// states of a RedisStore for operators (see peek.go for a MemoryStore's).
+// The store also lends inspection Eval (redis.go) and RedisLua
+// (redis_lua.go); UnexpectedReply words the errors of its scripts'
+// replies as the store's own.
+
+// ScriptArgs returns the KEYS and ARGV of a script call that decides asks
+// as the take script does, on the store's clock, but charges nothing: per
+// ask, the key of its state's hash (and of its log's list, that key
+// followed by ":log", for a sliding_window_log), and its limit's
+// parameters and cost. A script that begins with RedisLua reads them with
+// its function asks. Every limit must limit a rate.
+func (s *RedisStore) ScriptArgs(asks []model.Ask) (keys, args []string) {
+	return s.scriptArgs(asks, false)
+}
+
+// LeaseKey is the key of the sorted set of the leases that the requests
+// of key in progress hold under l's MaxInFlight, scored by their expiry
+// in Unix milliseconds on Redis's clock. l must have a MaxInFlight.
+func (s *RedisStore) LeaseKey(l *model.Limit, key string) string {
+	return s.key(l.Flight(), key)
+}
+
+// KeyPrefix is the beginning of the key of every state of l that the
+// store writes: of its rate's hashes, or of its leases' sets for a limit
+// of requests in flight only. Each such key ends at the "}" that closes
+// its hash tag; a sliding window log's list is that key followed by
+// ":log".
+func (s *RedisStore) KeyPrefix(l *model.Limit) string {
+	if !l.Rated() {
+		return s.prefix + "{" + l.Flight().Namespace() + ":"
+	}
+	return s.prefix + "{" + l.Namespace() + ":"
+}
+
+// Cluster reports whether the store's client is a Redis Cluster
+// (RedisConfig.Cluster).
+func (s *RedisStore) Cluster() bool { return s.cluster }
+
+// UnexpectedReply is the error of a reply of another shape than its
+// caller expects to the script named script ("peek" for a peek script),
+// worded as the store's own: "redis: unexpected reply to the peek
+// script: " and the reply's type and, for a short one, its value.
+func UnexpectedReply(script string, reply interface{}) error {
+	return errors.New("redis: unexpected reply to the " + script + " script: " + describeReply(reply))
+}
