@@ -111,7 +111,7 @@ func (h *Handler) acquireStore(ctx caddy.Context) (*pooledStore, error) {
 // handlers provision, instead of the system's, for tests that replay a
 // trace on a fake clock (behaviour_test.go). Such stores are pooled apart
 // from the others. Nil outside tests.
-var testClock core.Clock
+var testClock model.Clock
 
 // newFallbackStore builds the local fallback store.
 func newFallbackStore() (caddy.Destructor, error) {

@@ -1,17 +1,16 @@
 package core
 
-import "time"
+import (
+	"time"
 
-// Clock returns the current instant in nanoseconds. sluice's algorithms need
-// it to be monotonic and, for fixed windows to align with the calendar, close
-// to Unix time; [SystemClock] is both.
-type Clock func() int64
+	"github.com/sluicehq/sluice/core/model"
+)
 
-// SystemClock returns a Clock that reads Unix time once, at creation, and
+// SystemClock returns a model.Clock that reads Unix time once, at creation, and
 // advances it by the process's monotonic clock: it never steps backwards when
 // the wall clock is adjusted, at the price of drifting from it as much as the
 // wall clock is slewed.
-func SystemClock() Clock {
+func SystemClock() model.Clock {
 	c := newSystemClock()
 	return c.read
 }

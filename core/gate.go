@@ -162,7 +162,7 @@ type GateConfig struct {
 	MaxCost map[*model.Limit]float64
 	// Clock supplies the instant for the Unix-time headers; nil means
 	// SystemClock().
-	Clock Clock
+	Clock model.Clock
 	// LeaseTTL is how long a Redis lease on an in-flight slot lives
 	// unless renewed (see Slots): how long the slots of a crashed
 	// instance stay taken. Zero means DefaultLeaseTTL.

@@ -24,7 +24,7 @@ import (
 // the clock clock, nil for the system clock), that record what they
 // observe in seen: the first takes serveLaneRedis' path, the second, the
 // same lane with that path off, the general one.
-func redisLanePair(t *testing.T, store *RedisStore, l *model.Limit, policy StoreErrorPolicy, clock Clock, cfg LaneConfig, seen *[2][]Verdict) [2]*Lane {
+func redisLanePair(t *testing.T, store *RedisStore, l *model.Limit, policy StoreErrorPolicy, clock model.Clock, cfg LaneConfig, seen *[2][]Verdict) [2]*Lane {
 	t.Helper()
 	var lanes [2]*Lane
 	for i := range lanes {

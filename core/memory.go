@@ -38,7 +38,7 @@ type MemoryConfig struct {
 	// asking. Zero means DefaultMaxKeys.
 	MaxKeys int
 	// Clock supplies instants; nil means SystemClock().
-	Clock Clock
+	Clock model.Clock
 }
 
 // MemoryStore is an in-process Store. Its memory grows with the states it
@@ -56,7 +56,7 @@ type MemoryConfig struct {
 // state with probability about n²/2⁶⁵ (3·10⁻⁸ for a million keys), and an
 // attacker cannot aim for a collision without the seed.
 type MemoryStore struct {
-	clock Clock // nil: the system clock, read from the embedded systemClock
+	clock model.Clock // nil: the system clock, read from the embedded systemClock
 	systemClock
 	seed     maphash.Seed
 	perShard int // the most states a shard holds

@@ -114,7 +114,7 @@ type RedisConfig struct {
 	// decide, instead of Redis's clock (TIME), for tests that drive time,
 	// as MemoryConfig.Clock does. Redis still measures the keys' time to
 	// live, which then lasts at least a minute (see luaPrelude).
-	Clock Clock
+	Clock model.Clock
 	// Direct, when not nil, holds the *resp.Client that Client runs
 	// scripts on while connected to a standalone server (nil otherwise),
 	// for a Gate's decisions to reach it without Client: see RedisDirect.
@@ -209,7 +209,7 @@ type RedisStore struct {
 	direct *RedisDirect
 	// clock is RedisConfig.Clock: when set (by tests only), it supplies
 	// the instants instead of Redis's clock.
-	clock Clock
+	clock model.Clock
 }
 
 // NewRedisStore returns a store that keeps its states through cfg.Client.

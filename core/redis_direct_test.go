@@ -144,7 +144,7 @@ func directDecide(t *testing.T, store *RedisStore, timeout time.Duration, l *mod
 	var v Verdict
 	lane := NewLane(LaneConfig{Gate: g, Asks: []LaneAsk{{Limit: l, Cost: cost}}, Specs: []*keyspec.Spec{spec},
 		Observe: func(o *Verdict) { v = *o }, Watch: true})
-	if cost == 1 && store.direct != nil && !lane.rd {
+	if cost == 1 && store.Direct() != nil && !lane.rd {
 		t.Fatal("the lane does not take serveLaneRedis' path")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -178,7 +178,7 @@ func (w *leavingWriter) WriteHeader(status int) { w.rec.WriteHeader(status) }
 func TestRedisDirectCommand(t *testing.T) {
 	f := startFakeRedis(t, "1 4 250000000 0 0 250000000", false)
 	client := resptest.Client(t, f.addr, 1)
-	if s := newTestRedisStore(t, client, false); s.direct == nil || s.direct.client != client {
+	if s := newTestRedisStore(t, client, false); s.Direct() == nil || s.Direct().Client() != client {
 		t.Fatal("a store of a *resp.Client holds no direct client")
 	}
 	cs, _, s := directStore(t, client)
@@ -192,10 +192,15 @@ func TestRedisDirectCommand(t *testing.T) {
 			}
 			cmds := f.commands()
 			got := cmds[len(cmds)-1]
-			k, a := s.scriptArgs([]model.Ask{{Limit: l, Key: key, Cost: 1}}, true)
-			a[1] = "1" // but marking only delayed admissions (see directTake)
-			want := append([]string{"EVALSHA", redisTake.sha, strconv.Itoa(len(k))}, k...)
-			want = append(want, a...)
+			// What Take sends through the store's Scripter, but for
+			// ARGV[2]: marking only delayed admissions (see DirectTake).
+			rec := &recordingScripter{reply: "1 4 250000000 0 0 250000000"}
+			if err := newTestRedisStore(t, rec, false).Take(context.Background(), []model.Ask{{Limit: l, Key: key, Cost: 1}}, make([]model.Decision, 1)); err != nil {
+				t.Fatal(err)
+			}
+			rec.args[1] = "1"
+			want := append([]string{"EVALSHA", rec.sha, strconv.Itoa(len(rec.keys))}, rec.keys...)
+			want = append(want, rec.args...)
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("%s %q: sent\n%q\nwant\n%q", alg, key, got, want)
 			}
@@ -295,7 +300,7 @@ func TestRedisDirect(t *testing.T) {
 			}
 		}
 		for _, key := range []string{viaLane, viaTake} {
-			keys, _ := s.scriptArgs([]model.Ask{{Limit: l, Key: key, Cost: 1}}, false)
+			keys, _ := s.ScriptArgs([]model.Ask{{Limit: l, Key: key, Cost: 1}})
 			for _, k := range keys {
 				if n, err := client.Do(ctx, "PTTL", k); err != nil || n.(int64) <= 0 {
 					t.Errorf("%s: PTTL %s = %v, %v", alg, k, n, err)
@@ -352,8 +357,25 @@ func TestRedisDirectOnlyDefault(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.direct != nil {
+		if s.Direct() != nil {
 			t.Errorf("%+v: a direct client", cfg)
 		}
 	}
+}
+
+// recordingScripter answers every script call with reply and keeps the
+// last one's SHA-1, KEYS and ARGV.
+type recordingScripter struct {
+	reply      string
+	sha        string
+	keys, args []string
+}
+
+func (r *recordingScripter) EvalSha(ctx context.Context, sha string, keys []string, args []string) (interface{}, error) {
+	r.sha, r.keys, r.args = sha, keys, args
+	return r.reply, nil
+}
+
+func (r *recordingScripter) ScriptLoad(ctx context.Context, script string) (string, error) {
+	return "", errors.New("recordingScripter: no SCRIPT LOAD")
 }

@@ -22,6 +22,13 @@ func (s *RedisStore) ScriptArgs(asks []model.Ask) (keys, args []string) {
 	return s.scriptArgs(asks, false)
 }
 
+// StateKey is the key of the hash that holds the state of l's rate for
+// key (and, followed by ":log", of its log's list for a
+// sliding_window_log). l must limit a rate.
+func (s *RedisStore) StateKey(l *model.Limit, key string) string {
+	return s.key(l, key)
+}
+
 // LeaseKey is the key of the sorted set of the leases that the requests
 // of key in progress hold under l's MaxInFlight, scored by their expiry
 // in Unix milliseconds on Redis's clock. l must have a MaxInFlight.

@@ -130,8 +130,7 @@ func TestRedisShapingBoundWithCancels(t *testing.T) {
 	for _, c := range shapingLimits(t) {
 		for seed := int64(1); seed <= 5; seed++ {
 			clock := testclock.New(testclock.Epoch)
-			s := newTestRedisStore(t, client, false)
-			s.clock = clock.Now
+			s := newClockedRedisStore(t, client, clock)
 			checkShaping(t, s, clock, c.l, redisNonce+"/shape/"+string(rune('a'+seed)), c.bound, seed)
 		}
 	}

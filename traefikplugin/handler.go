@@ -32,7 +32,7 @@ type entry struct {
 // in-memory store: the store itself, or with rc the local fallback.
 // clock is the gate's and the report's (nil: the system clock, read
 // inline).
-func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClient, clock core.Clock, out io.Writer) (*entry, error) {
+func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClient, clock model.Clock, out io.Writer) (*entry, error) {
 	limits := make([]*model.Limit, len(s.plans))
 	asks := make([]core.LaneAsk, len(s.plans))
 	costs := make(map[*model.Limit]float64, len(s.plans))

@@ -11,18 +11,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // start is the fake clocks' first instant: 2023-11-14T22:13:20Z.
 const start = int64(1700000000) * int64(time.Second)
 
-// fakeClock is a core.Clock the test moves by hand.
+// fakeClock is a model.Clock the test moves by hand.
 type fakeClock struct{ ns int64 }
 
 func newFakeClock() *fakeClock { return &fakeClock{ns: start} }
 
-func (c *fakeClock) clock() core.Clock {
+func (c *fakeClock) clock() model.Clock {
 	return func() int64 { return atomic.LoadInt64(&c.ns) }
 }
 

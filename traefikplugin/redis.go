@@ -233,7 +233,7 @@ type redisClient struct {
 // dial timeout. A failure is reported on log and is not an error: requests
 // are then decided by the middleware's failure policy until the server
 // answers.
-func newRedisClient(ctx context.Context, o *redisOptions, clock core.Clock, log io.Writer) (*redisClient, error) {
+func newRedisClient(ctx context.Context, o *redisOptions, clock model.Clock, log io.Writer) (*redisClient, error) {
 	c := &redisClient{opts: *o, log: log}
 	c.lazy = resp.NewLazy(resp.Target{Options: o.resp, Seeds: o.seeds, Sentinel: o.sentinel, ClusterTimeout: o.timeout, Name: o.name},
 		clock, c.direct.Set)

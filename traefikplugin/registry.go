@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // Bounds of the registry; see registry.
@@ -74,11 +75,11 @@ func (errorLog) Write(p []byte) (int, error) {
 // configurations replaced long ago are dropped. Nothing here starts a
 // goroutine.
 type registry struct {
-	clock core.Clock // never nil
+	clock model.Clock // never nil
 	// coreClock is the clock given to the in-memory store and the gates:
 	// nil for the system clock, which they then read inline (cheaper
 	// under Yaegi than calling a Clock).
-	coreClock   core.Clock
+	coreClock   model.Clock
 	memoryKeys  int
 	maxEntries  int       // maxEntries, but tests make it smaller
 	maxVersions int       // maxVersions, likewise
@@ -95,7 +96,7 @@ type registry struct {
 
 // newRegistry returns an empty registry on clock; nil means the system
 // clock.
-func newRegistry(clock core.Clock, memoryKeys int, stdout, stderr io.Writer) *registry {
+func newRegistry(clock model.Clock, memoryKeys int, stdout, stderr io.Writer) *registry {
 	g := &registry{
 		clock:       clock,
 		coreClock:   clock,

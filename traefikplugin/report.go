@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // reportEvery is the least time between two summary lines of a middleware.
@@ -26,7 +27,7 @@ const reportEvery = 10 * time.Second
 type report struct {
 	name  string
 	out   io.Writer
-	clock core.Clock // nil: the system clock, read as the time since base
+	clock model.Clock // nil: the system clock, read as the time since base
 	base  time.Time
 
 	mu      sync.Mutex

@@ -18,7 +18,7 @@ var redisNonce = strconv.FormatInt(time.Now().UnixNano(), 36)
 
 // newTestRedisStore returns a store on client with the default prefix and
 // digested keys, deciding at clock's instants (Redis's for nil).
-func newTestRedisStore(t *testing.T, client model.Scripter, cluster bool, clock core.Clock) *core.RedisStore {
+func newTestRedisStore(t *testing.T, client model.Scripter, cluster bool, clock model.Clock) *core.RedisStore {
 	t.Helper()
 	s, err := core.NewRedisStore(core.RedisConfig{Client: client, Cluster: cluster, Clock: clock})
 	if err != nil {

@@ -68,3 +68,8 @@ type Mark struct {
 	A  float64
 	OK bool
 }
+
+// Clock returns the current instant in nanoseconds. sluice's algorithms need
+// it to be monotonic and, for fixed windows to align with the calendar, close
+// to Unix time; core.SystemClock is both.
+type Clock func() int64

@@ -27,7 +27,7 @@ type Clock struct {
 func New(ns int64) *Clock { return &Clock{now: ns} }
 
 // Now returns the current instant in nanoseconds; pass c.Now as a
-// core.Clock.
+// model.Clock.
 func (c *Clock) Now() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
