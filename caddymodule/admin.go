@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/core/inspect"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 )
 
 func init() {
@@ -293,7 +294,7 @@ func listZones(ctx context.Context) zonesAnswer {
 				counted[st] = n
 			}
 			info.Keys, info.KeysScope, info.KeysComplete = &n, "store", true
-		case *core.RedisStore:
+		case *redisstore.Store:
 			info.KeysScope = "namespace"
 			cctx, cancel := context.WithTimeout(ctx, adminTimeout)
 			n, complete, err := inspect.CountKeys(cctx, st, l, countBudget)

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/core/inspect"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 )
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens; see the
@@ -312,7 +313,7 @@ func parseRedis(d *caddyfile.Dispenser) (*RedisStoreConfig, error) {
 			}
 			r.LeaseTTL = caddy.Duration(dur)
 		case "prefix":
-			r.Prefix, err = oneArg(d, sub, checkedErr(core.CheckRedisPrefix))
+			r.Prefix, err = oneArg(d, sub, checkedErr(redisstore.CheckPrefix))
 		case "breaker":
 			var failures, backoff string
 			if !d.AllArgs(&failures, &backoff) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 )
 
 // RedisStoreConfig configures a Redis store. Exactly one of Address,
@@ -134,10 +135,10 @@ func (c *RedisStoreConfig) validate() error {
 	if err := c.checkAddresses(false); err != nil {
 		return err
 	}
-	if err := core.CheckRedisDB(c.DB, len(c.Addresses) > 0); err != nil {
+	if err := redisstore.CheckDB(c.DB, len(c.Addresses) > 0); err != nil {
 		return redisError(err)
 	}
-	if err := core.CheckRedisUser(c.Username, c.Password); err != nil {
+	if err := redisstore.CheckUser(c.Username, c.Password); err != nil {
 		return redisError(err)
 	}
 	if c.Timeout < 0 {
@@ -158,7 +159,7 @@ func (c *RedisStoreConfig) validate() error {
 	if t := c.TLS; t != nil && (t.Cert == "") != (t.Key == "") {
 		return optionErrorf("tls", "store.redis.tls: cert and key go together")
 	}
-	if err := core.CheckRedisPrefix(c.Prefix); err != nil {
+	if err := redisstore.CheckPrefix(c.Prefix); err != nil {
 		return redisError(err)
 	}
 	return nil
@@ -182,7 +183,7 @@ func (c *RedisStoreConfig) checkAddresses(expanded bool) error {
 		if !expanded && strings.Contains(a, "{") {
 			return nil
 		}
-		if err := core.CheckRedisAddress(a); err != nil {
+		if err := redisstore.CheckAddress(a); err != nil {
 			return &optionError{option: sub, err: errors.New(model.FieldOf(err).Format("store.redis."+option, ""))}
 		}
 		return nil
@@ -236,10 +237,10 @@ func (c *RedisStoreConfig) resolve() (*RedisStoreConfig, error) {
 		r.TLS = &t
 	}
 	if r.Timeout == 0 {
-		r.Timeout = caddy.Duration(core.DefaultRedisTimeout)
+		r.Timeout = caddy.Duration(redisstore.DefaultTimeout)
 	}
 	if r.Prefix == "" {
-		r.Prefix = core.DefaultRedisPrefix
+		r.Prefix = redisstore.DefaultPrefix
 	}
 	if c.Address != "" && r.Address == "" {
 		return nil, fmt.Errorf("store.redis.address %q: expands to nothing", c.Address)
@@ -284,7 +285,7 @@ func (c *RedisStoreConfig) label() string {
 	default:
 		l = "redis " + c.Address + "/" + strconv.Itoa(c.DB)
 	}
-	if c.Prefix != core.DefaultRedisPrefix {
+	if c.Prefix != redisstore.DefaultPrefix {
 		l += " prefix=" + c.Prefix
 	}
 	if c.Username != "" {
@@ -302,7 +303,7 @@ func (c *RedisStoreConfig) tlsConfig() (*tls.Config, error) {
 	if t == nil {
 		return nil, nil
 	}
-	cfg, err := core.TLSConfig(t.CA, t.Cert, t.Key, t.InsecureSkipVerify, t.ServerName)
+	cfg, err := redisstore.TLSConfig(t.CA, t.Cert, t.Key, t.InsecureSkipVerify, t.ServerName)
 	if err != nil {
 		return nil, fmt.Errorf("store.redis.tls: %w", err)
 	}
@@ -359,7 +360,7 @@ func newRedisStore(c *RedisStoreConfig) (*pooledStore, error) {
 		opts.Addrs = []string{c.Address}
 		client = redis.NewClient(opts.Simple())
 	}
-	st, err := core.NewRedisStore(core.RedisConfig{Client: scripter{client}, Prefix: c.Prefix, Cluster: cluster, ReadableKeys: c.ReadableKeys})
+	st, err := redisstore.New(redisstore.Config{Client: scripter{client}, Prefix: c.Prefix, Cluster: cluster, ReadableKeys: c.ReadableKeys})
 	if err != nil {
 		client.Close()
 		return nil, err

@@ -299,7 +299,7 @@ func TestRedisCluster(t *testing.T) {
 // prefix, user or TLS get metric labels of their own, so neither's
 // breaker gauge reads the other's.
 func TestStoreLabelsDiffer(t *testing.T) {
-	base := RedisStoreConfig{Address: "127.0.0.1:6379", Prefix: "sluice:"} // core.DefaultRedisPrefix
+	base := RedisStoreConfig{Address: "127.0.0.1:6379", Prefix: "sluice:"} // redisstore.DefaultPrefix
 	labels := map[string]bool{base.label(): true}
 	for _, c := range []RedisStoreConfig{
 		{Address: base.Address, Prefix: "other:"},

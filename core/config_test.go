@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 )
 
 func TestCheckLimitName(t *testing.T) {
@@ -143,7 +144,7 @@ func TestTLSConfig(t *testing.T) {
 		{name: "key mismatch", cert: cert, key: otherKey, err: "cert: does not go with key: "},
 	}
 	for _, tt := range tests {
-		c, err := TLSConfig(tt.ca, tt.cert, tt.key, false, "")
+		c, err := redisstore.TLSConfig(tt.ca, tt.cert, tt.key, false, "")
 		if tt.err != "" {
 			if err == nil || !strings.HasPrefix(err.Error(), tt.err) {
 				t.Errorf("%s: got %v, want an error beginning %q", tt.name, err, tt.err)
@@ -161,7 +162,7 @@ func TestTLSConfig(t *testing.T) {
 		}
 	}
 
-	c, err := TLSConfig("", "", "", true, "redis.internal")
+	c, err := redisstore.TLSConfig("", "", "", true, "redis.internal")
 	if err != nil || !c.InsecureSkipVerify || c.ServerName != "redis.internal" {
 		t.Errorf("insecure, server name: %+v, %v", c, err)
 	}

@@ -17,7 +17,7 @@
 //	Go service sluicehttp handler           ─┼─> Gate.Serve(w, r, asks)
 //	Traefik    ServeLane (any other config) ─┘     │
 //	                                               ├ decide: breaker ─> Store.Take within the timeout
-//	                                               │         (MemoryStore or RedisStore), or the
+//	                                               │         (MemoryStore or redisstore.Store), or the
 //	                                               │         fallback / failure policy when it fails
 //	                                               ├ in-flight slots (serveFlight), dry run
 //	                                               ├ classify: the outcome and the decision reported

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 )
 
 // StoreErrorPolicy says what a Gate does with a request when its store
@@ -182,8 +183,8 @@ type Gate struct {
 	// watches it: Serve then decides a single ask without Decide's
 	// generality (a MemoryStore never fails and ignores contexts).
 	mem *MemoryStore
-	// redis is the primary store when it is a RedisStore.
-	redis *RedisStore
+	// redis is the primary store when it is a redisstore.Store.
+	redis *redisstore.Store
 	// memClock reports that the gate and mem both read the system clock:
 	// Serve then takes the Unix time of the headers from the decision.
 	memClock bool
@@ -220,7 +221,7 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 	if cfg.Clock == nil {
 		g.systemClock = newSystemClock()
 	}
-	g.redis, _ = cfg.Store.(*RedisStore)
+	g.redis, _ = cfg.Store.(*redisstore.Store)
 	var err error
 	if g.slots, err = newGateSlots(&g.cfg); err != nil {
 		return nil, err

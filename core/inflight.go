@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 )
 
 // In-flight limits. A Limit with MaxInFlight holds, besides its rate, a
@@ -127,7 +128,7 @@ type gateSlots struct {
 	store    model.SlotStore // the gate's primary store
 	fallback *MemoryStore    // its fallback, or nil
 	ttl      time.Duration
-	// remote: the store is a RedisStore, whose leases expire and are
+	// remote: the store is a redisstore.Store, whose leases expire and are
 	// named by leases and a counter: random, so that instances sharing
 	// a Redis never pick the same name.
 	remote bool
@@ -195,7 +196,7 @@ func newGateSlots(cfg *GateConfig) (*gateSlots, error) {
 		return nil, fmt.Errorf("max_in_flight: naming leases: %w", err)
 	}
 	gs.leases = hex.EncodeToString(b[:]) + "-"
-	_, gs.remote = cfg.Store.(*RedisStore)
+	_, gs.remote = cfg.Store.(*redisstore.Store)
 	if gs.remote && gs.fallback != nil {
 		gs.held = make(map[string]func() error)
 	}
@@ -579,5 +580,5 @@ func serveFlight(g *Gate, w http.ResponseWriter, r *http.Request, asks []model.A
 
 var (
 	_ model.SlotStore = (*MemoryStore)(nil)
-	_ model.SlotStore = (*RedisStore)(nil)
+	_ model.SlotStore = (*redisstore.Store)(nil)
 )

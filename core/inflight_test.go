@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/core/resp"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
@@ -329,7 +330,7 @@ func TestFlightNoLeakUnderCancels(t *testing.T) {
 	}
 }
 
-func flightRedisStore(t *testing.T) *RedisStore {
+func flightRedisStore(t *testing.T) *redisstore.Store {
 	t.Helper()
 	srv := redistest.Start(t, redistest.Options{})
 	return newTestRedisStore(t, resptest.Client(t, srv.Addr, 16), false)

@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/core/resp"
 )
 
@@ -96,12 +97,12 @@ type Lane struct {
 	// with limit, spec, cost, quota, ipv4, clientIP and shared as for one.
 	// direct, breaker and timeout are the gate's store's and config's,
 	// bstate and bfails the breaker's state and fails (nil without one);
-	// take, hole and hole2 the limit's directTake call; sys the gate's
+	// take, hole and hole2 the limit's redisstore.DirectTake call; sys the gate's
 	// system clock, nil with a GateConfig.Clock. down is LaneConfig's
 	// with Watch and Observe, &alwaysDown with them but no Down, else
 	// nil: serveLaneRedis observes an admission while *down is not 0.
 	rd          bool
-	direct      *RedisDirect
+	direct      *redisstore.Direct
 	breaker     *Breaker
 	timeout     time.Duration
 	take        string
@@ -406,10 +407,10 @@ var (
 	sha256Sum     = sha256.Sum256
 	hexEncode     = hex.Encode
 	parseFloat    = strconv.ParseFloat
-	noSum         [sha256.Size]byte               // serveLaneRedis' sum, zero
-	noTime        time.Time                       // serveLaneRedis' start, zero
-	noFields      [redisReplyFields]time.Duration // serveLaneRedis' f, zero
-	noAddr        netip.Addr                      // laneDepthKey's a, zero
+	noSum         [sha256.Size]byte                     // serveLaneRedis' sum, zero
+	noTime        time.Time                             // serveLaneRedis' start, zero
+	noFields      [redisstore.ReplyFields]time.Duration // serveLaneRedis' f, zero
+	noAddr        netip.Addr                            // laneDepthKey's a, zero
 	parseAddr     = netip.ParseAddr
 	trimHop       = strings.Trim
 )
@@ -1101,9 +1102,9 @@ func laneSetIETFX(h http.Header, a *limitAnswer, d *model.Decision, now int64,
 
 // newLaneRedis makes l, a lane whose gate has no in-memory store to take
 // from, decide with serveLaneRedis when that path applies: one enforced
-// limit on a RedisStore that has a RedisDirect and Redis's clock, no
+// limit on a redisstore.Store that has a redisstore.Direct and Redis's clock, no
 // in-flight limit, a cost of 1 and the header set ietf and x of a limit
-// whose answer texts are ready (the decisions RedisDirect sends, answered
+// whose answer texts are ready (the decisions redisstore.Direct sends, answered
 // by laneSetIETFX). It sets the fields of the limit that serveLaneRedis
 // and laneKey read, as NewLane does for a lane that takes from memory.
 func newLaneRedis(l *Lane, cfg LaneConfig) {
@@ -1133,7 +1134,7 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 			l.down = &alwaysDown
 		}
 	}
-	l.take, l.hole, l.hole2 = directTake(lim)
+	l.take, l.hole, l.hole2 = redisstore.DirectTake(lim)
 	// A rejection is laneReject's when its retry is known: the reply
 	// says Never in more digits than serveLaneRedis reads.
 	l.rejectHead = "1 "
@@ -1150,7 +1151,7 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 // serveLaneRedis is ServeLane for a lane that newLaneRedis set up: the
 // common decision on Redis written out, as serveLaneTB writes out the
 // in-memory one. It builds the key (laneKey4), sends the take
-// script's call that the limit encoded (RedisStore.Take's call, sent to the RedisDirect client)
+// script's call that the limit encoded (redisstore.Store.Take's call, sent to the redisstore.Direct client)
 // within the gate's timeout, reads the reply of an admission without
 // delay, writes the headers with laneSetIETFX and reports the verdict
 // to the observer only when LaneConfig says it must. A rejection whose
@@ -1159,26 +1160,26 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 // takes the general path with its semantics: serveLaneAny before the
 // call (no key, a key too long to send as is, a breaker not simply
 // closed, no direct client), laneRedisSlow after it (a failed call, which
-// RedisStore.takeFailed retries or reports, and any other reply, which
-// decodeDecisions reads).
+// redisstore.Store.takeFailed retries or reports, and any other reply, which
+// redisstore.DecodeDecisions reads).
 //
 // Its parameters after r are its variables, which ServeLane passes as
 // zero values, and its standard library functions are package variables:
 // see serveLaneTB.
 func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
 	key string, err error, cl *resp.Client, ctx context.Context, start time.Time, cmd []byte, sum [sha256.Size]byte,
-	reply interface{}, text string, ok bool, rem float64, p, q, j int, c byte, n time.Duration, f [redisReplyFields]time.Duration, now int64, v Verdict) {
+	reply interface{}, text string, ok bool, rem float64, p, q, j int, c byte, n time.Duration, f [redisstore.ReplyFields]time.Duration, now int64, v Verdict) {
 	key = laneKey4(l, r, "", nil)
 	if key == "" || len(key) > maxKeyLength || l.bstate != nil && loadInt32(l.bstate) != breakerClosed {
 		serveLaneAny(l, next, w, r, nil, noVerdict, false)
 		return
 	}
-	cl = (*RedisDirect).Client(l.direct)
+	cl = (*redisstore.Direct).Client(l.direct)
 	if cl == nil {
 		serveLaneAny(l, next, w, r, nil, noVerdict, false)
 		return
 	}
-	// RedisStore.Take's call, for the direct client.
+	// redisstore.Store.Take's call, for the direct client.
 	start = timeNow()
 	cmd = []byte(l.take)
 	sum = sha256Sum([]byte(key))
@@ -1191,11 +1192,11 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 		laneRedisSlow(l, next, w, r, key, ctx, start, reply, err)
 		return
 	}
-	// decodeDecisions for the reply of an admission without delay,
+	// redisstore.DecodeDecisions for the reply of an admission without delay,
 	// "1 <remaining> <reset> <retry> 0 <next>", or with fastReject of a
 	// rejection, which starts "0 ": the number remaining as
-	// decodeAsk reads any (and decodeDecisions one with a fraction), by
-	// parseFloat, which reads a whole one as decodeDecisions does; the
+	// decodeAsk reads any (and redisstore.DecodeDecisions one with a fraction), by
+	// parseFloat, which reads a whole one as redisstore.DecodeDecisions does; the
 	// others whole numbers of 1 to 15 digits, fields 2 to 4 in f and the
 	// last in n.
 	if text, ok = reply.(string); !ok || len(text) < 11 || text[:2] != "1 " && text[:2] != l.rejectHead {
@@ -1212,7 +1213,7 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 	for q = p; q < len(text); q++ {
 		if c = text[q] - '0'; c <= 9 {
 			n = n*10 + time.Duration(c)
-		} else if text[q] != ' ' || q == p || q-p > 15 || j == redisReplyFields-1 {
+		} else if text[q] != ' ' || q == p || q-p > 15 || j == redisstore.ReplyFields-1 {
 			break
 		} else {
 			f[j] = n
@@ -1221,7 +1222,7 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 			p = q + 1
 		}
 	}
-	if q != len(text) || j != redisReplyFields-1 || q == p || q-p > 15 || f[4] != 0 {
+	if q != len(text) || j != redisstore.ReplyFields-1 || q == p || q-p > 15 || f[4] != 0 {
 		laneRedisSlow(l, next, w, r, key, ctx, start, reply, nil)
 		return
 	}
@@ -1255,9 +1256,9 @@ var alwaysDown int32 = 1
 
 // laneRedisReject answers, by laneReject, the rejection that serveLaneRedis
 // read at now, whose fields 2 to 4 are in f and the last in next, with
-// decodeDecisions' RetryAfter (at least 1). It is apart so that an
+// redisstore.DecodeDecisions' RetryAfter (at least 1). It is apart so that an
 // admission does not pay for its values under Yaegi.
-func laneRedisReject(l *Lane, w http.ResponseWriter, rem float64, f *[redisReplyFields]time.Duration, next time.Duration, now int64) {
+func laneRedisReject(l *Lane, w http.ResponseWriter, rem float64, f *[redisstore.ReplyFields]time.Duration, next time.Duration, now int64) {
 	if f[3] == 0 {
 		f[3] = 1
 	}
@@ -1266,16 +1267,16 @@ func laneRedisReject(l *Lane, w http.ResponseWriter, rem float64, f *[redisReply
 
 // laneRedisSlow finishes serveLaneRedis on the general path after the
 // call of the limit's script on key, begun at start, returned reply and
-// err: RedisStore.takeFailed's handling of a failure or decodeDecisions'
+// err: redisstore.Store.takeFailed's handling of a failure or redisstore.DecodeDecisions'
 // of its reply, then Gate.decided's and
 // serveLaneAny's.
 func laneRedisSlow(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, ctx context.Context, start time.Time, reply interface{}, err error) {
 	asks := []model.Ask{{Limit: l.limit, Key: key, Cost: l.cost}}
 	out := make([]model.Decision, 1)
 	if err != nil {
-		err = l.gate.redis.takeFailed(ctx, start, l.timeout, asks, out, err)
+		err = l.gate.redis.TakeFailed(ctx, start, l.timeout, asks, out, err)
 	} else {
-		err = decodeDecisions(reply, asks, out)
+		err = redisstore.DecodeDecisions(reply, asks, out)
 	}
 	v := l.gate.decided(ctx, asks, out, err, 0)
 	laneFinish(l, next, w, r, &v, l.gate.answer(w, r, asks, &v, 0))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
 	"github.com/sluicehq/sluice/internal/testclock"
@@ -24,7 +25,7 @@ import (
 // the clock clock, nil for the system clock), that record what they
 // observe in seen: the first takes serveLaneRedis' path, the second, the
 // same lane with that path off, the general one.
-func redisLanePair(t *testing.T, store *RedisStore, l *model.Limit, policy StoreErrorPolicy, clock model.Clock, cfg LaneConfig, seen *[2][]Verdict) [2]*Lane {
+func redisLanePair(t *testing.T, store *redisstore.Store, l *model.Limit, policy StoreErrorPolicy, clock model.Clock, cfg LaneConfig, seen *[2][]Verdict) [2]*Lane {
 	t.Helper()
 	var lanes [2]*Lane
 	for i := range lanes {
@@ -105,7 +106,7 @@ func TestServeLaneRedisMatchesGeneral(t *testing.T) {
 		"1 4 250000000 0 0 250000000",
 		"1 0 1000000000 0 0 1000000000",
 		"1 4.499999999 250000001 0 0 125000000",
-		"1 9007199254740993 1 0 0 1", // more digits than decodeDecisions reads
+		"1 9007199254740993 1 0 0 1", // more digits than redisstore.DecodeDecisions reads
 		"1 1e3 1 0 0 1",
 		"1 1234567890123456 1 0 0 1",
 		"1 4 1234567890123456 0 0 1",

@@ -7,7 +7,7 @@ import (
 // The hooks through which package core/inspect reads and forgets the
 // states of a MemoryStore for operators, outside core so that the Traefik
 // plugin, which never inspects, does not load that code under Yaegi; the
-// RedisStore's are in redis_peek.go.
+// redisstore.Store's are in redis_peek.go.
 
 // PeekState returns a copy of the state of l's rate that s holds for key,
 // read under its shard's lock at the hash Take uses, and now, the store's

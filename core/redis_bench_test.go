@@ -8,12 +8,13 @@ import (
 
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/core/resp"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // benchRedisGate returns a Gate on a real redis-server as the Traefik
-// plugin builds it (a RedisStore whose RedisDirect holds the RESP client,
+// plugin builds it (a redisstore.Store whose redisstore.Direct holds the RESP client,
 // a breaker, a timeout) and a token bucket it never rejects.
 func benchRedisGate(b *testing.B) (*Gate, *model.Limit) {
 	b.Helper()
@@ -23,15 +24,15 @@ func benchRedisGate(b *testing.B) (*Gate, *model.Limit) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { client.Close() })
-	direct := &RedisDirect{}
+	direct := &redisstore.Direct{}
 	direct.Set(client)
-	s, err := NewRedisStore(RedisConfig{Client: client, Direct: direct})
+	s, err := redisstore.New(redisstore.Config{Client: client, Direct: direct})
 	if err != nil {
 		b.Fatal(err)
 	}
 	l := algLimit(b, model.TokenBucket, "1e9/s", 1e12, 0)
 	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: s, Responder: Responder{Headers: DefaultHeaders},
-		Breaker: &Breaker{}, Timeout: DefaultRedisTimeout})
+		Breaker: &Breaker{}, Timeout: redisstore.DefaultTimeout})
 	if err != nil {
 		b.Fatal(err)
 	}

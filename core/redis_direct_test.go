@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/core/resp"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
@@ -128,10 +129,10 @@ func readFakeCommand(r *bufio.Reader) ([]string, error) {
 // Lane on a gate of l on store answers it (with the headers ietf and x, a
 // JSON body and timeout), and returns the verdict the lane observed. A
 // lane of cost 1 must take serveLaneRedis' path, the only caller of the
-// store's RedisDirect client. The client leaves once the answer's headers
+// store's redisstore.Direct client. The client leaves once the answer's headers
 // are written, so that a delayed request is cancelled, and refunded,
 // rather than waited out.
-func directDecide(t *testing.T, store *RedisStore, timeout time.Duration, l *model.Limit, key string, cost float64) Verdict {
+func directDecide(t *testing.T, store *redisstore.Store, timeout time.Duration, l *model.Limit, key string, cost float64) Verdict {
 	t.Helper()
 	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: store, Responder: Responder{Headers: DefaultHeaders, Body: BodyJSON}, Timeout: timeout})
 	if err != nil {
@@ -233,14 +234,14 @@ func TestRedisDirectTimeout(t *testing.T) {
 	}
 }
 
-// directStore returns a RedisStore whose Client counts its calls (cs) and
+// directStore returns a redisstore.Store whose Client counts its calls (cs) and
 // runs them on client, which direct holds too.
-func directStore(t *testing.T, client *resp.Client) (cs *countingEvals, direct *RedisDirect, s *RedisStore) {
+func directStore(t *testing.T, client *resp.Client) (cs *countingEvals, direct *redisstore.Direct, s *redisstore.Store) {
 	t.Helper()
 	cs = &countingEvals{Scripter: client}
-	direct = &RedisDirect{}
+	direct = &redisstore.Direct{}
 	direct.Set(client)
-	s, err := NewRedisStore(RedisConfig{Client: cs, Direct: direct})
+	s, err := redisstore.New(redisstore.Config{Client: cs, Direct: direct})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +265,7 @@ func (c *countingEvals) ScriptLoad(ctx context.Context, script string) (string, 
 }
 
 // TestRedisDirect: a Lane's common decisions go straight to the client
-// RedisDirect holds, deciding as Take does; the others, a decision after
+// redisstore.Direct holds, deciding as Take does; the others, a decision after
 // SCRIPT FLUSH, and one whose direct client is closed, go through Client.
 func TestRedisDirect(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
@@ -346,14 +347,14 @@ func TestRedisDirect(t *testing.T) {
 // TestRedisDirectOnlyDefault: a store with another prefix, readable keys
 // or a Cluster uses no direct client.
 func TestRedisDirectOnlyDefault(t *testing.T) {
-	for _, cfg := range []RedisConfig{
+	for _, cfg := range []redisstore.Config{
 		{Prefix: "app:"},
 		{ReadableKeys: true},
 		{Cluster: true},
 	} {
 		cfg.Client = &resp.Client{}
-		cfg.Direct = &RedisDirect{}
-		s, err := NewRedisStore(cfg)
+		cfg.Direct = &redisstore.Direct{}
+		s, err := redisstore.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

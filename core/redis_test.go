@@ -3,27 +3,65 @@ package core
 import (
 	"context"
 	"math/rand"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
-// newClockedRedisStore returns a RedisStore of client whose scripts
-// decide at clock's instants.
-func newClockedRedisStore(t *testing.T, client model.Scripter, clock *testclock.Clock) *RedisStore {
+func newTestRedisStore(t *testing.T, client model.Scripter, cluster bool) *redisstore.Store {
 	t.Helper()
-	s, err := NewRedisStore(RedisConfig{Client: client, Clock: clock.Now})
+	s, err := redisstore.New(redisstore.Config{Client: client, Cluster: cluster})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-// TestRedisStoreMatchesMemoryStore drives a RedisStore and a MemoryStore
+// redisTestLimit returns a validated limit.
+func redisTestLimit(t *testing.T, name string, alg model.Algorithm, rate string, burst float64, maxDelay time.Duration) *model.Limit {
+	t.Helper()
+	rt, err := model.ParseRate(rate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &model.Limit{Name: name, Algorithm: alg, Rate: rt, Burst: burst, MaxDelay: maxDelay}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// redisTestTake asks l for cost under key and fails the test on error.
+func redisTestTake(t *testing.T, s model.Store, l *model.Limit, key string, cost float64) model.Decision {
+	t.Helper()
+	out := make([]model.Decision, 1)
+	if err := s.Take(context.Background(), []model.Ask{{Limit: l, Key: key, Cost: cost}}, out); err != nil {
+		t.Fatalf("Take: %v", err)
+	}
+	return out[0]
+}
+
+// redisNonce keeps keys of this process apart from earlier runs'.
+var redisNonce = strconv.FormatInt(time.Now().UnixNano(), 36)
+
+// newClockedRedisStore returns a redisstore.Store of client whose scripts
+// decide at clock's instants.
+func newClockedRedisStore(t *testing.T, client model.Scripter, clock *testclock.Clock) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.New(redisstore.Config{Client: client, Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestRedisStoreMatchesMemoryStore drives a redisstore.Store and a MemoryStore
 // with the same pseudo-random requests, refunds and clock steps (some
 // backwards) and requires identical decisions: the scripts compute in the
 // same nanoseconds and the same floating-point operations as Limit.Decide.
@@ -123,7 +161,7 @@ func TestRedisStoreRateChange(t *testing.T) {
 	client := resptest.Client(t, srv.Addr, 1)
 	ctx := context.Background()
 	const maxPTTL = int64(2*time.Hour/time.Millisecond) + 1000
-	checkPTTL := func(t *testing.T, s *RedisStore, l *model.Limit, key string) {
+	checkPTTL := func(t *testing.T, s *redisstore.Store, l *model.Limit, key string) {
 		t.Helper()
 		names := []string{s.StateKey(l, key)}
 		if l.Algorithm == model.SlidingWindowLog {

@@ -29,7 +29,7 @@
 //
 // The middleware is a thin adapter: the decisions, the waits, the
 // headers and the answers are core.Gate's, the request keys keyspec.Spec's,
-// and the Redis keys core.RedisStore's.
+// and the Redis keys redisstore.Store's.
 package sluicehttp
 
 import (
@@ -45,6 +45,7 @@ import (
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/core/resp"
 )
 
@@ -243,7 +244,7 @@ func New(cfg Config) (*Middleware, error) {
 		}
 		gc.Timeout = cfg.Redis.Timeout
 		if gc.Timeout == 0 {
-			gc.Timeout = core.DefaultRedisTimeout
+			gc.Timeout = redisstore.DefaultTimeout
 		}
 		gc.LeaseTTL = cfg.Redis.LeaseTTL
 		gc.Breaker = new(core.Breaker)
@@ -374,7 +375,7 @@ func fallback(cfg *Config, gc *core.GateConfig) error {
 
 // connect opens m's Redis client and returns the store on it.
 func (m *Middleware) connect(r *Redis) (model.Store, error) {
-	if err := core.CheckRedisDB(r.DB, false); err != nil {
+	if err := redisstore.CheckDB(r.DB, false); err != nil {
 		return nil, err
 	}
 	if r.Timeout < 0 || r.LeaseTTL < 0 {
@@ -389,7 +390,7 @@ func (m *Middleware) connect(r *Redis) (model.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := core.NewRedisStore(core.RedisConfig{Client: c, Prefix: r.Prefix, ReadableKeys: r.ReadableKeys})
+	st, err := redisstore.New(redisstore.Config{Client: c, Prefix: r.Prefix, ReadableKeys: r.ReadableKeys})
 	if err != nil {
 		c.Close()
 		return nil, err

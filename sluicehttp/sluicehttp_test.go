@@ -67,7 +67,7 @@ func redisClient(t *testing.T, srv *redistest.Server) *resp.Client {
 
 // TestRedisKeyOfShareGroup pins the Redis key of a limit in a share group
 // to the one Caddy's handler with `share edge` writes for the zone of the
-// same name (caddymodule: zonePrefix, then core.RedisStore): the prefix,
+// same name (caddymodule: zonePrefix, then redisstore.Store): the prefix,
 // the limit's namespace (name and algorithm) and the digest of the
 // group's prefix and the client's key.
 func TestRedisKeyOfShareGroup(t *testing.T) {

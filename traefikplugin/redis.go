@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/core/resp"
 )
 
@@ -68,7 +69,7 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 		endpoints = []string{defaultRedisEndpoint}
 	}
 	for _, e := range endpoints {
-		if err := core.CheckRedisAddress(e); err != nil {
+		if err := redisstore.CheckAddress(e); err != nil {
 			return nil, errors.New(model.FieldOf(err).Format("redis.endpoints", ""))
 		}
 	}
@@ -88,13 +89,13 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 		return nil, err
 	}
 	o.resp.Password = pw
-	if err := core.CheckRedisUser(o.resp.Username, pw); err != nil {
+	if err := redisstore.CheckUser(o.resp.Username, pw); err != nil {
 		return nil, fieldError("redis.", err)
 	}
 	if o.resp.DB, err = parseInt("redis.db", r.DB, 0, 0, 1<<20); err != nil {
 		return nil, err
 	}
-	if err := core.CheckRedisDB(o.resp.DB, o.seeds != nil); err != nil {
+	if err := redisstore.CheckDB(o.resp.DB, o.seeds != nil); err != nil {
 		return nil, fieldError("redis.", err)
 	}
 	if o.resp.PoolSize, err = parseInt("redis.poolSize", r.PoolSize, 0, 0, 1<<16); err != nil {
@@ -123,7 +124,7 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 		return nil, err
 	}
 	if o.timeout == 0 {
-		o.timeout = core.DefaultRedisTimeout
+		o.timeout = redisstore.DefaultTimeout
 	}
 	if s.leaseTTL, err = parseDuration("redis.leaseTTL", r.LeaseTTL); err != nil {
 		return nil, err
@@ -147,7 +148,7 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 // parseSentinel reads redis.sentinel.
 func parseSentinel(r *RedisSentinel) (*resp.SentinelOptions, error) {
 	so := &resp.SentinelOptions{MasterName: strings.TrimSpace(r.MasterName), Addrs: parseList(r.Endpoints), Username: strings.TrimSpace(r.Username)}
-	if err := core.CheckRedisSentinel(so.MasterName, so.Addrs); err != nil {
+	if err := redisstore.CheckSentinel(so.MasterName, so.Addrs); err != nil {
 		return nil, fieldError("", err)
 	}
 	pw, err := secret("redis.sentinel.password", r.Password)
@@ -155,7 +156,7 @@ func parseSentinel(r *RedisSentinel) (*resp.SentinelOptions, error) {
 		return nil, err
 	}
 	so.Password = pw
-	if err := core.CheckRedisUser(so.Username, pw); err != nil {
+	if err := redisstore.CheckUser(so.Username, pw); err != nil {
 		return nil, fieldError("redis.sentinel.", err)
 	}
 	return so, nil
@@ -199,7 +200,7 @@ func parseTLS(t *RedisTLS) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := core.TLSConfig(t.CA, t.Cert, t.Key, insecure, "")
+	c, err := redisstore.TLSConfig(t.CA, t.Cert, t.Key, insecure, "")
 	if err != nil {
 		return nil, fieldError("", err)
 	}
@@ -219,11 +220,11 @@ type redisClient struct {
 	log  io.Writer // stderr: outages and recoveries
 
 	lazy    *resp.Lazy
-	store   *core.RedisStore
+	store   *redisstore.Store
 	breaker core.Breaker
 	// direct holds the standalone server's *resp.Client while connected,
 	// for the store to send its common decisions to without EvalSha.
-	direct core.RedisDirect
+	direct redisstore.Direct
 
 	refs int   // registry entries using it; under the registry's lock
 	down int32 // atomic; 1 while an outage has been reported
@@ -237,7 +238,7 @@ func newRedisClient(ctx context.Context, o *redisOptions, clock model.Clock, log
 	c := &redisClient{opts: *o, log: log}
 	c.lazy = resp.NewLazy(resp.Target{Options: o.resp, Seeds: o.seeds, Sentinel: o.sentinel, ClusterTimeout: o.timeout, Name: o.name},
 		clock, c.direct.Set)
-	st, err := core.NewRedisStore(core.RedisConfig{Client: c.lazy, Cluster: o.seeds != nil, ReadableKeys: o.readable, Direct: &c.direct})
+	st, err := redisstore.New(redisstore.Config{Client: c.lazy, Cluster: o.seeds != nil, ReadableKeys: o.readable, Direct: &c.direct})
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-// Command redis measures the decisions per second of sluice's RedisStore
+// Command redis measures the decisions per second of sluice's redisstore.Store
 // (through core/resp) against a running Redis server, at several numbers of
 // concurrent callers, each with its own connection. It decides one
 // token_bucket limit of 1e9 per second with a burst of 1e9 on one key, so
@@ -27,8 +27,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/core/resp"
 )
 
@@ -84,7 +84,7 @@ func measure(addr string, asks []model.Ask, callers int, dur time.Duration) (flo
 		return 0, 0, err
 	}
 	defer client.Close()
-	store, err := core.NewRedisStore(core.RedisConfig{Client: client})
+	store, err := redisstore.New(redisstore.Config{Client: client})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -172,7 +172,7 @@ func dumpCommand(addr string, asks []model.Ask, dir string) error {
 		return err
 	}
 	rec := &recorder{Scripter: client}
-	store, err := core.NewRedisStore(core.RedisConfig{Client: rec})
+	store, err := redisstore.New(redisstore.Config{Client: rec})
 	if err != nil {
 		return err
 	}

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/core/resp"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -57,7 +57,7 @@ func TestYaegiCostReport(t *testing.T) {
 }
 
 // redisReport measures each of redisCases on a real redis-server through
-// the plugin, and the same decision through the compiled RedisStore and
+// the plugin, and the same decision through the compiled redisstore.Store and
 // RESP client, in alternating rounds: the median of the rounds'
 // differences is what the interpreter adds to the round trip.
 func redisReport(t *testing.T, rounds, n int, out func(string, ...any)) {
@@ -68,7 +68,7 @@ func redisReport(t *testing.T, rounds, n int, out func(string, ...any)) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	store, err := core.NewRedisStore(core.RedisConfig{Client: client})
+	store, err := redisstore.New(redisstore.Config{Client: client})
 	if err != nil {
 		t.Fatal(err)
 	}

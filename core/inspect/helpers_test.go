@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 )
 
 // The helpers of this package's tests, on core's exported API; those that
@@ -18,9 +19,9 @@ var redisNonce = strconv.FormatInt(time.Now().UnixNano(), 36)
 
 // newTestRedisStore returns a store on client with the default prefix and
 // digested keys, deciding at clock's instants (Redis's for nil).
-func newTestRedisStore(t *testing.T, client model.Scripter, cluster bool, clock model.Clock) *core.RedisStore {
+func newTestRedisStore(t *testing.T, client model.Scripter, cluster bool, clock model.Clock) *redisstore.Store {
 	t.Helper()
-	s, err := core.NewRedisStore(core.RedisConfig{Client: client, Cluster: cluster, Clock: clock})
+	s, err := redisstore.New(redisstore.Config{Client: client, Cluster: cluster, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 )
 
 // KeyState is what a store holds for one (limit, key), read without
@@ -39,7 +40,7 @@ type KeyState struct {
 }
 
 // Inspector reports and forgets the states of a store's keys, for
-// operators. Of returns one for a core.MemoryStore or a core.RedisStore.
+// operators. Of returns one for a core.MemoryStore or a redisstore.Store.
 type Inspector interface {
 	// Peek reports the state of (l, key) at the store's current instant
 	// without changing it. key is the Ask's Key.
@@ -52,12 +53,12 @@ type Inspector interface {
 }
 
 // Of returns the Inspector of store s, a *core.MemoryStore or a
-// *core.RedisStore; ok is false for any other Store.
+// *redisstore.Store; ok is false for any other Store.
 func Of(s model.Store) (in Inspector, ok bool) {
 	switch st := s.(type) {
 	case *core.MemoryStore:
 		return memoryInspector{st}, true
-	case *core.RedisStore:
+	case *redisstore.Store:
 		return redisInspector{st}, true
 	}
 	return nil, false

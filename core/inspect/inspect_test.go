@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
 	"github.com/sluicehq/sluice/internal/testclock"
@@ -122,7 +123,7 @@ func TestRedisStoreInspector(t *testing.T) {
 	client := resptest.Client(t, srv.Addr, 2)
 	for _, readable := range []bool{false, true} {
 		testInspector(t, func(t *testing.T, clock *testclock.Clock) model.Store {
-			s, err := core.NewRedisStore(core.RedisConfig{Client: client, ReadableKeys: readable, Clock: clock.Now})
+			s, err := redisstore.New(redisstore.Config{Client: client, ReadableKeys: readable, Clock: clock.Now})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -166,7 +167,7 @@ func TestInspectorQueued(t *testing.T) {
 func TestRedisStoreCountKeys(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	client := resptest.Client(t, srv.Addr, 1)
-	s, err := core.NewRedisStore(core.RedisConfig{Client: client, Prefix: "count*[x]:"})
+	s, err := redisstore.New(redisstore.Config{Client: client, Prefix: "count*[x]:"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,18 +7,18 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 )
 
-// redisInspector is the Inspector of a RedisStore.
-type redisInspector struct{ s *core.RedisStore }
+// redisInspector is the Inspector of a redisstore.Store.
+type redisInspector struct{ s *redisstore.Store }
 
 var (
-	redisPeek   = core.NewRedisScript(redisPeekScript)
-	redisDelete = core.NewRedisScript(redisDeleteScript)
-	redisCount  = core.NewRedisScript(redisCountScript)
-	redisLeases = core.NewRedisScript(redisLeasesScript)
+	redisPeek   = redisstore.NewScript(redisPeekScript)
+	redisDelete = redisstore.NewScript(redisDeleteScript)
+	redisCount  = redisstore.NewScript(redisCountScript)
+	redisLeases = redisstore.NewScript(redisLeasesScript)
 )
 
 // Peek implements Inspector with one read-only script on Redis's clock
@@ -40,13 +40,13 @@ func (r redisInspector) Peek(ctx context.Context, l *model.Limit, key string) (K
 	}
 	held, ok := reply.(int64)
 	if !ok {
-		return KeyState{}, core.UnexpectedReply("lease count", reply)
+		return KeyState{}, redisstore.UnexpectedReply("lease count", reply)
 	}
 	return flightState(l, ks, int(held)), nil
 }
 
 // redisPeekRate is Peek for the rate of l.
-func redisPeekRate(s *core.RedisStore, ctx context.Context, l *model.Limit, key string) (KeyState, error) {
+func redisPeekRate(s *redisstore.Store, ctx context.Context, l *model.Limit, key string) (KeyState, error) {
 	keys, args := s.ScriptArgs([]model.Ask{{Limit: l, Key: key}})
 	reply, err := s.Eval(ctx, redisPeek, keys, args)
 	if err != nil {
@@ -55,12 +55,12 @@ func redisPeekRate(s *core.RedisStore, ctx context.Context, l *model.Limit, key 
 	text, ok := reply.(string)
 	f := strings.Fields(text)
 	if !ok || len(f) != 5 {
-		return KeyState{}, core.UnexpectedReply("peek", reply)
+		return KeyState{}, redisstore.UnexpectedReply("peek", reply)
 	}
 	var n [5]float64
 	for i := range f {
 		if n[i], err = strconv.ParseFloat(f[i], 64); err != nil || math.IsNaN(n[i]) {
-			return KeyState{}, core.UnexpectedReply("peek", reply)
+			return KeyState{}, redisstore.UnexpectedReply("peek", reply)
 		}
 	}
 	if n[0] == 0 {
@@ -82,7 +82,7 @@ func (r redisInspector) Delete(ctx context.Context, l *model.Limit, key string) 
 	}
 	n, ok := reply.(int64)
 	if !ok {
-		return false, core.UnexpectedReply("delete", reply)
+		return false, redisstore.UnexpectedReply("delete", reply)
 	}
 	return n > 0, nil
 }
@@ -93,7 +93,7 @@ func (r redisInspector) Delete(ctx context.Context, l *model.Limit, key string) 
 // scanning at most budget keys of the database; complete is false when
 // the budget ran out first, and n then counts what was seen. It is not
 // supported on a Cluster, where every master would have to be scanned.
-func CountKeys(ctx context.Context, s *core.RedisStore, l *model.Limit, budget int) (n int, complete bool, err error) {
+func CountKeys(ctx context.Context, s *redisstore.Store, l *model.Limit, budget int) (n int, complete bool, err error) {
 	if s.Cluster() {
 		return 0, false, errors.New("redis: counting keys is not supported on a Cluster")
 	}
@@ -106,12 +106,12 @@ func CountKeys(ctx context.Context, s *core.RedisStore, l *model.Limit, budget i
 		}
 		r, ok := reply.([]interface{})
 		if !ok || len(r) != 2 {
-			return n, false, core.UnexpectedReply("count", reply)
+			return n, false, redisstore.UnexpectedReply("count", reply)
 		}
 		c, ok1 := r[0].(string)
 		m, ok2 := r[1].(int64)
 		if !ok1 || !ok2 {
-			return n, false, core.UnexpectedReply("count", reply)
+			return n, false, redisstore.UnexpectedReply("count", reply)
 		}
 		n += int(m)
 		if c == "0" {
@@ -133,10 +133,10 @@ func globEscape(s string) string { return globEscaper.Replace(s) }
 var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
 
 // The scripts of Peek, Delete and CountKeys. redisPeekScript decides a
-// cost of zero with the take script's algorithms (core.RedisLua), which
+// cost of zero with the take script's algorithms (redisstore.Lua), which
 // charges nothing, and writes nothing.
 const (
-	redisPeekScript   = core.RedisLua + luaPeekMain
+	redisPeekScript   = redisstore.Lua + luaPeekMain
 	redisDeleteScript = "return redis.call('DEL', unpack(KEYS))"
 	// redisLeasesScript counts the leases of KEYS[1] that have not
 	// expired on Redis's clock (the milliseconds of the lease scripts,

@@ -61,8 +61,8 @@ type Decision struct {
 // Mark identifies the charge of an admission: the State's T and A just
 // after it, which the next admission on the same state changes (see
 // Limit.Refund). A decision carries one when its store recorded it (OK):
-// every admission that a Take charged, except that a RedisStore's call
-// sent by its RedisDirect client or by a Lane marks only delayed ones.
+// every admission that a Take charged, except that a redisstore.Store's call
+// sent by its redisstore.Direct client or by a Lane marks only delayed ones.
 type Mark struct {
 	T  int64
 	A  float64

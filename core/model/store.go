@@ -53,7 +53,7 @@ type Scripter interface {
 }
 
 // SlotStore is a Store that also counts requests in flight, for limits
-// with MaxInFlight: core's MemoryStore exactly, its RedisStore by leases
+// with MaxInFlight: core's MemoryStore exactly, its redisstore.Store by leases
 // that expire. asks are of flight limits (Limit.Flight); lease names the
 // request's slots, and ttl is how long a Redis lease lives without
 // renewal.

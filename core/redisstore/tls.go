@@ -1,4 +1,4 @@
-package core
+package redisstore
 
 import (
 	"crypto/tls"

@@ -1,4 +1,4 @@
-package core
+package redisstore
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// TestRedisStoreRespCluster runs a Cluster-mode RedisStore over resp.Cluster:
+// TestRedisStoreRespCluster runs a Cluster-mode Store over resp.Cluster:
 // concurrent callers racing for the last tokens of keys spread over the
 // masters get exactly the tokens there are.
 func TestRedisStoreRespCluster(t *testing.T) {

@@ -1,6 +1,6 @@
-package core
+package redisstore
 
-// The Lua run by RedisStore. Each algorithm is one Lua function that mirrors
+// The Lua run by Store. Each algorithm is one Lua function that mirrors
 // the Go function named above it, on the same state and in the same
 // nanoseconds. The two scripts are the common prelude, the algorithms, and a
 // main part: redisTakeScript decides and charges asks all-or-nothing,
@@ -33,12 +33,12 @@ package core
 // and only after computing and checking every decision and time to live, so
 // that an error never leaves some asks charged and others not.
 const (
-	redisTakeScript   = RedisLua + luaTakeMain
+	redisTakeScript   = Lua + luaTakeMain
 	redisRefundScript = luaPrelude + luaRefund + luaRefundMain
 )
 
-// RedisLua is the take script but its main part: the prelude, which reads
-// the clock and the asks of RedisStore.ScriptArgs, and the algorithms. A
+// Lua is the take script but its main part: the prelude, which reads
+// the clock and the asks of Store.ScriptArgs, and the algorithms. A
 // script that begins with it reads states as the take script decides
 // them, with its functions: asks() returns the asks p, load(p.key) a
 // stored state st, token_bucket, leaky_bucket, fixed_window,
@@ -47,7 +47,7 @@ const (
 // sliding window log, and the helpers call (redis.call), fmt (a number as
 // the replies write it), nonneg, mceil and leaky_end are those of the
 // algorithms.
-const RedisLua = luaPrelude + luaTokenBucket + luaLeakyBucket + luaFixedWindow + luaSlidingCounter + luaSlidingLog
+const Lua = luaPrelude + luaTokenBucket + luaLeakyBucket + luaFixedWindow + luaSlidingCounter + luaSlidingLog
 
 // luaPrelude reads the clock and the asks and defines the helpers.
 //

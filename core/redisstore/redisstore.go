@@ -1,4 +1,16 @@
-package core
+// Package redisstore keeps the engine's per-key states in Redis (5.0 or
+// newer), standalone, behind Sentinel or in a Cluster, shared by every
+// instance that uses the same server and prefix: each decision is one
+// EVALSHA of a Lua script that mirrors the algorithms of package model,
+// on Redis's clock. It also counts requests in flight by leases that
+// expire (inflight.go), checks the settings of a Redis connection, and
+// lends package core/inspect its hooks (peek.go). Its clients are
+// go-redis in Caddy and core/resp in the Traefik plugin, both through
+// model.Scripter.
+//
+// It imports the standard library only, so that Traefik's Yaegi
+// interpreter can run it unchanged.
+package redisstore
 
 import (
 	"context"
@@ -19,21 +31,21 @@ import (
 	"github.com/sluicehq/sluice/core/resp"
 )
 
-// DefaultRedisPrefix is the key prefix used when RedisConfig.Prefix is empty.
-const DefaultRedisPrefix = "sluice:"
+// DefaultPrefix is the key prefix used when Config.Prefix is empty.
+const DefaultPrefix = "sluice:"
 
-// DefaultRedisTimeout is both adapters' default bound on one decision by a
-// RedisStore (GateConfig.Timeout), connecting included: past it the
+// DefaultTimeout is both adapters' default bound on one decision by a
+// Store (GateConfig.Timeout), connecting included: past it the
 // request is decided by the fallback or the failure policy. A limiter
 // should add little to a request's latency, and a healthy Redis on the
 // same network answers in about a millisecond.
-const DefaultRedisTimeout = 100 * time.Millisecond
+const DefaultTimeout = 100 * time.Millisecond
 
-// CheckRedisDB is both adapters' check of a Redis database number: not
+// CheckDB is both adapters' check of a Redis database number: not
 // negative, and 0 for a Cluster, which has no other. (A database number
 // that a host ignored would silently merge keys that the configuration
 // meant to keep apart.) Its error is a *FieldError of the field "db".
-func CheckRedisDB(db int, cluster bool) error {
+func CheckDB(db int, cluster bool) error {
 	if db < 0 {
 		return &model.FieldError{Field: "db", Value: strconv.Itoa(db), Reason: "must not be negative"}
 	}
@@ -43,30 +55,30 @@ func CheckRedisDB(db int, cluster bool) error {
 	return nil
 }
 
-// CheckRedisAddress checks that addr is a host:port; its error is a
+// CheckAddress checks that addr is a host:port; its error is a
 // *FieldError of the field "address", which the host names as the option
 // it read addr from.
-func CheckRedisAddress(addr string) error {
+func CheckAddress(addr string) error {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return &model.FieldError{Field: "address", Value: addr, Reason: "want host:port"}
 	}
 	return nil
 }
 
-// CheckRedisUser checks that a username comes with a password: an ACL
+// CheckUser checks that a username comes with a password: an ACL
 // user authenticates with both. Its error is a *FieldError of "username".
-func CheckRedisUser(username, password string) error {
+func CheckUser(username, password string) error {
 	if username != "" && password == "" {
 		return &model.FieldError{Field: "username", Reason: "needs a password (an ACL user authenticates with both)"}
 	}
 	return nil
 }
 
-// CheckRedisSentinel checks the master set's name and the Sentinels'
+// CheckSentinel checks the master set's name and the Sentinels'
 // addresses of a store behind Redis Sentinel: both required, and each
 // address a host:port. Its error is a *FieldError of "sentinel.master" or
 // "sentinel.addresses".
-func CheckRedisSentinel(master string, addrs []string) error {
+func CheckSentinel(master string, addrs []string) error {
 	if master == "" {
 		return &model.FieldError{Field: "sentinel.master", Reason: "required, the name of the master set"}
 	}
@@ -74,7 +86,7 @@ func CheckRedisSentinel(master string, addrs []string) error {
 		return &model.FieldError{Field: "sentinel.addresses", Reason: "at least one Sentinel host:port is required"}
 	}
 	for _, a := range addrs {
-		if err := CheckRedisAddress(a); err != nil {
+		if err := CheckAddress(a); err != nil {
 			fe := err.(*model.FieldError)
 			fe.Field = "sentinel.addresses"
 			return fe
@@ -83,22 +95,22 @@ func CheckRedisSentinel(master string, addrs []string) error {
 	return nil
 }
 
-// CheckRedisPrefix checks a RedisConfig.Prefix: no braces, which would
+// CheckPrefix checks a Config.Prefix: no braces, which would
 // change the keys' Cluster hash tags. Its error is a *FieldError of
 // "prefix".
-func CheckRedisPrefix(prefix string) error {
+func CheckPrefix(prefix string) error {
 	if strings.ContainsAny(prefix, "{}") {
 		return &model.FieldError{Field: "prefix", Value: prefix, Reason: "must not contain braces"}
 	}
 	return nil
 }
 
-// RedisConfig configures a RedisStore.
-type RedisConfig struct {
+// Config configures a Store.
+type Config struct {
 	// Client runs the scripts. Required.
 	Client model.Scripter
 	// Prefix begins every key the store writes; empty means
-	// DefaultRedisPrefix. It must not contain braces, which would change
+	// DefaultPrefix. It must not contain braces, which would change
 	// the keys' Cluster hash tags.
 	Prefix string
 	// ReadableKeys puts the client's key itself (bounded by BoundKey) in
@@ -108,7 +120,7 @@ type RedisConfig struct {
 	// Cluster says that Client is a Redis Cluster, where one script may
 	// only touch keys of one hash slot. Asks whose keys fall in several
 	// slots are then decided by check-then-refund instead of one script;
-	// see RedisStore.Take.
+	// see Store.Take.
 	Cluster bool
 	// Clock, when not nil, supplies the instants at which the scripts
 	// decide, instead of Redis's clock (TIME), for tests that drive time,
@@ -117,12 +129,12 @@ type RedisConfig struct {
 	Clock model.Clock
 	// Direct, when not nil, holds the *resp.Client that Client runs
 	// scripts on while connected to a standalone server (nil otherwise),
-	// for a Gate's decisions to reach it without Client: see RedisDirect.
+	// for a Gate's decisions to reach it without Client: see Direct.
 	// A *resp.Client given as Client is so used by itself.
-	Direct *RedisDirect
+	Direct *Direct
 }
 
-// RedisDirect holds the standalone RESP client, if any, that a RedisStore
+// Direct holds the standalone RESP client, if any, that a Store
 // may call itself for a Gate's common decision: one ask of cost 1, with the
 // default prefix and digested keys. The store then sends that decision's
 // script call, encoded once per limit but for the key's digest, straight
@@ -132,13 +144,13 @@ type RedisConfig struct {
 // Client: other decisions, and a decision the client cannot make at once
 // (it is closed, or the server does not know the script). The zero value
 // holds no client.
-type RedisDirect struct {
+type Direct struct {
 	mu     sync.Mutex
 	client *resp.Client
 }
 
 // Client returns the client d holds, nil for none.
-func (d *RedisDirect) Client() *resp.Client {
+func (d *Direct) Client() *resp.Client {
 	d.mu.Lock()
 	c := d.client
 	d.mu.Unlock()
@@ -147,13 +159,13 @@ func (d *RedisDirect) Client() *resp.Client {
 
 // Set makes d hold c, nil for none: the client that the store's Client
 // runs scripts on, as long as it does.
-func (d *RedisDirect) Set(c *resp.Client) {
+func (d *Direct) Set(c *resp.Client) {
 	d.mu.Lock()
 	d.client = c
 	d.mu.Unlock()
 }
 
-// RedisStore is a Store kept in Redis (5.0 or newer) or Redis Cluster, shared
+// Store is a Store kept in Redis (5.0 or newer) or Redis Cluster, shared
 // by every instance that uses the same server and prefix.
 //
 // Each Take is one EVALSHA of one Lua script that reads the states, decides
@@ -184,7 +196,7 @@ func (d *RedisDirect) Set(c *resp.Client) {
 // digest being the first 32 hexadecimal digits of the key's SHA-256, so that
 // whoever can read Redis sees no client's address or API key (a digest can
 // still be matched against guesses: an IPv4 address is one of 2³²); with
-// RedisConfig.ReadableKeys, BoundKey(key) stands in its place, with any
+// Config.ReadableKeys, BoundKey(key) stands in its place, with any
 // "{", "}" and "%" written %7B, %7D and %25. The hash holds decimal
 // strings: t, State.T as "<Unix seconds> <nanoseconds>"
 // (for the window algorithms, the current window's start, an instant like
@@ -199,60 +211,60 @@ func (d *RedisDirect) Set(c *resp.Client) {
 // second longer than its limit can need (a full bucket's refill or queue,
 // two windows, one period), even when a clock that stepped back left the
 // state ahead of it.
-type RedisStore struct {
+type Store struct {
 	client   model.Scripter
 	prefix   string
 	cluster  bool
 	readable bool
-	// direct is RedisConfig.Direct, nil unless the store uses the default
-	// prefix and digested keys, those of directTake.
-	direct *RedisDirect
-	// clock is RedisConfig.Clock: when set (by tests only), it supplies
+	// direct is Config.Direct, nil unless the store uses the default
+	// prefix and digested keys, those of DirectTake.
+	direct *Direct
+	// clock is Config.Clock: when set (by tests only), it supplies
 	// the instants instead of Redis's clock.
 	clock model.Clock
 }
 
-// NewRedisStore returns a store that keeps its states through cfg.Client.
+// New returns a store that keeps its states through cfg.Client.
 // It does not contact the server: scripts are loaded at first use.
-func NewRedisStore(cfg RedisConfig) (*RedisStore, error) {
+func New(cfg Config) (*Store, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("redis: client is required")
 	}
 	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultRedisPrefix
+		cfg.Prefix = DefaultPrefix
 	}
-	if err := CheckRedisPrefix(cfg.Prefix); err != nil {
+	if err := CheckPrefix(cfg.Prefix); err != nil {
 		return nil, err
 	}
 	direct := cfg.Direct
 	if c, ok := cfg.Client.(*resp.Client); ok && direct == nil {
-		direct = &RedisDirect{client: c}
+		direct = &Direct{client: c}
 	}
-	if cfg.Prefix != DefaultRedisPrefix || cfg.ReadableKeys || cfg.Cluster {
+	if cfg.Prefix != DefaultPrefix || cfg.ReadableKeys || cfg.Cluster {
 		direct = nil
 	}
-	return &RedisStore{client: cfg.Client, prefix: cfg.Prefix, cluster: cfg.Cluster, readable: cfg.ReadableKeys, direct: direct, clock: cfg.Clock}, nil
+	return &Store{client: cfg.Client, prefix: cfg.Prefix, cluster: cfg.Cluster, readable: cfg.ReadableKeys, direct: direct, clock: cfg.Clock}, nil
 }
 
-// RedisScript is a Lua script's text and its SHA-1, the name by which
-// RedisStore.Eval runs it.
-type RedisScript struct {
+// Script is a Lua script's text and its SHA-1, the name by which
+// Store.Eval runs it.
+type Script struct {
 	src, sha string
 }
 
-// NewRedisScript returns the script src, its SHA-1 computed once.
-func NewRedisScript(src string) *RedisScript {
+// NewScript returns the script src, its SHA-1 computed once.
+func NewScript(src string) *Script {
 	sum := sha1.Sum([]byte(src))
-	return &RedisScript{src: src, sha: hex.EncodeToString(sum[:])}
+	return &Script{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
 var (
-	redisTake   = NewRedisScript(redisTakeScript)
-	redisRefund = NewRedisScript(redisRefundScript)
+	redisTake   = NewScript(redisTakeScript)
+	redisRefund = NewScript(redisRefundScript)
 )
 
 // Fields of one decision in the take script's reply.
-const redisReplyFields = 6
+const ReplyFields = 6
 
 // Take implements Store. On a standalone server, and in a Cluster when all
 // keys share a hash slot, it is one script call: all-or-nothing and atomic.
@@ -265,7 +277,7 @@ const redisReplyFields = 6
 // the first request was not admitted. If a call fails after others
 // succeeded, their charges are refunded before Take returns the error; if
 // that refund fails too, the error says so and those charges remain.
-func (s *RedisStore) Take(ctx context.Context, asks []model.Ask, out []model.Decision) error {
+func (s *Store) Take(ctx context.Context, asks []model.Ask, out []model.Decision) error {
 	if len(asks) == 0 {
 		return nil
 	}
@@ -275,24 +287,24 @@ func (s *RedisStore) Take(ctx context.Context, asks []model.Ask, out []model.Dec
 	return s.takeSlots(ctx, asks, out)
 }
 
-// Direct returns the RedisDirect that a Lane may send the store's take
+// Direct returns the Direct that a Lane may send the store's take
 // script calls to (see DirectTake): nil when the store has none, or
-// decides on a clock of its own (RedisConfig.Clock) rather than Redis's.
-func (s *RedisStore) Direct() *RedisDirect {
+// decides on a clock of its own (Config.Clock) rather than Redis's.
+func (s *Store) Direct() *Direct {
 	if s.clock != nil {
 		return nil
 	}
 	return s.direct
 }
 
-// takeFailed finishes a take script call that a Lane sent to the store's
-// RedisDirect client, which failed with err, timeout after start at most:
+// TakeFailed finishes a take script call that a Lane sent to the store's
+// Direct client, which failed with err, timeout after start at most:
 // a closed client sent nothing, so Take sends the call again through the
 // store's Client, which connects again; any other error is what
 // evalFailed makes of it, after loading the script and running it again
 // if the server did not know it. A call that may have run is never sent
 // twice.
-func (s *RedisStore) takeFailed(ctx context.Context, start time.Time, timeout time.Duration, asks []model.Ask, out []model.Decision, err error) error {
+func (s *Store) TakeFailed(ctx context.Context, start time.Time, timeout time.Duration, asks []model.Ask, out []model.Decision, err error) error {
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, start.Add(timeout))
@@ -306,13 +318,13 @@ func (s *RedisStore) takeFailed(ctx context.Context, start time.Time, timeout ti
 	if err != nil {
 		return err
 	}
-	return decodeDecisions(reply, asks, out)
+	return DecodeDecisions(reply, asks, out)
 }
 
 // takeSlots is Take for several asks in a Cluster. It is apart from Take,
 // which holds the common case: under Yaegi every call pays for every value
 // of the called function's body.
-func (s *RedisStore) takeSlots(ctx context.Context, asks []model.Ask, out []model.Decision) error {
+func (s *Store) takeSlots(ctx context.Context, asks []model.Ask, out []model.Decision) error {
 	groups := s.slotGroups(asks)
 	if len(groups) == 1 {
 		return s.takeAsks(ctx, asks, out, true)
@@ -352,7 +364,7 @@ func (s *RedisStore) takeSlots(ctx context.Context, asks []model.Ask, out []mode
 
 // Refund implements Store. It gives back each ask's cost as Limit.Refund
 // does, on the server's clock; states that no longer exist are left alone.
-func (s *RedisStore) Refund(ctx context.Context, asks []model.Ask, charged []model.Decision) error {
+func (s *Store) Refund(ctx context.Context, asks []model.Ask, charged []model.Decision) error {
 	if len(asks) == 0 {
 		return nil
 	}
@@ -364,18 +376,18 @@ func (s *RedisStore) Refund(ctx context.Context, asks []model.Ask, charged []mod
 
 // takeAsks runs the take script once for asks, charging them all if they
 // all allow and charge is set, and decodes the decisions into out.
-func (s *RedisStore) takeAsks(ctx context.Context, asks []model.Ask, out []model.Decision, charge bool) error {
+func (s *Store) takeAsks(ctx context.Context, asks []model.Ask, out []model.Decision, charge bool) error {
 	keys, args := s.scriptArgs(asks, charge)
 	reply, err := s.Eval(ctx, redisTake, keys, args)
 	if err != nil {
 		return err
 	}
-	return decodeDecisions(reply, asks, out)
+	return DecodeDecisions(reply, asks, out)
 }
 
 // refundAsks runs the refund script once for asks, whose charges are
 // charged.
-func (s *RedisStore) refundAsks(ctx context.Context, asks []model.Ask, charged []model.Decision) error {
+func (s *Store) refundAsks(ctx context.Context, asks []model.Ask, charged []model.Decision) error {
 	keys, args := s.refundArgs(asks, charged)
 	_, err := s.Eval(ctx, redisRefund, keys, args)
 	return err
@@ -385,7 +397,7 @@ func (s *RedisStore) refundAsks(ctx context.Context, asks []model.Ask, charged [
 // whose charges are charged: scriptArgs' with, after each ask's six
 // values, the mark of its charge, "<Unix seconds> <nanoseconds>" and its
 // number (see luaRefundMain), or two empty strings for none.
-func (s *RedisStore) refundArgs(asks []model.Ask, charged []model.Decision) (keys, args []string) {
+func (s *Store) refundArgs(asks []model.Ask, charged []model.Decision) (keys, args []string) {
 	keys, six := s.scriptArgs(asks, false)
 	args = make([]string, 0, len(six)+2*len(asks))
 	args = append(args, six[:2]...)
@@ -402,7 +414,7 @@ func (s *RedisStore) refundArgs(asks []model.Ask, charged []model.Decision) (key
 
 // refundGroups refunds the asks of every group, one script call per group,
 // and returns the first error after trying them all.
-func (s *RedisStore) refundGroups(ctx context.Context, asks []model.Ask, charged []model.Decision, groups [][]int) error {
+func (s *Store) refundGroups(ctx context.Context, asks []model.Ask, charged []model.Decision, groups [][]int) error {
 	var first error
 	for _, g := range groups {
 		if err := s.refundAsks(ctx, pickAsks(asks, g), pickDecisions(charged, g)); err != nil && first == nil {
@@ -416,7 +428,7 @@ func (s *RedisStore) refundGroups(ctx context.Context, asks []model.Ask, charged
 // loading it (SCRIPT LOAD) and retrying once if the server does not know
 // it, as the store runs its own scripts; its errors begin with "redis: ".
 // In a Cluster, keys choose the node, and must share a hash slot.
-func (s *RedisStore) Eval(ctx context.Context, script *RedisScript, keys, args []string) (interface{}, error) {
+func (s *Store) Eval(ctx context.Context, script *Script, keys, args []string) (interface{}, error) {
 	reply, err := s.client.EvalSha(ctx, script.sha, keys, args)
 	if err != nil {
 		return s.evalFailed(ctx, script, keys, args, err)
@@ -426,7 +438,7 @@ func (s *RedisStore) Eval(ctx context.Context, script *RedisScript, keys, args [
 
 // evalFailed finishes Eval after EvalSha failed with err: it loads
 // the script and runs it again if the server did not know it.
-func (s *RedisStore) evalFailed(ctx context.Context, script *RedisScript, keys, args []string, err error) (interface{}, error) {
+func (s *Store) evalFailed(ctx context.Context, script *Script, keys, args []string, err error) (interface{}, error) {
 	if !strings.HasPrefix(err.Error(), "NOSCRIPT") {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
@@ -445,7 +457,7 @@ func (s *RedisStore) evalFailed(ctx context.Context, script *RedisScript, keys, 
 // to charge, marking every admission (see luaTakeMain), then six values per ask (algorithm, quota, period in ns,
 // capacity, max delay in ns, cost), and one key per ask, two for a sliding
 // window log. All but the cost come from limitArgs.
-func (s *RedisStore) scriptArgs(asks []model.Ask, charge bool) (keys, args []string) {
+func (s *Store) scriptArgs(asks []model.Ask, charge bool) (keys, args []string) {
 	keys = make([]string, 0, len(asks)+1)
 	args = make([]string, 2, 2+6*len(asks))
 	if s.clock != nil {
@@ -486,15 +498,15 @@ func limitArgs(l *model.Limit) [5]string {
 		strconv.FormatInt(l.PeriodNanos(), 10), model.FormatFloat(l.Capacity()), strconv.FormatInt(int64(l.MaxDelay), 10)}
 }
 
-// directTake is the whole EVALSHA of the take script for one ask of l of
-// cost 1, encoded, as a Lane sends it through a RedisDirect client: for a
+// DirectTake is the whole EVALSHA of the take script for one ask of l of
+// cost 1, encoded, as a Lane sends it through a Direct client: for a
 // store with the default prefix and digested keys, on Redis's clock,
 // charging and marking only delayed admissions (ARGV[2] "1", see
 // luaTakeMain). The key's digest is missing: its 32 hexadecimal digits go
 // at take[hole:] (and at take[hole2:] for the second key of a sliding
 // window log, 0 otherwise), where take holds zeros.
-func directTake(l *model.Limit) (take string, hole, hole2 int) {
-	head := DefaultRedisPrefix + "{" + l.Namespace() + ":#"
+func DirectTake(l *model.Limit) (take string, hole, hole2 int) {
+	head := DefaultPrefix + "{" + l.Namespace() + ":#"
 	key := head + strings.Repeat("0", 32) + "}"
 	args := []string{"EVALSHA", redisTake.sha, "1", key}
 	log := l.Algorithm == model.SlidingWindowLog
@@ -515,7 +527,7 @@ func directTake(l *model.Limit) (take string, hole, hole2 int) {
 }
 
 // key is the hash holding the state of (l, key).
-func (s *RedisStore) key(l *model.Limit, key string) string {
+func (s *Store) key(l *model.Limit, key string) string {
 	if s.readable {
 		return s.prefix + "{" + l.Namespace() + ":" + tagSafe(keyspec.BoundKey(key)) + "}"
 	}
@@ -555,11 +567,11 @@ func redisAlgorithmCode(a model.Algorithm) string {
 	return "tb"
 }
 
-// decodeDecisions decodes the take script's reply into out[:len(asks)]:
+// DecodeDecisions decodes the take script's reply into out[:len(asks)]:
 // a string of one decision per ask, separated by commas, each of
-// redisReplyFields numbers separated by spaces (see luaTakeMain), and
+// ReplyFields numbers separated by spaces (see luaTakeMain), and
 // after an admission the script charged, its mark.
-func decodeDecisions(reply interface{}, asks []model.Ask, out []model.Decision) error {
+func DecodeDecisions(reply interface{}, asks []model.Ask, out []model.Decision) error {
 	text, ok := reply.(string)
 	if !ok {
 		return badTakeReply(reply, -1)
@@ -583,19 +595,19 @@ func badTakeReply(reply interface{}, asks int) error {
 	if asks < 0 {
 		return fmt.Errorf("redis: unexpected reply to the take script: %s, want a string", describeReply(reply))
 	}
-	return fmt.Errorf("redis: unexpected reply to the take script: %s, want %d decisions of %d numbers", describeReply(reply), asks, redisReplyFields)
+	return fmt.Errorf("redis: unexpected reply to the take script: %s, want %d decisions of %d numbers", describeReply(reply), asks, ReplyFields)
 }
 
 // decodeAsk decodes the decision of ask i, which starts at text[p:], into
-// out[i] for decodeDecisions, and returns the start of the next one: whole
+// out[i] for DecodeDecisions, and returns the start of the next one: whole
 // numbers of up to 18 digits by hand, others by replyNumber.
 func decodeAsk(reply interface{}, text string, asks []model.Ask, out []model.Decision, i, p int) (int, error) {
-	var f [redisReplyFields]float64
-	for j := 0; j < redisReplyFields; j++ {
+	var f [ReplyFields]float64
+	for j := 0; j < ReplyFields; j++ {
 		// The field is text[p:q], ended by a space, or by a comma
 		// or the end after the last field of an ask.
 		end := byte(' ')
-		if j == redisReplyFields-1 {
+		if j == ReplyFields-1 {
 			end = ','
 		}
 		if p > len(text) {
@@ -726,7 +738,7 @@ func floorDiv(a, b int64) int64 {
 
 // slotGroups partitions asks by the Cluster hash slot of their keys, in
 // order of first appearance: indexes into asks.
-func (s *RedisStore) slotGroups(asks []model.Ask) [][]int {
+func (s *Store) slotGroups(asks []model.Ask) [][]int {
 	var groups [][]int
 	var slots []int
 	for i := range asks {
@@ -763,4 +775,4 @@ func pickDecisions(out []model.Decision, idx []int) []model.Decision {
 	return sub
 }
 
-var _ model.Store = (*RedisStore)(nil)
+var _ model.Store = (*Store)(nil)

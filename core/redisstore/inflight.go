@@ -1,4 +1,4 @@
-package core
+package redisstore
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 )
 
 // In-flight slots in Redis are leases. The slots of (flight limit, key)
-// are a sorted set at the key's Redis name (RedisStore.key, so digested like a
+// are a sorted set at the key's Redis name (Store.key, so digested like a
 // rate's, in the namespace "<name>:in_flight"), whose members are the
 // requests' lease names scored by their expiry, in milliseconds of
 // Redis's clock (TIME). Taking a slot removes the expired leases and adds
@@ -72,15 +72,15 @@ return 0
 `
 
 var (
-	redisAcquire = NewRedisScript(redisAcquireScript)
-	redisRenew   = NewRedisScript(redisRenewScript)
-	redisRelease = NewRedisScript(redisReleaseScript)
+	redisAcquire = NewScript(redisAcquireScript)
+	redisRenew   = NewScript(redisRenewScript)
+	redisRelease = NewScript(redisReleaseScript)
 )
 
 // AcquireSlots implements model.SlotStore. In a Cluster, asks whose keys fall in
 // several hash slots are taken slot by slot; at the first refusal or
 // failure the leases already taken are released.
-func (s *RedisStore) AcquireSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration, out []model.Decision) error {
+func (s *Store) AcquireSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration, out []model.Decision) error {
 	var groups [][]int
 	if s.cluster && len(asks) > 1 {
 		groups = s.slotGroups(asks)
@@ -118,19 +118,19 @@ func (s *RedisStore) AcquireSlots(ctx context.Context, asks []model.Ask, lease s
 }
 
 // ReleaseSlots implements model.SlotStore.
-func (s *RedisStore) ReleaseSlots(ctx context.Context, asks []model.Ask, lease string) error {
+func (s *Store) ReleaseSlots(ctx context.Context, asks []model.Ask, lease string) error {
 	return s.eachSlot(asks, func(sub []model.Ask) error { return evalLeases(s, ctx, redisRelease, sub, lease, 0) })
 }
 
 // RenewSlots implements model.SlotStore.
-func (s *RedisStore) RenewSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration) error {
+func (s *Store) RenewSlots(ctx context.Context, asks []model.Ask, lease string, ttl time.Duration) error {
 	return s.eachSlot(asks, func(sub []model.Ask) error { return evalLeases(s, ctx, redisRenew, sub, lease, ttl) })
 }
 
 // eachSlot calls f with the asks of each Cluster hash slot, or with all
 // of them on a standalone server, and returns the first error after
 // calling it for every slot.
-func (s *RedisStore) eachSlot(asks []model.Ask, f func([]model.Ask) error) error {
+func (s *Store) eachSlot(asks []model.Ask, f func([]model.Ask) error) error {
 	if !s.cluster || len(asks) < 2 {
 		return f(asks)
 	}
@@ -145,7 +145,7 @@ func (s *RedisStore) eachSlot(asks []model.Ask, f func([]model.Ask) error) error
 
 // acquireLeases runs the acquire script once for asks and decodes the
 // decisions into out.
-func acquireLeases(s *RedisStore, ctx context.Context, asks []model.Ask, lease string, ttl time.Duration, out []model.Decision) error {
+func acquireLeases(s *Store, ctx context.Context, asks []model.Ask, lease string, ttl time.Duration, out []model.Decision) error {
 	keys, args := leaseArgs(s, asks, lease, ttl)
 	for i := range asks {
 		args = append(args, strconv.Itoa(asks[i].Limit.MaxInFlight))
@@ -170,7 +170,7 @@ func acquireLeases(s *RedisStore, ctx context.Context, asks []model.Ask, lease s
 }
 
 // evalLeases runs the renew or the release script once for asks.
-func evalLeases(s *RedisStore, ctx context.Context, script *RedisScript, asks []model.Ask, lease string, ttl time.Duration) error {
+func evalLeases(s *Store, ctx context.Context, script *Script, asks []model.Ask, lease string, ttl time.Duration) error {
 	keys, args := leaseArgs(s, asks, lease, ttl)
 	_, err := s.Eval(ctx, script, keys, args)
 	return err
@@ -179,7 +179,7 @@ func evalLeases(s *RedisStore, ctx context.Context, script *RedisScript, asks []
 // leaseArgs builds the KEYS of a lease script call, one sorted set per
 // ask, and its first two ARGV: the lease and the time to live in
 // milliseconds (at least 1).
-func leaseArgs(s *RedisStore, asks []model.Ask, lease string, ttl time.Duration) (keys, args []string) {
+func leaseArgs(s *Store, asks []model.Ask, lease string, ttl time.Duration) (keys, args []string) {
 	keys = make([]string, len(asks))
 	for i := range asks {
 		keys[i] = s.key(asks[i].Limit, asks[i].Key)

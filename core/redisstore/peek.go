@@ -1,4 +1,4 @@
-package core
+package redisstore
 
 import (
 	"errors"
@@ -7,8 +7,8 @@ import (
 )
 
 // The hooks through which package core/inspect reads and forgets the
-// states of a RedisStore for operators (see peek.go for a MemoryStore's).
-// The store also lends inspection Eval (redis.go) and RedisLua
+// states of a Store for operators (see peek.go for a MemoryStore's).
+// The store also lends inspection Eval (redis.go) and Lua
 // (redis_lua.go); UnexpectedReply words the errors of its scripts'
 // replies as the store's own.
 
@@ -16,23 +16,23 @@ import (
 // as the take script does, on the store's clock, but charges nothing: per
 // ask, the key of its state's hash (and of its log's list, that key
 // followed by ":log", for a sliding_window_log), and its limit's
-// parameters and cost. A script that begins with RedisLua reads them with
+// parameters and cost. A script that begins with Lua reads them with
 // its function asks. Every limit must limit a rate.
-func (s *RedisStore) ScriptArgs(asks []model.Ask) (keys, args []string) {
+func (s *Store) ScriptArgs(asks []model.Ask) (keys, args []string) {
 	return s.scriptArgs(asks, false)
 }
 
 // StateKey is the key of the hash that holds the state of l's rate for
 // key (and, followed by ":log", of its log's list for a
 // sliding_window_log). l must limit a rate.
-func (s *RedisStore) StateKey(l *model.Limit, key string) string {
+func (s *Store) StateKey(l *model.Limit, key string) string {
 	return s.key(l, key)
 }
 
 // LeaseKey is the key of the sorted set of the leases that the requests
 // of key in progress hold under l's MaxInFlight, scored by their expiry
 // in Unix milliseconds on Redis's clock. l must have a MaxInFlight.
-func (s *RedisStore) LeaseKey(l *model.Limit, key string) string {
+func (s *Store) LeaseKey(l *model.Limit, key string) string {
 	return s.key(l.Flight(), key)
 }
 
@@ -41,7 +41,7 @@ func (s *RedisStore) LeaseKey(l *model.Limit, key string) string {
 // of requests in flight only. Each such key ends at the "}" that closes
 // its hash tag; a sliding window log's list is that key followed by
 // ":log".
-func (s *RedisStore) KeyPrefix(l *model.Limit) string {
+func (s *Store) KeyPrefix(l *model.Limit) string {
 	if !l.Rated() {
 		return s.prefix + "{" + l.Flight().Namespace() + ":"
 	}
@@ -49,8 +49,8 @@ func (s *RedisStore) KeyPrefix(l *model.Limit) string {
 }
 
 // Cluster reports whether the store's client is a Redis Cluster
-// (RedisConfig.Cluster).
-func (s *RedisStore) Cluster() bool { return s.cluster }
+// (Config.Cluster).
+func (s *Store) Cluster() bool { return s.cluster }
 
 // UnexpectedReply is the error of a reply of another shape than its
 // caller expects to the script named script ("peek" for a peek script),

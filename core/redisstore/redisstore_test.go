@@ -1,4 +1,4 @@
-package core
+package redisstore
 
 import (
 	"context"
@@ -22,9 +22,9 @@ import (
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
-func newTestRedisStore(t *testing.T, client model.Scripter, cluster bool) *RedisStore {
+func newTestRedisStore(t *testing.T, client model.Scripter, cluster bool) *Store {
 	t.Helper()
-	s, err := NewRedisStore(RedisConfig{Client: client, Cluster: cluster})
+	s, err := New(Config{Client: client, Cluster: cluster})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestRedisStoreRace(t *testing.T) {
 
 // raceLastToken runs trials in which 32 goroutines each ask a fresh key of a
 // 10-token bucket (refilling 1 per day) for one token.
-func raceLastToken(t *testing.T, s *RedisStore, trials int) {
+func raceLastToken(t *testing.T, s *Store, trials int) {
 	const tokens, callers = 10, 32
 	l := redisTestLimit(t, "race", model.TokenBucket, "1/24h", tokens, 0)
 	for trial := 0; trial < trials; trial++ {
@@ -250,7 +250,7 @@ func TestRedisStoreKeys(t *testing.T) {
 		{model.SlidingWindowLog, "5/s", 1000},
 	}
 	for _, readable := range []bool{false, true} {
-		s, err := NewRedisStore(RedisConfig{Client: client, ReadableKeys: readable})
+		s, err := New(Config{Client: client, ReadableKeys: readable})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -352,17 +352,17 @@ func TestRedisLuaMaxLog(t *testing.T) {
 
 func TestNewRedisStore(t *testing.T) {
 	tests := []struct {
-		cfg     RedisConfig
+		cfg     Config
 		wantErr string
 		prefix  string
 	}{
-		{RedisConfig{}, "client is required", ""},
-		{RedisConfig{Client: &countingScripter{}}, "", DefaultRedisPrefix},
-		{RedisConfig{Client: &countingScripter{}, Prefix: "app1:"}, "", "app1:"},
-		{RedisConfig{Client: &countingScripter{}, Prefix: "a{b}:"}, "must not contain braces", ""},
+		{Config{}, "client is required", ""},
+		{Config{Client: &countingScripter{}}, "", DefaultPrefix},
+		{Config{Client: &countingScripter{}, Prefix: "app1:"}, "", "app1:"},
+		{Config{Client: &countingScripter{}, Prefix: "a{b}:"}, "must not contain braces", ""},
 	}
 	for _, tt := range tests {
-		s, err := NewRedisStore(tt.cfg)
+		s, err := New(tt.cfg)
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("NewRedisStore(%+v): error %v, want %q", tt.cfg, err, tt.wantErr)
@@ -622,7 +622,7 @@ func TestRedisStoreTTLBound(t *testing.T) {
 // cannot end the hash tag early, so keys that begin with "}" still spread
 // over slots, and distinct keys stay distinct.
 func TestRedisKeysSpreadWhateverTheClientKey(t *testing.T) {
-	s := &RedisStore{prefix: "sluice:"}
+	s := &Store{prefix: "sluice:"}
 	l := redisTestLimit(t, "api", model.TokenBucket, "10/s", 0, 0)
 	slots := map[int]bool{}
 	keys := map[string]string{}
