@@ -247,6 +247,9 @@ func (r *Responder) answer(d *model.Decision) *limitAnswer {
 	return answerFor(d)
 }
 
+// Texts returns the answer texts that prepare made for l, or nil.
+func (r *Responder) Texts(l *model.Limit) *limitAnswer { return r.texts[l] }
+
 // prepare makes the answer texts of each limit of limits, and of the limit
 // of its requests in flight, which r then answers without making them.
 // A Gate calls it on its own copy of the Responder, before any request.

@@ -84,8 +84,9 @@ type Lane struct {
 	contentType        string
 
 	// answer: one or rd, the limit's answer texts, which laneSetIETFX
-	// writes.
+	// writes; texts: several limits, each limit's (see newLaneMany).
 	answer *limitAnswer
+	texts  map[*model.Limit]*limitAnswer
 	// ietfx and rejects: several limits, as newLaneMany says; rejects
 	// holds lanes (*Lane) of one limit each whose 429 answers laneReject
 	// writes, as any: Yaegi v0.16.1 cannot build a Lane that refers to
@@ -208,8 +209,8 @@ func NewLane(cfg LaneConfig) *Lane {
 	l.unit = lim.Unit()
 	l.headers = g.resp.Headers
 	l.fast = l.clock && l.headers&HeadersLegacy == 0 && l.headers&HeadersIETF != 0 && l.headers&HeadersX != 0 &&
-		lim.Capacity() < maxSFInteger && g.resp.texts[lim] != nil
-	l.answer = g.resp.texts[lim]
+		lim.Capacity() < maxSFInteger && g.resp.Texts(lim) != nil
+	l.answer = g.resp.Texts(lim)
 	if l.fast {
 		setFastReject(l, lim, !l.tb || a.Cost <= lim.Capacity()+eps)
 	}
@@ -222,7 +223,7 @@ func NewLane(cfg LaneConfig) *Lane {
 // and admit: the limit can admit the request's cost), fastReject and the
 // texts of the body.
 func setFastReject(l *Lane, lim *model.Limit, admit bool) {
-	a := l.resp.texts[lim]
+	a := l.resp.Texts(lim)
 	l.policy, l.ietfPrefix, l.qText = a.policy, a.ietfPrefix, a.qText
 	rs := l.resp
 	if admit && rs.Jitter == 0 && !rs.Defer && rs.Body < BodyNone {
@@ -238,10 +239,13 @@ func setFastReject(l *Lane, lim *model.Limit, admit bool) {
 // rejects of the limits whose rejections laneReject can write.
 func newLaneMany(l *Lane, cfg LaneConfig) {
 	l.ietfx = cfg.Gate.resp.Headers == headersIETFX
+	l.texts = make(map[*model.Limit]*limitAnswer, len(cfg.Asks))
 	for _, a := range cfg.Asks {
-		if cfg.Gate.resp.texts[a.Limit] == nil {
+		t := cfg.Gate.resp.Texts(a.Limit)
+		if t == nil {
 			l.ietfx = false
 		}
+		l.texts[a.Limit] = t
 		// The lane of a alone, fastReject in Enforce mode when laneReject
 		// can write its rejections.
 		if rl := NewLane(LaneConfig{Gate: cfg.Gate, Asks: []LaneAsk{a}, Specs: cfg.Specs, Observe: cfg.Observe}); rl.fastReject {
@@ -650,7 +654,7 @@ func laneMany(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request
 			now = l.gate.now()
 		}
 		if l.ietfx { // made by newLaneMany
-			laneSetIETFX(w.Header(), l.resp.texts[best.Limit], best, now, 0, 0, 0, "", "", nil)
+			laneSetIETFX(w.Header(), l.texts[best.Limit], best, now, 0, 0, 0, "", "", nil)
 		} else {
 			l.resp.SetHeaders(w.Header(), best, now)
 		}
@@ -1115,7 +1119,7 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 	}
 	a := cfg.Asks[0]
 	lim := a.Limit
-	if a.Cost != 1 || !lim.Rated() || g.resp.Headers != headersIETFX || g.resp.texts[lim] == nil {
+	if a.Cost != 1 || !lim.Rated() || g.resp.Headers != headersIETFX || g.resp.Texts(lim) == nil {
 		return
 	}
 	l.rd, l.limit, l.spec, l.cost, l.quota = true, lim, cfg.Specs[a.Spec], a.Cost, lim.Rate.Quota
@@ -1124,7 +1128,8 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 	// One field per statement: Yaegi v0.16.1 loses values of a tuple
 	// assignment of calls to fields.
 	l.direct = s.Direct()
-	l.breaker, l.timeout, l.answer = g.cfg.Breaker, g.cfg.Timeout, g.resp.texts[lim]
+	l.breaker, l.timeout = g.cfg.Breaker, g.cfg.Timeout
+	l.answer = g.resp.Texts(lim)
 	if b := g.cfg.Breaker; b != nil {
 		l.bstate, l.bfails = &b.state, &b.fails
 	}
