@@ -282,7 +282,7 @@ func TestAdminReload(t *testing.T) {
 	}
 }
 
-// testAdminLongKey: a key longer than core.MaxKeyLength (a JWT), which
+// testAdminLongKey: a key longer than keyspec.MaxKeyLength (a JWT), which
 // /top shows as its digest, is read and reset by that name and by the
 // raw key alike: every name /top shows works in the key endpoints.
 func testAdminLongKey(t *testing.T, store map[string]any) {

@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/inspect"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
@@ -54,7 +55,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if len(h.Headers) == 0 {
 				return d.Err("headers: want at least one of ietf, legacy, x or off")
 			}
-			if _, err := core.ParseHeaderSet(h.Headers); err != nil {
+			if _, err := answer.ParseHeaderSet(h.Headers); err != nil {
 				return d.Err(err.Error())
 			}
 		case "body":
@@ -192,7 +193,7 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 }
 
 // checkNames checks the zones' limits, which check built, together: no
-// two may have one name. Its error is a *core.LimitError whose Index is
+// two may have one name. Its error is a *model.LimitError whose Index is
 // the zone's.
 func (h *Handler) checkNames() error {
 	limits := make([]*model.Limit, len(h.Zones))

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/model"
 )
 
@@ -227,10 +228,10 @@ func (h *Handler) leaseTTL(ctx caddy.Context) time.Duration {
 }
 
 // responder builds the core.Responder of Headers, Body and RetryJitter.
-func (h *Handler) responder() (core.Responder, error) {
-	var r core.Responder
+func (h *Handler) responder() (answer.Responder, error) {
+	var r answer.Responder
 	var err error
-	if r.Headers, err = core.ParseHeaderSet(h.Headers); err != nil {
+	if r.Headers, err = answer.ParseHeaderSet(h.Headers); err != nil {
 		return r, caddyError(err)
 	}
 	if r.Body, r.Defer, err = parseBody(h.Body); err != nil {
@@ -399,11 +400,11 @@ var errRateLimited = errors.New("rate limited")
 
 // parseBody reads Body: core's formats, or "error" to defer the answer to
 // handle_errors.
-func parseBody(s string) (core.BodyFormat, bool, error) {
+func parseBody(s string) (answer.BodyFormat, bool, error) {
 	if s == "error" {
-		return core.BodyNone, true, nil
+		return answer.BodyNone, true, nil
 	}
-	f, err := core.ParseBodyFormat(s)
+	f, err := answer.ParseBodyFormat(s)
 	if err != nil {
 		return f, false, &model.FieldError{Field: "body", Value: s, Reason: "unknown (want json, problem, text, none or error)"}
 	}

@@ -94,7 +94,7 @@ func TestRejectionLogOmitsKeyUnlessLogKey(t *testing.T) {
 }
 
 // TestRejectionLogBoundsKey: log_key logs a key longer than
-// core.MaxKeyLength as its digest, as /top names it, not in full.
+// keyspec.MaxKeyLength as its digest, as /top names it, not in full.
 func TestRejectionLogBoundsKey(t *testing.T) {
 	token := strings.Repeat("t", 64<<10)
 	h := &Handler{Zones: []*Zone{{Name: "api", Rate: "1/m", Key: "{http.request.header.X-Token}"}}, LogKey: true}

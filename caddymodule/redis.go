@@ -167,7 +167,7 @@ func (c *RedisStoreConfig) validate() error {
 
 // redisError is err, a check's error of the redis block, under
 // store.redis.: about the subdirective of the same name as its field when
-// it is a core.FieldError.
+// it is a model.FieldError.
 func redisError(err error) error {
 	wrapped := fmt.Errorf("store.redis.%w", err)
 	if fe := model.FieldOf(err); fe != nil {
@@ -328,7 +328,7 @@ func newRedisStore(c *RedisStoreConfig) (*pooledStore, error) {
 	// a Redis back from an outage would wait for that and then for the
 	// breaker's next probe. Deadlines come from the request's context,
 	// bounded by Timeout. RESP2 keeps script replies in the types
-	// core.Scripter documents; CLIENT SETINFO is not sent because servers
+	// model.Scripter documents; CLIENT SETINFO is not sent because servers
 	// before 7.2 refuse it.
 	opts := &redis.UniversalOptions{
 		Username:              c.Username,
@@ -372,7 +372,7 @@ func newRedisStore(c *RedisStoreConfig) (*pooledStore, error) {
 	return &pooledStore{store: st, timeout: timeout, breaker: &b, label: c.label(), close: client.Close}, nil
 }
 
-// scripter adapts a go-redis client to core.Scripter. A cluster client
+// scripter adapts a go-redis client to model.Scripter. A cluster client
 // routes each EVALSHA by its keys and loads scripts on every node.
 type scripter struct {
 	c redis.UniversalClient

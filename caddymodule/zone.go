@@ -162,7 +162,7 @@ type Zone struct {
 	// which expands to clientKey's address rather than Caddy's.
 	clientVar bool
 	// hostVar: a keyTemplate with the placeholder {http.request.host},
-	// which expands to core.HostKey's spelling of the host, so that a
+	// which expands to keyspec.HostKey's spelling of the host, so that a
 	// client cannot multiply its quota by changing the Host header's
 	// letter case or adding a trailing dot.
 	hostVar bool
@@ -173,7 +173,7 @@ type Zone struct {
 	strict bool
 	// keyVars, with keyTemplate and two placeholders or more, are the
 	// template's placeholders in order, expanded one by one and joined by
-	// core.JoinKey, so that values with spaces cannot make two clients
+	// keyspec.JoinKey, so that values with spaces cannot make two clients
 	// one; nil otherwise. (The template's other text is the same for
 	// every request of the zone, so the key leaves it out.)
 	keyVars []string
@@ -289,7 +289,7 @@ func (z *Zone) coreLimit() (*model.Limit, error) {
 	return l, nil
 }
 
-// caddyFields name core's fields (core.FieldError.Field) as the
+// caddyFields name core's fields (model.FieldError.Field) as the
 // subdirectives, and JSON keys, that set them, where the names differ.
 var caddyFields = map[string]string{
 	"rate.quota":  "rate",
@@ -305,7 +305,7 @@ func subdirective(field string) string {
 	return field
 }
 
-// caddyError is err, a core.FieldError or core.LimitError, in the
+// caddyError is err, a model.FieldError or model.LimitError, in the
 // Caddyfile's (and JSON's) words, beginning with the subdirective at fault ("rate:
 // period "1.5µs": ..." for a part of one); any other error is returned as
 // it is.
@@ -384,7 +384,7 @@ func (z *Zone) provisionCost() error {
 	return nil
 }
 
-// parseCost parses a configured cost with core.ParseCost, telling a value
+// parseCost parses a configured cost with model.ParseCost, telling a value
 // that is not a number that it may also be a placeholder.
 func parseCost(s string) (float64, error) {
 	c, err := model.ParseCost(s)
@@ -487,15 +487,15 @@ func (z *Zone) nearLimit() float64 {
 }
 
 // topKey is the key (with its prefix removed: the key as the zone builds
-// it, already bounded by core.BoundKey) under which the zone's sketch
+// it, already bounded by keyspec.BoundKey) under which the zone's sketch
 // counts an ask's key.
 func (z *Zone) topKey(askKey string) string {
 	return strings.TrimPrefix(askKey, z.prefix)
 }
 
 // storeKey is the key of an ask of the zone for a client whose key, as
-// the admin API names it, is key: the raw key or its digest (core.BoundKey),
-// as /top shows keys longer than core.MaxKeyLength.
+// the admin API names it, is key: the raw key or its digest (keyspec.BoundKey),
+// as /top shows keys longer than keyspec.MaxKeyLength.
 func (z *Zone) storeKey(key string) string {
 	return z.prefix + keyspec.BoundKey(key)
 }
@@ -605,7 +605,7 @@ func (z *Zone) peerKey(r *http.Request, rh *relayHeader) (string, bool) {
 // proxies. Caddy also skips the entries it cannot read, such as
 // " [2001:db8::1]:443", and would then take an entry to their left, which
 // the client may have written; the zone keys such a request by its peer,
-// as for a header that names no client. At most core.MaxForwardedHops
+// as for a header that names no client. At most clientip.MaxForwardedHops
 // entries are examined.
 func strictVetted(lines []string, ip string) bool {
 	n := 0
@@ -697,7 +697,7 @@ const hostVarKey = "{http.request.host}"
 
 // expand expands the key template tmpl for r; false when a placeholder of
 // it is unknown or empty, or the result is empty. {http.vars.client_ip}
-// expands to clientKey's address, {http.request.host} to core.HostKey's
+// expands to clientKey's address, {http.request.host} to keyspec.HostKey's
 // spelling of the host.
 func (z *Zone) expand(r *http.Request, repl *caddy.Replacer, tmpl string) (string, bool) {
 	if !z.clientVar && !z.hostVar {

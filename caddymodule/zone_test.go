@@ -278,7 +278,7 @@ func TestZoneClientKeyBehindProxy(t *testing.T) {
 	}
 }
 
-// TestZoneLongKeyIsBounded: a key longer than core.MaxKeyLength, from one
+// TestZoneLongKeyIsBounded: a key longer than keyspec.MaxKeyLength, from one
 // placeholder or a constant, is its digest in the ask, so that the
 // stores, the sketch and the log see 33 bytes, hashed once per request;
 // the admin API finds it by its digest or in full.

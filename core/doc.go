@@ -1,8 +1,8 @@
-// Package core is sluice's rate-limiting engine: the stores that hold
-// per-key state, the writer of standard 429 answers, and the one request
-// engine that every host runs. The model and the algorithms it applies
-// are in package model, request keys in keyspec, client addresses in
-// clientip.
+// Package core is sluice's request engine, the one that every host runs,
+// with the in-memory store and the Traefik plugin's fused paths. The
+// model and the algorithms are in package model, request keys in keyspec,
+// client addresses in clientip, the answers in answer, the Redis store in
+// redisstore.
 //
 // It imports the standard library only, so that Traefik's Yaegi interpreter can
 // run it unchanged; it therefore avoids generics, the min/max/clear builtins,
@@ -21,7 +21,7 @@
 //	                                               │         fallback / failure policy when it fails
 //	                                               ├ in-flight slots (serveFlight), dry run
 //	                                               ├ classify: the outcome and the decision reported
-//	                                               └ answer: Responder.SetHeaders, or Responder.Reject
+//	                                               └ answer: answer.Responder's SetHeaders, or Reject
 //	                                                 (429), or wait out a shaping delay
 //
 // Traefik runs the plugin in the Yaegi interpreter, where every function
@@ -41,20 +41,22 @@
 //
 //   - package model: the model and the algorithms, pure functions of
 //     (state, now, cost) (limit.go, decision.go, algorithm.go,
-//     tokenbucket.go, leakybucket.go, window.go); the Store interface
-//     (store.go); configuration checked once, with typed field errors
-//     (config.go, fielderror.go); the limit of a key's requests in flight
-//     (flightlimit.go)
-//   - client addresses: package clientip; request keys: package keyspec
-//   - stores: memory.go; redis.go, redis_lua.go (the scripts
-//     mirror the algorithms), redis_inflight.go, with the RESP client and
-//     its reconnecting client (resp.Lazy) in package resp; share.go names
-//     keys shared across hosts
-//   - answers (headers, 429 bodies): answer.go
-//   - the engine: gate.go (decide, fallback, dry run, wait), breaker.go,
-//     inflight.go (in-flight slots)
-//   - the Traefik lane: lane.go
-//   - hooks for package inspect (peek.go), which holds what only Caddy's
-//     admin API uses, key inspection and the heavy-hitter sketch, outside
-//     everything the Traefik plugin loads
+//     tokenbucket.go, leakybucket.go, window.go); the Store and SlotStore
+//     interfaces (store.go); configuration checked once, with typed field
+//     errors (config.go, fielderror.go); the limit of a key's requests in
+//     flight (flightlimit.go)
+//   - package clientip: client addresses; package keyspec: request keys
+//   - package answer: headers and 429 bodies (answer.Responder)
+//   - package redisstore: the Redis store, its Lua scripts, its leases of
+//     requests in flight and its inspection hooks, with the RESP client
+//     and its reconnecting client (resp.Lazy) in package resp
+//   - this package: the engine, gate.go (decide, fallback, dry run,
+//     wait), breaker.go, inflight.go (in-flight slots), clock.go; the
+//     memory store, memory.go, with its inspection hooks, peek.go;
+//     share.go, which names keys shared across hosts; and the Traefik
+//     lane, lane.go, which fuses the engine, the memory store, the
+//     answers and the Redis store's direct path
+//   - package inspect: what only Caddy's admin API uses, key inspection
+//     and the heavy-hitter sketch, outside everything the Traefik plugin
+//     loads
 package core

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
@@ -118,7 +119,7 @@ func FuzzResponder(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, quota, remaining float64, reset, retry int64, headers, body uint8, jitter float64) {
-		r := Responder{Headers: HeaderSet(headers) & allHeaders, Body: BodyFormat(body % 4), Jitter: jitter}
+		r := answer.Responder{Headers: answer.HeaderSet(headers) & answer.AllHeaders, Body: answer.BodyFormat(body % 4), Jitter: jitter}
 		if r.Validate() != nil {
 			r.Jitter = 0
 		}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/redisstore"
 )
@@ -133,7 +134,7 @@ type GateConfig struct {
 	// Store decides; nil means a new MemoryStore with default settings.
 	Store model.Store
 	// Responder writes headers and 429 answers.
-	Responder Responder
+	Responder answer.Responder
 	// Mode is Enforce or DryRun.
 	Mode Mode
 	// OnStoreError applies when Store fails and there is no Fallback.
@@ -177,7 +178,7 @@ type GateConfig struct {
 type Gate struct {
 	cfg GateConfig // cfg.Clock nil: the system clock, read from systemClock
 	systemClock
-	resp     *Responder                    // &cfg.Responder
+	resp     *answer.Responder             // &cfg.Responder
 	fallback map[*model.Limit]*model.Limit // primary limit → its per-instance share
 	// mem is the primary store when it is a MemoryStore and no breaker
 	// watches it: Serve then decides a single ask without Decide's
@@ -260,9 +261,9 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 			g.fallback[l] = &share
 		}
 	}
-	g.resp.prepare(cfg.Limits)
+	g.resp.Prepare(cfg.Limits)
 	for _, share := range g.fallback {
-		g.resp.prepare([]*model.Limit{share})
+		g.resp.Prepare([]*model.Limit{share})
 	}
 	return g, nil
 }
@@ -467,9 +468,9 @@ func (g *Gate) answer(w http.ResponseWriter, r *http.Request, asks []model.Ask, 
 		g.resp.Reject(w, d, now) // headers included
 		return false
 	}
-	if d.Limit != nil && g.resp.Headers != HeadersOff {
+	if d.Limit != nil && g.resp.Headers != answer.HeadersOff {
 		// Only X-RateLimit-Reset needs the Unix time.
-		if now == 0 && g.resp.Headers&HeadersX != 0 {
+		if now == 0 && g.resp.Headers&answer.HeadersX != 0 {
 			now = g.now()
 		}
 		g.resp.SetHeaders(w.Header(), d, now)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/model"
 )
 
@@ -113,7 +114,7 @@ func TestGateStoreErrorPolicy(t *testing.T) {
 		{FailClosed, OutcomeStoreErrorDeny, http.StatusTooManyRequests, false},
 	} {
 		g := newTestGate(t, GateConfig{Limits: []*model.Limit{l}, Store: &failingStore{}, OnStoreError: tc.policy,
-			Responder: Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX}}, &now)
+			Responder: answer.Responder{Headers: answer.HeadersIETF | answer.HeadersLegacy | answer.HeadersX}}, &now)
 		rec := httptest.NewRecorder()
 		v, ok := g.Serve(rec, httptest.NewRequest("GET", "/", nil), asks)
 		if v.Outcome != tc.want || ok != tc.pass || rec.Code != tc.code || v.Err == nil {
@@ -199,7 +200,7 @@ func TestGateServeWaitsAndRefundsOnCancel(t *testing.T) {
 func TestGateServeRejects(t *testing.T) {
 	now := int64(1_700_000_040e9)
 	l := gateLimit(t, "api", model.TokenBucket, "1/m", 0)
-	g := newTestGate(t, GateConfig{Limits: []*model.Limit{l}, Responder: Responder{Headers: DefaultHeaders}}, &now)
+	g := newTestGate(t, GateConfig{Limits: []*model.Limit{l}, Responder: answer.Responder{Headers: answer.DefaultHeaders}}, &now)
 	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
 	rec := httptest.NewRecorder()
 	if _, ok := g.Serve(rec, httptest.NewRequest("GET", "/", nil), asks); !ok || rec.Header().Get("RateLimit") == "" {

@@ -3,9 +3,13 @@ package core
 import (
 	"net/http"
 	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/model"
 )
@@ -54,3 +58,34 @@ func copyState(s model.State) model.State {
 	}
 	return s
 }
+
+// answerNow is the wall clock of every answer test, in Unix nanoseconds,
+// at a whole second.
+const answerNow = 1700000000 * answer.NanosPerSecond
+
+// renderAnswer prints a recorded response: status line, headers sorted by
+// name with their values in order, a blank line, the body.
+func renderAnswer(code int, h http.Header, body string) string {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString("HTTP " + strconv.Itoa(code) + "\n")
+	for _, k := range keys {
+		for _, v := range h[k] {
+			b.WriteString(k + ": " + v + "\n")
+		}
+	}
+	b.WriteString("\n")
+	b.WriteString(body)
+	return b.String()
+}
+
+// discardWriter is a ResponseWriter that keeps headers and drops the rest.
+type discardWriter struct{ h http.Header }
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *discardWriter) WriteHeader(int)             {}

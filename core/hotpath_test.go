@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
@@ -83,7 +84,7 @@ func TestGateServeFastPathMatchesGeneral(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg := GateConfig{Limits: limits, Mode: mode, Clock: clock,
-			Responder: Responder{Headers: HeadersIETF | HeadersLegacy | HeadersX}}
+			Responder: answer.Responder{Headers: answer.HeadersIETF | answer.HeadersLegacy | answer.HeadersX}}
 		cfg.Store = fastStore
 		fast, err := NewGate(cfg)
 		if err != nil {
@@ -137,7 +138,7 @@ func TestGateServeFastPathMatchesGeneral(t *testing.T) {
 // at which the limit is whole again.
 func TestGateServeSystemClock(t *testing.T) {
 	l := gateLimit(t, "api", model.TokenBucket, "10/h", 0)
-	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Responder: Responder{Headers: DefaultHeaders}})
+	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Responder: answer.Responder{Headers: answer.DefaultHeaders}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func TestGateServeSystemClock(t *testing.T) {
 	}
 	// Whole 360 s after the request, in the second that begins then or
 	// the next one.
-	lo, hi := resetUnix(before, 360*nsPerSecond), resetUnix(after, 360*nsPerSecond)
+	lo, hi := answer.ResetUnix(before, 360*answer.NanosPerSecond), answer.ResetUnix(after, 360*answer.NanosPerSecond)
 	reset, err := strconv.ParseInt(h.Get("X-RateLimit-Reset"), 10, 64)
 	if err != nil || reset < lo || reset > hi {
 		t.Errorf("X-RateLimit-Reset %q, want between %d and %d", h.Get("X-RateLimit-Reset"), lo, hi)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/core/resp"
@@ -39,7 +40,7 @@ func flightLimit(t *testing.T, name, rate string, k int) *model.Limit {
 
 func flightGate(t *testing.T, st model.Store, ttl time.Duration, limits ...*model.Limit) *Gate {
 	t.Helper()
-	g, err := NewGate(GateConfig{Limits: limits, Store: st, Responder: Responder{Headers: DefaultHeaders}, LeaseTTL: ttl})
+	g, err := NewGate(GateConfig{Limits: limits, Store: st, Responder: answer.Responder{Headers: answer.DefaultHeaders}, LeaseTTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}

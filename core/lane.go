@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
@@ -31,7 +32,7 @@ type Lane struct {
 	specs   []*keyspec.Spec
 	shapes  []keyspec.Shape // of specs
 	prefix  string
-	resp    *Responder
+	resp    *answer.Responder
 	observe func(*Verdict)
 	watch   bool
 	dryRun  string // LaneConfig.DryRunHeader in DryRun mode, else ""
@@ -64,7 +65,7 @@ type Lane struct {
 	quota    float64
 	period   float64 // nanoseconds
 	unit     float64 // nanoseconds per cost unit
-	headers  HeaderSet
+	headers  answer.HeaderSet
 	// fast: ServeLane writes the headers itself, which it does for the
 	// sets ietf, x and ietf,x, on the gate's own clock, with a quota
 	// below maxSFInteger.
@@ -85,8 +86,8 @@ type Lane struct {
 
 	// answer: one or rd, the limit's answer texts, which laneSetIETFX
 	// writes; texts: several limits, each limit's (see newLaneMany).
-	answer *limitAnswer
-	texts  map[*model.Limit]*limitAnswer
+	answer *answer.Texts
+	texts  map[*model.Limit]*answer.Texts
 	// ietfx and rejects: several limits, as newLaneMany says; rejects
 	// holds lanes (*Lane) of one limit each whose 429 answers laneReject
 	// writes, as any: Yaegi v0.16.1 cannot build a Lane that refers to
@@ -208,7 +209,7 @@ func NewLane(cfg LaneConfig) *Lane {
 	l.period = float64(lim.PeriodNanos())
 	l.unit = lim.Unit()
 	l.headers = g.resp.Headers
-	l.fast = l.clock && l.headers&HeadersLegacy == 0 && l.headers&HeadersIETF != 0 && l.headers&HeadersX != 0 &&
+	l.fast = l.clock && l.headers&headersLegacy == 0 && l.headers&headersIETF != 0 && l.headers&headersX != 0 &&
 		lim.Capacity() < maxSFInteger && g.resp.Texts(lim) != nil
 	l.answer = g.resp.Texts(lim)
 	if l.fast {
@@ -224,12 +225,12 @@ func NewLane(cfg LaneConfig) *Lane {
 // texts of the body.
 func setFastReject(l *Lane, lim *model.Limit, admit bool) {
 	a := l.resp.Texts(lim)
-	l.policy, l.ietfPrefix, l.qText = a.policy, a.ietfPrefix, a.qText
+	l.policy, l.ietfPrefix, l.qText = a.Policy, a.IETFPrefix, a.QText
 	rs := l.resp
-	if admit && rs.Jitter == 0 && !rs.Defer && rs.Body < BodyNone {
-		t := &bodyTexts[rs.Body]
+	if admit && rs.Jitter == 0 && !rs.Defer && rs.Body < bodyNone {
+		t := &answer.BodyTexts[rs.Body]
 		l.fastReject = true
-		l.bodyHead, l.bodyTail, l.contentType = t.retry, t.retryEnd+a.tails[rs.Body], t.contentType
+		l.bodyHead, l.bodyTail, l.contentType = t.Retry, t.RetryEnd+a.Tails[rs.Body], t.ContentType
 	}
 }
 
@@ -239,7 +240,7 @@ func setFastReject(l *Lane, lim *model.Limit, admit bool) {
 // rejects of the limits whose rejections laneReject can write.
 func newLaneMany(l *Lane, cfg LaneConfig) {
 	l.ietfx = cfg.Gate.resp.Headers == headersIETFX
-	l.texts = make(map[*model.Limit]*limitAnswer, len(cfg.Asks))
+	l.texts = make(map[*model.Limit]*answer.Texts, len(cfg.Asks))
 	for _, a := range cfg.Asks {
 		t := cfg.Gate.resp.Texts(a.Limit)
 		if t == nil {
@@ -359,7 +360,7 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 		tText = fmtInt(t, 10)
 	}
 	// X-RateLimit-Reset: the second the limit is whole again.
-	now = resetUnix(now, reset)
+	now = answer.ResetUnix(now, reset)
 	vals = []string{l.policy, l.ietfPrefix + remText + ";t=" + tText, l.qText, remText, fmtInt(now, 10)}
 	hd = w.Header()
 	hd["Ratelimit-Policy"] = vals[0:1:1]
@@ -375,8 +376,9 @@ func serveLaneTB(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Requ
 // frame of every function that uses it.
 const statusTooManyRequests = 429
 
-// The constants of packages model, keyspec and clientip that the lanes' paths read, as constants
-// of this package for the same reason.
+// The constants of packages model, keyspec, clientip, answer and
+// redisstore that the lanes' paths read, as constants of this package for
+// the same reason.
 const (
 	eps              = model.Eps
 	never            = model.Never
@@ -390,7 +392,22 @@ const (
 	missingShared    = keyspec.MissingShared
 	maxHopLength     = clientip.MaxHopLength
 	xForwardedFor    = clientip.XForwardedFor
+	maxSFInteger     = answer.MaxSFInteger
+	nsPerSecond      = answer.NanosPerSecond
+	smallInts        = answer.SmallInts
+	headersIETF      = answer.HeadersIETF
+	headersX         = answer.HeadersX
+	headersLegacy    = answer.HeadersLegacy
+	headersOff       = answer.HeadersOff
+	bodyNone         = answer.BodyNone
+	replyFields      = redisstore.ReplyFields
 )
+
+// smallIntTexts is answer.SmallIntTexts, copied into this package: under
+// Yaegi an element of another package's variable costs a value of the
+// frame that reads it, as a constant does, and calling another package's
+// function through a variable of this one costs more than calling it.
+var smallIntTexts = answer.SmallIntTexts
 
 // The standard library functions of the lanes' paths, as package
 // variables: see serveLaneTB.
@@ -411,10 +428,10 @@ var (
 	sha256Sum     = sha256.Sum256
 	hexEncode     = hex.Encode
 	parseFloat    = strconv.ParseFloat
-	noSum         [sha256.Size]byte                     // serveLaneRedis' sum, zero
-	noTime        time.Time                             // serveLaneRedis' start, zero
-	noFields      [redisstore.ReplyFields]time.Duration // serveLaneRedis' f, zero
-	noAddr        netip.Addr                            // laneDepthKey's a, zero
+	noSum         [sha256.Size]byte          // serveLaneRedis' sum, zero
+	noTime        time.Time                  // serveLaneRedis' start, zero
+	noFields      [replyFields]time.Duration // serveLaneRedis' f, zero
+	noAddr        netip.Addr                 // laneDepthKey's a, zero
 	parseAddr     = netip.ParseAddr
 	trimHop       = strings.Trim
 )
@@ -432,7 +449,7 @@ func laneReject(l *Lane, w http.ResponseWriter, rem float64, reset, next, wait, 
 	if retry < 1 {
 		retry = 1
 	}
-	t = resetUnix(now, reset)
+	t = answer.ResetUnix(now, reset)
 	remText = fmtInt(int64(rem), 10)
 	retryText = fmtInt(retry, 10)
 	body = l.bodyHead + retryText + l.bodyTail
@@ -580,7 +597,7 @@ func laneDecide(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reque
 // write itself, and passes the request on. The headers are laneSetHeaders'
 // work, apart so that a lane without headers does not pay for its body.
 func laneHeaders(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, deficit float64, reset, now int64) {
-	if l.headers != HeadersOff {
+	if l.headers != headersOff {
 		laneSetHeaders(l, w, deficit, reset, now, noDecision)
 	}
 	next.ServeHTTP(w, r)
@@ -649,7 +666,7 @@ func laneMany(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request
 			best = d
 		}
 	}
-	if l.resp.Headers != HeadersOff {
+	if l.resp.Headers != headersOff {
 		if !l.clock {
 			now = l.gate.now()
 		}
@@ -1060,14 +1077,14 @@ func laneDepthKey(c *clientip.Strategy, r *http.Request, s string, lines []strin
 
 // headersIETFX is HeadersIETF|HeadersX as a variable: Yaegi v0.16.1
 // compares a value with an | of typed constants wrongly.
-var headersIETFX = HeadersIETF | HeadersX
+var headersIETFX = headersIETF | headersX
 
 // laneSetIETFX is Responder.SetHeaders fused for the header set ietf and
 // x and the answer texts a of d's limit. Its parameters after now are its
 // variables, zero (see serveLaneTB). Each field of d is read once, and t
 // is a Duration, so that d's durations need no conversion: under Yaegi
 // each selector and conversion is a value.
-func laneSetIETFX(h http.Header, a *limitAnswer, d *model.Decision, now int64,
+func laneSetIETFX(h http.Header, a *answer.Texts, d *model.Decision, now int64,
 	rem int64, t time.Duration, x float64, remText, tText string, vals []string) {
 	x = d.Remaining // floorUnits(x)
 	if x >= maxSFInteger {
@@ -1095,8 +1112,8 @@ func laneSetIETFX(h http.Header, a *limitAnswer, d *model.Decision, now int64,
 			tText = fmtInt(int64(t), 10)
 		}
 	}
-	now = resetUnix(now, int64(d.Reset))
-	vals = []string{a.policy, a.ietfPrefix + remText + ";t=" + tText, a.qText, remText, fmtInt(now, 10)}
+	now = answer.ResetUnix(now, int64(d.Reset))
+	vals = []string{a.Policy, a.IETFPrefix + remText + ";t=" + tText, a.QText, remText, fmtInt(now, 10)}
 	h["Ratelimit-Policy"] = vals[0:1:1]
 	h["Ratelimit"] = vals[1:2:2]
 	h["X-Ratelimit-Limit"] = vals[2:3:3]
@@ -1173,7 +1190,7 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 // see serveLaneTB.
 func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
 	key string, err error, cl *resp.Client, ctx context.Context, start time.Time, cmd []byte, sum [sha256.Size]byte,
-	reply interface{}, text string, ok bool, rem float64, p, q, j int, c byte, n time.Duration, f [redisstore.ReplyFields]time.Duration, now int64, v Verdict) {
+	reply interface{}, text string, ok bool, rem float64, p, q, j int, c byte, n time.Duration, f [replyFields]time.Duration, now int64, v Verdict) {
 	key = laneKey4(l, r, "", nil)
 	if key == "" || len(key) > maxKeyLength || l.bstate != nil && loadInt32(l.bstate) != breakerClosed {
 		serveLaneAny(l, next, w, r, nil, noVerdict, false)
@@ -1218,7 +1235,7 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 	for q = p; q < len(text); q++ {
 		if c = text[q] - '0'; c <= 9 {
 			n = n*10 + time.Duration(c)
-		} else if text[q] != ' ' || q == p || q-p > 15 || j == redisstore.ReplyFields-1 {
+		} else if text[q] != ' ' || q == p || q-p > 15 || j == replyFields-1 {
 			break
 		} else {
 			f[j] = n
@@ -1227,7 +1244,7 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 			p = q + 1
 		}
 	}
-	if q != len(text) || j != redisstore.ReplyFields-1 || q == p || q-p > 15 || f[4] != 0 {
+	if q != len(text) || j != replyFields-1 || q == p || q-p > 15 || f[4] != 0 {
 		laneRedisSlow(l, next, w, r, key, ctx, start, reply, nil)
 		return
 	}
@@ -1263,7 +1280,7 @@ var alwaysDown int32 = 1
 // read at now, whose fields 2 to 4 are in f and the last in next, with
 // redisstore.DecodeDecisions' RetryAfter (at least 1). It is apart so that an
 // admission does not pay for its values under Yaegi.
-func laneRedisReject(l *Lane, w http.ResponseWriter, rem float64, f *[redisstore.ReplyFields]time.Duration, next time.Duration, now int64) {
+func laneRedisReject(l *Lane, w http.ResponseWriter, rem float64, f *[replyFields]time.Duration, next time.Duration, now int64) {
 	if f[3] == 0 {
 		f[3] = 1
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/redisstore"
@@ -29,7 +30,7 @@ func redisLanePair(t *testing.T, store *redisstore.Store, l *model.Limit, policy
 	t.Helper()
 	var lanes [2]*Lane
 	for i := range lanes {
-		g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: store, Responder: Responder{Headers: DefaultHeaders, Body: BodyJSON},
+		g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: store, Responder: answer.Responder{Headers: answer.DefaultHeaders, Body: answer.BodyJSON},
 			OnStoreError: policy, Timeout: 50 * time.Millisecond, Breaker: &Breaker{Failures: 3, Backoff: time.Hour}, Clock: clock})
 		if err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
@@ -56,7 +57,7 @@ func TestServeLaneMatchesGate(t *testing.T) {
 		// waited out.
 		{model.TokenBucket, "5/s", 2, 1, 150 * time.Millisecond},
 	}
-	headerSets := []HeaderSet{DefaultHeaders, HeadersIETF, HeadersX, HeadersIETF | HeadersLegacy | HeadersX, HeadersOff}
+	headerSets := []answer.HeaderSet{answer.DefaultHeaders, answer.HeadersIETF, answer.HeadersX, answer.HeadersIETF | answer.HeadersLegacy | answer.HeadersX, answer.HeadersOff}
 	remotes := []string{"192.0.2.1:1234", "192.0.2.2:80", "[2001:db8::1]:443", "not an address", ""}
 	steps := 300
 	if testing.Short() {
@@ -74,11 +75,11 @@ func TestServeLaneMatchesGate(t *testing.T) {
 				// Every body format, and a jitter (which takes the
 				// general rejection path) in some runs; the header set of
 				// laneReject with a body in all but one.
-				body := BodyFormat((li + hi) % 4)
+				body := answer.BodyFormat((li + hi) % 4)
 				if hi == 0 {
-					body = BodyFormat(li % 3)
+					body = answer.BodyFormat(li % 3)
 				}
-				resp := Responder{Headers: hs, Body: body}
+				resp := answer.Responder{Headers: hs, Body: body}
 				if (li+hi)%3 == 2 {
 					resp.Jitter, resp.Rand = 0.5, func() float64 { return 0.25 }
 				}
@@ -110,11 +111,11 @@ func TestServeLaneMatchesGate(t *testing.T) {
 					Observe: func(v *Verdict) { seen = append(seen, *v) }})
 				// Bit tests: Yaegi v0.16.1 compares hs with the constant
 				// DefaultHeaders wrongly.
-				fast := hs&HeadersIETF != 0 && hs&HeadersX != 0 && hs&HeadersLegacy == 0
+				fast := hs&answer.HeadersIETF != 0 && hs&answer.HeadersX != 0 && hs&answer.HeadersLegacy == 0
 				if !lane.one || lane.tb != (lc.alg == model.TokenBucket) || lane.fast != fast {
 					t.Fatalf("lane one %v tb %v fast %v for %s and headers %v", lane.one, lane.tb, lane.fast, lc.alg, hs)
 				}
-				if reject := fast && resp.Jitter == 0 && resp.Body != BodyNone; lane.fastReject != reject {
+				if reject := fast && resp.Jitter == 0 && resp.Body != answer.BodyNone; lane.fastReject != reject {
 					t.Fatalf("lane fastReject %v for headers %v, body %v, jitter %v", lane.fastReject, hs, resp.Body, resp.Jitter)
 				}
 				label := string(lc.alg) + " limit " + strconv.Itoa(li) + " headers " + strconv.Itoa(int(hs)) + " missing " + missing.String()
@@ -215,7 +216,7 @@ func TestServeLaneRelayedMatchesGate(t *testing.T) {
 	for ri, ip := range rules {
 		clock := testclock.New(testclock.Epoch)
 		l := gateLimit(t, "api", model.TokenBucket, "2/s", 0)
-		resp := Responder{Headers: DefaultHeaders, Body: BodyJSON}
+		resp := answer.Responder{Headers: answer.DefaultHeaders, Body: answer.BodyJSON}
 		laneStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
 		if err != nil {
 			t.Fatal(err)
@@ -271,7 +272,7 @@ func TestServeLaneRelayedMatchesGate(t *testing.T) {
 func TestServeLaneNextRounding(t *testing.T) {
 	clock := testclock.New(testclock.Epoch)
 	l := gateLimit(t, "api", model.TokenBucket, "1/4s", 10)
-	resp := Responder{Headers: DefaultHeaders}
+	resp := answer.Responder{Headers: answer.DefaultHeaders}
 	ms, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -324,7 +325,7 @@ func TestServeLaneManyMatchesGate(t *testing.T) {
 		{model.SlidingWindowLog, "4/s", 0},
 		{model.LeakyBucket, "3/s", 4},
 	}
-	headerSets := []HeaderSet{DefaultHeaders, HeadersIETF, HeadersX, HeadersIETF | HeadersLegacy | HeadersX, HeadersOff}
+	headerSets := []answer.HeaderSet{answer.DefaultHeaders, answer.HeadersIETF, answer.HeadersX, answer.HeadersIETF | answer.HeadersLegacy | answer.HeadersX, answer.HeadersOff}
 	remotes := []string{"192.0.2.1:1234", "192.0.2.2:80", "[2001:db8::1]:443", "not an address", ""}
 	steps := 200
 	if testing.Short() {
@@ -343,7 +344,7 @@ func TestServeLaneManyMatchesGate(t *testing.T) {
 			}
 			global := gateLimit(t, "global", model.TokenBucket, "7/s", 5)
 			limits := []*model.Limit{per, global}
-			resp := Responder{Headers: hs, Body: BodyFormat((ai + hi) % 4)}
+			resp := answer.Responder{Headers: hs, Body: answer.BodyFormat((ai + hi) % 4)}
 			laneStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
 			if err != nil {
 				t.Fatal(err)
@@ -400,7 +401,7 @@ func TestServeLaneManyMatchesGate(t *testing.T) {
 func TestXRateLimitResetRoundsUp(t *testing.T) {
 	const frac = 900 * time.Millisecond
 	for _, alg := range []model.Algorithm{model.TokenBucket, model.FixedWindow} {
-		for _, hs := range []HeaderSet{DefaultHeaders, HeadersX} {
+		for _, hs := range []answer.HeaderSet{answer.DefaultHeaders, answer.HeadersX} {
 			for _, via := range []string{"gate", "lane", "lane of two limits"} {
 				label := string(alg) + " headers " + strconv.Itoa(int(hs)) + " " + via
 				clock := testclock.New(testclock.Epoch + int64(frac))
@@ -413,7 +414,7 @@ func TestXRateLimitResetRoundsUp(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				g, err := NewGate(GateConfig{Limits: limits, Store: store, Responder: Responder{Headers: hs}, Clock: clock.Now})
+				g, err := NewGate(GateConfig{Limits: limits, Store: store, Responder: answer.Responder{Headers: hs}, Clock: clock.Now})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -435,7 +436,7 @@ func TestXRateLimitResetRoundsUp(t *testing.T) {
 				if alg == model.FixedWindow {
 					whole = testclock.Epoch + int64(time.Second)
 				}
-				want := strconv.FormatInt((whole+nsPerSecond-1)/nsPerSecond, 10)
+				want := strconv.FormatInt((whole+answer.NanosPerSecond-1)/answer.NanosPerSecond, 10)
 				for i, status := range []int{http.StatusOK, http.StatusTooManyRequests} {
 					r := httptest.NewRequest(http.MethodGet, "/", nil)
 					rec := httptest.NewRecorder()
@@ -450,7 +451,7 @@ func TestXRateLimitResetRoundsUp(t *testing.T) {
 					}
 					if got := rec.Header().Get("X-RateLimit-Reset"); got != want {
 						t.Errorf("%s: request %d: X-RateLimit-Reset %s, want %s (the limit is whole at %d.%09d)",
-							label, i+1, got, want, whole/nsPerSecond, whole%nsPerSecond)
+							label, i+1, got, want, whole/answer.NanosPerSecond, whole%answer.NanosPerSecond)
 					}
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/redisstore"
@@ -31,7 +32,7 @@ func benchRedisGate(b *testing.B) (*Gate, *model.Limit) {
 		b.Fatal(err)
 	}
 	l := algLimit(b, model.TokenBucket, "1e9/s", 1e12, 0)
-	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: s, Responder: Responder{Headers: DefaultHeaders},
+	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: s, Responder: answer.Responder{Headers: answer.DefaultHeaders},
 		Breaker: &Breaker{}, Timeout: redisstore.DefaultTimeout})
 	if err != nil {
 		b.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/redisstore"
@@ -134,7 +135,7 @@ func readFakeCommand(r *bufio.Reader) ([]string, error) {
 // rather than waited out.
 func directDecide(t *testing.T, store *redisstore.Store, timeout time.Duration, l *model.Limit, key string, cost float64) Verdict {
 	t.Helper()
-	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: store, Responder: Responder{Headers: DefaultHeaders, Body: BodyJSON}, Timeout: timeout})
+	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: store, Responder: answer.Responder{Headers: answer.DefaultHeaders, Body: answer.BodyJSON}, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}

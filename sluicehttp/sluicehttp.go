@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
@@ -334,18 +335,18 @@ func newLimit(l *Limit, ip *clientip.Strategy, prefix string) (limit, error) {
 }
 
 // responder builds the answers' configuration.
-func responder(cfg *Config) (core.Responder, error) {
-	headers, err := core.ParseHeaderSet(cfg.Headers)
+func responder(cfg *Config) (answer.Responder, error) {
+	headers, err := answer.ParseHeaderSet(cfg.Headers)
 	if err != nil {
-		return core.Responder{}, err
+		return answer.Responder{}, err
 	}
-	body, err := core.ParseBodyFormat(cfg.Body)
+	body, err := answer.ParseBodyFormat(cfg.Body)
 	if err != nil {
-		return core.Responder{}, err
+		return answer.Responder{}, err
 	}
-	r := core.Responder{Headers: headers, Body: body, Jitter: cfg.RetryJitter}
+	r := answer.Responder{Headers: headers, Body: body, Jitter: cfg.RetryJitter}
 	if err := r.Validate(); err != nil {
-		return core.Responder{}, err
+		return answer.Responder{}, err
 	}
 	return r, nil
 }

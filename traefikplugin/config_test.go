@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
@@ -154,8 +155,8 @@ func checkFullSettings(t *testing.T, s *settings) {
 	}
 	// A variable, not the constant expression: Yaegi v0.16.1 compares a
 	// value with an | of another package's typed constants as unequal.
-	headers := core.HeadersIETF | core.HeadersLegacy
-	if s.responder.Headers != headers || s.responder.Body != core.BodyProblem || s.responder.Jitter != 0.2 {
+	headers := answer.HeadersIETF | answer.HeadersLegacy
+	if s.responder.Headers != headers || s.responder.Body != answer.BodyProblem || s.responder.Jitter != 0.2 {
 		t.Errorf("responder: got %+v", s.responder)
 	}
 	if s.mode != core.DryRun || s.policy != core.FailClosed || !s.fallback || s.instances != 3 {
@@ -278,8 +279,8 @@ func TestDefaults(t *testing.T) {
 	if l.Name != "default" || l.Algorithm != model.TokenBucket || l.Rate != (model.Rate{Quota: 5, Period: time.Second}) || l.Burst != 1 || s.plans[0].cost != 1 {
 		t.Errorf("got %+v cost %v", *l, s.plans[0].cost)
 	}
-	headers := core.DefaultHeaders // a variable, for Yaegi (see checkFullSettings)
-	if s.responder.Headers != headers || s.responder.Body != core.BodyJSON || s.mode != core.Enforce || s.policy != core.FailOpen || s.redis != nil {
+	headers := answer.DefaultHeaders // a variable, for Yaegi (see checkFullSettings)
+	if s.responder.Headers != headers || s.responder.Body != answer.BodyJSON || s.mode != core.Enforce || s.policy != core.FailOpen || s.redis != nil {
 		t.Errorf("got %+v", s)
 	}
 	for _, avg := range []string{"", "0", "0.0"} {

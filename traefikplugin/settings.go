@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
@@ -24,7 +25,7 @@ const maxMemoryKeys = 1 << 30
 type settings struct {
 	plans     []limitPlan
 	specs     []*keyspec.Spec // distinct key specs; plans index them
-	responder core.Responder
+	responder answer.Responder
 	mode      core.Mode
 	policy    core.StoreErrorPolicy
 	redis     *redisOptions // nil: the in-memory store
@@ -344,7 +345,7 @@ func validLimit(l *model.Limit, option string) (*model.Limit, error) {
 	return l, nil
 }
 
-// coreOptions name core's fields (core.FieldError.Field) as the plugin's
+// coreOptions name core's fields (model.FieldError.Field) as the plugin's
 // options.
 var coreOptions = map[string]string{
 	"rate":               "average",
@@ -372,7 +373,7 @@ var coreOptions = map[string]string{
 	"on_store_error":     "onStoreError",
 }
 
-// fieldError is err, a core.FieldError or a core.LimitError, naming its
+// fieldError is err, a model.FieldError or a model.LimitError, naming its
 // field as the plugin's option under option ("", "limits[i]." or
 // "redis."); any other error is returned as it is.
 func fieldError(option string, err error) error {
@@ -514,10 +515,10 @@ func parseClientIP(cfg *Config, st *IPStrategy, s *settings) (*clientip.Strategy
 // parseAnswers reads Headers, Body, RetryJitter and Mode.
 func parseAnswers(cfg *Config, s *settings) error {
 	var err error
-	if s.responder.Headers, err = core.ParseHeaderSet(parseList(cfg.Headers)); err != nil {
+	if s.responder.Headers, err = answer.ParseHeaderSet(parseList(cfg.Headers)); err != nil {
 		return fieldError("", err)
 	}
-	if s.responder.Body, err = core.ParseBodyFormat(cfg.Body); err != nil {
+	if s.responder.Body, err = answer.ParseBodyFormat(cfg.Body); err != nil {
 		return fieldError("", err)
 	}
 	if s.responder.Jitter, err = parseNumber("retryJitter", cfg.RetryJitter, 0); err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/redisstore"
 )
@@ -44,7 +45,7 @@ func validLimit(t *testing.T, l model.Limit) *model.Limit {
 	return &l
 }
 
-// testRate parses rate (core.ParseRate), failing t if it is not one.
+// testRate parses rate (model.ParseRate), failing t if it is not one.
 func testRate(t *testing.T, rate string) model.Rate {
 	t.Helper()
 	r, err := model.ParseRate(rate)
@@ -67,7 +68,7 @@ func testTake(t *testing.T, s model.Store, l *model.Limit, key string, cost floa
 // flightGate returns a gate of limits on st whose Redis leases live ttl.
 func flightGate(t *testing.T, st model.Store, ttl time.Duration, limits ...*model.Limit) *core.Gate {
 	t.Helper()
-	g, err := core.NewGate(core.GateConfig{Limits: limits, Store: st, Responder: core.Responder{Headers: core.DefaultHeaders}, LeaseTTL: ttl})
+	g, err := core.NewGate(core.GateConfig{Limits: limits, Store: st, Responder: answer.Responder{Headers: answer.DefaultHeaders}, LeaseTTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}

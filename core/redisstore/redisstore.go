@@ -263,7 +263,8 @@ var (
 	redisRefund = NewScript(redisRefundScript)
 )
 
-// Fields of one decision in the take script's reply.
+// ReplyFields is the number of fields of one decision in the take
+// script's reply.
 const ReplyFields = 6
 
 // Take implements Store. On a standalone server, and in a Cluster when all

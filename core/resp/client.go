@@ -10,7 +10,7 @@
 // Replies are decoded as: integer → int64, simple or bulk string → string,
 // array → []interface{}, nil bulk string or nil array → nil, error reply →
 // [Error], returned as the error (an error nested in an array makes the
-// whole reply that error). A [Client] implements core.Scripter.
+// whole reply that error). A [Client] implements model.Scripter.
 package resp
 
 import (

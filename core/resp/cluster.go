@@ -38,7 +38,7 @@ const (
 // outside the lock, one at a time: while it dials masters or waits for a
 // node that does not answer, other commands go on with the current map.
 //
-// A Cluster implements core.Scripter. Replicas are not used.
+// A Cluster implements model.Scripter. Replicas are not used.
 type Cluster struct {
 	opts  Options // as given; Addr is set per node
 	seeds []string

@@ -45,7 +45,7 @@ type Target struct {
 // Lazy is a Redis client that connects on demand and connects again after
 // Close, for a long-lived user, such as a proxy's middleware, that must
 // keep working while Redis is down at its start and after the
-// connections it used were closed under it. It implements core.Scripter.
+// connections it used were closed under it. It implements model.Scripter.
 //
 // A call finds its connection, dialing it when there is none and the
 // last failed dial is at least RedialEvery old; while a dial is under way,

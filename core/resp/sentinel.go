@@ -45,7 +45,7 @@ type SentinelOptions struct {
 // there. A command refused with READONLY
 // did not run and is sent once more to the new master; one that failed
 // with an I/O error is not resent (it may have run). A Sentinel implements
-// core.Scripter. Replicas are not used.
+// model.Scripter. Replicas are not used.
 type Sentinel struct {
 	opts  Options // for the master; Addr is set per master
 	sopts SentinelOptions
@@ -76,7 +76,7 @@ func NewSentinel(ctx context.Context, sopts SentinelOptions, opts Options) (*Sen
 	return s, nil
 }
 
-// EvalSha implements core.Scripter on the current master.
+// EvalSha implements model.Scripter on the current master.
 func (s *Sentinel) EvalSha(ctx context.Context, sha string, keys []string, args []string) (interface{}, error) {
 	cl, err := sentinelMaster(s, ctx)
 	if err != nil {
@@ -91,7 +91,7 @@ func (s *Sentinel) EvalSha(ctx context.Context, sha string, keys []string, args 
 	return v, nil
 }
 
-// ScriptLoad implements core.Scripter on the current master.
+// ScriptLoad implements model.Scripter on the current master.
 func (s *Sentinel) ScriptLoad(ctx context.Context, script string) (string, error) {
 	cl, err := sentinelMaster(s, ctx)
 	if err != nil {

@@ -35,7 +35,7 @@ func Client(t testing.TB, addr string, poolSize int) *resp.Client {
 // slots is the number of a Redis Cluster's hash slots.
 const slots = 16384
 
-// ClusterScripter is a minimal Redis Cluster Scripter (core.Scripter) for
+// ClusterScripter is a minimal Redis Cluster Scripter (model.Scripter) for
 // tests: it sends each script to the node that owns its keys' slot, per
 // CLUSTER SLOTS when it was made, and loads scripts on every node. Unlike
 // core/resp's Cluster it follows no redirection.
@@ -92,7 +92,7 @@ func NewClusterScripter(t testing.TB, addrs []string) *ClusterScripter {
 	return cs
 }
 
-// EvalSha implements core.Scripter on the node of keys' slot. It fails
+// EvalSha implements model.Scripter on the node of keys' slot. It fails
 // without keys, and with keys of different slots as Redis Cluster does
 // (CROSSSLOT).
 func (c *ClusterScripter) EvalSha(ctx context.Context, sha string, keys, args []string) (interface{}, error) {
@@ -108,7 +108,7 @@ func (c *ClusterScripter) EvalSha(ctx context.Context, sha string, keys, args []
 	return c.Nodes[c.owner[slot]].EvalSha(ctx, sha, keys, args)
 }
 
-// ScriptLoad implements core.Scripter on every node; it returns the
+// ScriptLoad implements model.Scripter on every node; it returns the
 // script's SHA-1.
 func (c *ClusterScripter) ScriptLoad(ctx context.Context, script string) (string, error) {
 	var sha string

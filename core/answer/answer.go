@@ -1,4 +1,15 @@
-package core
+// Package answer turns decisions into HTTP: the rate-limit headers
+// (RateLimit and RateLimit-Policy of draft-ietf-httpapi-ratelimit-headers,
+// the legacy RateLimit-* and X-RateLimit-* trios), Retry-After, and the
+// 429 answer's body (JSON, RFC 9457 problem details, plain text). A
+// Responder is the one writer both hosts use; its constant texts per limit
+// are made once (Prepare). The tables and helpers exported beside it are
+// for the Traefik lane (core/lane.go), which writes the commonest answers
+// itself.
+//
+// It imports the standard library only, so that Traefik's Yaegi
+// interpreter can run it unchanged.
+package answer
 
 import (
 	"encoding/json"
@@ -51,8 +62,8 @@ const (
 	DefaultHeaders = HeadersIETF | HeadersX
 )
 
-// allHeaders is the union of every defined header family.
-const allHeaders = HeadersIETF | HeadersLegacy | HeadersX
+// AllHeaders is the union of every defined header family.
+const AllHeaders = HeadersIETF | HeadersLegacy | HeadersX
 
 // ParseHeaderSet reads a header set from its names, case-insensitively:
 // "ietf", "legacy", "x", or "off" (which must stand alone). Blank names are
@@ -164,16 +175,16 @@ type Responder struct {
 	Defer bool
 
 	// texts holds the answer texts of the limits of the Gate this
-	// Responder is the copy of (see prepare), made once; the texts of
+	// Responder is the copy of (see Prepare), made once; the texts of
 	// any other decision are made when it is answered (answerFor).
-	texts map[*model.Limit]*limitAnswer
+	texts map[*model.Limit]*Texts
 }
 
 // Validate reports the first field of r that is out of range, as a
 // *FieldError.
 func (r *Responder) Validate() error {
-	if r.Headers&^allHeaders != 0 {
-		return &model.FieldError{Field: "headers", Value: "0x" + strconv.FormatUint(uint64(r.Headers&^allHeaders), 16), Reason: "unknown header set bits"}
+	if r.Headers&^AllHeaders != 0 {
+		return &model.FieldError{Field: "headers", Value: "0x" + strconv.FormatUint(uint64(r.Headers&^AllHeaders), 16), Reason: "unknown header set bits"}
 	}
 	if r.Body > BodyNone {
 		return &model.FieldError{Field: "body", Value: strconv.Itoa(int(r.Body)), Reason: "unknown format"}
@@ -201,7 +212,7 @@ func (r *Responder) SetHeaders(h http.Header, d *model.Decision, now int64) {
 		return
 	}
 	a := r.answer(d)
-	rem := unitsText(floorUnits(d.Remaining))
+	rem := unitsText(FloorUnits(d.Remaining))
 	vals := make([]string, 8)
 	if set&HeadersIETF != 0 && a.ready {
 		// t: the time until more quota is available (Decision.Next) or,
@@ -214,48 +225,48 @@ func (r *Responder) SetHeaders(h http.Header, d *model.Decision, now int64) {
 		}
 		// One element per statement: Yaegi v0.16.1 loses some values
 		// of a tuple assignment to slice elements.
-		vals[0] = a.policy
-		vals[1] = a.ietfPrefix + rem + ";t=" + unitsText(ceilSeconds(t))
+		vals[0] = a.Policy
+		vals[1] = a.IETFPrefix + rem + ";t=" + unitsText(CeilSeconds(t))
 		h["Ratelimit-Policy"] = vals[0:1:1]
 		h["Ratelimit"] = vals[1:2:2]
 	}
 	if set&HeadersLegacy != 0 {
 		vals[2] = a.qInt
 		vals[3] = rem
-		vals[4] = unitsText(ceilSeconds(d.Reset))
+		vals[4] = unitsText(CeilSeconds(d.Reset))
 		h["Ratelimit-Limit"] = vals[2:3:3]
 		h["Ratelimit-Remaining"] = vals[3:4:4]
 		h["Ratelimit-Reset"] = vals[4:5:5]
 	}
 	if set&HeadersX != 0 {
-		vals[5] = a.qText
+		vals[5] = a.QText
 		vals[6] = rem
-		vals[7] = strconv.FormatInt(resetUnix(now, int64(d.Reset)), 10)
+		vals[7] = strconv.FormatInt(ResetUnix(now, int64(d.Reset)), 10)
 		h["X-Ratelimit-Limit"] = vals[5:6:6]
 		h["X-Ratelimit-Remaining"] = vals[6:7:7]
 		h["X-Ratelimit-Reset"] = vals[7:8:8]
 	}
 }
 
-// answer is the answer texts of d: its limit's, made by prepare, or made
+// answer is the answer texts of d: its limit's, made by Prepare, or made
 // now by answerFor when it advertises another quota or its limit is not
 // one of the Gate's.
-func (r *Responder) answer(d *model.Decision) *limitAnswer {
+func (r *Responder) answer(d *model.Decision) *Texts {
 	if a := r.texts[d.Limit]; a != nil && a.quota == d.Quota {
 		return a
 	}
 	return answerFor(d)
 }
 
-// Texts returns the answer texts that prepare made for l, or nil.
-func (r *Responder) Texts(l *model.Limit) *limitAnswer { return r.texts[l] }
+// Texts returns the answer texts that Prepare made for l, or nil.
+func (r *Responder) Texts(l *model.Limit) *Texts { return r.texts[l] }
 
-// prepare makes the answer texts of each limit of limits, and of the limit
+// Prepare makes the answer texts of each limit of limits, and of the limit
 // of its requests in flight, which r then answers without making them.
 // A Gate calls it on its own copy of the Responder, before any request.
-func (r *Responder) prepare(limits []*model.Limit) {
+func (r *Responder) Prepare(limits []*model.Limit) {
 	if r.texts == nil {
-		r.texts = make(map[*model.Limit]*limitAnswer, 2*len(limits))
+		r.texts = make(map[*model.Limit]*Texts, 2*len(limits))
 	}
 	for _, l := range limits {
 		if a, ok := limitTexts(l, l.Rate.Quota); ok {
@@ -268,16 +279,16 @@ func (r *Responder) prepare(limits []*model.Limit) {
 	}
 }
 
-// unitsText is strconv.FormatInt(n, 10) for n >= 0, from smallIntTexts
+// unitsText is strconv.FormatInt(n, 10) for n >= 0, from SmallIntTexts
 // when n is small: the counts and seconds of most answers are.
 func unitsText(n int64) string {
-	if n < smallInts {
-		return smallIntTexts[n]
+	if n < SmallInts {
+		return SmallIntTexts[n]
 	}
 	return strconv.FormatInt(n, 10)
 }
 
-// resetUnix is X-RateLimit-Reset's value for a limit that is whole again
+// ResetUnix is X-RateLimit-Reset's value for a limit that is whole again
 // reset nanoseconds (none if negative) after now, in Unix nanoseconds: the
 // first whole Unix second at or after that instant, ceil(now + reset), so
 // that a client that waits until the second it names finds the limit
@@ -285,24 +296,24 @@ func unitsText(n int64) string {
 // fused answers call it. It adds the reset's whole seconds apart, so that
 // no reset overflows, and works on its parameters in place, which costs
 // the lane nothing under Yaegi.
-func resetUnix(now, reset int64) int64 {
+func ResetUnix(now, reset int64) int64 {
 	if reset < 0 {
 		reset = 0
 	}
-	now += reset % nsPerSecond
-	reset /= nsPerSecond
-	now += nsPerSecond - 1
-	now /= nsPerSecond
+	now += reset % NanosPerSecond
+	reset /= NanosPerSecond
+	now += NanosPerSecond - 1
+	now /= NanosPerSecond
 	now += reset
 	return now
 }
 
-// smallInts bounds the counts whose decimal texts smallIntTexts holds.
-const smallInts = 1000
+// SmallInts bounds the counts whose decimal texts SmallIntTexts holds.
+const SmallInts = 1000
 
-// smallIntTexts[i] is strconv.Itoa(i), without the allocation of a
+// SmallIntTexts holds strconv.Itoa(i) at i, without the allocation of a
 // formatted number (and, under Yaegi, at a tenth of a call into strconv).
-var smallIntTexts = func() (t [smallInts]string) {
+var SmallIntTexts = func() (t [SmallInts]string) {
 	for i := range t {
 		t[i] = strconv.Itoa(i)
 	}
@@ -331,7 +342,7 @@ func (r *Responder) Reject(w http.ResponseWriter, d *model.Decision, now int64) 
 		if r.Jitter > 0 {
 			ra = r.jittered(ra)
 		}
-		retry = int64(ra / time.Second) // ceilSeconds(ra), at least 1
+		retry = int64(ra / time.Second) // CeilSeconds(ra), at least 1
 		if ra%time.Second > 0 {
 			retry++
 		}
@@ -346,9 +357,9 @@ func (r *Responder) Reject(w http.ResponseWriter, d *model.Decision, now int64) 
 	var body []byte
 	ctype := ""
 	if r.Body < BodyNone {
-		tails := &r.answer(d).tails
-		body = appendBody(&bodyTexts[r.Body], retry, tails[r.Body])
-		ctype = bodyTexts[r.Body].contentType
+		tails := &r.answer(d).Tails
+		body = appendBody(&BodyTexts[r.Body], retry, tails[r.Body])
+		ctype = BodyTexts[r.Body].ContentType
 	}
 
 	// b is [RETRY]LENGTH.
@@ -409,34 +420,34 @@ func (r *Responder) jittered(ra time.Duration) time.Duration {
 	return time.Duration(f)
 }
 
-// bodyText is the constant text of one body format: a retryable answer is
+// BodyParts is the constant text of one body format: a retryable answer is
 // retry, the seconds, retryEnd and the tail; the other is never and the
-// tail. The tail (see limitAnswer.tails) closes the document.
-type bodyText struct {
-	retry, retryEnd, never, contentType string
+// tail. The tail (see Texts.Tails) closes the document.
+type BodyParts struct {
+	Retry, RetryEnd, never, ContentType string
 }
 
 // problemStart opens every problem body, up to the value of "detail".
 const problemStart = `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Request cannot be satisfied as assigned quota has been exceeded","status":429,"detail":`
 
-// bodyTexts holds the texts of each BodyFormat but BodyNone, by value.
-var bodyTexts = [3]bodyText{
+// BodyTexts holds the texts of each BodyFormat but BodyNone, by value.
+var BodyTexts = [3]BodyParts{
 	BodyJSON: {
-		retry:       `{"error":"rate_limited","retryable":true,"retry_after":`,
+		Retry:       `{"error":"rate_limited","retryable":true,"retry_after":`,
 		never:       `{"error":"rate_limited","retryable":false`,
-		contentType: "application/json",
+		ContentType: "application/json",
 	},
 	BodyProblem: {
-		retry:       problemStart + `"Retry in `,
-		retryEnd:    ` s."`,
+		Retry:       problemStart + `"Retry in `,
+		RetryEnd:    ` s."`,
 		never:       problemStart + `"The request costs more than the quota allows at once; retrying cannot succeed."`,
-		contentType: "application/problem+json",
+		ContentType: "application/problem+json",
 	},
 	BodyText: {
-		retry:       "429 Too Many Requests: retry in ",
-		retryEnd:    " s\n",
+		Retry:       "429 Too Many Requests: retry in ",
+		RetryEnd:    " s\n",
 		never:       "429 Too Many Requests: the request costs more than the limit allows at once; retrying cannot succeed\n",
-		contentType: "text/plain; charset=utf-8",
+		ContentType: "text/plain; charset=utf-8",
 	},
 }
 
@@ -446,43 +457,43 @@ var noLimitTails = [3]string{BodyJSON: "}", BodyProblem: "}", BodyText: ""}
 
 // appendBody builds the body of t for retry seconds (-1: never), closed by
 // tail.
-func appendBody(t *bodyText, retry int64, tail string) []byte {
+func appendBody(t *BodyParts, retry int64, tail string) []byte {
 	if retry < 0 {
 		b := make([]byte, 0, len(t.never)+len(tail))
 		b = append(b, t.never...)
 		return append(b, tail...)
 	}
-	b := make([]byte, 0, len(t.retry)+20+len(t.retryEnd)+len(tail))
-	b = append(b, t.retry...)
+	b := make([]byte, 0, len(t.Retry)+20+len(t.RetryEnd)+len(tail))
+	b = append(b, t.Retry...)
 	b = strconv.AppendInt(b, retry, 10)
-	b = append(b, t.retryEnd...)
+	b = append(b, t.RetryEnd...)
 	return append(b, tail...)
 }
 
-// nsPerSecond is time.Second in nanoseconds, as a constant of this package:
+// NanosPerSecond is time.Second in nanoseconds, as a constant of this package:
 // under Yaegi a constant of the standard library is a value allocated on
 // every call of a function that uses it.
-const nsPerSecond = int64(time.Second)
+const NanosPerSecond = int64(time.Second)
 
-// maxSFInteger is the largest Integer a structured field can carry (RFC
+// MaxSFInteger is the largest Integer a structured field can carry (RFC
 // 9651, 15 digits); counts of cost units are clamped to it.
-const maxSFInteger = 999999999999999
+const MaxSFInteger = 999999999999999
 
-// floorUnits floors a non-negative count of cost units to an integer,
-// mapping negative and NaN counts to 0 and clamping at maxSFInteger.
-func floorUnits(x float64) int64 {
+// FloorUnits floors a non-negative count of cost units to an integer,
+// mapping negative and NaN counts to 0 and clamping at MaxSFInteger.
+func FloorUnits(x float64) int64 {
 	if !(x > 0) {
 		return 0
 	}
-	if x >= maxSFInteger {
-		return maxSFInteger
+	if x >= MaxSFInteger {
+		return MaxSFInteger
 	}
 	return int64(x)
 }
 
-// ceilSeconds rounds d up to whole seconds, 0 for d <= 0; the result, at
+// CeilSeconds rounds d up to whole seconds, 0 for d <= 0; the result, at
 // most 9223372037, fits a structured-field Integer.
-func ceilSeconds(d time.Duration) int64 {
+func CeilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
@@ -493,12 +504,12 @@ func ceilSeconds(d time.Duration) int64 {
 	return n
 }
 
-// quotaTexts formats a quota as an Integer (floored, for the structured
+// QuotaTexts formats a quota as an Integer (floored, for the structured
 // fields, whose drafts require Integers) and as text with at most three
 // decimals (for X-RateLimit-Limit): 100 → "100", "100"; 2.5 → "2", "2.5";
 // a positive quota under 0.0005 → "0", "0.001".
-func quotaTexts(q float64) (integer, text string) {
-	integer = strconv.FormatInt(floorUnits(q), 10)
+func QuotaTexts(q float64) (integer, text string) {
+	integer = strconv.FormatInt(FloorUnits(q), 10)
 	if !(q > 0) || q >= 1e12 || q == float64(int64(q)) {
 		return integer, integer
 	}
@@ -510,21 +521,21 @@ func quotaTexts(q float64) (integer, text string) {
 	return integer, text
 }
 
-// limitAnswer holds the constant strings of a limit's answers, computed
+// Texts holds the constant strings of a limit's answers, computed
 // once by Validate so that the per-request path only formats numbers.
-type limitAnswer struct {
+type Texts struct {
 	ready      bool      // the limit was validated: the IETF fields and tails name it
 	quota      float64   // the quota the strings were made for
-	policy     string    // RateLimit-Policy value: "api";q=100;w=60
-	ietfPrefix string    // start of the RateLimit value: "api";r=
+	Policy     string    // RateLimit-Policy value: "api";q=100;w=60
+	IETFPrefix string    // start of the RateLimit value: "api";r=
 	qInt       string    // quota as an Integer (floored)
-	qText      string    // quota with up to three decimals
-	tails      [3]string // ends of the bodies by BodyFormat: ,"policy":"api"} ...
+	QText      string    // quota with up to three decimals
+	Tails      [3]string // ends of the bodies by BodyFormat: ,"policy":"api"} ...
 }
 
 // newLimitAnswer precomputes the answer strings of l advertising quota;
 // l's name and period must be valid.
-func newLimitAnswer(l *model.Limit, quota float64) limitAnswer {
+func newLimitAnswer(l *model.Limit, quota float64) Texts {
 	capacity := l.Capacity() * quota / l.Rate.Quota // the same burst at this quota
 	q, w := policyWindow(capacity, quota, l.Rate.Period)
 	return namedAnswer(l.Name, quota, ";q="+strconv.FormatInt(q, 10)+";w="+strconv.FormatInt(w, 10))
@@ -534,7 +545,7 @@ func newLimitAnswer(l *model.Limit, quota float64) limitAnswer {
 // a limit named name, of which most may be held at once: its policy is
 // "name";q=most;qu="concurrent-requests", the quota unit of concurrency in
 // draft-ietf-httpapi-ratelimit-headers, without a window.
-func newFlightAnswer(name string, most int) limitAnswer {
+func newFlightAnswer(name string, most int) Texts {
 	return namedAnswer(name, float64(most), ";q="+strconv.Itoa(most)+`;qu="concurrent-requests"`)
 }
 
@@ -544,18 +555,18 @@ func newFlightAnswer(name string, most int) limitAnswer {
 // in the structured fields, bytes outside printable ASCII become '?' (a
 // String cannot carry them); in bodies, the name is a JSON string as
 // encoding/json writes it.
-func namedAnswer(nameText string, quota float64, params string) limitAnswer {
-	a := limitAnswer{ready: true, quota: quota}
-	a.qInt, a.qText = quotaTexts(quota)
+func namedAnswer(nameText string, quota float64, params string) Texts {
+	a := Texts{ready: true, quota: quota}
+	a.qInt, a.QText = QuotaTexts(quota)
 	sfName := sfString(nameText)
-	a.policy = sfName + params
-	a.ietfPrefix = sfName + ";r="
+	a.Policy = sfName + params
+	a.IETFPrefix = sfName + ";r="
 	name, err := json.Marshal(nameText)
 	if err != nil { // cannot happen for a string; keep the body well-formed anyway
 		name = []byte(`""`)
 	}
-	a.tails[BodyJSON] = `,"policy":` + string(name) + `}`
-	a.tails[BodyProblem] = `,"violated-policies":[` + string(name) + `]}`
+	a.Tails[BodyJSON] = `,"policy":` + string(name) + `}`
+	a.Tails[BodyProblem] = `,"violated-policies":[` + string(name) + `]}`
 	return a
 }
 
@@ -579,7 +590,7 @@ func policyWindow(capacity, quota float64, period time.Duration) (q, w int64) {
 	}
 	whole := func(x float64) (int64, bool) {
 		r := math.Round(x)
-		return int64(r), r >= 1 && r <= maxSFInteger && math.Abs(x-r) <= 1e-9*math.Max(1, x)
+		return int64(r), r >= 1 && r <= MaxSFInteger && math.Abs(x-r) <= 1e-9*math.Max(1, x)
 	}
 	for k := 1.0; k <= maxPolicyScale; k++ {
 		if n, ok := whole(units * k); ok {
@@ -588,8 +599,8 @@ func policyWindow(capacity, quota float64, period time.Duration) (q, w int64) {
 			}
 		}
 	}
-	w = int64(math.Min(maxSFInteger, math.Max(1, math.Round(secs))))
-	q = int64(math.Min(maxSFInteger, math.Max(1, math.Round(units*float64(w)/secs))))
+	w = int64(math.Min(MaxSFInteger, math.Max(1, math.Round(secs))))
+	q = int64(math.Min(MaxSFInteger, math.Max(1, math.Round(units*float64(w)/secs))))
 	return q, w
 }
 
@@ -598,11 +609,11 @@ func policyWindow(capacity, quota float64, period time.Duration) (q, w int64) {
 // (no IETF fields, no policy in bodies); with a limit whose decision
 // advertises another quota than its Rate's, the limit's strings for that
 // quota.
-func answerFor(d *model.Decision) *limitAnswer {
+func answerFor(d *model.Decision) *Texts {
 	a, ok := limitTexts(d.Limit, d.Quota)
 	if !ok {
-		a.quota, a.tails = d.Quota, noLimitTails
-		a.qInt, a.qText = quotaTexts(d.Quota)
+		a.quota, a.Tails = d.Quota, noLimitTails
+		a.qInt, a.QText = QuotaTexts(d.Quota)
 	}
 	return &a
 }
@@ -611,16 +622,16 @@ func answerFor(d *model.Decision) *limitAnswer {
 // false when l has none: l is nil, was not validated, or is a limit of
 // requests in flight only, whose decisions are its flight limit's. A flight
 // limit (Limit.flight) has the texts of its slots (newFlightAnswer).
-func limitTexts(l *model.Limit, quota float64) (limitAnswer, bool) {
+func limitTexts(l *model.Limit, quota float64) (Texts, bool) {
 	switch {
 	case l == nil || l.Namespace() == "":
-		return limitAnswer{}, false
+		return Texts{}, false
 	case l.Rated():
 		return newLimitAnswer(l, quota), true
 	case l.Flight() == nil:
 		return newFlightAnswer(l.Name, l.MaxInFlight), true
 	}
-	return limitAnswer{}, false
+	return Texts{}, false
 }
 
 // sfString quotes s as a structured-field String (RFC 9651): backslash
