@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/internal/coretest"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
@@ -142,7 +143,7 @@ func TestAnswerSameForEveryKey(t *testing.T) {
 						key, _ := spec.Key(r)
 						g.Serve(rec, r, []model.Ask{{Limit: l, Key: key, Cost: 1}})
 					}
-					got := renderAnswer(rec.Code, rec.Result().Header, rec.Body.String())
+					got := coretest.RenderAnswer(rec.Code, rec.Result().Header, rec.Body.String())
 					host := remote[:strings.LastIndexByte(remote, ':')]
 					if strings.Contains(got, strings.Trim(host, "[]")) {
 						t.Errorf("%s, body %d, step %d: the answer names the client %s:\n%s", path, body, step, host, got)

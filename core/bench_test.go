@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/internal/coretest"
 )
 
 // The MemoryStore benchmarks decide one request per operation on the real
@@ -49,7 +50,7 @@ func benchStore(b *testing.B, maxKeys int) (*MemoryStore, *model.Limit) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return s, algLimit(b, model.TokenBucket, "2000/h", 1e9, 0)
+	return s, coretest.Limit(b, "t", model.TokenBucket, "2000/h", 1e9, 0)
 }
 
 // benchFill decides one request for each key, so that every state exists.
@@ -151,7 +152,7 @@ func BenchmarkMemoryBytesPerKey(b *testing.B) {
 // MaxLogQuota entries, each merged into its newest one.
 func BenchmarkMemoryFullLog(b *testing.B) {
 	s, clock := memStore(b, 4096)
-	l := algLimit(b, model.SlidingWindowLog, "10000/h", 0, 0)
+	l := coretest.Limit(b, "t", model.SlidingWindowLog, "10000/h", 0, 0)
 	asks := []model.Ask{{Limit: l, Key: "k", Cost: 0.5}}
 	out := make([]model.Decision, 1)
 	ctx := context.Background()

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/internal/coretest"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
@@ -64,13 +65,13 @@ func FuzzRequestKey(f *testing.F) {
 	f.Add("10.0.0.1:1", strings.Repeat("1.2.3.4,", 100), "::1", "\x00missing")
 	f.Add("[2001:db8::1%eth0]:443", "[::ffff:10.0.0.1]:80, unknown", "", strings.Repeat("k", 300))
 	f.Add("@", ",,,", "x", "")
-	trusted := mustPrefixes(f, "10.0.0.0/8", "::1/128")
+	trusted := coretest.Prefixes(f, "10.0.0.0/8", "::1/128")
 	rules := []*clientip.Strategy{
 		{},
 		{TrustedProxies: trusted},
 		{TrustedProxies: trusted, Depth: 2},
 		{TrustedProxies: trusted, Header: "X-Real-IP"},
-		{AnyPeer: true, ExcludedIPs: mustPrefixes(f, "203.0.113.0/24")},
+		{AnyPeer: true, ExcludedIPs: coretest.Prefixes(f, "203.0.113.0/24")},
 		{TrustedProxies: trusted, IPv4Prefix: 24, IPv6Prefix: 64},
 	}
 	var specs []*keyspec.Spec
@@ -160,7 +161,7 @@ func FuzzRelayedClient(f *testing.F) {
 	f.Add(`for="\",for=198.51.100.1"`, 0)
 	f.Add(strings.Repeat("for=127.0.0.3,", 40), 3)
 	f.Add(";;;=,=;\t", 32)
-	trusted := mustPrefixes(f, "10.0.0.0/8")
+	trusted := coretest.Prefixes(f, "10.0.0.0/8")
 	f.Fuzz(func(t *testing.T, written string, depth int) {
 		for _, tc := range []struct{ header, proxies, want string }{
 			{"X-Forwarded-For", ", 2001:db8::5, 10.0.0.2", "2001:db8::5"},
@@ -171,7 +172,7 @@ func FuzzRelayedClient(f *testing.F) {
 			if err := c.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			r := newRequest("10.0.0.1:1", tc.header, written+tc.proxies)
+			r := coretest.NewRequest("10.0.0.1:1", tc.header, written+tc.proxies)
 			if got, ok := c.Key(r); !ok || got != tc.want {
 				t.Fatalf("%s: %q: key %q, %v; want %q", tc.header, written+tc.proxies, got, ok, tc.want)
 			}
@@ -184,7 +185,7 @@ func FuzzRelayedClient(f *testing.F) {
 			if err := c.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			r = newRequest("10.0.0.1:1", tc.header, written)
+			r = coretest.NewRequest("10.0.0.1:1", tc.header, written)
 			if got, ok := c.Key(r); !ok {
 				t.Fatalf("%s: %q: no key", tc.header, written)
 			} else if _, err := netip.ParseAddr(got); err != nil {
@@ -217,7 +218,7 @@ func FuzzDepthKey(f *testing.F) {
 			if err := c.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			r := newRequest(remote)
+			r := coretest.NewRequest(remote)
 			for _, line := range strings.Split(xff, "\n") {
 				r.Header.Add(clientip.XForwardedFor, line)
 			}

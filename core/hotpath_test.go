@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/internal/coretest"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
@@ -19,13 +20,13 @@ import (
 // which the in-memory store keeps, is Limit.Expiry of that state.
 func TestDecideReturnsExpiry(t *testing.T) {
 	limits := []*model.Limit{
-		algLimit(t, model.TokenBucket, "7/s", 3, 0),
-		algLimit(t, model.TokenBucket, "6/s", 0, 0),
-		algLimit(t, model.LeakyBucket, "5/s", 4, 0),
-		algLimit(t, model.LeakyBucket, "3/s", 4, 500*time.Millisecond),
-		algLimit(t, model.FixedWindow, "10/m", 0, 0),
-		algLimit(t, model.SlidingWindowCounter, "4/s", 0, 0),
-		algLimit(t, model.SlidingWindowLog, "3/s", 0, 0),
+		coretest.Limit(t, "t", model.TokenBucket, "7/s", 3, 0),
+		coretest.Limit(t, "t", model.TokenBucket, "6/s", 0, 0),
+		coretest.Limit(t, "t", model.LeakyBucket, "5/s", 4, 0),
+		coretest.Limit(t, "t", model.LeakyBucket, "3/s", 4, 500*time.Millisecond),
+		coretest.Limit(t, "t", model.FixedWindow, "10/m", 0, 0),
+		coretest.Limit(t, "t", model.SlidingWindowCounter, "4/s", 0, 0),
+		coretest.Limit(t, "t", model.SlidingWindowLog, "3/s", 0, 0),
 	}
 	costs := []float64{0.5, 1, 1, 2.5}
 	rng := rand.New(rand.NewSource(7))
@@ -34,7 +35,7 @@ func TestDecideReturnsExpiry(t *testing.T) {
 		now := testclock.Epoch
 		for step := 0; step < 300; step++ {
 			now += rng.Int63n(int64(400*time.Millisecond)) - int64(50*time.Millisecond)
-			next := copyState(s)
+			next := coretest.CopyState(s)
 			var d model.Decision
 			exp := model.Step(l, &next, now, costs[rng.Intn(len(costs))], &d)
 			if want := l.Expiry(next); exp != want {

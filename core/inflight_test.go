@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/core/resp"
+	"github.com/sluicehq/sluice/internal/coretest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
 )
@@ -339,7 +340,7 @@ func flightRedisStore(t *testing.T) *redisstore.Store {
 
 func TestFlightRedisKPlusOne(t *testing.T) {
 	st := flightRedisStore(t)
-	l := flightLimit(t, "conc"+redisNonce, "", 4)
+	l := flightLimit(t, "conc"+coretest.Nonce, "", 4)
 	g := flightGate(t, st, 0, l)
 	checkHeld(t, holdAll(t, g, l, "k", 5), 4)
 	// Every lease was released: four more fit.
@@ -352,7 +353,7 @@ func TestFlightRedisKPlusOne(t *testing.T) {
 func TestFlightRedisLeaseExpires(t *testing.T) {
 	st := flightRedisStore(t)
 	const ttl = 300 * time.Millisecond
-	l := flightLimit(t, "lease"+redisNonce, "", 1)
+	l := flightLimit(t, "lease"+coretest.Nonce, "", 1)
 	out := make([]model.Decision, 1)
 	ctx := context.Background()
 	asks := []model.Ask{{Limit: l.Flight(), Key: "k", Cost: 1}}
@@ -384,7 +385,7 @@ func TestFlightRedisLeaseExpires(t *testing.T) {
 func TestFlightRedisRenewal(t *testing.T) {
 	st := flightRedisStore(t)
 	const ttl = 150 * time.Millisecond
-	l := flightLimit(t, "renew"+redisNonce, "", 1)
+	l := flightLimit(t, "renew"+coretest.Nonce, "", 1)
 	g := flightGate(t, st, ttl, l)
 	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
 	v := g.Decide(context.Background(), asks)
@@ -414,7 +415,7 @@ func TestFlightRedisExact(t *testing.T) {
 	if testing.Short() { // under Yaegi
 		workers, rounds = 6, 10
 	}
-	l := flightLimit(t, "exact"+redisNonce, "", k)
+	l := flightLimit(t, "exact"+coretest.Nonce, "", k)
 	g := flightGate(t, st, 0, l)
 	var inside, most, served int64
 	var wg sync.WaitGroup
@@ -552,12 +553,12 @@ func TestFlightRedisCluster(t *testing.T) {
 	}
 	t.Cleanup(func() { cc.Close() })
 	st := newTestRedisStore(t, cc, true)
-	wide := flightLimit(t, "wide"+redisNonce, "", 2)
+	wide := flightLimit(t, "wide"+coretest.Nonce, "", 2)
 	// The first narrow limit whose key falls in another hash slot than
 	// wide's (names hash apart but for one in 16384).
 	var narrow *model.Limit
 	for i := 0; narrow == nil; i++ {
-		l := flightLimit(t, "narrow"+strconv.Itoa(i)+redisNonce, "", 1)
+		l := flightLimit(t, "narrow"+strconv.Itoa(i)+coretest.Nonce, "", 1)
 		if resp.KeySlot(st.LeaseKey(wide, "k")) != resp.KeySlot(st.LeaseKey(l, "k")) {
 			narrow = l
 		}
@@ -594,7 +595,7 @@ func TestFlightAcrossOutage(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	st := newTestRedisStore(t, resptest.Client(t, srv.Addr, 8), false)
 	const k = 4
-	l := flightLimit(t, "outage"+redisNonce, "", k)
+	l := flightLimit(t, "outage"+coretest.Nonce, "", k)
 	local, _ := NewMemoryStore(MemoryConfig{})
 	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: st, Fallback: local, Instances: 1, Timeout: time.Second})
 	if err != nil {
@@ -663,7 +664,7 @@ func TestFlightAcrossOutageUnderLoad(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	st := newTestRedisStore(t, resptest.Client(t, srv.Addr, 8), false)
 	const k, workers, rounds = 3, 8, 1000
-	l := flightLimit(t, "outload"+redisNonce, "", k)
+	l := flightLimit(t, "outload"+coretest.Nonce, "", k)
 	local, _ := NewMemoryStore(MemoryConfig{})
 	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: st, Fallback: local, Instances: 1, Timeout: time.Second})
 	if err != nil {
@@ -727,7 +728,7 @@ func TestFlightAcrossOutageUnderLoad(t *testing.T) {
 func TestFlightRefundGoesWhereCharged(t *testing.T) {
 	st := flightRedisStore(t)
 	r, _ := model.ParseRate("1/h")
-	l := &model.Limit{Name: "lbcharged" + redisNonce, Algorithm: model.LeakyBucket, Rate: r, Burst: 2, MaxInFlight: 5}
+	l := &model.Limit{Name: "lbcharged" + coretest.Nonce, Algorithm: model.LeakyBucket, Rate: r, Burst: 2, MaxInFlight: 5}
 	if err := l.Validate(); err != nil {
 		t.Fatal(err)
 	}

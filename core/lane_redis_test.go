@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/redisstore"
+	"github.com/sluicehq/sluice/internal/coretest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
 	"github.com/sluicehq/sluice/internal/testclock"
@@ -140,7 +141,7 @@ func TestServeLaneRedisMatchesGeneral(t *testing.T) {
 		f := startFakeRedis(t, reply, reply == "silent")
 		client := resptest.Client(t, f.addr, 1)
 		store := newTestRedisStore(t, client, false)
-		l := redisTestLimit(t, "lane-redis", model.TokenBucket, "4/s", 5, 0)
+		l := coretest.Limit(t, "lane-redis", model.TokenBucket, "4/s", 5, 0)
 		spec, err := keyspec.Parse(nil, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -198,7 +199,7 @@ func TestServeLaneRedisMatchesGeneral(t *testing.T) {
 func TestServeLaneRedisSystemClock(t *testing.T) {
 	f := startFakeRedis(t, "1 4 250000000 0 0 250000000", false)
 	store := newTestRedisStore(t, resptest.Client(t, f.addr, 1), false)
-	l := redisTestLimit(t, "lane-redis-clock", model.TokenBucket, "4/s", 5, 0)
+	l := coretest.Limit(t, "lane-redis-clock", model.TokenBucket, "4/s", 5, 0)
 	spec, err := keyspec.Parse(nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +234,7 @@ func TestServeLaneRedisScripts(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	client := resptest.Client(t, srv.Addr, 2)
 	cs, direct, s := directStore(t, client)
-	l := redisTestLimit(t, "lane-redis-"+redisNonce, model.TokenBucket, "2/h", 3, 0)
+	l := coretest.Limit(t, "lane-redis-"+coretest.Nonce, model.TokenBucket, "2/h", 3, 0)
 	spec, err := keyspec.Parse(nil, nil)
 	if err != nil {
 		t.Fatal(err)

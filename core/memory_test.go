@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/internal/coretest"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
@@ -103,7 +104,7 @@ func TestMemoryStoreRaceForLastToken(t *testing.T) {
 		alg := alg
 		t.Run(string(alg), func(t *testing.T) {
 			s, _ := memStore(t, 1<<16)
-			l := algLimit(t, alg, strconv.Itoa(capacity)+"/h", 0, 0)
+			l := coretest.Limit(t, "t", alg, strconv.Itoa(capacity)+"/h", 0, 0)
 			for i := 0; i < trials; i++ {
 				last := "last" + strconv.Itoa(i)
 				if d := memTake(t, s, model.Ask{Limit: l, Key: last, Cost: capacity - 1}); !d[0].Allowed {
@@ -124,8 +125,8 @@ func TestMemoryStoreRaceForLastToken(t *testing.T) {
 // limit has one unit left: one wins, and the other limit is charged once.
 func TestMemoryStoreRaceMultiLimit(t *testing.T) {
 	s, _ := memStore(t, 1<<16)
-	plenty := algLimit(t, model.SlidingWindowCounter, "1000/h", 0, 0)
-	tight := algLimit(t, model.TokenBucket, "2/h", 0, 0)
+	plenty := coretest.Limit(t, "t", model.SlidingWindowCounter, "1000/h", 0, 0)
+	tight := coretest.Limit(t, "t", model.TokenBucket, "2/h", 0, 0)
 	trials := memRaceTrials() / 4
 	for i := 0; i < trials; i++ {
 		k := "k" + strconv.Itoa(i)
@@ -148,7 +149,7 @@ func TestMemoryStoreKeyFlood(t *testing.T) {
 	}
 	s, clock := memStore(t, maxKeys)
 	ctx := context.Background()
-	asks := []model.Ask{{Limit: algLimit(t, model.TokenBucket, "10/h", 0, 0), Cost: 1}}
+	asks := []model.Ask{{Limit: coretest.Limit(t, "t", model.TokenBucket, "10/h", 0, 0), Cost: 1}}
 	out := make([]model.Decision, 1)
 	buf := make([]byte, 0, 32)
 	for i := 0; i < keys; i++ {
@@ -164,7 +165,7 @@ func TestMemoryStoreKeyFlood(t *testing.T) {
 	}
 
 	// The logs of sliding_window_log states go with their slots.
-	asks[0].Limit = algLimit(t, model.SlidingWindowLog, "10/h", 0, 0)
+	asks[0].Limit = coretest.Limit(t, "t", model.SlidingWindowLog, "10/h", 0, 0)
 	for i := 0; i < keys/5; i++ {
 		buf = strconv.AppendInt(append(buf[:0], "logflood-"...), int64(i), 10)
 		asks[0].Key = string(buf)
@@ -219,7 +220,7 @@ func TestMemoryStoreKeepsLiveStates(t *testing.T) {
 		perShard = 400
 	}
 	s, clock := memStore(t, memShards*perShard)
-	l := algLimit(t, model.TokenBucket, "1/h", 10, 0)
+	l := coretest.Limit(t, "t", model.TokenBucket, "1/h", 10, 0)
 	n := s.Cap() * 3 / 4
 	for i := 0; i < n; i++ {
 		memTake(t, s, model.Ask{Limit: l, Key: "live" + strconv.Itoa(i), Cost: 1})
@@ -251,8 +252,8 @@ func TestMemoryStoreEviction(t *testing.T) {
 	if s.perShard != memWays {
 		t.Fatalf("%d states per shard, want %d", s.perShard, memWays)
 	}
-	live := algLimit(t, model.TokenBucket, "1/h", 10, 0) // cost c expires c·6 min later
-	short := algLimit(t, model.TokenBucket, "1/s", 1, 0) // expires a second later
+	live := coretest.Limit(t, "t", model.TokenBucket, "1/h", 10, 0) // cost c expires c·6 min later
+	short := coretest.Limit(t, "t", model.TokenBucket, "1/s", 1, 0) // expires a second later
 	const sh = 5
 	liveKeys := memKeysInShard(s, live, "live", sh, memWays+1)
 	shortKeys := memKeysInShard(s, short, "short", sh, 2)
@@ -308,8 +309,8 @@ func TestMemoryStoreEviction(t *testing.T) {
 // with A and B in different shards, race without deadlocking.
 func TestMemoryStoreMultiLimitNoDeadlock(t *testing.T) {
 	s, _ := memStore(t, 4096)
-	a := algLimit(t, model.TokenBucket, "1000000/s", 0, 0)
-	b := algLimit(t, model.FixedWindow, "1000000/s", 0, 0)
+	a := coretest.Limit(t, "t", model.TokenBucket, "1000000/s", 0, 0)
+	b := coretest.Limit(t, "t", model.FixedWindow, "1000000/s", 0, 0)
 	ka := memKeysInShard(s, a, "a", 3, 1)
 	kb := memKeysInShard(s, b, "b", 60, 1)
 	iters := 2000
@@ -348,9 +349,9 @@ func TestMemoryStoreManyAsks(t *testing.T) {
 	s, _ := memStore(t, 4096)
 	var asks []model.Ask
 	for i := 0; i < maxAsks+3; i++ {
-		asks = append(asks, model.Ask{Limit: algLimit(t, model.TokenBucket, "10/h", 0, 0), Key: "k" + strconv.Itoa(i), Cost: 1})
+		asks = append(asks, model.Ask{Limit: coretest.Limit(t, "t", model.TokenBucket, "10/h", 0, 0), Key: "k" + strconv.Itoa(i), Cost: 1})
 	}
-	tight := algLimit(t, model.FixedWindow, "1/h", 0, 0)
+	tight := coretest.Limit(t, "t", model.FixedWindow, "1/h", 0, 0)
 	asks = append(asks, model.Ask{Limit: tight, Key: "t", Cost: 1})
 	if d := memTake(t, s, asks...); !d[len(d)-1].Allowed || !d[0].Allowed {
 		t.Fatalf("first request: %+v", d)
@@ -369,12 +370,12 @@ func TestMemoryStoreManyAsks(t *testing.T) {
 // TestMemoryStoreTakeAllocs: a decision allocates nothing (checked
 // compiled only: under an interpreter every call allocates).
 func TestMemoryStoreTakeAllocs(t *testing.T) {
-	if isInterpreted() {
+	if coretest.Interpreted() {
 		t.Skip("allocation counts are meaningless under an interpreter")
 	}
 	s, clock := memStore(t, 4096)
-	tb := algLimit(t, model.TokenBucket, "1000000/s", 0, 0)
-	fw := algLimit(t, model.FixedWindow, "1000000/s", 0, 0)
+	tb := coretest.Limit(t, "t", model.TokenBucket, "1000000/s", 0, 0)
+	fw := coretest.Limit(t, "t", model.FixedWindow, "1000000/s", 0, 0)
 	one := []model.Ask{{Limit: tb, Key: "client", Cost: 1}}
 	two := []model.Ask{{Limit: tb, Key: "client", Cost: 1}, {Limit: fw, Key: "client", Cost: 1}}
 	out := make([]model.Decision, 2)
@@ -420,7 +421,7 @@ func TestShardOrder(t *testing.T) {
 // limit rejects leaves the stored log exactly as it was.
 func TestMemoryStoreFullLog(t *testing.T) {
 	s, clock := memStore(t, 4096)
-	log := algLimit(t, model.SlidingWindowLog, "10000/h", 0, 0)
+	log := coretest.Limit(t, "t", model.SlidingWindowLog, "10000/h", 0, 0)
 	for i := 0; i < model.MaxLogQuota; i++ {
 		clock.Advance(time.Millisecond)
 		if d := memTake(t, s, model.Ask{Limit: log, Key: "k", Cost: 0.5})[0]; !d.Allowed {
@@ -434,7 +435,7 @@ func TestMemoryStoreFullLog(t *testing.T) {
 	if n := len(stored()); n != model.MaxLogQuota {
 		t.Fatalf("log holds %d entries, want %d", n, model.MaxLogQuota)
 	}
-	closed := algLimit(t, model.TokenBucket, "1/h", 1, 0)
+	closed := coretest.Limit(t, "t", model.TokenBucket, "1/h", 1, 0)
 	memTake(t, s, model.Ask{Limit: closed, Key: "k", Cost: 1})
 	before := stored()
 	clock.Advance(time.Millisecond)
@@ -451,7 +452,7 @@ func TestMemoryStoreFullLog(t *testing.T) {
 	if got := stored(); len(got) != model.MaxLogQuota || got[model.MaxLogQuota-1].T != clock.Now() || got[model.MaxLogQuota-1].Cost != 1.5 {
 		t.Fatalf("full log after an admission: %d entries, newest %+v; want the newest merged at now with cost 1.5", len(got), got[len(got)-1])
 	}
-	if isInterpreted() {
+	if coretest.Interpreted() {
 		return // allocation counts are meaningless under an interpreter
 	}
 	ctx, asks, out := context.Background(), []model.Ask{{Limit: log, Key: "k", Cost: 0.001}}, make([]model.Decision, 1)
@@ -475,8 +476,8 @@ func TestMemoryStoreKeepsLimitedKey(t *testing.T) {
 	}
 	for _, asks := range []int{1, 2} {
 		s, clock := memStore(t, memShards*perShard)
-		l := algLimit(t, model.TokenBucket, "11/h", 1, 0)
-		global := algLimit(t, model.TokenBucket, "1000000/s", 1000000, 0)
+		l := coretest.Limit(t, "t", model.TokenBucket, "11/h", 1, 0)
+		global := coretest.Limit(t, "t", model.TokenBucket, "1000000/s", 1000000, 0)
 		ask := func(key string) []model.Ask {
 			a := []model.Ask{{Limit: l, Key: key, Cost: 1}}
 			if asks == 2 {

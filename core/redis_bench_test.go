@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/core/resp"
+	"github.com/sluicehq/sluice/internal/coretest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -31,7 +32,7 @@ func benchRedisGate(b *testing.B) (*Gate, *model.Limit) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	l := algLimit(b, model.TokenBucket, "1e9/s", 1e12, 0)
+	l := coretest.Limit(b, "t", model.TokenBucket, "1e9/s", 1e12, 0)
 	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: s, Responder: answer.Responder{Headers: answer.DefaultHeaders},
 		Breaker: &Breaker{}, Timeout: redisstore.DefaultTimeout})
 	if err != nil {
@@ -73,7 +74,7 @@ func BenchmarkRedisServeLane(b *testing.B) {
 		}, Watch: true})
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.RemoteAddr = "192.0.2.1:1234"
-	w := &discardWriter{h: http.Header{}}
+	w := &coretest.DiscardWriter{H: http.Header{}}
 	next := &countingHandler{}
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/core/resp"
+	"github.com/sluicehq/sluice/internal/coretest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
 )
@@ -186,7 +187,7 @@ func TestRedisDirectCommand(t *testing.T) {
 	cs, _, s := directStore(t, client)
 	keys := []string{"10.0.0.1", "{a}b%c}", "κλειδί", strings.Repeat("k", keyspec.MaxKeyLength)}
 	for _, alg := range []model.Algorithm{model.TokenBucket, model.LeakyBucket, model.FixedWindow, model.SlidingWindowCounter, model.SlidingWindowLog} {
-		l := redisTestLimit(t, "direct-"+string(alg), alg, "5/s", 0, 0)
+		l := coretest.Limit(t, "direct-"+string(alg), alg, "5/s", 0, 0)
 		for _, key := range keys {
 			v := directDecide(t, s, time.Second, l, key, 1)
 			if v.Err != nil || !v.Decision.Allowed || v.Decision.Remaining != 4 || v.Decision.Reset != 250*time.Millisecond {
@@ -224,7 +225,7 @@ func TestRedisDirectTimeout(t *testing.T) {
 	}
 	t.Cleanup(func() { client.Close() })
 	s := newTestRedisStore(t, client, false)
-	l := redisTestLimit(t, "direct-timeout", model.TokenBucket, "5/s", 0, 0)
+	l := coretest.Limit(t, "direct-timeout", model.TokenBucket, "5/s", 0, 0)
 	began := time.Now()
 	v := directDecide(t, s, 50*time.Millisecond, l, "k", 1)
 	if took := time.Since(began); took > time.Second {
@@ -281,11 +282,11 @@ func TestRedisDirect(t *testing.T) {
 		}
 	}
 	for _, alg := range []model.Algorithm{model.TokenBucket, model.LeakyBucket, model.FixedWindow, model.SlidingWindowCounter, model.SlidingWindowLog} {
-		l := redisTestLimit(t, "direct-"+redisNonce+string(alg), alg, "2/h", 0, 0)
-		viaLane, viaTake := redisNonce+"/lane", redisNonce+"/take"
+		l := coretest.Limit(t, "direct-"+coretest.Nonce+string(alg), alg, "2/h", 0, 0)
+		viaLane, viaTake := coretest.Nonce+"/lane", coretest.Nonce+"/take"
 		for i := 0; i < 3; i++ {
 			v := directDecide(t, s, time.Second, l, viaLane, 1)
-			d := redisTestTake(t, s, l, viaTake, 1)
+			d := coretest.Take(t, s, l, viaTake, 1)
 			if d.Delay > 0 { // as the lane refunds the leaving client's
 				if err := uncounted.Refund(ctx, []model.Ask{{Limit: l, Key: viaTake, Cost: 1}}, []model.Decision{d}); err != nil {
 					t.Fatal(err)
@@ -316,7 +317,7 @@ func TestRedisDirect(t *testing.T) {
 	const refunds = 3
 	counts("decisions", 5*3+1+refunds, 2)
 
-	l := redisTestLimit(t, "direct-"+redisNonce+"-flush", model.TokenBucket, "10/s", 0, 0)
+	l := coretest.Limit(t, "direct-"+coretest.Nonce+"-flush", model.TokenBucket, "10/s", 0, 0)
 	if _, err := client.Do(ctx, "SCRIPT", "FLUSH"); err != nil {
 		t.Fatal(err)
 	}

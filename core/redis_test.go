@@ -3,12 +3,12 @@ package core
 import (
 	"context"
 	"math/rand"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/redisstore"
+	"github.com/sluicehq/sluice/internal/coretest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
 	"github.com/sluicehq/sluice/internal/testclock"
@@ -22,33 +22,6 @@ func newTestRedisStore(t *testing.T, client model.Scripter, cluster bool) *redis
 	}
 	return s
 }
-
-// redisTestLimit returns a validated limit.
-func redisTestLimit(t *testing.T, name string, alg model.Algorithm, rate string, burst float64, maxDelay time.Duration) *model.Limit {
-	t.Helper()
-	rt, err := model.ParseRate(rate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &model.Limit{Name: name, Algorithm: alg, Rate: rt, Burst: burst, MaxDelay: maxDelay}
-	if err := l.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-// redisTestTake asks l for cost under key and fails the test on error.
-func redisTestTake(t *testing.T, s model.Store, l *model.Limit, key string, cost float64) model.Decision {
-	t.Helper()
-	out := make([]model.Decision, 1)
-	if err := s.Take(context.Background(), []model.Ask{{Limit: l, Key: key, Cost: cost}}, out); err != nil {
-		t.Fatalf("Take: %v", err)
-	}
-	return out[0]
-}
-
-// redisNonce keeps keys of this process apart from earlier runs'.
-var redisNonce = strconv.FormatInt(time.Now().UnixNano(), 36)
 
 // newClockedRedisStore returns a redisstore.Store of client whose scripts
 // decide at clock's instants.
@@ -74,26 +47,26 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	limits := []*model.Limit{
-		redisTestLimit(t, "tb", model.TokenBucket, "10/s", 5, 0),
-		redisTestLimit(t, "tb2", model.TokenBucket, "2/s", 0, 0),
-		redisTestLimit(t, "lb", model.LeakyBucket, "5/s", 5, 0),
-		redisTestLimit(t, "lbd", model.LeakyBucket, "10/s", 10, 300*time.Millisecond),
-		redisTestLimit(t, "fw", model.FixedWindow, "10/m", 0, 0),
-		redisTestLimit(t, "fw2", model.FixedWindow, "5/s", 0, 0),
-		redisTestLimit(t, "swc", model.SlidingWindowCounter, "10/m", 0, 0),
-		redisTestLimit(t, "swc2", model.SlidingWindowCounter, "4/s", 0, 0),
-		redisTestLimit(t, "swl", model.SlidingWindowLog, "5/m", 0, 0),
-		redisTestLimit(t, "swl2", model.SlidingWindowLog, "3/s", 0, 0),
-		redisTestLimit(t, "tb3", model.TokenBucket, "3/s", 2, 0),
-		redisTestLimit(t, "lb3", model.LeakyBucket, "3/s", 4, 500*time.Millisecond),
-		redisTestLimit(t, "fw7", model.FixedWindow, "7/1500ms", 0, 0),
-		redisTestLimit(t, "swc7", model.SlidingWindowCounter, "7/1500ms", 0, 0),
-		redisTestLimit(t, "swl7", model.SlidingWindowLog, "7/1500ms", 0, 0),
+		coretest.Limit(t, "tb", model.TokenBucket, "10/s", 5, 0),
+		coretest.Limit(t, "tb2", model.TokenBucket, "2/s", 0, 0),
+		coretest.Limit(t, "lb", model.LeakyBucket, "5/s", 5, 0),
+		coretest.Limit(t, "lbd", model.LeakyBucket, "10/s", 10, 300*time.Millisecond),
+		coretest.Limit(t, "fw", model.FixedWindow, "10/m", 0, 0),
+		coretest.Limit(t, "fw2", model.FixedWindow, "5/s", 0, 0),
+		coretest.Limit(t, "swc", model.SlidingWindowCounter, "10/m", 0, 0),
+		coretest.Limit(t, "swc2", model.SlidingWindowCounter, "4/s", 0, 0),
+		coretest.Limit(t, "swl", model.SlidingWindowLog, "5/m", 0, 0),
+		coretest.Limit(t, "swl2", model.SlidingWindowLog, "3/s", 0, 0),
+		coretest.Limit(t, "tb3", model.TokenBucket, "3/s", 2, 0),
+		coretest.Limit(t, "lb3", model.LeakyBucket, "3/s", 4, 500*time.Millisecond),
+		coretest.Limit(t, "fw7", model.FixedWindow, "7/1500ms", 0, 0),
+		coretest.Limit(t, "swc7", model.SlidingWindowCounter, "7/1500ms", 0, 0),
+		coretest.Limit(t, "swl7", model.SlidingWindowLog, "7/1500ms", 0, 0),
 		// Token buckets that lend (MaxDelay), as the Traefik plugin's are
 		// by default, and leaky buckets with a fractional carry.
-		redisTestLimit(t, "tbd", model.TokenBucket, "10/s", 1, 50*time.Millisecond),
-		redisTestLimit(t, "tbd2", model.TokenBucket, "7/s", 3, 500*time.Millisecond),
-		redisTestLimit(t, "lb7", model.LeakyBucket, "7/s", 0, 0),
+		coretest.Limit(t, "tbd", model.TokenBucket, "10/s", 1, 50*time.Millisecond),
+		coretest.Limit(t, "tbd2", model.TokenBucket, "7/s", 3, 500*time.Millisecond),
+		coretest.Limit(t, "lb7", model.LeakyBucket, "7/s", 0, 0),
 	}
 	costs := []float64{0.1, 0.5, 1, 1, 1, 2, 2.5}
 	keys := []string{"a", "b"}
@@ -115,7 +88,7 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 				continue
 			}
 			used[l.Name+k] = true
-			asks = append(asks, model.Ask{Limit: l, Key: redisNonce + "/" + k, Cost: costs[rnd.Intn(len(costs))]})
+			asks = append(asks, model.Ask{Limit: l, Key: coretest.Nonce + "/" + k, Cost: costs[rnd.Intn(len(costs))]})
 		}
 		if rnd.Intn(100) < 15 {
 			// Each ask's last admission (of any cost), or an older
@@ -176,8 +149,8 @@ func TestRedisStoreRateChange(t *testing.T) {
 	}
 	for _, alg := range model.Algorithms {
 		alg := alg
-		perMinute := redisTestLimit(t, "rate", alg, "10/m", 0, 0)
-		perHour := redisTestLimit(t, "rate", alg, "10/h", 0, 0)
+		perMinute := coretest.Limit(t, "rate", alg, "10/m", 0, 0)
+		perHour := coretest.Limit(t, "rate", alg, "10/h", 0, 0)
 		longest := time.Hour
 		if alg == model.SlidingWindowCounter {
 			longest = 2 * time.Hour // the count moves to the previous window
@@ -189,10 +162,10 @@ func TestRedisStoreRateChange(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			key := redisNonce + "/rate/" + string(alg)
+			key := coretest.Nonce + "/rate/" + string(alg)
 			take := func(l *model.Limit) model.Decision {
 				t.Helper()
-				got, want := redisTestTake(t, rs, l, key, 1), redisTestTake(t, ms, l, key, 1)
+				got, want := coretest.Take(t, rs, l, key, 1), coretest.Take(t, ms, l, key, 1)
 				if got != want {
 					t.Fatalf("%s at +%v:\nredis:  %+v\nmemory: %+v", l.Rate, time.Duration(clock.Now()-testclock.Epoch), got, want)
 				}
@@ -221,12 +194,12 @@ func TestRedisStoreRateChange(t *testing.T) {
 		})
 		t.Run(string(alg)+"/redis_clock", func(t *testing.T) {
 			s := newTestRedisStore(t, client, false)
-			key := redisNonce + "/rate-clock/" + string(alg)
+			key := coretest.Nonce + "/rate-clock/" + string(alg)
 			for i := 0; i < 4; i++ {
-				redisTestTake(t, s, perMinute, key, 1)
+				coretest.Take(t, s, perMinute, key, 1)
 			}
 			// However the hour and minute windows align, 4 of 10 are taken.
-			if d := redisTestTake(t, s, perHour, key, 1); !d.Allowed || d.Reset > longest {
+			if d := coretest.Take(t, s, perHour, key, 1); !d.Allowed || d.Reset > longest {
 				t.Errorf("10/h after 4 at 10/m: %+v, want allowed with a Reset of at most %v", d, longest)
 			}
 			checkPTTL(t, s, perHour, key)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/internal/coretest"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
@@ -18,14 +19,14 @@ import (
 // too.
 func TestRefundNeverBeatsReplay(t *testing.T) {
 	limits := []*model.Limit{
-		algLimit(t, model.TokenBucket, "10/s", 10, 0),
-		algLimit(t, model.TokenBucket, "7/s", 3, 0),
-		algLimit(t, model.TokenBucket, "10/s", 2, 400*time.Millisecond),
-		algLimit(t, model.LeakyBucket, "10/s", 5, 0),
-		algLimit(t, model.LeakyBucket, "7/s", 4, 300*time.Millisecond),
-		algLimit(t, model.FixedWindow, "5/s", 0, 0),
-		algLimit(t, model.SlidingWindowCounter, "5/s", 0, 0),
-		algLimit(t, model.SlidingWindowLog, "5/s", 0, 0),
+		coretest.Limit(t, "t", model.TokenBucket, "10/s", 10, 0),
+		coretest.Limit(t, "t", model.TokenBucket, "7/s", 3, 0),
+		coretest.Limit(t, "t", model.TokenBucket, "10/s", 2, 400*time.Millisecond),
+		coretest.Limit(t, "t", model.LeakyBucket, "10/s", 5, 0),
+		coretest.Limit(t, "t", model.LeakyBucket, "7/s", 4, 300*time.Millisecond),
+		coretest.Limit(t, "t", model.FixedWindow, "5/s", 0, 0),
+		coretest.Limit(t, "t", model.SlidingWindowCounter, "5/s", 0, 0),
+		coretest.Limit(t, "t", model.SlidingWindowLog, "5/s", 0, 0),
 	}
 	costs := []float64{1, 1, 1, 0.5, 2, 2.5}
 	probes := []time.Duration{0, 30 * time.Millisecond, 150 * time.Millisecond, 400 * time.Millisecond, time.Second, 3 * time.Second}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/internal/coretest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
 	"github.com/sluicehq/sluice/internal/testclock"
@@ -28,10 +29,10 @@ func shapingLimits(t *testing.T) []struct {
 		l     *model.Limit
 		bound float64
 	}{
-		{redisTestLimit(t, "shape-lb", model.LeakyBucket, "10/s", 10, 0), 10},
-		{redisTestLimit(t, "shape-lbd", model.LeakyBucket, "4/s", 6, 800*time.Millisecond), 4},
-		{redisTestLimit(t, "shape-tbd", model.TokenBucket, "10/s", 1, time.Second), 11},
-		{redisTestLimit(t, "shape-tbd5", model.TokenBucket, "10/s", 5, 300*time.Millisecond), 15},
+		{coretest.Limit(t, "shape-lb", model.LeakyBucket, "10/s", 10, 0), 10},
+		{coretest.Limit(t, "shape-lbd", model.LeakyBucket, "4/s", 6, 800*time.Millisecond), 4},
+		{coretest.Limit(t, "shape-tbd", model.TokenBucket, "10/s", 1, time.Second), 11},
+		{coretest.Limit(t, "shape-tbd5", model.TokenBucket, "10/s", 5, 300*time.Millisecond), 15},
 	}
 }
 
@@ -131,7 +132,7 @@ func TestRedisShapingBoundWithCancels(t *testing.T) {
 		for seed := int64(1); seed <= 5; seed++ {
 			clock := testclock.New(testclock.Epoch)
 			s := newClockedRedisStore(t, client, clock)
-			checkShaping(t, s, clock, c.l, redisNonce+"/shape/"+string(rune('a'+seed)), c.bound, seed)
+			checkShaping(t, s, clock, c.l, coretest.Nonce+"/shape/"+string(rune('a'+seed)), c.bound, seed)
 		}
 	}
 }

@@ -7,13 +7,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/internal/coretest"
 )
 
 // answerNow is the wall clock of every answer test, in Unix nanoseconds,
@@ -89,26 +89,6 @@ var answerCases = []struct {
 	{"nolimit-problem", Responder{Headers: DefaultHeaders, Body: BodyProblem}, "nolimit", true},
 }
 
-// renderAnswer prints a recorded response: status line, headers sorted by
-// name with their values in order, a blank line, the body.
-func renderAnswer(code int, h http.Header, body string) string {
-	keys := make([]string, 0, len(h))
-	for k := range h {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	b.WriteString("HTTP " + strconv.Itoa(code) + "\n")
-	for _, k := range keys {
-		for _, v := range h[k] {
-			b.WriteString(k + ": " + v + "\n")
-		}
-	}
-	b.WriteString("\n")
-	b.WriteString(body)
-	return b.String()
-}
-
 // TestAnswerGolden compares each answer with its golden file. Run with
 // SLUICE_UPDATE_GOLDEN=1 to rewrite the files after an intended change.
 func TestAnswerGolden(t *testing.T) {
@@ -132,7 +112,7 @@ func TestAnswerGolden(t *testing.T) {
 				rec.WriteHeader(http.StatusOK)
 			}
 			res := rec.Result()
-			got := renderAnswer(res.StatusCode, res.Header, rec.Body.String())
+			got := coretest.RenderAnswer(res.StatusCode, res.Header, rec.Body.String())
 			path := filepath.Join("testdata", "answer", tc.name+".golden")
 			if update {
 				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
@@ -567,13 +547,6 @@ func TestResponderValidate(t *testing.T) {
 	}
 }
 
-// discardWriter is a ResponseWriter that keeps headers and drops the rest.
-type discardWriter struct{ h http.Header }
-
-func (w *discardWriter) Header() http.Header         { return w.h }
-func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
-func (w *discardWriter) WriteHeader(int)             {}
-
 func BenchmarkSetHeaders(b *testing.B) {
 	d := answerDecisions(b)["allowed"]
 	r := Responder{Headers: DefaultHeaders}
@@ -587,7 +560,7 @@ func BenchmarkSetHeaders(b *testing.B) {
 func BenchmarkReject(b *testing.B) {
 	d := answerDecisions(b)["rejected"]
 	r := Responder{Headers: DefaultHeaders, Body: BodyJSON}
-	w := &discardWriter{h: http.Header{}}
+	w := &coretest.DiscardWriter{H: http.Header{}}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		r.Reject(w, &d, answerNow)

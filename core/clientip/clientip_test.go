@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/coretest"
 )
 
 // Client addresses in these tests are documentation addresses (RFC 5737,
@@ -167,7 +169,7 @@ func TestClientIPKey(t *testing.T) {
 			if err := c.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			got, ok := c.Key(newRequest(tt.remote, tt.lines...))
+			got, ok := c.Key(coretest.NewRequest(tt.remote, tt.lines...))
 			if ok != (tt.want != "") || got != tt.want {
 				t.Errorf("Key = %q, %v; want %q, %v", got, ok, tt.want, tt.want != "")
 			}
@@ -177,15 +179,15 @@ func TestClientIPKey(t *testing.T) {
 
 func TestClientIPAddrIsFullAddress(t *testing.T) {
 	c := &Strategy{TrustedProxies: mustPrefixes(t, "127.0.0.1"), IPv4Prefix: 24, IPv6Prefix: 64}
-	a, ok := c.Addr(newRequest("127.0.0.1:1", "X-Forwarded-For", "::ffff:203.0.113.7"))
+	a, ok := c.Addr(coretest.NewRequest("127.0.0.1:1", "X-Forwarded-For", "::ffff:203.0.113.7"))
 	if !ok || a != netip.MustParseAddr("203.0.113.7") {
 		t.Errorf("Addr = %v, %v; want 203.0.113.7, true", a, ok)
 	}
-	if _, ok := c.Addr(newRequest("not an address")); ok {
+	if _, ok := c.Addr(coretest.NewRequest("not an address")); ok {
 		t.Error("Addr of a request with an unparsable RemoteAddr reported ok")
 	}
 	var zero Strategy
-	a, ok = zero.Addr(newRequest("[::1]:1", "X-Forwarded-For", "203.0.113.7"))
+	a, ok = zero.Addr(coretest.NewRequest("[::1]:1", "X-Forwarded-For", "203.0.113.7"))
 	if !ok || a != netip.IPv6Loopback() {
 		t.Errorf("zero Strategy: Addr = %v, %v; want ::1, true", a, ok)
 	}
@@ -301,7 +303,7 @@ func TestClientIPHostileHeader(t *testing.T) {
 				t.Fatalf("header is %d bytes; want at least 64 KiB", len(tt.hdr))
 			}
 			c := &Strategy{TrustedProxies: trusted, Depth: tt.depth}
-			r := newRequest("127.0.0.1:1", "X-Forwarded-For", tt.hdr)
+			r := coretest.NewRequest("127.0.0.1:1", "X-Forwarded-For", tt.hdr)
 			if got, ok := c.Key(r); !ok || got != tt.want {
 				t.Errorf("Key = %q, %v; want %q, true", got, ok, tt.want)
 			}
@@ -317,9 +319,9 @@ func TestClientIPHostileHeader(t *testing.T) {
 		lines[i] = "127.0.0.3"
 	}
 	c := &Strategy{TrustedProxies: trusted}
-	rSmall := newRequest("127.0.0.1:1", "X-Forwarded-For", small)
-	rHuge := newRequest("127.0.0.1:1", "X-Forwarded-For", huge)
-	rLines := newRequest("127.0.0.1:1")
+	rSmall := coretest.NewRequest("127.0.0.1:1", "X-Forwarded-For", small)
+	rHuge := coretest.NewRequest("127.0.0.1:1", "X-Forwarded-For", huge)
+	rLines := coretest.NewRequest("127.0.0.1:1")
 	rLines.Header["X-Forwarded-For"] = lines
 	if got, _ := c.Key(rLines); got != "127.0.0.1" {
 		t.Errorf("%d header lines: Key = %q; want 127.0.0.1", n, got)
@@ -331,7 +333,7 @@ func TestClientIPHostileHeader(t *testing.T) {
 			t.Errorf("%s: %v allocations per Key; want no more than for a %d-entry header (%v)", name, got, MaxForwardedHops+9, base)
 		}
 	}
-	if isInterpreted() {
+	if coretest.Interpreted() {
 		t.Logf("interpreted: absolute allocation bounds not checked (%v per Key)", base)
 		return
 	}
@@ -339,7 +341,7 @@ func TestClientIPHostileHeader(t *testing.T) {
 		t.Errorf("Key of a trusted chain: %v allocations; want 0", base)
 	}
 	c6 := &Strategy{TrustedProxies: trusted, IPv4Prefix: 24}
-	rClient := newRequest("127.0.0.1:1", "X-Forwarded-For", hostileForwardedFor(n, mixed))
+	rClient := coretest.NewRequest("127.0.0.1:1", "X-Forwarded-For", hostileForwardedFor(n, mixed))
 	if got := testing.AllocsPerRun(20, func() { c6.Key(rClient) }); got > 1 {
 		t.Errorf("Key of a grouped client behind a hostile header: %v allocations; want at most 1", got)
 	}
@@ -355,10 +357,10 @@ func BenchmarkClientIPKey(b *testing.B) {
 		c    *Strategy
 		r    *http.Request
 	}{
-		{"peer", &Strategy{}, newRequest("127.0.0.1:4711")},
-		{"xff-3-hops", &Strategy{TrustedProxies: trusted}, newRequest("127.0.0.1:4711", "X-Forwarded-For", "198.51.100.1, 203.0.113.7, 127.0.0.3")},
-		{"xff-ipv6-64", &Strategy{TrustedProxies: trusted, IPv6Prefix: 64}, newRequest("127.0.0.1:4711", "X-Forwarded-For", "2001:db8:1:2::7")},
-		{"xff-hostile-10000", &Strategy{TrustedProxies: trusted}, newRequest("127.0.0.1:4711", "X-Forwarded-For", strings.Repeat("127.0.0.3,", 9999)+"127.0.0.3")},
+		{"peer", &Strategy{}, coretest.NewRequest("127.0.0.1:4711")},
+		{"xff-3-hops", &Strategy{TrustedProxies: trusted}, coretest.NewRequest("127.0.0.1:4711", "X-Forwarded-For", "198.51.100.1, 203.0.113.7, 127.0.0.3")},
+		{"xff-ipv6-64", &Strategy{TrustedProxies: trusted, IPv6Prefix: 64}, coretest.NewRequest("127.0.0.1:4711", "X-Forwarded-For", "2001:db8:1:2::7")},
+		{"xff-hostile-10000", &Strategy{TrustedProxies: trusted}, coretest.NewRequest("127.0.0.1:4711", "X-Forwarded-For", strings.Repeat("127.0.0.3,", 9999)+"127.0.0.3")},
 	}
 	for _, bc := range cases {
 		bc := bc
@@ -404,11 +406,11 @@ func TestClientIPHostileForwarded(t *testing.T) {
 			if err := c.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			r := newRequest("127.0.0.1:1", "Forwarded", tt.hdr)
+			r := coretest.NewRequest("127.0.0.1:1", "Forwarded", tt.hdr)
 			if got, ok := c.Key(r); !ok || got != tt.want {
 				t.Errorf("Key = %q, %v; want %q, true", got, ok, tt.want)
 			}
-			if isInterpreted() {
+			if coretest.Interpreted() {
 				return
 			}
 			// Keys of IPv4 clients cost their string, of the peer none.

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/core/clientip"
+	"github.com/sluicehq/sluice/internal/coretest"
 )
 
 // keyRequest returns a request from 127.0.0.1 for target ("/path?query")
@@ -242,7 +243,7 @@ func TestKeySpecAllocations(t *testing.T) {
 		"query:b":          0,
 		"const:global":     0,
 	}
-	interpreted := isInterpreted()
+	interpreted := coretest.Interpreted()
 	for part, want := range allocs {
 		k, err := Parse([]string{part}, nil)
 		if err != nil {
@@ -281,7 +282,7 @@ func TestBoundKey(t *testing.T) {
 	}
 	huge := strings.Repeat("k", 64<<10)
 	got := testing.AllocsPerRun(20, func() { BoundKey(huge) })
-	if isInterpreted() {
+	if coretest.Interpreted() {
 		t.Logf("interpreted: %v allocations per BoundKey of 64 KiB (not checked)", got)
 	} else if got > 2 {
 		t.Errorf("BoundKey of 64 KiB: %v allocations; want at most 2", got)
@@ -377,11 +378,4 @@ func TestClientIPGroupKey(t *testing.T) {
 	if got := (&clientip.Strategy{}).GroupKey(netip.MustParseAddr("::ffff:10.0.0.1")); got != "10.0.0.1" {
 		t.Errorf("ungrouped GroupKey = %q, want 10.0.0.1", got)
 	}
-}
-
-// isInterpreted reports whether the tests run under an interpreter such as
-// Yaegi, where calling an empty closure allocates and absolute allocation
-// counts say nothing about the code under test.
-func isInterpreted() bool {
-	return testing.AllocsPerRun(10, func() {}) > 0
 }

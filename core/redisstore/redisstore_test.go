@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/resp"
+	"github.com/sluicehq/sluice/internal/coretest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
 	"github.com/sluicehq/sluice/internal/storetest"
@@ -30,33 +31,6 @@ func newTestRedisStore(t *testing.T, client model.Scripter, cluster bool) *Store
 	}
 	return s
 }
-
-// redisTestLimit returns a validated limit.
-func redisTestLimit(t *testing.T, name string, alg model.Algorithm, rate string, burst float64, maxDelay time.Duration) *model.Limit {
-	t.Helper()
-	rt, err := model.ParseRate(rate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &model.Limit{Name: name, Algorithm: alg, Rate: rt, Burst: burst, MaxDelay: maxDelay}
-	if err := l.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-// redisTestTake asks l for cost under key and fails the test on error.
-func redisTestTake(t *testing.T, s model.Store, l *model.Limit, key string, cost float64) model.Decision {
-	t.Helper()
-	out := make([]model.Decision, 1)
-	if err := s.Take(context.Background(), []model.Ask{{Limit: l, Key: key, Cost: cost}}, out); err != nil {
-		t.Fatalf("Take: %v", err)
-	}
-	return out[0]
-}
-
-// redisNonce keeps keys of this process apart from earlier runs'.
-var redisNonce = strconv.FormatInt(time.Now().UnixNano(), 36)
 
 func TestRedisStoreConformance(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
@@ -81,9 +55,9 @@ func TestRedisStoreRace(t *testing.T) {
 // 10-token bucket (refilling 1 per day) for one token.
 func raceLastToken(t *testing.T, s *Store, trials int) {
 	const tokens, callers = 10, 32
-	l := redisTestLimit(t, "race", model.TokenBucket, "1/24h", tokens, 0)
+	l := coretest.Limit(t, "race", model.TokenBucket, "1/24h", tokens, 0)
 	for trial := 0; trial < trials; trial++ {
-		key := redisNonce + "/race/" + strconv.Itoa(trial)
+		key := coretest.Nonce + "/race/" + strconv.Itoa(trial)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		var admitted, failed int32
 		var firstErr atomic.Value
@@ -135,15 +109,15 @@ func TestRedisStoreScriptFlush(t *testing.T) {
 	client := resptest.Client(t, srv.Addr, 1)
 	cs := &countingScripter{Scripter: client}
 	s := newTestRedisStore(t, cs, false)
-	l := redisTestLimit(t, "flush", model.TokenBucket, "10/s", 0, 0)
-	key := redisNonce + "/flush"
+	l := coretest.Limit(t, "flush", model.TokenBucket, "10/s", 0, 0)
+	key := coretest.Nonce + "/flush"
 	for i, want := range []int32{1, 1, 2, 2} {
 		if i == 2 {
 			if _, err := client.Do(context.Background(), "SCRIPT", "FLUSH"); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if d := redisTestTake(t, s, l, key, 1); !d.Allowed {
+		if d := coretest.Take(t, s, l, key, 1); !d.Allowed {
 			t.Fatalf("take %d rejected: %+v", i+1, d)
 		}
 		if got := atomic.LoadInt32(&cs.loads); got != want {
@@ -164,9 +138,9 @@ func TestRedisStoreScriptFlush(t *testing.T) {
 func TestRedisStoreOutage(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	s := newTestRedisStore(t, resptest.Client(t, srv.Addr, 2), false)
-	l := redisTestLimit(t, "outage", model.TokenBucket, "100/s", 0, 0)
-	key := redisNonce + "/outage"
-	redisTestTake(t, s, l, key, 1)
+	l := coretest.Limit(t, "outage", model.TokenBucket, "100/s", 0, 0)
+	key := coretest.Nonce + "/outage"
+	coretest.Take(t, s, l, key, 1)
 	srv.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	began := time.Now()
@@ -208,23 +182,23 @@ func TestRedisStoreFractionalCost(t *testing.T) {
 		if alg == model.TokenBucket || alg == model.LeakyBucket {
 			burst = 10
 		}
-		l := redisTestLimit(t, "frac", alg, "10/h", burst, 0)
-		key := redisNonce + "/frac"
+		l := coretest.Limit(t, "frac", alg, "10/h", burst, 0)
+		key := coretest.Nonce + "/frac"
 		var last model.Decision
 		for i := 1; i <= 4; i++ {
-			d := redisTestTake(t, s, l, key, 2.5)
+			d := coretest.Take(t, s, l, key, 2.5)
 			if want := 10 - 2.5*float64(i); !d.Allowed || d.Remaining != want {
 				t.Fatalf("%s: take %d of 2.5: %+v, want allowed with exactly %v remaining", alg, i, d, want)
 			}
 			last = d
 		}
-		if d := redisTestTake(t, s, l, key, 2.5); d.Allowed || d.Remaining != 0 {
+		if d := coretest.Take(t, s, l, key, 2.5); d.Allowed || d.Remaining != 0 {
 			t.Fatalf("%s: take 5 of 2.5: %+v, want rejected with 0 remaining", alg, d)
 		}
 		if err := s.Refund(context.Background(), []model.Ask{{Limit: l, Key: key, Cost: 2.5}}, []model.Decision{last}); err != nil {
 			t.Fatal(err)
 		}
-		if d := redisTestTake(t, s, l, key, 2.5); !d.Allowed || d.Remaining != 0 {
+		if d := coretest.Take(t, s, l, key, 2.5); !d.Allowed || d.Remaining != 0 {
 			t.Fatalf("%s: 2.5 after refunding 2.5: %+v, want allowed with exactly 0 remaining", alg, d)
 		}
 	}
@@ -254,10 +228,10 @@ func TestRedisStoreKeys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		key := redisNonce + "/ttl/" + strconv.FormatBool(readable)
+		key := coretest.Nonce + "/ttl/" + strconv.FormatBool(readable)
 		for _, tt := range tests {
-			l := redisTestLimit(t, "ttl", tt.alg, tt.rate, 0, 0)
-			redisTestTake(t, s, l, key, 1)
+			l := coretest.Limit(t, "ttl", tt.alg, tt.rate, 0, 0)
+			coretest.Take(t, s, l, key, 1)
 			part := "#" + hex.EncodeToString(sha256Of(key)[:16])
 			if readable {
 				part = key
@@ -282,9 +256,9 @@ func TestRedisStoreKeys(t *testing.T) {
 			t.Errorf("readable %v: %d Redis keys name the client's key %q (%v)", readable, n, key, err)
 		}
 		// A long key is bounded, and braces in a key do not move its state.
-		l := redisTestLimit(t, "long", model.TokenBucket, "1/s", 0, 0)
+		l := coretest.Limit(t, "long", model.TokenBucket, "1/s", 0, 0)
 		long := strings.Repeat("}{x", 1000) + strconv.FormatBool(readable)
-		redisTestTake(t, s, l, long, 1)
+		coretest.Take(t, s, l, long, 1)
 		part := "#" + hex.EncodeToString(sha256Of(long)[:16])
 		if readable {
 			part = keyspec.BoundKey(long)
@@ -309,8 +283,8 @@ func TestRedisStoreLogMerge(t *testing.T) {
 	s := newTestRedisStore(t, client, false)
 	clock := testclock.New(testclock.Epoch)
 	s.clock = clock.Now
-	l := redisTestLimit(t, "merge", model.SlidingWindowLog, strconv.Itoa(model.MaxLogQuota)+"/m", 0, 0)
-	key := redisNonce + "/merge"
+	l := coretest.Limit(t, "merge", model.SlidingWindowLog, strconv.Itoa(model.MaxLogQuota)+"/m", 0, 0)
+	key := coretest.Nonce + "/merge"
 	name := s.key(l, key)
 	// Fill the log with MaxLogQuota−1 entries of 0.25 at the clock's instant.
 	now := strconv.FormatInt(testclock.Epoch/1e9, 10) + " 0"
@@ -327,7 +301,7 @@ func TestRedisStoreLogMerge(t *testing.T) {
 	}
 	clock.Advance(time.Second)
 	for i, cost := range []string{"0.25", "0.5"} {
-		d := redisTestTake(t, s, l, key, 0.25)
+		d := coretest.Take(t, s, l, key, 0.25)
 		if want := model.MaxLogQuota - 0.25*float64(model.MaxLogQuota+i); !d.Allowed || math.Abs(d.Remaining-want) > 1e-9 {
 			t.Fatalf("take %d: %+v, want allowed with %v remaining", i+1, d, want)
 		}
@@ -392,7 +366,7 @@ func (f *fixedScripter) ScriptLoad(ctx context.Context, script string) (string, 
 // TestRedisStoreReplies: malformed replies and errors are reported as
 // errors, never panics; well-formed ones decode.
 func TestRedisStoreReplies(t *testing.T) {
-	l := redisTestLimit(t, "reply", model.TokenBucket, "10/s", 0, 0)
+	l := coretest.Limit(t, "reply", model.TokenBucket, "10/s", 0, 0)
 	tests := []struct {
 		name    string
 		reply   interface{}
@@ -488,7 +462,7 @@ func TestRedisStoreCluster(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("key_slot", func(t *testing.T) {
-		l := redisTestLimit(t, "slot", model.SlidingWindowLog, "5/s", 0, 0)
+		l := coretest.Limit(t, "slot", model.SlidingWindowLog, "5/s", 0, 0)
 		for _, key := range []string{"a", "b{c}", "}{", strings.Repeat("z", 500)} {
 			name := s.key(l, key)
 			for _, n := range []string{name, name + ":log"} {
@@ -501,15 +475,15 @@ func TestRedisStoreCluster(t *testing.T) {
 	})
 
 	t.Run("all_or_nothing_across_slots", func(t *testing.T) {
-		tight := redisTestLimit(t, "tight", model.TokenBucket, "1/24h", 1, 0)
+		tight := coretest.Limit(t, "tight", model.TokenBucket, "1/24h", 1, 0)
 		plenty := []*model.Limit{
-			redisTestLimit(t, "plenty-tb", model.TokenBucket, "1/24h", 5, 0),
-			redisTestLimit(t, "plenty-lb", model.LeakyBucket, "1/24h", 5, 0),
-			redisTestLimit(t, "plenty-fw", model.FixedWindow, "5/24h", 0, 0),
-			redisTestLimit(t, "plenty-swc", model.SlidingWindowCounter, "5/24h", 0, 0),
-			redisTestLimit(t, "plenty-swl", model.SlidingWindowLog, "5/24h", 0, 0),
+			coretest.Limit(t, "plenty-tb", model.TokenBucket, "1/24h", 5, 0),
+			coretest.Limit(t, "plenty-lb", model.LeakyBucket, "1/24h", 5, 0),
+			coretest.Limit(t, "plenty-fw", model.FixedWindow, "5/24h", 0, 0),
+			coretest.Limit(t, "plenty-swc", model.SlidingWindowCounter, "5/24h", 0, 0),
+			coretest.Limit(t, "plenty-swl", model.SlidingWindowLog, "5/24h", 0, 0),
 		}
-		key := redisNonce + "/spread"
+		key := coretest.Nonce + "/spread"
 		var asks []model.Ask
 		for _, l := range plenty {
 			asks = append(asks, model.Ask{Limit: l, Key: key, Cost: 1})
@@ -538,7 +512,7 @@ func TestRedisStoreCluster(t *testing.T) {
 		// Charged once (round 0) only: a single request leaves 3 of 5.
 		for _, l := range plenty {
 			// Redis's clock runs: allow the refill of a few seconds at 1/day.
-			if d := redisTestTake(t, s, l, key, 1); !d.Allowed || math.Abs(d.Remaining-3) > 1e-3 {
+			if d := coretest.Take(t, s, l, key, 1); !d.Allowed || math.Abs(d.Remaining-3) > 1e-3 {
 				t.Errorf("%s alone after the rejected rounds: %+v, want allowed with 3 remaining", l.Name, d)
 			}
 		}
@@ -558,9 +532,9 @@ func TestRedisScriptsWriteNothingOnError(t *testing.T) {
 	client := resptest.Client(t, srv.Addr, 1)
 	s := newTestRedisStore(t, client, false)
 	ctx := context.Background()
-	good := redisTestLimit(t, "atomic-good", model.FixedWindow, "10/h", 0, 0)
-	broken := redisTestLimit(t, "atomic-broken", model.TokenBucket, "10/h", 0, 0)
-	key := redisNonce + "/atomic"
+	good := coretest.Limit(t, "atomic-good", model.FixedWindow, "10/h", 0, 0)
+	broken := coretest.Limit(t, "atomic-broken", model.TokenBucket, "10/h", 0, 0)
+	key := coretest.Nonce + "/atomic"
 	asks := []model.Ask{{Limit: good, Key: key, Cost: 1}, {Limit: broken, Key: key, Cost: 1}}
 	tamper := func(charge bool) (keys, args []string) {
 		keys, args = s.scriptArgs(asks, charge)
@@ -601,16 +575,16 @@ func TestRedisStoreTTLBound(t *testing.T) {
 	s.clock = clock.Now
 	ctx := context.Background()
 	for _, alg := range model.Algorithms {
-		l := redisTestLimit(t, "ttl-bound", alg, "10/h", 0, 0)
+		l := coretest.Limit(t, "ttl-bound", alg, "10/h", 0, 0)
 		most := int64(time.Hour/time.Millisecond) + 1000
 		if alg == model.SlidingWindowCounter {
 			most += int64(time.Hour / time.Millisecond)
 		}
-		key := redisNonce + "/ttl-bound"
+		key := coretest.Nonce + "/ttl-bound"
 		clock.Set(testclock.Epoch + int64(3*time.Hour))
-		redisTestTake(t, s, l, key, 1)
+		coretest.Take(t, s, l, key, 1)
 		clock.Set(testclock.Epoch)
-		redisTestTake(t, s, l, key, 1)
+		coretest.Take(t, s, l, key, 1)
 		v, err := client.Do(ctx, "PTTL", s.key(l, key))
 		if ms, ok := v.(int64); err != nil || !ok || ms <= 0 || ms > most {
 			t.Errorf("%s: PTTL = %v, %v; want in (0, %d]", alg, v, err, most)
@@ -623,7 +597,7 @@ func TestRedisStoreTTLBound(t *testing.T) {
 // over slots, and distinct keys stay distinct.
 func TestRedisKeysSpreadWhateverTheClientKey(t *testing.T) {
 	s := &Store{prefix: "sluice:"}
-	l := redisTestLimit(t, "api", model.TokenBucket, "10/s", 0, 0)
+	l := coretest.Limit(t, "api", model.TokenBucket, "10/s", 0, 0)
 	slots := map[int]bool{}
 	keys := map[string]string{}
 	for i := 0; i < 64; i++ {

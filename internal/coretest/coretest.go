@@ -1,0 +1,129 @@
+// Package coretest holds the helpers that the tests of several of core's
+// packages share: requests, prefixes, validated limits, a ResponseWriter
+// that keeps only headers, the text of a recorded answer. It imports the
+// standard library and core/model only, so that those tests run it under
+// Yaegi too, and so that no package it helps but model is among its
+// imports.
+package coretest
+
+import (
+	"context"
+	"net/http"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core/model"
+)
+
+// Nonce keeps the keys of one test process apart from an earlier run's in
+// a shared store (a Redis server that still holds them).
+var Nonce = strconv.FormatInt(time.Now().UnixNano(), 36)
+
+// NewRequest returns a GET request from the peer remote with the given
+// header lines, given as name, value pairs.
+func NewRequest(remote string, header ...string) *http.Request {
+	r := &http.Request{Method: http.MethodGet, RemoteAddr: remote, Header: http.Header{}}
+	for i := 0; i+1 < len(header); i += 2 {
+		r.Header.Add(header[i], header[i+1])
+	}
+	return r
+}
+
+// Prefixes parses CIDR prefixes ("10.0.0.0/8") and bare addresses
+// ("127.0.0.1" is 127.0.0.1/32) and fails the test on a bad one.
+func Prefixes(tb testing.TB, list ...string) []netip.Prefix {
+	tb.Helper()
+	out := make([]netip.Prefix, 0, len(list))
+	for _, s := range list {
+		if !strings.Contains(s, "/") {
+			a, err := netip.ParseAddr(s)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out
+}
+
+// Interpreted reports whether the tests run under an interpreter such as
+// Yaegi, where calling an empty closure allocates and absolute allocation
+// counts say nothing about the code under test.
+func Interpreted() bool {
+	return testing.AllocsPerRun(10, func() {}) > 0
+}
+
+// Limit returns the validated limit named name.
+func Limit(tb testing.TB, name string, alg model.Algorithm, rate string, burst float64, maxDelay time.Duration) *model.Limit {
+	tb.Helper()
+	r, err := model.ParseRate(rate)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l := &model.Limit{Name: name, Algorithm: alg, Rate: r, Burst: burst, MaxDelay: maxDelay}
+	if err := l.Validate(); err != nil {
+		tb.Fatal(err)
+	}
+	return l
+}
+
+// Take asks s for cost of l under key and fails the test on an error.
+func Take(tb testing.TB, s model.Store, l *model.Limit, key string, cost float64) model.Decision {
+	tb.Helper()
+	out := make([]model.Decision, 1)
+	if err := s.Take(context.Background(), []model.Ask{{Limit: l, Key: key, Cost: cost}}, out); err != nil {
+		tb.Fatalf("Take: %v", err)
+	}
+	return out[0]
+}
+
+// CopyState returns s with a log of its own.
+func CopyState(s model.State) model.State {
+	if s.Log != nil {
+		s.Log = append([]model.LogEntry(nil), s.Log...)
+	}
+	return s
+}
+
+// RenderAnswer prints a recorded response: status line, headers sorted by
+// name with their values in order, a blank line, the body.
+func RenderAnswer(code int, h http.Header, body string) string {
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString("HTTP " + strconv.Itoa(code) + "\n")
+	for _, k := range keys {
+		for _, v := range h[k] {
+			b.WriteString(k + ": " + v + "\n")
+		}
+	}
+	b.WriteString("\n")
+	b.WriteString(body)
+	return b.String()
+}
+
+// DiscardWriter is a ResponseWriter that keeps the headers and drops the
+// rest.
+type DiscardWriter struct{ H http.Header }
+
+// Header returns w.H.
+func (w *DiscardWriter) Header() http.Header { return w.H }
+
+// Write drops b.
+func (w *DiscardWriter) Write(b []byte) (int, error) { return len(b), nil }
+
+// WriteHeader drops the status.
+func (w *DiscardWriter) WriteHeader(int) {}
