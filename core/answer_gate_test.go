@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -27,7 +26,6 @@ import (
 // time until more quota is available, and a 429's Retry-After is never
 // earlier than its t (draft-ietf-httpapi-ratelimit-headers-10).
 func TestAnswerGoldenPerAlgorithm(t *testing.T) {
-	update := os.Getenv("SLUICE_UPDATE_GOLDEN") == "1"
 	cases := []struct {
 		alg   model.Algorithm
 		rate  string
@@ -81,19 +79,7 @@ func TestAnswerGoldenPerAlgorithm(t *testing.T) {
 				fmt.Fprintf(&b, " X-RateLimit-Reset: +%ds\n", atoiOr(h.Get("X-RateLimit-Reset"), 0)-int(clock.Now()/answer.NanosPerSecond))
 			}
 			got := b.String()
-			path := filepath.Join("testdata", "answer", "alg-"+string(c.alg)+".golden")
-			if update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with SLUICE_UPDATE_GOLDEN=1 to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("answers differ from %s\n--- got\n%s\n--- want\n%s", path, got, want)
-			}
+			coretest.Golden(t, filepath.Join("testdata", "answer", "alg-"+string(c.alg)+".golden"), got)
 		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -93,7 +92,6 @@ var answerCases = []struct {
 // SLUICE_UPDATE_GOLDEN=1 to rewrite the files after an intended change.
 func TestAnswerGolden(t *testing.T) {
 	decisions := answerDecisions(t)
-	update := os.Getenv("SLUICE_UPDATE_GOLDEN") == "1"
 	for _, tc := range answerCases {
 		tc := tc
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,19 +111,7 @@ func TestAnswerGolden(t *testing.T) {
 			}
 			res := rec.Result()
 			got := coretest.RenderAnswer(res.StatusCode, res.Header, rec.Body.String())
-			path := filepath.Join("testdata", "answer", tc.name+".golden")
-			if update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with SLUICE_UPDATE_GOLDEN=1 to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("answer differs from %s\n--- got\n%s\n--- want\n%s", path, got, want)
-			}
+			coretest.Golden(t, filepath.Join("testdata", "answer", tc.name+".golden"), got)
 		})
 	}
 }

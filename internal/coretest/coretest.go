@@ -10,6 +10,7 @@ import (
 	"context"
 	"net/http"
 	"net/netip"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -127,3 +128,22 @@ func (w *DiscardWriter) Write(b []byte) (int, error) { return len(b), nil }
 
 // WriteHeader drops the status.
 func (w *DiscardWriter) WriteHeader(int) {}
+
+// Golden compares got with the golden file at path and fails the test
+// when they differ; with SLUICE_UPDATE_GOLDEN=1 in the environment it
+// writes got there first.
+func Golden(tb testing.TB, path, got string) {
+	tb.Helper()
+	if os.Getenv("SLUICE_UPDATE_GOLDEN") == "1" {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatalf("%v (run with SLUICE_UPDATE_GOLDEN=1 to create it)", err)
+	}
+	if got != string(want) {
+		tb.Errorf("differs from %s\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
