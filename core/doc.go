@@ -59,4 +59,12 @@
 //   - package inspect: what only Caddy's admin API uses, key inspection
 //     and the heavy-hitter sketch, outside everything the Traefik plugin
 //     loads
+//
+// The memory store and the engine share this package with the lane
+// because the lane's fused paths read their internals (the store's
+// shards, slots and logs, the gate's state) on every request: in packages
+// of their own those would be exported, and under Yaegi every constant,
+// table element or function of another package that a request reads
+// costs a value of the frame that reads it (which is why lane.go holds
+// copies of the other packages' constants).
 package core
