@@ -59,7 +59,7 @@ func (s BreakerState) String() string {
 // decides a half-open breaker: outcomes of other calls (admitted before it
 // opened, or a probe presumed lost) are ignored while it is half-open, as
 // all outcomes are while it is open. Instants are nanoseconds on the
-// caller's [Clock].
+// caller's [model.Clock].
 //
 // The zero value is a closed breaker with the default settings. A Breaker is
 // safe for concurrent use; while closed, Allow and Success cost an atomic

@@ -150,7 +150,7 @@ func ParseBodyFormat(s string) (BodyFormat, error) {
 }
 
 // Responder writes sluice's rate-limit headers and 429 answers. It is the
-// one place where both adapters turn a [Decision] into HTTP. Its zero value
+// one place where both adapters turn a [model.Decision] into HTTP. Its zero value
 // writes no rate-limit headers and JSON bodies; set Headers to
 // [DefaultHeaders] for the usual fields. A Responder must pass Validate and
 // must not be modified afterwards; it is then safe for concurrent use.
@@ -323,7 +323,7 @@ var SmallIntTexts = func() (t [SmallInts]string) {
 // Reject writes a complete 429 Too Many Requests answer to w for the
 // rejecting decision d: the headers of SetHeaders, Retry-After (whole
 // seconds, rounded up after jitter, at least 1; absent when d.RetryAfter is
-// [Never]), Cache-Control: no-store, Content-Length and, with a body,
+// [model.Never]), Cache-Control: no-store, Content-Length and, with a body,
 // Content-Type and X-Content-Type-Options: nosniff, then the body of
 // r.Body. now is SetHeaders'. A nil d is answered as the zero Decision.
 func (r *Responder) Reject(w http.ResponseWriter, d *model.Decision, now int64) {

@@ -37,7 +37,7 @@ func CheckLimits(limits []*Limit) error {
 // CheckFallback checks the local fallback's settings: fallback tells
 // whether it is on, instances the number of instances it divides quotas by
 // (zero when not set), and inMemory that the primary store is a
-// MemoryStore, which cannot fail.
+// core.MemoryStore, which cannot fail.
 func CheckFallback(fallback bool, instances int, inMemory bool) error {
 	switch {
 	case !fallback && instances != 0:

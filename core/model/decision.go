@@ -62,7 +62,7 @@ type Decision struct {
 // after it, which the next admission on the same state changes (see
 // Limit.Refund). A decision carries one when its store recorded it (OK):
 // every admission that a Take charged, except that a redisstore.Store's call
-// sent by its redisstore.Direct client or by a Lane marks only delayed ones.
+// sent by its redisstore.Direct client or by a core.Lane marks only delayed ones.
 type Mark struct {
 	T  int64
 	A  float64

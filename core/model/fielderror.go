@@ -36,7 +36,7 @@ func (e *FieldError) Format(field, needs string) string {
 }
 
 // LimitError is a FieldError of the limit named Limit. Index is the
-// limit's position in the list NewGate or CheckLimits checked, or -1 from
+// limit's position in the list core.NewGate or CheckLimits checked, or -1 from
 // Limit.Validate.
 type LimitError struct {
 	Index int

@@ -6,7 +6,7 @@ import (
 
 // FlightRetryAfter is the Retry-After of a request refused an in-flight
 // slot: short, since a slot frees as soon as any request of the key ends
-// (jittered like every Retry-After by Responder.Jitter).
+// (jittered like every Retry-After by answer.Responder.Jitter).
 const FlightRetryAfter = time.Second
 
 // newFlightLimit returns the limit that decides the in-flight slots of l.

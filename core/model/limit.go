@@ -150,7 +150,7 @@ type Limit struct {
 	// MaxInFlight, when positive, also bounds the requests of one key in
 	// progress at once: a request that would be the MaxInFlight+1-th is
 	// rejected, and an admitted one holds its slot until the host releases
-	// it when its handler chain returns (see Verdict.Slots). A limit with
+	// it when its handler chain returns (see core.Verdict.Slots). A limit with
 	// MaxInFlight may leave Rate zero (with no Algorithm, Burst or
 	// MaxDelay): it then limits concurrency only.
 	MaxInFlight int
@@ -173,7 +173,7 @@ type Limit struct {
 	capacity float64 // effective burst
 	owe      float64 // token_bucket: the tokens MaxDelay lends, MaxDelay/unit
 	// flight, with MaxInFlight, is the limit that decides its in-flight
-	// slots (inflight.go); nil without.
+	// slots (flightlimit.go); nil without.
 	flight *Limit
 }
 
