@@ -62,8 +62,8 @@ const (
 	DefaultHeaders = HeadersIETF | HeadersX
 )
 
-// AllHeaders is the union of every defined header family.
-const AllHeaders = HeadersIETF | HeadersLegacy | HeadersX
+// allHeaders is the union of every defined header family.
+const allHeaders = HeadersIETF | HeadersLegacy | HeadersX
 
 // ParseHeaderSet reads a header set from its names, case-insensitively:
 // "ietf", "legacy", "x", or "off" (which must stand alone). Blank names are
@@ -183,8 +183,8 @@ type Responder struct {
 // Validate reports the first field of r that is out of range, as a
 // *FieldError.
 func (r *Responder) Validate() error {
-	if r.Headers&^AllHeaders != 0 {
-		return &model.FieldError{Field: "headers", Value: "0x" + strconv.FormatUint(uint64(r.Headers&^AllHeaders), 16), Reason: "unknown header set bits"}
+	if r.Headers&^allHeaders != 0 {
+		return &model.FieldError{Field: "headers", Value: "0x" + strconv.FormatUint(uint64(r.Headers&^allHeaders), 16), Reason: "unknown header set bits"}
 	}
 	if r.Body > BodyNone {
 		return &model.FieldError{Field: "body", Value: strconv.Itoa(int(r.Body)), Reason: "unknown format"}
@@ -212,7 +212,7 @@ func (r *Responder) SetHeaders(h http.Header, d *model.Decision, now int64) {
 		return
 	}
 	a := r.answer(d)
-	rem := unitsText(FloorUnits(d.Remaining))
+	rem := unitsText(floorUnits(d.Remaining))
 	vals := make([]string, 8)
 	if set&HeadersIETF != 0 && a.ready {
 		// t: the time until more quota is available (Decision.Next) or,
@@ -226,14 +226,14 @@ func (r *Responder) SetHeaders(h http.Header, d *model.Decision, now int64) {
 		// One element per statement: Yaegi v0.16.1 loses some values
 		// of a tuple assignment to slice elements.
 		vals[0] = a.Policy
-		vals[1] = a.IETFPrefix + rem + ";t=" + unitsText(CeilSeconds(t))
+		vals[1] = a.IETFPrefix + rem + ";t=" + unitsText(ceilSeconds(t))
 		h["Ratelimit-Policy"] = vals[0:1:1]
 		h["Ratelimit"] = vals[1:2:2]
 	}
 	if set&HeadersLegacy != 0 {
 		vals[2] = a.qInt
 		vals[3] = rem
-		vals[4] = unitsText(CeilSeconds(d.Reset))
+		vals[4] = unitsText(ceilSeconds(d.Reset))
 		h["Ratelimit-Limit"] = vals[2:3:3]
 		h["Ratelimit-Remaining"] = vals[3:4:4]
 		h["Ratelimit-Reset"] = vals[4:5:5]
@@ -342,7 +342,7 @@ func (r *Responder) Reject(w http.ResponseWriter, d *model.Decision, now int64) 
 		if r.Jitter > 0 {
 			ra = r.jittered(ra)
 		}
-		retry = int64(ra / time.Second) // CeilSeconds(ra), at least 1
+		retry = int64(ra / time.Second) // ceilSeconds(ra), at least 1
 		if ra%time.Second > 0 {
 			retry++
 		}
@@ -479,9 +479,9 @@ const NanosPerSecond = int64(time.Second)
 // 9651, 15 digits); counts of cost units are clamped to it.
 const MaxSFInteger = 999999999999999
 
-// FloorUnits floors a non-negative count of cost units to an integer,
+// floorUnits floors a non-negative count of cost units to an integer,
 // mapping negative and NaN counts to 0 and clamping at MaxSFInteger.
-func FloorUnits(x float64) int64 {
+func floorUnits(x float64) int64 {
 	if !(x > 0) {
 		return 0
 	}
@@ -491,9 +491,9 @@ func FloorUnits(x float64) int64 {
 	return int64(x)
 }
 
-// CeilSeconds rounds d up to whole seconds, 0 for d <= 0; the result, at
+// ceilSeconds rounds d up to whole seconds, 0 for d <= 0; the result, at
 // most 9223372037, fits a structured-field Integer.
-func CeilSeconds(d time.Duration) int64 {
+func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
@@ -504,12 +504,12 @@ func CeilSeconds(d time.Duration) int64 {
 	return n
 }
 
-// QuotaTexts formats a quota as an Integer (floored, for the structured
+// quotaTexts formats a quota as an Integer (floored, for the structured
 // fields, whose drafts require Integers) and as text with at most three
 // decimals (for X-RateLimit-Limit): 100 → "100", "100"; 2.5 → "2", "2.5";
 // a positive quota under 0.0005 → "0", "0.001".
-func QuotaTexts(q float64) (integer, text string) {
-	integer = strconv.FormatInt(FloorUnits(q), 10)
+func quotaTexts(q float64) (integer, text string) {
+	integer = strconv.FormatInt(floorUnits(q), 10)
 	if !(q > 0) || q >= 1e12 || q == float64(int64(q)) {
 		return integer, integer
 	}
@@ -557,7 +557,7 @@ func newFlightAnswer(name string, most int) Texts {
 // encoding/json writes it.
 func namedAnswer(nameText string, quota float64, params string) Texts {
 	a := Texts{ready: true, quota: quota}
-	a.qInt, a.QText = QuotaTexts(quota)
+	a.qInt, a.QText = quotaTexts(quota)
 	sfName := sfString(nameText)
 	a.Policy = sfName + params
 	a.IETFPrefix = sfName + ";r="
@@ -613,7 +613,7 @@ func answerFor(d *model.Decision) *Texts {
 	a, ok := limitTexts(d.Limit, d.Quota)
 	if !ok {
 		a.quota, a.Tails = d.Quota, noLimitTails
-		a.qInt, a.QText = QuotaTexts(d.Quota)
+		a.qInt, a.QText = quotaTexts(d.Quota)
 	}
 	return &a
 }

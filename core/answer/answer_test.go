@@ -146,7 +146,7 @@ func TestRejectConsistentWithSetHeaders(t *testing.T) {
 			if d.Limit != nil {
 				// t is the wait for more quota; on a rejection that
 				// will fit, Retry-After's (never earlier than t).
-				tWant := strconv.FormatInt(CeilSeconds(d.Next), 10)
+				tWant := strconv.FormatInt(ceilSeconds(d.Next), 10)
 				if d.RetryAfter != model.Never {
 					tWant = got.Get("Retry-After")
 				}
@@ -404,7 +404,7 @@ func TestAnswerRounding(t *testing.T) {
 		{-time.Second, 0}, {0, 0}, {1, 1}, {time.Second, 1}, {time.Second + 1, 2},
 		{17200 * time.Millisecond, 18}, {model.Never, 9223372037},
 	} {
-		if got := CeilSeconds(tc.d); got != tc.want {
+		if got := ceilSeconds(tc.d); got != tc.want {
 			t.Errorf("ceilSeconds(%v) = %d, want %d", tc.d, got, tc.want)
 		}
 	}
@@ -414,7 +414,7 @@ func TestAnswerRounding(t *testing.T) {
 	}{
 		{-1, 0}, {math.NaN(), 0}, {0, 0}, {0.999, 0}, {42.7, 42}, {1e300, MaxSFInteger}, {math.Inf(1), MaxSFInteger},
 	} {
-		if got := FloorUnits(tc.x); got != tc.want {
+		if got := floorUnits(tc.x); got != tc.want {
 			t.Errorf("floorUnits(%v) = %d, want %d", tc.x, got, tc.want)
 		}
 	}
@@ -430,7 +430,7 @@ func TestAnswerRounding(t *testing.T) {
 		{0.0001, "0", "0.001"},
 		{1e13 + 0.5, "10000000000000", "10000000000000"},
 	} {
-		integer, text := QuotaTexts(tc.q)
+		integer, text := quotaTexts(tc.q)
 		if integer != tc.integer || text != tc.text {
 			t.Errorf("quotaTexts(%v) = %q, %q, want %q, %q", tc.q, integer, text, tc.integer, tc.text)
 		}
@@ -444,14 +444,14 @@ func TestSetHeadersRoundsLikeHelpers(t *testing.T) {
 	for _, x := range []float64{-1, math.NaN(), 0, 0.999, 42.7, 1e300, math.Inf(1)} {
 		h := http.Header{}
 		r.SetHeaders(h, &model.Decision{Remaining: x}, answerNow)
-		if got, want := h.Get("RateLimit-Remaining"), strconv.FormatInt(FloorUnits(x), 10); got != want {
+		if got, want := h.Get("RateLimit-Remaining"), strconv.FormatInt(floorUnits(x), 10); got != want {
 			t.Errorf("Remaining %v: RateLimit-Remaining %q, want %q", x, got, want)
 		}
 	}
 	for _, d := range []time.Duration{-1500 * time.Millisecond, -time.Second, -1, 0, 1, time.Second, 17200 * time.Millisecond, model.Never} {
 		h := http.Header{}
 		r.SetHeaders(h, &model.Decision{Reset: d}, answerNow)
-		if got, want := h.Get("RateLimit-Reset"), strconv.FormatInt(CeilSeconds(d), 10); got != want {
+		if got, want := h.Get("RateLimit-Reset"), strconv.FormatInt(ceilSeconds(d), 10); got != want {
 			t.Errorf("Reset %v: RateLimit-Reset %q, want %q", d, got, want)
 		}
 	}
@@ -594,4 +594,47 @@ func TestResetUnix(t *testing.T) {
 			t.Errorf("resetUnix(%d, %d) = %d, want %d", tc.now, tc.reset, got, tc.want)
 		}
 	}
+}
+
+// FuzzResponder writes headers and 429 answers for arbitrary decisions:
+// no panic, header values printable ASCII, and a Retry-After never
+// earlier than the decision's RetryAfter.
+func FuzzResponder(f *testing.F) {
+	f.Add(5.0, 1.5, int64(time.Second), int64(time.Second), uint8(7), uint8(0), 0.2)
+	f.Add(-1.0, math.Inf(1), int64(-1), int64(math.MaxInt64), uint8(1), uint8(3), 1.0)
+	f.Add(1e300, math.NaN(), int64(math.MaxInt64), int64(1), uint8(2), uint8(2), 0.0)
+	l := &model.Limit{Name: "api", Rate: model.Rate{Quota: 100, Period: time.Minute}}
+	if err := l.Validate(); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, quota, remaining float64, reset, retry int64, headers, body uint8, jitter float64) {
+		r := Responder{Headers: HeaderSet(headers) & (HeadersIETF | HeadersLegacy | HeadersX), Body: BodyFormat(body % 4), Jitter: jitter}
+		if r.Validate() != nil {
+			r.Jitter = 0
+		}
+		d := model.Decision{Limit: l, Quota: quota, Remaining: remaining, Reset: time.Duration(reset), RetryAfter: time.Duration(retry)}
+		if d.Reset < 0 {
+			d.Reset = 0
+		}
+		if d.RetryAfter < 0 {
+			d.RetryAfter = 0
+		}
+		rec := httptest.NewRecorder()
+		r.Reject(rec, &d, answerNow)
+		for k, vs := range rec.Header() {
+			for _, v := range vs {
+				for i := 0; i < len(v); i++ {
+					if v[i] < 0x20 || v[i] > 0x7e {
+						t.Fatalf("%s: %q", k, v)
+					}
+				}
+			}
+		}
+		if d.RetryAfter != model.Never {
+			ra := rec.Header().Get("Retry-After")
+			if n, err := strconv.ParseInt(ra, 10, 64); err != nil || n < (int64(d.RetryAfter)-1)/int64(time.Second)+1 && n < 9223372036 {
+				t.Fatalf("Retry-After %q for %v", ra, d.RetryAfter)
+			}
+		}
+	})
 }

@@ -42,7 +42,7 @@ func (l *Limit) Decide(s State, now int64, cost float64) (State, Decision) {
 // The algorithms are written for Yaegi, which runs the Traefik plugin's
 // decisions: an interpreted call costs a frame, a copy of each argument
 // and a value for every parameter, variable and intermediate result of
-// the callee's whole body, so the helpers DurationOf, NextUnits, Mod and
+// the callee's whole body, so the helpers DurationOf, NextUnits, mod and
 // NonNegative are written out where a decision calls them every time
 // (Go's compiler inlines them anyway), as is leakyEnd. And since := (or
 // var) allocates its variable again each time it runs, the algorithms
@@ -203,8 +203,8 @@ func DurationOf(ns float64) time.Duration {
 // value allocated on each call, a name of the package none.
 type nanos = time.Duration
 
-// Mod is the non-negative remainder of a by b (b > 0).
-func Mod(a, b int64) int64 {
+// mod is the non-negative remainder of a by b (b > 0).
+func mod(a, b int64) int64 {
 	m := a % b
 	if m < 0 {
 		m += b

@@ -221,7 +221,7 @@ func propCheckRates(t *testing.T, l *Limit, adm []propAdmission, fail func(strin
 		per := make(map[int64]float64)
 		for _, a := range adm {
 			per[a.window] += a.cost
-			if a.window != a.at-Mod(a.at, l.PeriodNanos()) {
+			if a.window != a.at-mod(a.at, l.PeriodNanos()) {
 				fail("%s: admission at %d counted in the window starting %d", l.Algorithm, a.at, a.window)
 			}
 		}

@@ -9,7 +9,7 @@ import "time"
 // Quota more at the start of the next all pass.
 //
 // Its parameters after d are its variables, which its callers pass as
-// zero values, and mod, duration and nonNegative are written out: see
+// zero values, and mod, DurationOf and NonNegative are written out: see
 // decide.
 func FixedWindowStep(l *Limit, s *State, now int64, cost float64, d *Decision, t int64, a float64, reset time.Duration) int64 {
 	if now < s.T {
