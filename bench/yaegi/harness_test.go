@@ -108,6 +108,22 @@ func pluginPackages(tb testing.TB, root string) []string {
 	return dirs
 }
 
+// TestPluginLoadsOnlyItsOwn: the plugin imports, besides the standard
+// library, only traefikplugin and core's packages, and none of what only
+// Caddy uses (core/inspect), which Yaegi would otherwise load, compile and
+// keep in every Traefik.
+func TestPluginLoadsOnlyItsOwn(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range pluginPackages(t, root) {
+		if dir != "traefikplugin" && dir != "core" && !strings.HasPrefix(dir, "core/") || dir == "core/inspect" {
+			t.Errorf("the plugin imports %s", dir)
+		}
+	}
+}
+
 func copyFile(tb testing.TB, from, to string) {
 	tb.Helper()
 	b, err := os.ReadFile(from)
