@@ -234,6 +234,7 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 	if cfg.Fallback != nil {
 		n := cfg.Instances
 		g.fallback = make(map[*model.Limit]*model.Limit, len(cfg.Limits))
+		shares := make([]*model.Limit, 0, len(cfg.Limits))
 		for _, l := range cfg.Limits {
 			share := *l
 			floor := cfg.MaxCost[l]
@@ -259,12 +260,11 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 				return nil, err
 			}
 			g.fallback[l] = &share
+			shares = append(shares, &share)
 		}
+		g.resp.Prepare(shares)
 	}
 	g.resp.Prepare(cfg.Limits)
-	for _, share := range g.fallback {
-		g.resp.Prepare([]*model.Limit{share})
-	}
 	return g, nil
 }
 

@@ -269,12 +269,13 @@ func (r *Responder) Prepare(limits []*model.Limit) {
 		r.texts = make(map[*model.Limit]*Texts, 2*len(limits))
 	}
 	for _, l := range limits {
-		if a, ok := limitTexts(l, l.Rate.Quota); ok {
-			r.texts[l] = &a
-		}
-		if f := l.Flight(); f != nil {
-			a := newFlightAnswer(f.Name, f.MaxInFlight)
-			r.texts[f] = &a
+		for _, k := range [2]*model.Limit{l, l.Flight()} {
+			if k == nil {
+				continue
+			}
+			if a, ok := limitTexts(k, k.Rate.Quota); ok {
+				r.texts[k] = &a
+			}
 		}
 	}
 }
