@@ -62,13 +62,13 @@ func FuzzRequestKey(f *testing.F) {
 	f.Add("10.0.0.1:1", strings.Repeat("1.2.3.4,", 100), "::1", "\x00missing")
 	f.Add("[2001:db8::1%eth0]:443", "[::ffff:10.0.0.1]:80, unknown", "", strings.Repeat("k", 300))
 	f.Add("@", ",,,", "x", "")
-	trusted := coretest.Prefixes(f, "10.0.0.0/8", "::1/128")
+	trusted := mustPrefixes(f, "10.0.0.0/8", "::1/128")
 	rules := []*clientip.Strategy{
 		{},
 		{TrustedProxies: trusted},
 		{TrustedProxies: trusted, Depth: 2},
 		{TrustedProxies: trusted, Header: "X-Real-IP"},
-		{AnyPeer: true, ExcludedIPs: coretest.Prefixes(f, "203.0.113.0/24")},
+		{AnyPeer: true, ExcludedIPs: mustPrefixes(f, "203.0.113.0/24")},
 		{TrustedProxies: trusted, IPv4Prefix: 24, IPv6Prefix: 64},
 	}
 	var specs []*keyspec.Spec
@@ -115,7 +115,7 @@ func FuzzRelayedClient(f *testing.F) {
 	f.Add(`for="\",for=198.51.100.1"`, 0)
 	f.Add(strings.Repeat("for=127.0.0.3,", 40), 3)
 	f.Add(";;;=,=;\t", 32)
-	trusted := coretest.Prefixes(f, "10.0.0.0/8")
+	trusted := mustPrefixes(f, "10.0.0.0/8")
 	f.Fuzz(func(t *testing.T, written string, depth int) {
 		for _, tc := range []struct{ header, proxies, want string }{
 			{"X-Forwarded-For", ", 2001:db8::5, 10.0.0.2", "2001:db8::5"},

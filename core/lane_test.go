@@ -15,7 +15,6 @@ import (
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
-	"github.com/sluicehq/sluice/internal/coretest"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
@@ -202,7 +201,7 @@ func serveBothRequest(t *testing.T, label string, lane *Lane, gate *Gate, newReq
 // named by X-Forwarded-For or by Forwarded, with a depth or without, the
 // lane keys requests as keyspec.Spec.Key does.
 func TestServeLaneRelayedMatchesGate(t *testing.T) {
-	trusted := coretest.Prefixes(t, "192.0.2.0/24")
+	trusted := mustPrefixes(t, "192.0.2.0/24")
 	remotes := []string{"192.0.2.1:1234", "198.51.100.9:80", "[2001:db8::1]:443", "not an address"}
 	values := []string{"203.0.113.1", "203.0.113.2, 192.0.2.7", "198.51.100.1, 203.0.113.1", "unknown", "[2001:db8::7]:80", ""}
 	rules := []*clientip.Strategy{

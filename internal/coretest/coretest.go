@@ -1,15 +1,13 @@
 // Package coretest holds the helpers that the tests of several of core's
-// packages share: requests, prefixes, validated limits, a ResponseWriter
-// that keeps only headers, the text of a recorded answer. It imports the
-// standard library and core/model only, so that those tests run it under
-// Yaegi too, and so that no package it helps but model is among its
-// imports.
+// packages share: requests, validated limits, a ResponseWriter that keeps
+// only headers, the text of a recorded answer. It imports the standard
+// library and core/model only, so that those tests run it under Yaegi too,
+// and so that no package it helps but model is among its imports.
 package coretest
 
 import (
 	"context"
 	"net/http"
-	"net/netip"
 	"os"
 	"sort"
 	"strconv"
@@ -32,29 +30,6 @@ func NewRequest(remote string, header ...string) *http.Request {
 		r.Header.Add(header[i], header[i+1])
 	}
 	return r
-}
-
-// Prefixes parses CIDR prefixes ("10.0.0.0/8") and bare addresses
-// ("127.0.0.1" is 127.0.0.1/32) and fails the test on a bad one.
-func Prefixes(tb testing.TB, list ...string) []netip.Prefix {
-	tb.Helper()
-	out := make([]netip.Prefix, 0, len(list))
-	for _, s := range list {
-		if !strings.Contains(s, "/") {
-			a, err := netip.ParseAddr(s)
-			if err != nil {
-				tb.Fatal(err)
-			}
-			out = append(out, netip.PrefixFrom(a, a.BitLen()))
-			continue
-		}
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		out = append(out, p.Masked())
-	}
-	return out
 }
 
 // Interpreted reports whether the tests run under an interpreter such as
