@@ -31,6 +31,7 @@ func (l *Limit) validateFlightOnly() *FieldError {
 	}
 	f := l.flight
 	l.period, l.unit, l.capacity, l.owe = 0, 0, 0, 0
+	l.params = [4]string{}
 	l.ns, l.Hash = f.ns, f.Hash
 	return nil
 }

@@ -175,6 +175,8 @@ type Limit struct {
 	// flight, with MaxInFlight, is the limit that decides its in-flight
 	// slots (flightlimit.go); nil without.
 	flight *Limit
+	// params is Params' value.
+	params [4]string
 }
 
 // Validate checks l and fills in defaults. Its error is a *LimitError
@@ -284,6 +286,7 @@ func (l *Limit) validate() *FieldError {
 	var spent State
 	var d Decision
 	l.Keep = Step(l, &spent, 0, l.capacity, &d)
+	l.params = [4]string{FormatFloat(l.Rate.Quota), strconv.FormatInt(l.period, 10), FormatFloat(l.capacity), strconv.FormatInt(int64(l.MaxDelay), 10)}
 	return nil
 }
 
@@ -322,6 +325,13 @@ func (l *Limit) Unit() float64 { return l.unit }
 // PeriodNanos is Rate.Period in nanoseconds, or zero for a limit of
 // requests in flight only. It is valid after Validate.
 func (l *Limit) PeriodNanos() int64 { return l.period }
+
+// Params is l's quota, period in nanoseconds, capacity and maximum delay in
+// nanoseconds as texts that read back as the same numbers (FormatFloat),
+// made once by Validate for the stores that send them, such as the Redis
+// store's scripts. It is the zero array for a limit of requests in flight
+// only.
+func (l *Limit) Params() [4]string { return l.params }
 
 // fnv1a is the 64-bit FNV-1a hash of s.
 func fnv1a(s string) uint64 {

@@ -457,7 +457,7 @@ func (s *Store) evalFailed(ctx context.Context, script *Script, keys, args []str
 // as "<Unix seconds> <nanoseconds>" (empty for Redis's clock), ARGV[2] "2"
 // to charge, marking every admission (see luaTakeMain), then six values per ask (algorithm, quota, period in ns,
 // capacity, max delay in ns, cost), and one key per ask, two for a sliding
-// window log. All but the cost come from limitArgs.
+// window log. All but the algorithm and the cost are the limit's Params.
 func (s *Store) scriptArgs(asks []model.Ask, charge bool) (keys, args []string) {
 	keys = make([]string, 0, len(asks)+1)
 	args = make([]string, 2, 2+6*len(asks))
@@ -479,8 +479,8 @@ func (s *Store) scriptArgs(asks []model.Ask, charge bool) (keys, args []string) 
 		if a.Cost != 1 {
 			cost = model.FormatFloat(a.Cost)
 		}
-		la := limitArgs(a.Limit)
-		args = append(args, la[0], la[1], la[2], la[3], la[4], cost)
+		p := a.Limit.Params()
+		args = append(args, redisAlgorithmCode(a.Limit.Algorithm), p[0], p[1], p[2], p[3], cost)
 	}
 	return keys, args
 }
@@ -489,14 +489,6 @@ func (s *Store) scriptArgs(asks []model.Ask, charge bool) (keys, args []string) 
 func clockArg(ns int64) string {
 	sec := floorDiv(ns, 1e9)
 	return strconv.FormatInt(sec, 10) + " " + strconv.FormatInt(ns-sec*1e9, 10)
-}
-
-// limitArgs is the five ARGV values of a script call for l besides the
-// cost: its algorithm, quota, period in nanoseconds, capacity and maximum
-// delay in nanoseconds.
-func limitArgs(l *model.Limit) [5]string {
-	return [5]string{redisAlgorithmCode(l.Algorithm), model.FormatFloat(l.Rate.Quota),
-		strconv.FormatInt(l.PeriodNanos(), 10), model.FormatFloat(l.Capacity()), strconv.FormatInt(int64(l.MaxDelay), 10)}
 }
 
 // DirectTake is the whole EVALSHA of the take script for one ask of l of
@@ -515,8 +507,8 @@ func DirectTake(l *model.Limit) (take string, hole, hole2 int) {
 		args = append(args, key+":log")
 		args[2] = "2"
 	}
-	la := limitArgs(l)
-	args = append(args, "", "1", la[0], la[1], la[2], la[3], la[4], "1")
+	p := l.Params()
+	args = append(args, "", "1", redisAlgorithmCode(l.Algorithm), p[0], p[1], p[2], p[3], "1")
 	take = string(resp.AppendCommand(nil, args...))
 	// The first "sluice:{" is the key's: what precedes is digits, EVALSHA
 	// and the SHA-1 in hexadecimal.
