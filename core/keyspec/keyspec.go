@@ -213,7 +213,7 @@ func (k *Spec) Key(r *http.Request) (string, bool) {
 	if k.fixed {
 		return k.constKey, k.constOK
 	}
-	return (*Spec).PartsKey(k, r)
+	return k.PartsKey(r)
 }
 
 // PeerKey6 is the key of a bracketed IPv6 peer "[addr]:port" for a
@@ -245,7 +245,7 @@ func (k *Spec) PartsKey(r *http.Request) (string, bool) {
 	switch p.kind {
 	case partClientIP:
 		// An address or prefix: short, and never begins with 0x00.
-		return (*clientip.Strategy).Key(k.ip, r)
+		return k.ip.Key(r)
 	case partHeader:
 		if vs := r.Header[p.arg]; len(vs) > 0 {
 			v = vs[0]
@@ -300,7 +300,7 @@ func JoinKey(values []string) string {
 func partValue(k *Spec, p *keyPart, r *http.Request) string {
 	switch p.kind {
 	case partClientIP:
-		v, _ := (*clientip.Strategy).Key(k.ip, r)
+		v, _ := k.ip.Key(r)
 		return v
 	case partHeader:
 		if vs := r.Header[p.arg]; len(vs) > 0 {
