@@ -182,9 +182,7 @@ func (c *Lazy) dial(ctx context.Context) (Conn, error) {
 }
 
 // EvalSha runs a script on the connected client, connecting first if
-// needed, and once more after ErrClosed. A standalone server's client is
-// called through a method expression: under Yaegi a method call through
-// an interface costs several times a function's.
+// needed, and once more after ErrClosed.
 func (c *Lazy) EvalSha(ctx context.Context, sha string, keys []string, args []string) (interface{}, error) {
 	c.mu.Lock()
 	cn := c.conn
@@ -192,13 +190,7 @@ func (c *Lazy) EvalSha(ctx context.Context, sha string, keys []string, args []st
 	if cn == nil {
 		return lazyEvalSha(c, ctx, sha, keys, args)
 	}
-	var v interface{}
-	var err error
-	if one, ok := cn.(*Client); ok {
-		v, err = (*Client).EvalSha(one, ctx, sha, keys, args)
-	} else {
-		v, err = cn.EvalSha(ctx, sha, keys, args)
-	}
+	v, err := cn.EvalSha(ctx, sha, keys, args)
 	if err == ErrClosed {
 		return lazyEvalSha(c, ctx, sha, keys, args)
 	}
