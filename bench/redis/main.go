@@ -1,6 +1,9 @@
 // Command redis measures the decisions per second of sluice's redisstore.Store
 // (through core/resp) against a running Redis server, at several numbers of
-// concurrent callers, each with its own connection. It decides one
+// concurrent callers. With -pool 0 (the default) each caller has its own
+// connection, so that every decision is one round trip; with -pool N the
+// callers share N connections, and the decisions that find them all busy
+// are batched (see core/resp). It decides one
 // token_bucket limit of 1e9 per second with a burst of 1e9 on one key, so
 // that every decision is admitted and writes its state.
 //
@@ -36,15 +39,16 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:6379", "Redis server address")
 	conc := flag.String("c", "1,8,64", "comma-separated numbers of concurrent callers")
 	dur := flag.Duration("d", 3*time.Second, "duration of each measurement")
+	pool := flag.Int("pool", 0, "connections the callers share; 0 for one per caller")
 	dump := flag.String("dump", "", "directory to write script.lua and evalsha.args to, before measuring")
 	flag.Parse()
-	if err := run(*addr, *conc, *dur, *dump); err != nil {
+	if err := run(*addr, *conc, *pool, *dur, *dump); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/redis:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, conc string, dur time.Duration, dump string) error {
+func run(addr, conc string, pool int, dur time.Duration, dump string) error {
 	limit := &model.Limit{Name: "bench", Rate: model.Rate{Quota: 1e9, Period: time.Second}}
 	if err := limit.Validate(); err != nil {
 		return err
@@ -60,7 +64,11 @@ func run(addr, conc string, dur time.Duration, dump string) error {
 		if err != nil || n < 1 {
 			return fmt.Errorf("-c: bad concurrency %q", f)
 		}
-		rate, p99, err := measure(addr, asks, n, dur)
+		size := pool
+		if size == 0 {
+			size = n
+		}
+		rate, p99, err := measure(addr, asks, n, size, dur)
 		if err != nil {
 			return err
 		}
@@ -76,10 +84,10 @@ const maxSamples = 1 << 18
 // measure runs callers goroutines deciding asks in a loop for dur and
 // returns the decisions per second and the 99th percentile of a
 // decision's latency.
-func measure(addr string, asks []model.Ask, callers int, dur time.Duration) (float64, time.Duration, error) {
+func measure(addr string, asks []model.Ask, callers, pool int, dur time.Duration) (float64, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dur+10*time.Second)
 	defer cancel()
-	client, err := resp.New(ctx, resp.Options{Addr: addr, PoolSize: callers})
+	client, err := resp.New(ctx, resp.Options{Addr: addr, PoolSize: pool})
 	if err != nil {
 		return 0, 0, err
 	}

@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # Measures sluice's RedisStore against redis-benchmark sending the very same
 # EVALSHA (same script, key and arguments) to the same server, at 1, 8 and
-# 64 concurrent callers (one connection each), and prints decisions per
-# second and their ratio store/redis-benchmark. The ratio shows what the Go
-# side (core/resp, argument building, reply decoding) costs on top of the
-# script itself. Each rate is the best of ROUNDS measurements, taken
-# alternately, as other load on the machine only ever lowers them.
+# 64 concurrent callers, and prints decisions per second and their ratio
+# store/redis-benchmark. The store is measured twice: with one connection
+# per caller, like redis-benchmark, so that every decision is one round
+# trip ("store": what the Go side, core/resp, argument building and reply
+# decoding, costs on top of the script itself), and with the callers
+# sharing POOL connections (default 4), where the decisions that find them
+# all busy are written together ("batched", core/resp's natural batching).
+# Each rate is the best of ROUNDS measurements, taken alternately, as other
+# load on the machine only ever lowers them.
 #
 # It also prints the 99th percentile of one decision's latency through the
-# store beside those of redis-benchmark's EVALSHA and PING at the same
-# number of callers (each the lowest of its rounds), and the ratio of the
-# store's to PING's: what a decision adds to the server's own round trip
-# under the same load (target: at most 1.5).
+# store, both ways, beside those of redis-benchmark's EVALSHA and PING at
+# the same number of callers (each the lowest of its rounds), and the ratio
+# of the batched store's to PING's: what a decision adds to the server's
+# own round trip under the same load (target: at most 1.5).
 #
 #   bench/redis/run.sh                     # 3 rounds of 3 s per measurement
-#   DURATION=5s ROUNDS=1 CONCURRENCY="1 16" PORT=16400 bench/redis/run.sh
+#   DURATION=5s ROUNDS=1 CONCURRENCY="1 16" POOL=2 PORT=16400 bench/redis/run.sh
 #
 # Needs redis-server, redis-cli and redis-benchmark on PATH. The server runs
 # on 127.0.0.1:$PORT without persistence and is stopped on exit.
@@ -24,6 +28,7 @@ cd "$(dirname "$0")/../.."
 port="${PORT:-16391}"
 duration="${DURATION:-3s}"
 concurrency="${CONCURRENCY:-1 8 64}"
+pool="${POOL:-4}"
 rounds="${ROUNDS:-3}"
 seconds="${duration%s}"
 
@@ -51,14 +56,15 @@ redis-server --version
 echo "EVALSHA ${args[*]:0:3} ... ($(( ${#args[@]} - 3 )) arguments)"
 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); best of $rounds rounds of $duration, alternating"
-printf '\n%8s %16s %22s %8s %14s %14s %14s %10s\n' callers "store dec/s" "redis-benchmark req/s" ratio \
-	"store p99 ms" "EVALSHA p99 ms" "PING p99 ms" "store/PING"
+printf '\n%8s %14s %14s %22s %14s %14s %12s %12s %12s %12s %12s\n' callers "store dec/s" "batched dec/s" "redis-benchmark req/s" "store/rb" "batched/rb" \
+	"store p99" "batched p99" "EVALSHA p99" "PING p99" "batched/PING"
 # low A B prints the lower of A and B, A empty meaning none yet.
 low() { awk -v a="$1" -v b="$2" 'BEGIN { print (a == "" || b < a) ? b : a }'; }
 for c in $concurrency; do
-	best_store=0 best_rb=0 p99_store="" p99_rb="" p99_ping=""
+	best_store=0 best_batched=0 best_rb=0 p99_store="" p99_batched="" p99_rb="" p99_ping=""
 	for r in $(seq "$rounds"); do
 		read -r _ store p99 < <("$dir/bench" -addr "127.0.0.1:$port" -c "$c" -d "$duration")
+		read -r _ batched bp99 < <("$dir/bench" -addr "127.0.0.1:$port" -c "$c" -d "$duration" -pool "$pool")
 		n="$(awk -v r="$store" -v s="$seconds" 'BEGIN { n = int(r * s); if (n < 10000) n = 10000; print n }')"
 		# The rate and the p99, from redis-benchmark's CSV line.
 		read -r rb rb99 < <(redis-benchmark -p "$port" -c "$c" -n "$n" --csv EVALSHA "${args[@]}" |
@@ -66,11 +72,14 @@ for c in $concurrency; do
 		read -r _ ping99 < <(redis-benchmark -p "$port" -c "$c" -n "$n" --csv PING |
 			awk -F'"' 'NR == 2 { print $4, $14 }')
 		best_store="$(awk -v a="$best_store" -v b="$store" 'BEGIN { print (b > a ? b : a) }')"
+		best_batched="$(awk -v a="$best_batched" -v b="$batched" 'BEGIN { print (b > a ? b : a) }')"
 		best_rb="$(awk -v a="$best_rb" -v b="$rb" 'BEGIN { print (b > a ? b : a) }')"
 		p99_store="$(low "$p99_store" "$p99")"
+		p99_batched="$(low "$p99_batched" "$bp99")"
 		p99_rb="$(low "$p99_rb" "$rb99")"
 		p99_ping="$(low "$p99_ping" "$ping99")"
 	done
-	awk -v c="$c" -v s="$best_store" -v b="$best_rb" -v ps="$p99_store" -v pr="$p99_rb" -v pp="$p99_ping" \
-		'BEGIN { printf "%8d %16.0f %22.0f %8.2f %14.3f %14.3f %14.3f %10.2f\n", c, s, b, s / b, ps, pr, pp, ps / pp }'
+	awk -v c="$c" -v s="$best_store" -v t="$best_batched" -v b="$best_rb" -v ps="$p99_store" -v pt="$p99_batched" \
+		-v pr="$p99_rb" -v pp="$p99_ping" \
+		'BEGIN { printf "%8d %14.0f %14.0f %22.0f %14.2f %14.2f %12.3f %12.3f %12.3f %12.3f %12.2f\n", c, s, t, b, s / b, t / b, ps, pt, pr, pp, pt / pp }'
 done

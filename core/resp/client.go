@@ -1,8 +1,10 @@
 // Package resp is a small Redis client speaking RESP2 over TCP or TLS,
 // written with the standard library only so that Traefik's Yaegi
-// interpreter can run it. A Client sends one command at a time per
-// connection (no pipelining, no pub/sub) from a bounded pool and starts no
-// goroutines; a Cluster routes scripts to the masters of a Redis Cluster by
+// interpreter can run it. A Client runs commands on a bounded pool of
+// connections and starts no goroutines: a command that finds every
+// connection busy is written together with the others waiting, on the
+// next connection given back (natural batching, see batched; no pub/sub,
+// no blocking commands); a Cluster routes scripts to the masters of a Redis Cluster by
 // key slot, following MOVED and ASK redirections; a Sentinel follows the
 // master that Redis Sentinels name; a Lazy client connects any of them on
 // demand, and again after its server was down or its connections closed.
@@ -21,6 +23,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -85,6 +88,10 @@ type Client struct {
 	// and gives one back, so at most PoolSize connections exist.
 	slots  chan *conn
 	closed int32 // atomic; 1 once Close has begun
+	// queue holds the commands that found no idle connection, for the
+	// next connection given back to carry together (see batched).
+	mu    sync.Mutex
+	queue []*call
 }
 
 // New validates opts and opens one connection, so that a wrong address,
@@ -321,24 +328,21 @@ func exec(c *Client, ctx context.Context, a, b, d []string) (interface{}, error)
 	return v, nil
 }
 
-// execSlow is exec for a call that found no idle connection: it waits for
-// a pool entry unless took says it holds one (nil), and runs the command on
-// it, or on a new connection. The command is raw, already encoded, when
-// not nil (see Run), and else made of a, b and d.
+// execSlow is exec for a call that found no idle connection. When took
+// says it holds a pool entry (nil), it runs the command on a new
+// connection; otherwise the command joins the commands that the next
+// connection given back carries together (see batched). The command is
+// raw, already encoded, when not nil (see Run), and else made of a, b
+// and d.
 func execSlow(c *Client, ctx context.Context, took bool, a, b, d []string, raw []byte) (interface{}, error) {
-	var cn *conn
-	if took {
-		if atomic.LoadInt32(&c.closed) != 0 {
-			c.slots <- nil
-			return nil, ErrClosed
-		}
-	} else {
-		var err error
-		if cn, err = c.get(ctx); err != nil {
-			return nil, err
-		}
+	if !took {
+		return batched(c, ctx, a, b, d, raw)
 	}
-	return c.attempt(ctx, cn, a, b, d, raw)
+	if atomic.LoadInt32(&c.closed) != 0 {
+		c.slots <- nil
+		return nil, ErrClosed
+	}
+	return c.attempt(ctx, nil, a, b, d, raw)
 }
 
 // execFailed finishes a command that failed with err on cn, giving the
