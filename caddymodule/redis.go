@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -310,10 +311,20 @@ func (c *RedisStoreConfig) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
+// directDecisions is how many decisions the module sends at once on
+// connections of their own, each one round trip; beyond it, they ride
+// go-redis's automatic pipelining. BenchmarkRedisBatching measured on two
+// cores, against one round trip per decision: 1.00× at 1 caller, 1.15× at
+// 8 and 64; all of them batched: 0.74× at 1 caller (the pipeline's
+// goroutine is one more hop), 0.89× at 8, 1.36× at 64.
+const directDecisions = 4
+
 // newRedisStore builds the go-redis client c describes and the core store
-// over it. It does not contact Redis: a server down at startup is an
-// outage like any other, handled per request.
-func newRedisStore(c *RedisStoreConfig) (*pooledStore, error) {
+// over it, sending at most direct decisions at once outside the automatic
+// pipeline (directDecisions; the benchmark varies it). It does not contact
+// Redis: a server down at startup is an outage like any other, handled per
+// request.
+func newRedisStore(c *RedisStoreConfig, direct int64) (*pooledStore, error) {
 	routeRedisLog()
 	tlsCfg, err := c.tlsConfig()
 	if err != nil {
@@ -360,7 +371,17 @@ func newRedisStore(c *RedisStoreConfig) (*pooledStore, error) {
 		opts.Addrs = []string{c.Address}
 		client = redis.NewClient(opts.Simple())
 	}
-	st, err := redisstore.New(redisstore.Config{Client: scripter{client}, Prefix: c.Prefix, Cluster: cluster, ReadableKeys: c.ReadableKeys})
+	// Decisions beyond the first direct in flight ride go-redis's
+	// automatic pipelining: those that arrive while a batch is in flight
+	// go together in the next one (no timer). The deferred face lets each
+	// decision stop waiting at its own deadline; the retries it could make
+	// are off with the client's (MaxRetries above).
+	ap, err := client.AsyncAutoPipeline()
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("store.redis: %w", err)
+	}
+	st, err := redisstore.New(redisstore.Config{Client: scripter{c: client, ap: ap, direct: new(int64), max: direct}, Prefix: c.Prefix, Cluster: cluster, ReadableKeys: c.ReadableKeys})
 	if err != nil {
 		client.Close()
 		return nil, err
@@ -375,17 +396,42 @@ func newRedisStore(c *RedisStoreConfig) (*pooledStore, error) {
 // scripter adapts a go-redis client to model.Scripter. A cluster client
 // routes each EVALSHA by its keys and loads scripts on every node.
 type scripter struct {
-	c redis.UniversalClient
+	c  redis.UniversalClient
+	ap *redis.AutoPipeliner // c's deferred autopipeliner, for EVALSHA
+	// direct counts the EVALSHAs in flight outside ap: while there are
+	// fewer than max, a decision goes straight to a pooled connection, as
+	// one round trip, and the others to ap, as core/resp batches only the
+	// commands that find every connection of its pool busy.
+	direct *int64
+	max    int64
 }
 
-// EvalSha runs EVALSHA. A nil reply is (nil, nil); a Redis error reply is
-// returned as go-redis's error, whose text is the reply's.
+// EvalSha runs EVALSHA, on a connection of its own or in c's automatic
+// pipeline (see direct), waiting for its reply until ctx ends. A nil reply
+// is (nil, nil); a Redis error reply is returned as go-redis's error,
+// whose text is the reply's.
 func (s scripter) EvalSha(ctx context.Context, sha string, keys, args []string) (interface{}, error) {
-	a := make([]interface{}, len(args))
-	for i, v := range args {
-		a[i] = v
+	a := make([]interface{}, 0, 3+len(keys)+len(args))
+	a = append(a, "evalsha", sha, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
 	}
-	v, err := s.c.EvalSha(ctx, sha, keys, a...).Result()
+	for _, v := range args {
+		a = append(a, v)
+	}
+	cmd := redis.NewCmd(ctx, a...)
+	var err error
+	if atomic.AddInt64(s.direct, 1) <= s.max {
+		err = s.c.Process(ctx, cmd)
+		atomic.AddInt64(s.direct, -1)
+	} else {
+		atomic.AddInt64(s.direct, -1)
+		err = s.ap.Submit(ctx, cmd).WaitContext(ctx)
+	}
+	if err != nil && err != redis.Nil {
+		return nil, err
+	}
+	v, err := cmd.Result()
 	if err == redis.Nil {
 		return nil, nil
 	}

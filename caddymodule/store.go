@@ -87,7 +87,7 @@ func (h *Handler) acquireStore(ctx caddy.Context) (*pooledStore, error) {
 			return nil, err
 		}
 		return h.acquire(cfg.poolKey(), func() (caddy.Destructor, error) {
-			return newRedisStore(cfg)
+			return newRedisStore(cfg, directDecisions)
 		})
 	}
 	maxKeys := core.DefaultMaxKeys
