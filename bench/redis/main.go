@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,7 +42,19 @@ func main() {
 	dur := flag.Duration("d", 3*time.Second, "duration of each measurement")
 	pool := flag.Int("pool", 0, "connections the callers share; 0 for one per caller")
 	dump := flag.String("dump", "", "directory to write script.lua and evalsha.args to, before measuring")
+	cpuprofile := flag.String("cpuprofile", "", "file to write a CPU profile of the measurements to")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench/redis:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(*addr, *conc, *pool, *dur, *dump); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/redis:", err)
 		os.Exit(1)
