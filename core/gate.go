@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/answer"
+	"github.com/sluicehq/sluice/core/await"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/redisstore"
 )
@@ -475,7 +476,7 @@ func (g *Gate) answer(w http.ResponseWriter, r *http.Request, asks []model.Ask, 
 		}
 		g.resp.SetHeaders(w.Header(), d, now)
 	}
-	if v.Delay > 0 && !g.wait(r.Context(), v.Delay) {
+	if v.Delay > 0 && !await.Sleep(r.Context(), v.Delay) {
 		g.refund(asks, v)
 		v.Outcome = OutcomeCancelled
 		return false
@@ -489,18 +490,6 @@ func (g *Gate) now() int64 {
 		return g.systemClock.read()
 	}
 	return g.cfg.Clock()
-}
-
-// wait sleeps for d unless ctx ends first; it reports whether it slept.
-func (g *Gate) wait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		t.Stop()
-		return false
-	}
 }
 
 // refund gives back what the admission v of asks took, from the store

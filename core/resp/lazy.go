@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/core/await"
 )
 
 // RedialEvery is the least time between two attempts of a [Lazy] client
@@ -92,10 +94,8 @@ func (c *Lazy) Connect(ctx context.Context) (Conn, error) {
 	if c.dialing && c.lastErr == nil {
 		done := c.dialed
 		c.mu.Unlock()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("redis %s: %w", c.target.Name, ctx.Err())
+		if err := await.Closed(ctx, done); err != nil {
+			return nil, fmt.Errorf("redis %s: %w", c.target.Name, err)
 		}
 		c.mu.Lock()
 		if cn := c.conn; cn != nil {
