@@ -58,11 +58,14 @@ type pluginCase struct {
 
 // redisCases are measured on a real redis-server, whose address replaces
 // their "endpoints"; ceiling as for memoryCases (issue 8 sets no count for
-// them, only a time).
+// them, only a time). Their ceilings rose from 509 and 690 when the resp
+// pool traded its channel for a mutex (29 allocations per request, two
+// Lock/Unlock pairs): a select on a pool's channel mixed up the channels
+// of several clients under Yaegi (see package core/await), and hung.
 var redisCases = []pluginCase{
 	{name: "Redis floor: bare EVALSHA, five headers", redisFloor: true, config: open, remote: ipv4},
-	{name: "token_bucket allowed on Redis", config: open, remote: ipv4, ceiling: 509},
-	{name: "token_bucket rejected on Redis", config: closed, remote: ipv4, rejected: true, ceiling: 690},
+	{name: "token_bucket allowed on Redis", config: open, remote: ipv4, ceiling: 536},
+	{name: "token_bucket rejected on Redis", config: closed, remote: ipv4, rejected: true, ceiling: 715},
 }
 
 // onRedis returns c configured on the Redis server at addr.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/core/await"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -171,10 +172,7 @@ func (q *queued) wait() map[string]error {
 // calls to wait for.
 func queueBehind(t *testing.T, c *Client, keys ...string) ([]string, *conn, *queued) {
 	t.Helper()
-	held, err := c.get(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := hold(t, c)
 	q := &queued{got: map[string]error{}}
 	for _, k := range keys {
 		q.wg.Add(1)
@@ -216,7 +214,7 @@ func TestBatchConnectionLost(t *testing.T) {
 	s := startScriptedServer(t, func(i int) bool { return i == 0 })
 	c := newClient(t, Options{Addr: s.addr, PoolSize: 1})
 	order, held, q := queueBehind(t, c, "a", "b", "c")
-	c.slots <- held // New's connection: the batch is its first command
+	release(c, held) // New's connection: the batch is its first command
 	got := q.wait()
 	for i, k := range order {
 		if err := got[k]; (err == nil) != (i == 0) {
@@ -253,7 +251,7 @@ func TestBatchWriteFails(t *testing.T) {
 	order, held, q := queueBehind(t, c, "a", "b", "c")
 	first := len(AppendCommand(nil, "ECHO", order[0]))
 	held.nc = &shortWriter{Conn: held.nc, n: first}
-	c.slots <- held
+	release(c, held)
 	got := q.wait()
 	for i, k := range order {
 		if err := got[k]; (err == nil) != (i > 0) {
@@ -275,11 +273,60 @@ func TestBatchDeadline(t *testing.T) {
 	c := newClient(t, Options{Addr: s.addr, PoolSize: 1, ReadTimeout: 10 * time.Millisecond, WriteTimeout: 10 * time.Millisecond})
 	_, held, q := queueBehind(t, c, "late")
 	time.Sleep(30 * time.Millisecond) // past the queued call's deadline
-	c.slots <- held
+	release(c, held)
 	if err := q.wait()["late"]; !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("queued past its deadline: %v, want context.DeadlineExceeded", err)
 	}
 	if r := s.received(); len(r) != 0 {
 		t.Errorf("the server read %q, want nothing", r)
 	}
+}
+
+// TestBatchOwnDeadline: a command batched with others returns by its own
+// deadline while the batch is still in flight, and the others, whose
+// deadlines are later, get their replies: one command's deadline never
+// fails another's.
+func TestBatchOwnDeadline(t *testing.T) {
+	early := make(chan struct{})
+	// The server answers once the early call has returned.
+	s := startScriptedServer(t, func(int) bool { return closedSoon(early) })
+	c := newClient(t, Options{Addr: s.addr, PoolSize: 1, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
+	_, held, q := queueBehind(t, c, "a", "b")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var early1 error
+	go func() {
+		_, early1 = c.Do(ctx, "ECHO", "early")
+		close(early)
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		c.mu.Lock()
+		n := len(c.queue)
+		c.mu.Unlock()
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the early call did not queue")
+		}
+	}
+	release(c, held)
+	got := q.wait()
+	<-early
+	if !errors.Is(early1, context.DeadlineExceeded) {
+		t.Errorf("the early call: %v, want context.DeadlineExceeded", early1)
+	}
+	if got["a"] != nil || got["b"] != nil {
+		t.Errorf("the calls batched with it: %v, want their replies", got)
+	}
+	if r := s.received(); len(r) != 3 {
+		t.Errorf("the server read %q, want the three commands", r)
+	}
+}
+
+// closedSoon reports whether ch is closed within five seconds.
+func closedSoon(ch <-chan struct{}) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return await.Closed(ctx, ch) == nil
 }

@@ -24,7 +24,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -83,15 +82,21 @@ var ErrClosed = errors.New("resp: client closed")
 type Client struct {
 	opts    Options
 	timeout time.Duration // WriteTimeout + ReadTimeout
-	// slots holds PoolSize entries, each an idle connection or nil for
-	// one not opened yet; a call takes an entry for its whole duration
-	// and gives one back, so at most PoolSize connections exist.
-	slots  chan *conn
-	closed int32 // atomic; 1 once Close has begun
-	// queue holds the commands that found no idle connection, for the
-	// next connection given back to carry together (see batched).
-	mu    sync.Mutex
-	queue []*call
+	// The pool: PoolSize entries, each an idle connection (idle), one
+	// not opened (free: its taker dials), or in use (the others); a call takes
+	// an entry for its whole duration and gives one back (put), so at
+	// most PoolSize connections exist. A mutex guards it, not a channel:
+	// see package await for why no select may wait on a client's channels.
+	mu   sync.Mutex
+	idle []*conn
+	free int
+	// queue holds the commands that found no entry, for the next entry
+	// given back to carry together (see execSlow).
+	queue  []*call
+	closed bool
+	// drained, made by Close while entries are busy, is closed when the
+	// last one is given back.
+	drained chan struct{}
 }
 
 // New validates opts and opens one connection, so that a wrong address,
@@ -106,7 +111,6 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 	c := &Client{
 		opts:    opts,
 		timeout: opts.WriteTimeout + opts.ReadTimeout,
-		slots:   make(chan *conn, opts.PoolSize),
 	}
 	cn, err := dial(ctx, &c.opts)
 	if err != nil {
@@ -117,10 +121,8 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 	if err := cn.setup(c.deadline(ctx), []string{"PING"}, "PING"); err != nil {
 		return nil, err
 	}
-	c.slots <- cn
-	for i := 1; i < opts.PoolSize; i++ {
-		c.slots <- nil
-	}
+	c.idle = append(c.idle, cn)
+	c.free = opts.PoolSize - 1
 	return c, nil
 }
 
@@ -201,16 +203,15 @@ func (c *Client) EvalSha(ctx context.Context, sha string, keys []string, args []
 //
 // It is a function: under Yaegi a method call costs four times as much.
 func Run(c *Client, ctx context.Context, start time.Time, timeout time.Duration, name string, cmd []byte) (v interface{}, err error) {
-	var cn *conn
-	select {
-	case x := <-c.slots:
-		if x == nil {
-			return runSlow(c, ctx, start, timeout, name, cmd, nil, true, false, nil)
-		}
-		cn = x
-	default:
-		return runSlow(c, ctx, start, timeout, name, cmd, nil, false, false, nil)
+	c.mu.Lock()
+	n := len(c.idle) - 1
+	if n < 0 || c.closed {
+		c.mu.Unlock()
+		return runSlow(c, ctx, start, timeout, name, cmd, nil, false, nil)
 	}
+	cn := c.idle[n]
+	c.idle = c.idle[:n]
+	c.mu.Unlock()
 	d := c.timeout
 	if timeout > 0 && timeout < d {
 		d = timeout
@@ -220,31 +221,36 @@ func Run(c *Client, ctx context.Context, start time.Time, timeout time.Duration,
 		deadline = dl
 	}
 	if err = cn.nc.SetDeadline(deadline); err != nil {
-		return runSlow(c, ctx, start, timeout, name, cmd, cn, true, false, err)
+		return runSlow(c, ctx, start, timeout, name, cmd, cn, false, err)
 	}
 	if _, err = cn.nc.Write(cmd); err != nil {
-		return runSlow(c, ctx, start, timeout, name, cmd, cn, true, false, err)
+		return runSlow(c, ctx, start, timeout, name, cmd, cn, false, err)
 	}
 	if v, err = readText(cn.br); err != nil {
-		return runSlow(c, ctx, start, timeout, name, cmd, cn, true, true, err)
+		return runSlow(c, ctx, start, timeout, name, cmd, cn, true, err)
 	}
-	c.slots <- cn
+	c.mu.Lock()
+	if len(c.queue) != 0 || c.closed {
+		putSlow(c, cn)
+		return v, nil
+	}
+	c.idle = append(c.idle, cn)
+	c.mu.Unlock()
 	return v, nil
 }
 
 // runSlow is Run for a call that did not simply succeed on an idle
 // connection, with ctx bounded by the call's timeout: when cn is nil, a
-// call that found no idle connection (took says whether it holds a pool
-// entry, nil), and else one that failed with err on cn (sent says whether
-// the command may have reached the server).
-func runSlow(c *Client, ctx context.Context, start time.Time, timeout time.Duration, name string, cmd []byte, cn *conn, took, sent bool, err error) (interface{}, error) {
+// call that found no idle connection, and else one that failed with err
+// on cn (sent says whether the command may have reached the server).
+func runSlow(c *Client, ctx context.Context, start time.Time, timeout time.Duration, name string, cmd []byte, cn *conn, sent bool, err error) (interface{}, error) {
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, start.Add(timeout))
 		defer cancel()
 	}
 	if cn == nil {
-		return execSlow(c, ctx, took, []string{name}, nil, nil, cmd)
+		return execSlow(c, ctx, []string{name}, nil, nil, cmd)
 	}
 	return execFailed(c, ctx, cn, true, sent, err, []string{name}, nil, nil, cmd)
 }
@@ -270,22 +276,73 @@ func (c *Client) ScriptLoad(ctx context.Context, script string) (string, error) 
 }
 
 // Close closes the client's connections, waiting for calls in progress to
-// finish (each is bounded by its timeouts). Calls that start after Close
-// fail with ErrClosed. Close is idempotent and always returns nil.
+// finish (each is bounded by its timeouts). Calls that start after Close,
+// and commands still waiting for a connection, fail with ErrClosed. Close
+// is idempotent and always returns nil.
 func (c *Client) Close() error {
-	if !atomic.CompareAndSwapInt32(&c.closed, 0, 1) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
 		return nil
 	}
-	for i := 0; i < c.opts.PoolSize; i++ {
-		if cn := <-c.slots; cn != nil {
-			cn.nc.Close()
-		}
+	c.closed = true
+	for _, cn := range c.idle {
+		cn.nc.Close()
 	}
-	// Empty slots let late callers see that the client is closed.
-	for i := 0; i < c.opts.PoolSize; i++ {
-		c.slots <- nil
+	c.free += len(c.idle)
+	c.idle = nil
+	queued := c.queue
+	c.queue = nil
+	for _, k := range queued {
+		k.queued = false
+	}
+	var drained chan struct{}
+	if c.free < c.opts.PoolSize {
+		drained = make(chan struct{})
+		c.drained = drained
+	}
+	c.mu.Unlock()
+	failAll(queued, ErrClosed)
+	if drained != nil {
+		<-drained
 	}
 	return nil
+}
+
+// put gives back the pool entry of a call, cn or nil for one without a
+// connection: to the commands queued, which it then carries (see
+// execSlow), or to the pool.
+func put(c *Client, cn *conn) {
+	c.mu.Lock()
+	if len(c.queue) == 0 && !c.closed {
+		if cn != nil {
+			c.idle = append(c.idle, cn)
+		} else {
+			c.free++
+		}
+		c.mu.Unlock()
+		return
+	}
+	putSlow(c, cn)
+}
+
+// putSlow is put for a client that is closed or has commands queued;
+// c.mu is held, and put unlocks it.
+func putSlow(c *Client, cn *conn) {
+	if c.closed {
+		if cn != nil {
+			cn.nc.Close()
+		}
+		c.free++
+		if c.free == c.opts.PoolSize && c.drained != nil {
+			close(c.drained)
+		}
+		c.mu.Unlock()
+		return
+	}
+	k := takeBatch(c, cn)
+	c.mu.Unlock()
+	close(k.done)
 }
 
 // exec runs the command made of a, b and c on a pooled connection. When
@@ -306,16 +363,15 @@ func (c *Client) Close() error {
 // taken at once and a reply without error; waiting, dialing and failures
 // are in execSlow and execFailed.
 func exec(c *Client, ctx context.Context, a, b, d []string) (interface{}, error) {
-	var cn *conn
-	select {
-	case x := <-c.slots:
-		if x == nil {
-			return execSlow(c, ctx, true, a, b, d, nil)
-		}
-		cn = x
-	default:
-		return execSlow(c, ctx, false, a, b, d, nil)
+	c.mu.Lock()
+	n := len(c.idle) - 1
+	if n < 0 || c.closed {
+		c.mu.Unlock()
+		return execSlow(c, ctx, a, b, d, nil)
 	}
+	cn := c.idle[n]
+	c.idle = c.idle[:n]
+	c.mu.Unlock()
 	deadline := time.Now().Add(c.timeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
@@ -324,25 +380,34 @@ func exec(c *Client, ctx context.Context, a, b, d []string) (interface{}, error)
 	if err != nil {
 		return execFailed(c, ctx, cn, true, sent, err, a, b, d, nil)
 	}
-	c.slots <- cn
+	put(c, cn)
 	return v, nil
 }
 
-// execSlow is exec for a call that found no idle connection. When took
-// says it holds a pool entry (nil), it runs the command on a new
-// connection; otherwise the command joins the commands that the next
-// connection given back carries together (see batched). The command is
-// raw, already encoded, when not nil (see Run), and else made of a, b
-// and d.
-func execSlow(c *Client, ctx context.Context, took bool, a, b, d []string, raw []byte) (interface{}, error) {
-	if !took {
-		return batched(c, ctx, a, b, d, raw)
-	}
-	if atomic.LoadInt32(&c.closed) != 0 {
-		c.slots <- nil
+// execSlow is exec for a call that found no idle connection: it runs
+// the command on an idle connection given back since, or on a new one if
+// the pool has room, and otherwise queues it for the next entry given
+// back to carry together with every command queued by then (see
+// runBatch). The command is raw, already encoded, when not nil (see Run),
+// and else made of a, b and d.
+func execSlow(c *Client, ctx context.Context, a, b, d []string, raw []byte) (interface{}, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	return c.attempt(ctx, nil, a, b, d, raw)
+	if n := len(c.idle) - 1; n >= 0 || c.free > 0 {
+		var cn *conn
+		if n >= 0 {
+			cn = c.idle[n]
+			c.idle = c.idle[:n]
+		} else {
+			c.free--
+		}
+		c.mu.Unlock()
+		return c.attempt(ctx, cn, a, b, d, raw)
+	}
+	return queue(c, ctx, a, b, d, raw)
 }
 
 // execFailed finishes a command that failed with err on cn, giving the
@@ -353,14 +418,14 @@ func execSlow(c *Client, ctx context.Context, took bool, a, b, d []string, raw [
 // exec). a[0] names the command.
 func execFailed(c *Client, ctx context.Context, cn *conn, reused, sent bool, err error, a, b, d []string, raw []byte) (interface{}, error) {
 	if _, ok := err.(Error); ok {
-		c.slots <- cn
+		put(c, cn)
 		return nil, err
 	}
 	cn.nc.Close()
 	if reused && !sent {
 		return c.attempt(ctx, nil, a, b, d, raw)
 	}
-	c.slots <- nil
+	put(c, nil)
 	if sent && !errors.Is(err, os.ErrDeadlineExceeded) {
 		dropIdle(c)
 	}
@@ -370,21 +435,13 @@ func execFailed(c *Client, ctx context.Context, cn *conn, reused, sent bool, err
 // dropIdle closes the idle connections in the pool, leaving their entries
 // free for new ones.
 func dropIdle(c *Client) {
-	taken := 0
-	for more := true; more && taken < c.opts.PoolSize; {
-		select {
-		case cn := <-c.slots:
-			if cn != nil {
-				cn.nc.Close()
-			}
-			taken++
-		default:
-			more = false
-		}
+	c.mu.Lock()
+	for _, cn := range c.idle {
+		cn.nc.Close()
 	}
-	for ; taken > 0; taken-- {
-		c.slots <- nil
-	}
+	c.free += len(c.idle)
+	c.idle = c.idle[:0]
+	c.mu.Unlock()
 }
 
 // attempt runs the command on cn, or on a new connection when cn is nil,
@@ -394,7 +451,7 @@ func (c *Client) attempt(ctx context.Context, cn *conn, a, b, d []string, raw []
 	if !reused {
 		var err error
 		if cn, err = dial(ctx, &c.opts); err != nil {
-			c.slots <- nil
+			put(c, nil)
 			dropIdle(c) // likely ended too, as the server is down or gone
 			return nil, err
 		}
@@ -403,32 +460,8 @@ func (c *Client) attempt(ctx context.Context, cn *conn, a, b, d []string, raw []
 	if err != nil {
 		return execFailed(c, ctx, cn, reused, sent, err, a, b, d, raw)
 	}
-	c.slots <- cn
+	put(c, cn)
 	return v, nil
-}
-
-// get takes a pool entry, waiting until one is free or ctx ends. A nil
-// entry means the caller may open a new connection.
-func (c *Client) get(ctx context.Context) (*conn, error) {
-	// "case x := <-c.slots" then an assignment: Yaegi v0.16.1 panics on
-	// "case cn = <-c.slots", a receive assigned to an existing variable.
-	var cn *conn
-	select {
-	case x := <-c.slots:
-		cn = x
-	default:
-		select {
-		case x := <-c.slots:
-			cn = x
-		case <-ctx.Done():
-			return nil, fmt.Errorf("resp: waiting for a connection: %w", ctx.Err())
-		}
-	}
-	if cn == nil && atomic.LoadInt32(&c.closed) != 0 {
-		c.slots <- nil
-		return nil, ErrClosed
-	}
-	return cn, nil
 }
 
 // deadline returns the deadline of a command starting now: the client's

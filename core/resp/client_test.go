@@ -397,25 +397,44 @@ func TestNoResendAfterWrite(t *testing.T) {
 	}
 }
 
-// warm fills c's pool with n open connections by holding n calls at once
-// (each checked out until all n are).
+// hold takes one of c's pool entries for the test, with a connection,
+// as a call would; release gives it back.
+func hold(t *testing.T, c *Client) *conn {
+	t.Helper()
+	c.mu.Lock()
+	n := len(c.idle) - 1
+	if n < 0 && c.free == 0 {
+		c.mu.Unlock()
+		t.Fatal("no pool entry to hold")
+	}
+	var cn *conn
+	if n >= 0 {
+		cn = c.idle[n]
+		c.idle = c.idle[:n]
+	} else {
+		c.free--
+	}
+	c.mu.Unlock()
+	if cn == nil {
+		var err error
+		if cn, err = dial(context.Background(), &c.opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cn
+}
+
+func release(c *Client, cn *conn) { put(c, cn) }
+
+// warm fills c's pool with n open connections by holding n at once.
 func warm(t *testing.T, c *Client, n int) {
 	t.Helper()
 	var held []*conn
 	for i := 0; i < n; i++ {
-		cn, err := c.get(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cn == nil {
-			if cn, err = dial(context.Background(), &c.opts); err != nil {
-				t.Fatal(err)
-			}
-		}
-		held = append(held, cn)
+		held = append(held, hold(t, c))
 	}
 	for _, cn := range held {
-		c.slots <- cn
+		release(c, cn)
 	}
 }
 
@@ -457,10 +476,7 @@ func TestPoolSize(t *testing.T) {
 func TestPoolWaitContext(t *testing.T) {
 	s := redistest.Start(t, redistest.Options{})
 	c := newClient(t, Options{Addr: s.Addr, PoolSize: 1})
-	held, err := c.get(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := hold(t, c)
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := c.Do(cancelled, "PING"); !errors.Is(err, context.Canceled) {
@@ -471,7 +487,7 @@ func TestPoolWaitContext(t *testing.T) {
 	if _, err := c.Do(expiring, "PING"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("deadline while waiting: got %v, want context.DeadlineExceeded", err)
 	}
-	c.slots <- held
+	release(c, held)
 	if v, err := c.Do(context.Background(), "PING"); err != nil || v != "PONG" {
 		t.Errorf("PING once the slot is free: %#v, %v", v, err)
 	}
@@ -539,3 +555,42 @@ var _ interface {
 	EvalSha(ctx context.Context, sha string, keys []string, args []string) (interface{}, error)
 	ScriptLoad(ctx context.Context, script string) (string, error)
 } = (*Client)(nil)
+
+// TestClientsConcurrent: clients used at once, each by its own goroutine,
+// keep their own connections. (Under Yaegi v0.16.1, a pool of channels
+// taken with select mixed them up: a goroutine gave one client's
+// connection to another, whose pool then overflowed, and hung.)
+func TestClientsConcurrent(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	var clients []*Client
+	for i := 0; i < 8; i++ {
+		clients = append(clients, newClient(t, Options{Addr: s.Addr, PoolSize: 2}))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(clients))
+	end := time.Now().Add(300 * time.Millisecond)
+	for _, c := range clients {
+		wg.Add(1)
+		go func(c *Client) {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				if _, err := c.Do(context.Background(), "PING"); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(c)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	for i, c := range clients {
+		c.mu.Lock()
+		if n := len(c.idle) + c.free; n != 2 || len(c.queue) != 0 {
+			t.Errorf("client %d: %d idle or free entries and %d commands queued, want 2 and 0", i, n, len(c.queue))
+		}
+		c.mu.Unlock()
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/core/await"
 )
 
 // Limits of a [Cluster].
@@ -276,12 +278,7 @@ func (c *Cluster) refresh(ctx context.Context) error {
 	}
 	if done := c.refreshing; done != nil {
 		c.mu.Unlock()
-		select {
-		case <-done:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		return await.Closed(ctx, done)
 	}
 	done := make(chan struct{})
 	c.refreshing = done
@@ -454,19 +451,15 @@ func closeClients(cls []*Client) {
 }
 
 // execAsking runs ASKING then EVALSHA sha with keys and args on one
-// connection, as an ASK redirection requires.
+// connection, as an ASK redirection requires: a connection of its own,
+// beside the pool, as ASK redirections happen only while a slot migrates.
 func (c *Client) execAsking(ctx context.Context, sha string, keys, args []string) (interface{}, error) {
 	head := []string{"EVALSHA", sha, strconv.Itoa(len(keys))}
-	cn, err := c.get(ctx)
+	cn, err := dial(ctx, &c.opts)
 	if err != nil {
 		return nil, err
 	}
-	if cn == nil {
-		if cn, err = dial(ctx, &c.opts); err != nil {
-			c.slots <- nil
-			return nil, err
-		}
-	}
+	defer cn.nc.Close()
 	deadline := c.deadline(ctx)
 	var v interface{}
 	_, _, err = roundTrip(cn, deadline, []string{"ASKING"}, nil, nil, nil)
@@ -474,15 +467,11 @@ func (c *Client) execAsking(ctx context.Context, sha string, keys, args []string
 		v, _, err = roundTrip(cn, deadline, head, keys, args, nil)
 	}
 	if err == nil {
-		c.slots <- cn
 		return v, nil
 	}
 	if _, ok := err.(Error); ok {
-		c.slots <- cn
 		return nil, err
 	}
-	cn.nc.Close()
-	c.slots <- nil
 	return nil, ioError(ctx, "EVALSHA", err)
 }
 

@@ -161,18 +161,14 @@ func TestRunPool(t *testing.T) {
 	}
 	var held []*conn
 	for i := 0; i < 4; i++ {
-		cn, err := c.get(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, cn)
+		held = append(held, hold(t, c))
 	}
 	_, err := run(c, ctx, time.Now(), 30*time.Millisecond, "INCR", incr)
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "waiting for a connection") {
 		t.Errorf("pool exhausted: %v, want a deadline error while waiting", err)
 	}
 	for _, cn := range held {
-		c.slots <- cn
+		release(c, cn)
 	}
 	c.Close()
 	if _, err := run(c, ctx, time.Now(), time.Second, "INCR", incr); err != ErrClosed {
