@@ -48,8 +48,11 @@
 //   - package clientip: client addresses; package keyspec: request keys
 //   - package answer: headers and 429 bodies (answer.Responder)
 //   - package redisstore: the Redis store, its Lua scripts, its leases of
-//     requests in flight and its inspection hooks, with the RESP client
-//     and its reconnecting client (resp.Lazy) in package resp
+//     requests in flight, its capacity leases for hot keys (lease.go) and
+//     its inspection hooks, with the RESP client and its reconnecting
+//     client (resp.Lazy) in package resp
+//   - package await: waits without select, which Yaegi v0.16.1 mixes up
+//     when several goroutines run one select on different channels
 //   - this package: the engine, gate.go (decide, fallback, dry run,
 //     wait), breaker.go, inflight.go (in-flight slots), clock.go; the
 //     memory store, memory.go, with its inspection hooks, peek.go;

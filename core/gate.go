@@ -218,6 +218,9 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 	if err := model.CheckFallback(cfg.Fallback != nil, cfg.Instances, inMemory); err != nil {
 		return nil, err
 	}
+	if err := model.CheckLeases(cfg.Limits, inMemory); err != nil {
+		return nil, err
+	}
 	g := &Gate{cfg: cfg}
 	g.resp = &g.cfg.Responder
 	if cfg.Clock == nil {

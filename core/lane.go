@@ -1136,7 +1136,7 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 	}
 	a := cfg.Asks[0]
 	lim := a.Limit
-	if a.Cost != 1 || !lim.Rated() || g.resp.Headers != headersIETFX || g.resp.Texts(lim) == nil {
+	if a.Cost != 1 || !lim.Rated() || lim.Lease > 0 || g.resp.Headers != headersIETFX || g.resp.Texts(lim) == nil {
 		return
 	}
 	l.rd, l.limit, l.spec, l.cost, l.quota = true, lim, cfg.Specs[a.Spec], a.Cost, lim.Rate.Quota

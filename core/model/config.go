@@ -50,6 +50,21 @@ func CheckFallback(fallback bool, instances int, inMemory bool) error {
 	return nil
 }
 
+// CheckLeases refuses a Lease on a limit decided in memory: inMemory
+// tells that the store is a core.MemoryStore, where every decision is
+// local already. Its error is a *LimitError.
+func CheckLeases(limits []*Limit, inMemory bool) error {
+	if !inMemory {
+		return nil
+	}
+	for i, l := range limits {
+		if l.Lease != 0 {
+			return &LimitError{Index: i, Limit: l.Name, Err: &FieldError{Field: "lease", Value: FormatFloat(l.Lease), Reason: "only a Redis store's capacity is leased (in memory, every decision is local already)"}}
+		}
+	}
+	return nil
+}
+
 // LimitNameReserved lists the bytes a Limit's Name must not contain: the
 // double quote, backslash, colon, braces, carriage return and line feed.
 // Names appear quoted in RateLimit-Policy headers and inside store keys,

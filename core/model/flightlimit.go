@@ -28,6 +28,8 @@ func (l *Limit) validateFlightOnly() *FieldError {
 		return &FieldError{Field: "burst", Reason: "only a rate has a burst", Needs: "rate"}
 	case l.MaxDelay != 0:
 		return &FieldError{Field: "max_delay", Reason: "only a rate delays requests", Needs: "rate"}
+	case l.Lease != 0:
+		return &FieldError{Field: "lease", Reason: "only a rate's capacity is leased", Needs: "rate"}
 	}
 	f := l.flight
 	l.period, l.unit, l.capacity, l.owe = 0, 0, 0, 0

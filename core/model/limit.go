@@ -154,6 +154,16 @@ type Limit struct {
 	// MaxInFlight may leave Rate zero (with no Algorithm, Burst or
 	// MaxDelay): it then limits concurrency only.
 	MaxInFlight int
+	// Lease, when positive, lets each instance deciding on a Redis store
+	// take up to this much of a key's capacity in one script call and
+	// admit requests from it without asking Redis again, giving back what
+	// it has not spent when the lease ends (see package redisstore): fewer
+	// round trips for a hot key, at the price of a looser bound, as over any
+	// interval the instances together admit at most what Redis would plus
+	// Lease each. Zero, the default, decides every request in Redis; the
+	// memory store, which is local anyway, ignores it. Not with a
+	// LeakyBucket, whose admissions wait in order.
+	Lease float64
 
 	// Hash and Keep are set by Validate, for the stores and request paths
 	// that read them on every request, where a method call would cost
@@ -263,6 +273,9 @@ func (l *Limit) validate() *FieldError {
 	if l.MaxDelay != 0 && l.Algorithm != LeakyBucket && l.Algorithm != TokenBucket {
 		return &FieldError{Field: "max_delay", Reason: "only leaky_bucket and token_bucket delay requests, not " + string(l.Algorithm)}
 	}
+	if err := l.checkLease(); err != nil {
+		return err
+	}
 	if l.Algorithm == SlidingWindowLog && l.Rate.Quota > MaxLogQuota {
 		return &FieldError{Field: "rate.quota", Value: FormatFloat(l.Rate.Quota), Reason: "sliding_window_log keeps one entry per request and accepts a quota of at most " + strconv.Itoa(MaxLogQuota) + " (use sliding_window_counter)"}
 	}
@@ -287,6 +300,21 @@ func (l *Limit) validate() *FieldError {
 	var d Decision
 	l.Keep = Step(l, &spent, 0, l.capacity, &d)
 	l.params = [4]string{FormatFloat(l.Rate.Quota), strconv.FormatInt(l.period, 10), FormatFloat(l.capacity), strconv.FormatInt(int64(l.MaxDelay), 10)}
+	return nil
+}
+
+// checkLease checks Lease against the algorithm and the capacity.
+func (l *Limit) checkLease() *FieldError {
+	switch {
+	case l.Lease == 0:
+		return nil
+	case !(l.Lease > 0) || math.IsInf(l.Lease, 0):
+		return &FieldError{Field: "lease", Value: FormatFloat(l.Lease), Reason: "must be a positive number"}
+	case l.Algorithm == LeakyBucket:
+		return &FieldError{Field: "lease", Reason: "a leaky_bucket's admissions wait in order, which a lease cannot keep; use token_bucket"}
+	case l.Lease > l.capacity:
+		return &FieldError{Field: "lease", Value: FormatFloat(l.Lease), Reason: "above the capacity of " + FormatFloat(l.capacity) + ", which no lease could take at once"}
+	}
 	return nil
 }
 

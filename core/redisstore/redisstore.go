@@ -222,6 +222,8 @@ type Store struct {
 	// clock is Config.Clock: when set (by tests only), it supplies
 	// the instants instead of Redis's clock.
 	clock model.Clock
+	// leases are the leases of limits with a Lease (see lease.go).
+	leases leases
 }
 
 // New returns a store that keeps its states through cfg.Client.
@@ -278,10 +280,24 @@ const ReplyFields = 6
 // the first request was not admitted. If a call fails after others
 // succeeded, their charges are refunded before Take returns the error; if
 // that refund fails too, the error says so and those charges remain.
+//
+// Asks of a limit with a Lease are admitted from the lease the store holds
+// of their key when it covers them, and otherwise ask Redis for the next
+// one (see lease.go).
 func (s *Store) Take(ctx context.Context, asks []model.Ask, out []model.Decision) error {
 	if len(asks) == 0 {
 		return nil
 	}
+	for i := range asks {
+		if asks[i].Limit.Lease > 0 {
+			return s.takeLeased(ctx, asks, out)
+		}
+	}
+	return s.take(ctx, asks, out)
+}
+
+// take is Take without leases.
+func (s *Store) take(ctx context.Context, asks []model.Ask, out []model.Decision) error {
 	if !s.cluster || len(asks) == 1 {
 		return s.takeAsks(ctx, asks, out, true)
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
-func newTestRedisStore(t *testing.T, client model.Scripter, cluster bool) *Store {
+func newTestRedisStore(t testing.TB, client model.Scripter, cluster bool) *Store {
 	t.Helper()
 	s, err := New(Config{Client: client, Cluster: cluster})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -234,4 +235,28 @@ func requireBinary(t testing.TB, name string) string {
 	}
 	t.Skip(msg)
 	return ""
+}
+
+// ScriptCalls returns how many scripts (EVAL and EVALSHA) the server has
+// run since it started, per INFO commandstats.
+func (s *Server) ScriptCalls(t testing.TB) int {
+	t.Helper()
+	info, err := command(s.Addr, "INFO commandstats")
+	if err != nil {
+		t.Fatalf("redistest: INFO commandstats on %s: %v", s.Addr, err)
+	}
+	n := 0
+	for _, cmd := range []string{"cmdstat_eval", "cmdstat_evalsha"} {
+		stats := infoField(info, cmd)
+		if stats == "" {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
+		c, err := strconv.Atoi(calls)
+		if err != nil {
+			t.Fatalf("redistest: INFO commandstats on %s: %s:%s", s.Addr, cmd, stats)
+		}
+		n += c
+	}
+	return n
 }

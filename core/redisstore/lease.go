@@ -1,0 +1,325 @@
+package redisstore
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/core/model"
+)
+
+// Leases. A limit with a Lease (model.Limit.Lease) lets a store take a
+// batch of a key's capacity from Redis in one call of the take script, the
+// lease, and admit the key's requests from it without asking Redis again,
+// as Google's Doorman hands out capacity and Kong's sync_rate counts
+// locally between synchronisations; Envoy's global rate limit service
+// instead pays one call per decision, as a limit without a lease does.
+//
+// A lease is sized by the key's demand on this instance: what the requests
+// of the last lease spent, at the rate they spent it, over leaseWindow,
+// between one request's cost and the limit's Lease, less what the instance
+// still holds. It lasts leaseSpan after it was taken; a request that finds
+// it spent takes the next one, and what is left when it ends goes back to
+// Redis (Store.Refund, which never gives back more than the charge the
+// bucket still misses), so that an idle instance's lease returns to the
+// pool. When Redis has less than a lease asks, the requests' own costs are
+// asked instead, and the next lease asks half as much: instances with equal
+// demand ask equal leases, and share a scarce key as they would without.
+//
+// Redis charges a lease when it grants it, and an instance admits from it
+// later: over any interval T, the instances together admit at most what
+// Redis admits (B + r·T for a token bucket of capacity B and rate r) plus
+// what they held when the interval began, at most Lease each. An instance
+// that dies holding a lease takes those units with it: its key refills
+// them at the limit's rate. Requests admitted from a lease are answered
+// with the decision that took it, their Remaining what Redis held then plus
+// what the lease holds now.
+//
+// A lease's size and life are measured on the instance's own clock: they
+// set how often it asks Redis, never what it admits, which the scripts
+// decide on Redis's clock.
+
+// leaseWindow is the interval whose demand sizes a lease, and leaseSpan
+// how long a lease lasts: twice the window, so that a lease sized by a
+// steady demand is spent, and the next one taken, before it ends.
+const (
+	leaseWindow = 250 * time.Millisecond
+	leaseSpan   = 2 * leaseWindow
+)
+
+// MaxLeases bounds the leases a Store holds at once; a key arriving when
+// as many are held is decided in Redis, without one, until some end.
+const MaxLeases = 100000
+
+// leaseReturnTimeout bounds the call that gives an ended lease's units back.
+const leaseReturnTimeout = time.Second
+
+// lease is what an instance holds of one (limit, key), and the demand
+// that sizes its next lease.
+type lease struct {
+	limit *model.Limit // the leased limit, as its requests ask it
+	units float64      // taken from Redis and not spent
+	// grant is the decision that took the last lease, and ask its limit
+	// (limit's grant form) and key, for the refund when it ends.
+	grant model.Decision
+	ask   model.Ask
+	start time.Time // when the last lease was taken
+	spent float64   // the cost admitted since start
+	// most, when positive, bounds the next lease's size: half the last
+	// one Redis refused, growing by each request's cost that Redis admits
+	// since (additive increase, multiplicative decrease).
+	most float64
+	// asking is set while a lease is being taken, so that concurrent
+	// requests of the key ask Redis for their own cost instead of
+	// taking more leases.
+	asking bool
+	timer  *time.Timer
+}
+
+// leases holds a Store's leases by state key, and each leased limit's
+// grant form: the limit without MaxDelay, so that a lease is taken whole
+// or not at all, never by waiting.
+type leases struct {
+	mu     sync.Mutex
+	m      map[string]*lease
+	grants map[*model.Limit]*model.Limit
+}
+
+// grantLimit returns the grant form of l; ls.mu is held.
+func (ls *leases) grantLimit(l *model.Limit) *model.Limit {
+	if l.MaxDelay == 0 {
+		return l
+	}
+	g := ls.grants[l]
+	if g == nil {
+		c := *l
+		c.MaxDelay = 0
+		if c.Validate() != nil {
+			return l
+		}
+		g = &c
+		if ls.grants == nil {
+			ls.grants = map[*model.Limit]*model.Limit{}
+		}
+		ls.grants[l] = g
+	}
+	return g
+}
+
+// leased is the lease of one ask of a request, if it has one: spent says
+// the ask was admitted from it, asked that the ask asks Redis for the next.
+type leased struct {
+	l            *lease
+	spent, asked bool
+}
+
+// takeLeased is Take for asks of which some have a limit with a Lease:
+// the asks a lease covers are admitted from it, the others are decided in
+// Redis in one call, the leased ones among them asking for their next
+// lease, and if Redis rejects the request, the leases spent get their
+// units back.
+func (s *Store) takeLeased(ctx context.Context, asks []model.Ask, out []model.Decision) error {
+	now := time.Now()
+	held := make([]leased, len(asks))
+	call := make([]model.Ask, 0, len(asks))
+	idx := make([]int, 0, len(asks))
+	s.leases.mu.Lock()
+	for i := range asks {
+		a := asks[i]
+		l := s.lease(a, now)
+		held[i].l = l
+		if l != nil {
+			if l.units >= a.Cost {
+				l.units -= a.Cost
+				l.spent += a.Cost
+				held[i].spent = true
+				out[i] = leaseDecision(l)
+				continue
+			}
+			if k := l.next(a.Cost, now); k > a.Cost && !l.asking {
+				l.asking = true
+				held[i].asked = true
+				a.Limit = s.leases.grantLimit(a.Limit)
+				a.Cost = k
+			}
+		}
+		call = append(call, a)
+		idx = append(idx, i)
+	}
+	s.leases.mu.Unlock()
+	got := make([]model.Decision, len(call))
+	var err error
+	if len(call) > 0 {
+		err = s.take(ctx, call, got)
+		if err == nil && s.leaseRefused(held, call, idx, got) {
+			// Redis holds less than the leases asked: ask for the
+			// requests' own costs.
+			for j, i := range idx {
+				call[j] = asks[i]
+			}
+			err = s.take(ctx, call, got)
+		}
+	}
+	admitted := err == nil
+	for j := range got {
+		admitted = admitted && got[j].Allowed
+	}
+	s.leases.mu.Lock()
+	defer s.leases.mu.Unlock()
+	for j, i := range idx {
+		h := held[i]
+		if err == nil {
+			out[i] = got[j]
+			out[i].Limit = asks[i].Limit
+		}
+		if h.l == nil {
+			continue
+		}
+		if h.asked {
+			h.l.asking = false
+		}
+		switch {
+		case admitted && h.asked && call[j].Cost > asks[i].Cost:
+			s.granted(h.l, call[j], got[j], asks[i].Cost, now)
+			out[i] = leaseDecision(h.l)
+			out[i].Mark = got[j].Mark
+		case admitted:
+			h.l.spent += asks[i].Cost
+			if h.l.most > 0 {
+				h.l.most += asks[i].Cost
+			}
+		}
+	}
+	if !admitted {
+		for i, h := range held {
+			if h.spent {
+				h.l.units += asks[i].Cost
+				h.l.spent -= asks[i].Cost
+			}
+		}
+	}
+	return err
+}
+
+// leaseRefused reports whether Redis rejected a lease asked in got (the
+// decisions of call, the asks at idx), halving the most each lease asked
+// may ask next.
+func (s *Store) leaseRefused(held []leased, call []model.Ask, idx []int, got []model.Decision) bool {
+	refused := false
+	for j, i := range idx {
+		if held[i].asked && !got[j].Allowed {
+			refused = true
+		}
+	}
+	if !refused {
+		return false
+	}
+	s.leases.mu.Lock()
+	for j, i := range idx {
+		if h := held[i]; h.asked {
+			h.l.most = call[j].Cost / 2
+		}
+	}
+	s.leases.mu.Unlock()
+	return true
+}
+
+// lease returns the lease of a, making one if a's limit has a Lease and
+// the store holds fewer than MaxLeases; nil otherwise. s.leases.mu is held.
+func (s *Store) lease(a model.Ask, now time.Time) *lease {
+	if !(a.Limit.Lease >= a.Cost) {
+		return nil
+	}
+	key := s.key(a.Limit, a.Key)
+	l := s.leases.m[key]
+	if l == nil {
+		if len(s.leases.m) >= MaxLeases {
+			return nil
+		}
+		if s.leases.m == nil {
+			s.leases.m = map[string]*lease{}
+		}
+		l = &lease{limit: a.Limit, start: now}
+		s.leases.m[key] = l
+		l.timer = time.AfterFunc(leaseSpan, func() { s.endLease(key, l) })
+	}
+	return l
+}
+
+// next returns the size of the lease to ask for a request of cost at now:
+// what the key's demand since the lease began spends in a leaseWindow, at
+// least cost, at most most (when set) and what Lease leaves beside the
+// units held.
+func (l *lease) next(cost float64, now time.Time) float64 {
+	k := cost
+	if el := now.Sub(l.start); el > 0 {
+		k = l.spent * float64(leaseWindow) / float64(el)
+	}
+	if l.most > 0 && k > l.most {
+		k = l.most
+	}
+	if k < cost {
+		k = cost
+	}
+	if room := l.limit.Lease - l.units; k > room {
+		k = room
+	}
+	return k
+}
+
+// granted records the lease got, taken by ask, of which a request of cost
+// is admitted at now; s.leases.mu is held.
+func (s *Store) granted(l *lease, ask model.Ask, got model.Decision, cost float64, now time.Time) {
+	l.units += ask.Cost - cost
+	l.grant = got
+	l.ask = ask
+	l.start = now
+	l.spent = cost
+	l.timer.Reset(leaseSpan)
+}
+
+// leaseDecision is the decision of a request admitted from l.
+func leaseDecision(l *lease) model.Decision {
+	d := l.grant
+	d.Limit = l.limit
+	d.Allowed = true
+	d.Remaining += l.units
+	d.RetryAfter = 0
+	d.Delay = 0
+	d.Mark = model.Mark{}
+	return d
+}
+
+// endLease ends l, the lease of key, leaseSpan after it was taken, unless
+// it is being taken again (its timer is then set again): it forgets it,
+// and gives what it holds back to Redis.
+func (s *Store) endLease(key string, l *lease) {
+	s.leases.mu.Lock()
+	if s.leases.m[key] != l {
+		s.leases.mu.Unlock()
+		return
+	}
+	if left := leaseSpan - time.Since(l.start); l.asking || left > 0 {
+		if left <= 0 {
+			left = leaseWindow
+		}
+		l.timer.Reset(left)
+		s.leases.mu.Unlock()
+		return
+	}
+	delete(s.leases.m, key)
+	units := l.units
+	ask := l.ask
+	grant := l.grant
+	l.units = 0
+	s.leases.mu.Unlock()
+	if units <= 0 || ask.Limit == nil {
+		return
+	}
+	ask.Cost = units
+	ctx, cancel := context.WithTimeout(context.Background(), leaseReturnTimeout)
+	defer cancel()
+	// A failure leaves the units taken, which errs on the safe side: the
+	// key refills them at its rate.
+	s.Refund(ctx, []model.Ask{ask}, []model.Decision{grant})
+}

@@ -1,0 +1,350 @@
+package redisstore
+
+import (
+	"context"
+	"math/rand"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/resp"
+	"github.com/sluicehq/sluice/internal/coretest"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/resptest"
+	"github.com/sluicehq/sluice/internal/testclock"
+)
+
+// evalCounter counts the script calls made through it.
+type evalCounter struct {
+	model.Scripter
+	calls int64
+}
+
+func (c *evalCounter) EvalSha(ctx context.Context, sha string, keys, args []string) (interface{}, error) {
+	atomic.AddInt64(&c.calls, 1)
+	return c.Scripter.EvalSha(ctx, sha, keys, args)
+}
+
+// leasedLimit is a token bucket of rate and burst with a lease of lease.
+func leasedLimit(t testing.TB, rate string, burst, lease float64) *model.Limit {
+	l := coretest.Limit(t, "lease", model.TokenBucket, rate, burst, 0)
+	l.Lease = lease
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestLeaseAdmitsLocally: a key asked in a steady stream is admitted from
+// leases of at most the limit's Lease, with a script call per lease rather
+// than per request, and every request of the burst is admitted, no more.
+func TestLeaseAdmitsLocally(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	counter := &evalCounter{Scripter: resptest.Client(t, srv.Addr, 2)}
+	s := newTestRedisStore(t, counter, false)
+	l := leasedLimit(t, "1/24h", 1000, 50)
+	asks := []model.Ask{{Limit: l, Key: coretest.Nonce + "/steady", Cost: 1}}
+	out := make([]model.Decision, 1)
+	admitted := 0
+	var calls int64
+	for i := 0; i < 1100; i++ {
+		if i == 1000 {
+			calls = atomic.LoadInt64(&counter.calls)
+		}
+		if err := s.Take(context.Background(), asks, out); err != nil {
+			t.Fatal(err)
+		}
+		s.leases.mu.Lock()
+		if held := s.leases.m[s.key(l, asks[0].Key)]; held != nil && held.units > l.Lease {
+			t.Fatalf("request %d: the instance holds %v units, above the Lease of %v", i, held.units, l.Lease)
+		}
+		s.leases.mu.Unlock()
+		if out[0].Allowed {
+			admitted++
+			if out[0].Limit != l {
+				t.Fatalf("decision %d names limit %p, want the leased limit %p", i, out[0].Limit, l)
+			}
+		}
+	}
+	if admitted != 1000 {
+		t.Errorf("%d of 1100 admitted from a burst of 1000", admitted)
+	}
+	if calls > 1000/10 {
+		t.Errorf("%d script calls for the first 1000 requests, want at most one per 10", calls)
+	}
+}
+
+// TestLeaseReturns: what a lease holds when it ends goes back to Redis.
+func TestLeaseReturns(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	a := newTestRedisStore(t, resptest.Client(t, srv.Addr, 2), false)
+	b := newTestRedisStore(t, resptest.Client(t, srv.Addr, 2), false)
+	l := leasedLimit(t, "1/24h", 20, 10)
+	asks := []model.Ask{{Limit: l, Key: coretest.Nonce + "/returns", Cost: 1}}
+	out := make([]model.Decision, 1)
+	// Three quick requests: the third takes a lease, which a then holds.
+	for i := 0; i < 3; i++ {
+		if err := a.Take(context.Background(), asks, out); err != nil || !out[0].Allowed {
+			t.Fatalf("request %d on a: %+v, %v", i, out[0], err)
+		}
+	}
+	a.leases.mu.Lock()
+	held := a.leases.m[a.key(l, asks[0].Key)]
+	units := 0.0
+	if held != nil {
+		units = held.units
+	}
+	a.leases.mu.Unlock()
+	if units < 1 {
+		t.Fatalf("a holds %v units after three quick requests, want a lease", units)
+	}
+	// Until the lease ends, b finds Redis short of what a holds; then it
+	// finds it all.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a.leases.mu.Lock()
+		n := len(a.leases.m)
+		a.leases.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lease did not end")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := 0
+	for i := 0; i < 20; i++ {
+		if err := b.take(context.Background(), asks, out); err != nil {
+			t.Fatal(err)
+		}
+		if out[0].Allowed {
+			got++
+		}
+	}
+	if want := 20 - 3; got != want {
+		t.Errorf("b was admitted %d times after a's lease ended, want %d (a spent 3 of 20)", got, want)
+	}
+}
+
+// leaseFleet is a fleet of instances deciding one leased key on one Redis,
+// each with its own store and connection, on one settable clock that the
+// Redis scripts decide by.
+type leaseFleet struct {
+	t     *testing.T
+	addr  string
+	clock *testclock.Clock
+	asks  []model.Ask
+}
+
+func newLeaseFleet(t *testing.T, l *model.Limit, key string) *leaseFleet {
+	srv := redistest.Start(t, redistest.Options{})
+	return &leaseFleet{t: t, addr: srv.Addr, clock: testclock.New(testclock.Epoch), asks: []model.Ask{{Limit: l, Key: coretest.Nonce + "/" + key, Cost: 1}}}
+}
+
+// leaseInstance is one instance of a leaseFleet.
+type leaseInstance struct {
+	store  *Store
+	client *resp.Client
+}
+
+// join starts an instance. Clients are made one at a time, by the test's
+// goroutine: Yaegi v0.16.1 mixes up clients made concurrently.
+func (f *leaseFleet) join() *leaseInstance {
+	c := resptest.Client(f.t, f.addr, 1)
+	s := newTestRedisStore(f.t, c, false)
+	s.clock = f.clock.Now
+	return &leaseInstance{store: s, client: c}
+}
+
+// take makes n requests on in and returns how many were admitted.
+func (f *leaseFleet) take(in *leaseInstance, n int) int {
+	out := make([]model.Decision, 1)
+	admitted := 0
+	for i := 0; i < n; i++ {
+		if err := in.store.Take(context.Background(), f.asks, out); err != nil {
+			f.t.Error(err)
+			return admitted
+		}
+		if out[0].Allowed {
+			admitted++
+		}
+	}
+	return admitted
+}
+
+// TestLeaseBound runs instances that join, leave and die holding leases,
+// their requests concurrent, in phases of demand below and far above the
+// rate, and checks the bound the leases promise: in any interval T of the
+// scripts' clock, at most B + r·T + instances × Lease admissions.
+func TestLeaseBound(t *testing.T) {
+	const (
+		rate, burst, lease = 1000.0, 50.0, 10.0
+		slots, steps       = 8, 1200
+	)
+	f := newLeaseFleet(t, leasedLimit(t, "1000/1s", burst, lease), "bound")
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewSource(seed))
+	var fleet [slots]*leaseInstance
+	// at[s] is the clock at step s, admitted[s] the admissions in it.
+	at := make([]int64, steps)
+	admitted := make([]int, steps)
+	joined, died, leased := 0, 0, 0
+	for step := 0; step < steps; step++ {
+		f.clock.Advance(time.Duration(rng.Intn(2000)) * time.Microsecond)
+		at[step] = f.clock.Now()
+		// Each phase of 100 steps asks, per instance and step, at most
+		// most requests: 1, with a chance of 1 in 16, leaves the key idle, 3
+		// asks for 12 times the rate.
+		most := 1 + 2*(step/100%2)
+		for i := range fleet {
+			switch in := fleet[i]; {
+			case in == nil && rng.Intn(20) == 0:
+				fleet[i] = f.join()
+				joined++
+			case in != nil && rng.Intn(100) == 0:
+				// Leaves: its leases return when they end.
+				fleet[i] = nil
+			case in != nil && rng.Intn(100) == 0:
+				// Dies: its leases never return.
+				in.client.Close()
+				fleet[i] = nil
+				died++
+			}
+		}
+		var wg sync.WaitGroup
+		var n int64
+		for _, in := range fleet {
+			if in == nil {
+				continue
+			}
+			k := rng.Intn(most + 1)
+			if most == 1 && rng.Intn(8) != 0 {
+				k = 0
+			}
+			wg.Add(1)
+			go func(in *leaseInstance, k int) {
+				defer wg.Done()
+				atomic.AddInt64(&n, int64(f.take(in, k)))
+			}(in, k)
+		}
+		wg.Wait()
+		admitted[step] = int(n)
+		for _, in := range fleet {
+			if in != nil {
+				in.store.leases.mu.Lock()
+				if len(in.store.leases.m) > 0 {
+					leased++
+				}
+				in.store.leases.mu.Unlock()
+			}
+		}
+	}
+	total := 0
+	for _, n := range admitted {
+		total += n
+	}
+	t.Logf("seed %d: %d instances joined, %d died; %d admissions; an instance held a lease in %d instance-steps", seed, joined, died, total, leased)
+	if total < int(burst) || leased == 0 {
+		t.Fatalf("%d admissions and %d instance-steps with a lease: the test did not load the key", total, leased)
+	}
+	// worst is the most admissions in an interval beyond B + r·T, which
+	// the leases may take up to instances × Lease.
+	worst := 0.0
+	for i := range at {
+		n := 0
+		for j := i; j < steps; j++ {
+			n += admitted[j]
+			span := time.Duration(at[j] - at[i])
+			over := float64(n) - burst - rate*span.Seconds()
+			if over > slots*lease {
+				t.Fatalf("seed %d: %d admissions within %v, %v above B + r·T, beyond %d × Lease", seed, n, span, over, slots)
+			}
+			if over > worst {
+				worst = over
+			}
+		}
+	}
+	t.Logf("at most %.1f admissions beyond B + r·T in an interval, of the %v that %d × Lease allow", worst, slots*lease, slots)
+}
+
+// TestLeaseFairness: instances of equal demand on a scarce key, each
+// asking twice at every instant in an order that turns, are each admitted
+// within 10 % of their fair share.
+func TestLeaseFairness(t *testing.T) {
+	const instances, steps = 8, 600
+	f := newLeaseFleet(t, leasedLimit(t, "2000/1s", 40, 20), "fair")
+	fleet := make([]*leaseInstance, instances)
+	for i := range fleet {
+		fleet[i] = f.join()
+	}
+	admitted := make([]int, instances)
+	for step := 0; step < steps; step++ {
+		// 2 units per millisecond for 16 requests.
+		f.clock.Advance(time.Millisecond)
+		for j := 0; j < instances; j++ {
+			i := (step + j) % instances
+			admitted[i] += f.take(fleet[i], 2)
+		}
+	}
+	total := 0
+	for _, n := range admitted {
+		total += n
+	}
+	share := float64(total) / instances
+	t.Logf("admissions per instance: %v", admitted)
+	for i, n := range admitted {
+		if r := float64(n) / share; r < 0.9 || r > 1.1 {
+			t.Errorf("instance %d admitted %d times, %.2f of the fair share %.0f (all: %v)", i, n, r, share, admitted)
+		}
+	}
+}
+
+// BenchmarkLease decides one global key from 8 instances, each with its own
+// store and connection and 4 requests at a time, against one Redis, with
+// one script call per decision and with leases of at most 100 and 1,000
+// units; the rate is never reached. It reports decisions per second and
+// script calls per decision.
+func BenchmarkLease(b *testing.B) {
+	const instances, callers = 8, 4
+	srv := redistest.Start(b, redistest.Options{})
+	for _, lease := range []float64{0, 100, 1000} {
+		name := "per-decision"
+		if lease > 0 {
+			name = "lease=" + model.FormatFloat(lease)
+		}
+		b.Run(name, func(b *testing.B) {
+			l := leasedLimit(b, "10000000/1s", 1e6, lease)
+			asks := []model.Ask{{Limit: l, Key: coretest.Nonce + "/global/" + name, Cost: 1}}
+			stores := make([]*Store, instances)
+			for i := range stores {
+				stores[i] = newTestRedisStore(b, resptest.Client(b, srv.Addr, 1), false)
+			}
+			calls := srv.ScriptCalls(b)
+			left := int64(b.N)
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < instances*callers; i++ {
+				wg.Add(1)
+				go func(s *Store) {
+					defer wg.Done()
+					out := make([]model.Decision, 1)
+					for atomic.AddInt64(&left, -1) >= 0 {
+						if err := s.Take(context.Background(), asks, out); err != nil || !out[0].Allowed {
+							b.Errorf("%+v, %v", out[0], err)
+							return
+						}
+					}
+				}(stores[i%instances])
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+			b.ReportMetric(float64(srv.ScriptCalls(b)-calls)/float64(b.N), "calls/decision")
+		})
+	}
+}
