@@ -149,6 +149,8 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 					}
 				}
 			}
+		case "lease":
+			z.Lease, err = numberArg(d, sub)
 		case "max_delay":
 			var dur time.Duration
 			dur, err = durationArg(d, sub)

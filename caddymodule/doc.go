@@ -15,6 +15,7 @@
 //	        algorithm      token_bucket|leaky_bucket|fixed_window|sliding_window_log|sliding_window_counter
 //	        cost           <number>|<placeholder>
 //	        max_delay      <duration>           # leaky_bucket, token_bucket: wait up to this long instead of rejecting
+//	        lease          <cost units>         # Redis: take up to this much of a key's capacity per call, spend it locally
 //	        match          { <request matchers> }
 //	        ipv4_prefix    <bits>               # key {client_ip} only: group IPv4 clients by network
 //	        ipv6_prefix    <bits>

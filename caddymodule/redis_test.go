@@ -331,3 +331,34 @@ func TestRedisUnreachableAtStart(t *testing.T) {
 	}
 	wantStatus(t, urls[1], []int{200})
 }
+
+// TestRedisLease runs two servers of a leased zone through distinct Redis
+// clients, as two Caddy instances: they admit its requests with a script
+// call per lease rather than per request, and together exactly its quota.
+func TestRedisLease(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	p := freePorts(t, 4)
+	leased := func(port, pool int, name, rate string) server {
+		return server{port: port, handler: map[string]any{"zones": []any{zone(name, rate, "lease", 10)}, "store": redisStore(rs.Addr, pool), "share": "instances"}}
+	}
+	urls := loadCaddy(t, leased(p[0], 4, "hot", "1000/h"), leased(p[1], 5, "hot", "1000/h"),
+		leased(p[2], 4, "scarce", "30/h"), leased(p[3], 5, "scarce", "30/h"))
+	alternate := func(urls []string, n int) (admitted int) {
+		for i := 0; i < n; i++ {
+			if get(t, urls[i%2]).status == 200 {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	before := rs.ScriptCalls(t)
+	if got := alternate(urls[:2], 200); got != 200 {
+		t.Errorf("%d of 200 requests admitted by a quota of 1000", got)
+	}
+	if calls := rs.ScriptCalls(t) - before; calls > 200/5 {
+		t.Errorf("%d script calls for 200 requests, want at most one per 5", calls)
+	}
+	if got := alternate(urls[2:], 60); got != 30 {
+		t.Errorf("%d of 60 requests admitted by a quota of 30", got)
+	}
+}

@@ -105,6 +105,18 @@ type Zone struct {
 	// does. Other algorithms refuse it.
 	MaxDelay caddy.Duration `json:"max_delay,omitempty"`
 
+	// Lease, with a Redis store, is how much of a key's capacity this
+	// Caddy may take from Redis in one script call and then spend
+	// locally, for a key so hot that one call per request costs too much
+	// (a global limit, a tenant's shared quota). Each lease is sized by
+	// the key's demand on this Caddy, at most Lease, and what is left of it
+	// goes back to Redis within half a second. Over any interval T the
+	// instances together admit at most what Redis would, burst + rate·T,
+	// plus Lease each. Zero, the default, decides every request in Redis;
+	// the memory store ignores it. Not with leaky_bucket; at most the
+	// burst.
+	Lease float64 `json:"lease,omitempty"`
+
 	// MatchRaw restricts the zone to the requests that match every one of
 	// these matchers; the zone is skipped for other requests. Absent means
 	// every request the handler sees.
@@ -275,6 +287,7 @@ func (z *Zone) coreLimit() (*model.Limit, error) {
 		Burst:       z.Burst,
 		MaxDelay:    time.Duration(z.MaxDelay),
 		MaxInFlight: z.MaxInFlight,
+		Lease:       z.Lease,
 	}
 	if z.Rate != "" {
 		rate, err := model.ParseRate(z.Rate)

@@ -60,6 +60,15 @@ type Config struct {
 	// bound but the queue's; for token_bucket the built-in's, 1/(2·rate)
 	// (500ms below one request per second), and "0" never delays.
 	MaxDelay string
+	// Lease, sluice's own, with a Redis store: how much of a key's
+	// capacity one Traefik may take from Redis in one call and spend
+	// locally, for a key so hot that one script call per request costs
+	// too much (such as a global limit). Each lease is sized by the key's
+	// demand on this Traefik and returned, what is left of it, within
+	// half a second; over any interval T the Traefiks together admit at
+	// most burst + average·T/period + instances × Lease. Empty or "0":
+	// every request is decided in Redis. Not with leaky_bucket.
+	Lease string
 	// Key lists the parts of the bucket key, in sluice's syntax: client_ip,
 	// header:<Name>, host, method, path, query:<name>, cookie:<name>,
 	// const:<value>. ["header:X-API-Key"] limits per API key,
@@ -173,6 +182,9 @@ type LimitConfig struct {
 	Cost string
 	// MaxDelay is as Config.MaxDelay.
 	MaxDelay string
+	// Lease is as Config.Lease, for the item's limit; it is not taken
+	// from the top level.
+	Lease string
 	// OnMissingKey is as Config.OnMissingKey.
 	OnMissingKey string
 	// Unknown is as Config.Unknown.

@@ -16,8 +16,9 @@
 // sluice's own: algorithm, cost, maxDelay, key, onMissingKey, limits,
 // headers, body, mode, onStoreError, fallback, instances, retryJitter,
 // trustedProxies, exemptIPs, maxKeys, redis.timeout and redis.sentinel,
-// and maxInFlight (inFlightReq's amount, which is accepted too) with
-// redis.leaseTTL. See [Config] for each. Every value may be a string, as
+// maxInFlight (inFlightReq's amount, which is accepted too) with
+// redis.leaseTTL, and lease, which lets a Traefik on Redis spend a hot
+// key's capacity locally. See [Config] for each. Every value may be a string, as
 // Docker labels give it.
 //
 // Differences from the built-in, all deliberate:

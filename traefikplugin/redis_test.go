@@ -291,3 +291,51 @@ func TestRedisSentinel(t *testing.T) {
 	}
 	t.Logf("after the failover: %s", seen)
 }
+
+// TestRedisLease: two Traefiks leasing one key's capacity admit its
+// requests with a script call per lease, not per request, and together
+// exactly its quota; the RateLimit header counts what the lease holds.
+func TestRedisLease(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	a, b := newTestRegistry(), newTestRegistry()
+	leased := func(burst string) *Config {
+		c := redisConfig(srv.Addr, burst)
+		c.Lease = "10"
+		return c
+	}
+	alternate := func(ha, hb http.Handler, n int) (admitted int) {
+		for i := 0; i < n; i++ {
+			h := ha
+			if i%2 == 1 {
+				h = hb
+			}
+			if w, _ := do(h, request{}); w.Code == http.StatusOK {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	ha, _ := a.mustNew(t, leased("1000"), "hot@file")
+	hb, _ := b.mustNew(t, leased("1000"), "hot@file")
+	before := srv.ScriptCalls(t)
+	if got := alternate(ha, hb, 200); got != 200 {
+		t.Errorf("%d of 200 requests admitted by a quota of 1000", got)
+	}
+	if calls := srv.ScriptCalls(t) - before; calls > 200/5 {
+		t.Errorf("%d script calls for 200 requests, want at most one per 5", calls)
+	}
+	// What is left, seen from one instance: 1000 less the 201 admitted,
+	// give or take a lease per instance (held by the other, or taken by
+	// it since this one's).
+	w, _ := do(ha, request{})
+	h := w.Header().Get("Ratelimit")
+	left, err := strconv.Atoi(strings.TrimPrefix(strings.Split(h, ";t=")[0], `"default";r=`))
+	if err != nil || left < 1000-201-20 || left > 1000-201+20 {
+		t.Errorf("RateLimit %q after 201 of 1000 admitted, want r within 20 of 799", h)
+	}
+	ha, _ = a.mustNew(t, leased("30"), "scarce@file")
+	hb, _ = b.mustNew(t, leased("30"), "scarce@file")
+	if got := alternate(ha, hb, 60); got != 30 {
+		t.Errorf("%d of 60 requests admitted by a quota of 30", got)
+	}
+}

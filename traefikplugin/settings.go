@@ -133,6 +133,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 		Algorithm:   cfg.Algorithm,
 		MaxDelay:    cfg.MaxDelay,
 		MaxInFlight: cfg.MaxInFlight,
+		Lease:       cfg.Lease,
 	}
 	if strings.TrimSpace(cfg.Amount) != "" {
 		if strings.TrimSpace(cfg.MaxInFlight) != "" {
@@ -306,6 +307,10 @@ func buildLimit(item LimitConfig, option string) (*model.Limit, error) {
 	if alg == model.TokenBucket && strings.TrimSpace(item.MaxDelay) == "" {
 		maxDelay = builtinMaxDelay(avg, period)
 	}
+	lease, err := parseNumber(option+"lease", item.Lease, 0)
+	if err != nil {
+		return nil, err
+	}
 	l := &model.Limit{
 		Name:        strings.TrimSpace(item.Name),
 		Algorithm:   alg,
@@ -313,6 +318,7 @@ func buildLimit(item LimitConfig, option string) (*model.Limit, error) {
 		Burst:       burst,
 		MaxDelay:    maxDelay,
 		MaxInFlight: inFlight,
+		Lease:       lease,
 	}
 	return validLimit(l, option)
 }
@@ -325,6 +331,9 @@ func flightOnlyLimit(item LimitConfig, option string, inFlight int) (*model.Limi
 	l := &model.Limit{Name: strings.TrimSpace(item.Name), MaxInFlight: inFlight}
 	var err error
 	if l.Burst, err = parseNumber(option+"burst", item.Burst, 0); err != nil {
+		return nil, err
+	}
+	if l.Lease, err = parseNumber(option+"lease", item.Lease, 0); err != nil {
 		return nil, err
 	}
 	if option == "" {
@@ -354,6 +363,7 @@ var coreOptions = map[string]string{
 	"burst":              "burst",
 	"max_delay":          "maxDelay",
 	"max_in_flight":      "maxInFlight",
+	"lease":              "lease",
 	"algorithm":          "algorithm",
 	"name":               "name",
 	"jitter":             "retryJitter",
