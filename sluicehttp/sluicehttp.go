@@ -166,6 +166,14 @@ type Limit struct {
 	// rejected (zero: not at all).
 	MaxDelay time.Duration
 
+	// Lease, with Redis, lets this service take up to Lease of a key's
+	// capacity in one script call and admit requests from it locally, for
+	// a key too hot for a call per request (a global limit), as a Caddy
+	// zone's lease does; the instances together then admit at most
+	// B + r·T + instances × Lease in any interval T. Zero: every request is
+	// decided in Redis. Not with leaky_bucket.
+	Lease float64
+
 	// MaxInFlight, when positive, is the most requests of one key in
 	// progress at once: a request holds its slot until the next handler
 	// returns. With Redis, a slot is a lease that expires Redis.LeaseTTL
@@ -299,7 +307,7 @@ func build(cfg *Config) (*Middleware, core.GateConfig, error) {
 // newLimit builds the limit l, whose clients' keys begin with prefix and
 // whose client addresses ip reads.
 func newLimit(l *Limit, ip *clientip.Strategy, prefix string) (limit, error) {
-	cl := &model.Limit{Name: l.Name, Algorithm: model.Algorithm(l.Algorithm), Burst: l.Burst, MaxDelay: l.MaxDelay, MaxInFlight: l.MaxInFlight}
+	cl := &model.Limit{Name: l.Name, Algorithm: model.Algorithm(l.Algorithm), Burst: l.Burst, MaxDelay: l.MaxDelay, Lease: l.Lease, MaxInFlight: l.MaxInFlight}
 	if l.Rate == "" && l.MaxInFlight == 0 {
 		return limit{}, errors.New("rate: required (or max_in_flight)")
 	}
@@ -311,7 +319,8 @@ func newLimit(l *Limit, ip *clientip.Strategy, prefix string) (limit, error) {
 		cl.Rate = rate
 	}
 	if err := cl.Validate(); err != nil {
-		return limit{}, err
+		// The caller names the limit.
+		return limit{}, err.(*model.LimitError).Err
 	}
 	key, err := keyspec.Parse(l.Key, ip)
 	if err != nil {

@@ -321,6 +321,8 @@ func TestConfigErrors(t *testing.T) {
 		{"on_missing_key", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", OnMissingKey: "maybe"})}, `on_missing_key "maybe": want skip or shared`},
 		{"cost", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", Burst: 2, Cost: 3})}, `limits[0] (api): cost "3": above the capacity of 2`},
 		{"negative cost", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", Cost: -1})}, `cost "-1": must be positive`},
+		{"lease above capacity", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "10/s", Lease: 20})}, `limits[0] (api): lease "20": above the capacity of 10`},
+		{"lease in memory", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "10/s", Lease: 5})}, `lease "5": only a Redis store's capacity is leased`},
 		{"ipv6_prefix", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", IPv6Prefix: 129})}, `ipv6_prefix "129": must be between 0 and 128`},
 		{"trusted_proxies", sluicehttp.Config{Limits: one, TrustedProxies: []string{"10.0.0.0/33"}}, `trusted_proxies: prefix "10.0.0.0/33"`},
 		{"client_ip_header", sluicehttp.Config{Limits: one, ClientIPHeader: "X Forwarded"}, `header "X Forwarded": not a valid header name`},
