@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/answer"
+	"github.com/sluicehq/sluice/core/await"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/core/resp"
@@ -300,10 +301,9 @@ func TestFlightNoLeakUnderCancels(t *testing.T) {
 		if !ok {
 			return
 		}
-		select {
-		case <-r.Context().Done():
-		case <-time.After(100 * time.Microsecond):
-		}
+		// Not a select, which Yaegi v0.16.1 mixes up between the
+		// workers (see package await).
+		await.Sleep(r.Context(), 100*time.Microsecond)
 	})
 	const workers = 16
 	n := int64(10000)
