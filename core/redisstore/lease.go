@@ -76,12 +76,19 @@ type lease struct {
 	timer  *time.Timer
 }
 
-// leases holds a Store's leases by state key, and each leased limit's
-// grant form: the limit without MaxDelay, so that a lease is taken whole
-// or not at all, never by waiting.
+// leaseKey identifies a lease: the limit and the client's key, as the
+// asks give them.
+type leaseKey struct {
+	limit *model.Limit
+	key   string
+}
+
+// leases holds a Store's leases, and each leased limit's grant form: the
+// limit without MaxDelay, so that a lease is taken whole or not at all,
+// never by waiting.
 type leases struct {
 	mu     sync.Mutex
-	m      map[string]*lease
+	m      map[leaseKey]*lease
 	grants map[*model.Limit]*model.Limit
 }
 
@@ -119,6 +126,9 @@ type leased struct {
 // lease, and if Redis rejects the request, the leases spent get their
 // units back.
 func (s *Store) takeLeased(ctx context.Context, asks []model.Ask, out []model.Decision) error {
+	if len(asks) == 1 && s.FromLease(asks[0], &out[0]) {
+		return nil
+	}
 	now := time.Now()
 	held := make([]leased, len(asks))
 	call := make([]model.Ask, 0, len(asks))
@@ -129,11 +139,8 @@ func (s *Store) takeLeased(ctx context.Context, asks []model.Ask, out []model.De
 		l := s.lease(a, now)
 		held[i].l = l
 		if l != nil {
-			if l.units >= a.Cost {
-				l.units -= a.Cost
-				l.spent += a.Cost
+			if l.spend(a.Cost, &out[i]) {
 				held[i].spent = true
-				out[i] = leaseDecision(l)
 				continue
 			}
 			if k := l.next(a.Cost, now); k > a.Cost && !l.asking {
@@ -230,14 +237,14 @@ func (s *Store) lease(a model.Ask, now time.Time) *lease {
 	if !(a.Limit.Lease >= a.Cost) {
 		return nil
 	}
-	key := s.key(a.Limit, a.Key)
+	key := leaseKey{a.Limit, a.Key}
 	l := s.leases.m[key]
 	if l == nil {
 		if len(s.leases.m) >= MaxLeases {
 			return nil
 		}
 		if s.leases.m == nil {
-			s.leases.m = map[string]*lease{}
+			s.leases.m = map[leaseKey]*lease{}
 		}
 		l = &lease{limit: a.Limit, start: now}
 		s.leases.m[key] = l
@@ -278,6 +285,31 @@ func (s *Store) granted(l *lease, ask model.Ask, got model.Decision, cost float6
 	l.timer.Reset(leaseSpan)
 }
 
+// spend admits a request of cost from l if l holds enough, setting d to
+// its decision; s.leases.mu is held.
+func (l *lease) spend(cost float64, d *model.Decision) bool {
+	if l.units < cost {
+		return false
+	}
+	l.units -= cost
+	l.spent += cost
+	*d = leaseDecision(l)
+	return true
+}
+
+// FromLease admits a from the lease the store holds of its limit and key,
+// if that lease covers its cost, setting d to its decision, and reports
+// whether it did. It never calls Redis: a request it does not admit is
+// Take's to decide, which takes the next lease. Take admits a request of
+// one ask through it, without the bookkeeping of several.
+func (s *Store) FromLease(a model.Ask, d *model.Decision) bool {
+	s.leases.mu.Lock()
+	l := s.leases.m[leaseKey{a.Limit, a.Key}]
+	ok := l != nil && l.spend(a.Cost, d)
+	s.leases.mu.Unlock()
+	return ok
+}
+
 // leaseDecision is the decision of a request admitted from l.
 func leaseDecision(l *lease) model.Decision {
 	d := l.grant
@@ -293,7 +325,7 @@ func leaseDecision(l *lease) model.Decision {
 // endLease ends l, the lease of key, leaseSpan after it was taken, unless
 // it is being taken again (its timer is then set again): it forgets it,
 // and gives what it holds back to Redis.
-func (s *Store) endLease(key string, l *lease) {
+func (s *Store) endLease(key leaseKey, l *lease) {
 	s.leases.mu.Lock()
 	if s.leases.m[key] != l {
 		s.leases.mu.Unlock()

@@ -57,7 +57,7 @@ func TestLeaseAdmitsLocally(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.leases.mu.Lock()
-		if held := s.leases.m[s.key(l, asks[0].Key)]; held != nil && held.units > l.Lease {
+		if held := s.leases.m[leaseKey{l, asks[0].Key}]; held != nil && held.units > l.Lease {
 			t.Fatalf("request %d: the instance holds %v units, above the Lease of %v", i, held.units, l.Lease)
 		}
 		s.leases.mu.Unlock()
@@ -91,7 +91,7 @@ func TestLeaseReturns(t *testing.T) {
 		}
 	}
 	a.leases.mu.Lock()
-	held := a.leases.m[a.key(l, asks[0].Key)]
+	held := a.leases.m[leaseKey{l, asks[0].Key}]
 	units := 0.0
 	if held != nil {
 		units = held.units
