@@ -13,7 +13,10 @@
 # instead of in memory: the built-in rateLimit with redis.endpoints, sluice
 # with redis.endpoints, and bench/testdata/redisfloor, a bare token bucket
 # that sends one EVALSHA per request over a pooled connection and writes
-# the same five headers: about the least a Redis limiter costs under Yaegi.
+# the same five headers: about the least a Redis limiter costs under Yaegi;
+# and a sixth variant, (f) sluice on Redis with lease 1000, whose one key
+# (wrk's one address) is what a global limit is: decided from leases, a
+# script call per lease instead of per request.
 #
 #   bench/traefik/run.sh                  # 3 rounds of wrk -t2 -c32 -d5s
 #   ROUNDS=5 DURATION=10s bench/traefik/run.sh
@@ -23,7 +26,7 @@
 # With PROFILE set, it instead takes a 15 s CPU profile of Traefik
 # (/debug/pprof on its own loopback entry point) under wrk for each
 # variant named (none, builtin, sluice, trivial, floor, builtin-redis,
-# sluice-redis, redisfloor), writes it to
+# sluice-redis, redisfloor, sluice-lease), writes it to
 # $PROFILE_DIR/NAME.pb.gz (default /tmp/sluice-profiles) beside its
 # req/s, and prints the Traefik CPU per request, the middleware's own
 # (its ServeHTTP without the proxying after it) and the garbage
@@ -101,7 +104,7 @@ base="http://127.0.0.1:$port"
 variants=(none builtin sluice trivial floor)
 store=memory
 if [ "${REDIS:-}" = 1 ]; then
-	variants=(none builtin-redis sluice-redis trivial redisfloor)
+	variants=(none builtin-redis sluice-redis trivial redisfloor sluice-lease)
 	store="Redis at 127.0.0.1:$redis_port"
 fi
 for v in "${variants[@]}"; do
@@ -161,7 +164,10 @@ for v in "${variants[@]}"; do
 	all[$v]=""
 	lat[$v]=""
 done
-printf '%-6s %14s %14s %14s %14s %14s %8s\n' round "(a) none" "(b) rateLimit" "(c) sluice" "(d) one header" "(e) floor" "(c)/(b)"
+heads=("(a) none" "(b) rateLimit" "(c) sluice" "(d) one header" "(e) floor" "(f) lease")
+printf '%-6s' round
+printf ' %14s' "${heads[@]:0:${#variants[@]}}"
+printf ' %8s\n' "(c)/(b)"
 ratios=""
 for r in $(seq 1 "$rounds"); do
 	row=()
@@ -174,14 +180,22 @@ for r in $(seq 1 "$rounds"); do
 	done
 	ratio="$(awk -v b="${row[1]}" -v c="${row[2]}" 'BEGIN { printf "%.3f", c / b }')"
 	ratios+="$ratio "
-	printf '%-6s %14s %14s %14s %14s %14s %8s\n' "$r" "${row[@]}" "$ratio"
+	printf '%-6s' "$r"
+	printf ' %14s' "${row[@]}"
+	printf ' %8s\n' "$ratio"
 done
 ma="$(median <<<"${all[${variants[0]}]}")"
 mb="$(median <<<"${all[${variants[1]}]}")"
 mc="$(median <<<"${all[${variants[2]}]}")"
 md="$(median <<<"${all[${variants[3]}]}")"
 me="$(median <<<"${all[${variants[4]}]}")"
-printf '%-6s %14.0f %14.0f %14.0f %14.0f %14.0f\n' median "$ma" "$mb" "$mc" "$md" "$me"
+printf '%-6s %14.0f %14.0f %14.0f %14.0f %14.0f' median "$ma" "$mb" "$mc" "$md" "$me"
+mf=""
+if [ "${#variants[@]}" -gt 5 ]; then
+	mf="$(median <<<"${all[${variants[5]}]}")"
+	printf ' %14.0f' "$mf"
+fi
+echo
 la="$(median <<<"${lat[${variants[0]}]}")" lb="$(median <<<"${lat[${variants[1]}]}")"
 lc="$(median <<<"${lat[${variants[2]}]}")" ld="$(median <<<"${lat[${variants[3]}]}")" le="$(median <<<"${lat[${variants[4]}]}")"
 printf '%-6s %14s %14s %14s %14s %14s\n' "p99 ms" "$la" "$lb" "$lc" "$ld" "$le"
@@ -197,3 +211,9 @@ awk -v a="$ma" -v b="$mb" -v c="$mc" -v d="$md" -v e="$me" -v le="$le" -v lo="$l
 	printf "ratio (e)/(b) floor/rateLimit:      %.3f, p99 %.3f (a bare token bucket with the five headers)\n", e / b, le / lb
 	printf "ratio (c)/(e) sluice/floor:         %.3f\n", c / e
 }'
+if [ -n "$mf" ]; then
+	awk -v b="$mb" -v c="$mc" -v f="$mf" 'BEGIN {
+	printf "ratio (f)/(b) lease/rateLimit:      %.3f\n", f / b
+	printf "ratio (f)/(c) lease/sluice:         %.3f\n", f / c
+}'
+fi
