@@ -112,9 +112,8 @@ type Zone struct {
 	// the key's demand on this Caddy, at most Lease, and what is left of it
 	// goes back to Redis within half a second. Over any interval T the
 	// instances together admit at most what Redis would, burst + rate·T,
-	// plus Lease each. Zero, the default, decides every request in Redis;
-	// the memory store ignores it. Not with leaky_bucket; at most the
-	// burst.
+	// plus Lease each. Zero, the default, decides every request in Redis.
+	// Only with a Redis store; not with leaky_bucket; at most the burst.
 	Lease float64 `json:"lease,omitempty"`
 
 	// MatchRaw restricts the zone to the requests that match every one of

@@ -67,7 +67,8 @@ type Config struct {
 	// demand on this Traefik and returned, what is left of it, within
 	// half a second; over any interval T the Traefiks together admit at
 	// most burst + average·T/period + instances × Lease. Empty or "0":
-	// every request is decided in Redis. Not with leaky_bucket.
+	// every request is decided in Redis. Only with redis; not with
+	// leaky_bucket; at most the burst.
 	Lease string
 	// Key lists the parts of the bucket key, in sluice's syntax: client_ip,
 	// header:<Name>, host, method, path, query:<name>, cookie:<name>,

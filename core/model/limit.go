@@ -160,9 +160,10 @@ type Limit struct {
 	// it has not spent when the lease ends (see package redisstore): fewer
 	// round trips for a hot key, at the price of a looser bound, as over any
 	// interval the instances together admit at most what Redis would plus
-	// Lease each. Zero, the default, decides every request in Redis; the
-	// memory store, which is local anyway, ignores it. Not with a
-	// LeakyBucket, whose admissions wait in order.
+	// Lease each. Zero, the default, decides every request in Redis. A
+	// limit decided in memory, which is local anyway, may not have one
+	// (CheckLeases), but a Redis store's local fallback ignores it. Not
+	// with a LeakyBucket, whose admissions wait in order.
 	Lease float64
 
 	// Hash and Keep are set by Validate, for the stores and request paths
