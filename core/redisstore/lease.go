@@ -35,9 +35,9 @@ import (
 // with the decision that took it, their Remaining what Redis held then plus
 // what the lease holds now.
 //
-// A lease's size and life are measured on the instance's own clock: they
-// set how often it asks Redis, never what it admits, which the scripts
-// decide on Redis's clock.
+// A lease's size and life are measured on the instance's own clock (or
+// Config.Clock, when set): they set how often it asks Redis, never what it
+// admits, which the scripts decide on Redis's clock.
 
 // leaseWindow is the interval whose demand sizes a lease, and leaseSpan
 // how long a lease lasts: twice the window, so that a lease sized by a
@@ -63,8 +63,8 @@ type lease struct {
 	// (limit's grant form) and key, for the refund when it ends.
 	grant model.Decision
 	ask   model.Ask
-	start time.Time // when the last lease was taken
-	spent float64   // the cost admitted since start
+	start int64   // when the last lease was taken (leaseNow)
+	spent float64 // the cost admitted since start
 	// most, when positive, bounds the next lease's size: half the last
 	// one Redis refused, growing by each request's cost that Redis admits
 	// since (additive increase, multiplicative decrease).
@@ -129,7 +129,7 @@ func (s *Store) takeLeased(ctx context.Context, asks []model.Ask, out []model.De
 	if len(asks) == 1 && s.FromLease(asks[0], &out[0]) {
 		return nil
 	}
-	now := time.Now()
+	now := s.leaseNow()
 	held := make([]leased, len(asks))
 	call := make([]model.Ask, 0, len(asks))
 	idx := make([]int, 0, len(asks))
@@ -231,9 +231,18 @@ func (s *Store) leaseRefused(held []leased, call []model.Ask, idx []int, got []m
 	return true
 }
 
+// leaseNow is the instant, in Unix nanoseconds, by which leases are
+// sized and end: Config.Clock's, or the system's.
+func (s *Store) leaseNow() int64 {
+	if s.clock != nil {
+		return s.clock()
+	}
+	return time.Now().UnixNano()
+}
+
 // lease returns the lease of a, making one if a's limit has a Lease and
 // the store holds fewer than MaxLeases; nil otherwise. s.leases.mu is held.
-func (s *Store) lease(a model.Ask, now time.Time) *lease {
+func (s *Store) lease(a model.Ask, now int64) *lease {
 	if !(a.Limit.Lease >= a.Cost) {
 		return nil
 	}
@@ -257,9 +266,9 @@ func (s *Store) lease(a model.Ask, now time.Time) *lease {
 // what the key's demand since the lease began spends in a leaseWindow, at
 // least cost, at most most (when set) and what Lease leaves beside the
 // units held.
-func (l *lease) next(cost float64, now time.Time) float64 {
+func (l *lease) next(cost float64, now int64) float64 {
 	k := cost
-	if el := now.Sub(l.start); el > 0 {
+	if el := now - l.start; el > 0 {
 		k = l.spent * float64(leaseWindow) / float64(el)
 	}
 	if l.most > 0 && k > l.most {
@@ -276,7 +285,7 @@ func (l *lease) next(cost float64, now time.Time) float64 {
 
 // granted records the lease got, taken by ask, of which a request of cost
 // is admitted at now; s.leases.mu is held.
-func (s *Store) granted(l *lease, ask model.Ask, got model.Decision, cost float64, now time.Time) {
+func (s *Store) granted(l *lease, ask model.Ask, got model.Decision, cost float64, now int64) {
 	l.units += ask.Cost - cost
 	l.grant = got
 	l.ask = ask
@@ -331,7 +340,7 @@ func (s *Store) endLease(key leaseKey, l *lease) {
 		s.leases.mu.Unlock()
 		return
 	}
-	if left := leaseSpan - time.Since(l.start); l.asking || left > 0 {
+	if left := leaseSpan - time.Duration(s.leaseNow()-l.start); l.asking || left > 0 {
 		if left <= 0 {
 			left = leaseWindow
 		}
