@@ -29,7 +29,8 @@
 // of its body. So [ServeLane] (lane.go) fuses the commonest configurations
 // into single functions: one token_bucket limit in memory (serveLaneTB), one
 // limit of any algorithm in memory (serveLaneOne), several limits in memory
-// (laneMany) and one limit on Redis (serveLaneRedis). Each names the engine
+// (laneMany), one limit on Redis (serveLaneRedis) and an admission from a
+// lease of Redis's capacity (serveLaneLease). Each names the engine
 // functions it copies and is proved equal to them by the differential tests
 // (TestServeLaneMatchesGate and its kin); everything else goes to
 // Gate.Serve. That file and the algorithm kernel it shares with the stores

@@ -103,7 +103,10 @@ type Lane struct {
 	// system clock, nil with a GateConfig.Clock. down is LaneConfig's
 	// with Watch and Observe, &alwaysDown with them but no Down, else
 	// nil: serveLaneRedis observes an admission while *down is not 0.
+	// leased: ServeLane admits from the limit's lease by serveLaneLease,
+	// with the fields of rd but direct, breaker, timeout and the call.
 	rd          bool
+	leased      bool
 	direct      *redisstore.Direct
 	breaker     *Breaker
 	timeout     time.Duration
@@ -830,8 +833,9 @@ func laneAsks(l *Lane, r *http.Request, keys []string, asks []model.Ask, i int, 
 // takes: the key of an IPv4 peer, the lookup of MemoryStore.take1, the
 // admission of tokenBucket and the headers of Responder.SetHeaders
 // (serveLaneTB). So are one limit of any algorithm in memory
-// (serveLaneOne), several in memory (laneMany) and the common decision on
-// Redis (serveLaneRedis), each in functions that it calls only when
+// (serveLaneOne), several in memory (laneMany), the common decision on
+// Redis (serveLaneRedis) and an admission from a lease of Redis's capacity
+// (serveLaneLease), each in functions that it calls only when
 // needed, since entering a function pays for its whole body; the tests
 // prove every path identical to Gate.Serve's. Every other configuration
 // is Gate.Serve's own (serveLaneAny).
@@ -843,6 +847,8 @@ func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 		serveLaneOne(l, next, w, r, "", noVerdict, nil, 0)
 	case l.rd:
 		serveLaneRedis(l, next, w, r, "", nil, nil, nil, noTime, nil, noSum, nil, "", false, 0, 0, 0, 0, 0, 0, noFields, 0, noVerdict)
+	case l.leased:
+		serveLaneLease(l, next, w, r, "", 0, noVerdict)
 	default:
 		serveLaneAny(l, next, w, r, nil, noVerdict, false)
 	}
@@ -1126,26 +1132,28 @@ func laneSetIETFX(h http.Header, a *answer.Texts, d *model.Decision, now int64,
 // limit on a redisstore.Store that has a redisstore.Direct and Redis's clock, no
 // in-flight limit, a cost of 1 and the header set ietf and x of a limit
 // whose answer texts are ready (the decisions redisstore.Direct sends, answered
-// by laneSetIETFX). It sets the fields of the limit that serveLaneRedis
-// and laneKey read, as NewLane does for a lane that takes from memory.
+// by laneSetIETFX). A limit with a Lease, of any cost, takes
+// serveLaneLease instead, which needs no redisstore.Direct. It sets the
+// fields of the limit that those paths and laneKey read, as NewLane does
+// for a lane that takes from memory.
 func newLaneRedis(l *Lane, cfg LaneConfig) {
 	g := cfg.Gate
 	s := g.redis
-	if s == nil || s.Direct() == nil || g.slots != nil || len(cfg.Asks) != 1 || g.cfg.Mode != Enforce {
+	if s == nil || g.slots != nil || len(cfg.Asks) != 1 || g.cfg.Mode != Enforce {
 		return
 	}
 	a := cfg.Asks[0]
 	lim := a.Limit
-	if a.Cost != 1 || !lim.Rated() || lim.Lease > 0 || g.resp.Headers != headersIETFX || g.resp.Texts(lim) == nil {
+	if !lim.Rated() || g.resp.Headers != headersIETFX || g.resp.Texts(lim) == nil {
 		return
 	}
-	l.rd, l.limit, l.spec, l.cost, l.quota = true, lim, cfg.Specs[a.Spec], a.Cost, lim.Rate.Quota
+	leased := lim.Lease > 0
+	if !leased && (a.Cost != 1 || s.Direct() == nil) {
+		return
+	}
+	l.rd, l.leased, l.limit, l.spec, l.cost, l.quota = !leased, leased, lim, cfg.Specs[a.Spec], a.Cost, lim.Rate.Quota
 	laneShape(l, l.spec.Shape())
 	l.shared = a.Missing == missingShared
-	// One field per statement: Yaegi v0.16.1 loses values of a tuple
-	// assignment of calls to fields.
-	l.direct = s.Direct()
-	l.breaker, l.timeout = g.cfg.Breaker, g.cfg.Timeout
 	l.answer = g.resp.Texts(lim)
 	if b := g.cfg.Breaker; b != nil {
 		l.bstate, l.bfails = &b.state, &b.fails
@@ -1156,6 +1164,16 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 			l.down = &alwaysDown
 		}
 	}
+	if g.cfg.Clock == nil {
+		l.sys = &g.systemClock
+	}
+	if leased {
+		return
+	}
+	// One field per statement: Yaegi v0.16.1 loses values of a tuple
+	// assignment of calls to fields.
+	l.direct = s.Direct()
+	l.breaker, l.timeout = g.cfg.Breaker, g.cfg.Timeout
 	l.take, l.hole, l.hole2 = redisstore.DirectTake(lim)
 	// A rejection is laneReject's when its retry is known: the reply
 	// says Never in more digits than serveLaneRedis reads.
@@ -1165,9 +1183,36 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 			l.rejectHead = "0 "
 		}
 	}
-	if g.cfg.Clock == nil {
-		l.sys = &g.systemClock
+}
+
+// serveLaneLease is ServeLane for a lane whose one limit leases Redis's
+// capacity (newLaneRedis): a request that the lease its store holds
+// covers is admitted without a call to Redis (redisstore.Store.FromLease,
+// which Take admits through too) and answered as serveLaneRedis answers
+// an admission, by laneSetIETFX on the gate's clock, observed only while
+// *down is not 0. Every other request, and every request while the
+// breaker is not simply closed (Gate.Serve then asks no store), takes
+// the general path (serveLaneAny), which asks Redis for the next lease.
+// Its parameters after r are its variables, zero (see serveLaneTB).
+func serveLaneLease(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, now int64, v Verdict) {
+	key = laneKey4(l, r, "", nil)
+	if key == "" || l.bstate != nil && loadInt32(l.bstate) != breakerClosed ||
+		!(*redisstore.Store).FromLease(l.gate.redis, model.Ask{Limit: l.limit, Key: key, Cost: l.cost}, &v.Decision) {
+		serveLaneAny(l, next, w, r, nil, noVerdict, false)
+		return
 	}
+	// answer's clock: Gate.now, inline for the system clock.
+	if l.sys != nil {
+		now = int64(timeSince(l.sys.base))
+		now += l.sys.wall
+	} else {
+		now = l.gate.now()
+	}
+	laneSetIETFX(w.Header(), l.answer, &v.Decision, now, 0, 0, 0, "", "", nil)
+	if l.down != nil && loadInt32(l.down) != 0 {
+		l.observe(&v)
+	}
+	next.ServeHTTP(w, r)
 }
 
 // serveLaneRedis is ServeLane for a lane that newLaneRedis set up: the

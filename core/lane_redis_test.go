@@ -270,3 +270,111 @@ func TestServeLaneRedisScripts(t *testing.T) {
 	direct.Set(nil)
 	serve("no direct client", 429, "0", 4, 2)
 }
+
+// TestServeLaneLeaseMatchesGeneral: a lane that admits from leases by
+// serveLaneLease answers every request as the same lane does on the
+// general path (serveLaneAny, Gate.Serve), each lane on a store of its
+// own against one real Redis, their keys apart, on one clock that the
+// stores, their leases and the gates share: status, headers, body,
+// whether the request went on, and the verdicts observed (but for those
+// simply allowed, which LaneConfig.Down lets it leave out), for peers with
+// and without a key, whole and fractional costs and every observer, while
+// leases are taken, spent, refused and the key runs short, and once the
+// breaker is open.
+func TestServeLaneLeaseMatchesGeneral(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	spec, err := keyspec.Parse(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remotes := []string{"192.0.2.1:1234", "[2001:db8::1]:443", "not an address", ""}
+	for _, cost := range []float64{1, 1.5} {
+		for variant := 0; variant < 6; variant++ {
+			l := coretest.Limit(t, "lane-lease", model.TokenBucket, "4/s", 6, 0)
+			l.Lease = 3
+			if err := l.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			var down int32
+			cfg := LaneConfig{Asks: []LaneAsk{{Limit: l, Cost: cost}}, Specs: []*keyspec.Spec{spec}}
+			switch variant {
+			case 1:
+				cfg.Watch = true
+			case 2, 3:
+				cfg.Watch, cfg.Down = true, &down
+				down = int32(variant - 2)
+			case 4:
+				cfg.Asks[0].Missing = keyspec.MissingShared
+				cfg.Watch, cfg.Down = true, &down
+			}
+			// In variant 5 the breakers open at step 5, when each key's
+			// lease, taken at step 4, is not spent yet: it is then left
+			// alone, as Gate.Serve asks no store.
+			failures := 3
+			if variant == 5 {
+				failures = 1
+			}
+			clock := testclock.New(testclock.Epoch)
+			var seen [2][]Verdict
+			var lanes [2]*Lane
+			for i := range lanes {
+				store, err := redisstore.New(redisstore.Config{Client: resptest.Client(t, srv.Addr, 1), Clock: clock.Now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: store, Responder: answer.Responder{Headers: answer.DefaultHeaders, Body: answer.BodyJSON},
+					Timeout: 5 * time.Second, Breaker: &Breaker{Failures: failures, Backoff: time.Hour}, Clock: clock.Now})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := cfg
+				c.Gate = g
+				c.Prefix = coretest.Nonce + model.FormatFloat(cost) + "/" + strconv.Itoa(variant) + "/" + strconv.Itoa(i) + "\x00"
+				k := i
+				c.Observe = func(v *Verdict) { seen[k] = append(seen[k], *v) }
+				lanes[i] = NewLane(c)
+			}
+			if !lanes[0].leased {
+				t.Fatal("the lane does not take serveLaneLease's path")
+			}
+			lanes[1].leased = false
+			label := "cost " + model.FormatFloat(cost) + " variant " + strconv.Itoa(variant)
+			leased := 0
+			lastCode, lastHeader := 0, http.Header(nil)
+			for step := 0; step < 10; step++ {
+				if variant == 5 && step == 5 {
+					for _, lane := range lanes {
+						lane.gate.cfg.Breaker.Failure(clock.Now(), 0)
+					}
+				}
+				for _, remote := range remotes {
+					var recs [2]*httptest.ResponseRecorder
+					var nexts [2]countingHandler
+					for i := range lanes {
+						recs[i] = httptest.NewRecorder()
+						r := httptest.NewRequest(http.MethodGet, "/", nil)
+						r.RemoteAddr = remote
+						ServeLane(lanes[i], &nexts[i], recs[i], r)
+					}
+					if recs[0].Code != recs[1].Code || !reflect.DeepEqual(recs[0].Header(), recs[1].Header()) ||
+						recs[0].Body.String() != recs[1].Body.String() || nexts[0].n != nexts[1].n {
+						t.Fatalf("%s, step %d, client %q: lane answered %d %v %q (next %d), general path %d %v %q (next %d)", label, step, remote,
+							recs[0].Code, recs[0].Header(), recs[0].Body, nexts[0].n, recs[1].Code, recs[1].Header(), recs[1].Body, nexts[1].n)
+					}
+					if !observedAlike(seen[0], seen[1], cfg.Down != nil && atomic.LoadInt32(&down) == 0) {
+						t.Fatalf("%s, step %d, client %q: lane observed %+v, general path %+v", label, step, remote, seen[0], seen[1])
+					}
+					seen[0], seen[1] = seen[0][:0], seen[1][:0]
+					if recs[0].Code == http.StatusOK {
+						leased++
+					}
+					lastCode, lastHeader = recs[0].Code, recs[0].Header()
+					clock.Advance(20 * time.Millisecond)
+				}
+			}
+			if leased == 0 {
+				t.Fatalf("%s: no request admitted (last: %d %v)", label, lastCode, lastHeader)
+			}
+		}
+	}
+}
