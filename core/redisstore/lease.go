@@ -37,7 +37,7 @@ import (
 //
 // A lease's size and life are measured on the instance's own clock (or
 // Config.Clock, when set): they set how often it asks Redis, never what it
-// admits, which the scripts decide on Redis's clock.
+// admits, which the scripts decide on theirs.
 
 // leaseWindow is the interval whose demand sizes a lease, and leaseSpan
 // how long a lease lasts: twice the window, so that a lease sized by a
