@@ -36,7 +36,7 @@ func redisLanePair(t *testing.T, store *redisstore.Store, l *model.Limit, policy
 		if err != nil {
 			t.Fatal(err)
 		}
-		lanes[i] = observedLane(cfg, g, &seen[i])
+		lanes[i] = observedLane(cfg, g, seen, i)
 	}
 	if !lanes[0].rd {
 		t.Fatal("the lane does not take serveLaneRedis' path")
@@ -45,11 +45,11 @@ func redisLanePair(t *testing.T, store *redisstore.Store, l *model.Limit, policy
 	return lanes
 }
 
-// observedLane is the lane of cfg on g, which records in seen what it
-// observes.
-func observedLane(cfg LaneConfig, g *Gate, seen *[]Verdict) *Lane {
+// observedLane is the lane of cfg on g, which records in seen[k] what it
+// observes. (Yaegi v0.16.1 cannot take the address of seen[k].)
+func observedLane(cfg LaneConfig, g *Gate, seen *[2][]Verdict, k int) *Lane {
 	cfg.Gate = g
-	cfg.Observe = func(v *Verdict) { *seen = append(*seen, *v) }
+	cfg.Observe = func(v *Verdict) { seen[k] = append(seen[k], *v) }
 	return NewLane(cfg)
 }
 
@@ -343,7 +343,7 @@ func TestServeLaneLeaseMatchesGeneral(t *testing.T) {
 					t.Fatal(err)
 				}
 				cfg.Prefix = coretest.Nonce + model.FormatFloat(cost) + "/" + strconv.Itoa(variant) + "/" + strconv.Itoa(i) + "\x00"
-				lanes[i] = observedLane(cfg, g, &seen[i])
+				lanes[i] = observedLane(cfg, g, &seen, i)
 			}
 			if !lanes[0].leased {
 				t.Fatal("the lane does not take serveLaneLease's path")
