@@ -159,6 +159,11 @@ func (f *leaseFleet) join() *leaseInstance {
 	return &leaseInstance{store: s, client: c}
 }
 
+// send sends on counts how many of n requests on in were admitted.
+func (f *leaseFleet) send(counts chan<- int, in *leaseInstance, n int) {
+	counts <- f.take(in, n)
+}
+
 // take makes n requests on in and returns how many were admitted.
 func (f *leaseFleet) take(in *leaseInstance, n int) int {
 	out := make([]model.Decision, 1)
@@ -214,8 +219,12 @@ func TestLeaseBound(t *testing.T) {
 				died++
 			}
 		}
-		var wg sync.WaitGroup
-		var n int64
+		// Each instance's requests run at once, in a goroutine of its
+		// own that sends back its admissions. (Not a WaitGroup whose
+		// Done a closure defers: under Yaegi v0.16.1 that counter once
+		// went negative.)
+		counts := make(chan int, slots)
+		running := 0
 		for _, in := range fleet {
 			if in == nil {
 				continue
@@ -224,14 +233,12 @@ func TestLeaseBound(t *testing.T) {
 			if most == 1 && rng.Intn(8) != 0 {
 				k = 0
 			}
-			wg.Add(1)
-			go func(in *leaseInstance, k int) {
-				defer wg.Done()
-				atomic.AddInt64(&n, int64(f.take(in, k)))
-			}(in, k)
+			running++
+			go f.send(counts, in, k)
 		}
-		wg.Wait()
-		admitted[step] = int(n)
+		for ; running > 0; running-- {
+			admitted[step] += <-counts
+		}
 		for _, in := range fleet {
 			if in != nil {
 				in.store.leases.mu.Lock()
