@@ -187,7 +187,7 @@ func (s *Store) takeLeased(ctx context.Context, asks []model.Ask, out []model.De
 		}
 		switch {
 		case admitted && h.asked && call[j].Cost > asks[i].Cost:
-			s.granted(h.l, call[j], got[j], asks[i].Cost, now)
+			h.l.granted(call[j], got[j], asks[i].Cost, now)
 			out[i] = leaseDecision(h.l)
 			out[i].Mark = got[j].Mark
 		case admitted:
@@ -284,8 +284,8 @@ func (l *lease) next(cost float64, now int64) float64 {
 }
 
 // granted records the lease got, taken by ask, of which a request of cost
-// is admitted at now; s.leases.mu is held.
-func (s *Store) granted(l *lease, ask model.Ask, got model.Decision, cost float64, now int64) {
+// is admitted at now; the store's leases.mu is held.
+func (l *lease) granted(ask model.Ask, got model.Decision, cost float64, now int64) {
 	l.units += ask.Cost - cost
 	l.grant = got
 	l.ask = ask
