@@ -62,13 +62,14 @@ type pluginCase struct {
 // pool traded its channel for a mutex (29 allocations per request, two
 // Lock/Unlock pairs): a select on a pool's channel mixed up the channels
 // of several clients under Yaegi (see package core/await), and hung. The
-// lease case is new: 1,204 allocations through Gate.Serve, 286 through the
-// lane's serveLaneLease.
+// lease case is new: 1,204 allocations through Gate.Serve, 319 through the
+// lane's serveLaneLease, which serveLaneAny tries first (286 when
+// ServeLane called it, which cost every other case an allocation).
 var redisCases = []pluginCase{
 	{name: "Redis floor: bare EVALSHA, five headers", redisFloor: true, config: open, remote: ipv4},
 	{name: "token_bucket allowed on Redis", config: open, remote: ipv4, ceiling: 536},
 	{name: "token_bucket rejected on Redis", config: closed, remote: ipv4, rejected: true, ceiling: 715},
-	{name: "token_bucket allowed on Redis from a lease", config: with(open, "lease", 1000), remote: ipv4, ceiling: 301},
+	{name: "token_bucket allowed on Redis from a lease", config: with(open, "lease", 1000), remote: ipv4, ceiling: 335},
 }
 
 // onRedis returns c configured on the Redis server at addr.
