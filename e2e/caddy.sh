@@ -121,7 +121,10 @@ expect_hdr() {
 
 # --- module ------------------------------------------------------------------
 timeout 1800 ./xcaddy.sh build || fail "./xcaddy.sh build failed"
-./caddy list-modules | grep -qx 'http.handlers.sluice' ||
+# The list is read whole before it is searched: under pipefail, grep -q
+# leaving early would fail the pipe with caddy's SIGPIPE.
+modules="$(./caddy list-modules)" || fail "./caddy list-modules failed"
+grep -qx 'http.handlers.sluice' <<<"$modules" ||
 	fail "./caddy list-modules has no http.handlers.sluice"
 ./caddy adapt --config Caddyfile.example --adapter caddyfile --validate >"$tmp/adapt.json" 2>"$tmp/adapt.log" ||
 	fail "Caddyfile.example does not adapt: $(cat "$tmp/adapt.log")"

@@ -82,7 +82,9 @@ for side in plain sluice; do
 	done
 	port_open "${port[$side]}" || die "caddy ($side) not listening after 20s"
 done
-curl -sS --max-time 5 -D - -o /dev/null "http://127.0.0.1:${port[sluice]}/" | grep -qi '^RateLimit:' ||
+head="$(curl -sS --max-time 5 -D - -o /dev/null "http://127.0.0.1:${port[sluice]}/")" ||
+	die "the sluice side does not answer"
+grep -qi '^RateLimit:' <<<"$head" ||
 	die "the sluice side answers without a RateLimit header"
 
 # cpu_ticks prints the CPU time, user and system, that process $1 has used,
