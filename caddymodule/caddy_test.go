@@ -183,11 +183,11 @@ func repeat(status, n int) []int {
 	return s
 }
 
-// counter returns caddy_http_sluice_decisions_total{zone, outcome} of the
+// counter returns sluice_decisions_total{zone, outcome} of the
 // running config's registry.
 func counter(t *testing.T, zone, outcome string) float64 {
 	t.Helper()
-	for _, m := range family(t, "caddy_http_sluice_decisions_total").GetMetric() {
+	for _, m := range family(t, "sluice_decisions_total").GetMetric() {
 		if label(m, "zone") == zone && label(m, "outcome") == outcome {
 			return m.GetCounter().GetValue()
 		}

@@ -122,7 +122,7 @@
 //	DELETE /sluice/zones/<zone>/keys/<key>   reset it
 //	GET    /sluice/zones/<zone>/top?n=20     the heaviest keys by rejections, admitted cost and near misses
 //
-// The metric caddy_http_sluice_decisions_total counts, besides each
+// The metric sluice_decisions_total counts, besides each
 // decision's outcome, the allowed decisions that left the reported zone
 // under its near_limit share of the capacity, with outcome near_limit.
 //

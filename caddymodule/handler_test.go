@@ -66,7 +66,7 @@ func TestAllowThenReject(t *testing.T) {
 	if got := counter(t, "api", "rejected"); got != 1 {
 		t.Errorf("rejected count = %v, want 1", got)
 	}
-	if f := family(t, "caddy_http_sluice_decision_seconds"); f == nil || f.GetMetric()[0].GetHistogram().GetSampleCount() != 4 {
+	if f := family(t, "sluice_decision_seconds"); f == nil || f.GetMetric()[0].GetHistogram().GetSampleCount() != 4 {
 		t.Errorf("decision_seconds = %v, want 4 observations", f)
 	}
 }

@@ -7,36 +7,32 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/telemetry"
 )
 
 // The collectors, registered once per metrics registry (Caddy makes one per
-// loaded config). No label carries a request's key.
+// loaded config), as package telemetry defines them for both hosts. No
+// label carries a request's key.
 func newDecisionsVec() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "caddy",
-		Subsystem: "http_sluice",
-		Name:      "decisions_total",
-		Help:      "Requests decided by sluice, by the zone reported and the outcome (allowed, rejected, dry_run_rejected, store_error_allowed, store_error_denied, cancelled); near_limit counts, among the allowed, those that left the zone less than its near_limit share of the capacity.",
+		Name: telemetry.Decisions,
+		Help: telemetry.DecisionsHelp,
 	}, []string{"zone", "outcome"})
 }
 
 func newDecisionSeconds() prometheus.Histogram {
 	return prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: "caddy",
-		Subsystem: "http_sluice",
-		Name:      "decision_seconds",
-		Help:      "Time sluice took to decide a request, store round trip included, leaky_bucket waits excluded.",
-		Buckets:   []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		Name:    telemetry.DecisionSeconds,
+		Help:    telemetry.DecisionSecondsHelp,
+		Buckets: telemetry.DecisionBuckets(),
 	})
 }
 
 func newBreakerGauge(st *pooledStore) prometheus.GaugeFunc {
 	b := st.breaker
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace:   "caddy",
-		Subsystem:   "http_sluice",
-		Name:        "store_breaker_state",
-		Help:        "State of the circuit breaker in front of a Redis store: 0 closed, 1 open, 2 half-open.",
+		Name:        telemetry.BreakerState,
+		Help:        telemetry.BreakerStateHelp,
 		ConstLabels: prometheus.Labels{"store": st.label},
 	}, func() float64 { return float64(b.State()) })
 }
@@ -48,10 +44,6 @@ type handlerMetrics struct {
 	nearLimit []prometheus.Counter                   // outcome near_limit, by zone index
 	seconds   prometheus.Histogram
 }
-
-// outcomeNearLimit is the outcome label of the allowed decisions that were
-// near misses, counted besides allowed (so that allowed keeps its meaning).
-const outcomeNearLimit = "near_limit"
 
 // newHandlerMetrics registers the collectors in reg (nil: none), reusing
 // those already registered by another handler of the same config.
@@ -68,7 +60,7 @@ func newHandlerMetrics(reg *prometheus.Registry, zones []*Zone, st *pooledStore)
 		for o := 0; o < core.NumOutcomes; o++ {
 			m.decisions[i][o] = vec.WithLabelValues(z.Name, core.Outcome(o).String())
 		}
-		m.nearLimit[i] = vec.WithLabelValues(z.Name, outcomeNearLimit)
+		m.nearLimit[i] = vec.WithLabelValues(z.Name, telemetry.OutcomeNearLimit)
 	}
 	if st.breaker != nil {
 		if _, err := register(reg, newBreakerGauge(st)); err != nil {

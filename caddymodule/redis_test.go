@@ -120,7 +120,7 @@ func TestRedisDown(t *testing.T) {
 	if got := counter(t, "allow", "store_error_allowed"); got != 1 {
 		t.Errorf("store_error_allowed = %v, want 1", got)
 	}
-	if f := family(t, "caddy_http_sluice_store_breaker_state"); f == nil || f.GetMetric()[0].GetGauge().GetValue() != 1 {
+	if f := family(t, "sluice_store_breaker_state"); f == nil || f.GetMetric()[0].GetGauge().GetValue() != 1 {
 		t.Errorf("breaker state = %v, want open (1)", f)
 	}
 
