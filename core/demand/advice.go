@@ -1,0 +1,201 @@
+package demand
+
+import (
+	"math"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/core/model"
+)
+
+// Candidate is a limit an operator considers for a zone, in the zone's
+// algorithm: a rate and, for the buckets, a capacity.
+type Candidate struct {
+	// Name says where the candidate comes from: "configured", "half",
+	// "double", "p99x1.2" or "asked".
+	Name string
+	Rate model.Rate
+	// Burst is a bucket's capacity; zero means the quota, as in
+	// model.Limit. Window algorithms ignore it.
+	Burst float64
+}
+
+// Allowance is the most cost a candidate admits to one key in one period
+// of length period (nanoseconds) of the recorder's: for the window
+// algorithms the quota, scaled to the period when its own differs; for the
+// buckets their capacity plus what they refill in the period, as for a
+// bucket that starts the period full. A key-period whose demand exceeds it
+// is refused at least that excess, so the shares Advice derives from it
+// are the least a candidate would refuse; they are exact for a
+// fixed_window whose period is the recorder's.
+func (c Candidate) Allowance(alg model.Algorithm, period int64) float64 {
+	perPeriod := c.Rate.Quota * float64(period) / float64(c.Rate.Period)
+	switch alg {
+	case model.FixedWindow, model.SlidingWindowLog, model.SlidingWindowCounter:
+		return perPeriod
+	}
+	burst := c.Burst
+	if burst == 0 {
+		burst = c.Rate.Quota
+		if burst < 1 {
+			burst = 1
+		}
+	}
+	return burst + perPeriod
+}
+
+// Quantiles of the demand per key-period.
+type Quantiles struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// Verdict is what a candidate would have refused of the demand recorded:
+// the share of key-periods refused (some of their cost), of keys refused
+// in at least one period, and of the cost asked, each an Estimate whose
+// bounds hold the exact share of the demand recorded.
+type Verdict struct {
+	Name      string  `json:"name"`
+	Rate      string  `json:"rate"`
+	Burst     float64 `json:"burst,omitempty"`
+	Allowance float64 `json:"allowance"`
+
+	KeyPeriods Estimate `json:"refused_key_periods"`
+	Keys       Estimate `json:"refused_keys"`
+	Cost       Estimate `json:"refused_cost"`
+}
+
+// Advice is a zone's demand and what candidate limits would have refused
+// of it: the answer to "if I set this limit, whom would it refuse, and how
+// much?".
+type Advice struct {
+	Zone      string `json:"zone"`
+	Algorithm string `json:"algorithm"`
+	Period    string `json:"period"`
+	// Since is when the figures start (the zone's start or last reset).
+	Since time.Time `json:"since"`
+	// Keys is the number of keys with a complete period; KeyPeriods the
+	// number of complete key-periods, of which PartialKeyPeriods were cut
+	// short by the bound on memory; FollowedKeys the keys followed now.
+	Keys              uint64 `json:"keys"`
+	KeyPeriods        uint64 `json:"key_periods"`
+	PartialKeyPeriods uint64 `json:"partial_key_periods"`
+	FollowedKeys      int    `json:"followed_keys"`
+	// Cost is the cost asked in the complete key-periods.
+	Cost float64 `json:"cost"`
+	// RelativeError bounds the error of each quantile.
+	RelativeError float64   `json:"relative_error"`
+	Demand        Quantiles `json:"demand_per_key_period"`
+	// Candidates are the configured limit, its quota halved and doubled,
+	// the observed p99 plus a fifth, and those asked for.
+	Candidates []Verdict `json:"candidates"`
+}
+
+// Advise returns the advice on zone, whose limit is l, from s; asked are
+// the operator's own candidates, judged after the standard ones.
+func Advise(zone string, l *model.Limit, s *Snapshot, asked []Candidate) Advice {
+	period := l.PeriodNanos()
+	a := Advice{
+		Zone:              zone,
+		Algorithm:         string(l.Algorithm),
+		Period:            model.FormatPeriod(time.Duration(period)),
+		Since:             time.Unix(0, s.Since).UTC(),
+		Keys:              s.Keys.Count(),
+		KeyPeriods:        s.Periods.Count(),
+		PartialKeyPeriods: s.Partial,
+		FollowedKeys:      s.Followed,
+		Cost:              s.Periods.Sum(),
+		RelativeError:     RelativeError,
+		Demand: Quantiles{
+			P50: s.Periods.Quantile(0.5),
+			P90: s.Periods.Quantile(0.9),
+			P95: s.Periods.Quantile(0.95),
+			P99: s.Periods.Quantile(0.99),
+			Max: s.Periods.Quantile(1),
+		},
+	}
+	if a.Algorithm == "" {
+		a.Algorithm = string(model.TokenBucket)
+	}
+	cands := []Candidate{
+		{Name: "configured", Rate: l.Rate, Burst: l.Burst},
+		{Name: "half", Rate: model.Rate{Quota: l.Rate.Quota / 2, Period: l.Rate.Period}, Burst: l.Burst / 2},
+		{Name: "double", Rate: model.Rate{Quota: l.Rate.Quota * 2, Period: l.Rate.Period}, Burst: l.Burst * 2},
+	}
+	if p99 := a.Demand.P99; p99 > 0 {
+		// The configured limit's shape, rescaled so that a period admits
+		// 1.2 × p99: quota and burst in the same proportion.
+		allow := (Candidate{Rate: l.Rate, Burst: l.Burst}).Allowance(l.Algorithm, period)
+		k := 1.2 * p99 / allow
+		cands = append(cands, Candidate{Name: "p99x1.2", Rate: model.Rate{Quota: round(l.Rate.Quota * k), Period: l.Rate.Period}, Burst: round(l.Burst * k)})
+	}
+	cands = append(cands, asked...)
+	for _, c := range cands {
+		a.Candidates = append(a.Candidates, judge(c, l.Algorithm, period, s))
+	}
+	return a
+}
+
+// round rounds a rescaled quota or burst to three significant digits, as
+// an operator would write it.
+func round(v float64) float64 {
+	if v <= 0 {
+		return 0
+	}
+	e := math.Pow(10, math.Floor(math.Log10(v))-2)
+	return math.Round(v/e) * e
+}
+
+// judge returns what c would have refused of s.
+func judge(c Candidate, alg model.Algorithm, period int64, s *Snapshot) Verdict {
+	allow := c.Allowance(alg, period)
+	v := Verdict{Name: c.Name, Rate: c.Rate.String(), Burst: c.Burst, Allowance: allow}
+	n, excess := s.Periods.Over(allow)
+	v.KeyPeriods = n.scale(float64(s.Periods.Count()))
+	v.Cost = excess.scale(s.Periods.Sum())
+	keys, _ := s.Keys.Over(allow)
+	v.Keys = keys.scale(float64(s.Keys.Count()))
+	return v
+}
+
+// ParseCandidates reads the candidates an operator asks for in a query:
+// each candidate=<rate> (model.ParseRate's syntax), with the burst=<n>
+// that follows it in order, if any (burst values pair with candidate
+// values by position). Errors name the parameter.
+func ParseCandidates(q url.Values) ([]Candidate, error) {
+	rates, bursts := q["candidate"], q["burst"]
+	if len(bursts) > len(rates) {
+		return nil, &model.FieldError{Field: "burst", Value: bursts[len(rates)], Reason: "every burst needs a candidate before it"}
+	}
+	if len(rates) > maxAsked {
+		return nil, &model.FieldError{Field: "candidate", Value: strconv.Itoa(len(rates)), Reason: "at most " + strconv.Itoa(maxAsked) + " candidates"}
+	}
+	var out []Candidate
+	for i, s := range rates {
+		r, err := model.ParseRate(s)
+		if err != nil {
+			reason := err.Error()
+			if fe := model.FieldOf(err); fe != nil {
+				reason = fe.Reason
+			}
+			return nil, &model.FieldError{Field: "candidate", Value: s, Reason: reason}
+		}
+		c := Candidate{Name: "asked", Rate: r}
+		if i < len(bursts) {
+			b, err := strconv.ParseFloat(bursts[i], 64)
+			if err != nil || !(b > 0) || math.IsInf(b, 0) {
+				return nil, &model.FieldError{Field: "burst", Value: bursts[i], Reason: "want a positive number"}
+			}
+			c.Burst = b
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// maxAsked bounds the candidates one query may ask for.
+const maxAsked = 16

@@ -1,0 +1,333 @@
+package demand
+
+import (
+	"math"
+	"math/rand"
+	"net/url"
+	"runtime"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core/model"
+)
+
+// exactQuantile is the value of rank q·(n−1) of sorted, as Sketch.Quantile
+// defines it.
+func exactQuantile(sorted []float64, q float64) float64 {
+	if q >= 1 {
+		return sorted[len(sorted)-1]
+	}
+	return sorted[int(q*float64(len(sorted)-1))]
+}
+
+func within(got, want, rel float64) bool {
+	return math.Abs(got-want) <= rel*want+1e-9
+}
+
+func TestSketchQuantiles(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	var s Sketch
+	var all []float64
+	for i := 0; i < 20000; i++ {
+		v := math.Exp(rng.Float64()*18 - 4) // 0.018 … 1.2e6, log-uniform
+		if i%7 == 0 {
+			v = float64(1 + rng.Intn(5)) // many equal small integers
+		}
+		s.Add(v)
+		all = append(all, v)
+	}
+	sort.Float64s(all)
+	for _, q := range []float64{0, 0.01, 0.25, 0.5, 0.9, 0.95, 0.99, 0.999, 1} {
+		want := exactQuantile(all, q)
+		if got := s.Quantile(q); !within(got, want, RelativeError) {
+			t.Errorf("Quantile(%v) = %v, want %v within %v", q, got, want, RelativeError)
+		}
+	}
+	if s.Count() != uint64(len(all)) {
+		t.Errorf("Count = %d, want %d", s.Count(), len(all))
+	}
+}
+
+func TestSketchMerge(t *testing.T) {
+	var a, b, whole Sketch
+	for i := 1; i <= 1000; i++ {
+		v := float64(i) * 0.37
+		whole.Add(v)
+		if i%3 == 0 {
+			a.Add(v)
+		} else {
+			b.Add(v)
+		}
+	}
+	var m Sketch
+	m.Merge(&a)
+	m.Merge(&b)
+	if m.Count() != whole.Count() || m.max != whole.max || math.Abs(m.Sum()-whole.Sum()) > 1e-6 {
+		t.Fatalf("merged count/max/sum %d/%v/%v, want %d/%v/%v", m.Count(), m.max, m.Sum(), whole.Count(), whole.max, whole.Sum())
+	}
+	for i := range whole.counts {
+		if m.counts[i] != whole.counts[i] {
+			t.Fatalf("bucket %d: merged %d, whole %d", i, m.counts[i], whole.counts[i])
+		}
+	}
+	if len(whole.counts)*4 > 3000 {
+		t.Errorf("a sketch holds %d buckets, %d bytes: more than the stated 3 KB", len(whole.counts), len(whole.counts)*4)
+	}
+}
+
+func TestSketchOverBounds(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	var s Sketch
+	var all []float64
+	for i := 0; i < 5000; i++ {
+		v := float64(1 + rng.Intn(300))
+		s.Add(v)
+		all = append(all, v)
+	}
+	for _, a := range []float64{0.5, 1, 20, 99.5, 100, 150, 299, 300, 1000} {
+		var n, ex float64
+		for _, v := range all {
+			if v > a {
+				n++
+				ex += v - a
+			}
+		}
+		cnt, excess := s.Over(a)
+		if n < cnt.Low || n > cnt.High || ex < excess.Low-1e-6 || ex > excess.High+1e-6 {
+			t.Errorf("Over(%v): exact %v values, %v excess; bounds %+v, %+v", a, n, ex, cnt, excess)
+		}
+	}
+}
+
+// minute is the recorders' period in these tests.
+const minute = int64(time.Minute)
+
+func TestRecorderFoldsKeyPeriods(t *testing.T) {
+	r := NewRecorder(minute, 0, 0)
+	r.Add(1e9, "a", 1)
+	r.Add(2e9, "a", 2)
+	r.Add(3e9, "b", 1)
+	r.Add(minute+1, "a", 5) // a's first period is over: folded now
+	r.Add(minute+2, "a", 0) // no cost, no record
+	s := r.Snapshot(minute + 3)
+	if s.Periods.Count() != 2 || s.Periods.Sum() != 4 {
+		t.Fatalf("in the second period: %d key-periods of sum %v, want a's and b's first (2, 4)", s.Periods.Count(), s.Periods.Sum())
+	}
+	s = r.Snapshot(2*minute + 1)
+	if s.Periods.Count() != 3 || s.Periods.Sum() != 9 || s.Followed != 2 {
+		t.Fatalf("in the third period: %d key-periods of sum %v, %d keys followed; want 3, 9, 2", s.Periods.Count(), s.Periods.Sum(), s.Followed)
+	}
+	if s.Keys.Count() != 2 || s.Keys.max != 5 {
+		t.Fatalf("keys %d, largest peak %v; want 2 keys, a's peak 5", s.Keys.Count(), s.Keys.max)
+	}
+	// Idle past the horizon (an hour), the keys are retired, their peaks kept.
+	s = r.Snapshot(62 * minute)
+	if s.Followed != 0 || s.Keys.Count() != 2 || s.Periods.Count() != 3 {
+		t.Fatalf("after retirement: %d followed, %d keys, %d key-periods; want 0, 2, 3", s.Followed, s.Keys.Count(), s.Periods.Count())
+	}
+	r.Reset(63 * minute)
+	if s = r.Snapshot(63 * minute); s.Periods.Count() != 0 || s.Keys.Count() != 0 || s.Since != 63*minute {
+		t.Fatalf("after Reset: %+v", s)
+	}
+}
+
+func TestRecorderBoundsMemory(t *testing.T) {
+	r := NewRecorder(minute, 64, 0)
+	for i := 0; i < 10000; i++ {
+		r.Add(int64(i), strconv.Itoa(i), 1)
+	}
+	s := r.Snapshot(1000)
+	if s.Followed > 64 {
+		t.Fatalf("%d keys followed, bound 64", s.Followed)
+	}
+	if s.Partial == 0 || s.Periods.Count() != s.Partial {
+		t.Fatalf("evicted keys' periods: %d folded, %d partial; want all folded partial", s.Periods.Count(), s.Partial)
+	}
+	if got := s.Periods.Count() + uint64(s.Followed); got != 10000 {
+		t.Fatalf("folded + followed = %d, want every key, 10000", got)
+	}
+}
+
+func TestRecorderConcurrent(t *testing.T) {
+	r := NewRecorder(minute, 0, 0)
+	const workers, each = 8, 500
+	done := make(chan bool)
+	for w := 0; w < workers; w++ {
+		go func(w int) {
+			for i := 0; i < each; i++ {
+				r.Add(int64(i), strconv.Itoa(i%50), 0.5)
+			}
+			done <- true
+		}(w)
+	}
+	for w := 0; w < workers; w++ {
+		<-done
+	}
+	s := r.Snapshot(minute)
+	if s.Periods.Count() != 50 || s.Periods.Sum() != workers*each*0.5 {
+		t.Fatalf("%d key-periods of sum %v, want 50 of %v", s.Periods.Count(), s.Periods.Sum(), workers*each*0.5)
+	}
+}
+
+// TestAdviceZipf checks Advise against the exact answers computed from the
+// trace: 200,000 requests of 50,000 clients whose frequencies follow Zipf's
+// law, over 20 periods.
+func TestAdviceZipf(t *testing.T) {
+	const clients, requests, periods = 50000, 200000, 20
+	n := requests
+	if testing.Short() {
+		n = requests / 10
+	}
+	rng := rand.New(rand.NewSource(3))
+	zipf := rand.NewZipf(rng, 1.1, 4, clients-1)
+	l := &model.Limit{Name: "api", Rate: model.Rate{Quota: 100, Period: time.Minute}, Burst: 20}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	r := NewRecorder(minute, 0, 0)
+	type kp struct {
+		key    uint64
+		period int64
+	}
+	exact := make(map[kp]float64)
+	for i := 0; i < n; i++ {
+		now := int64(i) * (periods * minute / int64(n))
+		k := zipf.Uint64()
+		cost := 1.0
+		if i%10 == 0 {
+			cost = 2.5
+		}
+		r.Add(now, strconv.FormatUint(k, 10), cost)
+		exact[kp{k, now / minute}] += cost
+	}
+	s := r.Snapshot(periods*minute + 1)
+	asked, err := ParseCandidates(url.Values{"candidate": {"10/1m", "1/s"}, "burst": {"5"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := Advise("api", l, &s, asked)
+
+	var all []float64
+	var total float64
+	peak := make(map[uint64]float64)
+	for k, v := range exact {
+		all = append(all, v)
+		total += v
+		if v > peak[k.key] {
+			peak[k.key] = v
+		}
+	}
+	sort.Float64s(all)
+	if a.KeyPeriods != uint64(len(all)) || a.Keys != uint64(len(peak)) || a.PartialKeyPeriods != 0 {
+		t.Fatalf("advice counts %d key-periods, %d keys, %d partial; exact %d, %d, 0", a.KeyPeriods, a.Keys, a.PartialKeyPeriods, len(all), len(peak))
+	}
+	for _, c := range []struct {
+		q   float64
+		got float64
+	}{{0.5, a.Demand.P50}, {0.9, a.Demand.P90}, {0.95, a.Demand.P95}, {0.99, a.Demand.P99}, {1, a.Demand.Max}} {
+		if want := exactQuantile(all, c.q); !within(c.got, want, RelativeError) {
+			t.Errorf("quantile %v: advice %v, exact %v (relative error %v)", c.q, c.got, want, RelativeError)
+		}
+	}
+	if len(a.Candidates) != 6 {
+		t.Fatalf("%d candidates, want configured, half, double, p99x1.2 and the 2 asked", len(a.Candidates))
+	}
+	for _, v := range a.Candidates {
+		var periodsOver, keysOver, excess float64
+		for _, d := range all {
+			if d > v.Allowance {
+				periodsOver++
+				excess += d - v.Allowance
+			}
+		}
+		for _, p := range peak {
+			if p > v.Allowance {
+				keysOver++
+			}
+		}
+		check := func(what string, e Estimate, exact float64) {
+			if exact < e.Low-1e-9 || exact > e.High+1e-9 {
+				t.Errorf("%s %s: exact %.5f outside the bounds [%.5f, %.5f]", v.Name, what, exact, e.Low, e.High)
+			}
+			if math.Abs(e.Value-exact) > 0.01 {
+				t.Errorf("%s %s: estimate %.5f, exact %.5f: more than 1 percentage point apart", v.Name, what, e.Value, exact)
+			}
+		}
+		check("key-periods", v.KeyPeriods, periodsOver/float64(len(all)))
+		check("keys", v.Keys, keysOver/float64(len(peak)))
+		check("cost", v.Cost, excess/total)
+	}
+	if c := a.Candidates[0]; c.Name != "configured" || c.Allowance != 120 {
+		t.Errorf("configured candidate %+v, want allowance 120 (burst 20 + 100 a minute)", c)
+	}
+	if c := a.Candidates[5]; c.Name != "asked" || c.Allowance != 61 {
+		t.Errorf("asked 1/s: %+v, want allowance 61 (a burst of 1 + 60 a minute)", c)
+	}
+}
+
+func TestAllowance(t *testing.T) {
+	for _, c := range []struct {
+		alg  model.Algorithm
+		cand Candidate
+		want float64
+	}{
+		{model.FixedWindow, Candidate{Rate: model.Rate{Quota: 100, Period: time.Minute}}, 100},
+		{model.SlidingWindowCounter, Candidate{Rate: model.Rate{Quota: 10, Period: time.Second}}, 600},
+		{model.TokenBucket, Candidate{Rate: model.Rate{Quota: 100, Period: time.Minute}}, 200},
+		{model.LeakyBucket, Candidate{Rate: model.Rate{Quota: 100, Period: time.Minute}, Burst: 5}, 105},
+		{"", Candidate{Rate: model.Rate{Quota: 0.5, Period: time.Minute}}, 1.5},
+	} {
+		if got := c.cand.Allowance(c.alg, minute); got != c.want {
+			t.Errorf("%s %v burst %v: allowance %v, want %v", c.alg, c.cand.Rate, c.cand.Burst, got, c.want)
+		}
+	}
+}
+
+func TestParseCandidatesErrors(t *testing.T) {
+	for _, c := range []struct {
+		q     url.Values
+		field string
+	}{
+		{url.Values{"candidate": {"100"}}, "candidate"},
+		{url.Values{"candidate": {"x/m"}}, "candidate"},
+		{url.Values{"candidate": {"100/m"}, "burst": {"0"}}, "burst"},
+		{url.Values{"candidate": {"100/m"}, "burst": {"1", "2"}}, "burst"},
+		{url.Values{"burst": {"3"}}, "burst"},
+		{url.Values{"candidate": make([]string, maxAsked+1)}, "candidate"},
+	} {
+		_, err := ParseCandidates(c.q)
+		if fe := model.FieldOf(err); fe == nil || fe.Field != c.field {
+			t.Errorf("ParseCandidates(%v) = %v, want an error on %s", c.q, err, c.field)
+		}
+	}
+	if got, err := ParseCandidates(url.Values{}); err != nil || got != nil {
+		t.Errorf("no candidates: %v, %v", got, err)
+	}
+}
+
+// TestRecorderMemory states a recorder's memory: its two sketches are
+// fixed in size, and a followed key costs about 130 bytes.
+func TestRecorderMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures the heap")
+	}
+	heap := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	r := NewRecorder(minute, 0, 0)
+	for i := 0; i < DefaultMaxKeys; i++ {
+		r.Add(int64(i), "client-"+strconv.Itoa(i), 1)
+	}
+	per := float64(heap()-before) / DefaultMaxKeys
+	runtime.KeepAlive(r)
+	t.Logf("%d keys followed: %.0f bytes a key", DefaultMaxKeys, per)
+	if per > 200 {
+		t.Errorf("a followed key takes %.0f bytes, the doc says about 130", per)
+	}
+}

@@ -1,0 +1,240 @@
+package demand
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+)
+
+// DefaultMaxKeys is the most keys a Recorder follows at once unless told
+// otherwise: with about 130 bytes a key (its string, its entry, the map's
+// share; TestRecorderMemory), some 8 MiB for a limit whose keys all keep
+// asking.
+const DefaultMaxKeys = 1 << 16
+
+// numShards is the number of independently locked parts of a Recorder's
+// keys, so that parallel requests of different keys rarely wait for one
+// another.
+const numShards = 16
+
+// Recorder records a limit's demand per key and period: the cost each key
+// asks in each period of the limit (aligned on the Unix epoch), admitted
+// or refused. A key-period is folded into a Sketch once its period is
+// over, when its key asks again or at the next sweep (at most one period
+// later); a key idle for longer than the idle horizon is retired, its
+// largest period folded into a second Sketch, of keys. Memory is bounded:
+// at most MaxKeys keys are followed, and when a shard is full even after a
+// sweep, the key idle the longest in a sample is retired early, its
+// current period folded as it stands (a partial key-period, which Advice
+// counts). It is safe for concurrent use.
+type Recorder struct {
+	period   int64 // nanoseconds
+	idle     int64 // nanoseconds a key may be idle and stay followed
+	perShard int
+	seed     maphash.Seed
+	shards   []shard // numShards of them
+
+	mu      sync.Mutex
+	periods Sketch // demand of each complete key-period
+	peaks   Sketch // largest period demand of each retired key
+	partial uint64 // key-periods folded early, by a retirement
+	since   int64  // instant of the last reset
+}
+
+type shard struct {
+	mu    sync.Mutex
+	keys  map[string]entry
+	sweep int64 // instant the next sweep is due
+}
+
+// entry is one followed key.
+type entry struct {
+	period int64   // the period of sum, as an index since the epoch
+	sum    float64 // demand in that period so far
+	peak   float64 // largest demand of the key's complete periods
+	last   int64   // instant of the key's last ask
+}
+
+// NewRecorder returns a Recorder of the demand per period (nanoseconds,
+// positive) of at most maxKeys keys at once (zero: DefaultMaxKeys). A
+// key is retired after max(2 periods, 1 hour) without asking, so a key
+// that asks again later than that counts as a new key. now is the instant
+// its figures start from.
+func NewRecorder(period int64, maxKeys int, now int64) *Recorder {
+	if maxKeys <= 0 {
+		maxKeys = DefaultMaxKeys
+	}
+	per := maxKeys / numShards
+	if per < 1 {
+		per = 1
+	}
+	idle := 2 * period
+	if idle < int64(time.Hour) {
+		idle = int64(time.Hour)
+	}
+	r := &Recorder{period: period, idle: idle, perShard: per, seed: maphash.MakeSeed(), since: now, shards: make([]shard, numShards)}
+	for i := range r.shards {
+		r.shards[i].keys = make(map[string]entry)
+	}
+	return r
+}
+
+// Period is the length of the recorder's periods, in nanoseconds.
+func (r *Recorder) Period() int64 { return r.period }
+
+// Add records that key asked cost at now (nanoseconds since the epoch).
+// A cost that is not positive records nothing.
+func (r *Recorder) Add(now int64, key string, cost float64) {
+	if !(cost > 0) {
+		return
+	}
+	p := now / r.period
+	sh := &r.shards[maphash.String(r.seed, key)%numShards]
+	sh.mu.Lock()
+	if now >= sh.sweep {
+		r.sweep(sh, now)
+	}
+	e, ok := sh.keys[key]
+	if !ok {
+		if len(sh.keys) >= r.perShard {
+			r.evict(sh)
+		}
+		e.period = p
+	} else if e.period != p {
+		r.fold(e.sum, false)
+		if e.sum > e.peak {
+			e.peak = e.sum
+		}
+		e.period, e.sum = p, 0
+	}
+	e.sum += cost
+	e.last = now
+	sh.keys[key] = e
+	sh.mu.Unlock()
+}
+
+// fold records a key-period's demand v, partial when its period was not
+// over. It is called with a shard's lock held.
+func (r *Recorder) fold(v float64, partial bool) {
+	if !(v > 0) {
+		return
+	}
+	r.mu.Lock()
+	r.periods.Add(v)
+	if partial {
+		r.partial++
+	}
+	r.mu.Unlock()
+}
+
+// retire records the largest period demand of a key no longer followed.
+func (r *Recorder) retire(peak float64) {
+	if !(peak > 0) {
+		return
+	}
+	r.mu.Lock()
+	r.peaks.Add(peak)
+	r.mu.Unlock()
+}
+
+// sweep folds the key-periods of sh that are over and retires its keys
+// idle beyond the horizon; the next sweep is due half a period later.
+func (r *Recorder) sweep(sh *shard, now int64) {
+	p := now / r.period
+	for k, e := range sh.keys {
+		if e.period < p && e.sum > 0 {
+			r.fold(e.sum, false)
+			if e.sum > e.peak {
+				e.peak = e.sum
+			}
+			e.sum = 0
+			sh.keys[k] = e
+		}
+		if now-e.last > r.idle {
+			r.retire(e.peak)
+			delete(sh.keys, k)
+		}
+	}
+	sh.sweep = now + r.period/2
+}
+
+// evict retires, from a full shard, the key idle the longest among a few
+// (map iteration order samples them), its current period folded as it
+// stands.
+func (r *Recorder) evict(sh *shard) {
+	var victim string
+	var oldest entry
+	n := 0
+	for k, e := range sh.keys {
+		if n == 0 || e.last < oldest.last {
+			victim, oldest = k, e
+		}
+		n++
+		if n == 8 {
+			break
+		}
+	}
+	peak := oldest.peak
+	if oldest.sum > peak {
+		peak = oldest.sum
+	}
+	r.fold(oldest.sum, true)
+	r.retire(peak)
+	delete(sh.keys, victim)
+}
+
+// Reset forgets everything recorded; figures start again from now.
+func (r *Recorder) Reset(now int64) {
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		sh.keys = make(map[string]entry)
+		sh.sweep = 0
+		sh.mu.Unlock()
+	}
+	r.mu.Lock()
+	r.periods, r.peaks, r.partial, r.since = Sketch{}, Sketch{}, 0, now
+	r.mu.Unlock()
+}
+
+// Snapshot is what a Recorder has recorded, at one instant.
+type Snapshot struct {
+	// Since is the instant the figures start from (the recorder's
+	// creation or last reset), nanoseconds since the epoch.
+	Since int64
+	// Periods holds the demand of each complete key-period.
+	Periods Sketch
+	// Keys holds, for every key with a complete period, the largest
+	// demand of its periods: a key retired and seen again counts twice.
+	Keys Sketch
+	// Partial is how many of Periods were folded before their period
+	// was over, their key retired early to bound memory.
+	Partial uint64
+	// Followed is how many keys the recorder follows now.
+	Followed int
+}
+
+// Snapshot folds every key-period that is over at now and returns the
+// recorder's figures. It visits every followed key: it is for an
+// operator's query, not for a request.
+func (r *Recorder) Snapshot(now int64) Snapshot {
+	var live Sketch
+	followed := 0
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		r.sweep(sh, now)
+		followed += len(sh.keys)
+		for _, e := range sh.keys {
+			live.Add(e.peak)
+		}
+		sh.mu.Unlock()
+	}
+	r.mu.Lock()
+	s := Snapshot{Since: r.since, Partial: r.partial, Followed: followed}
+	s.Periods.Merge(&r.periods)
+	s.Keys.Merge(&r.peaks)
+	r.mu.Unlock()
+	s.Keys.Merge(&live)
+	return s
+}

@@ -1,0 +1,181 @@
+package demand
+
+import "math"
+
+// RelativeError is the sketch's accuracy: a value it reports (a quantile,
+// the demand of a bucket) is within this fraction of a value it recorded.
+const RelativeError = 0.02
+
+// The sketch's range. Values below minValue count as minValue's bucket
+// (a demand smaller than a hundredth of a cost unit per period), values
+// above maxValue as maxValue's; both are far beyond a limit's useful
+// range, and the exact sum and largest value are kept besides.
+const (
+	minValue = 1e-2
+	maxValue = 1e8
+)
+
+// gamma is the ratio of a bucket's upper bound to its lower bound, such
+// that a bucket's midpoint 2·γ^i/(γ+1) (times minValue) is within
+// RelativeError of any value in it: (γ−1)/(γ+1) = RelativeError.
+var (
+	gamma    = (1 + RelativeError) / (1 - RelativeError)
+	lnGamma  = math.Log(gamma)
+	nBuckets = int(math.Ceil(math.Log(maxValue/minValue)/lnGamma)) + 1
+)
+
+// Sketch is a log-bucketed histogram of positive values in the manner of
+// DDSketch (Masson, Rim and Lee, VLDB 2019): bucket i holds the values in
+// (minValue·γ^(i−1), minValue·γ^i], so that every quantile it reports is
+// within RelativeError of a recorded value of that rank. Its size is fixed
+// (about 2.3 KB) whatever it records, and two sketches merge exactly by
+// adding their counts. The zero Sketch is empty and ready to use; it is
+// not safe for concurrent use.
+type Sketch struct {
+	counts []uint32 // by bucket; allocated at the first Add
+	n      uint64   // values recorded
+	sum    float64  // their exact sum
+	max    float64  // the largest
+}
+
+// bucket returns the index of the bucket holding v.
+func bucket(v float64) int {
+	if v <= minValue {
+		return 0
+	}
+	i := int(math.Ceil(math.Log(v/minValue) / lnGamma))
+	if i >= nBuckets {
+		return nBuckets - 1
+	}
+	return i
+}
+
+// bounds returns the lower (exclusive) and upper (inclusive) bounds of
+// bucket i; bucket 0 holds everything up to minValue.
+func bounds(i int) (lo, hi float64) {
+	hi = minValue * math.Pow(gamma, float64(i))
+	if i == 0 {
+		return 0, hi
+	}
+	return hi / gamma, hi
+}
+
+// value is the value the sketch reports for bucket i: within
+// RelativeError of every value in it.
+func value(i int) float64 {
+	return minValue * 2 * math.Pow(gamma, float64(i)) / (gamma + 1)
+}
+
+// Add records v, which must be positive.
+func (s *Sketch) Add(v float64) {
+	if !(v > 0) || math.IsInf(v, 0) {
+		return
+	}
+	if s.counts == nil {
+		s.counts = make([]uint32, nBuckets)
+	}
+	s.counts[bucket(v)]++
+	s.n++
+	s.sum += v
+	if v > s.max {
+		s.max = v
+	}
+}
+
+// Merge adds every value of o to s.
+func (s *Sketch) Merge(o *Sketch) {
+	if o.n == 0 {
+		return
+	}
+	if s.counts == nil {
+		s.counts = make([]uint32, nBuckets)
+	}
+	for i, c := range o.counts {
+		s.counts[i] += c
+	}
+	s.n += o.n
+	s.sum += o.sum
+	if o.max > s.max {
+		s.max = o.max
+	}
+}
+
+// Count is the number of values recorded.
+func (s *Sketch) Count() uint64 { return s.n }
+
+// Sum is the exact sum of the values recorded.
+func (s *Sketch) Sum() float64 { return s.sum }
+
+// Quantile returns the value of rank q·(Count−1) among those recorded,
+// within RelativeError; q = 1 returns the largest value exactly. It
+// returns 0 for an empty sketch.
+func (s *Sketch) Quantile(q float64) float64 {
+	if s.n == 0 {
+		return 0
+	}
+	if q >= 1 {
+		return s.max
+	}
+	if q < 0 {
+		q = 0
+	}
+	rank := uint64(q * float64(s.n-1))
+	var seen uint64
+	for i, c := range s.counts {
+		seen += uint64(c)
+		if seen > rank {
+			v := value(i)
+			if v > s.max {
+				return s.max
+			}
+			return v
+		}
+	}
+	return s.max
+}
+
+// Over estimates how many of the values recorded exceed a, and by how
+// much in total, with bounds: the values of the bucket holding a may lie
+// on either side of it, so count's bounds differ by that bucket's count,
+// and each value's excess is known within its bucket's width.
+func (s *Sketch) Over(a float64) (count, excess Estimate) {
+	for i, c := range s.counts {
+		if c == 0 {
+			continue
+		}
+		lo, hi := bounds(i)
+		n := float64(c)
+		if v := value(i); v > a {
+			count.Value += n
+			excess.Value += n * (v - a)
+		}
+		if lo >= a {
+			count.Low += n
+			excess.Low += n * (lo - a)
+		}
+		if hi > a {
+			count.High += n
+			excess.High += n * (hi - a)
+		}
+	}
+	if s.max <= a { // no value exceeds a
+		return Estimate{}, Estimate{}
+	}
+	return count, excess
+}
+
+// Estimate is a figure the sketch can only bound: its best value and the
+// interval that holds the exact one.
+type Estimate struct {
+	Value float64 `json:"value"`
+	Low   float64 `json:"low"`
+	High  float64 `json:"high"`
+}
+
+// scale returns e divided by d (e unchanged when d is 0).
+func (e Estimate) scale(d float64) Estimate {
+	if d == 0 {
+		return e
+	}
+	return Estimate{Value: e.Value / d, Low: e.Low / d, High: e.High / d}
+}
