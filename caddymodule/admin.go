@@ -17,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/inspect"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
@@ -38,8 +39,11 @@ func init() {
 //	GET    /sluice/zones/<zone>/keys/<key>   a key's state
 //	DELETE /sluice/zones/<zone>/keys/<key>   reset it: the key's next request finds the zone whole
 //	GET    /sluice/zones/<zone>/top?n=20     the heaviest keys by rejections, admitted cost and near misses
+//	GET    /sluice/zones/<zone>/advice       the demand per key and period, and what candidate limits would refuse of it
+//	DELETE /sluice/zones/<zone>/advice       forget the demand recorded: figures start again
 //
-// A zone is addressed by its ID, "<name>@<handler>", as /sluice/zones
+// Advice takes candidates of its own as ?candidate=100/1m&burst=20
+// (repeated, each burst pairing with the candidate before it). A zone is addressed by its ID, "<name>@<handler>", as /sluice/zones
 // lists it (the handler's part is the zone's key prefix without its
 // slash: "per_ip@srv0", "per_ip@srv0#1" for the second zone per_ip of
 // server srv0, "per_ip@=api" in share group api), or by its name alone
@@ -154,33 +158,47 @@ func findZone(ref string) (*adminZone, error) {
 	return nil, apiError(http.StatusConflict, "zone name %q is used by several zones; use an ID: %s", ref, strings.Join(ids, ", "))
 }
 
-// sketches holds the zones' heavy-hitter sketches, keyed by sketchKey, so
-// that a config reload keeps the rankings and the zones of a share group
-// rank together.
-var sketches = caddy.NewUsagePool()
+// watches holds the zones' heavy-hitter sketches and demand recorders,
+// keyed by watchKey, so that a config reload keeps the rankings and the
+// demand, and the zones of a share group rank and record together.
+var watches = caddy.NewUsagePool()
 
-// pooledSketch is a sketch in the pool.
-type pooledSketch struct{ *inspect.HeavyHitters }
+// pooledWatch is what the pool holds for a zone: its heavy-hitter sketch
+// and, for a zone with a rate and demand_keys not negative, its demand.
+type pooledWatch struct {
+	top    *inspect.HeavyHitters
+	demand *demand.Recorder
+}
 
-// Destruct implements caddy.Destructor; a sketch holds nothing to close.
-func (pooledSketch) Destruct() error { return nil }
+// Destruct implements caddy.Destructor; a watch holds nothing to close.
+func (pooledWatch) Destruct() error { return nil }
 
-// acquireSketch returns the sketch of z, whose prefix is set, building it
-// on first use, and records it for Cleanup.
-func (h *Handler) acquireSketch(z *Zone) (*inspect.HeavyHitters, error) {
-	key := z.prefix + "\x00" + z.Name + "\x00" + strconv.Itoa(z.TopKeys) + "\x00" + time.Duration(z.TopWindow).String()
-	v, _, err := sketches.LoadOrNew(key, func() (caddy.Destructor, error) {
+// acquireWatch sets the sketch and demand recorder of z, whose prefix is
+// set, building them on first use, and records them for Cleanup. A
+// reload keeps them while the zone's top_keys, top_window, period and
+// demand_keys are unchanged.
+func (h *Handler) acquireWatch(z *Zone) error {
+	period := z.limit.PeriodNanos()
+	key := z.prefix + "\x00" + z.Name + "\x00" + strconv.Itoa(z.TopKeys) + "\x00" + time.Duration(z.TopWindow).String() +
+		"\x00" + strconv.FormatInt(period, 10) + "\x00" + strconv.Itoa(z.DemandKeys)
+	v, _, err := watches.LoadOrNew(key, func() (caddy.Destructor, error) {
 		hh, err := inspect.NewHeavyHitters(z.TopKeys, time.Duration(z.TopWindow))
 		if err != nil {
 			return nil, fmt.Errorf("top_keys, top_window: %w", err)
 		}
-		return pooledSketch{hh}, nil
+		w := pooledWatch{top: hh}
+		if period > 0 && z.DemandKeys >= 0 {
+			w.demand = demand.NewRecorder(period, z.DemandKeys, clockNow())
+		}
+		return w, nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	h.sketches = append(h.sketches, key)
-	return v.(pooledSketch).HeavyHitters, nil
+	h.watches = append(h.watches, key)
+	w := v.(pooledWatch)
+	z.top, z.demand = w.top, w.demand
+	return nil
 }
 
 // adminTimeout bounds each store call the admin API makes.
@@ -233,6 +251,15 @@ func serveAdmin(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		return topKeys(w, r, az)
+	case len(parts) == 3 && parts[0] == "zones" && parts[2] == "advice":
+		if err := onlyMethods(r, http.MethodGet, http.MethodDelete); err != nil {
+			return err
+		}
+		az, err := findZone(parts[1])
+		if err != nil {
+			return err
+		}
+		return advice(w, r, az)
 	}
 	return apiError(http.StatusNotFound, "resource not found: %s", r.URL.Path)
 }
@@ -458,6 +485,28 @@ func topKeys(w http.ResponseWriter, r *http.Request, az *adminZone) error {
 	return writeJSON(w, ans)
 }
 
+// advice answers GET /sluice/zones/<zone>/advice, with any
+// ?candidate=<rate>&burst=<n> the operator asks about, and resets the
+// zone's demand on DELETE.
+func advice(w http.ResponseWriter, r *http.Request, az *adminZone) error {
+	rec := az.z.demand
+	if rec == nil {
+		return apiError(http.StatusNotFound, "zone %s records no demand (no rate, or demand_keys off)", az.id)
+	}
+	now := clockNow()
+	if r.Method == http.MethodDelete {
+		rec.Reset(now)
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	asked, err := demand.ParseCandidates(r.URL.Query())
+	if err != nil {
+		return apiError(http.StatusBadRequest, "%v", err)
+	}
+	snap := rec.Snapshot(now)
+	return writeJSON(w, demand.Advise(az.id, az.z.limit, &snap, asked))
+}
+
 // onlyMethods returns a 405 error unless r's method is one of methods.
 func onlyMethods(r *http.Request, methods ...string) error {
 	for _, m := range methods {
@@ -487,5 +536,5 @@ func writeJSON(w http.ResponseWriter, v any) error {
 // Interface guards
 var (
 	_ caddy.AdminRouter = AdminAPI{}
-	_ caddy.Destructor  = pooledSketch{}
+	_ caddy.Destructor  = pooledWatch{}
 )

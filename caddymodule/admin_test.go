@@ -11,12 +11,14 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -276,7 +278,7 @@ func TestAdminReload(t *testing.T) {
 		t.Errorf("after stop: %d zones registered, want 0", n)
 	}
 	n := 0
-	sketches.Range(func(any, any) bool { n++; return true })
+	watches.Range(func(any, any) bool { n++; return true })
 	if n != 0 {
 		t.Errorf("after stop: %d sketches in the pool, want 0", n)
 	}
@@ -409,5 +411,70 @@ func TestCeilMilli(t *testing.T) {
 	}
 	if got := ceilMilli(1996*time.Millisecond + 1); got != 1.997 {
 		t.Errorf("ceilMilli(1.996000001s) = %v, want 1.997", got)
+	}
+}
+
+// TestAdminAdvice: a zone's demand per key and period, on a fake clock,
+// read through GET /sluice/zones/<zone>/advice (with a candidate of the
+// operator's) and the demand metrics, then forgotten by DELETE.
+func TestAdminAdvice(t *testing.T) {
+	now := int64(1e9) * 1800000000 // a whole minute
+	testClock = func() int64 { return atomic.LoadInt64(&now) }
+	t.Cleanup(func() { testClock = nil })
+	p := freePorts(t, 1)
+	urls, api := loadWithAdmin(t, server{port: p[0], handler: map[string]any{"zones": []any{
+		zone("api", "2/m", "key", "{http.request.header.X-Client}"),
+		map[string]any{"name": "slots", "max_in_flight": 1},
+	}}})
+	wantStatus(t, urls[0], []int{200, 200, 429}, "X-Client", "a")
+	wantStatus(t, urls[0], []int{200}, "X-Client", "b")
+	var adv demand.Advice
+	api.mustCall("GET", "/sluice/zones/api/advice", &adv)
+	if adv.KeyPeriods != 0 || adv.FollowedKeys != 2 {
+		t.Fatalf("within the first minute: %d key-periods, %d keys followed; want 0 (none over), 2", adv.KeyPeriods, adv.FollowedKeys)
+	}
+	atomic.AddInt64(&now, int64(time.Minute))
+	api.mustCall("GET", "/sluice/zones/api/advice?candidate=1/m", &adv)
+	if adv.Zone != "api@srv0" || adv.Period != "1m" || adv.Keys != 2 || adv.KeyPeriods != 2 || adv.Cost != 4 || adv.Demand.Max != 3 {
+		t.Fatalf("advice: %+v; want zone api@srv0, period 1m, 2 keys, 2 key-periods asking 4, max 3 (the refused request counts)", adv)
+	}
+	want := map[string]float64{"configured": 0, "half": 0.5, "double": 0, "asked": 0.5} // share of key-periods refused
+	for _, c := range adv.Candidates {
+		if w, ok := want[c.Name]; ok && c.KeyPeriods.Value != w {
+			t.Errorf("candidate %s (%s, allowance %v): refuses %v of the key-periods, want %v", c.Name, c.Rate, c.Allowance, c.KeyPeriods.Value, w)
+		}
+		delete(want, c.Name)
+	}
+	if len(want) != 0 {
+		t.Errorf("candidates missing: %v (got %+v)", want, adv.Candidates)
+	}
+
+	var q, kp float64
+	for _, m := range family(t, "sluice_demand").GetMetric() {
+		if label(m, "zone") == "api" && label(m, "quantile") == "1" {
+			q = m.GetGauge().GetValue()
+		}
+	}
+	for _, m := range family(t, "sluice_demand_key_periods_total").GetMetric() {
+		if label(m, "zone") == "api" {
+			kp = m.GetCounter().GetValue()
+		}
+	}
+	if q != 3 || kp != 2 {
+		t.Errorf("metrics: largest demand %v, key-periods %v; want 3, 2", q, kp)
+	}
+
+	if status := api.call("GET", "/sluice/zones/api/advice?candidate=fast", nil); status != http.StatusBadRequest {
+		t.Errorf("a bad candidate: status %d, want 400", status)
+	}
+	if status := api.call("GET", "/sluice/zones/slots/advice", nil); status != http.StatusNotFound {
+		t.Errorf("a zone without a rate: status %d, want 404", status)
+	}
+	if status := api.call("DELETE", "/sluice/zones/api/advice", nil); status != http.StatusNoContent {
+		t.Fatalf("DELETE advice: status %d, want 204", status)
+	}
+	api.mustCall("GET", "/sluice/zones/api/advice", &adv)
+	if adv.KeyPeriods != 0 || adv.FollowedKeys != 0 || !adv.Since.Equal(time.Unix(0, now).UTC()) {
+		t.Errorf("after DELETE: %+v, want nothing since %v", adv, time.Unix(0, now).UTC())
 	}
 }

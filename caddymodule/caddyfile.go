@@ -177,6 +177,8 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 				err = d.Errf("top_window %q: want a duration from %v to %v", d.Val(), inspect.MinSketchWindow, inspect.MaxSketchWindow)
 			}
 			z.TopWindow = caddy.Duration(dur)
+		case "demand_keys":
+			z.DemandKeys, err = demandKeysArg(d, sub)
 		default:
 			return d.Errf("zone %q: unrecognized subdirective %q", z.Name, sub)
 		}
@@ -436,6 +438,23 @@ func intArg(d *caddyfile.Dispenser, name string, lo, hi int) (int, error) {
 	n, err := strconv.Atoi(s)
 	if err != nil || n < lo || n > hi {
 		return 0, d.Errf("%s %q: want an integer from %d to %d", name, s, lo, hi)
+	}
+	return n, nil
+}
+
+// demandKeysArg reads demand_keys's argument: off (-1) or a number of
+// keys.
+func demandKeysArg(d *caddyfile.Dispenser, name string) (int, error) {
+	s, err := oneArg(d, name, nil)
+	if err != nil {
+		return 0, err
+	}
+	if s == "off" {
+		return -1, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > maxDemandKeys {
+		return 0, d.Errf("%s %q: want off or an integer from 1 to %d", name, s, maxDemandKeys)
 	}
 	return n, nil
 }

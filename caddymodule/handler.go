@@ -115,7 +115,7 @@ type Handler struct {
 	gate      *core.Gate
 	store     *pooledStore // the primary store, which the admin API reads
 	stores    []string     // pool keys this handler holds, released by Cleanup
-	sketches  []string     // sketch pool keys this handler holds, released by Cleanup
+	watches   []string     // watch pool keys this handler holds, released by Cleanup
 	admin     []*adminZone // the handler's zones in the admin API's registry
 	logger    *zap.Logger
 	warnings  *warnLimiter
@@ -168,7 +168,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		z.prefix = zonePrefix(ctx, h.Share, z.Name)
 		z.nearAt = z.nearLimit() * z.limit.Capacity()
 		z.nameValue = z.Name
-		if z.top, err = h.acquireSketch(z); err != nil {
+		if err := h.acquireWatch(z); err != nil {
 			return fmt.Errorf("zone %q: %w", z.Name, err)
 		}
 		limits[i] = z.limit
@@ -300,12 +300,12 @@ func (h *Handler) Cleanup() error {
 		}
 	}
 	h.stores = nil
-	for _, key := range h.sketches {
-		if _, err := sketches.Delete(key); err != nil {
+	for _, key := range h.watches {
+		if _, err := watches.Delete(key); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	h.sketches = nil
+	h.watches = nil
 	return errors.Join(errs...)
 }
 
@@ -344,6 +344,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	near := v.Outcome == core.OutcomeAllowed && v.Decision.Limit != nil && v.Decision.Remaining < h.Zones[zone].nearAt
 	h.metrics.observe(zone, v, elapsed, near)
 	h.countKeys(start.UnixNano(), zone, near, v, asks, zones)
+	h.recordDemand(start, asks, zones)
 
 	rejected := v.Outcome == core.OutcomeRejected || v.Outcome == core.OutcomeDryRunRejected ||
 		v.Outcome == core.OutcomeStoreErrorDeny
@@ -390,6 +391,20 @@ func (h *Handler) countKeys(now int64, reported int, near bool, v core.Verdict, 
 				z := h.Zones[reported]
 				z.top.Add(now, z.topKey(asks[i].Key), 1, 0, 0)
 			}
+		}
+	}
+}
+
+// recordDemand records in each zone asked the cost its key asked at start,
+// whatever the verdict: demand is what clients ask, admitted or refused.
+func (h *Handler) recordDemand(start time.Time, asks []model.Ask, zones []int) {
+	now := start.UnixNano()
+	if testClock != nil {
+		now = testClock()
+	}
+	for i := range asks {
+		if z := h.Zones[zones[i]]; z.demand != nil {
+			z.demand.Add(now, z.topKey(asks[i].Key), asks[i].Cost)
 		}
 	}
 }

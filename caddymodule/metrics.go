@@ -2,11 +2,13 @@ package caddymodule
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/telemetry"
 )
 
@@ -67,7 +69,58 @@ func newHandlerMetrics(reg *prometheus.Registry, zones []*Zone, st *pooledStore)
 			return nil, err
 		}
 	}
+	if _, err := register(reg, demandCollector{}); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// The descriptions of the demand families, whose values demandCollector
+// reads from the zones' recorders at each scrape.
+var (
+	demandDesc           = prometheus.NewDesc(telemetry.Demand, telemetry.DemandHelp, []string{"zone", "quantile"}, nil)
+	demandKeyPeriodsDesc = prometheus.NewDesc(telemetry.DemandKeyPeriods, telemetry.DemandKeyPeriodsHelp, []string{"zone"}, nil)
+)
+
+// demandCollector exports the demand of every zone of the running config
+// that records it: the quantiles of its demand per key-period and the
+// count of key-periods. A zone is labelled by its name, or by its ID
+// (name@handler, as the admin API lists it) when another zone of the
+// config has the same name. One is registered per metrics registry.
+type demandCollector struct{}
+
+// Describe implements prometheus.Collector.
+func (demandCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- demandDesc
+	ch <- demandKeyPeriodsDesc
+}
+
+// Collect implements prometheus.Collector. It takes a snapshot of each
+// recorder, which visits its keys: a scrape's work, not a request's.
+func (demandCollector) Collect(ch chan<- prometheus.Metric) {
+	zones := registeredZones()
+	names := make(map[string]int, len(zones))
+	for _, az := range zones {
+		names[az.z.Name]++
+	}
+	now := clockNow()
+	seen := make(map[*demand.Recorder]bool, len(zones))
+	for _, az := range zones {
+		rec := az.z.demand
+		if rec == nil || seen[rec] {
+			continue // a share group's zones record together
+		}
+		seen[rec] = true
+		label := az.z.Name
+		if names[label] > 1 {
+			label = az.id
+		}
+		snap := rec.Snapshot(now)
+		for _, q := range telemetry.DemandQuantiles() {
+			ch <- prometheus.MustNewConstMetric(demandDesc, prometheus.GaugeValue, snap.Periods.Quantile(q), label, strconv.FormatFloat(q, 'f', -1, 64))
+		}
+		ch <- prometheus.MustNewConstMetric(demandKeyPeriodsDesc, prometheus.CounterValue, float64(snap.Periods.Count()), label)
+	}
 }
 
 // register registers c in reg and returns it or, when an equal collector

@@ -113,6 +113,15 @@ func (h *Handler) acquireStore(ctx caddy.Context) (*pooledStore, error) {
 // from the others. Nil outside tests.
 var testClock model.Clock
 
+// clockNow is the instant, in nanoseconds since the epoch: testClock's
+// when it is set, else the system's.
+func clockNow() int64 {
+	if testClock != nil {
+		return testClock()
+	}
+	return time.Now().UnixNano()
+}
+
 // newFallbackStore builds the local fallback store.
 func newFallbackStore() (caddy.Destructor, error) {
 	st, err := core.NewMemoryStore(core.MemoryConfig{})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/clientip"
+	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/inspect"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
@@ -160,6 +161,12 @@ type Zone struct {
 	// windows. 1s to 1h, default 1m.
 	TopWindow caddy.Duration `json:"top_window,omitempty"`
 
+	// DemandKeys is the most keys whose demand per period the zone
+	// follows at once, for the admin API's advice and the demand
+	// metrics (see package demand): default 65536, about 130 bytes a
+	// key; -1 records no demand. A zone without a rate records none.
+	DemandKeys int `json:"demand_keys,omitempty"`
+
 	limit   *model.Limit
 	match   caddyhttp.MatcherSet
 	missing keyspec.MissingKey
@@ -200,6 +207,10 @@ type Zone struct {
 	// top ranks the zone's keys (admin.go); it is shared with the zones
 	// of the same prefix and name, across reloads.
 	top *inspect.HeavyHitters
+	// demand records the zone's demand per key and period (admin.go,
+	// metrics.go), shared like top; nil without a rate or with
+	// DemandKeys -1.
+	demand *demand.Recorder
 }
 
 // keyKind is how a zone builds its key.
@@ -445,7 +456,8 @@ func (z *Zone) validate() error {
 	return z.checkTop()
 }
 
-// checkTop checks TopKeys and TopWindow, zero meaning their defaults.
+// checkTop checks TopKeys, TopWindow and DemandKeys, zero meaning their
+// defaults.
 func (z *Zone) checkTop() error {
 	if n := z.TopKeys; n != 0 && (n < inspect.MinSketchCounters || n > inspect.MaxSketchCounters) {
 		return optionErrorf("top_keys", "top_keys: must be between %d and %d, got %d", inspect.MinSketchCounters, inspect.MaxSketchCounters, n)
@@ -453,8 +465,14 @@ func (z *Zone) checkTop() error {
 	if w := time.Duration(z.TopWindow); w != 0 && (w < inspect.MinSketchWindow || w > inspect.MaxSketchWindow) {
 		return optionErrorf("top_window", "top_window: must be between %v and %v, got %v", inspect.MinSketchWindow, inspect.MaxSketchWindow, w)
 	}
+	if n := z.DemandKeys; n < -1 || n > maxDemandKeys {
+		return optionErrorf("demand_keys", "demand_keys: must be -1 (off), 0 (the default) or up to %d, got %d", maxDemandKeys, n)
+	}
 	return nil
 }
+
+// maxDemandKeys bounds DemandKeys: some 540 MB of keys at most.
+const maxDemandKeys = 1 << 22
 
 // checkKey checks that the braces of a key template pair up into
 // placeholders with names, as Caddy's replacer reads them (a brace escaped
