@@ -331,3 +331,24 @@ func TestRecorderMemory(t *testing.T) {
 		t.Errorf("a followed key takes %.0f bytes, the doc says about 130", per)
 	}
 }
+
+// BenchmarkAddHot is what recording costs a request of one hot key.
+func BenchmarkAddHot(b *testing.B) {
+	r := NewRecorder(minute, 0, 0)
+	for i := 0; i < b.N; i++ {
+		r.Add(int64(i), "203.0.113.7", 1)
+	}
+}
+
+// BenchmarkAddKeys is what recording costs requests of 100,000 keys.
+func BenchmarkAddKeys(b *testing.B) {
+	keys := make([]string, 100000)
+	for i := range keys {
+		keys[i] = "client-" + strconv.Itoa(i)
+	}
+	r := NewRecorder(minute, 1<<17, 0)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r.Add(int64(i), keys[i%len(keys)], 1)
+	}
+}
