@@ -63,6 +63,11 @@
 //   - package inspect: what only Caddy's admin API uses, key inspection
 //     and the heavy-hitter sketch, outside everything the Traefik plugin
 //     loads
+//   - package demand: each key's demand per period of a limit, in a
+//     fixed-size sketch, and the advice on candidate limits it gives
+//     (both hosts)
+//   - package telemetry: the names and meanings of the metrics both
+//     hosts export
 //
 // The memory store and the engine share this package with the lane
 // because the lane's fused paths read their internals (the store's
