@@ -32,7 +32,10 @@
 #            the admin API by that name and by the token itself, each reset
 #            admitting its next request; /sluice/zones gives rates as
 #            written and no rate fields for a zone of max_in_flight alone,
-#            and /top its scope, the instance.
+#            and /top its scope, the instance. A dry_run zone of the same
+#            instance answers every request 200, and its advice says what
+#            its limit would have refused: the heavy client's periods, not
+#            the light one's; DELETE forgets the demand.
 #   redis    a redis-server and two Caddy instances sharing it
 #            (e2e/testdata/redis.Caddyfile): requests spread over both, some
 #            at once, are admitted exactly up to the shared quota; the key
@@ -345,6 +348,32 @@ code="$(admin_req "$admin" GET /sluice/zones)"
 	grep -q '"name":"upstream","server":"srv0","near_limit":0.1,"max_in_flight":8,' "$tmp/b" ||
 	fail "admin GET /sluice/zones: status $code: $(cat "$tmp/b"), want the rate 2/1m, and no rate fields for upstream"
 pass "admin API: the client at 429 with a ${#token}-byte token, which /top names $digest (scope instance), is read and reset by that name and by the token; rates as written, none for max_in_flight alone"
+
+# Observe before enforcing: in dry_run every request is answered 200, and
+# once a period is over the advice counts the key-periods and says what the
+# configured limit (5 a second, a fixed window: exact) would have refused:
+# the heavy client's periods, at least 20 of its 40 requests in one second,
+# and not the light client's one request.
+for i in $(seq 1 40); do
+	code="$(req -H "X-Client: heavy" "http://127.0.0.1:$port/observed")"
+	[ "$code" = 200 ] || fail "advice: dry_run request $i of the heavy client: status $code, want 200"
+done
+code="$(req -H "X-Client: light" "http://127.0.0.1:$port/observed")"
+[ "$code" = 200 ] || fail "advice: the light client: status $code"
+sleep 1.1 # the second of the requests is over: its key-periods are complete
+code="$(admin_req "$admin" GET '/sluice/zones/observed/advice?candidate=100/1s')"
+advice="$(cat "$tmp/b")"
+[ "$code" = 200 ] &&
+	grep -Eq '"keys":2,"key_periods":[23],"partial_key_periods":0,"followed_keys":2,"cost":41,' <<<"$advice" &&
+	grep -Eq '"name":"configured","rate":"5/1s","allowance":5,"refused_key_periods":\{"value":0\.[3-9][0-9]*,' <<<"$advice" &&
+	grep -Eq '"refused_keys":\{"value":0\.5,"low":0\.5,"high":0\.5\}' <<<"$advice" &&
+	grep -Eq '"name":"asked","rate":"100/1s","allowance":100,"refused_key_periods":\{"value":0,"low":0,"high":0\}' <<<"$advice" ||
+	fail "advice: status $code: $advice; want 2 keys asking 41 in 2 or 3 key-periods, the configured 5/1s refusing the heavy client's, 100/1s none"
+code="$(admin_req "$admin" DELETE /sluice/zones/observed/advice)"
+[ "$code" = 204 ] || fail "advice: DELETE: status $code, want 204"
+code="$(admin_req "$admin" GET /sluice/zones/observed/advice)"
+[ "$code" = 200 ] && grep -q '"keys":0,"key_periods":0,' "$tmp/b" || fail "advice after DELETE: status $code: $(cat "$tmp/b")"
+pass "advice: a dry_run zone answered 41 requests 200; its advice counts 2 keys, and says 5/1s would have refused the heavy client's periods (half the keys) and 100/1s nothing; DELETE forgets them"
 stop "$admin_pid"
 pids=()
 
