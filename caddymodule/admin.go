@@ -499,12 +499,11 @@ func advice(w http.ResponseWriter, r *http.Request, az *adminZone) error {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
-	asked, err := demand.ParseCandidates(r.URL.Query())
+	adv, err := demand.AdviseQuery(rec, az.id, az.z.limit, now, r.URL.Query())
 	if err != nil {
 		return apiError(http.StatusBadRequest, "%v", err)
 	}
-	snap := rec.Snapshot(now)
-	return writeJSON(w, demand.Advise(az.id, az.z.limit, &snap, asked))
+	return writeJSON(w, adv)
 }
 
 // onlyMethods returns a 405 error unless r's method is one of methods.

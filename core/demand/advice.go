@@ -140,6 +140,19 @@ func Advise(zone string, l *model.Limit, s *Snapshot, asked []Candidate) Advice 
 	return a
 }
 
+// AdviseQuery is what both hosts' advice endpoints answer: the advice on
+// zone, whose limit is l, from r's figures at now, with the candidates
+// the query q asks for (ParseCandidates), or the error that names the
+// query's bad parameter.
+func AdviseQuery(r *Recorder, zone string, l *model.Limit, now int64, q url.Values) (Advice, error) {
+	asked, err := ParseCandidates(q)
+	if err != nil {
+		return Advice{}, err
+	}
+	s := r.Snapshot(now)
+	return Advise(zone, l, &s, asked), nil
+}
+
 // round rounds a rescaled quota or burst to three significant digits, as
 // an operator would write it.
 func round(v float64) float64 {

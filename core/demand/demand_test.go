@@ -352,3 +352,19 @@ func BenchmarkAddKeys(b *testing.B) {
 		r.Add(int64(i), keys[i%len(keys)], 1)
 	}
 }
+
+func TestAdviseQuery(t *testing.T) {
+	l := &model.Limit{Name: "api", Rate: model.Rate{Quota: 2, Period: time.Minute}}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	r := NewRecorder(minute, 0, 0)
+	r.Add(1, "a", 3)
+	a, err := AdviseQuery(r, "api", l, minute, url.Values{"candidate": {"3/m"}})
+	if err != nil || a.KeyPeriods != 1 || len(a.Candidates) != 5 || a.Candidates[4].Name != "asked" || a.Candidates[4].KeyPeriods.Value != 0 {
+		t.Fatalf("AdviseQuery: %+v, %v; want 1 key-period, the asked 3/m (allowance 6) refusing none", a, err)
+	}
+	if _, err := AdviseQuery(r, "api", l, minute, url.Values{"burst": {"1"}}); model.FieldOf(err) == nil {
+		t.Fatalf("a burst without a candidate: %v, want a FieldError", err)
+	}
+}
