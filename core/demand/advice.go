@@ -73,7 +73,10 @@ type Verdict struct {
 // of it: the answer to "if I set this limit, whom would it refuse, and how
 // much?".
 type Advice struct {
-	Zone      string `json:"zone"`
+	Zone string `json:"zone"`
+	// Scope is "instance": the figures are the demand the answering
+	// instance saw, whatever its store.
+	Scope     string `json:"scope"`
 	Algorithm string `json:"algorithm"`
 	Period    string `json:"period"`
 	// Since is when the figures start (the zone's start or last reset).
@@ -101,6 +104,7 @@ func Advise(zone string, l *model.Limit, s *Snapshot, asked []Candidate) Advice 
 	period := l.PeriodNanos()
 	a := Advice{
 		Zone:              zone,
+		Scope:             "instance",
 		Algorithm:         string(l.Algorithm),
 		Period:            model.FormatPeriod(time.Duration(period)),
 		Since:             time.Unix(0, s.Since).UTC(),
