@@ -172,10 +172,16 @@ type Estimate struct {
 	High  float64 `json:"high"`
 }
 
-// scale returns e divided by d (e unchanged when d is 0).
-func (e Estimate) scale(d float64) Estimate {
+// share returns e as a share of d, to the hundredth of a percent, the
+// bounds rounded outwards so that they still hold the exact share; e
+// unchanged when d is 0.
+func (e Estimate) share(d float64) Estimate {
 	if d == 0 {
 		return e
 	}
-	return Estimate{Value: e.Value / d, Low: e.Low / d, High: e.High / d}
+	return Estimate{
+		Value: math.Round(e.Value/d*1e4) / 1e4,
+		Low:   math.Floor(e.Low/d*1e4) / 1e4,
+		High:  math.Ceil(e.High/d*1e4) / 1e4,
+	}
 }
