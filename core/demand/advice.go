@@ -161,11 +161,12 @@ func AdviseQuery(r *Recorder, zone string, l *model.Limit, now int64, q url.Valu
 
 // digits rounds v to n significant digits.
 func digits(v float64, n int) float64 {
-	if v <= 0 {
+	if !(v > 0) {
 		return 0
 	}
-	e := math.Pow(10, math.Floor(math.Log10(v))-float64(n-1))
-	return math.Round(v/e) * e
+	// Through the decimal text, so that 45.4 is not 45.400000000000006.
+	r, _ := strconv.ParseFloat(strconv.FormatFloat(v, 'g', n, 64), 64)
+	return r
 }
 
 // judge returns what c would have refused of s.

@@ -368,3 +368,15 @@ func TestAdviseQuery(t *testing.T) {
 		t.Fatalf("a burst without a candidate: %v, want a FieldError", err)
 	}
 }
+
+func TestDigits(t *testing.T) {
+	for _, c := range []struct {
+		v    float64
+		n    int
+		want float64
+	}{{45.40000001, 3, 45.4}, {37.83333, 3, 37.8}, {0.012345, 3, 0.0123}, {2.990348561777203, 4, 2.99}, {93.30267, 4, 93.3}, {123456, 3, 123000}, {0, 3, 0}} {
+		if got := digits(c.v, c.n); got != c.want {
+			t.Errorf("digits(%v, %d) = %v, want %v", c.v, c.n, got, c.want)
+		}
+	}
+}
