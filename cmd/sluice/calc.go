@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/model"
 )
 
@@ -37,6 +38,7 @@ type calcResult struct {
 
 // calcHelp is calc's help, before its flags.
 const calcHelp = `usage: sluice calc <rate> [flags]
+       sluice calc [<rate>] --demand <advice.json | -> [flags]
 
 Prints what a limit means for a client, computed with sluice's own
 algorithm on a simulated clock: the least interval between requests it
@@ -48,16 +50,31 @@ sees once a burst has emptied it.
 A rate is <quota>/<period>: 100/1m, 10/s, 5000/1h, 1/1m30s (units ms, s,
 m, h, d, or a Go duration).
 
-example:
+With --demand, calc also reads a zone's advice, the JSON that
+GET /sluice/zones/<zone>/advice serves (a file, or - for standard input),
+and prints the demand it observed per key and period (its quantiles) and
+what each candidate limit of the advice would have refused, at least: the
+share of key-periods, of keys and of the cost asked. The rate is then
+optional; given one, calc prints its figures as usual, then the advice,
+then the advice's verdict on that limit, or, when the advice holds no
+candidate of that rate and burst, the query that asks the endpoint for it
+(?candidate=<rate>&burst=<n>): the advice's figures cannot judge another
+limit. --algorithm defaults to the zone's, and may not differ from it;
+--json does not combine with --demand, whose input is JSON already.
+
+examples:
   sluice calc 100/1m --burst 20
+  curl -fsS localhost:2019/sluice/zones/api/advice | sluice calc 150/1m --demand -
 `
 
-func calcCommand(args []string, stdout io.Writer) error {
+// calcCommand runs calc; stdin is read when --demand is "-".
+func calcCommand(args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := flag.NewFlagSet("calc", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	burst := fs.Float64("burst", 0, "bucket size (token and leaky buckets); 0: the quota")
 	alg := fs.String("algorithm", string(model.TokenBucket), "the algorithm: "+algorithmNames())
 	asJSON := fs.Bool("json", false, "print JSON")
+	demandPath := fs.String("demand", "", "a zone's advice JSON, a file or - for standard input: print its demand and verdicts (see above)")
 	rateText, rest := "", args
 	if len(rest) > 0 && rest[0] != "help" && len(rest[0]) > 0 && rest[0][0] != '-' {
 		rateText, rest = rest[0], rest[1:]
@@ -72,8 +89,33 @@ func calcCommand(args []string, stdout io.Writer) error {
 	if len(extra) > 0 {
 		return fmt.Errorf("calc: unexpected argument %q (see sluice calc --help)", extra[0])
 	}
+	var advice *demand.Advice
+	if *demandPath != "" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		switch {
+		case *asJSON:
+			return fmt.Errorf("calc: --json does not combine with --demand, whose input is JSON already")
+		case rateText == "" && set["burst"]:
+			return fmt.Errorf("calc: --burst needs the limit's rate too, such as calc 100/1m --burst 20 --demand FILE")
+		}
+		a, err := readAdvice(*demandPath, stdin)
+		if err != nil {
+			return err
+		}
+		if !set["algorithm"] {
+			*alg = a.Algorithm
+		} else if *alg != a.Algorithm {
+			return fmt.Errorf("calc: --algorithm %s, but zone %s of the advice is %s: its candidates are judged in the zone's algorithm", *alg, a.Zone, a.Algorithm)
+		}
+		if rateText == "" {
+			writeAdvice(stdout, &a, nil)
+			return nil
+		}
+		advice = &a
+	}
 	if rateText == "" {
-		return fmt.Errorf("calc: want a rate, such as 100/1m (see sluice calc --help)")
+		return fmt.Errorf("calc: want a rate, such as 100/1m, or --demand FILE (see sluice calc --help)")
 	}
 	rate, err := model.ParseRate(rateText)
 	if err != nil {
@@ -95,6 +137,10 @@ func calcCommand(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "burst range:                %s (strict pacing) to %s (a period's worth at once)\n", num(res.BurstMin), num(res.BurstMax))
 	fmt.Fprintf(stdout, "most admitted in a period:  %s in any %v\n", num(res.MaxInPeriod), rate.Period)
 	fmt.Fprintf(stdout, "Retry-After after a burst:  %d s\n", res.RetryAfterS)
+	if advice != nil {
+		fmt.Fprintln(stdout)
+		writeAdvice(stdout, advice, &demand.Candidate{Rate: rate, Burst: *burst})
+	}
 	return nil
 }
 

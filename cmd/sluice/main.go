@@ -3,17 +3,20 @@
 // algorithm with sluice's own core, on a simulated clock.
 //
 //	sluice calc 100/1m [--burst 20] [--algorithm token_bucket] [--json]
+//	sluice calc [100/1m] --demand advice.json|-
 //	sluice sim --rate 10/1m [--burst N] [--algorithms all|a,b] [--trace boundary|uniform|bursty|file.csv] [--svg out.svg]
 //	sluice help [calc|sim]
 //
 // calc prints the interval between requests that the limit sustains, the
 // sustained rate, a burst range to choose from, the most requests the
 // limit admits in any window of its period and the Retry-After a client
-// sees once a burst has emptied it. sim prints, per algorithm, how many
-// requests of the trace were admitted and rejected, the most admitted in
-// any window of the period and the longest leaky_bucket wait, and can
-// plot the admitted requests over time as SVG. Every command prints its
-// usage and flags on -h, --help or help.
+// sees once a burst has emptied it; with --demand, a zone's advice (the
+// JSON of GET /sluice/zones/<zone>/advice): the demand observed per key
+// and period and what candidate limits would have refused of it. sim
+// prints, per algorithm, how many requests of the trace were admitted and
+// rejected, the most admitted in any window of the period and the longest
+// leaky_bucket wait, and can plot the admitted requests over time as SVG.
+// Every command prints its usage and flags on -h, --help or help.
 package main
 
 import (
@@ -36,7 +39,8 @@ simulated clock.
 commands:
   calc <rate> [flags]        what a limit means for a client: the interval
                              it sustains, a burst range, the most admitted
-                             in a period, the Retry-After after a burst
+                             in a period, the Retry-After after a burst;
+                             with --demand, a zone's advice in words
   sim --rate <rate> [flags]  replay a trace of arrivals through every
                              algorithm: admitted, rejected, most in any
                              period, longest wait; optionally an SVG plot
@@ -49,11 +53,12 @@ Run "sluice <command> --help" for a command's flags.
 `
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-// run executes one command line and returns the exit status.
-func run(args []string, stdout, stderr io.Writer) int {
+// run executes one command line, reading any input it names as "-" from
+// stdin, and returns the exit status.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -61,7 +66,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch args[0] {
 	case "calc":
-		err = calcCommand(args[1:], stdout)
+		err = calcCommand(args[1:], stdin, stdout)
 	case "sim":
 		err = simCommand(args[1:], stdout)
 	case "help", "-h", "-help", "--help":
@@ -85,7 +90,7 @@ func helpCommand(args []string, stdout io.Writer) error {
 	}
 	switch args[0] {
 	case "calc":
-		return calcCommand([]string{"-h"}, stdout)
+		return calcCommand([]string{"-h"}, nil, stdout)
 	case "sim":
 		return simCommand([]string{"-h"}, stdout)
 	}

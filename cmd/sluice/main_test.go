@@ -18,7 +18,7 @@ import (
 func sluice(t *testing.T, args ...string) string {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	if code := run(args, &out, &errOut); code != 0 {
+	if code := run(args, nil, &out, &errOut); code != 0 {
 		t.Fatalf("sluice %s: exit %d: %s", strings.Join(args, " "), code, errOut.String())
 	}
 	return out.String()
@@ -47,7 +47,7 @@ func TestCalc(t *testing.T) {
 		t.Errorf("fixed_window 10/1m admits %v in some minute, want 20 (two quotas at a boundary)", res.MaxInPeriod)
 	}
 	var errOut bytes.Buffer
-	if code := run([]string{"calc", "0.5/s", "--algorithm", "fixed_window"}, io.Discard, &errOut); code == 0 || !strings.Contains(errOut.String(), "1/2s") {
+	if code := run([]string{"calc", "0.5/s", "--algorithm", "fixed_window"}, nil, io.Discard, &errOut); code == 0 || !strings.Contains(errOut.String(), "1/2s") {
 		t.Errorf("calc of a window quota below 1: exit %d, %q", code, errOut.String())
 	}
 }
@@ -253,7 +253,7 @@ func TestSimCSVTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	var errOut bytes.Buffer
-	if code := run([]string{"sim", "--rate", "2/1m", "--trace", path}, io.Discard, &errOut); code == 0 || !strings.Contains(errOut.String(), "line 1") {
+	if code := run([]string{"sim", "--rate", "2/1m", "--trace", path}, nil, io.Discard, &errOut); code == 0 || !strings.Contains(errOut.String(), "line 1") {
 		t.Errorf("bad CSV: exit %d, %q", code, errOut.String())
 	}
 }
@@ -269,7 +269,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"--help"}, []string{"usage: sluice <command>"}},
 		{[]string{"-help"}, []string{"usage: sluice <command>"}},
 		{[]string{"help"}, []string{"usage: sluice <command>"}},
-		{[]string{"calc", "-h"}, []string{"usage: sluice calc <rate>", "-burst", "-algorithm", "-json", "sliding_window_counter"}},
+		{[]string{"calc", "-h"}, []string{"usage: sluice calc <rate>", "-burst", "-algorithm", "-json", "-demand", "sliding_window_counter"}},
 		{[]string{"calc", "--help"}, []string{"usage: sluice calc <rate>", "-burst"}},
 		{[]string{"calc", "help"}, []string{"usage: sluice calc <rate>", "-burst"}},
 		{[]string{"calc", "100/1m", "--help"}, []string{"usage: sluice calc <rate>"}},
@@ -280,7 +280,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"help", "sim"}, []string{"usage: sluice sim --rate", "trace CSV:"}},
 	} {
 		var out, errOut bytes.Buffer
-		code := run(c.args, &out, &errOut)
+		code := run(c.args, nil, &out, &errOut)
 		if code != 0 || errOut.Len() != 0 {
 			t.Errorf("sluice %s: exit %d, stderr %q; want 0 and nothing", strings.Join(c.args, " "), code, errOut.String())
 		}
@@ -325,7 +325,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"sim"}, 1, "see sluice sim --help"},
 	} {
 		var out, errOut bytes.Buffer
-		if code := run(c.args, &out, &errOut); code != c.code || !strings.Contains(errOut.String(), c.want) || out.Len() != 0 {
+		if code := run(c.args, nil, &out, &errOut); code != c.code || !strings.Contains(errOut.String(), c.want) || out.Len() != 0 {
 			t.Errorf("sluice %s: exit %d, stdout %q, stderr %q; want exit %d and %q", strings.Join(c.args, " "), code, out.String(), errOut.String(), c.code, c.want)
 		}
 	}
