@@ -178,8 +178,8 @@ func wrap(w io.Writer, text string) {
 	io.WriteString(w, b.String())
 }
 
-// rateText writes a rate of the advice as an operator would: its quota
-// to three decimals (a rescaled candidate's may carry a float's noise).
+// rateText writes a rate of the advice as calc writes rates: its quota
+// to three decimals, its period as users write it.
 func rateText(rate string) string {
 	r, err := model.ParseRate(rate)
 	if err != nil {
