@@ -83,8 +83,8 @@ var (
 )
 
 // demandCollector exports the demand of every zone of the running config
-// that records it: the quantiles of its demand per key-period and the
-// count of key-periods. A zone is labelled by its name, or by its ID
+// that records it: the count of key-periods and, once there is one, the
+// quantiles of its demand per key-period. A zone is labelled by its name, or by its ID
 // (name@handler, as the admin API lists it) when another zone of the
 // config has the same name. One is registered per metrics registry.
 type demandCollector struct{}
@@ -116,10 +116,13 @@ func (demandCollector) Collect(ch chan<- prometheus.Metric) {
 			label = az.id
 		}
 		snap := rec.Snapshot(now)
+		ch <- prometheus.MustNewConstMetric(demandKeyPeriodsDesc, prometheus.CounterValue, float64(snap.Periods.Count()), label)
+		if snap.Periods.Count() == 0 {
+			continue // no quantile of nothing
+		}
 		for _, q := range telemetry.DemandQuantiles() {
 			ch <- prometheus.MustNewConstMetric(demandDesc, prometheus.GaugeValue, snap.Periods.Quantile(q), label, strconv.FormatFloat(q, 'f', -1, 64))
 		}
-		ch <- prometheus.MustNewConstMetric(demandKeyPeriodsDesc, prometheus.CounterValue, float64(snap.Periods.Count()), label)
 	}
 }
 

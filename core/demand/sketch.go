@@ -172,16 +172,15 @@ type Estimate struct {
 	High  float64 `json:"high"`
 }
 
-// share returns e as a share of d, to the hundredth of a percent, the
-// bounds rounded outwards so that they still hold the exact share; e
-// unchanged when d is 0.
+// share returns e as a share of d, to the hundredth of a percent (so the
+// bounds hold the exact share to within that rounding); e unchanged when
+// d is 0.
 func (e Estimate) share(d float64) Estimate {
 	if d == 0 {
 		return e
 	}
-	return Estimate{
-		Value: math.Round(e.Value/d*1e4) / 1e4,
-		Low:   math.Floor(e.Low/d*1e4) / 1e4,
-		High:  math.Ceil(e.High/d*1e4) / 1e4,
-	}
+	return Estimate{Value: percent(e.Value / d), Low: percent(e.Low / d), High: percent(e.High / d)}
 }
+
+// percent rounds a share to the hundredth of a percent.
+func percent(x float64) float64 { return math.Round(x*1e4) / 1e4 }
