@@ -2,7 +2,9 @@
 # Installs what the test suite needs and is missing, and nothing else:
 #   - from Debian: redis-server and redis-cli (tests start their own servers on
 #     loopback; nothing here starts Redis), wrk and hey (load generators),
-#     curl (the e2e scripts);
+#     curl (the e2e scripts), prometheus and promtool (e2e/prometheus.sh
+#     starts its own Prometheus on loopback; the service the package may
+#     start on :9090 is stopped and disabled right after the install);
 #   - from the Go module proxy, pinned: yaegi (the interpreter Traefik v3.6 runs
 #     plugins with) and xcaddy (builds Caddy with the sluice module).
 # Go tools go to $(go env GOBIN), or $(go env GOPATH)/bin when GOBIN is unset;
@@ -23,6 +25,8 @@ readonly APT_TOOLS=(
 	"wrk wrk"
 	"hey hey"
 	"curl curl"
+	"prometheus prometheus" # v2.42 on Debian 12; brings promtool too
+	"promtool prometheus"
 	"gcc gcc" # go test -race needs cgo
 )
 
@@ -37,7 +41,7 @@ command -v go >/dev/null 2>&1 || { log "go not found (need Go 1.26)"; exit 1; }
 missing=()
 for entry in "${APT_TOOLS[@]}"; do
 	read -r cmd pkg <<<"$entry"
-	if ! command -v "$cmd" >/dev/null 2>&1; then
+	if ! command -v "$cmd" >/dev/null 2>&1 && [[ " ${missing[*]} " != *" $pkg "* ]]; then
 		missing+=("$pkg")
 	fi
 done
@@ -51,6 +55,18 @@ if [ "${#missing[@]}" -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	"${sudo[@]}" apt-get update -qq
 	"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	# The package's maintainer script starts a Prometheus service on :9090
+	# where the init system lets it (systemd, or sysvinit without a
+	# policy-rc.d that forbids it). The tests start their own; stop and
+	# disable the one installed here (and only when installed here).
+	if [[ " ${missing[*]} " == *" prometheus "* ]]; then
+		if [ -d /run/systemd/system ]; then
+			"${sudo[@]}" systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+		elif [ -x /etc/init.d/prometheus ]; then
+			"${sudo[@]}" invoke-rc.d prometheus stop >/dev/null 2>&1 || true
+			"${sudo[@]}" update-rc.d prometheus disable >/dev/null 2>&1 || true
+		fi
+	fi
 fi
 
 # --- Go tools ----------------------------------------------------------------
@@ -74,6 +90,7 @@ for entry in "${APT_TOOLS[@]}"; do
 	command -v "$cmd" >/dev/null 2>&1 || { log "$cmd still missing after install"; exit 1; }
 done
 summary="redis-server $(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p'), wrk, hey, curl"
+summary+=", prometheus $(prometheus --version 2>&1 | sed -n '1s/^prometheus, version \([^ ]*\).*/\1/p')"
 for entry in "${GO_TOOLS[@]}"; do
 	read -r bin _ version _ <<<"$entry"
 	summary+=", $bin $version"
