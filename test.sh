@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs sluice's whole test suite. On a fresh Debian 12 machine with Go 1.26 it
-# first installs what it needs (Redis, wrk, hey, yaegi, xcaddy; see
+# first installs what it needs (Redis, Prometheus, wrk, hey, yaegi, xcaddy; see
 # scripts/deps.sh), then runs these stages, stopping at the first that fails:
 #
 #   deps          install what is missing (scripts/deps.sh)
