@@ -34,6 +34,7 @@ type Lane struct {
 	prefix  string
 	resp    *answer.Responder
 	observe func(*Verdict)
+	meter   func(*Verdict, *model.Limit, time.Duration)
 	watch   bool
 	dryRun  string // LaneConfig.DryRunHeader in DryRun mode, else ""
 	// exempt and exemptIP are LaneConfig's; exempt is nil without any.
@@ -147,6 +148,12 @@ type LaneConfig struct {
 	// client address.
 	Exempt   []netip.Prefix
 	ExemptIP *clientip.Strategy
+	// Meter, if set, is called by ServeLaneMetered with the verdict of
+	// every request that a limit applies to, allowed ones included, the
+	// limit it is about (its decision's or, when the store failed without
+	// one, the first asked) and the time Gate.Serve took, a leaky_bucket's
+	// wait (Verdict.Delay) included. ServeLane never calls it.
+	Meter func(v *Verdict, limit *model.Limit, elapsed time.Duration)
 	// Down, if set with Watch, is a host's flag, loaded atomically, that
 	// is not 0 while it deems the store down: the lane may then leave a
 	// verdict simply allowed (no delay, no store error) unobserved while
@@ -167,7 +174,7 @@ type LaneAsk struct {
 // NewLane returns the lane of cfg.
 func NewLane(cfg LaneConfig) *Lane {
 	g := cfg.Gate
-	l := &Lane{gate: g, asks: cfg.Asks, specs: cfg.Specs, prefix: cfg.Prefix, resp: g.resp, observe: cfg.Observe, watch: cfg.Watch}
+	l := &Lane{gate: g, asks: cfg.Asks, specs: cfg.Specs, prefix: cfg.Prefix, resp: g.resp, observe: cfg.Observe, watch: cfg.Watch, meter: cfg.Meter}
 	l.shapes = make([]keyspec.Shape, len(cfg.Specs))
 	for i, spec := range cfg.Specs {
 		l.shapes[i] = spec.Shape()
@@ -859,6 +866,52 @@ func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 	default:
 		serveLaneAny(l, next, w, r, nil, noVerdict, false)
 	}
+}
+
+// ServeLaneMetered is ServeLane for a host that counts every verdict and
+// times every decision, such as the Traefik plugin with metrics: it
+// decides r as the general case of serveLaneAny does, by Gate.Serve
+// (whose one ask on the in-memory store is MemoryStore.take1's), and
+// reports each verdict to LaneConfig.Meter, if set, before
+// LaneConfig.Observe. The fused paths of ServeLane leave admissions
+// unreported, and a check of the meter there would cost every lane's
+// requests, metered or not; a lane costs the same whichever of the two a
+// host calls, until it calls this one.
+func ServeLaneMetered(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
+	serveLaneMetered(l, next, w, r, noTime, nil, noVerdict, false, nil)
+}
+
+// serveLaneMetered is ServeLaneMetered; its parameters after r are its
+// variables, zero (see serveLaneTB). A request that no limit applies to
+// (every key missing and skipped) passes on unreported, as the Caddy
+// module does.
+func serveLaneMetered(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
+	start time.Time, asks []model.Ask, v Verdict, ok bool, lim *model.Limit) {
+	if l.dryRun != "" {
+		delete(r.Header, l.dryRun)
+	}
+	if l.exempt != nil && laneExempt(l, r) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	asks = laneAsks(l, r, nil, nil, 0, "", nil, nil, nil)
+	if len(asks) == 0 {
+		next.ServeHTTP(w, r)
+		return
+	}
+	start = timeNow()
+	v, ok = l.gate.Serve(w, r, asks)
+	if v.Slots != nil {
+		defer releaseSlots(v.Slots) // when next returns, panics included
+	}
+	if l.meter != nil {
+		lim = v.Decision.Limit
+		if lim == nil {
+			lim = asks[0].Limit
+		}
+		l.meter(&v, lim, timeSince(start))
+	}
+	laneFinish(l, next, w, r, &v, ok)
 }
 
 // laneTake1 is MemoryStore.take1 fused with model.Step's dispatch, for
