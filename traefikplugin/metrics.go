@@ -195,8 +195,11 @@ func (g *registry) listen(address string) (*metricsServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics.address %q: %w", address, err)
 	}
+	// Patterns without a method or wildcards: Traefik's Yaegi may run
+	// with the mux of Go 1.21 (GODEBUG httpmuxgo121), to which
+	// "GET /metrics" is a path.
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metrics", g.restricted(address, writeMetrics))
+	mux.HandleFunc("/metrics", g.restricted(address, writeMetrics))
 	s := &metricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, addr: ln.Addr()}
 	go serveMetrics(s.srv, ln)
 	return s, nil
@@ -219,14 +222,22 @@ type view struct {
 	seconds *histogram
 }
 
-// restricted returns the handler of a route of the listener of address:
-// it answers 403 to a client that no middleware served there allows, and
-// passes serve the view of any other. A further route is one line in
-// listen, such as
+// restricted returns the handler of a route of the listener of address,
+// for GET and HEAD (405 for any other method): it answers 403 to a client
+// that no middleware served there allows, and passes serve the view of
+// any other. A further route is one line in listen, such as
 //
-//	mux.HandleFunc("GET /sluice/zones/{zone}/advice", g.restricted(address, writeAdvice))
+//	mux.HandleFunc("/sluice/zones/", g.restricted(address, writeAdvice))
+//
+// with writeAdvice reading the zone from the path and finding it among
+// the view's entries.
 func (g *registry) restricted(address string, serve func(http.ResponseWriter, *http.Request, *view)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "sluice: method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
 		ap, err := netip.ParseAddrPort(r.RemoteAddr)
 		var v *view
 		if err == nil {

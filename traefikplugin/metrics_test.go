@@ -224,8 +224,13 @@ func TestMetricsAllowedNetworks(t *testing.T) {
 		{"[::1]:5000", http.StatusOK, "local@file", "lan@file"},
 		{"192.0.2.7:5000", http.StatusOK, "lan@file", "local@file"},
 		{"198.51.100.1:5000", http.StatusForbidden, "", "@file"},
+		{"127.0.0.1:5000", http.StatusMethodNotAllowed, "", "@file"},
 	} {
-		r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+		method := http.MethodGet
+		if tc.code == http.StatusMethodNotAllowed {
+			method = http.MethodPost
+		}
+		r := httptest.NewRequest(method, "/metrics", nil)
 		r.RemoteAddr = tc.remote
 		w := httptest.NewRecorder()
 		g.restricted(anyPort, writeMetrics)(w, r)
