@@ -87,10 +87,10 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 		down = &rc.down
 	}
 	// With metrics, the handler serves by core.ServeLaneMetered, which
-	// reports every verdict to count.
-	var meterFn func(*core.Verdict, *model.Limit, time.Duration)
+	// counts every verdict in the meter's core.Meter.
+	var cm *core.Meter
 	if m != nil {
-		meterFn = func(v *core.Verdict, l *model.Limit, elapsed time.Duration) { count(m, v, l, elapsed) }
+		cm = m.counts
 	}
 	e.lane = core.NewLane(core.LaneConfig{
 		Gate:         gate,
@@ -100,7 +100,7 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 		Observe:      obs,
 		Watch:        rc != nil,
 		Down:         down,
-		Meter:        meterFn,
+		Meter:        cm,
 		DryRunHeader: DryRunHeader,
 		Exempt:       s.exempt,
 		ExemptIP:     s.ip,

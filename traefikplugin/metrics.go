@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
@@ -24,88 +23,26 @@ import (
 // naming it is dropped. Nothing is started per New, and a middleware
 // without metrics.address pays nothing per request.
 
-// numBuckets is the number of buckets of sluice_decision_seconds:
-// telemetry.DecisionBuckets and +Inf (TestDecisionBuckets checks it).
-const numBuckets = 15
-
 // nearLimit is the share of a limit's capacity under which an admitted
 // request counts as near_limit: the Caddy module's default near_limit.
 const nearLimit = 0.1
 
-// Local copies of core's constants that count reads: under Yaegi a
-// constant of another package costs an allocation per use.
-const (
-	outcomeAllowed   = core.OutcomeAllowed
-	outcomeCancelled = core.OutcomeCancelled
-)
-
-// zoneStats are the decision counters of one zone (a metrics label), by
-// outcome, and its near misses, shared by the registry entries whose
-// limits report to it.
+// zoneStats are the decision counters of one zone (a metrics label),
+// shared by the registry entries whose limits report to it.
 type zoneStats struct {
-	name     string
-	outcomes [core.NumOutcomes]uint64 // atomic
-	near     uint64                   // atomic
-	refs     int                      // entries using it; under registry.mu
+	name   string
+	counts core.Counts
+	refs   int // entries using it; under registry.mu
 }
 
-// histogram is sluice_decision_seconds of one metrics address: a count
-// per bucket of telemetry.DecisionBuckets, the last one above them, and
-// the sum, in nanoseconds.
-type histogram struct {
-	bounds [numBuckets - 1]int64 // nanoseconds, read only
-	counts [numBuckets]uint64    // atomic
-	sum    uint64                // nanoseconds, atomic
-}
-
-func newHistogram() *histogram {
-	h := &histogram{}
-	for i, b := range telemetry.DecisionBuckets() {
-		h.bounds[i] = int64(b * float64(time.Second))
-	}
-	return h
-}
-
-// meter is what a registry entry with metrics counts into.
+// meter is what a registry entry with metrics counts into: core's Meter,
+// which its lane updates, and what a scrape needs to export it.
 type meter struct {
 	address string
 	allowed []netip.Prefix
-	// limits are the entry's, zones their counters, nearAt the remaining
-	// capacity of each under which an admission is a near miss.
-	limits  []*model.Limit
-	zones   []*zoneStats
-	nearAt  []float64
-	seconds *histogram
-}
-
-// count counts v, a verdict about limit lim of m that took elapsed, as
-// the Caddy module counts its verdicts: its outcome, a near miss, and the
-// decision's time without a leaky_bucket's wait (none for a cancelled
-// wait, whose time is not known).
-func count(m *meter, v *core.Verdict, lim *model.Limit, elapsed time.Duration) {
-	i := 0
-	for i < len(m.limits)-1 && m.limits[i] != lim {
-		i++
-	}
-	z := m.zones[i]
-	if v.Outcome >= 0 && v.Outcome < numOutcomes {
-		atomic.AddUint64(&z.outcomes[v.Outcome], 1)
-	}
-	if v.Outcome == outcomeAllowed && v.Decision.Limit != nil && v.Decision.Remaining < m.nearAt[i] {
-		atomic.AddUint64(&z.near, 1)
-	}
-	if v.Outcome == outcomeCancelled {
-		return
-	}
-	if elapsed -= v.Delay; elapsed > 0 {
-		h := m.seconds
-		i = 0
-		for i < len(h.bounds) && int64(elapsed) > h.bounds[i] {
-			i++
-		}
-		atomic.AddUint64(&h.counts[i], 1)
-		atomic.AddUint64(&h.sum, uint64(elapsed))
-	}
+	zones   []*zoneStats // by limit, as counted by core
+	seconds *core.Histogram
+	counts  *core.Meter
 }
 
 // zoneName is the zone label of limit l of middleware name, one of its n
@@ -136,10 +73,12 @@ func (g *registry) newMeter(name string, s *settings) (*meter, error) {
 	}
 	srv.refs++
 	if g.seconds[o.address] == nil {
-		g.seconds[o.address] = newHistogram()
+		g.seconds[o.address] = core.NewHistogram()
 	}
 	m := &meter{address: o.address, allowed: o.allowed, seconds: g.seconds[o.address]}
-	for _, p := range s.plans {
+	limits := make([]*model.Limit, len(s.plans))
+	counts := make([]*core.Counts, len(s.plans))
+	for i, p := range s.plans {
 		zone := zoneName(name, p.limit, len(s.plans))
 		z := g.zones[zone]
 		if z == nil {
@@ -147,10 +86,10 @@ func (g *registry) newMeter(name string, s *settings) (*meter, error) {
 			g.zones[zone] = z
 		}
 		z.refs++
-		m.limits = append(m.limits, p.limit)
 		m.zones = append(m.zones, z)
-		m.nearAt = append(m.nearAt, nearLimit*p.limit.Capacity())
+		limits[i], counts[i] = p.limit, &z.counts
 	}
+	m.counts = core.NewMeter(limits, counts, nearLimit, m.seconds)
 	return m, nil
 }
 
@@ -219,7 +158,7 @@ func (s *metricsServer) close() {
 // metrics.allowedNetworks hold the client, and the address's histogram.
 type view struct {
 	entries []*entry
-	seconds *histogram
+	seconds *core.Histogram
 }
 
 // restricted returns the handler of a route of the listener of address,
@@ -292,11 +231,11 @@ func writeMetrics(w http.ResponseWriter, _ *http.Request, v *view) {
 			}
 			zones[z] = true
 			zone := telemetry.Label{Name: "zone", Value: z.name}
-			for o := 0; o < core.NumOutcomes; o++ {
-				e.Counter(telemetry.Decisions, telemetry.DecisionsHelp, float64(atomic.LoadUint64(&z.outcomes[o])),
-					zone, telemetry.Label{Name: "outcome", Value: core.Outcome(o).String()})
+			for o := core.Outcome(0); int(o) < core.NumOutcomes; o++ {
+				e.Counter(telemetry.Decisions, telemetry.DecisionsHelp, float64(z.counts.Outcome(o)),
+					zone, telemetry.Label{Name: "outcome", Value: o.String()})
 			}
-			e.Counter(telemetry.Decisions, telemetry.DecisionsHelp, float64(atomic.LoadUint64(&z.near)),
+			e.Counter(telemetry.Decisions, telemetry.DecisionsHelp, float64(z.counts.Near()),
 				zone, telemetry.Label{Name: "outcome", Value: telemetry.OutcomeNearLimit})
 		}
 		if rc := en.redis; rc != nil && !stores[rc.opts.name] {
@@ -305,13 +244,8 @@ func writeMetrics(w http.ResponseWriter, _ *http.Request, v *view) {
 				telemetry.Label{Name: "store", Value: rc.opts.name})
 		}
 	}
-	h := v.seconds
-	counts := make([]uint64, numBuckets)
-	for i := range counts {
-		counts[i] = atomic.LoadUint64(&h.counts[i])
-	}
-	e.Histogram(telemetry.DecisionSeconds, telemetry.DecisionSecondsHelp, telemetry.DecisionBuckets(), counts,
-		float64(atomic.LoadUint64(&h.sum))/float64(time.Second))
+	counts, sum := v.seconds.Snapshot()
+	e.Histogram(telemetry.DecisionSeconds, telemetry.DecisionSecondsHelp, telemetry.DecisionBuckets(), counts, sum)
 	w.Header().Set("Content-Type", telemetry.ContentType)
 	if _, err := e.WriteTo(w); err != nil {
 		http.Error(w, "sluice: "+err.Error(), http.StatusInternalServerError)

@@ -73,14 +73,6 @@ func hasLines(t *testing.T, got string, want ...string) {
 
 const anyPort = "127.0.0.1:0"
 
-// TestDecisionBuckets: the histogram has a counter for every bucket of
-// telemetry.DecisionBuckets and +Inf.
-func TestDecisionBuckets(t *testing.T) {
-	if n := len(telemetry.DecisionBuckets()) + 1; n != numBuckets {
-		t.Fatalf("numBuckets %d, want %d", numBuckets, n)
-	}
-}
-
 // TestMetricsScrape: a scrape of the listener counts the requests served
 // through the handler by outcome, near misses among the allowed, and
 // every decision in the histogram; a middleware with limits[] reports

@@ -97,7 +97,7 @@ type registry struct {
 	// The metrics (see metrics.go): counters by zone, histograms and
 	// listeners by metrics address.
 	zones   map[string]*zoneStats
-	seconds map[string]*histogram
+	seconds map[string]*core.Histogram
 	servers map[string]*metricsServer
 }
 
@@ -116,7 +116,7 @@ func newRegistry(clock model.Clock, memoryKeys int, stdout, stderr io.Writer) *r
 		own:         map[string]*ownStore{},
 		redis:       map[string]*redisClient{},
 		zones:       map[string]*zoneStats{},
-		seconds:     map[string]*histogram{},
+		seconds:     map[string]*core.Histogram{},
 		servers:     map[string]*metricsServer{},
 	}
 	if clock == nil {
