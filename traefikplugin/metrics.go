@@ -41,7 +41,6 @@ type meter struct {
 	address string
 	allowed []netip.Prefix
 	zones   []*zoneStats // by limit, as counted by core
-	seconds *core.Histogram
 	counts  *core.Meter
 }
 
@@ -72,10 +71,12 @@ func (g *registry) newMeter(name string, s *settings) (*meter, error) {
 		g.servers[o.address] = srv
 	}
 	srv.refs++
-	if g.seconds[o.address] == nil {
-		g.seconds[o.address] = core.NewHistogram()
+	seconds := g.seconds[o.address]
+	if seconds == nil {
+		seconds = core.NewHistogram()
+		g.seconds[o.address] = seconds
 	}
-	m := &meter{address: o.address, allowed: o.allowed, seconds: g.seconds[o.address]}
+	m := &meter{address: o.address, allowed: o.allowed}
 	limits := make([]*model.Limit, len(s.plans))
 	counts := make([]*core.Counts, len(s.plans))
 	for i, p := range s.plans {
@@ -89,7 +90,7 @@ func (g *registry) newMeter(name string, s *settings) (*meter, error) {
 		m.zones = append(m.zones, z)
 		limits[i], counts[i] = p.limit, &z.counts
 	}
-	m.counts = core.NewMeter(limits, counts, nearLimit, m.seconds)
+	m.counts = core.NewMeter(limits, counts, nearLimit, seconds)
 	return m, nil
 }
 

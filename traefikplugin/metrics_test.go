@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/core/telemetry"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // metricsRegistry is a test registry whose metrics listeners are closed
@@ -231,4 +232,29 @@ func TestMetricsAllowedNetworks(t *testing.T) {
 			t.Errorf("scrape from %s: %d\n%s\nwant %d, seeing %q and not %q", tc.remote, w.Code, body, tc.code, tc.see, tc.blind)
 		}
 	}
+}
+
+// TestMetricsRedis: on Redis, decisions are counted as in memory, a store
+// failure by its outcome, and each store's breaker is exported by its
+// address.
+func TestMetricsRedis(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	g := metricsRegistry(t)
+	h, _ := g.mustNew(t, withMetrics(*redisConfig(srv.Addr, "3"), anyPort), "api@file")
+	if got := codes(h, request{}, 4); got != "200 200 200 429" {
+		t.Fatalf("codes %s", got)
+	}
+	down := closedPort(t)
+	failing, _ := g.mustNew(t, withMetrics(Config{Average: "100", Redis: &Redis{Endpoints: []string{down}, DialTimeout: "100ms"}}, anyPort), "down@file")
+	if got := codes(failing, request{}, 2); got != "200 200" {
+		t.Fatalf("Redis down: codes %s", got)
+	}
+	hasLines(t, scrape(t, g, anyPort),
+		`sluice_decisions_total{zone="api@file",outcome="allowed"} 3`,
+		`sluice_decisions_total{zone="api@file",outcome="rejected"} 1`,
+		`sluice_decisions_total{zone="api@file",outcome="near_limit"} 1`,
+		`sluice_decisions_total{zone="down@file",outcome="store_error_allowed"} 2`,
+		`sluice_store_breaker_state{store="`+srv.Addr+`"} 0`,
+		"sluice_decision_seconds_count 6",
+	)
 }
