@@ -882,7 +882,7 @@ func ServeLaneMetered(l *Lane, next http.Handler, w http.ResponseWriter, r *http
 		serveLaneMeteredOne(l, next, w, r, "", noVerdict, nil, 0, noTime)
 		return
 	}
-	serveLaneMetered(l, next, w, r, noTime, nil, noVerdict, false, nil)
+	serveLaneMetered(l, next, w, r, noTime, nil, noVerdict, false, nil, 0)
 }
 
 // serveLaneMeteredOne is serveLaneOne counting its verdict in the meter,
@@ -906,14 +906,14 @@ func serveLaneMeteredOne(l *Lane, next http.Handler, w http.ResponseWriter, r *h
 	}
 	if d.Allowed && d.Delay == 0 && l.fast {
 		laneSetIETFX(w.Header(), l.answer, d, now, 0, 0, 0, "", "", nil)
-		laneCount(l.meter, &v, l.limit, timeSince(start), 0, nil, nil)
+		laneCount(l.meter, &v, 0, timeSince(start), nil, nil)
 		next.ServeHTTP(w, r)
 		return
 	}
 	if !d.Allowed && l.fastReject && d.RetryAfter != never {
 		laneReject(l, w, d.Remaining, int64(d.Reset), int64(d.Next), int64(d.RetryAfter), now, 0, 0, "", "", "", nil, nil, noVerdict)
 		v.Outcome = OutcomeRejected // classify1's
-		laneCount(l.meter, &v, l.limit, timeSince(start), 0, nil, nil)
+		laneCount(l.meter, &v, 0, timeSince(start), nil, nil)
 		return
 	}
 	laneMeteredAnswer(l, next, w, r, key, &v, now, start)
@@ -925,16 +925,18 @@ func serveLaneMeteredOne(l *Lane, next http.Handler, w http.ResponseWriter, r *h
 func laneMeteredAnswer(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, v *Verdict, now int64, start time.Time) {
 	l.gate.classify1(v)
 	ok := l.gate.answer(w, r, []model.Ask{{Limit: l.limit, Key: key, Cost: l.cost}}, v, now)
-	laneCount(l.meter, v, l.limit, timeSince(start), 0, nil, nil)
+	laneCount(l.meter, v, 0, timeSince(start), nil, nil)
 	laneFinish(l, next, w, r, v, ok)
 }
 
-// serveLaneMetered is ServeLaneMetered; its parameters after r are its
-// variables, zero (see serveLaneTB). A request that no limit applies to
-// (every key missing and skipped) passes on unreported, as the Caddy
-// module does.
+// serveLaneMetered is ServeLaneMetered for every lane but one enforced
+// limit in memory; its parameters after r are its variables, zero (see
+// serveLaneTB). A request that no limit applies to (every key missing and
+// skipped) passes on uncounted, as the Caddy module does. The verdict is
+// counted under its decision's limit or, when the store failed without
+// one, the first asked.
 func serveLaneMetered(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
-	start time.Time, asks []model.Ask, v Verdict, ok bool, lim *model.Limit) {
+	start time.Time, asks []model.Ask, v Verdict, ok bool, lim *model.Limit, i int) {
 	if l.dryRun != "" {
 		delete(r.Header, l.dryRun)
 	}
@@ -956,18 +958,18 @@ func serveLaneMetered(l *Lane, next http.Handler, w http.ResponseWriter, r *http
 	if lim == nil {
 		lim = asks[0].Limit
 	}
-	laneCount(l.meter, &v, lim, timeSince(start), 0, nil, nil)
+	for i = 0; i < len(l.meter.limits)-1 && l.meter.limits[i] != lim; i++ {
+	}
+	laneCount(l.meter, &v, i, timeSince(start), nil, nil)
 	laneFinish(l, next, w, r, &v, ok)
 }
 
-// laneCount counts in m the verdict v about limit lim, whose decision took
-// elapsed: its outcome, a near miss, and the time without a leaky_bucket's
-// wait (none for a cancelled wait, whose time is not known), as the Caddy
-// module counts its verdicts. Its parameters after elapsed are its
-// variables, zero (see serveLaneTB).
-func laneCount(m *Meter, v *Verdict, lim *model.Limit, elapsed time.Duration, i int, c *Counts, h *Histogram) {
-	for i = 0; i < len(m.limits)-1 && m.limits[i] != lim; i++ {
-	}
+// laneCount counts in m the verdict v about its i-th limit, whose decision
+// took elapsed: its outcome, a near miss, and the time without a
+// leaky_bucket's wait (none for a cancelled wait, whose time is not
+// known), as the Caddy module counts its verdicts. Its parameters after
+// elapsed are its variables, zero (see serveLaneTB).
+func laneCount(m *Meter, v *Verdict, i int, elapsed time.Duration, c *Counts, h *Histogram) {
 	c = m.counts[i]
 	addUint64(&c.outcomes[v.Outcome], 1)
 	if v.Outcome == OutcomeAllowed {
