@@ -30,7 +30,9 @@
 // into single functions: one token_bucket limit in memory (serveLaneTB), one
 // limit of any algorithm in memory (serveLaneOne), several limits in memory
 // (laneMany), one limit on Redis (serveLaneRedis) and an admission from a
-// lease of Redis's capacity (serveLaneLease). Each names the engine
+// lease of Redis's capacity (serveLaneLease). [ServeLaneMetered], for a
+// host that counts every verdict in a [Meter], decides one limit in memory
+// as serveLaneOne does and anything else by Gate.Serve. Each names the engine
 // functions it copies and is proved equal to them by the differential tests
 // (TestServeLaneMatchesGate and its kin); everything else goes to
 // Gate.Serve. That file and the algorithm kernel it shares with the stores

@@ -34,6 +34,7 @@ type Lane struct {
 	prefix  string
 	resp    *answer.Responder
 	observe func(*Verdict)
+	meter   *Meter
 	watch   bool
 	dryRun  string // LaneConfig.DryRunHeader in DryRun mode, else ""
 	// exempt and exemptIP are LaneConfig's; exempt is nil without any.
@@ -147,6 +148,12 @@ type LaneConfig struct {
 	// client address.
 	Exempt   []netip.Prefix
 	ExemptIP *clientip.Strategy
+	// Meter, required by ServeLaneMetered, counts the verdict of every
+	// request that a limit applies to, allowed ones included, by the
+	// limit it is about (its decision's or, when the store failed without
+	// one, the first asked), and times its decision, a leaky_bucket's
+	// wait left out. ServeLane never counts.
+	Meter *Meter
 	// Down, if set with Watch, is a host's flag, loaded atomically, that
 	// is not 0 while it deems the store down: the lane may then leave a
 	// verdict simply allowed (no delay, no store error) unobserved while
@@ -167,7 +174,7 @@ type LaneAsk struct {
 // NewLane returns the lane of cfg.
 func NewLane(cfg LaneConfig) *Lane {
 	g := cfg.Gate
-	l := &Lane{gate: g, asks: cfg.Asks, specs: cfg.Specs, prefix: cfg.Prefix, resp: g.resp, observe: cfg.Observe, watch: cfg.Watch}
+	l := &Lane{gate: g, asks: cfg.Asks, specs: cfg.Specs, prefix: cfg.Prefix, resp: g.resp, observe: cfg.Observe, watch: cfg.Watch, meter: cfg.Meter}
 	l.shapes = make([]keyspec.Shape, len(cfg.Specs))
 	for i, spec := range cfg.Specs {
 		l.shapes[i] = spec.Shape()
@@ -428,6 +435,7 @@ var (
 	itoa          = strconv.Itoa
 	writeString   = io.WriteString
 	loadInt32     = atomic.LoadInt32
+	addUint64     = atomic.AddUint64
 	timeNow       = time.Now
 	sha256Sum     = sha256.Sum256
 	hexEncode     = hex.Encode
@@ -859,6 +867,126 @@ func ServeLane(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 	default:
 		serveLaneAny(l, next, w, r, nil, noVerdict, false)
 	}
+}
+
+// ServeLaneMetered is ServeLane for a host that counts every verdict and
+// times every decision, such as the Traefik plugin with metrics: it
+// counts each verdict in LaneConfig.Meter, which must be set, before
+// reporting it to LaneConfig.Observe as ServeLane does. One enforced limit in memory is decided as
+// serveLaneOne decides it (serveLaneMeteredOne), everything else by
+// Gate.Serve (serveLaneMetered). ServeLane's fused paths leave admissions
+// unreported, and a check of the meter there would cost every lane's
+// requests, metered or not: a host's choice of function is the check.
+func ServeLaneMetered(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
+	if l.one {
+		serveLaneMeteredOne(l, next, w, r, "", noVerdict, nil, 0, noTime)
+		return
+	}
+	serveLaneMetered(l, next, w, r, noTime, nil, noVerdict, false, nil, 0)
+}
+
+// serveLaneMeteredOne is serveLaneOne counting its verdict in the meter,
+// timed from the key built to the answer written: an admission
+// without delay answered by laneSetIETFX, a rejection by laneReject when
+// laneOneAnswer would answer it so, every other verdict by classify1 and
+// answer. Its parameters after r are its variables, zero (see
+// serveLaneTB).
+func serveLaneMeteredOne(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
+	key string, v Verdict, d *model.Decision, now int64, start time.Time) {
+	key = laneKey4(l, r, "", nil)
+	if key == "" { // MissingSkip
+		next.ServeHTTP(w, r)
+		return
+	}
+	start = timeNow()
+	d = &v.Decision
+	now = laneTake1(l.mem, l.limit, key, l.cost, d, 0, nil, noSlot, false, noState, nil, 0, 0)
+	if !l.clock {
+		now = 0
+	}
+	if d.Allowed && d.Delay == 0 && l.fast {
+		laneSetIETFX(w.Header(), l.answer, d, now, 0, 0, 0, "", "", nil)
+		laneCount(l.meter, &v, 0, timeSince(start), nil, nil)
+		next.ServeHTTP(w, r)
+		return
+	}
+	if !d.Allowed && l.fastReject && d.RetryAfter != never {
+		laneReject(l, w, d.Remaining, int64(d.Reset), int64(d.Next), int64(d.RetryAfter), now, 0, 0, "", "", "", nil, nil, noVerdict)
+		v.Outcome = OutcomeRejected // classify1's
+		laneCount(l.meter, &v, 0, timeSince(start), nil, nil)
+		return
+	}
+	laneMeteredAnswer(l, next, w, r, key, &v, now, start)
+}
+
+// laneMeteredAnswer finishes serveLaneMeteredOne for a verdict v on key
+// at now that its fused answers leave: laneOneAnswer's general case,
+// counting v in the meter before laneFinish.
+func laneMeteredAnswer(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, v *Verdict, now int64, start time.Time) {
+	l.gate.classify1(v)
+	ok := l.gate.answer(w, r, []model.Ask{{Limit: l.limit, Key: key, Cost: l.cost}}, v, now)
+	laneCount(l.meter, v, 0, timeSince(start), nil, nil)
+	laneFinish(l, next, w, r, v, ok)
+}
+
+// serveLaneMetered is ServeLaneMetered for every lane but one enforced
+// limit in memory; its parameters after r are its variables, zero (see
+// serveLaneTB). A request that no limit applies to (every key missing and
+// skipped) passes on uncounted, as the Caddy module does. The verdict is
+// counted under its decision's limit or, when the store failed without
+// one, the first asked.
+func serveLaneMetered(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
+	start time.Time, asks []model.Ask, v Verdict, ok bool, lim *model.Limit, i int) {
+	if l.dryRun != "" {
+		delete(r.Header, l.dryRun)
+	}
+	if l.exempt != nil && laneExempt(l, r) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	asks = laneAsks(l, r, nil, nil, 0, "", nil, nil, nil)
+	if len(asks) == 0 {
+		next.ServeHTTP(w, r)
+		return
+	}
+	start = timeNow()
+	v, ok = l.gate.Serve(w, r, asks)
+	if v.Slots != nil {
+		defer releaseSlots(v.Slots) // when next returns, panics included
+	}
+	lim = v.Decision.Limit
+	if lim == nil {
+		lim = asks[0].Limit
+	}
+	for i = 0; i < len(l.meter.limits)-1 && l.meter.limits[i] != lim; i++ {
+	}
+	laneCount(l.meter, &v, i, timeSince(start), nil, nil)
+	laneFinish(l, next, w, r, &v, ok)
+}
+
+// laneCount counts in m the verdict v about its i-th limit, whose decision
+// took elapsed: its outcome, a near miss, and the time without a
+// leaky_bucket's wait (none for a cancelled wait, whose time is not
+// known), as the Caddy module counts its verdicts. Its parameters after
+// elapsed are its variables, zero (see serveLaneTB).
+func laneCount(m *Meter, v *Verdict, i int, elapsed time.Duration, c *Counts, h *Histogram) {
+	c = m.counts[i]
+	addUint64(&c.outcomes[v.Outcome], 1)
+	if v.Outcome == OutcomeAllowed {
+		if v.Decision.Remaining < m.nearAt[i] && v.Decision.Limit != nil {
+			addUint64(&c.near, 1)
+		}
+	} else if v.Outcome == OutcomeCancelled {
+		return
+	}
+	if elapsed -= v.Delay; elapsed <= 0 {
+		return
+	}
+	h = m.seconds
+	for i = 0; i < numDecisionBounds && int64(elapsed) > h.bounds[i]; i++ {
+	}
+	addUint64(&h.counts[i], 1)
+	addUint64(&h.sum, uint64(elapsed))
 }
 
 // laneTake1 is MemoryStore.take1 fused with model.Step's dispatch, for

@@ -9,6 +9,9 @@
 #   2 labels-style   every value a string, as Docker labels give them
 #   3 kv-labels      the configuration from Traefik's Redis KV provider, which
 #                    builds it as it builds labels (strings, limits[0].name)
+#   3b metrics       metrics.address (from the KV provider, as labels give it):
+#                    GET /metrics on the plugin's own listener counts the
+#                    middleware's requests by outcome; nothing on the entryPoint
 #   4 dry-run        mode dry_run lets everything through, marks the upstream
 #   5 redis-shared   two Traefik processes share one Redis quota exactly
 #   5b in-flight     inFlightReq's amount (memory) and maxInFlight over both
@@ -114,12 +117,14 @@ tl_start_backend "$TMP/backend" "$backend_port"
 redis_port="$(free_port)"
 start_redis "$redis_port"
 redis_pid=$REDIS_PID
-# ... and the one Traefik a reads the kv-labels configuration from.
+# ... and the one Traefik a reads the kv-labels configuration from, with
+# kv-metered's metrics address.
 kv_port="$(free_port)"
 start_redis "$kv_port"
+metrics_port="$(free_port)"
 while read -r key value; do
 	case "$key" in '' | '#'*) continue ;; esac
-	redis-cli -h 127.0.0.1 -p "$kv_port" set "$key" "$value" >/dev/null
+	redis-cli -h 127.0.0.1 -p "$kv_port" set "$key" "${value//@METRICS@/127.0.0.1:$metrics_port}" >/dev/null
 done <"$TESTDATA/kv.txt"
 
 # Two Traefik processes from one directory holding plugins-local/, with the
@@ -238,6 +243,27 @@ expect "kv-labels: no X-API-Key → per-key skipped; top-level 5 per client, 2 u
 	"$codes" "200 200 200 429 "
 expect_re "kv-labels: the 429 names the top-level limit" "$(cat "$B")" '"policy":"default"'
 expect "kv-labels: the 429's RateLimit-Policy is the top-level limit's" "$(hdr RateLimit-Policy)" '"default";q=5;w=3600'
+
+# --- 3b metrics --------------------------------------------------------------
+# metric NAME{LABELS} prints the value of that sample in the last scrape.
+metric() { grep -F "$1 " "$B" | sed 's/.* //' | head -n 1; }
+codes=""
+for i in 1 2 3 4 5; do
+	req "$A/kv-metered"
+	codes+="$CODE "
+done
+expect "metrics: kv-metered (3 per hour) → 200 × 3, 429 × 2" "$codes" "200 200 200 429 429 "
+req "http://127.0.0.1:$metrics_port/metrics"
+expect "metrics: GET /metrics on metrics.address" "$CODE" 200
+expect "metrics: Content-Type of the text format" "$(hdr Content-Type)" "text/plain; version=0.0.4; charset=utf-8"
+zone='zone="kv-metered@redis"'
+expect "metrics: allowed requests" "$(metric "sluice_decisions_total{$zone,outcome=\"allowed\"}")" 3
+expect "metrics: rejected requests" "$(metric "sluice_decisions_total{$zone,outcome=\"rejected\"}")" 2
+expect "metrics: near_limit among the allowed (less than 10 % of 3 left)" "$(metric "sluice_decisions_total{$zone,outcome=\"near_limit\"}")" 1
+expect "metrics: every decision timed" "$(metric sluice_decision_seconds_count)" 5
+expect "metrics: a middleware without metrics is not exported" "$(grep -c 'zone="kv-labels' "$B" || true)" 0
+req "$A/metrics"
+expect "metrics: nothing on Traefik's entryPoint" "$CODE" 404
 
 # --- 4 dry-run ---------------------------------------------------------------
 codes="" marks=""

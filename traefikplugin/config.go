@@ -152,9 +152,33 @@ type Config struct {
 	// one the key's client_ip part takes, as ipStrategy and TrustedProxies
 	// derive it.
 	ExemptIPs []string
+	// Metrics, when its address is set, counts the middleware's
+	// decisions and serves them, with those of every middleware naming
+	// the same address, in the Prometheus text format on GET /metrics of
+	// a listener of the plugin's own: never on Traefik's entryPoints.
+	Metrics *Metrics
 	// Unknown collects the options Traefik passes that the plugin does
 	// not know (mapstructure's remain); New refuses any, naming it, so that
 	// a misspelt option is not silently ignored.
+	Unknown map[string]interface{} `mapstructure:",remain"`
+}
+
+// Metrics is the metrics option block. The process has one listener per
+// address, shared by every middleware that names it and by all their
+// versions across reloads; it is closed when the last of them leaves the
+// plugin's registry.
+type Metrics struct {
+	// Address is the IP address and port on which the plugin serves
+	// GET /metrics, such as 127.0.0.1:9180. Empty (the default): no
+	// metrics, and the middleware's requests cost nothing more.
+	Address string
+	// AllowedNetworks lists the client networks (CIDR prefixes or
+	// addresses) that may read the middleware's metrics, by the
+	// connection's peer address; default 127.0.0.0/8 and ::1. A scrape
+	// sees the middlewares at the address that allow it, and is answered
+	// 403 when none does.
+	AllowedNetworks []string
+	// Unknown is as Config.Unknown.
 	Unknown map[string]interface{} `mapstructure:",remain"`
 }
 

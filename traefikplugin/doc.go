@@ -76,7 +76,20 @@
 // middleware's keys are prefixed with its name, so middlewares never share a bucket, while
 // the RateLimit-Policy header shows the plain limit name. The top-level
 // limit is named "default", or as the name option says, never after the
-// middleware. Nothing starts a goroutine.
+// middleware. Nothing starts a goroutine but the listener of a metrics
+// address, one for the whole process.
+//
+// # Metrics
+//
+// With metrics.address set, the plugin counts every verdict of the
+// middleware and serves, on GET /metrics of a listener of its own (never an
+// entryPoint), the families of package core/telemetry in the Prometheus
+// text format: sluice_decisions_total{zone,outcome}, sluice_decision_seconds
+// and sluice_store_breaker_state{store}, as the Caddy module exports them.
+// The zone is the middleware's name as Traefik gives it (api@file), or
+// <middleware>/<limit> for each of several limits. Clients outside
+// metrics.allowedNetworks (default the loopback) are answered 403. See
+// metrics.go for the listener's life across reloads.
 //
 // # Redis
 //

@@ -24,15 +24,16 @@ type entry struct {
 	redis  *redisClient // nil with the in-memory store
 	own    string       // the registry's ownStoreID of its own in-memory store, or ""
 	report *report
+	meter  *meter // nil without metrics
 
 	used uint64 // registry.seq of the last New that returned it; under registry.mu
 }
 
 // newEntry builds the Gate and the Lane of s. memory is the process-wide
-// in-memory store: the store itself, or with rc the local fallback.
-// clock is the gate's and the report's (nil: the system clock, read
-// inline).
-func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClient, clock model.Clock, out io.Writer) (*entry, error) {
+// in-memory store: the store itself, or with rc the local fallback. m,
+// when not nil, counts every verdict. clock is the gate's and the
+// report's (nil: the system clock, read inline).
+func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClient, m *meter, clock model.Clock, out io.Writer) (*entry, error) {
 	limits := make([]*model.Limit, len(s.plans))
 	asks := make([]core.LaneAsk, len(s.plans))
 	costs := make(map[*model.Limit]float64, len(s.plans))
@@ -68,6 +69,7 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 		name:   name,
 		redis:  rc,
 		report: &report{name: name, out: out, clock: clock, base: time.Now()},
+		meter:  m,
 	}
 	// Without Redis, note is all there is to do: under Yaegi the call of
 	// observe would cost every rejection a frame.
@@ -84,6 +86,12 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 		obs = func(v *core.Verdict) { observe(e, v) }
 		down = &rc.down
 	}
+	// With metrics, the handler serves by core.ServeLaneMetered, which
+	// counts every verdict in the meter's core.Meter.
+	var cm *core.Meter
+	if m != nil {
+		cm = m.counts
+	}
 	e.lane = core.NewLane(core.LaneConfig{
 		Gate:         gate,
 		Asks:         asks,
@@ -92,6 +100,7 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 		Observe:      obs,
 		Watch:        rc != nil,
 		Down:         down,
+		Meter:        cm,
 		DryRunHeader: DryRunHeader,
 		Exempt:       s.exempt,
 		ExemptIP:     s.ip,
@@ -119,6 +128,9 @@ type handler struct {
 }
 
 func (e *entry) handler(next http.Handler) http.Handler {
+	if e.meter != nil {
+		return &meteredHandler{next: next, lane: e.lane}
+	}
 	return &handler{next: next, lane: e.lane}
 }
 
@@ -129,4 +141,17 @@ func (e *entry) handler(next http.Handler) http.Handler {
 // interpreted function's body costs an allocation on each call.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	core.ServeLane(h.lane, h.next, w, r)
+}
+
+// meteredHandler is the handler of a middleware with metrics, whose every
+// verdict its entry's meter counts: the type apart, so that a handler
+// without metrics costs not one value more per request.
+type meteredHandler struct {
+	next http.Handler
+	lane *core.Lane
+}
+
+// ServeHTTP is handler.ServeHTTP by core.ServeLaneMetered.
+func (h *meteredHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	core.ServeLaneMetered(h.lane, h.next, w, r)
 }

@@ -144,6 +144,11 @@ func refuseUnknown(cfg *Config) error {
 			return err
 		}
 	}
+	if cfg.Metrics != nil {
+		if err := unknownOption("metrics.", cfg.Metrics.Unknown); err != nil {
+			return err
+		}
+	}
 	r := cfg.Redis
 	if r == nil {
 		return nil

@@ -73,7 +73,9 @@ func (errorLog) Write(p []byte) (int, error) {
 // middleware name and maxEntries in all, dropping the one least recently
 // returned by New. Live entries are returned on every reload, so only
 // configurations replaced long ago are dropped. Nothing here starts a
-// goroutine.
+// goroutine but the metrics listeners, one per metrics address for the
+// whole process (see metrics.go), held like Redis clients by the entries
+// that name it.
 type registry struct {
 	clock model.Clock // never nil
 	// coreClock is the clock given to the in-memory store and the gates:
@@ -92,6 +94,11 @@ type registry struct {
 	entries map[string]*entry
 	redis   map[string]*redisClient // by redisOptions.id
 	seq     uint64                  // counts New calls; entry.used
+	// The metrics (see metrics.go): counters by zone, histograms and
+	// listeners by metrics address.
+	zones   map[string]*zoneStats
+	seconds map[string]*core.Histogram
+	servers map[string]*metricsServer
 }
 
 // newRegistry returns an empty registry on clock; nil means the system
@@ -108,6 +115,9 @@ func newRegistry(clock model.Clock, memoryKeys int, stdout, stderr io.Writer) *r
 		entries:     map[string]*entry{},
 		own:         map[string]*ownStore{},
 		redis:       map[string]*redisClient{},
+		zones:       map[string]*zoneStats{},
+		seconds:     map[string]*core.Histogram{},
+		servers:     map[string]*metricsServer{},
 	}
 	if clock == nil {
 		g.clock = core.SystemClock()
@@ -120,8 +130,10 @@ func newRegistry(clock model.Clock, memoryKeys int, stdout, stderr io.Writer) *r
 //
 // State is kept in a package-level registry keyed by name and config, so
 // that every router using the middleware shares its quotas and a
-// configuration reload keeps the counters. New starts no goroutine. With no
-// limit configured (average 0 and no limits), it returns next itself.
+// configuration reload keeps the counters. New starts no goroutine, but
+// for the listener of a metrics address that no middleware named before.
+// With no limit configured (average 0 and no limits), it returns next
+// itself.
 func New(ctx context.Context, next http.Handler, config *Config, name string) (http.Handler, error) {
 	return plugins.new(ctx, next, config, name)
 }
@@ -184,10 +196,19 @@ func (g *registry) build(ctx context.Context, id, name string, s *settings) (*en
 			return nil, err
 		}
 	}
-	e, err := newEntry(name, s, memory, rc, g.coreClock, g.stdout)
+	var m *meter
+	if s.metrics != nil {
+		if m, err = g.newMeter(name, s); err != nil {
+			g.release(rc)
+			g.releaseOwn(own)
+			return nil, err
+		}
+	}
+	e, err := newEntry(name, s, memory, rc, m, g.coreClock, g.stdout)
 	if err != nil {
 		g.release(rc)
 		g.releaseOwn(own)
+		g.releaseMeter(m)
 		return nil, err
 	}
 	e.own = own
@@ -199,6 +220,7 @@ func (g *registry) build(ctx context.Context, id, name string, s *settings) (*en
 		old.used = g.seq
 		g.releaseLocked(rc)
 		g.releaseOwnLocked(own)
+		g.releaseMeterLocked(m)
 		return old, nil
 	}
 	e.used = g.seq
@@ -352,4 +374,5 @@ func (g *registry) dropLocked(id string) {
 	delete(g.entries, id)
 	g.releaseLocked(e.redis)
 	g.releaseOwnLocked(e.own)
+	g.releaseMeterLocked(e.meter)
 }

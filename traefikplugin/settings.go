@@ -43,6 +43,14 @@ type settings struct {
 	// rule that finds a request's client address.
 	exempt []netip.Prefix
 	ip     *clientip.Strategy
+	// metrics is the metrics block, nil without an address.
+	metrics *metricsOptions
+}
+
+// metricsOptions is Config.Metrics parsed.
+type metricsOptions struct {
+	address string // canonical ip:port
+	allowed []netip.Prefix
 }
 
 // limitPlan is one limit and how a request's ask for it is built.
@@ -89,6 +97,9 @@ func parse(cfg *Config, name string) (*settings, error) {
 		return nil, err
 	}
 	if err := parseStore(cfg, s); err != nil {
+		return nil, err
+	}
+	if s.metrics, err = parseMetrics(cfg.Metrics); err != nil {
 		return nil, err
 	}
 
@@ -589,4 +600,34 @@ func clientChosenPart(parts []string) string {
 		}
 	}
 	return ""
+}
+
+// loopback are the networks that may read a middleware's metrics unless
+// metrics.allowedNetworks says otherwise.
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
+
+// parseMetrics reads the metrics block; nil without an address.
+func parseMetrics(m *Metrics) (*metricsOptions, error) {
+	if m == nil {
+		return nil, nil
+	}
+	address := strings.TrimSpace(m.Address)
+	networks := parseList(m.AllowedNetworks)
+	if address == "" {
+		if len(networks) > 0 {
+			return nil, errors.New("metrics.allowedNetworks: needs metrics.address, where the metrics are served")
+		}
+		return nil, nil
+	}
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return nil, fmt.Errorf("metrics.address %q: want an IP address and a port, such as 127.0.0.1:9180", address)
+	}
+	o := &metricsOptions{address: ap.String(), allowed: loopback}
+	if len(networks) > 0 {
+		if o.allowed, err = clientip.ParsePrefixes(networks); err != nil {
+			return nil, fmt.Errorf("metrics.allowedNetworks: %w", err)
+		}
+	}
+	return o, nil
 }

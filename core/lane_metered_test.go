@@ -1,0 +1,172 @@
+package core
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core/answer"
+	"github.com/sluicehq/sluice/core/keyspec"
+	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/telemetry"
+	"github.com/sluicehq/sluice/internal/testclock"
+)
+
+// TestServeLaneMeteredMatchesServeLane: ServeLaneMetered answers every
+// request as ServeLane does (status, headers, body, whether it went on),
+// counts in the meter the verdict of every request that a limit applies
+// to, allowed ones included, under the limit whose headers the client
+// saw, with its near misses, and times each; it counts nothing of a
+// request no limit applies to; the observer sees what it sees under
+// ServeLane.
+func TestServeLaneMeteredMatchesServeLane(t *testing.T) {
+	remotes := []string{"192.0.2.1:1234", "192.0.2.2:80", "[2001:db8::1]:443", "not an address"}
+	for _, tc := range []struct {
+		many    bool
+		alg     model.Algorithm
+		headers answer.HeaderSet
+	}{
+		// One limit: serveLaneMeteredOne, its admissions written out by
+		// laneSetIETFX and its rejections by laneReject, or, without
+		// those headers, by laneMeteredAnswer; several: Gate.Serve's.
+		{false, model.TokenBucket, answer.DefaultHeaders},
+		{false, model.SlidingWindowCounter, answer.DefaultHeaders},
+		{false, model.TokenBucket, answer.HeadersOff},
+		{false, model.LeakyBucket, answer.HeadersIETF | answer.HeadersLegacy},
+		{true, model.TokenBucket, answer.DefaultHeaders},
+	} {
+		many := tc.many
+		clock := testclock.New(testclock.Epoch)
+		burst := 2.0
+		if tc.alg == model.SlidingWindowCounter {
+			burst = 0 // its capacity is its quota
+		}
+		per := gateLimit(t, "per", tc.alg, "3/s", burst)
+		if tc.alg == model.LeakyBucket {
+			per.MaxDelay = 1 // rejects what it would delay
+			if err := per.Validate(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		global := gateLimit(t, "global", model.FixedWindow, "7/s", 0)
+		limits := []*model.Limit{per}
+		if many {
+			limits = append(limits, global)
+		}
+		ipSpec, err := keyspec.Parse(nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		allSpec, err := keyspec.Parse([]string{"const:all"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lanes := make([]*Lane, 2)
+		var seen [2][]Verdict
+		counts := []*Counts{{}, {}}
+		seconds := NewHistogram()
+		meter := NewMeter(limits, counts[:len(limits)], 0.5, seconds)
+		var want [2][NumOutcomes]uint64 // by limit
+		var wantNear, decided uint64
+		// The headers tell a near miss of a token bucket of 2 alone.
+		nearKnown := tc.headers == answer.DefaultHeaders && tc.alg == model.TokenBucket && !many
+		for i := range lanes {
+			i := i
+			store, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gate, err := NewGate(GateConfig{Limits: limits, Store: store, Responder: answer.Responder{Headers: tc.headers}, Clock: clock.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := LaneConfig{Gate: gate, Asks: []LaneAsk{{Limit: per, Spec: 0, Missing: keyspec.MissingSkip, Cost: 1}},
+				Specs: []*keyspec.Spec{ipSpec, allSpec}, Prefix: "mw\x00", Observe: func(v *Verdict) { seen[i] = append(seen[i], *v) }}
+			if many {
+				cfg.Asks = append(cfg.Asks, LaneAsk{Limit: global, Spec: 1, Cost: 1})
+			}
+			if i == 1 {
+				cfg.Meter = meter
+			}
+			lanes[i] = NewLane(cfg)
+		}
+		if lanes[1].one == many {
+			t.Fatalf("%+v: lane one %v", tc, lanes[1].one)
+		}
+		for step := 0; step < 60; step++ {
+			label := string(tc.alg) + " headers " + strconv.Itoa(int(tc.headers)) + " many " + strconv.FormatBool(many) + " step " + strconv.Itoa(step)
+			remote := remotes[step/3%len(remotes)] // three in a row: near misses, rejections
+			var recs [2]*httptest.ResponseRecorder
+			var nexts [2]countingHandler
+			seen[0], seen[1] = seen[0][:0], seen[1][:0]
+			for i := range recs {
+				recs[i] = httptest.NewRecorder()
+				r := httptest.NewRequest(http.MethodGet, "/", nil)
+				r.RemoteAddr = remote
+				if i == 0 {
+					ServeLane(lanes[0], &nexts[0], recs[0], r)
+				} else {
+					ServeLaneMetered(lanes[1], &nexts[1], recs[1], r)
+				}
+			}
+			if recs[0].Code != recs[1].Code || !reflect.DeepEqual(recs[0].Header(), recs[1].Header()) ||
+				recs[0].Body.String() != recs[1].Body.String() || nexts[0].n != nexts[1].n {
+				t.Fatalf("%s: ServeLane answered %d %v (next %d), ServeLaneMetered %d %v (next %d)", label,
+					recs[0].Code, recs[0].Header(), nexts[0].n, recs[1].Code, recs[1].Header(), nexts[1].n)
+			}
+			if !reflect.DeepEqual(seen[0], seen[1]) {
+				t.Fatalf("%s: observed %+v under ServeLane, %+v under ServeLaneMetered", label, seen[0], seen[1])
+			}
+			if remote != "not an address" || many {
+				// The limit reported: the one of RateLimit-Policy's.
+				z, o := 0, OutcomeAllowed
+				if many && strings.Contains(recs[1].Header().Get("Ratelimit-Policy"), `"global"`) {
+					z = 1
+				}
+				if recs[1].Code == http.StatusTooManyRequests {
+					o = OutcomeRejected
+				} else if nearKnown && recs[1].Header().Get("X-Ratelimit-Remaining") == "0" {
+					wantNear++ // less than half of a capacity of 2 left
+				}
+				want[z][o]++
+				decided++
+			}
+			for z := range limits {
+				for o := Outcome(0); int(o) < NumOutcomes; o++ {
+					if got := counts[z].Outcome(o); got != want[z][o] {
+						t.Fatalf("%s: limit %s, outcome %v counted %d, want %d", label, limits[z].Name, o, got, want[z][o])
+					}
+				}
+			}
+			if nearKnown && counts[0].Near() != wantNear {
+				t.Fatalf("%s: %d near misses, want %d", label, counts[0].Near(), wantNear)
+			}
+			n := uint64(0)
+			b, _ := seconds.Snapshot()
+			for _, c := range b {
+				n += c
+			}
+			if n != decided {
+				t.Fatalf("%s: %d decisions timed, want %d", label, n, decided)
+			}
+			clock.Advance(100 * time.Millisecond)
+		}
+		if nearKnown && wantNear == 0 {
+			t.Errorf("%+v: no near miss in the trace", tc)
+		}
+	}
+}
+
+// TestHistogramBounds: a Histogram has a bound for each of
+// telemetry.DecisionBuckets, in nanoseconds.
+func TestHistogramBounds(t *testing.T) {
+	b := telemetry.DecisionBuckets()
+	h := NewHistogram()
+	if len(b) != numDecisionBounds || h.bounds[0] != 50000 || h.bounds[numDecisionBounds-1] != int64(time.Second) {
+		t.Fatalf("%d buckets, bounds %v; want %d from 50µs to 1s", len(b), h.bounds, numDecisionBounds)
+	}
+}

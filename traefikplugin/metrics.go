@@ -1,0 +1,254 @@
+package traefikplugin
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/clientip"
+	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/telemetry"
+)
+
+// The metrics of the plugin are those of package telemetry, which the Caddy
+// module exports too, served in the Prometheus text format by a listener
+// of the plugin's own (metricsServer), since a plugin cannot reach
+// Traefik's registry. Everything lives in the registry: counters by zone,
+// shared by every version of a middleware, so that a reload keeps them;
+// a decision-time histogram per address; a listener per address, started
+// by the first New naming it and closed when the last registry entry
+// naming it is dropped. Nothing is started per New, and a middleware
+// without metrics.address pays nothing per request.
+
+// nearLimit is the share of a limit's capacity under which an admitted
+// request counts as near_limit: the Caddy module's default near_limit.
+const nearLimit = 0.1
+
+// zoneStats are the decision counters of one zone (a metrics label),
+// shared by the registry entries whose limits report to it.
+type zoneStats struct {
+	name   string
+	counts core.Counts
+	refs   int // entries using it; under registry.mu
+}
+
+// meter is what a registry entry with metrics counts into: core's Meter,
+// which its lane updates, and what a scrape needs to export it.
+type meter struct {
+	address string
+	allowed []netip.Prefix
+	zones   []*zoneStats // by limit, as counted by core
+	counts  *core.Meter
+}
+
+// zoneName is the zone label of limit l of middleware name, one of its n
+// limits: the middleware's name for its only limit, else
+// "<middleware>/<limit>", the limit named as in RateLimit-Policy.
+func zoneName(name string, l *model.Limit, n int) string {
+	if n == 1 {
+		return name
+	}
+	return name + "/" + l.Name
+}
+
+// newMeter returns the meter of middleware name with settings s, whose
+// metrics address is served from now on: it takes a reference to the
+// counters of each of its zones and to the address's listener, started if
+// needed.
+func (g *registry) newMeter(name string, s *settings) (*meter, error) {
+	o := s.metrics
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	srv := g.servers[o.address]
+	if srv == nil {
+		var err error
+		if srv, err = g.listen(o.address); err != nil {
+			return nil, err
+		}
+		g.servers[o.address] = srv
+	}
+	srv.refs++
+	seconds := g.seconds[o.address]
+	if seconds == nil {
+		seconds = core.NewHistogram()
+		g.seconds[o.address] = seconds
+	}
+	m := &meter{address: o.address, allowed: o.allowed}
+	limits := make([]*model.Limit, len(s.plans))
+	counts := make([]*core.Counts, len(s.plans))
+	for i, p := range s.plans {
+		zone := zoneName(name, p.limit, len(s.plans))
+		z := g.zones[zone]
+		if z == nil {
+			z = &zoneStats{name: zone}
+			g.zones[zone] = z
+		}
+		z.refs++
+		m.zones = append(m.zones, z)
+		limits[i], counts[i] = p.limit, &z.counts
+	}
+	m.counts = core.NewMeter(limits, counts, nearLimit, seconds)
+	return m, nil
+}
+
+// releaseMeter drops m's references (m may be nil), closing a listener
+// that nothing names any more.
+func (g *registry) releaseMeter(m *meter) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.releaseMeterLocked(m)
+}
+
+func (g *registry) releaseMeterLocked(m *meter) {
+	if m == nil {
+		return
+	}
+	for _, z := range m.zones {
+		if z.refs--; z.refs <= 0 {
+			delete(g.zones, z.name)
+		}
+	}
+	if srv := g.servers[m.address]; srv != nil {
+		if srv.refs--; srv.refs <= 0 {
+			delete(g.servers, m.address)
+			srv.close()
+		}
+	}
+}
+
+// metricsServer is the listener of one metrics address and the HTTP
+// server on it, whose goroutines end when it is closed.
+type metricsServer struct {
+	srv  *http.Server
+	addr net.Addr // where it listens (a port 0 chosen)
+	refs int      // registry entries naming the address; under registry.mu
+}
+
+// listen starts serving the metrics of address on it. Its mux is where
+// routes go; each is restricted to the clients that some middleware
+// serving at the address allows (see restricted).
+func (g *registry) listen(address string) (*metricsServer, error) {
+	ln, err := net.Listen("tcp", address)
+	if err != nil {
+		return nil, fmt.Errorf("metrics.address %q: %w", address, err)
+	}
+	// Patterns without a method or wildcards: Traefik's Yaegi may run
+	// with the mux of Go 1.21 (GODEBUG httpmuxgo121), to which
+	// "GET /metrics" is a path.
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", g.restricted(address, writeMetrics))
+	s := &metricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, addr: ln.Addr()}
+	go serveMetrics(s.srv, ln)
+	return s, nil
+}
+
+// serveMetrics serves srv on ln until srv is closed.
+func serveMetrics(srv *http.Server, ln net.Listener) {
+	_ = srv.Serve(ln) // http.ErrServerClosed once closed
+}
+
+func (s *metricsServer) close() {
+	_ = s.srv.Close()
+}
+
+// A view is what one client may read at a metrics address: the newest
+// registry entry of each middleware serving its metrics there whose
+// metrics.allowedNetworks hold the client, and the address's histogram.
+type view struct {
+	entries []*entry
+	seconds *core.Histogram
+}
+
+// restricted returns the handler of a route of the listener of address,
+// for GET and HEAD (405 for any other method): it answers 403 to a client
+// that no middleware served there allows, and passes serve the view of
+// any other. A further route is one line in listen, such as
+//
+//	mux.HandleFunc("/sluice/zones/", g.restricted(address, writeAdvice))
+//
+// with writeAdvice reading the zone from the path and finding it among
+// the view's entries.
+func (g *registry) restricted(address string, serve func(http.ResponseWriter, *http.Request, *view)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "sluice: method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		ap, err := netip.ParseAddrPort(r.RemoteAddr)
+		var v *view
+		if err == nil {
+			v = g.view(address, ap.Addr().Unmap())
+		}
+		if v == nil {
+			http.Error(w, "sluice: this client may not read these metrics (see metrics.allowedNetworks)", http.StatusForbidden)
+			return
+		}
+		serve(w, r, v)
+	}
+}
+
+// view returns what client may read at address, or nil when no
+// middleware served there allows it. Of each middleware name only the
+// newest entry (the last New returned) counts, so that a configuration
+// replaced by a reload is no longer exported, nor one whose newest
+// version has no metrics or serves them elsewhere.
+func (g *registry) view(address string, client netip.Addr) *view {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	newest := map[string]*entry{}
+	for _, e := range g.entries {
+		if n := newest[e.name]; n == nil || e.used > n.used {
+			newest[e.name] = e
+		}
+	}
+	v := &view{seconds: g.seconds[address]}
+	for _, e := range newest {
+		if m := e.meter; m != nil && m.address == address && clientip.Contains(m.allowed, client) {
+			v.entries = append(v.entries, e)
+		}
+	}
+	if len(v.entries) == 0 {
+		return nil
+	}
+	return v
+}
+
+// writeMetrics answers GET /metrics with v in the text format: every
+// outcome of every zone, zeros included, as the Caddy module's counters
+// start, the decision-time histogram, and the state of the breaker of
+// each Redis store.
+func writeMetrics(w http.ResponseWriter, _ *http.Request, v *view) {
+	var e telemetry.Exposition
+	zones := map[*zoneStats]bool{}
+	stores := map[string]bool{} // by label: two clients of one server are one store
+	for _, en := range v.entries {
+		for _, z := range en.meter.zones {
+			if zones[z] {
+				continue
+			}
+			zones[z] = true
+			zone := telemetry.Label{Name: "zone", Value: z.name}
+			for o := core.Outcome(0); int(o) < core.NumOutcomes; o++ {
+				e.Counter(telemetry.Decisions, telemetry.DecisionsHelp, float64(z.counts.Outcome(o)),
+					zone, telemetry.Label{Name: "outcome", Value: o.String()})
+			}
+			e.Counter(telemetry.Decisions, telemetry.DecisionsHelp, float64(z.counts.Near()),
+				zone, telemetry.Label{Name: "outcome", Value: telemetry.OutcomeNearLimit})
+		}
+		if rc := en.redis; rc != nil && !stores[rc.opts.name] {
+			stores[rc.opts.name] = true
+			e.Gauge(telemetry.BreakerState, telemetry.BreakerStateHelp, float64(rc.breaker.State()),
+				telemetry.Label{Name: "store", Value: rc.opts.name})
+		}
+	}
+	counts, sum := v.seconds.Snapshot()
+	e.Histogram(telemetry.DecisionSeconds, telemetry.DecisionSecondsHelp, telemetry.DecisionBuckets(), counts, sum)
+	w.Header().Set("Content-Type", telemetry.ContentType)
+	if _, err := e.WriteTo(w); err != nil {
+		http.Error(w, "sluice: "+err.Error(), http.StatusInternalServerError)
+	}
+}

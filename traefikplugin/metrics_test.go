@@ -1,0 +1,260 @@
+package traefikplugin
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/core/telemetry"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// metricsRegistry is a test registry whose metrics listeners are closed
+// when the test ends.
+func metricsRegistry(t *testing.T) *testRegistry {
+	g := newTestRegistry()
+	t.Cleanup(func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for _, s := range g.servers {
+			s.close()
+		}
+	})
+	return g
+}
+
+// withMetrics is cfg with metrics served at address.
+func withMetrics(cfg Config, address string, networks ...string) *Config {
+	cfg.Metrics = &Metrics{Address: address, AllowedNetworks: networks}
+	return &cfg
+}
+
+// scrape reads GET /metrics from the listener g started for address, as
+// a client on the loopback.
+func scrape(t *testing.T, g *testRegistry, address string) string {
+	t.Helper()
+	g.mu.Lock()
+	s := g.servers[address]
+	g.mu.Unlock()
+	if s == nil {
+		t.Fatalf("no listener for %s", address)
+	}
+	resp, err := http.Get("http://" + s.addr.String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != telemetry.ContentType {
+		t.Fatalf("GET /metrics: %d, Content-Type %q:\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	return string(body)
+}
+
+// hasLines fails t unless every line of want is a line of got.
+func hasLines(t *testing.T, got string, want ...string) {
+	t.Helper()
+	lines := map[string]bool{}
+	for _, l := range strings.Split(got, "\n") {
+		lines[l] = true
+	}
+	for _, w := range want {
+		if !lines[w] {
+			t.Errorf("no line %q in\n%s", w, got)
+		}
+	}
+}
+
+const anyPort = "127.0.0.1:0"
+
+// TestMetricsScrape: a scrape of the listener counts the requests served
+// through the handler by outcome, near misses among the allowed, and
+// every decision in the histogram; a middleware with limits[] reports
+// each limit as a zone of its own, named as in RateLimit-Policy.
+func TestMetricsScrape(t *testing.T) {
+	g := metricsRegistry(t)
+	h, _ := g.mustNew(t, withMetrics(Config{Average: "3", Period: "1h", Burst: "3"}, anyPort), "api@file")
+	if got := codes(h, request{}, 5); got != "200 200 200 429 429" {
+		t.Fatalf("codes %s", got)
+	}
+	multi, _ := g.mustNew(t, withMetrics(Config{Average: "100", Burst: "100", Limits: []LimitConfig{
+		{Name: "per-key", Average: "1", Period: "1h", Key: []string{"header:X-Key"}},
+	}}, anyPort), "multi@file")
+	if got := codes(multi, request{headers: map[string]string{"X-Key": "k"}}, 2); got != "200 429" {
+		t.Fatalf("multi codes %s", got)
+	}
+	codes(multi, request{}, 1) // per-key skipped: the top-level limit decides
+	body := scrape(t, g, anyPort)
+	hasLines(t, body,
+		"# TYPE sluice_decisions_total counter",
+		`sluice_decisions_total{zone="api@file",outcome="allowed"} 3`,
+		`sluice_decisions_total{zone="api@file",outcome="rejected"} 2`,
+		`sluice_decisions_total{zone="api@file",outcome="near_limit"} 1`,
+		`sluice_decisions_total{zone="api@file",outcome="dry_run_rejected"} 0`,
+		`sluice_decisions_total{zone="multi@file/per-key",outcome="allowed"} 1`,
+		`sluice_decisions_total{zone="multi@file/per-key",outcome="near_limit"} 1`,
+		`sluice_decisions_total{zone="multi@file/per-key",outcome="rejected"} 1`,
+		`sluice_decisions_total{zone="multi@file/default",outcome="allowed"} 1`,
+		"# TYPE sluice_decision_seconds histogram",
+		`sluice_decision_seconds_bucket{le="+Inf"} 8`,
+		"sluice_decision_seconds_count 8",
+	)
+	if strings.Contains(body, `zone="multi@file"`) {
+		t.Errorf("a middleware with several limits reported as one zone:\n%s", body)
+	}
+}
+
+// TestMetricsNotOnEntryPoint: the middleware itself serves no metrics: a
+// request for /metrics through it is decided and passed on like any other.
+func TestMetricsNotOnEntryPoint(t *testing.T) {
+	g := metricsRegistry(t)
+	h, next := g.mustNew(t, withMetrics(Config{Average: "10"}, anyPort), "api@file")
+	r := httptest.NewRequest(http.MethodGet, "http://example.com/metrics", nil)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if next.count() != 1 || strings.Contains(w.Body.String(), "sluice_") {
+		t.Fatalf("GET /metrics through the middleware: next called %d times, body %q", next.count(), w.Body)
+	}
+}
+
+// TestMetricsOneListener: one listener per address for the process,
+// whatever the number of middlewares, routers (New calls) and reloads
+// naming it; a configuration replaced by a reload is no longer exported;
+// the listener closes when the last entry naming its address leaves the
+// registry.
+func TestMetricsOneListener(t *testing.T) {
+	g := metricsRegistry(t)
+	g.maxVersions = 2
+	for i := 0; i < 10; i++ { // routers, and reloads with the same configuration
+		g.mustNew(t, withMetrics(Config{Average: "10"}, anyPort), "api@file")
+		g.mustNew(t, withMetrics(Config{Average: "20"}, anyPort), "web@file")
+	}
+	g.mu.Lock()
+	first, n := g.servers[anyPort], len(g.servers)
+	g.mu.Unlock()
+	if n != 1 || first == nil || first.refs != 2 {
+		t.Fatalf("%d listeners, want 1 held by 2 entries", n)
+	}
+	// A reload changes api's configuration: its zones are now those of
+	// the new one, on the same listener.
+	reloaded, _ := g.mustNew(t, withMetrics(Config{Average: "10", Limits: []LimitConfig{{Name: "b", Average: "5"}}}, anyPort), "api@file")
+	codes(reloaded, request{}, 1)
+	body := scrape(t, g, anyPort)
+	hasLines(t, body, `sluice_decisions_total{zone="api@file/default",outcome="allowed"} 1`, `sluice_decisions_total{zone="web@file",outcome="allowed"} 0`)
+	if strings.Contains(body, `zone="api@file"`) {
+		t.Errorf("the replaced configuration is still exported:\n%s", body)
+	}
+	g.mu.Lock()
+	same := g.servers[anyPort] == first && len(g.servers) == 1
+	g.mu.Unlock()
+	if !same {
+		t.Fatal("a reload started another listener")
+	}
+	// A version without metrics: api is no longer exported; then enough
+	// versions of both names to drop every entry naming the address.
+	g.mustNew(t, &Config{Average: "11"}, "api@file")
+	if body := scrape(t, g, anyPort); strings.Contains(body, `zone="api@file`) {
+		t.Errorf("api's newest version has no metrics, but it is exported:\n%s", body)
+	}
+	for _, avg := range []string{"12", "13"} {
+		g.mustNew(t, &Config{Average: avg}, "api@file")
+		g.mustNew(t, &Config{Average: avg}, "web@file")
+	}
+	g.mu.Lock()
+	n = len(g.servers)
+	g.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d listeners left with no entry naming an address", n)
+	}
+	if c, err := net.Dial("tcp", first.addr.String()); err == nil {
+		c.Close()
+		t.Fatal("the closed listener still accepts connections")
+	}
+}
+
+// TestMetricsAddresses: middlewares naming different addresses get a
+// listener each, and each listener exports only its own middlewares; an
+// address that cannot be listened on fails New, naming the option.
+func TestMetricsAddresses(t *testing.T) {
+	g := metricsRegistry(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	other := taken.Addr().String()
+	_, err = g.new(context.Background(), &okHandler{}, withMetrics(Config{Average: "1"}, other), "api@file")
+	if err == nil || !strings.Contains(err.Error(), `sluice api@file: metrics.address "`+other+`"`) {
+		t.Fatalf("New on an address in use: %v, want an error naming metrics.address", err)
+	}
+	g.mustNew(t, withMetrics(Config{Average: "1"}, anyPort), "api@file")
+	g.mustNew(t, withMetrics(Config{Average: "1"}, "[::1]:0"), "web@file")
+	if strings.Contains(scrape(t, g, anyPort), "web@file") {
+		t.Error("a middleware is exported at an address it does not name")
+	}
+}
+
+// TestMetricsAllowedNetworks: a scrape sees the middlewares whose
+// allowedNetworks hold its peer address (loopback by default), and is
+// refused with 403 when none does.
+func TestMetricsAllowedNetworks(t *testing.T) {
+	g := metricsRegistry(t)
+	g.mustNew(t, withMetrics(Config{Average: "1"}, anyPort), "local@file")
+	g.mustNew(t, withMetrics(Config{Average: "1"}, anyPort, "192.0.2.0/24"), "lan@file")
+	for _, tc := range []struct {
+		remote     string
+		code       int
+		see, blind string
+	}{
+		{"127.0.0.1:5000", http.StatusOK, "local@file", "lan@file"},
+		{"[::1]:5000", http.StatusOK, "local@file", "lan@file"},
+		{"192.0.2.7:5000", http.StatusOK, "lan@file", "local@file"},
+		{"198.51.100.1:5000", http.StatusForbidden, "", "@file"},
+		{"127.0.0.1:5000", http.StatusMethodNotAllowed, "", "@file"},
+	} {
+		method := http.MethodGet
+		if tc.code == http.StatusMethodNotAllowed {
+			method = http.MethodPost
+		}
+		r := httptest.NewRequest(method, "/metrics", nil)
+		r.RemoteAddr = tc.remote
+		w := httptest.NewRecorder()
+		g.restricted(anyPort, writeMetrics)(w, r)
+		body := w.Body.String()
+		if w.Code != tc.code || !strings.Contains(body, tc.see) || strings.Contains(body, tc.blind) {
+			t.Errorf("scrape from %s: %d\n%s\nwant %d, seeing %q and not %q", tc.remote, w.Code, body, tc.code, tc.see, tc.blind)
+		}
+	}
+}
+
+// TestMetricsRedis: on Redis, decisions are counted as in memory, a store
+// failure by its outcome, and each store's breaker is exported by its
+// address.
+func TestMetricsRedis(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	g := metricsRegistry(t)
+	h, _ := g.mustNew(t, withMetrics(*redisConfig(srv.Addr, "3"), anyPort), "api@file")
+	if got := codes(h, request{}, 4); got != "200 200 200 429" {
+		t.Fatalf("codes %s", got)
+	}
+	down := closedPort(t)
+	failing, _ := g.mustNew(t, withMetrics(Config{Average: "100", Redis: &Redis{Endpoints: []string{down}, DialTimeout: "100ms"}}, anyPort), "down@file")
+	if got := codes(failing, request{}, 2); got != "200 200" {
+		t.Fatalf("Redis down: codes %s", got)
+	}
+	hasLines(t, scrape(t, g, anyPort),
+		`sluice_decisions_total{zone="api@file",outcome="allowed"} 3`,
+		`sluice_decisions_total{zone="api@file",outcome="rejected"} 1`,
+		`sluice_decisions_total{zone="api@file",outcome="near_limit"} 1`,
+		`sluice_decisions_total{zone="down@file",outcome="store_error_allowed"} 2`,
+		`sluice_store_breaker_state{store="`+srv.Addr+`"} 0`,
+		"sluice_decision_seconds_count 6",
+	)
+}
