@@ -2,8 +2,12 @@ package demand
 
 import (
 	"hash/maphash"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/telemetry"
 )
 
 // DefaultMaxKeys is the most keys a Recorder follows at once unless told
@@ -11,6 +15,21 @@ import (
 // share; TestRecorderMemory), some 8 MiB for a limit whose keys all keep
 // asking.
 const DefaultMaxKeys = 1 << 16
+
+// MaxKeys bounds the keys a host may ask a Recorder to follow: some
+// 540 MB of keys for one limit.
+const MaxKeys = 1 << 22
+
+// CheckMaxKeys checks a host's setting of the keys a limit's demand
+// follows: -1 (no demand recorded), 0 (DefaultMaxKeys) or up to MaxKeys.
+// Its error is a FieldError about the field "demand_keys", which a host
+// names as its own option.
+func CheckMaxKeys(n int) error {
+	if n < -1 || n > MaxKeys {
+		return &model.FieldError{Field: "demand_keys", Value: strconv.Itoa(n), Reason: "want -1 (off), 0 (the default, " + strconv.Itoa(DefaultMaxKeys) + ") or up to " + strconv.Itoa(MaxKeys)}
+	}
+	return nil
+}
 
 // numShards is the number of independently locked parts of a Recorder's
 // keys, so that parallel requests of different keys rarely wait for one
@@ -83,23 +102,42 @@ func NewRecorder(period int64, maxKeys int, now int64) *Recorder {
 func (r *Recorder) Period() int64 { return r.period }
 
 // Add records that key asked cost at now (nanoseconds since the epoch).
-// A cost that is not positive records nothing.
+// A cost that is not positive records nothing. A key's further asks in
+// its period, the usual case, take the short path; under the Yaegi
+// interpreter a function costs every value of its body on each call, so
+// the rest is in add.
 func (r *Recorder) Add(now int64, key string, cost float64) {
 	if !(cost > 0) {
 		return
 	}
-	p := now / r.period
 	sh := &r.shards[maphash.String(r.seed, key)%numShards]
 	sh.mu.Lock()
+	e, ok := sh.keys[key]
+	if ok && e.period == now/r.period && now < sh.sweep {
+		e.sum += cost
+		e.last = now
+		sh.keys[key] = e
+		sh.mu.Unlock()
+		return
+	}
+	r.add(sh, now, key, cost, e, ok)
+	sh.mu.Unlock()
+}
+
+// add is Add for a key new to sh (ok false), a key's first ask in a
+// period, or an ask that finds a sweep due; e is the key's entry, if ok.
+// It is called with sh's lock held.
+func (r *Recorder) add(sh *shard, now int64, key string, cost float64, e entry, ok bool) {
 	if now >= sh.sweep {
 		r.sweep(sh, now)
+		e, ok = sh.keys[key] // the sweep folds and retires entries
 	}
-	e, ok := sh.keys[key]
+	p := now / r.period
 	if !ok {
 		if len(sh.keys) >= r.perShard {
 			r.evict(sh)
 		}
-		e.period = p
+		e = entry{period: p}
 	} else if e.period != p {
 		r.fold(e.sum, false)
 		if e.sum > e.peak {
@@ -110,7 +148,6 @@ func (r *Recorder) Add(now int64, key string, cost float64) {
 	e.sum += cost
 	e.last = now
 	sh.keys[key] = e
-	sh.mu.Unlock()
 }
 
 // fold records a key-period's demand v, partial when its period was not
@@ -237,4 +274,20 @@ func (r *Recorder) Snapshot(now int64) Snapshot {
 	r.mu.Unlock()
 	s.Keys.Merge(&live)
 	return s
+}
+
+// Quantiles returns the demand per key-period at each of
+// telemetry.DemandQuantiles, in order, as the metric telemetry.Demand
+// exports them; nil before the first complete key-period, which has no
+// quantile.
+func (s *Snapshot) Quantiles() []float64 {
+	if s.Periods.Count() == 0 {
+		return nil
+	}
+	qs := telemetry.DemandQuantiles()
+	out := make([]float64, len(qs))
+	for i, q := range qs {
+		out[i] = s.Periods.Quantile(q)
+	}
+	return out
 }
