@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/answer"
+	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/inspect"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
@@ -453,8 +454,8 @@ func demandKeysArg(d *caddyfile.Dispenser, name string) (int, error) {
 		return -1, nil
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > maxDemandKeys {
-		return 0, d.Errf("%s %q: want off or an integer from 1 to %d", name, s, maxDemandKeys)
+	if err != nil || n < 1 || n > demand.MaxKeys {
+		return 0, d.Errf("%s %q: want off or an integer from 1 to %d", name, s, demand.MaxKeys)
 	}
 	return n, nil
 }

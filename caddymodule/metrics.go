@@ -117,11 +117,9 @@ func (demandCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		snap := rec.Snapshot(now)
 		ch <- prometheus.MustNewConstMetric(demandKeyPeriodsDesc, prometheus.CounterValue, float64(snap.Periods.Count()), label)
-		if snap.Periods.Count() == 0 {
-			continue // no quantile of nothing
-		}
-		for _, q := range telemetry.DemandQuantiles() {
-			ch <- prometheus.MustNewConstMetric(demandDesc, prometheus.GaugeValue, snap.Periods.Quantile(q), label, strconv.FormatFloat(q, 'f', -1, 64))
+		for i, v := range snap.Quantiles() {
+			q := strconv.FormatFloat(telemetry.DemandQuantiles()[i], 'f', -1, 64)
+			ch <- prometheus.MustNewConstMetric(demandDesc, prometheus.GaugeValue, v, label, q)
 		}
 	}
 }

@@ -465,14 +465,11 @@ func (z *Zone) checkTop() error {
 	if w := time.Duration(z.TopWindow); w != 0 && (w < inspect.MinSketchWindow || w > inspect.MaxSketchWindow) {
 		return optionErrorf("top_window", "top_window: must be between %v and %v, got %v", inspect.MinSketchWindow, inspect.MaxSketchWindow, w)
 	}
-	if n := z.DemandKeys; n < -1 || n > maxDemandKeys {
-		return optionErrorf("demand_keys", "demand_keys: must be -1 (off), 0 (the default) or up to %d, got %d", maxDemandKeys, n)
+	if err := demand.CheckMaxKeys(z.DemandKeys); err != nil {
+		return optionErrorf("demand_keys", "demand_keys: %d: %s", z.DemandKeys, model.FieldOf(err).Reason)
 	}
 	return nil
 }
-
-// maxDemandKeys bounds DemandKeys: some 540 MB of keys at most.
-const maxDemandKeys = 1 << 22
 
 // checkKey checks that the braces of a key template pair up into
 // placeholders with names, as Caddy's replacer reads them (a brace escaped
