@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/clientip"
+	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/redisstore"
@@ -151,8 +152,9 @@ type LaneConfig struct {
 	// Meter, required by ServeLaneMetered, counts the verdict of every
 	// request that a limit applies to, allowed ones included, by the
 	// limit it is about (its decision's or, when the store failed without
-	// one, the first asked), and times its decision, a leaky_bucket's
-	// wait left out. ServeLane never counts.
+	// one, the first asked), times its decision, a leaky_bucket's wait
+	// left out, and records each ask's cost in its limit's demand when
+	// the meter has recorders. ServeLane never counts.
 	Meter *Meter
 	// Down, if set with Watch, is a host's flag, loaded atomically, that
 	// is not 0 while it deems the store down: the lane may then leave a
@@ -901,6 +903,9 @@ func serveLaneMeteredOne(l *Lane, next http.Handler, w http.ResponseWriter, r *h
 	start = timeNow()
 	d = &v.Decision
 	now = laneTake1(l.mem, l.limit, key, l.cost, d, 0, nil, noSlot, false, noState, nil, 0, 0)
+	if l.meter.demand != nil {
+		laneDemand(l.meter, 0, key, l.cost, start, 0, nil)
+	}
 	if !l.clock {
 		now = 0
 	}
@@ -961,7 +966,36 @@ func serveLaneMetered(l *Lane, next http.Handler, w http.ResponseWriter, r *http
 	for i = 0; i < len(l.meter.limits)-1 && l.meter.limits[i] != lim; i++ {
 	}
 	laneCount(l.meter, &v, i, timeSince(start), nil, nil)
+	if l.meter.demand != nil {
+		laneDemands(l.meter, asks, start, 0, 0)
+	}
 	laneFinish(l, next, w, r, &v, ok)
+}
+
+// laneDemands records in m's demand the cost of each of asks, at start;
+// its parameters after start are its variables, zero (see serveLaneTB).
+func laneDemands(m *Meter, asks []model.Ask, start time.Time, a int, i int) {
+	for a = 0; a < len(asks); a++ {
+		for i = 0; i < len(m.limits)-1 && m.limits[i] != asks[a].Limit; i++ {
+		}
+		laneDemand(m, i, asks[a].Key, asks[a].Cost, start, 0, nil)
+	}
+}
+
+// laneDemand records in m's demand of its i-th limit, if it has one, that
+// key asked cost at start (or at m's clock's instant); its parameters
+// after start are its variables, zero (see serveLaneTB).
+func laneDemand(m *Meter, i int, key string, cost float64, start time.Time, now int64, rec *demand.Recorder) {
+	rec = m.demand[i]
+	if rec == nil {
+		return
+	}
+	if m.clock != nil {
+		now = m.clock()
+	} else {
+		now = start.UnixNano()
+	}
+	rec.Add(now, key, cost)
 }
 
 // laneCount counts in m the verdict v about its i-th limit, whose decision

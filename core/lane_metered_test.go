@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/core/answer"
+	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/telemetry"
@@ -69,7 +70,10 @@ func TestServeLaneMeteredMatchesServeLane(t *testing.T) {
 		var seen [2][]Verdict
 		counts := []*Counts{{}, {}}
 		seconds := NewHistogram()
-		meter := NewMeter(limits, counts[:len(limits)], 0.5, seconds)
+		recorders := []*demand.Recorder{demand.NewRecorder(per.PeriodNanos(), 0, clock.Now()), demand.NewRecorder(global.PeriodNanos(), 0, clock.Now())}
+		meter := NewMeter(MeterConfig{Limits: limits, Counts: counts[:len(limits)], NearShare: 0.5, Seconds: seconds, Demand: recorders[:len(limits)], Clock: clock.Now})
+		// wantDemand holds by limit the cost asked per key and period.
+		wantDemand := []map[string]float64{{}, {}}
 		var want [2][NumOutcomes]uint64 // by limit
 		var wantNear, decided uint64
 		// The headers tell a near miss of a token bucket of 2 alone.
@@ -121,6 +125,13 @@ func TestServeLaneMeteredMatchesServeLane(t *testing.T) {
 			if !reflect.DeepEqual(seen[0], seen[1]) {
 				t.Fatalf("%s: observed %+v under ServeLane, %+v under ServeLaneMetered", label, seen[0], seen[1])
 			}
+			period := strconv.FormatInt(clock.Now()/int64(time.Second), 10)
+			if remote != "not an address" {
+				wantDemand[0][remote+" "+period]++
+			}
+			if many {
+				wantDemand[1][period]++
+			}
 			if remote != "not an address" || many {
 				// The limit reported: the one of RateLimit-Policy's.
 				z, o := 0, OutcomeAllowed
@@ -157,6 +168,20 @@ func TestServeLaneMeteredMatchesServeLane(t *testing.T) {
 		}
 		if nearKnown && wantNear == 0 {
 			t.Errorf("%+v: no near miss in the trace", tc)
+		}
+		// Each limit's demand: every ask's cost, admitted or refused, in
+		// its key-period.
+		clock.Advance(time.Second)
+		for z := range limits {
+			snap := recorders[z].Snapshot(clock.Now())
+			sum := 0.0
+			for _, c := range wantDemand[z] {
+				sum += c
+			}
+			if snap.Periods.Count() != uint64(len(wantDemand[z])) || snap.Periods.Sum() != sum {
+				t.Errorf("%+v: limit %s recorded %d key-periods asking %v, want %d asking %v", tc, limits[z].Name,
+					snap.Periods.Count(), snap.Periods.Sum(), len(wantDemand[z]), sum)
+			}
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/telemetry"
 )
@@ -12,24 +13,51 @@ import (
 // package telemetry's families count them: each verdict by its limit (a
 // zone) and outcome, the admissions that left the limit less than its
 // near-limit share of the capacity, and the time of each decision in a
-// histogram of telemetry.DecisionBuckets. Its counters are plain integers
-// updated atomically, which a host reads at any time to export them.
+// histogram of telemetry.DecisionBuckets; and, with recorders, each ask's
+// cost in its limit's demand (package demand). Its counters are plain
+// integers updated atomically, which a host reads at any time to export
+// them.
 type Meter struct {
 	limits  []*model.Limit
 	counts  []*Counts
 	nearAt  []float64 // by limit: the remaining capacity of a near miss
 	seconds *Histogram
+	// demand, by limit, records the demand of the limits that have a
+	// recorder; nil when none has.
+	demand []*demand.Recorder
+	clock  model.Clock // the demand's instants; nil: the system's
 }
 
-// NewMeter returns the meter that counts the verdicts about limits[i] in
-// counts[i] (counters a host may share between meters, such as those of a
-// zone across configuration reloads), counts as a near miss an admission
-// leaving less than share of its limit's capacity, and times decisions
-// in seconds (which several meters may share).
-func NewMeter(limits []*model.Limit, counts []*Counts, share float64, seconds *Histogram) *Meter {
-	m := &Meter{limits: limits, counts: counts, seconds: seconds, nearAt: make([]float64, len(limits))}
-	for i, l := range limits {
-		m.nearAt[i] = share * l.Capacity()
+// MeterConfig configures a Meter.
+type MeterConfig struct {
+	// Limits are the lane's limits; the meter counts the verdicts about
+	// Limits[i] in Counts[i] (counters a host may share between meters,
+	// such as those of a zone across configuration reloads).
+	Limits []*model.Limit
+	Counts []*Counts
+	// NearShare is the share of a limit's capacity under which an
+	// admission counts as a near miss.
+	NearShare float64
+	// Seconds times the decisions (several meters may share it).
+	Seconds *Histogram
+	// Demand, if set, holds by limit the recorder of its demand, or nil
+	// for a limit whose demand is not recorded.
+	Demand []*demand.Recorder
+	// Clock gives the instants of the demand; nil means the system's.
+	Clock model.Clock
+}
+
+// NewMeter returns the meter of cfg.
+func NewMeter(cfg MeterConfig) *Meter {
+	m := &Meter{limits: cfg.Limits, counts: cfg.Counts, seconds: cfg.Seconds, nearAt: make([]float64, len(cfg.Limits)), clock: cfg.Clock}
+	for i, l := range cfg.Limits {
+		m.nearAt[i] = cfg.NearShare * l.Capacity()
+	}
+	for _, r := range cfg.Demand {
+		if r != nil {
+			m.demand = cfg.Demand
+			break
+		}
 	}
 	return m
 }
