@@ -120,6 +120,8 @@ var badConfigs = []struct {
 	{"metrics.address", opts{"average": "1", "metrics": opts{"address": "127.0.0.1"}}, `metrics.address "127.0.0.1": want an IP address and a port`},
 	{"metrics.allowedNetworks", opts{"average": "1", "metrics": opts{"address": "127.0.0.1:0", "allowedNetworks": "10.0.0.0/33"}}, `metrics.allowedNetworks: prefix "10.0.0.0/33"`},
 	{"metrics.allowedNetworks", opts{"average": "1", "metrics": opts{"allowedNetworks": "10.0.0.0/8"}}, "metrics.allowedNetworks: needs metrics.address"},
+	{"metrics.demandKeys", opts{"average": "1", "metrics": opts{"address": "127.0.0.1:0", "demandKeys": "0"}}, `metrics.demandKeys "0"`},
+	{"metrics.demandKeys", opts{"average": "1", "metrics": opts{"address": "127.0.0.1:0", "demandKeys": "many"}}, `metrics.demandKeys "many"`},
 	{"redis.*", opts{"average": "1", "redis": opts{"endpoint": "127.0.0.1:6379"}}, "redis.endpoint: unknown option"},
 	{"redis.endpoints", opts{"average": "1", "redis": opts{"endpoints": "localhost"}}, `redis.endpoints "localhost": want host:port`},
 	{"redis.username", opts{"average": "1", "redis": opts{"username": "app"}}, "redis.username: needs a password"},

@@ -1,14 +1,19 @@
 package traefikplugin
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/clientip"
+	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/telemetry"
 )
@@ -32,6 +37,10 @@ const nearLimit = 0.1
 type zoneStats struct {
 	name   string
 	counts core.Counts
+	// demand records the zone's demand per key and period, nil when its
+	// limit has no rate or metrics.demandKeys is -1; a new configuration
+	// whose period differs starts a new one.
+	demand *demand.Recorder
 	refs   int // entries using it; under registry.mu
 }
 
@@ -40,7 +49,8 @@ type zoneStats struct {
 type meter struct {
 	address string
 	allowed []netip.Prefix
-	zones   []*zoneStats // by limit, as counted by core
+	zones   []*zoneStats   // by limit, as counted by core
+	limits  []*model.Limit // by limit: what an advice judges
 	counts  *core.Meter
 }
 
@@ -76,9 +86,9 @@ func (g *registry) newMeter(name string, s *settings) (*meter, error) {
 		seconds = core.NewHistogram()
 		g.seconds[o.address] = seconds
 	}
-	m := &meter{address: o.address, allowed: o.allowed}
-	limits := make([]*model.Limit, len(s.plans))
+	m := &meter{address: o.address, allowed: o.allowed, limits: make([]*model.Limit, len(s.plans))}
 	counts := make([]*core.Counts, len(s.plans))
+	recorders := make([]*demand.Recorder, len(s.plans))
 	for i, p := range s.plans {
 		zone := zoneName(name, p.limit, len(s.plans))
 		z := g.zones[zone]
@@ -87,10 +97,16 @@ func (g *registry) newMeter(name string, s *settings) (*meter, error) {
 			g.zones[zone] = z
 		}
 		z.refs++
+		if period := p.limit.PeriodNanos(); period > 0 && o.demandKeys >= 0 {
+			if z.demand == nil || z.demand.Period() != period {
+				z.demand = demand.NewRecorder(period, o.demandKeys, g.clock())
+			}
+			recorders[i] = z.demand
+		}
 		m.zones = append(m.zones, z)
-		limits[i], counts[i] = p.limit, &z.counts
+		m.limits[i], counts[i] = p.limit, &z.counts
 	}
-	m.counts = core.NewMeter(limits, counts, nearLimit, seconds)
+	m.counts = core.NewMeter(core.MeterConfig{Limits: m.limits, Counts: counts, NearShare: nearLimit, Seconds: seconds, Demand: recorders, Clock: g.coreClock})
 	return m, nil
 }
 
@@ -140,6 +156,7 @@ func (g *registry) listen(address string) (*metricsServer, error) {
 	// "GET /metrics" is a path.
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", g.restricted(address, writeMetrics))
+	mux.HandleFunc("/sluice/zones/", g.restricted(address, g.writeAdvice))
 	s := &metricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, addr: ln.Addr()}
 	go serveMetrics(s.srv, ln)
 	return s, nil
@@ -160,17 +177,13 @@ func (s *metricsServer) close() {
 type view struct {
 	entries []*entry
 	seconds *core.Histogram
+	now     int64 // the registry's clock when the view was taken
 }
 
 // restricted returns the handler of a route of the listener of address,
 // for GET and HEAD (405 for any other method): it answers 403 to a client
 // that no middleware served there allows, and passes serve the view of
-// any other. A further route is one line in listen, such as
-//
-//	mux.HandleFunc("/sluice/zones/", g.restricted(address, writeAdvice))
-//
-// with writeAdvice reading the zone from the path and finding it among
-// the view's entries.
+// any other.
 func (g *registry) restricted(address string, serve func(http.ResponseWriter, *http.Request, *view)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -205,7 +218,7 @@ func (g *registry) view(address string, client netip.Addr) *view {
 			newest[e.name] = e
 		}
 	}
-	v := &view{seconds: g.seconds[address]}
+	v := &view{seconds: g.seconds[address], now: g.clock()}
 	for _, e := range newest {
 		if m := e.meter; m != nil && m.address == address && clientip.Contains(m.allowed, client) {
 			v.entries = append(v.entries, e)
@@ -219,8 +232,8 @@ func (g *registry) view(address string, client netip.Addr) *view {
 
 // writeMetrics answers GET /metrics with v in the text format: every
 // outcome of every zone, zeros included, as the Caddy module's counters
-// start, the decision-time histogram, and the state of the breaker of
-// each Redis store.
+// start, the demand of the zones that record it, the decision-time
+// histogram, and the state of the breaker of each Redis store.
 func writeMetrics(w http.ResponseWriter, _ *http.Request, v *view) {
 	var e telemetry.Exposition
 	zones := map[*zoneStats]bool{}
@@ -238,6 +251,15 @@ func writeMetrics(w http.ResponseWriter, _ *http.Request, v *view) {
 			}
 			e.Counter(telemetry.Decisions, telemetry.DecisionsHelp, float64(z.counts.Near()),
 				zone, telemetry.Label{Name: "outcome", Value: telemetry.OutcomeNearLimit})
+			if z.demand == nil {
+				continue
+			}
+			snap := z.demand.Snapshot(v.now)
+			e.Counter(telemetry.DemandKeyPeriods, telemetry.DemandKeyPeriodsHelp, float64(snap.Periods.Count()), zone)
+			for i, q := range snap.Quantiles() {
+				e.Gauge(telemetry.Demand, telemetry.DemandHelp, q, zone,
+					telemetry.Label{Name: "quantile", Value: strconv.FormatFloat(telemetry.DemandQuantiles()[i], 'f', -1, 64)})
+			}
 		}
 		if rc := en.redis; rc != nil && !stores[rc.opts.name] {
 			stores[rc.opts.name] = true
@@ -251,4 +273,41 @@ func writeMetrics(w http.ResponseWriter, _ *http.Request, v *view) {
 	if _, err := e.WriteTo(w); err != nil {
 		http.Error(w, "sluice: "+err.Error(), http.StatusInternalServerError)
 	}
+}
+
+// writeAdvice answers GET /sluice/zones/<zone>/advice, <zone> path-escaped
+// (a zone of several limits is "<middleware>/<limit>"), with the advice on
+// the zone's demand as the Caddy module's admin API answers it, judging
+// any ?candidate=<rate>&burst=<n> the query asks about: 404 for a zone
+// the view does not hold or that records no demand, 400 for a bad
+// candidate.
+func (g *registry) writeAdvice(w http.ResponseWriter, r *http.Request, v *view) {
+	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/sluice/zones/")
+	escaped, ok := strings.CutSuffix(rest, "/advice")
+	zone, err := url.PathUnescape(escaped)
+	if !ok || err != nil || zone == "" || strings.Contains(escaped, "/") {
+		http.Error(w, "sluice: not found; the advice on a zone is at /sluice/zones/<zone>/advice, <zone> path-escaped", http.StatusNotFound)
+		return
+	}
+	for _, en := range v.entries {
+		for i, z := range en.meter.zones {
+			if z.name != zone || z.demand == nil {
+				continue
+			}
+			adv, err := demand.AdviseQuery(z.demand, zone, en.meter.limits[i], v.now, r.URL.Query())
+			if err != nil {
+				http.Error(w, "sluice: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			b, err := json.Marshal(adv)
+			if err != nil {
+				http.Error(w, "sluice: "+err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(append(b, '\n'))
+			return
+		}
+	}
+	http.Error(w, "sluice: no zone "+strconv.Quote(zone)+" records its demand here", http.StatusNotFound)
 }

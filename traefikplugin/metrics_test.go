@@ -2,13 +2,17 @@ package traefikplugin
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/telemetry"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -257,4 +261,71 @@ func TestMetricsRedis(t *testing.T) {
 		`sluice_store_breaker_state{store="`+srv.Addr+`"} 0`,
 		"sluice_decision_seconds_count 6",
 	)
+}
+
+// get reads path from the listener g started for address, returning the
+// status and the body.
+func get(t *testing.T, g *testRegistry, address, path string) (int, string) {
+	t.Helper()
+	g.mu.Lock()
+	s := g.servers[address]
+	g.mu.Unlock()
+	resp, err := http.Get("http://" + s.addr.String() + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// TestMetricsAdvice: a middleware with metrics records each limit's
+// demand, admitted or refused, per key and period; once a period is over
+// the listener's /sluice/zones/<zone>/advice answers with it, as the
+// Caddy module's admin API does, and /metrics exports it.
+func TestMetricsAdvice(t *testing.T) {
+	g := metricsRegistry(t)
+	h, _ := g.mustNew(t, withMetrics(Config{Average: "2", Period: "1m", Burst: "2", Limits: []LimitConfig{
+		{Name: "per-key", Average: "1", Period: "1m", Key: []string{"header:X-Key"}},
+	}}, anyPort), "api@file")
+	if got := codes(h, request{headers: map[string]string{"X-Key": "a"}}, 3); got != "200 429 429" {
+		t.Fatalf("codes %s", got)
+	}
+	if got := codes(h, request{headers: map[string]string{"X-Key": "b"}}, 1); got != "200" {
+		t.Fatalf("codes %s", got)
+	}
+	g.clock.advance(time.Minute)
+	status, body := get(t, g, anyPort, "/sluice/zones/"+url.PathEscape("api@file/per-key")+"/advice?candidate=3/1m")
+	var adv demand.Advice
+	if err := json.Unmarshal([]byte(body), &adv); status != http.StatusOK || err != nil {
+		t.Fatalf("advice: %d %s (%v)", status, body, err)
+	}
+	if adv.Zone != "api@file/per-key" || adv.Keys != 2 || adv.KeyPeriods != 2 || adv.Cost != 4 || adv.Demand.Max != 3 {
+		t.Fatalf("advice %s; want 2 keys, 2 key-periods asking 4 (the refused requests too), max 3", body)
+	}
+	last := adv.Candidates[len(adv.Candidates)-1]
+	if last.Name != "asked" || last.Rate != "3/1m" || last.KeyPeriods.Value != 0 {
+		t.Errorf("the candidate asked: %+v, want 3/1m refusing nothing", last)
+	}
+	// The top-level limit (the default zone) saw b's request and a's three.
+	if status, body = get(t, g, anyPort, "/sluice/zones/"+url.PathEscape("api@file/default")+"/advice"); status != http.StatusOK || !strings.Contains(body, `"key_periods":1,`) {
+		t.Errorf("the default limit's advice: %d %s, want its one key-period", status, body)
+	}
+	hasLines(t, scrape(t, g, anyPort),
+		`sluice_demand_key_periods_total{zone="api@file/per-key"} 2`,
+		`sluice_demand{zone="api@file/per-key",quantile="1"} 3`,
+	)
+	for path, want := range map[string]int{
+		"/sluice/zones/nothing/advice":                                                   http.StatusNotFound,
+		"/sluice/zones/api@file/per-key/advice":                                          http.StatusNotFound, // the zone's slash unescaped
+		"/sluice/zones/" + url.PathEscape("api@file/per-key") + "/top":                   http.StatusNotFound,
+		"/sluice/zones/" + url.PathEscape("api@file/per-key") + "/advice?candidate=fast": http.StatusBadRequest,
+	} {
+		if status, body := get(t, g, anyPort, path); status != want {
+			t.Errorf("GET %s: %d %s, want %d", path, status, body, want)
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/clientip"
+	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
 )
@@ -49,8 +50,9 @@ type settings struct {
 
 // metricsOptions is Config.Metrics parsed.
 type metricsOptions struct {
-	address string // canonical ip:port
-	allowed []netip.Prefix
+	address    string // canonical ip:port
+	allowed    []netip.Prefix
+	demandKeys int // Metrics.DemandKeys: 0 the default, -1 off
 }
 
 // limitPlan is one limit and how a request's ask for it is built.
@@ -624,6 +626,11 @@ func parseMetrics(m *Metrics) (*metricsOptions, error) {
 		return nil, fmt.Errorf("metrics.address %q: want an IP address and a port, such as 127.0.0.1:9180", address)
 	}
 	o := &metricsOptions{address: ap.String(), allowed: loopback}
+	if keys := strings.TrimSpace(m.DemandKeys); keys == "off" {
+		o.demandKeys = -1
+	} else if o.demandKeys, err = parseInt("metrics.demandKeys", keys, 0, 1, demand.MaxKeys); err != nil {
+		return nil, err
+	}
 	if len(networks) > 0 {
 		if o.allowed, err = clientip.ParsePrefixes(networks); err != nil {
 			return nil, fmt.Errorf("metrics.allowedNetworks: %w", err)
