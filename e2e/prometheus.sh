@@ -8,18 +8,23 @@
 #   rules      promtool check rules passes on the rules file, and the
 #              Prometheus started here loads every rule in it, healthy.
 #   caddy      ./caddy (built or reused by ./xcaddy.sh) with three sluice
-#              handlers: zone enforced (memory, near_limit 0.5), zone
+#              handlers: zone enforced (memory, 10/1h, near_limit 0.5), zone
 #              observed (mode dry_run, 10/1s, whose periods end within the
-#              test, for the demand families) and zone stored (a redis-server of
-#              its own, breaker 3 1m, on_store_error allow); Prometheus
-#              scrapes its admin endpoint's /metrics, and its metrics
-#              handler at /metrics serves the same families.
-#   load       3 clients spend the enforced and the observed zone (10 of 20
-#              requests each admitted), 10 requests go through Redis, then
-#              Redis is frozen (SIGSTOP) and 10 more fail in the store,
-#              opening its breaker.
+#              test, for the demand families) and zone stored (the
+#              redis-server, breaker 3 1m, on_store_error allow);
+#              Prometheus scrapes its admin endpoint's /metrics, and its
+#              metrics handler at /metrics serves the same families.
+#   traefik    a real Traefik v3.6.12 (scripts/build-traefik.sh) with
+#              sluice from plugins-local, its middlewares alike (enforced
+#              4/1h, observed in dry_run, stored on the same redis-server),
+#              every one with metrics on one listener, which Prometheus
+#              scrapes.
+#   load       in each host, 3 clients spend the enforced zone (its quota
+#              of 20 requests each admitted) and the observed one, 10
+#              requests go through Redis, then Redis is frozen (SIGSTOP)
+#              and 10 more fail in the store, opening the breakers.
 #   alert      SluiceRejectionsHigh goes pending (or firing) for zone
-#              enforced, read from Prometheus's /api/v1/alerts. Prometheus
+#              enforced of each host, read from Prometheus's /api/v1/alerts. Prometheus
 #              evaluates the rules every second here, and an alert is
 #              pending as soon as its expression holds, so the rule's
 #              production `for: 10m` does not slow the test.
@@ -34,10 +39,10 @@
 # An expression is checked when every metric family it reads is in
 # FAMILIES (directly, or through the recording rules it reads); the others
 # are listed as "not checked yet", and a family that core/telemetry does
-# not define fails the test (a typo). When the Traefik plugin serves its
-# own metrics and both hosts export the demand families, add them to JOBS
-# and FAMILIES (a job in JOBS needs a start_<job> function, which sets
-# target[<job>] to the host:port Prometheus scrapes and metrics_path[<job>]).
+# not define fails the test (a typo). A job in JOBS needs a start_<job>
+# function, which sets target[<job>] to the host:port Prometheus scrapes,
+# metrics_path[<job>], base[<job>], the URL its routes hang from, and
+# quota[<job>], its zone enforced's quota.
 #
 # Prints PASS/FAIL lines and exits non-zero on the first failure, after
 # showing the logs of the servers it started.
@@ -47,7 +52,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # The Prometheus jobs, one per host, that every checked expression must
 # return samples of.
-JOBS=(caddy)
+JOBS=(caddy traefik)
 # The metric families (core/telemetry) that every job in JOBS exports in
 # this tree.
 FAMILIES=(sluice_decisions_total sluice_decision_seconds sluice_store_breaker_state sluice_demand sluice_demand_key_periods_total)
@@ -246,19 +251,21 @@ query() {
 }
 
 # --- hosts -------------------------------------------------------------------
-declare -A target metrics_path
+declare -A target metrics_path base quota
+
+# One redis-server, which the hosts' zones stored share.
+redis_port="$(free_port)"
+logs+=("$tmp/redis.log")
+redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no \
+	--logfile "$tmp/redis.log" &
+redis_pid=$!
+pids+=("$redis_pid")
+wait_port "$redis_port" "$redis_pid" redis-server
 
 # start_caddy starts redis-server and ./caddy with three sluice handlers and
 # sets target[caddy] to its admin endpoint, whose /metrics Prometheus scrapes.
 start_caddy() {
 	timeout 1800 ./xcaddy.sh build || fail "./xcaddy.sh build failed"
-	redis_port="$(free_port)"
-	logs+=("$tmp/redis.log")
-	redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no \
-		--logfile "$tmp/redis.log" &
-	redis_pid=$!
-	pids+=("$redis_pid")
-	wait_port "$redis_port" "$redis_pid" redis-server
 
 	cat >"$tmp/Caddyfile" <<'EOF'
 {
@@ -322,6 +329,98 @@ EOF
 	wait_port "$caddy_admin_port" "$caddy_pid" "caddy's admin endpoint"
 	target[caddy]="127.0.0.1:$caddy_admin_port"
 	metrics_path[caddy]=/metrics
+	base[caddy]="http://127.0.0.1:$caddy_port"
+	quota[caddy]=10
+}
+
+# start_traefik starts e2e/backend and a real Traefik (scripts/build-traefik.sh)
+# with sluice from plugins-local: middlewares enforced (4 an hour, so that
+# the last admission of a client, a near miss under the plugin's near-limit
+# share of 0.1, is a quarter of them), observed (dry_run, 10/1s) and stored
+# (the redis-server, onStoreError allow), each with metrics on one
+# listener, which Prometheus scrapes.
+start_traefik() {
+	local traefik dir backend_port traefik_port metrics_port
+	REPO="$PWD" TMP="$tmp"
+	source e2e/testdata/traefik/lib.sh
+	traefik="$(bash scripts/build-traefik.sh | tail -n 1)"
+	[ -x "$traefik" ] || fail "scripts/build-traefik.sh gave no Traefik binary: $traefik"
+	tl_build_backend "$tmp/backend" || fail "building e2e/backend failed"
+	backend_port="$(free_port)"
+	tl_start_backend "$tmp/backend" "$backend_port" || fail "the backend did not start"
+	pids+=("${TL_PIDS[@]}")
+	traefik_port="$(free_port)"
+	metrics_port="$(free_port)"
+	dir="$tmp/traefik"
+	mkdir -p "$dir"
+	tl_plugin_tree "$dir"
+	cat >"$dir/dynamic.yml" <<YAML
+http:
+  services:
+    backend:
+      loadBalancer:
+        servers:
+          - url: "http://127.0.0.1:$backend_port"
+  routers:
+    enforced:
+      rule: "PathPrefix(\`/\`)"
+      service: backend
+      middlewares: [enforced]
+    observed:
+      rule: "PathPrefix(\`/observed\`)"
+      service: backend
+      middlewares: [observed]
+    stored:
+      rule: "PathPrefix(\`/stored\`)"
+      service: backend
+      middlewares: [stored]
+  middlewares:
+    enforced:
+      plugin:
+        sluice:
+          average: 4
+          period: 1h
+          burst: 4
+          sourceCriterion:
+            requestHeaderName: X-E2E-Client
+          metrics:
+            address: "127.0.0.1:$metrics_port"
+    observed:
+      plugin:
+        sluice:
+          mode: dry_run
+          average: 10
+          period: 1s
+          burst: 10
+          sourceCriterion:
+            requestHeaderName: X-E2E-Client
+          metrics:
+            address: "127.0.0.1:$metrics_port"
+    stored:
+      plugin:
+        sluice:
+          average: 1000
+          period: 1h
+          burst: 1000
+          sourceCriterion:
+            requestHeaderName: X-E2E-Client
+          onStoreError: allow
+          redis:
+            endpoints: ["127.0.0.1:$redis_port"]
+            timeout: 100ms
+          metrics:
+            address: "127.0.0.1:$metrics_port"
+YAML
+	tl_render e2e/testdata/traefik/static.yml "$dir/static.yml" \
+		PORT="$traefik_port" DYNAMIC="$dir/dynamic.yml" LOG="$dir/traefik.log"
+	logs+=("$dir/traefik.log")
+	tl_start_traefik "$traefik" "$dir" "$dir/static.yml"
+	pids+=("$TL_LAST_PID")
+	tl_wait_traefik "$traefik_port" "$dir/traefik.log" /observed 120 || fail "Traefik did not come up"
+	target[traefik]="127.0.0.1:$metrics_port"
+	metrics_path[traefik]=/metrics
+	base[traefik]="http://127.0.0.1:$traefik_port"
+	quota[traefik]=4
 }
 
 for job in "${JOBS[@]}"; do
@@ -380,14 +479,15 @@ done <<<"$rules"
 pass "Prometheus loaded the $nloaded rules of $rules_file"
 
 # --- load --------------------------------------------------------------------
-# spend sends $2 requests with the header X-E2E-Client: $3 to the path $1,
-# over one connection, and prints their status codes, space-separated.
+# spend sends $3 requests with the header X-E2E-Client: $4 to the path $2
+# of job $1, over one connection, and prints their status codes,
+# space-separated.
 spend() {
 	local args=() i
-	for ((i = 0; i < $2; i++)); do
-		args+=(-o /dev/null "http://127.0.0.1:$caddy_port$1")
+	for ((i = 0; i < $3; i++)); do
+		args+=(-o /dev/null "${base[$1]}$2")
 	done
-	curl -sS --max-time 20 -w '%{http_code} ' -H "X-E2E-Client: $3" "${args[@]}" || true
+	curl -sS --max-time 20 -w '%{http_code} ' -H "X-E2E-Client: $4" "${args[@]}" || true
 }
 # count_codes prints how many of the codes $1 are $2.
 count_codes() {
@@ -397,49 +497,59 @@ count_codes() {
 	done
 	echo "$n"
 }
-for client in c1 c2 c3; do
-	codes="$(spend / 20 "$client")"
-	[ "$(count_codes "$codes" 200)" = 10 ] && [ "$(count_codes "$codes" 429)" = 10 ] ||
-		fail "zone enforced (10/1h), client $client: codes $codes, want 10 × 200 then 10 × 429"
-	codes="$(spend /observed 20 "$client")"
-	[ "$(count_codes "$codes" 200)" = 20 ] ||
-		fail "zone observed (dry_run), client $client: codes $codes, want 20 × 200"
+for job in "${JOBS[@]}"; do
+	q="${quota[$job]}"
+	for client in c1 c2 c3; do
+		codes="$(spend "$job" / 20 "$client")"
+		[ "$(count_codes "$codes" 200)" = "$q" ] && [ "$(count_codes "$codes" 429)" = $((20 - q)) ] ||
+			fail "$job: zone enforced ($q/1h), client $client: codes $codes, want $q × 200 then $((20 - q)) × 429"
+		codes="$(spend "$job" /observed 20 "$client")"
+		[ "$(count_codes "$codes" 200)" = 20 ] ||
+			fail "$job: zone observed (dry_run), client $client: codes $codes, want 20 × 200"
+	done
+	codes="$(spend "$job" /stored 10 s1)"
+	[ "$(count_codes "$codes" 200)" = 10 ] || fail "$job: zone stored, Redis up: codes $codes, want 10 × 200"
+	pass "load, $job: zones enforced ($q/1h) and observed (dry_run, 10/1s) each decided 60 requests of 3 clients, zone stored 10 in Redis"
 done
-codes="$(spend /stored 10 s1)"
-[ "$(count_codes "$codes" 200)" = 10 ] || fail "zone stored, Redis up: codes $codes, want 10 × 200"
-pass "load: zones enforced (10/1h) and observed (dry_run, 10/1s) each decided 60 requests of 3 clients, zone stored 10 in Redis"
 
 # --- alert -------------------------------------------------------------------
-# The enforced zone rejected half its decisions: SluiceRejectionsHigh
-# (share > 0.25 over 5m) holds at the next rule evaluation after the next
-# scrape, and goes pending; firing would take its `for:`.
-alert_state=""
-for ((i = 0; i < 60 && ${#alert_state} == 0; i++)); do
+# Each host's enforced zone rejected most of its decisions:
+# SluiceRejectionsHigh (share > 0.25 over 5m) holds at the next rule
+# evaluation after the next scrape, and goes pending; firing would take its
+# `for:`. Traefik names the zone after its middleware, enforced@file.
+declare -A alert_state=()
+for ((i = 0; i < 60; i++)); do
 	alerts_json="$(curl -sS --max-time 5 "http://127.0.0.1:$prom_port/api/v1/alerts")" || fail "GET /api/v1/alerts failed"
 	alerts="$("$tmp/jsonx" alerts <<<"$alerts_json")" || fail "reading /api/v1/alerts: $alerts_json"
 	while IFS=$'\t' read -r name state job zone; do
-		if [ "$name" = SluiceRejectionsHigh ] && [ "$job" = "${JOBS[0]}" ] && [ "$zone" = enforced ]; then
-			alert_state="$state"
+		if [ "$name" = SluiceRejectionsHigh ] && { [ "$zone" = enforced ] || [ "$zone" = enforced@file ]; }; then
+			alert_state[$job]="$state"
 		fi
 	done <<<"$alerts"
-	[ -n "$alert_state" ] || sleep 0.5
+	[ "${#alert_state[@]}" -lt "${#JOBS[@]}" ] || break
+	sleep 0.5
 done
-[ "$alert_state" = pending ] || [ "$alert_state" = firing ] ||
-	fail "SluiceRejectionsHigh not pending or firing for zone enforced of job ${JOBS[0]} after 30s (alerts: ${alerts//$'\n'/; })"
-pass "SluiceRejectionsHigh is $alert_state for zone enforced of job ${JOBS[0]} $((i / 2))s after the load"
+for job in "${JOBS[@]}"; do
+	[ "${alert_state[$job]:-}" = pending ] || [ "${alert_state[$job]:-}" = firing ] ||
+		fail "SluiceRejectionsHigh not pending or firing for zone enforced of job $job after 30s (alerts: ${alerts//$'\n'/; })"
+done
+pass "SluiceRejectionsHigh is pending or firing for zone enforced of every job (${JOBS[*]}) $((i / 2))s after the load"
 
-# Redis frozen: the stored zone's requests fail in the store (timeout 100ms)
-# and are allowed; the 3rd failure in a row opens the breaker for 1m, and
+# Redis frozen: the stored zones' requests fail in the store (timeout
+# 100ms) and are allowed; the failures in a row open the breakers (Caddy's
+# after 3, for 1m; the plugin's after 5, probing again every second), and
 # the rest are allowed without asking Redis.
 kill -STOP "$redis_pid"
-codes="$(spend /stored 10 s2)"
-[ "$(count_codes "$codes" 200)" = 10 ] || fail "zone stored, Redis frozen, on_store_error allow: codes $codes, want 10 × 200"
-pass "Redis frozen: zone stored allowed 10 requests (on_store_error allow)"
+for job in "${JOBS[@]}"; do
+	codes="$(spend "$job" /stored 10 s2)"
+	[ "$(count_codes "$codes" 200)" = 10 ] || fail "$job: zone stored, Redis frozen, on_store_error allow: codes $codes, want 10 × 200"
+done
+pass "Redis frozen: zone stored allowed 10 requests in each of ${JOBS[*]} (on_store_error allow)"
 
 # The metrics handler serves the same families as the admin endpoint; the
 # demand quantiles once a period of the zone observed (1s) is over.
 for ((i = 0; i < 50; i++)); do
-	m="$(curl -sS --max-time 5 "http://127.0.0.1:$caddy_port/metrics")" || fail "GET /metrics (the metrics handler) failed"
+	m="$(curl -sS --max-time 5 "${base[caddy]}/metrics")" || fail "GET /metrics (the metrics handler) failed"
 	missing_family=""
 	for f in "${FAMILIES[@]}"; do
 		[[ "$m" == *"# TYPE $f "* ]] || missing_family="$f"
