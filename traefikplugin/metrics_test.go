@@ -38,28 +38,14 @@ func withMetrics(cfg Config, address string, networks ...string) *Config {
 }
 
 // scrape reads GET /metrics from the listener g started for address, as
-// a client on the loopback.
+// a client on the loopback, and checks its status and content type.
 func scrape(t *testing.T, g *testRegistry, address string) string {
 	t.Helper()
-	g.mu.Lock()
-	s := g.servers[address]
-	g.mu.Unlock()
-	if s == nil {
-		t.Fatalf("no listener for %s", address)
-	}
-	resp, err := http.Get("http://" + s.addr.String() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, body := get(t, g, address, "/metrics")
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != telemetry.ContentType {
 		t.Fatalf("GET /metrics: %d, Content-Type %q:\n%s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
-	return string(body)
+	return body
 }
 
 // hasLines fails t unless every line of want is a line of got.
@@ -263,13 +249,16 @@ func TestMetricsRedis(t *testing.T) {
 	)
 }
 
-// get reads path from the listener g started for address, returning the
-// status and the body.
-func get(t *testing.T, g *testRegistry, address, path string) (int, string) {
+// get reads path from the listener g started for address, as a client on
+// the loopback, returning the response and its body.
+func get(t *testing.T, g *testRegistry, address, path string) (*http.Response, string) {
 	t.Helper()
 	g.mu.Lock()
 	s := g.servers[address]
 	g.mu.Unlock()
+	if s == nil {
+		t.Fatalf("no listener for %s", address)
+	}
 	resp, err := http.Get("http://" + s.addr.String() + path)
 	if err != nil {
 		t.Fatal(err)
@@ -279,7 +268,7 @@ func get(t *testing.T, g *testRegistry, address, path string) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, string(body)
+	return resp, string(body)
 }
 
 // TestMetricsAdvice: a middleware with metrics records each limit's
@@ -298,10 +287,10 @@ func TestMetricsAdvice(t *testing.T) {
 		t.Fatalf("codes %s", got)
 	}
 	g.clock.advance(time.Minute)
-	status, body := get(t, g, anyPort, "/sluice/zones/"+url.PathEscape("api@file/per-key")+"/advice?candidate=3/1m")
+	resp, body := get(t, g, anyPort, "/sluice/zones/"+url.PathEscape("api@file/per-key")+"/advice?candidate=3/1m")
 	var adv demand.Advice
-	if err := json.Unmarshal([]byte(body), &adv); status != http.StatusOK || err != nil {
-		t.Fatalf("advice: %d %s (%v)", status, body, err)
+	if err := json.Unmarshal([]byte(body), &adv); resp.StatusCode != http.StatusOK || err != nil {
+		t.Fatalf("advice: %d %s (%v)", resp.StatusCode, body, err)
 	}
 	if adv.Zone != "api@file/per-key" || adv.Keys != 2 || adv.KeyPeriods != 2 || adv.Cost != 4 || adv.Demand.Max != 3 {
 		t.Fatalf("advice %s; want 2 keys, 2 key-periods asking 4 (the refused requests too), max 3", body)
@@ -311,8 +300,8 @@ func TestMetricsAdvice(t *testing.T) {
 		t.Errorf("the candidate asked: %+v, want 3/1m refusing nothing", last)
 	}
 	// The top-level limit (the default zone) saw b's request and a's three.
-	if status, body = get(t, g, anyPort, "/sluice/zones/"+url.PathEscape("api@file/default")+"/advice"); status != http.StatusOK || !strings.Contains(body, `"key_periods":1,`) {
-		t.Errorf("the default limit's advice: %d %s, want its one key-period", status, body)
+	if resp, body = get(t, g, anyPort, "/sluice/zones/"+url.PathEscape("api@file/default")+"/advice"); resp.StatusCode != http.StatusOK || !strings.Contains(body, `"key_periods":1,`) {
+		t.Errorf("the default limit's advice: %d %s, want its one key-period", resp.StatusCode, body)
 	}
 	hasLines(t, scrape(t, g, anyPort),
 		`sluice_demand_key_periods_total{zone="api@file/per-key"} 2`,
@@ -324,8 +313,8 @@ func TestMetricsAdvice(t *testing.T) {
 		"/sluice/zones/" + url.PathEscape("api@file/per-key") + "/top":                   http.StatusNotFound,
 		"/sluice/zones/" + url.PathEscape("api@file/per-key") + "/advice?candidate=fast": http.StatusBadRequest,
 	} {
-		if status, body := get(t, g, anyPort, path); status != want {
-			t.Errorf("GET %s: %d %s, want %d", path, status, body, want)
+		if resp, body := get(t, g, anyPort, path); resp.StatusCode != want {
+			t.Errorf("GET %s: %d %s, want %d", path, resp.StatusCode, body, want)
 		}
 	}
 }
