@@ -181,7 +181,7 @@ type Metrics struct {
 	// DemandKeys is the most keys of each limit whose demand per period
 	// the middleware follows at once, for the advice served at
 	// /sluice/zones/<zone>/advice and the demand metrics: default 65536
-	// (about 130 bytes a key); "off" records no demand.
+	// (about 80 bytes a key); "off" records no demand.
 	DemandKeys string
 	// Unknown is as Config.Unknown.
 	Unknown map[string]interface{} `mapstructure:",remain"`

@@ -308,7 +308,7 @@ func TestParseCandidatesErrors(t *testing.T) {
 }
 
 // TestRecorderMemory states a recorder's memory: its two sketches are
-// fixed in size, and a followed key costs about 130 bytes.
+// fixed in size, and a followed key costs about 80 bytes.
 func TestRecorderMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures the heap")
@@ -327,8 +327,8 @@ func TestRecorderMemory(t *testing.T) {
 	per := float64(heap()-before) / DefaultMaxKeys
 	runtime.KeepAlive(r)
 	t.Logf("%d keys followed: %.0f bytes a key", DefaultMaxKeys, per)
-	if per > 200 {
-		t.Errorf("a followed key takes %.0f bytes, the doc says about 130", per)
+	if per > 120 {
+		t.Errorf("a followed key takes %.0f bytes, the doc says about 80", per)
 	}
 }
 

@@ -11,9 +11,9 @@ import (
 )
 
 // DefaultMaxKeys is the most keys a Recorder follows at once unless told
-// otherwise: with about 130 bytes a key (its string, its entry, the map's
-// share; TestRecorderMemory), some 8 MiB for a limit whose keys all keep
-// asking.
+// otherwise: with about 90 bytes a key (its hash, its entry, the map's
+// share; TestRecorderMemory), some 6 MiB of heap for a limit whose keys
+// all keep asking.
 const DefaultMaxKeys = 1 << 16
 
 // MaxKeys bounds the keys a host may ask a Recorder to follow: some
@@ -62,16 +62,15 @@ type Recorder struct {
 
 type shard struct {
 	mu    sync.Mutex
-	keys  map[string]entry
-	sweep int64 // instant the next sweep is due
+	keys  map[uint64]entry // by the key's 64-bit hash
+	sweep int64            // instant the next sweep is due
 }
 
 // entry is one followed key.
 type entry struct {
-	period int64   // the period of sum, as an index since the epoch
-	sum    float64 // demand in that period so far
-	peak   float64 // largest demand of the key's complete periods
-	last   int64   // instant of the key's last ask
+	sum  float64 // demand so far in the period of last
+	peak float64 // largest demand of the key's complete periods
+	last int64   // instant of the key's last ask
 }
 
 // NewRecorder returns a Recorder of the demand per period (nanoseconds,
@@ -93,7 +92,7 @@ func NewRecorder(period int64, maxKeys int, now int64) *Recorder {
 	}
 	r := &Recorder{period: period, idle: idle, perShard: per, seed: maphash.MakeSeed(), since: now, shards: make([]shard, numShards)}
 	for i := range r.shards {
-		r.shards[i].keys = make(map[string]entry)
+		r.shards[i].keys = make(map[uint64]entry)
 	}
 	return r
 }
@@ -110,44 +109,44 @@ func (r *Recorder) Add(now int64, key string, cost float64) {
 	if !(cost > 0) {
 		return
 	}
-	sh := &r.shards[maphash.String(r.seed, key)%numShards]
+	h := maphash.String(r.seed, key)
+	sh := &r.shards[h%numShards]
 	sh.mu.Lock()
-	e, ok := sh.keys[key]
-	if ok && e.period == now/r.period && now < sh.sweep {
+	e, ok := sh.keys[h]
+	if ok && e.last/r.period == now/r.period && now < sh.sweep {
 		e.sum += cost
 		e.last = now
-		sh.keys[key] = e
+		sh.keys[h] = e
 		sh.mu.Unlock()
 		return
 	}
-	r.add(sh, now, key, cost, e, ok)
+	r.add(sh, now, h, cost, e, ok)
 	sh.mu.Unlock()
 }
 
 // add is Add for a key new to sh (ok false), a key's first ask in a
 // period, or an ask that finds a sweep due; e is the key's entry, if ok.
 // It is called with sh's lock held.
-func (r *Recorder) add(sh *shard, now int64, key string, cost float64, e entry, ok bool) {
+func (r *Recorder) add(sh *shard, now int64, h uint64, cost float64, e entry, ok bool) {
 	if now >= sh.sweep {
 		r.sweep(sh, now)
-		e, ok = sh.keys[key] // the sweep folds and retires entries
+		e, ok = sh.keys[h] // the sweep folds and retires entries
 	}
-	p := now / r.period
 	if !ok {
 		if len(sh.keys) >= r.perShard {
 			r.evict(sh)
 		}
-		e = entry{period: p}
-	} else if e.period != p {
+		e = entry{}
+	} else if e.last/r.period != now/r.period {
 		r.fold(e.sum, false)
 		if e.sum > e.peak {
 			e.peak = e.sum
 		}
-		e.period, e.sum = p, 0
+		e.sum = 0
 	}
 	e.sum += cost
 	e.last = now
-	sh.keys[key] = e
+	sh.keys[h] = e
 }
 
 // fold records a key-period's demand v, partial when its period was not
@@ -179,7 +178,7 @@ func (r *Recorder) retire(peak float64) {
 func (r *Recorder) sweep(sh *shard, now int64) {
 	p := now / r.period
 	for k, e := range sh.keys {
-		if e.period < p && e.sum > 0 {
+		if e.last/r.period < p && e.sum > 0 {
 			r.fold(e.sum, false)
 			if e.sum > e.peak {
 				e.peak = e.sum
@@ -199,7 +198,7 @@ func (r *Recorder) sweep(sh *shard, now int64) {
 // (map iteration order samples them), its current period folded as it
 // stands.
 func (r *Recorder) evict(sh *shard) {
-	var victim string
+	var victim uint64
 	var oldest entry
 	n := 0
 	for k, e := range sh.keys {
@@ -225,7 +224,7 @@ func (r *Recorder) Reset(now int64) {
 	for i := range r.shards {
 		sh := &r.shards[i]
 		sh.mu.Lock()
-		sh.keys = make(map[string]entry)
+		sh.keys = make(map[uint64]entry)
 		sh.sweep = 0
 		sh.mu.Unlock()
 	}
