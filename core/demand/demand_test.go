@@ -1,6 +1,7 @@
 package demand
 
 import (
+	"hash/maphash"
 	"math"
 	"math/rand"
 	"net/url"
@@ -150,6 +151,31 @@ func TestRecorderBoundsMemory(t *testing.T) {
 	}
 }
 
+// TestRecorderEvictsWholePeriods: a key evicted before a sweep has folded
+// its period folds it whole if the period is over, partial if not.
+func TestRecorderEvictsWholePeriods(t *testing.T) {
+	r := NewRecorder(minute, 1, 0) // one key a shard
+	shardOf := func(k string) uint64 { return maphash.String(r.seed, k) % numShards }
+	// keys returns n keys of the shard of "a", other than "a".
+	keys := func(n int) []string {
+		var out []string
+		for i := 0; len(out) < n; i++ {
+			if k := strconv.Itoa(i); shardOf(k) == shardOf("a") {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	ks := keys(2)
+	r.Add(minute-2, "a", 3)   // sweeps (the first Add), next due half a minute later
+	r.Add(minute+1, ks[0], 1) // evicts a, whose period is over: whole
+	r.Add(minute+2, ks[1], 1) // evicts ks[0], whose period is not: partial
+	s := r.Snapshot(minute + 3)
+	if s.Periods.Count() != 2 || s.Partial != 1 || s.Periods.Sum() != 4 {
+		t.Fatalf("%d key-periods of sum %v, %d partial; want a's whole (3) and ks[0]'s partial (1)", s.Periods.Count(), s.Periods.Sum(), s.Partial)
+	}
+}
+
 func TestRecorderConcurrent(t *testing.T) {
 	r := NewRecorder(minute, 0, 0)
 	const workers, each = 8, 500
@@ -186,7 +212,7 @@ func TestAdviceZipf(t *testing.T) {
 	if err := l.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	r := NewRecorder(minute, 0, 0)
+	r := NewRecorder(minute, 1<<16, 0) // every client followed
 	type kp struct {
 		key    uint64
 		period int64

@@ -11,10 +11,11 @@ import (
 )
 
 // DefaultMaxKeys is the most keys a Recorder follows at once unless told
-// otherwise: with about 90 bytes a key (its hash, its entry, the map's
-// share; TestRecorderMemory), some 6 MiB of heap for a limit whose keys
-// all keep asking.
-const DefaultMaxKeys = 1 << 16
+// otherwise: with about 80 bytes a key (its hash, its entry, the map's
+// share; TestRecorderMemory), some 1.3 MiB of heap for a limit with that
+// many keys asking within the hour. A limit with more evicts the keys
+// idle the longest, which a later ask counts as new keys.
+const DefaultMaxKeys = 1 << 14
 
 // MaxKeys bounds the keys a host may ask a Recorder to follow: some
 // 540 MB of keys for one limit.
@@ -42,10 +43,10 @@ const numShards = 16
 // over, when its key asks again or at the next sweep (at most one period
 // later); a key idle for longer than the idle horizon is retired, its
 // largest period folded into a second Sketch, of keys. Memory is bounded:
-// at most MaxKeys keys are followed, and when a shard is full even after a
+// at most maxKeys keys are followed, and when a shard is full even after a
 // sweep, the key idle the longest in a sample is retired early, its
-// current period folded as it stands (a partial key-period, which Advice
-// counts). It is safe for concurrent use.
+// period folded (a partial key-period, which Advice counts, if the period
+// is not over). It is safe for concurrent use.
 type Recorder struct {
 	period   int64 // nanoseconds
 	idle     int64 // nanoseconds a key may be idle and stay followed
@@ -134,7 +135,7 @@ func (r *Recorder) add(sh *shard, now int64, h uint64, cost float64, e entry, ok
 	}
 	if !ok {
 		if len(sh.keys) >= r.perShard {
-			r.evict(sh)
+			r.evict(sh, now)
 		}
 		e = entry{}
 	} else if e.last/r.period != now/r.period {
@@ -195,9 +196,9 @@ func (r *Recorder) sweep(sh *shard, now int64) {
 }
 
 // evict retires, from a full shard, the key idle the longest among a few
-// (map iteration order samples them), its current period folded as it
-// stands.
-func (r *Recorder) evict(sh *shard) {
+// (map iteration order samples them) at now: its period folded, as a
+// partial key-period if that period is not over.
+func (r *Recorder) evict(sh *shard, now int64) {
 	var victim uint64
 	var oldest entry
 	n := 0
@@ -214,7 +215,7 @@ func (r *Recorder) evict(sh *shard) {
 	if oldest.sum > peak {
 		peak = oldest.sum
 	}
-	r.fold(oldest.sum, true)
+	r.fold(oldest.sum, oldest.last/r.period == now/r.period)
 	r.retire(peak)
 	delete(sh.keys, victim)
 }
