@@ -19,21 +19,28 @@ type Candidate struct {
 	// Burst is a bucket's capacity; zero means the quota, as in
 	// model.Limit. Window algorithms ignore it.
 	Burst float64
+	// MaxDelay is the zone's: a token_bucket lends what it refills in it.
+	MaxDelay time.Duration
 }
 
-// Allowance is the most cost a candidate admits to one key in one period
-// of length period (nanoseconds) of the recorder's: for the window
-// algorithms the quota, scaled to the period when its own differs; for the
-// buckets their capacity plus what they refill in the period, as for a
-// bucket that starts the period full. A key-period whose demand exceeds it
-// is refused at least that excess, so the shares Advice derives from it
-// are the least a candidate would refuse; they are exact for a
-// fixed_window whose period is the recorder's.
+// Allowance is the most cost a candidate can admit to one key in one
+// period of length period (nanoseconds) of the recorder's, aligned on the
+// epoch as the windows are: for the window algorithms the quota of each of
+// the candidate's windows that such a period meets (ceil(period/window),
+// one more when neither length divides the other); for the buckets their
+// capacity plus what they refill in the period (a bucket that starts the
+// period full), plus, for a token_bucket, what it lends within MaxDelay. A
+// key-period whose demand exceeds it is refused at least the excess, so
+// the shares Advice derives from it are the least a candidate would
+// refuse; they are exact for a fixed_window whose window is the period.
 func (c Candidate) Allowance(alg model.Algorithm, period int64) float64 {
-	perPeriod := c.Rate.Quota * float64(period) / float64(c.Rate.Period)
-	switch alg {
-	case model.FixedWindow, model.SlidingWindowLog, model.SlidingWindowCounter:
-		return perPeriod
+	window := int64(c.Rate.Period)
+	if windowed(alg) {
+		n := (period + window - 1) / window
+		if period%window != 0 && window%period != 0 {
+			n++
+		}
+		return c.Rate.Quota * float64(n)
 	}
 	burst := c.Burst
 	if burst == 0 {
@@ -42,7 +49,17 @@ func (c Candidate) Allowance(alg model.Algorithm, period int64) float64 {
 			burst = 1
 		}
 	}
-	return burst + perPeriod
+	refill := c.Rate.Quota * float64(period) / float64(window)
+	if alg != model.LeakyBucket {
+		refill += c.Rate.Quota * float64(c.MaxDelay) / float64(window)
+	}
+	return burst + refill
+}
+
+// windowed reports whether alg counts cost in windows, which take their
+// capacity from the quota.
+func windowed(alg model.Algorithm) bool {
+	return alg == model.FixedWindow || alg == model.SlidingWindowLog || alg == model.SlidingWindowCounter
 }
 
 // Quantiles of the demand per key-period.
@@ -134,12 +151,20 @@ func Advise(zone string, l *model.Limit, s *Snapshot, asked []Candidate) Advice 
 	if p99 := a.Demand.P99; p99 > 0 {
 		// The configured limit's shape, rescaled so that a period admits
 		// 1.2 × p99: quota and burst in the same proportion, to three
-		// significant digits, as an operator would write them.
-		allow := (Candidate{Rate: l.Rate, Burst: l.Burst}).Allowance(l.Algorithm, period)
+		// significant digits, as an operator would write them (a window's
+		// quota at least 1, as model.Limit requires).
+		allow := (Candidate{Rate: l.Rate, Burst: l.Burst, MaxDelay: l.MaxDelay}).Allowance(l.Algorithm, period)
 		k := 1.2 * p99 / allow
-		cands = append(cands, Candidate{Name: "p99x1.2", Rate: model.Rate{Quota: digits(l.Rate.Quota*k, 3), Period: l.Rate.Period}, Burst: digits(l.Burst*k, 3)})
+		c := Candidate{Name: "p99x1.2", Rate: model.Rate{Quota: digits(l.Rate.Quota*k, 3), Period: l.Rate.Period}, Burst: digits(l.Burst*k, 3)}
+		if windowed(l.Algorithm) && c.Rate.Quota < 1 {
+			c.Rate.Quota = 1
+		}
+		cands = append(cands, c)
 	}
 	cands = append(cands, asked...)
+	for i := range cands {
+		cands[i].MaxDelay = l.MaxDelay // the zone's, whatever the candidate
+	}
 	for _, c := range cands {
 		a.Candidates = append(a.Candidates, judge(c, l.Algorithm, period, s))
 	}
@@ -154,6 +179,12 @@ func AdviseQuery(r *Recorder, zone string, l *model.Limit, now int64, q url.Valu
 	asked, err := ParseCandidates(q)
 	if err != nil {
 		return Advice{}, err
+	}
+	for _, c := range asked {
+		c.MaxDelay = l.MaxDelay
+		if a := c.Allowance(l.Algorithm, l.PeriodNanos()); math.IsInf(a, 0) || math.IsNaN(a) || a > maxAllowance {
+			return Advice{}, &model.FieldError{Field: "candidate", Value: c.Rate.String(), Reason: "admits more than " + strconv.FormatFloat(maxAllowance, 'g', -1, 64) + " a period of the zone"}
+		}
 	}
 	s := r.Snapshot(now)
 	return Advise(zone, l, &s, asked), nil
@@ -218,3 +249,7 @@ func ParseCandidates(q url.Values) ([]Candidate, error) {
 
 // maxAsked bounds the candidates one query may ask for.
 const maxAsked = 16
+
+// maxAllowance bounds what an asked candidate may admit a period: beyond
+// any demand, and finite in JSON.
+const maxAllowance = 1e15

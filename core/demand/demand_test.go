@@ -68,37 +68,39 @@ func TestSketchMerge(t *testing.T) {
 	if m.Count() != whole.Count() || m.max != whole.max || math.Abs(m.Sum()-whole.Sum()) > 1e-6 {
 		t.Fatalf("merged count/max/sum %d/%v/%v, want %d/%v/%v", m.Count(), m.max, m.Sum(), whole.Count(), whole.max, whole.Sum())
 	}
-	for i := range whole.counts {
-		if m.counts[i] != whole.counts[i] {
-			t.Fatalf("bucket %d: merged %d, whole %d", i, m.counts[i], whole.counts[i])
+	count := func(s *Sketch, i int) uint64 {
+		if j := i - s.offset; j >= 0 && j < len(s.counts) {
+			return s.counts[j]
+		}
+		return 0
+	}
+	for i := 0; i < nBuckets; i++ {
+		if count(&m, i) != count(&whole, i) {
+			t.Fatalf("bucket %d: merged %d, whole %d", i, count(&m, i), count(&whole, i))
 		}
 	}
-	if len(whole.counts)*4 > 3000 {
-		t.Errorf("a sketch holds %d buckets, %d bytes: more than the stated 3 KB", len(whole.counts), len(whole.counts)*4)
+	var wide Sketch
+	wide.Add(minValue / 2)
+	wide.Add(maxValue * 2)
+	if len(wide.counts)*8 > 4700 || len(wide.counts) != nBuckets {
+		t.Errorf("a sketch of the whole range holds %d buckets, %d bytes: want all %d, within the stated 4.6 KB", len(wide.counts), len(wide.counts)*8, nBuckets)
 	}
 }
 
-func TestSketchOverBounds(t *testing.T) {
-	rng := rand.New(rand.NewSource(2))
+// TestSketchBeyondRange: values above the range are counted in its last
+// bucket, whose bounds reach the largest value; a quantile there reports
+// the largest.
+func TestSketchBeyondRange(t *testing.T) {
 	var s Sketch
-	var all []float64
-	for i := 0; i < 5000; i++ {
-		v := float64(1 + rng.Intn(300))
-		s.Add(v)
-		all = append(all, v)
+	s.Add(5e8)
+	s.Add(6e8)
+	s.Add(1)
+	n, ex := s.Over(2e8)
+	if n.Value != 2 || n.Low > 2 || n.High < 2 || ex.Low > 7e8 || ex.High < 7e8 {
+		t.Errorf("Over(2e8) with 5e8 and 6e8 recorded: count %+v, excess %+v; want 2, bounds holding an excess of 7e8", n, ex)
 	}
-	for _, a := range []float64{0.5, 1, 20, 99.5, 100, 150, 299, 300, 1000} {
-		var n, ex float64
-		for _, v := range all {
-			if v > a {
-				n++
-				ex += v - a
-			}
-		}
-		cnt, excess := s.Over(a)
-		if n < cnt.Low || n > cnt.High || ex < excess.Low-1e-6 || ex > excess.High+1e-6 {
-			t.Errorf("Over(%v): exact %v values, %v excess; bounds %+v, %+v", a, n, ex, cnt, excess)
-		}
+	if q := s.Quantile(0.99); q != 6e8 {
+		t.Errorf("Quantile(0.99) = %v, want the largest, 6e8", q)
 	}
 }
 
@@ -173,6 +175,25 @@ func TestRecorderEvictsWholePeriods(t *testing.T) {
 	s := r.Snapshot(minute + 3)
 	if s.Periods.Count() != 2 || s.Partial != 1 || s.Periods.Sum() != 4 {
 		t.Fatalf("%d key-periods of sum %v, %d partial; want a's whole (3) and ks[0]'s partial (1)", s.Periods.Count(), s.Periods.Sum(), s.Partial)
+	}
+}
+
+// TestRecorderLateAsks: an ask stamped before the key's last (hosts stamp
+// asks as they decide them, concurrently) is counted in the key's current
+// period: it neither splits nor reopens one.
+func TestRecorderLateAsks(t *testing.T) {
+	r := NewRecorder(int64(time.Second), 0, 0)
+	for _, at := range []float64{0.1, 1.1, 0.9, 1.2} {
+		r.Add(int64(at*1e9), "a", 1)
+	}
+	s := r.Snapshot(int64(2.5e9))
+	if s.Periods.Count() != 2 || s.Periods.Sum() != 4 {
+		t.Fatalf("%d key-periods of sum %v, want 2 of 4", s.Periods.Count(), s.Periods.Sum())
+	}
+	r.Add(int64(2.9e9), "a", 1) // a key-period of its own, period 2
+	r.Add(int64(1.9e9), "a", 1) // late, into a's current period, 2
+	if s = r.Snapshot(int64(3.5e9)); s.Periods.Count() != 3 || s.Periods.Sum() != 6 {
+		t.Fatalf("%d key-periods of sum %v, want 3 of 6", s.Periods.Count(), s.Periods.Sum())
 	}
 }
 
@@ -304,6 +325,14 @@ func TestAllowance(t *testing.T) {
 		{model.TokenBucket, Candidate{Rate: model.Rate{Quota: 100, Period: time.Minute}}, 200},
 		{model.LeakyBucket, Candidate{Rate: model.Rate{Quota: 100, Period: time.Minute}, Burst: 5}, 105},
 		{"", Candidate{Rate: model.Rate{Quota: 0.5, Period: time.Minute}}, 1.5},
+		// A window longer than the period: its quota, met once.
+		{model.FixedWindow, Candidate{Rate: model.Rate{Quota: 600, Period: time.Hour}}, 600},
+		// Windows of 7s in a minute: ceil(60/7) = 9 met, one more unaligned.
+		{model.SlidingWindowLog, Candidate{Rate: model.Rate{Quota: 1, Period: 7 * time.Second}}, 10},
+		// A token_bucket lends what it refills in MaxDelay; a leaky_bucket's
+		// MaxDelay only bounds its queue's wait.
+		{model.TokenBucket, Candidate{Rate: model.Rate{Quota: 60, Period: time.Minute}, Burst: 5, MaxDelay: 10 * time.Second}, 75},
+		{model.LeakyBucket, Candidate{Rate: model.Rate{Quota: 60, Period: time.Minute}, Burst: 5, MaxDelay: 10 * time.Second}, 65},
 	} {
 		if got := c.cand.Allowance(c.alg, minute); got != c.want {
 			t.Errorf("%s %v burst %v: allowance %v, want %v", c.alg, c.cand.Rate, c.cand.Burst, got, c.want)
@@ -392,6 +421,9 @@ func TestAdviseQuery(t *testing.T) {
 	}
 	if _, err := AdviseQuery(r, "api", l, minute, url.Values{"burst": {"1"}}); model.FieldOf(err) == nil {
 		t.Fatalf("a burst without a candidate: %v, want a FieldError", err)
+	}
+	if _, err := AdviseQuery(r, "api", l, minute, url.Values{"candidate": {"1e300/1ns"}}); model.FieldOf(err) == nil {
+		t.Fatalf("a candidate admitting more than a float holds: %v, want a FieldError", err)
 	}
 }
 

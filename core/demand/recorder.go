@@ -18,7 +18,7 @@ import (
 const DefaultMaxKeys = 1 << 14
 
 // MaxKeys bounds the keys a host may ask a Recorder to follow: some
-// 540 MB of keys for one limit.
+// 340 MB of keys for one limit.
 const MaxKeys = 1 << 22
 
 // CheckMaxKeys checks a host's setting of the keys a limit's demand
@@ -32,6 +32,9 @@ func CheckMaxKeys(n int) error {
 	return nil
 }
 
+// minSweep is the least time between two sweeps of a shard.
+const minSweep = int64(10 * time.Second)
+
 // numShards is the number of independently locked parts of a Recorder's
 // keys, so that parallel requests of different keys rarely wait for one
 // another.
@@ -40,19 +43,23 @@ const numShards = 16
 // Recorder records a limit's demand per key and period: the cost each key
 // asks in each period of the limit (aligned on the Unix epoch), admitted
 // or refused. A key-period is folded into a Sketch once its period is
-// over, when its key asks again or at the next sweep (at most one period
-// later); a key idle for longer than the idle horizon is retired, its
+// over, when its key asks again or at the next sweep of its shard (every
+// half period, at least every 10 s), and when a Snapshot is taken; a key idle for longer than the idle horizon is retired, its
 // largest period folded into a second Sketch, of keys. Memory is bounded:
 // at most maxKeys keys are followed, and when a shard is full even after a
 // sweep, the key idle the longest in a sample is retired early, its
 // period folded (a partial key-period, which Advice counts, if the period
 // is not over). It is safe for concurrent use.
 type Recorder struct {
-	period   int64 // nanoseconds
-	idle     int64 // nanoseconds a key may be idle and stay followed
-	perShard int
-	seed     maphash.Seed
-	shards   []shard // numShards of them
+	period int64 // nanoseconds
+	idle   int64 // nanoseconds a key may be idle and stay followed
+	// sweepEvery is the time between two sweeps of a shard: half a
+	// period, but at least minSweep, as a sweep visits every key of the
+	// shard, which a short period would make most of the work.
+	sweepEvery int64
+	perShard   int
+	seed       maphash.Seed
+	shards     []shard // numShards of them
 
 	mu      sync.Mutex
 	periods Sketch // demand of each complete key-period
@@ -91,7 +98,10 @@ func NewRecorder(period int64, maxKeys int, now int64) *Recorder {
 	if idle < int64(time.Hour) {
 		idle = int64(time.Hour)
 	}
-	r := &Recorder{period: period, idle: idle, perShard: per, seed: maphash.MakeSeed(), since: now, shards: make([]shard, numShards)}
+	r := &Recorder{period: period, idle: idle, perShard: per, seed: maphash.MakeSeed(), since: now, shards: make([]shard, numShards), sweepEvery: period / 2}
+	if r.sweepEvery < minSweep {
+		r.sweepEvery = minSweep
+	}
 	for i := range r.shards {
 		r.shards[i].keys = make(map[uint64]entry)
 	}
@@ -114,7 +124,7 @@ func (r *Recorder) Add(now int64, key string, cost float64) {
 	sh := &r.shards[h%numShards]
 	sh.mu.Lock()
 	e, ok := sh.keys[h]
-	if ok && e.last/r.period == now/r.period && now < sh.sweep {
+	if ok && e.sum > 0 && e.last/r.period == now/r.period && now < sh.sweep {
 		e.sum += cost
 		e.last = now
 		sh.keys[h] = e
@@ -133,20 +143,29 @@ func (r *Recorder) add(sh *shard, now int64, h uint64, cost float64, e entry, ok
 		r.sweep(sh, now)
 		e, ok = sh.keys[h] // the sweep folds and retires entries
 	}
-	if !ok {
+	switch {
+	case !ok:
 		if len(sh.keys) >= r.perShard {
 			r.evict(sh, now)
 		}
-		e = entry{}
-	} else if e.last/r.period != now/r.period {
+		e = entry{last: now}
+	case now/r.period < e.last/r.period:
+		// An ask stamped before the key's last (hosts stamp asks as they
+		// decide them, concurrently): counted in the key's current period
+		// rather than reopening one that may be folded.
+	case now/r.period > e.last/r.period:
 		r.fold(e.sum, false)
 		if e.sum > e.peak {
 			e.peak = e.sum
 		}
-		e.sum = 0
+		e.sum, e.last = 0, now
+	default:
+		// The period of last: e.sum is 0 only if a sweep folded it, for an
+		// ask stamped before the sweep and recorded after it, which starts
+		// a key-period of its own (a race of microseconds).
+		e.last = now
 	}
 	e.sum += cost
-	e.last = now
 	sh.keys[h] = e
 }
 
@@ -175,7 +194,7 @@ func (r *Recorder) retire(peak float64) {
 }
 
 // sweep folds the key-periods of sh that are over and retires its keys
-// idle beyond the horizon; the next sweep is due half a period later.
+// idle beyond the horizon; the next sweep is due sweepEvery later.
 func (r *Recorder) sweep(sh *shard, now int64) {
 	p := now / r.period
 	for k, e := range sh.keys {
@@ -192,7 +211,7 @@ func (r *Recorder) sweep(sh *shard, now int64) {
 			delete(sh.keys, k)
 		}
 	}
-	sh.sweep = now + r.period/2
+	sh.sweep = now + r.sweepEvery
 }
 
 // evict retires, from a full shard, the key idle the longest among a few
@@ -276,18 +295,35 @@ func (r *Recorder) Snapshot(now int64) Snapshot {
 	return s
 }
 
-// Quantiles returns the demand per key-period at each of
-// telemetry.DemandQuantiles, in order, as the metric telemetry.Demand
-// exports them; nil before the first complete key-period, which has no
-// quantile.
-func (s *Snapshot) Quantiles() []float64 {
-	if s.Periods.Count() == 0 {
+// Folded returns a copy of the sketch of the key-periods folded so far,
+// without the sweep a Snapshot makes: what the demand metrics export on
+// every scrape, behind by at most a sweep's interval.
+func (r *Recorder) Folded() Sketch {
+	var s Sketch
+	r.mu.Lock()
+	s.Merge(&r.periods)
+	r.mu.Unlock()
+	return s
+}
+
+// A Quantile is one series of the metric telemetry.Demand: the label of a
+// quantile and the sketch's value at it.
+type Quantile struct {
+	Label string
+	Value float64
+}
+
+// Quantiles returns s's values at each of telemetry.DemandQuantiles, in
+// order, labelled as the metric telemetry.Demand exports them; nil for an
+// empty sketch, which has no quantile.
+func (s *Sketch) Quantiles() []Quantile {
+	if s.n == 0 {
 		return nil
 	}
 	qs := telemetry.DemandQuantiles()
-	out := make([]float64, len(qs))
+	out := make([]Quantile, len(qs))
 	for i, q := range qs {
-		out[i] = s.Periods.Quantile(q)
+		out[i] = Quantile{Label: strconv.FormatFloat(q, 'f', -1, 64), Value: s.Quantile(q)}
 	}
 	return out
 }
