@@ -955,6 +955,9 @@ func serveLaneMetered(l *Lane, next http.Handler, w http.ResponseWriter, r *http
 		return
 	}
 	start = timeNow()
+	if l.meter.demand != nil {
+		laneDemands(l.meter, asks, start, 0, 0)
+	}
 	v, ok = l.gate.Serve(w, r, asks)
 	if v.Slots != nil {
 		defer releaseSlots(v.Slots) // when next returns, panics included
@@ -963,17 +966,18 @@ func serveLaneMetered(l *Lane, next http.Handler, w http.ResponseWriter, r *http
 	if lim == nil {
 		lim = asks[0].Limit
 	}
-	for i = 0; i < len(l.meter.limits)-1 && l.meter.limits[i] != lim; i++ {
+	// By name: a decision of the local fallback is about its share of
+	// the limit, another *model.Limit of the same name.
+	for i = 0; i < len(l.meter.limits)-1 && l.meter.limits[i].Name != lim.Name; i++ {
 	}
 	laneCount(l.meter, &v, i, timeSince(start), nil, nil)
-	if l.meter.demand != nil {
-		laneDemands(l.meter, asks, start, 0, 0)
-	}
 	laneFinish(l, next, w, r, &v, ok)
 }
 
-// laneDemands records in m's demand the cost of each of asks, at start;
-// its parameters after start are its variables, zero (see serveLaneTB).
+// laneDemands records in m's demand the cost of each of asks, at start,
+// before the decision (which may wait for Redis or a delay), so that a
+// key's asks are recorded in the order they came; its parameters after
+// start are its variables, zero (see serveLaneTB).
 func laneDemands(m *Meter, asks []model.Ask, start time.Time, a int, i int) {
 	for a = 0; a < len(asks); a++ {
 		for i = 0; i < len(m.limits)-1 && m.limits[i] != asks[a].Limit; i++ {

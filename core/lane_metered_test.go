@@ -195,3 +195,47 @@ func TestHistogramBounds(t *testing.T) {
 		t.Fatalf("%d buckets, bounds %v; want %d from 50µs to 1s", len(b), h.bounds, numDecisionBounds)
 	}
 }
+
+// TestServeLaneMeteredFallbackZone: while the store fails, the local
+// fallback decides on its shares of the limits, other *model.Limit values
+// of the same names; the meter counts each verdict under the limit whose
+// headers the client saw, found by name.
+func TestServeLaneMeteredFallbackZone(t *testing.T) {
+	clock := testclock.New(testclock.Epoch)
+	global := gateLimit(t, "global", model.FixedWindow, "2/s", 0)
+	per := gateLimit(t, "per", model.TokenBucket, "100/s", 100)
+	limits := []*model.Limit{global, per}
+	local, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := NewGate(GateConfig{Limits: limits, Store: &failingStore{}, Fallback: local, Instances: 1,
+		Responder: answer.Responder{Headers: answer.DefaultHeaders}, Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ipSpec, err := keyspec.Parse(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allSpec, err := keyspec.Parse([]string{"const:all"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := []*Counts{{}, {}}
+	lane := NewLane(LaneConfig{Gate: gate, Specs: []*keyspec.Spec{ipSpec, allSpec},
+		Asks:  []LaneAsk{{Limit: global, Spec: 1, Cost: 1}, {Limit: per, Spec: 0, Missing: keyspec.MissingSkip, Cost: 1}},
+		Meter: NewMeter(MeterConfig{Limits: limits, Counts: counts, NearShare: 0.1, Seconds: NewHistogram()})})
+	for i := 0; i < 3; i++ {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = "192.0.2.1:1234"
+		w := httptest.NewRecorder()
+		ServeLaneMetered(lane, &countingHandler{}, w, r)
+		if policy := w.Header().Get("Ratelimit-Policy"); !strings.Contains(policy, `"global"`) {
+			t.Fatalf("request %d: RateLimit-Policy %q, want global's (the tighter)", i, policy)
+		}
+	}
+	if n := counts[0].Outcome(OutcomeAllowed) + counts[0].Outcome(OutcomeRejected); n != 3 || counts[1].Outcome(OutcomeAllowed) != 0 {
+		t.Fatalf("global counted %d verdicts, per %d allowed; want all 3 under global", n, counts[1].Outcome(OutcomeAllowed))
+	}
+}
