@@ -336,7 +336,7 @@ var badJSON = []struct {
 	{"zones.top_keys", zj(`"top_keys":"many"`), "zones[0].top_keys: want int, got a JSON string"},
 	{"zones.top_window", zj(`"top_window":"soon"`), `zones[0].top_window "soon": want a duration`},
 	{"zones.top_window", zj(`"top_window":"2h"`), "zones[0].top_window: must be between 1s and 1h0m0s, got 2h0m0s"},
-	{"zones.demand_keys", zj(`"demand_keys":-2`), "zones[0].demand_keys: -2: want -1 (off), 0 (the default, 65536) or up to 4194304"},
+	{"zones.demand_keys", zj(`"demand_keys":-2`), "zones[0].demand_keys: -2: want -1 (off), 0 (the default, 16384) or up to 4194304"},
 	{"zones.max_delay", zj(`"max_delay":-1`), `zones[0].max_delay "-1ns": must not be negative`},
 	{"zones.max_delay", zj(`"algorithm":"fixed_window","max_delay":"1s"`), "zones[0].max_delay: only leaky_bucket and token_bucket delay requests"},
 	{"zones.match", zj(`"match":{"nosuchmatcher":{}}`), "zones[0].match: "},

@@ -337,6 +337,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 
 	start := time.Now()
+	h.recordDemand(start, asks, zones)
 	v, proceed := h.gate.Serve(w, r, asks)
 	defer v.Slots.Release() // max_in_flight: when next returns, panics included
 	elapsed := time.Since(start)
@@ -344,7 +345,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	near := v.Outcome == core.OutcomeAllowed && v.Decision.Limit != nil && v.Decision.Remaining < h.Zones[zone].nearAt
 	h.metrics.observe(zone, v, elapsed, near)
 	h.countKeys(start.UnixNano(), zone, near, v, asks, zones)
-	h.recordDemand(start, asks, zones)
 
 	rejected := v.Outcome == core.OutcomeRejected || v.Outcome == core.OutcomeDryRunRejected ||
 		v.Outcome == core.OutcomeStoreErrorDeny
@@ -395,8 +395,10 @@ func (h *Handler) countKeys(now int64, reported int, near bool, v core.Verdict, 
 	}
 }
 
-// recordDemand records in each zone asked the cost its key asked at start,
-// whatever the verdict: demand is what clients ask, admitted or refused.
+// recordDemand records in each zone asked the cost its key asks at start,
+// before the decision (which may wait for Redis or a leaky_bucket's
+// delay), so that a key's asks are recorded in the order they came:
+// demand is what clients ask, admitted or refused.
 func (h *Handler) recordDemand(start time.Time, asks []model.Ask, zones []int) {
 	now := start.UnixNano()
 	if testClock != nil {

@@ -2,7 +2,6 @@ package caddymodule
 
 import (
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,10 +82,11 @@ var (
 )
 
 // demandCollector exports the demand of every zone of the running config
-// that records it: the count of key-periods and, once there is one, the
-// quantiles of its demand per key-period. A zone is labelled by its name, or by its ID
-// (name@handler, as the admin API lists it) when another zone of the
-// config has the same name. One is registered per metrics registry.
+// that records it, by zone name as the decisions are counted: the count
+// of key-periods and, once there is one, the quantiles of the demand per
+// key-period, of the zones of that name together (sketches merge). It
+// reads what the recorders have folded, without visiting their keys. One
+// is registered per metrics registry.
 type demandCollector struct{}
 
 // Describe implements prometheus.Collector.
@@ -95,31 +95,31 @@ func (demandCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- demandKeyPeriodsDesc
 }
 
-// Collect implements prometheus.Collector. It takes a snapshot of each
-// recorder, which visits its keys: a scrape's work, not a request's.
+// Collect implements prometheus.Collector.
 func (demandCollector) Collect(ch chan<- prometheus.Metric) {
-	zones := registeredZones()
-	names := make(map[string]int, len(zones))
-	for _, az := range zones {
-		names[az.z.Name]++
-	}
-	now := clockNow()
-	seen := make(map[*demand.Recorder]bool, len(zones))
-	for _, az := range zones {
+	byName := map[string]*demand.Sketch{}
+	var names []string
+	seen := map[*demand.Recorder]bool{}
+	for _, az := range registeredZones() {
 		rec := az.z.demand
 		if rec == nil || seen[rec] {
 			continue // a share group's zones record together
 		}
 		seen[rec] = true
-		label := az.z.Name
-		if names[label] > 1 {
-			label = az.id
+		sk := byName[az.z.Name]
+		if sk == nil {
+			sk = new(demand.Sketch)
+			byName[az.z.Name] = sk
+			names = append(names, az.z.Name)
 		}
-		snap := rec.Snapshot(now)
-		ch <- prometheus.MustNewConstMetric(demandKeyPeriodsDesc, prometheus.CounterValue, float64(snap.Periods.Count()), label)
-		for i, v := range snap.Quantiles() {
-			q := strconv.FormatFloat(telemetry.DemandQuantiles()[i], 'f', -1, 64)
-			ch <- prometheus.MustNewConstMetric(demandDesc, prometheus.GaugeValue, v, label, q)
+		folded := rec.Folded()
+		sk.Merge(&folded)
+	}
+	for _, name := range names {
+		sk := byName[name]
+		ch <- prometheus.MustNewConstMetric(demandKeyPeriodsDesc, prometheus.CounterValue, float64(sk.Count()), name)
+		for _, q := range sk.Quantiles() {
+			ch <- prometheus.MustNewConstMetric(demandDesc, prometheus.GaugeValue, q.Value, name, q.Label)
 		}
 	}
 }
