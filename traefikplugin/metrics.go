@@ -37,10 +37,12 @@ const nearLimit = 0.1
 type zoneStats struct {
 	name   string
 	counts core.Counts
-	// demand records the zone's demand per key and period, nil when its
-	// limit has no rate or metrics.demandKeys is -1; a new configuration
-	// whose period differs starts a new one.
+	// demand is the recorder of the zone's demand that its newest meter
+	// took, and keys its bound: the next meter of the zone with the same
+	// period and bound takes it again, so that a reload keeps the figures.
+	// Under registry.mu; a meter reads only its own (meter.demand).
 	demand *demand.Recorder
+	keys   int
 	refs   int // entries using it; under registry.mu
 }
 
@@ -49,8 +51,9 @@ type zoneStats struct {
 type meter struct {
 	address string
 	allowed []netip.Prefix
-	zones   []*zoneStats   // by limit, as counted by core
-	limits  []*model.Limit // by limit: what an advice judges
+	zones   []*zoneStats       // by limit, as counted by core
+	limits  []*model.Limit     // by limit: what an advice judges
+	demand  []*demand.Recorder // by limit, nil for none; set once
 	counts  *core.Meter
 }
 
@@ -86,9 +89,8 @@ func (g *registry) newMeter(name string, s *settings) (*meter, error) {
 		seconds = core.NewHistogram()
 		g.seconds[o.address] = seconds
 	}
-	m := &meter{address: o.address, allowed: o.allowed, limits: make([]*model.Limit, len(s.plans))}
+	m := &meter{address: o.address, allowed: o.allowed, limits: make([]*model.Limit, len(s.plans)), demand: make([]*demand.Recorder, len(s.plans))}
 	counts := make([]*core.Counts, len(s.plans))
-	recorders := make([]*demand.Recorder, len(s.plans))
 	for i, p := range s.plans {
 		zone := zoneName(name, p.limit, len(s.plans))
 		z := g.zones[zone]
@@ -98,15 +100,17 @@ func (g *registry) newMeter(name string, s *settings) (*meter, error) {
 		}
 		z.refs++
 		if period := p.limit.PeriodNanos(); period > 0 && o.demandKeys >= 0 {
-			if z.demand == nil || z.demand.Period() != period {
+			if z.demand == nil || z.demand.Period() != period || z.keys != o.demandKeys {
 				z.demand = demand.NewRecorder(period, o.demandKeys, g.clock())
+				z.keys = o.demandKeys
 			}
-			recorders[i] = z.demand
+			m.demand[i] = z.demand
 		}
 		m.zones = append(m.zones, z)
-		m.limits[i], counts[i] = p.limit, &z.counts
+		m.limits[i] = p.limit
+		counts[i] = &z.counts
 	}
-	m.counts = core.NewMeter(core.MeterConfig{Limits: m.limits, Counts: counts, NearShare: nearLimit, Seconds: seconds, Demand: recorders, Clock: g.coreClock})
+	m.counts = core.NewMeter(core.MeterConfig{Limits: m.limits, Counts: counts, NearShare: nearLimit, Seconds: seconds, Demand: m.demand, Clock: g.coreClock})
 	return m, nil
 }
 
@@ -239,7 +243,7 @@ func writeMetrics(w http.ResponseWriter, _ *http.Request, v *view) {
 	zones := map[*zoneStats]bool{}
 	stores := map[string]bool{} // by label: two clients of one server are one store
 	for _, en := range v.entries {
-		for _, z := range en.meter.zones {
+		for i, z := range en.meter.zones {
 			if zones[z] {
 				continue
 			}
@@ -251,14 +255,12 @@ func writeMetrics(w http.ResponseWriter, _ *http.Request, v *view) {
 			}
 			e.Counter(telemetry.Decisions, telemetry.DecisionsHelp, float64(z.counts.Near()),
 				zone, telemetry.Label{Name: "outcome", Value: telemetry.OutcomeNearLimit})
-			if z.demand == nil {
-				continue
-			}
-			snap := z.demand.Snapshot(v.now)
-			e.Counter(telemetry.DemandKeyPeriods, telemetry.DemandKeyPeriodsHelp, float64(snap.Periods.Count()), zone)
-			for i, q := range snap.Quantiles() {
-				e.Gauge(telemetry.Demand, telemetry.DemandHelp, q, zone,
-					telemetry.Label{Name: "quantile", Value: strconv.FormatFloat(telemetry.DemandQuantiles()[i], 'f', -1, 64)})
+			if rec := en.meter.demand[i]; rec != nil {
+				folded := rec.Folded()
+				e.Counter(telemetry.DemandKeyPeriods, telemetry.DemandKeyPeriodsHelp, float64(folded.Count()), zone)
+				for _, q := range folded.Quantiles() {
+					e.Gauge(telemetry.Demand, telemetry.DemandHelp, q.Value, zone, telemetry.Label{Name: "quantile", Value: q.Label})
+				}
 			}
 		}
 		if rc := en.redis; rc != nil && !stores[rc.opts.name] {
@@ -291,10 +293,11 @@ func (g *registry) writeAdvice(w http.ResponseWriter, r *http.Request, v *view) 
 	}
 	for _, en := range v.entries {
 		for i, z := range en.meter.zones {
-			if z.name != zone || z.demand == nil {
+			rec := en.meter.demand[i]
+			if z.name != zone || rec == nil {
 				continue
 			}
-			adv, err := demand.AdviseQuery(z.demand, zone, en.meter.limits[i], v.now, r.URL.Query())
+			adv, err := demand.AdviseQuery(rec, zone, en.meter.limits[i], v.now, r.URL.Query())
 			if err != nil {
 				http.Error(w, "sluice: "+err.Error(), http.StatusBadRequest)
 				return

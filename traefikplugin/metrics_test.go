@@ -318,3 +318,31 @@ func TestMetricsAdvice(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsAdviceReloads: the advice and the demand metrics read the
+// recorder of the middleware's newest configuration: after a reload to
+// another period and back, the first configuration's (which its handler
+// records into); after a reload with demandKeys off, none.
+func TestMetricsAdviceReloads(t *testing.T) {
+	g := metricsRegistry(t)
+	a := withMetrics(Config{Average: "5", Period: "1m", Burst: "5"}, anyPort)
+	b := withMetrics(Config{Average: "5", Period: "2m", Burst: "5"}, anyPort)
+	g.mustNew(t, a, "api@file")
+	g.mustNew(t, b, "api@file")
+	h, _ := g.mustNew(t, a, "api@file") // back to a: its entry, its recorder
+	codes(h, request{}, 3)
+	g.clock.advance(time.Minute)
+	resp, body := get(t, g, anyPort, "/sluice/zones/api@file/advice")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"period":"1m","since"`) || !strings.Contains(body, `"key_periods":1,`) {
+		t.Fatalf("advice after a → b → a: %d %s; want a's 1m recorder with its key-period", resp.StatusCode, body)
+	}
+	off := withMetrics(Config{Average: "5", Period: "1m", Burst: "5"}, anyPort)
+	off.Metrics.DemandKeys = "off"
+	g.mustNew(t, off, "api@file")
+	if resp, body = get(t, g, anyPort, "/sluice/zones/api@file/advice"); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("advice after a reload with demandKeys off: %d %s, want 404", resp.StatusCode, body)
+	}
+	if m := scrape(t, g, anyPort); strings.Contains(m, "sluice_demand") {
+		t.Errorf("demand exported after a reload with demandKeys off:\n%s", m)
+	}
+}
