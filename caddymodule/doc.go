@@ -23,7 +23,7 @@
 //	        near_limit     <share>              # a near miss leaves less than this share of the capacity: 10% (default) or 0.1
 //	        top_keys       <n>                  # counters of the zone's heavy-hitter sketch, 8 to 1024; default 128
 //	        top_window     <duration>           # the sketch's window, 1s to 1h; /top covers the last one to two; default 1m
-//	        demand_keys    <n>|off              # keys whose demand per period /advice follows at once; default 65536
+//	        demand_keys    <n>|off              # keys whose demand per period /advice follows at once; default 16384
 //	    }
 //	    store memory [{ max_keys <n> }]
 //	    store redis {

@@ -180,7 +180,7 @@ type Metrics struct {
 	AllowedNetworks []string
 	// DemandKeys is the most keys of each limit whose demand per period
 	// the middleware follows at once, for the advice served at
-	// /sluice/zones/<zone>/advice and the demand metrics: default 65536
+	// /sluice/zones/<zone>/advice and the demand metrics: default 16384
 	// (about 80 bytes a key); "off" records no demand.
 	DemandKeys string
 	// Unknown is as Config.Unknown.

@@ -82,12 +82,17 @@
 // # Metrics
 //
 // With metrics.address set, the plugin counts every verdict of the
-// middleware and serves, on GET /metrics of a listener of its own (never an
-// entryPoint), the families of package core/telemetry in the Prometheus
-// text format: sluice_decisions_total{zone,outcome}, sluice_decision_seconds
-// and sluice_store_breaker_state{store}, as the Caddy module exports them.
-// The zone is the middleware's name as Traefik gives it (api@file), or
-// <middleware>/<limit> for each of several limits. Clients outside
+// middleware, records each limit's demand per key and period (package
+// core/demand; metrics.demandKeys bounds it, or turns it off), and serves,
+// on GET /metrics of a listener of its own (never an entryPoint), the
+// families of package core/telemetry in the Prometheus text format:
+// sluice_decisions_total{zone,outcome}, sluice_decision_seconds,
+// sluice_store_breaker_state{store}, sluice_demand{zone,quantile} and
+// sluice_demand_key_periods_total{zone}, as the Caddy module exports them;
+// and on GET /sluice/zones/<zone>/advice the advice on a zone's demand, as
+// Caddy's admin API answers it. The zone is the middleware's name as
+// Traefik gives it (api@file), or <middleware>/<limit> for each of several
+// limits (path-escaped in the advice's path). Clients outside
 // metrics.allowedNetworks (default the loopback) are answered 403. See
 // metrics.go for the listener's life across reloads.
 //

@@ -74,7 +74,8 @@ type Quantiles struct {
 // Verdict is what a candidate would have refused of the demand recorded:
 // the share of key-periods refused (some of their cost), of keys refused
 // in at least one period, and of the cost asked, each an Estimate whose
-// bounds hold the exact share of the demand recorded.
+// bounds hold the exact share of the demand recorded (to the 0.01 % they
+// are rounded to).
 type Verdict struct {
 	Name      string  `json:"name"`
 	Rate      string  `json:"rate"`
