@@ -84,9 +84,9 @@ var (
 // demandCollector exports the demand of every zone of the running config
 // that records it, by zone name as the decisions are counted: the count
 // of key-periods and, once there is one, the quantiles of the demand per
-// key-period, of the zones of that name together (sketches merge). It
-// reads what the recorders have folded, without visiting their keys. One
-// is registered per metrics registry.
+// key-period, of the zones of that name together (sketches merge), as
+// the recorders have folded them (Recorder.Folded). One is registered per
+// metrics registry.
 type demandCollector struct{}
 
 // Describe implements prometheus.Collector.
@@ -97,6 +97,7 @@ func (demandCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (demandCollector) Collect(ch chan<- prometheus.Metric) {
+	now := clockNow()
 	byName := map[string]*demand.Sketch{}
 	var names []string
 	seen := map[*demand.Recorder]bool{}
@@ -112,7 +113,7 @@ func (demandCollector) Collect(ch chan<- prometheus.Metric) {
 			byName[az.z.Name] = sk
 			names = append(names, az.z.Name)
 		}
-		folded := rec.Folded()
+		folded := rec.Folded(now)
 		sk.Merge(&folded)
 	}
 	for _, name := range names {

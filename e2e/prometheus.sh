@@ -547,8 +547,9 @@ done
 pass "Redis frozen: zone stored allowed 10 requests in each of ${JOBS[*]} (on_store_error allow)"
 
 # The metrics handler serves the same families as the admin endpoint; the
-# demand quantiles once a period of the zone observed (1s) is over.
-for ((i = 0; i < 50; i++)); do
+# demand quantiles once a period of the zone observed (1s) is over and
+# folded, at the next sweep of its keys (at most 10 s).
+for ((i = 0; i < 150; i++)); do
 	m="$(curl -sS --max-time 5 "${base[caddy]}/metrics")" || fail "GET /metrics (the metrics handler) failed"
 	missing_family=""
 	for f in "${FAMILIES[@]}"; do
@@ -557,7 +558,7 @@ for ((i = 0; i < 50; i++)); do
 	[ -z "$missing_family" ] && break
 	sleep 0.1
 done
-[ -z "$missing_family" ] || fail "caddy's metrics handler does not serve $missing_family after 5s"
+[ -z "$missing_family" ] || fail "caddy's metrics handler does not serve $missing_family after 15s"
 pass "caddy's metrics handler at /metrics serves ${FAMILIES[*]}"
 
 # --- queries -----------------------------------------------------------------

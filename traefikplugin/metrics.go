@@ -256,7 +256,7 @@ func writeMetrics(w http.ResponseWriter, _ *http.Request, v *view) {
 			e.Counter(telemetry.Decisions, telemetry.DecisionsHelp, float64(z.counts.Near()),
 				zone, telemetry.Label{Name: "outcome", Value: telemetry.OutcomeNearLimit})
 			if rec := en.meter.demand[i]; rec != nil {
-				folded := rec.Folded()
+				folded := rec.Folded(v.now)
 				e.Counter(telemetry.DemandKeyPeriods, telemetry.DemandKeyPeriodsHelp, float64(folded.Count()), zone)
 				for _, q := range folded.Quantiles() {
 					e.Gauge(telemetry.Demand, telemetry.DemandHelp, q.Value, zone, telemetry.Label{Name: "quantile", Value: q.Label})

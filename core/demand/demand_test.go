@@ -438,3 +438,17 @@ func TestDigits(t *testing.T) {
 		}
 	}
 }
+
+// TestRecorderFolded: the metrics' read folds the periods over once a
+// sweep is due, even when no request comes.
+func TestRecorderFolded(t *testing.T) {
+	r := NewRecorder(int64(time.Second), 0, 0)
+	r.Add(1, "a", 2)
+	r.Add(2, "b", 1)
+	if s := r.Folded(int64(1500 * time.Millisecond)); s.Count() != 0 {
+		t.Fatalf("before a sweep is due: %d key-periods folded, want 0", s.Count())
+	}
+	if s := r.Folded(int64(11 * time.Second)); s.Count() != 2 || s.Sum() != 3 {
+		t.Fatalf("at the sweep: %d key-periods of sum %v folded, want 2 of 3", s.Count(), s.Sum())
+	}
+}

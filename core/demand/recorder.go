@@ -295,10 +295,20 @@ func (r *Recorder) Snapshot(now int64) Snapshot {
 	return s
 }
 
-// Folded returns a copy of the sketch of the key-periods folded so far,
-// without the sweep a Snapshot makes: what the demand metrics export on
-// every scrape, behind by at most a sweep's interval.
-func (r *Recorder) Folded() Sketch {
+// Folded returns a copy of the sketch of the key-periods folded by now:
+// what the demand metrics export on every scrape. It sweeps only the
+// shards whose sweep is due, as Add does, so that scrapes cost no more
+// than the sweeps traffic already makes, and periods over are folded
+// within a sweep's interval even when no request comes.
+func (r *Recorder) Folded(now int64) Sketch {
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		if now >= sh.sweep {
+			r.sweep(sh, now)
+		}
+		sh.mu.Unlock()
+	}
 	var s Sketch
 	r.mu.Lock()
 	s.Merge(&r.periods)
