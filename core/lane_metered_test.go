@@ -58,14 +58,7 @@ func TestServeLaneMeteredMatchesServeLane(t *testing.T) {
 		if many {
 			limits = append(limits, global)
 		}
-		ipSpec, err := keyspec.Parse(nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		allSpec, err := keyspec.Parse([]string{"const:all"}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ipSpec, allSpec := ipAndAllSpecs(t)
 		lanes := make([]*Lane, 2)
 		var seen [2][]Verdict
 		counts := []*Counts{{}, {}}
@@ -214,14 +207,7 @@ func TestServeLaneMeteredFallbackZone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ipSpec, err := keyspec.Parse(nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	allSpec, err := keyspec.Parse([]string{"const:all"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ipSpec, allSpec := ipAndAllSpecs(t)
 	counts := []*Counts{{}, {}}
 	lane := NewLane(LaneConfig{Gate: gate, Specs: []*keyspec.Spec{ipSpec, allSpec},
 		Asks:  []LaneAsk{{Limit: global, Spec: 1, Cost: 1}, {Limit: per, Spec: 0, Missing: keyspec.MissingSkip, Cost: 1}},

@@ -362,14 +362,7 @@ func TestServeLaneManyMatchesGate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ipSpec, err := keyspec.Parse(nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			allSpec, err := keyspec.Parse([]string{"const:all"}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ipSpec, allSpec := ipAndAllSpecs(t)
 			var seen []Verdict
 			lane := NewLane(LaneConfig{Gate: laneGate, Asks: []LaneAsk{{Limit: per, Spec: 0, Cost: 1}, {Limit: global, Spec: 1, Cost: 1}},
 				Specs: []*keyspec.Spec{ipSpec, allSpec}, Prefix: "mw\x00", Observe: func(v *Verdict) { seen = append(seen, *v) }})
@@ -457,4 +450,18 @@ func TestXRateLimitResetRoundsUp(t *testing.T) {
 			}
 		}
 	}
+}
+
+// ipAndAllSpecs returns the key specs of the lane tests: the client's
+// address, and one key for every request.
+func ipAndAllSpecs(t *testing.T) (ip, all *keyspec.Spec) {
+	t.Helper()
+	ip, err := keyspec.Parse(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all, err = keyspec.Parse([]string{"const:all"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return ip, all
 }
