@@ -43,8 +43,9 @@ const numShards = 16
 // Recorder records a limit's demand per key and period: the cost each key
 // asks in each period of the limit (aligned on the Unix epoch), admitted
 // or refused. A key-period is folded into a Sketch once its period is
-// over, when its key asks again or at the next sweep of its shard (every
-// half period, at least every 10 s), and when a Snapshot is taken; a key idle for longer than the idle horizon is retired, its
+// over: when its key asks again, at the next sweep of its shard (every
+// half period, or every 10 s if that is longer) or when a Snapshot is
+// taken. A key idle for longer than the idle horizon is retired, its
 // largest period folded into a second Sketch, of keys. Memory is bounded:
 // at most maxKeys keys are followed, and when a shard is full even after a
 // sweep, the key idle the longest in a sample is retired early, its
@@ -151,8 +152,8 @@ func (r *Recorder) add(sh *shard, now int64, h uint64, cost float64, e entry, ok
 		e = entry{last: now}
 	case now/r.period < e.last/r.period:
 		// An ask stamped before the key's last (hosts stamp asks as they
-		// decide them, concurrently): counted in the key's current period
-		// rather than reopening one that may be folded.
+		// come, concurrently): counted in the key's current period rather
+		// than reopening one that may be folded.
 	case now/r.period > e.last/r.period:
 		r.fold(e.sum, false)
 		if e.sum > e.peak {
