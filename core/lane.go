@@ -904,7 +904,7 @@ func serveLaneMeteredOne(l *Lane, next http.Handler, w http.ResponseWriter, r *h
 	d = &v.Decision
 	now = laneTake1(l.mem, l.limit, key, l.cost, d, 0, nil, noSlot, false, noState, nil, 0, 0)
 	if l.meter.demand != nil {
-		laneDemand(l.meter, 0, key, l.cost, start, 0, nil)
+		laneDemand(l.meter, 0, key, l.cost, now, nil) // the decision's instant
 	}
 	if !l.clock {
 		now = 0
@@ -956,7 +956,7 @@ func serveLaneMetered(l *Lane, next http.Handler, w http.ResponseWriter, r *http
 	}
 	start = timeNow()
 	if l.meter.demand != nil {
-		laneDemands(l.meter, asks, start, 0, 0)
+		laneDemands(l.meter, asks, start, 0, 0, 0)
 	}
 	v, ok = l.gate.Serve(w, r, asks)
 	if v.Slots != nil {
@@ -974,32 +974,32 @@ func serveLaneMetered(l *Lane, next http.Handler, w http.ResponseWriter, r *http
 	laneFinish(l, next, w, r, &v, ok)
 }
 
-// laneDemands records in m's demand the cost of each of asks, at start,
-// before the decision (which may wait for Redis or a delay), so that a
-// key's asks are recorded in the order they came; its parameters after
-// start are its variables, zero (see serveLaneTB).
-func laneDemands(m *Meter, asks []model.Ask, start time.Time, a int, i int) {
-	for a = 0; a < len(asks); a++ {
-		for i = 0; i < len(m.limits)-1 && m.limits[i] != asks[a].Limit; i++ {
-		}
-		laneDemand(m, i, asks[a].Key, asks[a].Cost, start, 0, nil)
-	}
-}
-
-// laneDemand records in m's demand of its i-th limit, if it has one, that
-// key asked cost at start (or at m's clock's instant); its parameters
-// after start are its variables, zero (see serveLaneTB).
-func laneDemand(m *Meter, i int, key string, cost float64, start time.Time, now int64, rec *demand.Recorder) {
-	rec = m.demand[i]
-	if rec == nil {
-		return
-	}
+// laneDemands records in m's demand the cost of each of asks, at start
+// (or at m's clock's instant), before the decision (which may wait for
+// Redis or a delay), so that a key's asks are recorded in the order they
+// came; its parameters after start are its variables, zero (see
+// serveLaneTB).
+func laneDemands(m *Meter, asks []model.Ask, start time.Time, a int, i int, now int64) {
 	if m.clock != nil {
 		now = m.clock()
 	} else {
 		now = start.UnixNano()
 	}
-	rec.Add(now, key, cost)
+	for a = 0; a < len(asks); a++ {
+		for i = 0; i < len(m.limits)-1 && m.limits[i] != asks[a].Limit; i++ {
+		}
+		laneDemand(m, i, asks[a].Key, asks[a].Cost, now, nil)
+	}
+}
+
+// laneDemand records in m's demand of its i-th limit, if it has one, that
+// key asked cost at now; its parameter after now is its variable, nil
+// (see serveLaneTB).
+func laneDemand(m *Meter, i int, key string, cost float64, now int64, rec *demand.Recorder) {
+	rec = m.demand[i]
+	if rec != nil {
+		rec.Add(now, key, cost)
+	}
 }
 
 // laneCount counts in m the verdict v about its i-th limit, whose decision

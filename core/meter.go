@@ -43,7 +43,9 @@ type MeterConfig struct {
 	// Demand, if set, holds by limit the recorder of its demand, or nil
 	// for a limit whose demand is not recorded.
 	Demand []*demand.Recorder
-	// Clock gives the instants of the demand; nil means the system's.
+	// Clock gives the instants of the demand of the requests Gate.Serve
+	// decides; nil means the system's. One limit in memory records at
+	// its store's instant, the decision's.
 	Clock model.Clock
 }
 

@@ -129,7 +129,7 @@ var memoryCases = []pluginCase{
 	// does): the first token_bucket cases' configurations, metrics served
 	// on a port the system picks. Counts 438 and 605 without the
 	// demand, against 216 and 450 without metrics; recording the demand
-	// (the default with metrics) 542 and 709, the call of
+	// (the default with metrics) 531 and 698, the call of
 	// demand.Recorder.Add costing its frame's values.
 	{name: "token_bucket allowed, IPv4, metrics", config: with(open, "metrics", metricsOn), remote: ipv4, target: targetAllowed, ceiling: 562},
 	{name: "token_bucket rejected, IPv4, metrics", config: with(closed, "metrics", metricsOn), remote: ipv4, rejected: true, target: targetRejected, ceiling: 738},
