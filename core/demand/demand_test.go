@@ -365,9 +365,6 @@ func TestParseCandidatesErrors(t *testing.T) {
 // TestRecorderMemory states a recorder's memory: its two sketches are
 // fixed in size, and a followed key costs about 80 bytes.
 func TestRecorderMemory(t *testing.T) {
-	if testing.Short() {
-		t.Skip("measures the heap")
-	}
 	heap := func() uint64 {
 		var m runtime.MemStats
 		runtime.GC()
