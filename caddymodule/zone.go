@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/core/inspect"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/telemetry"
 )
 
 // clientIPKey is the default key template: the client's address (see
@@ -502,13 +503,10 @@ func checkKey(key string) error {
 	return nil
 }
 
-// defaultNearLimit is the NearLimit of a zone that sets none.
-const defaultNearLimit = 0.1
-
 // nearLimit is NearLimit, defaulted.
 func (z *Zone) nearLimit() float64 {
 	if z.NearLimit == 0 {
-		return defaultNearLimit
+		return telemetry.DefaultNearLimit
 	}
 	return z.NearLimit
 }

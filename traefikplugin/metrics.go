@@ -28,10 +28,6 @@ import (
 // naming it is dropped. Nothing is started per New, and a middleware
 // without metrics.address pays nothing per request.
 
-// nearLimit is the share of a limit's capacity under which an admitted
-// request counts as near_limit: the Caddy module's default near_limit.
-const nearLimit = 0.1
-
 // zoneStats are the decision counters of one zone (a metrics label),
 // shared by the registry entries whose limits report to it.
 type zoneStats struct {
@@ -110,7 +106,7 @@ func (g *registry) newMeter(name string, s *settings) (*meter, error) {
 		m.limits[i] = p.limit
 		counts[i] = &z.counts
 	}
-	m.counts = core.NewMeter(core.MeterConfig{Limits: m.limits, Counts: counts, NearShare: nearLimit, Seconds: seconds, Demand: m.demand, Clock: g.coreClock})
+	m.counts = core.NewMeter(core.MeterConfig{Limits: m.limits, Counts: counts, NearShare: telemetry.DefaultNearLimit, Seconds: seconds, Demand: m.demand, Clock: g.coreClock})
 	return m, nil
 }
 

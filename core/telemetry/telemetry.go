@@ -46,6 +46,11 @@ const (
 // allowed keeps its meaning.
 const OutcomeNearLimit = "near_limit"
 
+// DefaultNearLimit is the share of a zone's capacity under which an
+// admitted request is a near miss, unless the host is told otherwise: one
+// that leaves less than 10 % of the capacity.
+const DefaultNearLimit = 0.1
+
 // DecisionBuckets are DecisionSeconds's bucket bounds, in seconds.
 func DecisionBuckets() []float64 {
 	return []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
