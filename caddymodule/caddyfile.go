@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/redisstore"
+	"github.com/sluicehq/sluice/core/telemetry"
 )
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens; see the
@@ -169,7 +170,7 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 		case "on_missing_key":
 			z.OnMissingKey, err = oneArg(d, sub, checked(keyspec.ParseMissingKey))
 		case "near_limit":
-			z.NearLimit, err = shareArg(d, sub)
+			z.NearLimit, err = nearLimitArg(d, sub)
 		case "top_keys":
 			z.TopKeys, err = intArg(d, sub, inspect.MinSketchCounters, inspect.MaxSketchCounters)
 		case "top_window":
@@ -488,20 +489,16 @@ func durationArg(d *caddyfile.Dispenser, name string) (time.Duration, error) {
 	return dur, nil
 }
 
-// shareArg reads one share argument of the subdirective name, written as
-// a percentage ("10%") or a fraction ("0.1"), above 0 and at most 1.
-func shareArg(d *caddyfile.Dispenser, name string) (float64, error) {
+// nearLimitArg reads near_limit's argument, as telemetry.ParseNearLimit
+// does.
+func nearLimitArg(d *caddyfile.Dispenser, name string) (float64, error) {
 	s, err := oneArg(d, name, nil)
 	if err != nil {
 		return 0, err
 	}
-	num, pct := strings.CutSuffix(s, "%")
-	x, err := strconv.ParseFloat(num, 64)
-	if pct {
-		x /= 100
-	}
-	if err != nil || !(x > 0 && x <= 1) {
-		return 0, d.Errf("%s %q: want a share of the capacity above 0 and at most 100%%, such as 10%% or 0.1", name, s)
+	x, err := telemetry.ParseNearLimit(s)
+	if err != nil {
+		return 0, d.Err(caddyError(err).Error())
 	}
 	return x, nil
 }
