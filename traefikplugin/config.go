@@ -183,6 +183,11 @@ type Metrics struct {
 	// /sluice/zones/<zone>/advice and the demand metrics: default 16384
 	// (about 80 bytes a key); "off" records no demand.
 	DemandKeys string
+	// NearLimit is the share of a limit's capacity under which an
+	// admitted request is counted as a near miss (the near_limit outcome
+	// of sluice_decisions_total): a percentage ("10%") or a fraction
+	// ("0.1"), above 0 and at most 1; default 10%.
+	NearLimit string
 	// Unknown is as Config.Unknown.
 	Unknown map[string]interface{} `mapstructure:",remain"`
 }

@@ -106,7 +106,7 @@ func (g *registry) newMeter(name string, s *settings) (*meter, error) {
 		m.limits[i] = p.limit
 		counts[i] = &z.counts
 	}
-	m.counts = core.NewMeter(core.MeterConfig{Limits: m.limits, Counts: counts, NearShare: telemetry.DefaultNearLimit, Seconds: seconds, Demand: m.demand, Clock: g.coreClock})
+	m.counts = core.NewMeter(core.MeterConfig{Limits: m.limits, Counts: counts, NearShare: o.nearLimit, Seconds: seconds, Demand: m.demand, Clock: g.coreClock})
 	return m, nil
 }
 
@@ -155,8 +155,8 @@ func (g *registry) listen(address string) (*metricsServer, error) {
 	// with the mux of Go 1.21 (GODEBUG httpmuxgo121), to which
 	// "GET /metrics" is a path.
 	mux := http.NewServeMux()
-	mux.HandleFunc("/metrics", g.restricted(address, writeMetrics))
-	mux.HandleFunc("/sluice/zones/", g.restricted(address, g.writeAdvice))
+	mux.HandleFunc("/metrics", g.restricted(address, writeMetrics, http.MethodGet, http.MethodHead))
+	mux.HandleFunc("/sluice/zones/", g.restricted(address, writeAdvice, http.MethodGet, http.MethodHead, http.MethodDelete))
 	s := &metricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, addr: ln.Addr()}
 	go serveMetrics(s.srv, ln)
 	return s, nil
@@ -181,13 +181,17 @@ type view struct {
 }
 
 // restricted returns the handler of a route of the listener of address,
-// for GET and HEAD (405 for any other method): it answers 403 to a client
-// that no middleware served there allows, and passes serve the view of
-// any other.
-func (g *registry) restricted(address string, serve func(http.ResponseWriter, *http.Request, *view)) http.HandlerFunc {
+// for methods (405 for any other): it answers 403 to a client that no
+// middleware served there allows, and passes serve the view of any other.
+func (g *registry) restricted(address string, serve func(http.ResponseWriter, *http.Request, *view), methods ...string) http.HandlerFunc {
+	allow := strings.Join(methods, ", ")
 	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
+		ok := false
+		for _, m := range methods {
+			ok = ok || r.Method == m
+		}
+		if !ok {
+			w.Header().Set("Allow", allow)
 			http.Error(w, "sluice: method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
@@ -276,10 +280,10 @@ func writeMetrics(w http.ResponseWriter, _ *http.Request, v *view) {
 // writeAdvice answers GET /sluice/zones/<zone>/advice, <zone> path-escaped
 // (a zone of several limits is "<middleware>/<limit>"), with the advice on
 // the zone's demand as the Caddy module's admin API answers it, judging
-// any ?candidate=<rate>&burst=<n> the query asks about: 404 for a zone
-// the view does not hold or that records no demand, 400 for a bad
-// candidate.
-func (g *registry) writeAdvice(w http.ResponseWriter, r *http.Request, v *view) {
+// any ?candidate=<rate>&burst=<n> the query asks about, and resets the
+// zone's demand on DELETE (204), as that API does: 404 for a zone the
+// view does not hold or that records no demand, 400 for a bad candidate.
+func writeAdvice(w http.ResponseWriter, r *http.Request, v *view) {
 	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/sluice/zones/")
 	escaped, ok := strings.CutSuffix(rest, "/advice")
 	zone, err := url.PathUnescape(escaped)
@@ -292,6 +296,11 @@ func (g *registry) writeAdvice(w http.ResponseWriter, r *http.Request, v *view) 
 			rec := en.meter.demand[i]
 			if z.name != zone || rec == nil {
 				continue
+			}
+			if r.Method == http.MethodDelete {
+				rec.Reset(v.now)
+				w.WriteHeader(http.StatusNoContent)
+				return
 			}
 			adv, err := demand.AdviseQuery(rec, zone, en.meter.limits[i], v.now, r.URL.Query())
 			if err != nil {

@@ -216,7 +216,7 @@ func TestMetricsAllowedNetworks(t *testing.T) {
 		r := httptest.NewRequest(method, "/metrics", nil)
 		r.RemoteAddr = tc.remote
 		w := httptest.NewRecorder()
-		g.restricted(anyPort, writeMetrics)(w, r)
+		g.restricted(anyPort, writeMetrics, http.MethodGet, http.MethodHead)(w, r)
 		body := w.Body.String()
 		if w.Code != tc.code || !strings.Contains(body, tc.see) || strings.Contains(body, tc.blind) {
 			t.Errorf("scrape from %s: %d\n%s\nwant %d, seeing %q and not %q", tc.remote, w.Code, body, tc.code, tc.see, tc.blind)
@@ -253,13 +253,23 @@ func TestMetricsRedis(t *testing.T) {
 // the loopback, returning the response and its body.
 func get(t *testing.T, g *testRegistry, address, path string) (*http.Response, string) {
 	t.Helper()
+	return call(t, g, address, http.MethodGet, path)
+}
+
+// call is get with another method.
+func call(t *testing.T, g *testRegistry, address, method, path string) (*http.Response, string) {
+	t.Helper()
 	g.mu.Lock()
 	s := g.servers[address]
 	g.mu.Unlock()
 	if s == nil {
 		t.Fatalf("no listener for %s", address)
 	}
-	resp, err := http.Get("http://" + s.addr.String() + path)
+	req, err := http.NewRequest(method, "http://"+s.addr.String()+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,6 +327,35 @@ func TestMetricsAdvice(t *testing.T) {
 			t.Errorf("GET %s: %d %s, want %d", path, resp.StatusCode, body, want)
 		}
 	}
+	// DELETE resets the zone's demand, as Caddy's admin API does; the
+	// metrics themselves cannot be deleted.
+	zone := "/sluice/zones/" + url.PathEscape("api@file/per-key") + "/advice"
+	if resp, body := call(t, g, anyPort, http.MethodDelete, zone); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE %s: %d %s, want 204", zone, resp.StatusCode, body)
+	}
+	if resp, body = get(t, g, anyPort, zone); resp.StatusCode != http.StatusOK || !strings.Contains(body, `"keys":0,"key_periods":0,`) {
+		t.Errorf("advice after DELETE: %d %s, want no key", resp.StatusCode, body)
+	}
+	if resp, body = get(t, g, anyPort, "/sluice/zones/"+url.PathEscape("api@file/default")+"/advice"); !strings.Contains(body, `"key_periods":1,`) {
+		t.Errorf("the default limit's advice after the reset of per-key: %d %s, want its key-period kept", resp.StatusCode, body)
+	}
+	if resp, _ := call(t, g, anyPort, http.MethodDelete, "/metrics"); resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD" {
+		t.Errorf("DELETE /metrics: %d, Allow %q; want 405, GET, HEAD", resp.StatusCode, resp.Header.Get("Allow"))
+	}
+}
+
+// TestMetricsNearLimit: metrics.nearLimit sets the share of the capacity
+// under which an admission counts as a near miss.
+func TestMetricsNearLimit(t *testing.T) {
+	g := metricsRegistry(t)
+	cfg := withMetrics(Config{Average: "4", Period: "1h", Burst: "4"}, anyPort)
+	cfg.Metrics.NearLimit = "50%"
+	h, _ := g.mustNew(t, cfg, "api@file")
+	codes(h, request{}, 4) // leaves 3, 2, 1 and 0 of 4: the last two under 2
+	hasLines(t, scrape(t, g, anyPort),
+		`sluice_decisions_total{zone="api@file",outcome="allowed"} 4`,
+		`sluice_decisions_total{zone="api@file",outcome="near_limit"} 2`,
+	)
 }
 
 // TestMetricsAdviceReloads: the advice and the demand metrics read the

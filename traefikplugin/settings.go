@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/telemetry"
 )
 
 // maxLimits is the most limits one middleware may define.
@@ -52,7 +53,8 @@ type settings struct {
 type metricsOptions struct {
 	address    string // canonical ip:port
 	allowed    []netip.Prefix
-	demandKeys int // Metrics.DemandKeys: 0 the default, -1 off
+	demandKeys int     // Metrics.DemandKeys: 0 the default, -1 off
+	nearLimit  float64 // Metrics.NearLimit, defaulted
 }
 
 // limitPlan is one limit and how a request's ask for it is built.
@@ -394,6 +396,7 @@ var coreOptions = map[string]string{
 	"sentinel.addresses": "redis.sentinel.endpoints",
 	"on_missing_key":     "onMissingKey",
 	"on_store_error":     "onStoreError",
+	"near_limit":         "nearLimit",
 }
 
 // fieldError is err, a model.FieldError or a model.LimitError, naming its
@@ -625,7 +628,12 @@ func parseMetrics(m *Metrics) (*metricsOptions, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics.address %q: want an IP address and a port, such as 127.0.0.1:9180", address)
 	}
-	o := &metricsOptions{address: ap.String(), allowed: loopback}
+	o := &metricsOptions{address: ap.String(), allowed: loopback, nearLimit: telemetry.DefaultNearLimit}
+	if near := strings.TrimSpace(m.NearLimit); near != "" {
+		if o.nearLimit, err = telemetry.ParseNearLimit(near); err != nil {
+			return nil, fieldError("metrics.", err)
+		}
+	}
 	if keys := strings.TrimSpace(m.DemandKeys); keys == "off" {
 		o.demandKeys = -1
 	} else if o.demandKeys, err = parseInt("metrics.demandKeys", keys, 0, 1, demand.MaxKeys); err != nil {
