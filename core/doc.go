@@ -57,7 +57,8 @@
 //   - package await: waits without select, which Yaegi v0.16.1 mixes up
 //     when several goroutines run one select on different channels
 //   - this package: the engine, gate.go (decide, fallback, dry run,
-//     wait), breaker.go, inflight.go (in-flight slots), clock.go; the
+//     wait), breaker.go, inflight.go (in-flight slots), clock.go,
+//     meter.go (the verdicts a host counts and times for its metrics); the
 //     memory store, memory.go, with its inspection hooks, peek.go;
 //     share.go, which names keys shared across hosts; and the Traefik
 //     lane, lane.go, which fuses the engine, the memory store, the
