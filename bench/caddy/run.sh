@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
 # Measures what sluice costs Caddy: the throughput of Caddy answering "ok"
 # with sluice (in-memory store, a limit never reached; sluice.Caddyfile)
-# against the same Caddy without it (plain.Caddyfile). Both run at once, as
-# two processes of the ./caddy that ./xcaddy.sh builds, on free loopback
-# ports, and wrk loads them in turn, ROUNDS times each, interleaved
-# (plain, sluice, sluice, plain, plain, ...) after a short warm-up of each,
-# so that drifts in the machine's load fall on both alike. Prints, for every
-# round and as each side's median, the requests per second and the
-# microseconds of Caddy CPU time per request (from /proc), then the ratio of
-# the median throughputs, sluice / plain (the target is at least 0.97), and
-# that of the CPU costs, plain / sluice, which other processes on the machine
-# disturb much less than throughput.
+# against the same Caddy without it (plain.Caddyfile), and against the
+# floor of any limiter that answers with the same five rate-limit headers:
+# Caddy's own header handler writing them (headers.Caddyfile). The three
+# run at once, as processes of the ./caddy that ./xcaddy.sh builds, on free
+# loopback ports, and wrk loads them in turn, ROUNDS times each,
+# interleaved (plain, headers, sluice, then sluice, headers, plain, ...)
+# after a short warm-up of each, so that drifts in the machine's load fall
+# on all alike. Prints, for every round and as each side's median, the
+# requests per second and the microseconds of Caddy CPU time per request
+# (from /proc), then the ratios of the median throughputs to plain's
+# (sluice's target is at least 0.97) and of the CPU costs, plain / side,
+# which other processes on the machine disturb much less than throughput;
+# and sluice against the floor.
 #
 # Environment: ROUNDS (default 5), DURATION of each round in seconds
 # (default 5), THREADS (default 2) and CONNECTIONS (default 32) of wrk.
-# With the defaults it takes about a minute plus the build. It fails if a
-# server does not come up, if sluice is not deciding (no RateLimit header),
-# or if wrk saw an error or an answer other than 2xx.
+# With the defaults it takes about a minute and a half plus the build. It
+# fails if a server does not come up, if sluice is not deciding (no
+# RateLimit header), or if wrk saw an error or an answer other than 2xx.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -68,7 +71,8 @@ trap cleanup EXIT
 source scripts/ports.sh
 
 declare -A port caddy_pid
-for side in plain sluice; do
+sides="plain headers sluice"
+for side in $sides; do
 	port[$side]="$(free_port)"
 	SLUICE_BENCH_PORT="${port[$side]}" ./caddy run --config "$here/$side.Caddyfile" --adapter caddyfile \
 		>"$tmp/$side.log" 2>&1 &
@@ -116,26 +120,29 @@ load() {
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 log "wrk -t$threads -c$connections -d${duration}s, $rounds rounds each side, interleaved"
-load plain 1
-load sluice 1
-for side in plain sluice; do : >"$tmp/$side.rps" && : >"$tmp/$side.cpu"; done
+for side in $sides; do
+	load "$side" 1
+	: >"$tmp/$side.rps" && : >"$tmp/$side.cpu"
+done
 for ((r = 1; r <= rounds; r++)); do
-	order="plain sluice"
-	((r % 2)) || order="sluice plain"
+	order="$sides"
+	((r % 2)) || order="sluice headers plain"
 	for side in $order; do
 		load "$side" "$duration"
 		echo "$rps" >>"$tmp/$side.rps"
 		echo "$cpu" >>"$tmp/$side.cpu"
-		printf 'round %d  %-6s  %8.0f req/s  %6.1f us CPU/req\n' "$r" "$side" "$rps" "$cpu"
+		printf 'round %d  %-7s  %8.0f req/s  %6.1f us CPU/req\n' "$r" "$side" "$rps" "$cpu"
 	done
 done
-for side in plain sluice; do
-	printf 'median    %-6s  %8.0f req/s  %6.1f us CPU/req\n' "$side" \
+for side in $sides; do
+	printf 'median    %-7s  %8.0f req/s  %6.1f us CPU/req\n' "$side" \
 		"$(median <"$tmp/$side.rps")" "$(median <"$tmp/$side.cpu")"
 done
-awk -v s="$(median <"$tmp/sluice.rps")" -v p="$(median <"$tmp/plain.rps")" \
-	-v sc="$(median <"$tmp/sluice.cpu")" -v pc="$(median <"$tmp/plain.cpu")" 'BEGIN {
+awk -v s="$(median <"$tmp/sluice.rps")" -v p="$(median <"$tmp/plain.rps")" -v h="$(median <"$tmp/headers.rps")" \
+	-v sc="$(median <"$tmp/sluice.cpu")" -v pc="$(median <"$tmp/plain.cpu")" -v hc="$(median <"$tmp/headers.cpu")" 'BEGIN {
 	r = s / p
 	printf "ratio     sluice/plain throughput %.3f (target >= 0.97: %s)\n", r, (r >= 0.97 ? "met" : "NOT met")
 	printf "ratio     plain/sluice CPU per request %.3f (less sensitive to other load)\n", pc / sc
+	printf "ratio     headers/plain throughput %.3f, plain/headers CPU per request %.3f (the floor: five headers written)\n", h / p, pc / hc
+	printf "ratio     sluice/headers throughput %.3f, headers/sluice CPU per request %.3f (what deciding adds to the floor)\n", s / h, hc / sc
 }'
