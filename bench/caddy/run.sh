@@ -1,23 +1,24 @@
 #!/usr/bin/env bash
 # Measures what sluice costs Caddy: the throughput of Caddy answering "ok"
 # with sluice (in-memory store, a limit never reached; sluice.Caddyfile)
-# against the same Caddy without it (plain.Caddyfile), and against the
-# floor of any limiter that answers with the same five rate-limit headers:
-# Caddy's own header handler writing them (headers.Caddyfile). The three
-# run at once, as processes of the ./caddy that ./xcaddy.sh builds, on free
-# loopback ports, and wrk loads them in turn, ROUNDS times each,
-# interleaved (plain, headers, sluice, then sluice, headers, plain, ...)
+# against the same Caddy without it (plain.Caddyfile); beside them, the
+# floor of any limiter that answers with the same five rate-limit headers,
+# Caddy's own header handler writing them (headers.Caddyfile), and sluice
+# deciding without writing them (headers off, quiet.Caddyfile). The four
+# run at once, as processes of the ./caddy that ./xcaddy.sh builds, on
+# free loopback ports, and wrk loads them in turn, ROUNDS times each,
+# interleaved (plain, headers, quiet, sluice, then in reverse, ...)
 # after a short warm-up of each, so that drifts in the machine's load fall
 # on all alike. Prints, for every round and as each side's median, the
 # requests per second and the microseconds of Caddy CPU time per request
 # (from /proc), then the ratios of the median throughputs to plain's
 # (sluice's target is at least 0.97) and of the CPU costs, plain / side,
 # which other processes on the machine disturb much less than throughput;
-# and sluice against the floor.
+# then sluice against the floor.
 #
 # Environment: ROUNDS (default 5), DURATION of each round in seconds
 # (default 5), THREADS (default 2) and CONNECTIONS (default 32) of wrk.
-# With the defaults it takes about a minute and a half plus the build. It
+# With the defaults it takes about two minutes plus the build. It
 # fails if a server does not come up, if sluice is not deciding (no
 # RateLimit header), or if wrk saw an error or an answer other than 2xx.
 set -euo pipefail
@@ -71,7 +72,7 @@ trap cleanup EXIT
 source scripts/ports.sh
 
 declare -A port caddy_pid
-sides="plain headers sluice"
+sides="plain headers quiet sluice"
 for side in $sides; do
 	port[$side]="$(free_port)"
 	SLUICE_BENCH_PORT="${port[$side]}" ./caddy run --config "$here/$side.Caddyfile" --adapter caddyfile \
@@ -126,7 +127,7 @@ for side in $sides; do
 done
 for ((r = 1; r <= rounds; r++)); do
 	order="$sides"
-	((r % 2)) || order="sluice headers plain"
+	((r % 2)) || order="sluice quiet headers plain"
 	for side in $order; do
 		load "$side" "$duration"
 		echo "$rps" >>"$tmp/$side.rps"
@@ -139,10 +140,12 @@ for side in $sides; do
 		"$(median <"$tmp/$side.rps")" "$(median <"$tmp/$side.cpu")"
 done
 awk -v s="$(median <"$tmp/sluice.rps")" -v p="$(median <"$tmp/plain.rps")" -v h="$(median <"$tmp/headers.rps")" \
+	-v q="$(median <"$tmp/quiet.rps")" -v qc="$(median <"$tmp/quiet.cpu")" \
 	-v sc="$(median <"$tmp/sluice.cpu")" -v pc="$(median <"$tmp/plain.cpu")" -v hc="$(median <"$tmp/headers.cpu")" 'BEGIN {
 	r = s / p
 	printf "ratio     sluice/plain throughput %.3f (target >= 0.97: %s)\n", r, (r >= 0.97 ? "met" : "NOT met")
 	printf "ratio     plain/sluice CPU per request %.3f (less sensitive to other load)\n", pc / sc
 	printf "ratio     headers/plain throughput %.3f, plain/headers CPU per request %.3f (the floor: five headers written)\n", h / p, pc / hc
 	printf "ratio     sluice/headers throughput %.3f, headers/sluice CPU per request %.3f (what deciding adds to the floor)\n", s / h, hc / sc
+	printf "ratio     quiet/plain throughput %.3f, plain/quiet CPU per request %.3f (deciding, headers off)\n", q / p, pc / qc
 }'
