@@ -7,10 +7,10 @@
 # no failed request and no 5xx; every answer from Redis while it works;
 # the policy's answers, each within 300 ms, while it is hung or gone;
 # Redis deciding again within 2 s of the restart; once Redis answers again,
-# every answer from Redis within 1.1 s (the breaker's backoff and one
-# probe), which admits at most its quota, and before that allow admitting
-# all, deny none, fallback at most its local share; and the host's open file descriptors no more than its Redis pool
-# can add. A fourth endpoint, max_in_flight 4 with fallback local and
+# every answer from Redis within 1.2 s (the breaker's backoff and twice the
+# store's timeout), which admits at most its quota, and before that allow
+# admitting all, deny none, fallback at most its local share; and the
+# host's open file descriptors no more than its Redis pool can add. A fourth endpoint, max_in_flight 4 with fallback local and
 # instances 1 in front of e2e/backend's requests held 1 s, gets the same
 # load, more at once than the limit, through the same outage: no failed
 # request, admissions in every phase, and the backend never has more than

@@ -110,11 +110,11 @@ func main() {
 	bound := flag.Duration("bound", 300*time.Millisecond, "the slowest answer allowed while Redis is hung or gone")
 	recov := flag.Duration("recover", 2*time.Second, "the longest until Redis decides again after the restart")
 	dropped := flag.Int("dropped", 0, "how many answers per endpoint may come from the failure policy while Redis works: decisions written to a connection CLIENT KILL dropped, which a client that cannot prove them unrun must not send again")
-	// A probe that failed just before Redis answered PING opens the
-	// breaker for another backoff (1 s); the next probe then takes its
-	// round trips (a new connection, SCRIPT LOAD after NOSCRIPT), at most
-	// the store's timeout (100 ms), during which the policy still answers.
-	holds := flag.Duration("holds", 1100*time.Millisecond, "the longest, once Redis answers PING again, until the limit in Redis decides every request: the breaker's backoff and one probe within the store's timeout")
+	// A probe that failed as Redis came back (at most a timeout, 100 ms,
+	// after it) opens the breaker for another backoff (1 s); the next
+	// probe then takes its round trips (a new connection, SCRIPT LOAD after
+	// NOSCRIPT), at most a timeout, during which the policy still answers.
+	holds := flag.Duration("holds", 1200*time.Millisecond, "the longest, once Redis answers PING again, until the limit in Redis decides every request: the breaker's backoff and twice the store's timeout")
 	instances := flag.Int("instances", 2, "the fallback endpoint's instances: its local share is its quota divided by them")
 	sentinel := flag.String("sentinel", "", "host:port of a Sentinel: run a failover instead of the outage schedule")
 	master := flag.String("master", "mymaster", "with -sentinel, the master set to fail over")
