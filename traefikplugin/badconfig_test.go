@@ -124,6 +124,8 @@ var badConfigs = []struct {
 	{"metrics.demandKeys", opts{"average": "1", "metrics": opts{"address": "127.0.0.1:0", "demandKeys": "many"}}, `metrics.demandKeys "many"`},
 	{"metrics.nearLimit", opts{"average": "1", "metrics": opts{"address": "127.0.0.1:0", "nearLimit": "150%"}}, `metrics.nearLimit "150%": want a share of the capacity above 0 and at most 100%`},
 	{"metrics.nearLimit", opts{"average": "1", "metrics": opts{"address": "127.0.0.1:0", "nearLimit": "close"}}, `metrics.nearLimit "close": want a share`},
+	{"metrics.nearLimit", opts{"average": "1", "metrics": opts{"nearLimit": "20%"}}, "metrics.nearLimit: needs metrics.address"},
+	{"metrics.demandKeys", opts{"average": "1", "metrics": opts{"demandKeys": "100"}}, "metrics.demandKeys: needs metrics.address"},
 	{"redis.*", opts{"average": "1", "redis": opts{"endpoint": "127.0.0.1:6379"}}, "redis.endpoint: unknown option"},
 	{"redis.endpoints", opts{"average": "1", "redis": opts{"endpoints": "localhost"}}, `redis.endpoints "localhost": want host:port`},
 	{"redis.username", opts{"average": "1", "redis": opts{"username": "app"}}, "redis.username: needs a password"},

@@ -173,8 +173,9 @@ type Metrics struct {
 	// metrics, and the middleware's requests cost nothing more.
 	Address string
 	// AllowedNetworks lists the client networks (CIDR prefixes or
-	// addresses) that may read the middleware's metrics, by the
-	// connection's peer address; default 127.0.0.0/8 and ::1. A scrape
+	// addresses) that may read the middleware's metrics and advice, and
+	// reset its advice, by the connection's peer address; default
+	// 127.0.0.0/8 and ::1. A scrape
 	// sees the middlewares at the address that allow it, and is answered
 	// 403 when none does.
 	AllowedNetworks []string

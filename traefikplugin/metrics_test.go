@@ -342,6 +342,12 @@ func TestMetricsAdvice(t *testing.T) {
 	if resp, _ := call(t, g, anyPort, http.MethodDelete, "/metrics"); resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD" {
 		t.Errorf("DELETE /metrics: %d, Allow %q; want 405, GET, HEAD", resp.StatusCode, resp.Header.Get("Allow"))
 	}
+	if resp, _ := call(t, g, anyPort, http.MethodPost, zone); resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD, DELETE" {
+		t.Errorf("POST %s: %d, Allow %q; want 405, GET, HEAD, DELETE", zone, resp.StatusCode, resp.Header.Get("Allow"))
+	}
+	if resp, body := call(t, g, anyPort, http.MethodDelete, "/sluice/zones/nothing/advice"); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("DELETE of an unknown zone's advice: %d %s, want 404", resp.StatusCode, body)
+	}
 }
 
 // TestMetricsNearLimit: metrics.nearLimit sets the share of the capacity

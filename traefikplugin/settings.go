@@ -619,8 +619,13 @@ func parseMetrics(m *Metrics) (*metricsOptions, error) {
 	address := strings.TrimSpace(m.Address)
 	networks := parseList(m.AllowedNetworks)
 	if address == "" {
-		if len(networks) > 0 {
+		switch {
+		case len(networks) > 0:
 			return nil, errors.New("metrics.allowedNetworks: needs metrics.address, where the metrics are served")
+		case strings.TrimSpace(m.DemandKeys) != "":
+			return nil, errors.New("metrics.demandKeys: needs metrics.address, where the metrics are served")
+		case strings.TrimSpace(m.NearLimit) != "":
+			return nil, errors.New("metrics.nearLimit: needs metrics.address, where the metrics are served")
 		}
 		return nil, nil
 	}
