@@ -91,9 +91,10 @@
 // sluice_demand_key_periods_total{zone}, as the Caddy module exports them;
 // and on GET /sluice/zones/<zone>/advice the advice on a zone's demand, as
 // Caddy's admin API answers it (DELETE resets it). metrics.nearLimit is
-// the share of the capacity under which an admission is a near miss. The zone is the middleware's name as
-// Traefik gives it (api@file), or <middleware>/<limit> for each of several
-// limits (path-escaped in the advice's path). Clients outside
+// the share of the capacity under which an admission is a near miss. The
+// zone is the middleware's name as Traefik gives it (api@file), or
+// <middleware>/<limit> for each of several limits (path-escaped in the
+// advice's path). Clients outside
 // metrics.allowedNetworks (default the loopback) are answered 403. See
 // metrics.go for the listener's life across reloads.
 //

@@ -19,8 +19,9 @@
 # Environment: ROUNDS (default 5), DURATION of each round in seconds
 # (default 5), THREADS (default 2) and CONNECTIONS (default 32) of wrk.
 # With the defaults it takes about two minutes plus the build. It
-# fails if a server does not come up, if sluice is not deciding (no
-# RateLimit header), or if wrk saw an error or an answer other than 2xx.
+# fails if a server does not come up, if sluice or the floor answers
+# without the five rate-limit headers (or quiet with any), or if wrk saw an
+# error or an answer other than 2xx.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -87,10 +88,15 @@ for side in $sides; do
 	done
 	port_open "${port[$side]}" || die "caddy ($side) not listening after 20s"
 done
-head="$(curl -sS --max-time 5 -D - -o /dev/null "http://127.0.0.1:${port[sluice]}/")" ||
-	die "the sluice side does not answer"
-grep -qi '^RateLimit:' <<<"$head" ||
-	die "the sluice side answers without a RateLimit header"
+# sluice and the floor answer with the five headers, quiet with none.
+for side in $sides; do
+	head="$(curl -sS --max-time 5 -D - -o /dev/null "http://127.0.0.1:${port[$side]}/")" ||
+		die "the $side side does not answer"
+	n="$(grep -ciE '^(RateLimit|RateLimit-Policy|X-RateLimit-(Limit|Remaining|Reset)):' <<<"$head" || true)"
+	want=0
+	[ "$side" = sluice ] || [ "$side" = headers ] && want=5
+	[ "$n" -eq "$want" ] || die "the $side side answers with $n rate-limit headers, not $want"
+done
 
 # cpu_ticks prints the CPU time, user and system, that process $1 has used,
 # in clock ticks.
@@ -127,7 +133,7 @@ for side in $sides; do
 done
 for ((r = 1; r <= rounds; r++)); do
 	order="$sides"
-	((r % 2)) || order="sluice quiet headers plain"
+	((r % 2)) || order="$(tr ' ' '\n' <<<"$sides" | tac | tr '\n' ' ')"
 	for side in $order; do
 		load "$side" "$duration"
 		echo "$rps" >>"$tmp/$side.rps"
