@@ -342,7 +342,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	defer v.Slots.Release() // max_in_flight: when next returns, panics included
 	elapsed := time.Since(start)
 	zone := h.reportedZone(v, asks)
-	near := v.Outcome == core.OutcomeAllowed && v.Decision.Limit != nil && v.Decision.Remaining < h.Zones[zone].nearAt
+	near := v.NearMiss(h.Zones[zone].nearAt)
 	h.metrics.observe(zone, v, elapsed, near)
 	h.countKeys(start.UnixNano(), zone, near, v, asks, zones)
 

@@ -1011,6 +1011,7 @@ func laneCount(m *Meter, v *Verdict, i int, elapsed time.Duration, c *Counts, h 
 	c = m.counts[i]
 	addUint64(&c.outcomes[v.Outcome], 1)
 	if v.Outcome == OutcomeAllowed {
+		// v.NearMiss(m.nearAt[i]), written out (TestLaneCountNearMiss).
 		if v.Decision.Remaining < m.nearAt[i] && v.Decision.Limit != nil {
 			addUint64(&c.near, 1)
 		}

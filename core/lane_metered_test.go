@@ -225,3 +225,30 @@ func TestServeLaneMeteredFallbackZone(t *testing.T) {
 		t.Fatalf("global counted %d verdicts, per %d allowed; want all 3 under global", n, counts[1].Outcome(OutcomeAllowed))
 	}
 }
+
+// TestLaneCountNearMiss: laneCount counts as a near miss exactly the
+// verdicts Verdict.NearMiss calls one, which it writes out.
+func TestLaneCountNearMiss(t *testing.T) {
+	l := &model.Limit{Name: "n", Rate: model.Rate{Quota: 10, Period: time.Second}, Burst: 10}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []Verdict{
+		{Outcome: OutcomeAllowed, Decision: model.Decision{Limit: l, Remaining: 0}},
+		{Outcome: OutcomeAllowed, Decision: model.Decision{Limit: l, Remaining: 0.99}},
+		{Outcome: OutcomeAllowed, Decision: model.Decision{Limit: l, Remaining: 1}},
+		{Outcome: OutcomeAllowed, Decision: model.Decision{Limit: l, Remaining: 9}},
+		{Outcome: OutcomeAllowed},
+		{Outcome: OutcomeRejected, Decision: model.Decision{Limit: l}},
+		{Outcome: OutcomeDryRunRejected, Decision: model.Decision{Limit: l}},
+		{Outcome: OutcomeStoreErrorAllow},
+		{Outcome: OutcomeCancelled, Decision: model.Decision{Limit: l}},
+	} {
+		var c Counts
+		m := NewMeter(MeterConfig{Limits: []*model.Limit{l}, Counts: []*Counts{&c}, NearShare: 0.1, Seconds: NewHistogram()})
+		laneCount(m, &v, 0, time.Millisecond, nil, nil)
+		if got, want := c.Near() == 1, v.NearMiss(0.1*l.Capacity()); got != want {
+			t.Errorf("%+v: laneCount counted a near miss %v, NearMiss says %v", v, got, want)
+		}
+	}
+}

@@ -64,6 +64,14 @@ func NewMeter(cfg MeterConfig) *Meter {
 	return m
 }
 
+// NearMiss reports whether v is a near miss of a limit whose near misses
+// leave less than nearAt of its capacity: an admission by a limit that
+// left less than that. A host that counts near misses itself (the Caddy
+// module) asks this; the lane's laneCount writes it out.
+func (v *Verdict) NearMiss(nearAt float64) bool {
+	return v.Outcome == OutcomeAllowed && v.Decision.Limit != nil && v.Decision.Remaining < nearAt
+}
+
 // Counts are the verdicts about one limit, by outcome, and its near
 // misses, which telemetry.Decisions reports with the outcome
 // telemetry.OutcomeNearLimit.
