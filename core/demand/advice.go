@@ -92,8 +92,9 @@ type Verdict struct {
 // much?".
 type Advice struct {
 	Zone string `json:"zone"`
-	// Scope is "instance": the figures are the demand the answering
-	// instance saw, whatever its store.
+	// Scope is "instance" when the figures are the demand the answering
+	// instance saw, "fleet" when they are every instance's that records
+	// the zone's demand in its Redis store (redisstore.Demand).
 	Scope     string `json:"scope"`
 	Algorithm string `json:"algorithm"`
 	Period    string `json:"period"`
@@ -177,18 +178,30 @@ func Advise(zone string, l *model.Limit, s *Snapshot, asked []Candidate) Advice 
 // the query q asks for (ParseCandidates), or the error that names the
 // query's bad parameter.
 func AdviseQuery(r *Recorder, zone string, l *model.Limit, now int64, q url.Values) (Advice, error) {
-	asked, err := ParseCandidates(q)
+	asked, err := Asked(l, q)
 	if err != nil {
 		return Advice{}, err
+	}
+	s := r.Snapshot(now)
+	return Advise(zone, l, &s, asked), nil
+}
+
+// Asked returns the candidates the query q asks about a zone whose limit
+// is l (ParseCandidates), or a FieldError naming the query's bad
+// parameter, such as a candidate admitting more than a zone's period can
+// be judged on.
+func Asked(l *model.Limit, q url.Values) ([]Candidate, error) {
+	asked, err := ParseCandidates(q)
+	if err != nil {
+		return nil, err
 	}
 	for _, c := range asked {
 		c.MaxDelay = l.MaxDelay
 		if a := c.Allowance(l.Algorithm, l.PeriodNanos()); math.IsInf(a, 0) || math.IsNaN(a) || a > maxAllowance {
-			return Advice{}, &model.FieldError{Field: "candidate", Value: c.Rate.String(), Reason: "admits more than " + strconv.FormatFloat(maxAllowance, 'g', -1, 64) + " a period of the zone"}
+			return nil, &model.FieldError{Field: "candidate", Value: c.Rate.String(), Reason: "admits more than " + strconv.FormatFloat(maxAllowance, 'g', -1, 64) + " a period of the zone"}
 		}
 	}
-	s := r.Snapshot(now)
-	return Advise(zone, l, &s, asked), nil
+	return asked, nil
 }
 
 // digits rounds v to n significant digits.

@@ -67,6 +67,15 @@ type Recorder struct {
 	peaks   Sketch // largest period demand of each retired key
 	partial uint64 // key-periods folded early, by a retirement
 	since   int64  // instant of the last reset
+
+	// due, when not nil, puts the recorder in fleet mode (see
+	// NewFleetRecorder); out holds its partials by period index and key
+	// hash, pending counts them and dropped those refused beyond the
+	// bound, all under mu.
+	due     func()
+	out     map[int64]map[uint64]float64
+	pending int
+	dropped uint64
 }
 
 type shard struct {
@@ -109,6 +118,65 @@ func NewRecorder(period int64, maxKeys int, now int64) *Recorder {
 	return r
 }
 
+// NewFleetRecorder returns a Recorder, as NewRecorder does, for demand
+// that several instances record together, each seeing part of a key's
+// asks (a limit on a shared store): a key-period is not folded into the
+// recorder's sketches but kept as this instance's Partial of it, keyed by
+// a hash of the key that every instance computes alike, until Drain takes
+// it for a store that sums the instances' partials (such as
+// redisstore.Demand). due is called when partials start waiting, with a
+// lock held: it must return at once, such as by starting a goroutine
+// that drains later. At most 4 × maxKeys partials wait; more are dropped
+// and counted (Dropped), such as while the store is unreachable.
+func NewFleetRecorder(period int64, maxKeys int, now int64, due func()) *Recorder {
+	r := NewRecorder(period, maxKeys, now)
+	r.due = due
+	r.out = make(map[int64]map[uint64]float64)
+	return r
+}
+
+// A Partial is one instance's share of the demand of one key in one
+// period, which a fleet's store sums over its instances.
+type Partial struct {
+	Period int64  // the period's index: its start, in periods since the epoch
+	Key    uint64 // FleetKey of the key
+	Demand float64
+}
+
+// FleetKey is the hash of a key that every instance of a fleet computes
+// alike (FNV-1a, 64 bits), by which partials of one key-period meet.
+func FleetKey(key string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// Drain returns the partials waiting in a fleet recorder and forgets them.
+func (r *Recorder) Drain() []Partial {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	parts := make([]Partial, 0, r.pending)
+	for p, keys := range r.out {
+		for k, v := range keys {
+			parts = append(parts, Partial{Period: p, Key: k, Demand: v})
+		}
+		delete(r.out, p)
+	}
+	r.pending = 0
+	return parts
+}
+
+// Dropped is how many partials a fleet recorder refused, its bound
+// reached.
+func (r *Recorder) Dropped() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.dropped
+}
+
 // Period is the length of the recorder's periods, in nanoseconds.
 func (r *Recorder) Period() int64 { return r.period }
 
@@ -121,7 +189,12 @@ func (r *Recorder) Add(now int64, key string, cost float64) {
 	if !(cost > 0) {
 		return
 	}
-	h := maphash.String(r.seed, key)
+	var h uint64
+	if r.due == nil {
+		h = maphash.String(r.seed, key)
+	} else {
+		h = FleetKey(key)
+	}
 	sh := &r.shards[h%numShards]
 	sh.mu.Lock()
 	e, ok := sh.keys[h]
@@ -155,7 +228,7 @@ func (r *Recorder) add(sh *shard, now int64, h uint64, cost float64, e entry, ok
 		// come, concurrently): counted in the key's current period rather
 		// than reopening one that may be folded.
 	case now/r.period > e.last/r.period:
-		r.fold(e.sum, false)
+		r.fold(h, e.last/r.period, e.sum, false)
 		if e.sum > e.peak {
 			e.peak = e.sum
 		}
@@ -170,23 +243,52 @@ func (r *Recorder) add(sh *shard, now int64, h uint64, cost float64, e entry, ok
 	sh.keys[h] = e
 }
 
-// fold records a key-period's demand v, partial when its period was not
-// over. It is called with a shard's lock held.
-func (r *Recorder) fold(v float64, partial bool) {
+// fold records the demand v of key h in period p, partial when that
+// period was not over; in fleet mode, as a Partial, whose sum over the
+// instances a later period of the key's own adds to when it was cut
+// short. It is called with a shard's lock held.
+func (r *Recorder) fold(h uint64, p int64, v float64, partial bool) {
 	if !(v > 0) {
 		return
 	}
 	r.mu.Lock()
-	r.periods.Add(v)
-	if partial {
-		r.partial++
+	switch {
+	case r.due != nil:
+		r.keep(h, p, v)
+	default:
+		r.periods.Add(v)
+		if partial {
+			r.partial++
+		}
 	}
 	r.mu.Unlock()
 }
 
-// retire records the largest period demand of a key no longer followed.
+// keep adds v to the waiting partial of key h in period p, telling due
+// when partials start waiting. r.mu is held.
+func (r *Recorder) keep(h uint64, p int64, v float64) {
+	keys := r.out[p]
+	if keys == nil {
+		keys = make(map[uint64]float64)
+		r.out[p] = keys
+	}
+	if _, ok := keys[h]; !ok {
+		if r.pending >= 4*numShards*r.perShard {
+			r.dropped++
+			return
+		}
+		r.pending++
+		if r.pending == 1 {
+			r.due()
+		}
+	}
+	keys[h] += v
+}
+
+// retire records the largest period demand of a key no longer followed;
+// in fleet mode, nothing: the fleet's store knows each key's periods.
 func (r *Recorder) retire(peak float64) {
-	if !(peak > 0) {
+	if !(peak > 0) || r.due != nil {
 		return
 	}
 	r.mu.Lock()
@@ -200,7 +302,7 @@ func (r *Recorder) sweep(sh *shard, now int64) {
 	p := now / r.period
 	for k, e := range sh.keys {
 		if e.last/r.period < p && e.sum > 0 {
-			r.fold(e.sum, false)
+			r.fold(k, e.last/r.period, e.sum, false)
 			if e.sum > e.peak {
 				e.peak = e.sum
 			}
@@ -235,7 +337,7 @@ func (r *Recorder) evict(sh *shard, now int64) {
 	if oldest.sum > peak {
 		peak = oldest.sum
 	}
-	r.fold(oldest.sum, oldest.last/r.period == now/r.period)
+	r.fold(victim, oldest.last/r.period, oldest.sum, oldest.last/r.period == now/r.period)
 	r.retire(peak)
 	delete(sh.keys, victim)
 }
@@ -251,6 +353,10 @@ func (r *Recorder) Reset(now int64) {
 	}
 	r.mu.Lock()
 	r.periods, r.peaks, r.partial, r.since = Sketch{}, Sketch{}, 0, now
+	if r.due != nil {
+		r.out = make(map[int64]map[uint64]float64)
+		r.pending = 0
+	}
 	r.mu.Unlock()
 }
 
@@ -283,7 +389,9 @@ func (r *Recorder) Snapshot(now int64) Snapshot {
 		r.sweep(sh, now)
 		followed += len(sh.keys)
 		for _, e := range sh.keys {
-			live.Add(e.peak)
+			if r.due == nil { // in fleet mode, the fleet's store knows peaks
+				live.Add(e.peak)
+			}
 		}
 		sh.mu.Unlock()
 	}
