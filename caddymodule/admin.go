@@ -164,10 +164,12 @@ func findZone(ref string) (*adminZone, error) {
 var watches = caddy.NewUsagePool()
 
 // pooledWatch is what the pool holds for a zone: its heavy-hitter sketch
-// and, for a zone with a rate and demand_keys not negative, its demand.
+// and, for a zone with a rate and demand_keys not negative, its demand,
+// recorded for the fleet in Redis with demand_scope fleet.
 type pooledWatch struct {
 	top    *inspect.HeavyHitters
 	demand *demand.Recorder
+	fleet  *redisstore.Demand
 }
 
 // Destruct implements caddy.Destructor; a watch holds nothing to close.
@@ -175,19 +177,30 @@ func (pooledWatch) Destruct() error { return nil }
 
 // acquireWatch sets the sketch and demand recorder of z, whose prefix is
 // set, building them on first use, and records them for Cleanup. A
-// reload keeps them while the zone's top_keys, top_window, period and
-// demand_keys are unchanged.
-func (h *Handler) acquireWatch(z *Zone) error {
+// reload keeps them while the zone's top_keys, top_window, period,
+// demand_keys and demand_scope are unchanged (with demand_scope fleet,
+// its store st too).
+func (h *Handler) acquireWatch(z *Zone, st *pooledStore) error {
 	period := z.limit.PeriodNanos()
 	key := z.prefix + "\x00" + z.Name + "\x00" + strconv.Itoa(z.TopKeys) + "\x00" + time.Duration(z.TopWindow).String() +
 		"\x00" + strconv.FormatInt(period, 10) + "\x00" + strconv.Itoa(z.DemandKeys)
+	rs, fleet := st.store.(*redisstore.Store)
+	fleet = fleet && z.DemandScope == demand.ScopeFleet
+	if fleet {
+		key += "\x00fleet\x00" + st.label + "\x00" + z.limit.Namespace()
+	}
 	v, _, err := watches.LoadOrNew(key, func() (caddy.Destructor, error) {
 		hh, err := inspect.NewHeavyHitters(z.TopKeys, time.Duration(z.TopWindow))
 		if err != nil {
 			return nil, fmt.Errorf("top_keys, top_window: %w", err)
 		}
 		w := pooledWatch{top: hh}
-		if period > 0 && z.DemandKeys >= 0 {
+		switch {
+		case period <= 0 || z.DemandKeys < 0:
+		case fleet:
+			w.fleet = rs.Demand(z.limit, z.prefix, z.DemandKeys, clockNow())
+			w.demand = w.fleet.Recorder()
+		default:
 			w.demand = demand.NewRecorder(period, z.DemandKeys, clockNow())
 		}
 		return w, nil
@@ -197,7 +210,9 @@ func (h *Handler) acquireWatch(z *Zone) error {
 	}
 	h.watches = append(h.watches, key)
 	w := v.(pooledWatch)
-	z.top, z.demand = w.top, w.demand
+	z.top = w.top
+	z.demand = w.demand
+	z.fleet = w.fleet
 	return nil
 }
 
@@ -494,6 +509,9 @@ func advice(w http.ResponseWriter, r *http.Request, az *adminZone) error {
 		return apiError(http.StatusNotFound, "zone %s records no demand (no rate, or demand_keys off)", az.id)
 	}
 	now := clockNow()
+	if fleet := az.z.fleet; fleet != nil {
+		return fleetAdvice(w, r, az, fleet, now)
+	}
 	if r.Method == http.MethodDelete {
 		rec.Reset(now)
 		w.WriteHeader(http.StatusNoContent)
@@ -502,6 +520,28 @@ func advice(w http.ResponseWriter, r *http.Request, az *adminZone) error {
 	adv, err := demand.AdviseQuery(rec, az.id, az.z.limit, now, r.URL.Query())
 	if err != nil {
 		return apiError(http.StatusBadRequest, "%v", err)
+	}
+	return writeJSON(w, adv)
+}
+
+// fleetAdvice is advice for a zone whose demand the fleet records in
+// Redis: 502 when Redis fails.
+func fleetAdvice(w http.ResponseWriter, r *http.Request, az *adminZone, fleet *redisstore.Demand, now int64) error {
+	ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
+	defer cancel()
+	if r.Method == http.MethodDelete {
+		if err := fleet.Reset(ctx, now); err != nil {
+			return apiError(http.StatusBadGateway, "zone %s: resetting the fleet's demand: %v", az.id, err)
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	adv, err := fleet.Advise(ctx, az.id, az.z.limit, now, r.URL.Query())
+	switch {
+	case model.FieldOf(err) != nil:
+		return apiError(http.StatusBadRequest, "%v", err)
+	case err != nil:
+		return apiError(http.StatusBadGateway, "zone %s: reading the fleet's demand: %v", az.id, err)
 	}
 	return writeJSON(w, adv)
 }

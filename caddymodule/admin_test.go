@@ -20,7 +20,10 @@ import (
 
 	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/keyspec"
+	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/resptest"
 )
 
 // adminAPI is Caddy's admin endpoint of a test config.
@@ -476,5 +479,61 @@ func TestAdminAdvice(t *testing.T) {
 	api.mustCall("GET", "/sluice/zones/api/advice", &adv)
 	if adv.KeyPeriods != 0 || adv.FollowedKeys != 0 || !adv.Since.Equal(time.Unix(0, now).UTC()) {
 		t.Errorf("after DELETE: %+v, want nothing since %v", adv, time.Unix(0, now).UTC())
+	}
+}
+
+// TestAdminAdviceFleet: with demand_scope fleet, the advice reads the
+// demand that every instance recording the zone in the same Redis saw:
+// this Caddy saw three of client a's asks, another instance (a store of
+// the test's own, its zone named alike) two more, and the advice holds a
+// key-period of 5. DELETE resets it for every instance.
+func TestAdminAdviceFleet(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	start := int64(time.Minute) * 29_000_000 // a whole minute
+	now := start
+	testClock = func() int64 { return atomic.LoadInt64(&now) }
+	t.Cleanup(func() { testClock = nil })
+	p := freePorts(t, 1)
+	urls, api := loadWithAdmin(t, server{port: p[0], handler: map[string]any{
+		"zones": []any{zone("api", "2/m", "key", "{http.request.header.X-Client}", "demand_scope", "fleet")},
+		"store": redisStore(rs.Addr, 2),
+	}})
+	wantStatus(t, urls[0], []int{200, 200, 429}, "X-Client", "a")
+	wantStatus(t, urls[0], []int{200}, "X-Client", "b")
+
+	other, err := redisstore.New(redisstore.Config{Client: resptest.Client(t, rs.Addr, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &model.Limit{Name: "api", Rate: model.Rate{Quota: 2, Period: time.Minute}}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d := other.Demand(l, "srv0/", 0, start)
+	d.Recorder().Add(start+int64(time.Second), "a", 2)
+	end := start + int64(time.Minute) + int64(33*time.Second) // the minute sent by every instance
+	d.Recorder().Snapshot(end)
+	if err := d.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	atomic.StoreInt64(&now, end)
+	var adv demand.Advice
+	api.mustCall("GET", "/sluice/zones/api/advice", &adv)
+	if adv.Scope != "fleet" || adv.Keys != 2 || adv.KeyPeriods != 2 || adv.Cost != 6 || adv.Demand.Max != 5 || adv.Since.UnixNano() > start {
+		t.Fatalf("fleet advice: %+v; want scope fleet, 2 keys, 2 key-periods asking 6, the largest 5 (3 here, 2 in the other instance)", adv)
+	}
+	for _, m := range family(t, "sluice_demand_key_periods_total").GetMetric() {
+		if label(m, "zone") == "api" {
+			t.Errorf("a fleet zone's demand exported by one instance's metrics: %v", m)
+		}
+	}
+	if status := api.call("DELETE", "/sluice/zones/api/advice", nil); status != http.StatusNoContent {
+		t.Fatalf("DELETE advice: status %d, want 204", status)
+	}
+	if s, err := d.Snapshot(context.Background(), end); err != nil || s.Periods.Count() != 0 {
+		t.Errorf("the other instance after the reset: %d key-periods (%v), want none", s.Periods.Count(), err)
+	}
+	if status := api.call("GET", "/sluice/zones/api/advice?candidate=fast", nil); status != http.StatusBadRequest {
+		t.Errorf("a bad candidate: status %d, want 400", status)
 	}
 }

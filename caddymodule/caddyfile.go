@@ -87,6 +87,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		le := err.(*model.LimitError)
 		return fmt.Errorf("zone %q: %w, at %s:%d", le.Limit, caddyError(err), d.File(), zoneLines[le.Index])
 	}
+	for _, z := range h.Zones {
+		if err := h.checkScope(z); err != nil {
+			return fmt.Errorf("zone %q: %w, at %s:%d", z.Name, err, d.File(), z.scopeLine)
+		}
+	}
 	if err := h.Validate(); err != nil {
 		if line, ok := lines[optionOf(err)]; ok {
 			return fmt.Errorf("%w, at %s:%d", err, d.File(), line)
@@ -181,6 +186,8 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 			z.TopWindow = caddy.Duration(dur)
 		case "demand_keys":
 			z.DemandKeys, err = demandKeysArg(d, sub)
+		case "demand_scope":
+			z.DemandScope, err = oneArg(d, sub, checkedErr(func(s string) error { return demand.CheckScope(s, true, true) }))
 		default:
 			return d.Errf("zone %q: unrecognized subdirective %q", z.Name, sub)
 		}
@@ -194,6 +201,7 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 		}
 		return d.Errf("zone %q: %v", z.Name, err)
 	}
+	z.scopeLine = lines["demand_scope"]
 	h.Zones = append(h.Zones, &z)
 	return nil
 }

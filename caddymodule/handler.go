@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/answer"
+	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/model"
 )
 
@@ -156,6 +157,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
+	st, err := h.acquireStore(ctx)
+	if err != nil {
+		return err
+	}
+	h.store = st
 	limits := make([]*model.Limit, len(h.Zones))
 	h.zoneIndex = make(map[string]int, len(h.Zones))
 	for i, z := range h.Zones {
@@ -168,7 +174,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		z.prefix = zonePrefix(ctx, h.Share, z.Name)
 		z.nearAt = z.nearLimit() * z.limit.Capacity()
 		z.nameValue = z.Name
-		if err := h.acquireWatch(z); err != nil {
+		if err := h.acquireWatch(z, st); err != nil {
 			return fmt.Errorf("zone %q: %w", z.Name, err)
 		}
 		limits[i] = z.limit
@@ -181,11 +187,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			cfg.MaxCost[z.limit] = z.cost
 		}
 	}
-	st, err := h.acquireStore(ctx)
-	if err != nil {
-		return err
-	}
-	h.store = st
 	cfg.Store, cfg.Timeout, cfg.Breaker = st.store, st.timeout, st.breaker
 	cfg.LeaseTTL = h.leaseTTL(ctx)
 	if h.Fallback == fallbackLocal {
@@ -246,15 +247,18 @@ func (h *Handler) Validate() error {
 	if len(h.Zones) == 0 {
 		return errors.New("zones: at least one zone is required")
 	}
+	onRedis := h.Store != nil && h.Store.Redis != nil
 	for i, z := range h.Zones {
 		if err := z.validate(); err != nil {
+			return fmt.Errorf("zones[%d].%w", i, err)
+		}
+		if err := h.checkScope(z); err != nil {
 			return fmt.Errorf("zones[%d].%w", i, err)
 		}
 	}
 	if _, err := h.responder(); err != nil {
 		return err
 	}
-	onRedis := h.Store != nil && h.Store.Redis != nil
 	if onRedis && h.Store.Redis.LeaseTTL != 0 && !h.inFlight() {
 		return optionErrorf("store", "store.redis.lease_ttl: only zones with max_in_flight take leases")
 	}
@@ -268,6 +272,12 @@ func (h *Handler) Validate() error {
 		return h.Store.validate()
 	}
 	return nil
+}
+
+// checkScope checks z's demand_scope against the handler's store.
+func (h *Handler) checkScope(z *Zone) error {
+	onRedis := h.Store != nil && h.Store.Redis != nil
+	return caddyError(demand.CheckScope(z.DemandScope, onRedis, z.Rate != "" && z.DemandKeys >= 0))
 }
 
 // instances is Instances, or with the local fallback and no Instances, 1.

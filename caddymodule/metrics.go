@@ -103,8 +103,8 @@ func (demandCollector) Collect(ch chan<- prometheus.Metric) {
 	seen := map[*demand.Recorder]bool{}
 	for _, az := range registeredZones() {
 		rec := az.z.demand
-		if rec == nil || seen[rec] {
-			continue // a share group's zones record together
+		if rec == nil || seen[rec] || az.z.fleet != nil {
+			continue // a share group's zones record together; a fleet's demand is in Redis
 		}
 		seen[rec] = true
 		sk := byName[az.z.Name]

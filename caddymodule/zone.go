@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/core/inspect"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/core/telemetry"
 )
 
@@ -168,6 +169,15 @@ type Zone struct {
 	// key; -1 records no demand. A zone without a rate records none.
 	DemandKeys int `json:"demand_keys,omitempty"`
 
+	// DemandScope is whose demand the advice reads: "instance" (the
+	// default), what this Caddy sees; or "fleet", with a Redis store,
+	// what every Caddy recording the zone's demand in it sees, summed per
+	// key and period in Redis over the last 24 complete periods
+	// (redisstore.Demand): behind a balancer that spreads a client's
+	// requests, each instance sees only part of its demand. A fleet
+	// zone's demand is not in the demand metrics, which are per instance.
+	DemandScope string `json:"demand_scope,omitempty"`
+
 	limit   *model.Limit
 	match   caddyhttp.MatcherSet
 	missing keyspec.MissingKey
@@ -212,6 +222,12 @@ type Zone struct {
 	// metrics.go), shared like top; nil without a rate or with
 	// DemandKeys -1.
 	demand *demand.Recorder
+	// fleet sends and reads demand's partials in Redis, with DemandScope
+	// fleet; nil otherwise.
+	fleet *redisstore.Demand
+	// scopeLine is the Caddyfile line of demand_scope, for its errors,
+	// which need the store that the block may name after the zone.
+	scopeLine int
 }
 
 // keyKind is how a zone builds its key.

@@ -124,7 +124,7 @@ func Advise(zone string, l *model.Limit, s *Snapshot, asked []Candidate) Advice 
 	period := l.PeriodNanos()
 	a := Advice{
 		Zone:              zone,
-		Scope:             "instance",
+		Scope:             ScopeInstance,
 		Algorithm:         string(l.Algorithm),
 		Period:            model.FormatPeriod(time.Duration(period)),
 		Since:             time.Unix(0, s.Since).UTC(),

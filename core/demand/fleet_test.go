@@ -2,8 +2,11 @@ package demand
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/core/model"
 )
 
 // TestFleetRecorderPartials: two instances of a fleet each see part of
@@ -75,5 +78,29 @@ func TestFleetKey(t *testing.T) {
 	}
 	if h := FleetKey("a"); h != 0xaf63dc4c8601ec8c {
 		t.Errorf("FleetKey(\"a\") = %x", h)
+	}
+}
+
+func TestCheckScope(t *testing.T) {
+	for _, tc := range []struct {
+		scope           string
+		onRedis, record bool
+		reason          string
+	}{
+		{"", false, true, ""},
+		{"instance", false, false, ""},
+		{"fleet", true, true, ""},
+		{"fleet", false, true, "needs a Redis store"},
+		{"fleet", true, false, "needs demand recorded"},
+		{"cluster", true, true, "want instance or fleet"},
+	} {
+		err := CheckScope(tc.scope, tc.onRedis, tc.record)
+		fe := model.FieldOf(err)
+		switch {
+		case tc.reason == "" && err != nil:
+			t.Errorf("%+v: %v", tc, err)
+		case tc.reason != "" && (fe == nil || fe.Field != "demand_scope" || !strings.Contains(fe.Reason, tc.reason)):
+			t.Errorf("%+v: %v, want a FieldError saying %q", tc, err, tc.reason)
+		}
 	}
 }

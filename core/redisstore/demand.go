@@ -34,8 +34,8 @@ const demandSendTimeout = time.Second
 // are folded as the instances' recorders fold them: a period is read
 // once every instance has had the time to send it (demandLag).
 //
-// Its keys are Prefix + "{" + limit.Namespace() + ":demand}:" followed by
-// the period's index (its start in periods since the epoch) or "since"
+// Its keys are Prefix + "{" + limit.Namespace() + ":demand:" + zone + "}:"
+// (zone's braces escaped as in state keys) followed by the period's index (its start in periods since the epoch) or "since"
 // (the instant of the last Reset): one hash slot in a Cluster. Periods
 // are counted on the instances' clocks, not Redis's: instances whose
 // clocks differ may split a key's asks near a period's end between two
@@ -49,11 +49,13 @@ type Demand struct {
 	lost   uint64
 }
 
-// Demand returns the fleet demand of l (a validated limit with a period),
-// whose Recorder follows at most maxKeys keys at once (see
+// Demand returns the fleet demand of l (a validated limit with a period)
+// in the host's zone (what the host begins its keys of l with, such as a
+// server's or a middleware's name: the instances of a fleet name it
+// alike), whose Recorder follows at most maxKeys keys at once (see
 // demand.NewRecorder) from now on.
-func (s *Store) Demand(l *model.Limit, maxKeys int, now int64) *Demand {
-	d := &Demand{store: s, base: s.prefix + "{" + l.Namespace() + ":demand}:", period: l.PeriodNanos()}
+func (s *Store) Demand(l *model.Limit, zone string, maxKeys int, now int64) *Demand {
+	d := &Demand{store: s, base: s.prefix + "{" + l.Namespace() + ":demand:" + tagSafe(zone) + "}:", period: l.PeriodNanos()}
 	d.rec = demand.NewFleetRecorder(d.period, maxKeys, now, d.due)
 	return d
 }
@@ -197,7 +199,7 @@ func (d *Demand) Advise(ctx context.Context, zone string, l *model.Limit, now in
 		return demand.Advice{}, err
 	}
 	a := demand.Advise(zone, l, &s, asked)
-	a.Scope = "fleet"
+	a.Scope = demand.ScopeFleet
 	return a, nil
 }
 

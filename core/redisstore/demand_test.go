@@ -40,7 +40,7 @@ func checkDemandFleet(t *testing.T, sa, sb *Store) {
 	l := coretest.Limit(t, "fleet-"+coretest.Nonce, model.FixedWindow, "10/1m", 0, 0)
 	period := l.PeriodNanos()
 	start := 29_000_000 * period // a period's start
-	a, b := sa.Demand(l, 0, start), sb.Demand(l, 0, start)
+	a, b := sa.Demand(l, "srv0/", 0, start), sb.Demand(l, "srv0/", 0, start)
 	want := map[int64]map[string]float64{} // period → key → demand
 	const periods, perPeriod = 30, 100
 	for i := 0; i < periods*perPeriod; i++ {
@@ -119,7 +119,7 @@ func TestDemandFlushLater(t *testing.T) {
 	s := newTestRedisStore(t, client, false)
 	l := coretest.Limit(t, "later-"+coretest.Nonce, model.TokenBucket, "10/1s", 0, 0)
 	now := time.Now().UnixNano()
-	d := s.Demand(l, 0, now)
+	d := s.Demand(l, "a{b}", 0, now)
 	d.Recorder().Add(now, "k", 2)
 	d.Recorder().Add(now+int64(time.Second), "k", 1) // folds the first period
 	key := d.base + strconv.FormatInt(now/l.PeriodNanos(), 10)
