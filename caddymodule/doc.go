@@ -24,6 +24,7 @@
 //	        top_keys       <n>                  # counters of the zone's heavy-hitter sketch, 8 to 1024; default 128
 //	        top_window     <duration>           # the sketch's window, 1s to 1h; /top covers the last one to two; default 1m
 //	        demand_keys    <n>|off              # keys whose demand per period /advice follows at once; default 16384
+//	        demand_scope   instance|fleet       # fleet: every instance's demand, summed in the Redis store
 //	    }
 //	    store memory [{ max_keys <n> }]
 //	    store redis {

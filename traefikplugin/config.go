@@ -189,6 +189,13 @@ type Metrics struct {
 	// of sluice_decisions_total): a percentage ("10%") or a fraction
 	// ("0.1"), above 0 and at most 1; default 10%.
 	NearLimit string
+	// DemandScope is whose demand the advice reads: "instance" (the
+	// default), what this Traefik sees; or "fleet", with redis, what
+	// every Traefik recording the middleware's demand in the same Redis
+	// sees, summed per key and period there over the last 24 complete
+	// periods. A fleet's demand is not in the demand metrics, which are
+	// per instance.
+	DemandScope string
 	// Unknown is as Config.Unknown.
 	Unknown map[string]interface{} `mapstructure:",remain"`
 }

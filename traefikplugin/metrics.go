@@ -1,6 +1,7 @@
 package traefikplugin
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/redisstore"
 	"github.com/sluicehq/sluice/core/telemetry"
 )
 
@@ -34,11 +36,15 @@ type zoneStats struct {
 	name   string
 	counts core.Counts
 	// demand is the recorder of the zone's demand that its newest meter
-	// took, and keys its bound: the next meter of the zone with the same
-	// period and bound takes it again, so that a reload keeps the figures.
-	// Under registry.mu; a meter reads only its own (meter.demand).
+	// took, and keys its bound; fleet, with metrics.demandScope fleet,
+	// sends its partials to the Redis client rc: the next meter of the
+	// zone with the same period, bound and scope (and client) takes them
+	// again, so that a reload keeps the figures. Under registry.mu; a
+	// meter reads only its own (meter.demand, meter.fleet).
 	demand *demand.Recorder
 	keys   int
+	fleet  *redisstore.Demand
+	rc     *redisClient
 	refs   int // entries using it; under registry.mu
 }
 
@@ -50,6 +56,7 @@ type meter struct {
 	zones   []*zoneStats       // by limit, as counted by core
 	limits  []*model.Limit     // by limit: what an advice judges
 	demand  []*demand.Recorder // by limit, nil for none; set once
+	fleet   []*redisstore.Demand
 	counts  *core.Meter
 }
 
@@ -63,11 +70,11 @@ func zoneName(name string, l *model.Limit, n int) string {
 	return name + "/" + l.Name
 }
 
-// newMeter returns the meter of middleware name with settings s, whose
-// metrics address is served from now on: it takes a reference to the
-// counters of each of its zones and to the address's listener, started if
-// needed.
-func (g *registry) newMeter(name string, s *settings) (*meter, error) {
+// newMeter returns the meter of middleware name with settings s, on the
+// Redis client rc (nil for none), whose metrics address is served from
+// now on: it takes a reference to the counters of each of its zones and
+// to the address's listener, started if needed.
+func (g *registry) newMeter(name string, s *settings, rc *redisClient) (*meter, error) {
 	o := s.metrics
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -85,7 +92,8 @@ func (g *registry) newMeter(name string, s *settings) (*meter, error) {
 		seconds = core.NewHistogram()
 		g.seconds[o.address] = seconds
 	}
-	m := &meter{address: o.address, allowed: o.allowed, limits: make([]*model.Limit, len(s.plans)), demand: make([]*demand.Recorder, len(s.plans))}
+	m := &meter{address: o.address, allowed: o.allowed, limits: make([]*model.Limit, len(s.plans)),
+		demand: make([]*demand.Recorder, len(s.plans)), fleet: make([]*redisstore.Demand, len(s.plans))}
 	counts := make([]*core.Counts, len(s.plans))
 	for i, p := range s.plans {
 		zone := zoneName(name, p.limit, len(s.plans))
@@ -96,11 +104,23 @@ func (g *registry) newMeter(name string, s *settings) (*meter, error) {
 		}
 		z.refs++
 		if period := p.limit.PeriodNanos(); period > 0 && o.demandKeys >= 0 {
-			if z.demand == nil || z.demand.Period() != period || z.keys != o.demandKeys {
-				z.demand = demand.NewRecorder(period, o.demandKeys, g.clock())
+			var fleetRC *redisClient // the client of a fleet's demand
+			if o.fleet {
+				fleetRC = rc
+			}
+			if z.demand == nil || z.demand.Period() != period || z.keys != o.demandKeys || z.rc != fleetRC {
+				z.fleet = nil
+				z.rc = fleetRC
+				if fleetRC != nil {
+					z.fleet = rc.store.Demand(p.limit, name+"\x00", o.demandKeys, g.clock())
+					z.demand = z.fleet.Recorder()
+				} else {
+					z.demand = demand.NewRecorder(period, o.demandKeys, g.clock())
+				}
 				z.keys = o.demandKeys
 			}
 			m.demand[i] = z.demand
+			m.fleet[i] = z.fleet
 		}
 		m.zones = append(m.zones, z)
 		m.limits[i] = p.limit
@@ -255,7 +275,7 @@ func writeMetrics(w http.ResponseWriter, _ *http.Request, v *view) {
 			}
 			e.Counter(telemetry.Decisions, telemetry.DecisionsHelp, float64(z.counts.Near()),
 				zone, telemetry.Label{Name: "outcome", Value: telemetry.OutcomeNearLimit})
-			if rec := en.meter.demand[i]; rec != nil {
+			if rec := en.meter.demand[i]; rec != nil && en.meter.fleet[i] == nil { // a fleet's demand is in Redis
 				folded := rec.Folded(v.now)
 				e.Counter(telemetry.DemandKeyPeriods, telemetry.DemandKeyPeriodsHelp, float64(folded.Count()), zone)
 				for _, q := range folded.Quantiles() {
@@ -297,6 +317,10 @@ func writeAdvice(w http.ResponseWriter, r *http.Request, v *view) {
 			if z.name != zone || rec == nil {
 				continue
 			}
+			if fleet := en.meter.fleet[i]; fleet != nil {
+				fleetAdvice(w, r, v, zone, en.meter.limits[i], fleet)
+				return
+			}
 			if r.Method == http.MethodDelete {
 				rec.Reset(v.now)
 				w.WriteHeader(http.StatusNoContent)
@@ -318,4 +342,39 @@ func writeAdvice(w http.ResponseWriter, r *http.Request, v *view) {
 		}
 	}
 	http.Error(w, "sluice: no zone "+strconv.Quote(zone)+" records its demand here", http.StatusNotFound)
+}
+
+// fleetAdviceTimeout bounds the Redis calls of an advice on a fleet's
+// demand.
+const fleetAdviceTimeout = 5 * time.Second
+
+// fleetAdvice is writeAdvice for a zone whose demand the fleet records
+// in Redis: 502 when Redis fails.
+func fleetAdvice(w http.ResponseWriter, r *http.Request, v *view, zone string, l *model.Limit, fleet *redisstore.Demand) {
+	ctx, cancel := context.WithTimeout(r.Context(), fleetAdviceTimeout)
+	defer cancel()
+	if r.Method == http.MethodDelete {
+		if err := fleet.Reset(ctx, v.now); err != nil {
+			http.Error(w, "sluice: resetting the fleet's demand: "+err.Error(), http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	adv, err := fleet.Advise(ctx, zone, l, v.now, r.URL.Query())
+	switch {
+	case model.FieldOf(err) != nil:
+		http.Error(w, "sluice: "+err.Error(), http.StatusBadRequest)
+		return
+	case err != nil:
+		http.Error(w, "sluice: reading the fleet's demand: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	b, err := json.Marshal(adv)
+	if err != nil {
+		http.Error(w, "sluice: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(append(b, '\n'))
 }

@@ -391,3 +391,47 @@ func TestMetricsAdviceReloads(t *testing.T) {
 		t.Errorf("demand exported after a reload with demandKeys off:\n%s", m)
 	}
 }
+
+// TestMetricsAdviceFleet: two Traefiks (two registries) recording a
+// middleware's demand with demandScope fleet in one Redis each see part
+// of a client's asks; the advice of either holds the client's whole
+// key-period, and a DELETE in one resets it for both. A fleet's demand is
+// not exported in one instance's metrics.
+func TestMetricsAdviceFleet(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := func() *Config {
+		c := redisConfig(srv.Addr, "100")
+		c.Average, c.Period = "100", "1m"
+		c = withMetrics(*c, anyPort)
+		c.Metrics.DemandScope = "fleet"
+		return c
+	}
+	ga, gb := metricsRegistry(t), metricsRegistry(t)
+	ha, _ := ga.mustNew(t, cfg(), "api@file")
+	hb, _ := gb.mustNew(t, cfg(), "api@file")
+	codes(ha, request{}, 3)
+	codes(hb, request{}, 2)
+	codes(hb, request{remote: "192.0.2.9:1234"}, 1)
+	for _, g := range []*testRegistry{ga, gb} {
+		g.clock.advance(2 * time.Minute) // the minute over, and sent by both
+	}
+	for _, g := range []*testRegistry{gb, ga} { // b's advice sends b's partials
+		resp, body := get(t, g, anyPort, "/sluice/zones/api@file/advice")
+		var adv demand.Advice
+		if err := json.Unmarshal([]byte(body), &adv); resp.StatusCode != http.StatusOK || err != nil {
+			t.Fatalf("advice: %d %s (%v)", resp.StatusCode, body, err)
+		}
+		if g == ga && (adv.Scope != "fleet" || adv.Keys != 2 || adv.KeyPeriods != 2 || adv.Cost != 6 || adv.Demand.Max != 5) {
+			t.Errorf("fleet advice %s; want scope fleet, 2 keys, 2 key-periods asking 6, the largest 5 (3 in one instance, 2 in the other)", body)
+		}
+	}
+	if m := scrape(t, ga, anyPort); strings.Contains(m, "sluice_demand") {
+		t.Errorf("a fleet's demand in one instance's metrics:\n%s", m)
+	}
+	if resp, body := call(t, ga, anyPort, http.MethodDelete, "/sluice/zones/api@file/advice"); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE: %d %s, want 204", resp.StatusCode, body)
+	}
+	if resp, body := get(t, gb, anyPort, "/sluice/zones/api@file/advice"); resp.StatusCode != http.StatusOK || !strings.Contains(body, `"key_periods":0,`) {
+		t.Errorf("the other instance's advice after the reset: %d %s, want no key-period", resp.StatusCode, body)
+	}
+}

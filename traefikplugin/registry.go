@@ -198,7 +198,7 @@ func (g *registry) build(ctx context.Context, id, name string, s *settings) (*en
 	}
 	var m *meter
 	if s.metrics != nil {
-		if m, err = g.newMeter(name, s); err != nil {
+		if m, err = g.newMeter(name, s, rc); err != nil {
 			g.release(rc)
 			g.releaseOwn(own)
 			return nil, err

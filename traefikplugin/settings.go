@@ -55,6 +55,7 @@ type metricsOptions struct {
 	allowed    []netip.Prefix
 	demandKeys int     // Metrics.DemandKeys: 0 the default, -1 off
 	nearLimit  float64 // Metrics.NearLimit, defaulted
+	fleet      bool    // Metrics.DemandScope is fleet
 }
 
 // limitPlan is one limit and how a request's ask for it is built.
@@ -103,7 +104,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 	if err := parseStore(cfg, s); err != nil {
 		return nil, err
 	}
-	if s.metrics, err = parseMetrics(cfg.Metrics); err != nil {
+	if s.metrics, err = parseMetrics(cfg.Metrics, s.redis != nil); err != nil {
 		return nil, err
 	}
 
@@ -397,6 +398,7 @@ var coreOptions = map[string]string{
 	"on_missing_key":     "onMissingKey",
 	"on_store_error":     "onStoreError",
 	"near_limit":         "nearLimit",
+	"demand_scope":       "demandScope",
 }
 
 // fieldError is err, a model.FieldError or a model.LimitError, naming its
@@ -611,8 +613,9 @@ func clientChosenPart(parts []string) string {
 // metrics.allowedNetworks says otherwise.
 var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 
-// parseMetrics reads the metrics block; nil without an address.
-func parseMetrics(m *Metrics) (*metricsOptions, error) {
+// parseMetrics reads the metrics block of a middleware on Redis or not;
+// nil without an address.
+func parseMetrics(m *Metrics, onRedis bool) (*metricsOptions, error) {
 	if m == nil {
 		return nil, nil
 	}
@@ -626,6 +629,8 @@ func parseMetrics(m *Metrics) (*metricsOptions, error) {
 			return nil, errors.New("metrics.demandKeys: needs metrics.address, where the metrics are served")
 		case strings.TrimSpace(m.NearLimit) != "":
 			return nil, errors.New("metrics.nearLimit: needs metrics.address, where the metrics are served")
+		case strings.TrimSpace(m.DemandScope) != "":
+			return nil, errors.New("metrics.demandScope: needs metrics.address, where the metrics are served")
 		}
 		return nil, nil
 	}
@@ -639,6 +644,11 @@ func parseMetrics(m *Metrics) (*metricsOptions, error) {
 			return nil, fieldError("metrics.", err)
 		}
 	}
+	scope := strings.TrimSpace(m.DemandScope)
+	if err := demand.CheckScope(scope, onRedis, o.demandKeys >= 0); err != nil {
+		return nil, fieldError("metrics.", err)
+	}
+	o.fleet = scope == demand.ScopeFleet
 	if keys := strings.TrimSpace(m.DemandKeys); keys == "off" {
 		o.demandKeys = -1
 	} else if o.demandKeys, err = parseInt("metrics.demandKeys", keys, 0, 1, demand.MaxKeys); err != nil {

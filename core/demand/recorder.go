@@ -189,10 +189,8 @@ func (r *Recorder) Add(now int64, key string, cost float64) {
 	if !(cost > 0) {
 		return
 	}
-	var h uint64
-	if r.due == nil {
-		h = maphash.String(r.seed, key)
-	} else {
+	h := maphash.String(r.seed, key)
+	if r.due != nil { // fleet mode: every instance hashes keys alike
 		h = FleetKey(key)
 	}
 	sh := &r.shards[h%numShards]
