@@ -198,7 +198,7 @@ func (h *Handler) acquireWatch(z *Zone, st *pooledStore) error {
 		switch {
 		case period <= 0 || z.DemandKeys < 0:
 		case fleet:
-			w.fleet = rs.Demand(z.limit, z.prefix, z.DemandKeys, clockNow())
+			w.fleet = rs.Demand(z.limit, z.prefix, z.DemandKeys, clockNow)
 			w.demand = w.fleet.Recorder()
 		default:
 			w.demand = demand.NewRecorder(period, z.DemandKeys, clockNow())

@@ -509,9 +509,9 @@ func TestAdminAdviceFleet(t *testing.T) {
 	if err := l.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	d := other.Demand(l, "srv0/", 0, start)
+	d := other.Demand(l, "srv0/", 0, func() int64 { return start })
 	d.Recorder().Add(start+int64(time.Second), "a", 2)
-	end := start + int64(time.Minute) + int64(33*time.Second) // the minute sent by every instance
+	end := start + int64(time.Minute) + int64(4*time.Second) // the minute sent by every instance
 	d.Recorder().Snapshot(end)
 	if err := d.Flush(context.Background()); err != nil {
 		t.Fatal(err)

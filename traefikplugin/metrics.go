@@ -112,7 +112,7 @@ func (g *registry) newMeter(name string, s *settings, rc *redisClient) (*meter, 
 				z.fleet = nil
 				z.rc = fleetRC
 				if fleetRC != nil {
-					z.fleet = rc.store.Demand(p.limit, name+"\x00", o.demandKeys, g.clock())
+					z.fleet = rc.store.Demand(p.limit, name+"\x00", o.demandKeys, g.clock)
 					z.demand = z.fleet.Recorder()
 				} else {
 					z.demand = demand.NewRecorder(period, o.demandKeys, g.clock())

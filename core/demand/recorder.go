@@ -124,9 +124,10 @@ func NewRecorder(period int64, maxKeys int, now int64) *Recorder {
 // recorder's sketches but kept as this instance's Partial of it, keyed by
 // a hash of the key that every instance computes alike, until Drain takes
 // it for a store that sums the instances' partials (such as
-// redisstore.Demand). due is called when partials start waiting, with a
-// lock held: it must return at once, such as by starting a goroutine
-// that drains later. At most 4 × maxKeys partials wait; more are dropped
+// redisstore.Demand). due is called when partials start waiting and
+// when a key's period opens, with a lock held: it must return at once,
+// such as by starting, unless it runs, a goroutine that folds (Fold) and
+// drains later. At most 4 × maxKeys partials wait; more are dropped
 // and counted (Dropped), such as while the store is unreachable.
 func NewFleetRecorder(period int64, maxKeys int, now int64, due func()) *Recorder {
 	r := NewRecorder(period, maxKeys, now)
@@ -167,6 +168,30 @@ func (r *Recorder) Drain() []Partial {
 	}
 	r.pending = 0
 	return parts
+}
+
+// Waiting is how many partials wait in a fleet recorder for Drain.
+func (r *Recorder) Waiting() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pending
+}
+
+// Fold folds every key-period that is over at now, as a sweep does, and
+// reports whether some key's period is still open: a fleet's sender
+// calls it so that a period is sent once over even when no request comes
+// to fold it.
+func (r *Recorder) Fold(now int64) (open bool) {
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		r.sweep(sh, now)
+		for _, e := range sh.keys {
+			open = open || e.sum > 0
+		}
+		sh.mu.Unlock()
+	}
+	return open
 }
 
 // Dropped is how many partials a fleet recorder refused, its bound
@@ -239,6 +264,9 @@ func (r *Recorder) add(sh *shard, now int64, h uint64, cost float64, e entry, ok
 	}
 	e.sum += cost
 	sh.keys[h] = e
+	if r.due != nil {
+		r.due() // a period opens, which the fleet's sender must fold when over
+	}
 }
 
 // fold records the demand v of key h in period p, partial when that

@@ -30,9 +30,14 @@ const demandSendTimeout = time.Second
 // part of each key-period; Demand sends those parts to Redis, where one
 // hash per period sums them by key (HINCRBYFLOAT, one script call per
 // period and flush), and reads the last DemandPeriods complete periods
-// back as a demand.Snapshot of the whole fleet's key-periods. Key-periods
-// are folded as the instances' recorders fold them: a period is read
-// once every instance has had the time to send it (demandLag).
+// back as a demand.Snapshot of the whole fleet's key-periods.
+//
+// Parts are sent DemandFlushDelay after the first of them waits, by a
+// goroutine that, while some key's period is open, also folds each
+// period once it is over (and sends it), so that a period reaches Redis
+// even when no request comes after it; it ends when no period is open. A
+// Snapshot reads a period once every instance has had the time to send it
+// (lag).
 //
 // Its keys are Prefix + "{" + limit.Namespace() + ":demand:" + zone + "}:"
 // (zone's braces escaped as in state keys) followed by the period's index (its start in periods since the epoch) or "since"
@@ -44,8 +49,9 @@ type Demand struct {
 	store  *Store
 	base   string
 	period int64
+	clock  model.Clock
 	rec    *demand.Recorder
-	busy   int32 // 1 while a flush is due or under way; atomic
+	busy   int32 // 1 while the sending goroutine runs; atomic
 	lost   uint64
 }
 
@@ -53,10 +59,14 @@ type Demand struct {
 // in the host's zone (what the host begins its keys of l with, such as a
 // server's or a middleware's name: the instances of a fleet name it
 // alike), whose Recorder follows at most maxKeys keys at once (see
-// demand.NewRecorder) from now on.
-func (s *Store) Demand(l *model.Limit, zone string, maxKeys int, now int64) *Demand {
-	d := &Demand{store: s, base: s.prefix + "{" + l.Namespace() + ":demand:" + tagSafe(zone) + "}:", period: l.PeriodNanos()}
-	d.rec = demand.NewFleetRecorder(d.period, maxKeys, now, d.due)
+// demand.NewRecorder), on the host's clock (the instants it records at;
+// nil: the system's).
+func (s *Store) Demand(l *model.Limit, zone string, maxKeys int, clock model.Clock) *Demand {
+	if clock == nil {
+		clock = func() int64 { return time.Now().UnixNano() }
+	}
+	d := &Demand{store: s, base: s.prefix + "{" + l.Namespace() + ":demand:" + tagSafe(zone) + "}:", period: l.PeriodNanos(), clock: clock}
+	d.rec = demand.NewFleetRecorder(d.period, maxKeys, clock(), d.due)
 	return d
 }
 
@@ -68,21 +78,41 @@ func (d *Demand) Recorder() *demand.Recorder { return d.rec }
 // dropped by the recorder's bound, since the start.
 func (d *Demand) Lost() uint64 { return atomic.LoadUint64(&d.lost) + d.rec.Dropped() }
 
-// due is the recorder's call when partials start waiting: it sends them
-// DemandFlushDelay later, unless a flush is already due.
+// due is the recorder's call when partials start waiting: it starts the
+// sending goroutine unless it runs.
 func (d *Demand) due() {
 	if atomic.CompareAndSwapInt32(&d.busy, 0, 1) {
-		go d.flushLater()
+		go d.send()
 	}
 }
 
-func (d *Demand) flushLater() {
-	time.Sleep(DemandFlushDelay)
-	atomic.StoreInt32(&d.busy, 0)
-	ctx, cancel := context.WithTimeout(context.Background(), demandSendTimeout)
-	defer cancel()
-	_ = d.Flush(ctx) // counted in lost
+// send is the sending goroutine: DemandFlushDelay after it starts, and
+// again a little after the end of each period while one is open, it
+// folds what is over and sends the partials. It ends when no period is
+// open and no partial waits.
+func (d *Demand) send() {
+	for {
+		time.Sleep(DemandFlushDelay)
+		open := d.rec.Fold(d.clock())
+		ctx, cancel := context.WithTimeout(context.Background(), demandSendTimeout)
+		_ = d.Flush(ctx) // counted in lost
+		cancel()
+		if !open {
+			atomic.StoreInt32(&d.busy, 0)
+			// A partial kept since the Drain found busy set: send it too.
+			if d.rec.Waiting() == 0 || !atomic.CompareAndSwapInt32(&d.busy, 0, 1) {
+				return
+			}
+			continue
+		}
+		now := d.clock()
+		time.Sleep(time.Duration(d.period-now%d.period) + demandFoldSlack)
+	}
 }
+
+// demandFoldSlack is how long after a period's end the sending goroutine
+// folds it.
+const demandFoldSlack = 100 * time.Millisecond
 
 // Flush sends the partials waiting in the recorder to Redis now.
 func (d *Demand) Flush(ctx context.Context) error {
@@ -109,15 +139,11 @@ func (d *Demand) Flush(ctx context.Context) error {
 }
 
 // lag is how long after a period's end every instance has sent its
-// partials of it: a recorder folds a key-period at the latest at its
-// shard's next sweep (every half period, at least every 10 s), then
-// waits DemandFlushDelay, then sends within demandSendTimeout.
+// partials of it: the sending goroutine folds it demandFoldSlack after
+// its end, DemandFlushDelay later sends it within demandSendTimeout; a
+// second more for the instances' clocks and timers.
 func (d *Demand) lag() int64 {
-	sweep := d.period / 2
-	if sweep < int64(10*time.Second) {
-		sweep = int64(10 * time.Second)
-	}
-	return sweep + int64(DemandFlushDelay) + int64(demandSendTimeout)
+	return int64(demandFoldSlack + DemandFlushDelay + demandSendTimeout + time.Second)
 }
 
 // retention is how long a period's hash lives after its last write: the

@@ -40,7 +40,8 @@ func checkDemandFleet(t *testing.T, sa, sb *Store) {
 	l := coretest.Limit(t, "fleet-"+coretest.Nonce, model.FixedWindow, "10/1m", 0, 0)
 	period := l.PeriodNanos()
 	start := 29_000_000 * period // a period's start
-	a, b := sa.Demand(l, "srv0/", 0, start), sb.Demand(l, "srv0/", 0, start)
+	clock := func() int64 { return start }
+	a, b := sa.Demand(l, "srv0/", 0, clock), sb.Demand(l, "srv0/", 0, clock)
 	want := map[int64]map[string]float64{} // period → key → demand
 	const periods, perPeriod = 30, 100
 	for i := 0; i < periods*perPeriod; i++ {
@@ -111,17 +112,17 @@ func checkDemandFleet(t *testing.T, sa, sb *Store) {
 	}
 }
 
-// TestDemandFlushLater: partials are sent DemandFlushDelay after the
-// first of them waits, without a Flush call.
-func TestDemandFlushLater(t *testing.T) {
+// TestDemandSentWhenQuiet: a key's period reaches Redis once over,
+// without a Flush call and without a later request to fold it: the
+// sending goroutine folds and sends it.
+func TestDemandSentWhenQuiet(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	client := resptest.Client(t, srv.Addr, 2)
 	s := newTestRedisStore(t, client, false)
 	l := coretest.Limit(t, "later-"+coretest.Nonce, model.TokenBucket, "10/1s", 0, 0)
 	now := time.Now().UnixNano()
-	d := s.Demand(l, "a{b}", 0, now)
+	d := s.Demand(l, "a{b}", 0, nil)
 	d.Recorder().Add(now, "k", 2)
-	d.Recorder().Add(now+int64(time.Second), "k", 1) // folds the first period
 	key := d.base + strconv.FormatInt(now/l.PeriodNanos(), 10)
 	deadline := time.Now().Add(5 * time.Second)
 	for {

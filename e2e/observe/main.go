@@ -3,13 +3,16 @@
 // leads to, and the share of that traffic refused once a limit is enforced.
 //
 //	observe load -url http://127.0.0.1:8080/ -clients 40 -requests 1200 -seconds 3
+//	observe load -url http://127.0.0.1:8080/,http://127.0.0.1:8081/ ...
 //	observe pick -advice 'http://127.0.0.1:2019/sluice/zones/api/advice' -out advice.json -name double
 //
 // load sends -requests requests over -seconds from -clients clients, each
 // named in the header -header, whose shares of the traffic follow Zipf's
 // law (the same seed every run, so both phases of a run send the same
 // trace), and prints "sent N ok A refused R" and the refused share of the
-// requests. It fails on an answer other than 200 or 429.
+// requests. It fails on an answer other than 200 or 429. Several -url,
+// separated by commas, take the requests in turn, as a balancer spreading
+// every client over instances.
 //
 // pick fetches an advice, writes it to -out, and prints its candidate
 // -name (default double, the configured limit doubled) as "<rate> <burst>
@@ -26,6 +29,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -54,7 +58,7 @@ func main() {
 
 func load(args []string) error {
 	fs := flag.NewFlagSet("load", flag.ExitOnError)
-	url := fs.String("url", "", "the limited endpoint")
+	url := fs.String("url", "", "the limited endpoint, or several separated by commas, taking the requests in turn")
 	header := fs.String("header", "X-Client", "the header that names the client")
 	clients := fs.Int("clients", 40, "clients")
 	requests := fs.Int("requests", 1200, "requests in all")
@@ -63,6 +67,7 @@ func load(args []string) error {
 	if *url == "" || *clients < 2 || *requests < 1 || *requests > 100000 || !(*seconds > 0 && *seconds <= 60) {
 		return fmt.Errorf("load: want -url, at least 2 clients, 1 to 100000 requests over 0 to 60 seconds")
 	}
+	urls := strings.Split(*url, ",")
 	rng := rand.New(rand.NewSource(1))
 	zipf := rand.NewZipf(rng, 1.1, 1, uint64(*clients-1))
 	trace := make([]int, *requests)
@@ -83,10 +88,10 @@ func load(args []string) error {
 		}
 		sem <- true
 		wg.Add(1)
-		go func(c int) {
+		go func(c int, url string) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			req, _ := http.NewRequest(http.MethodGet, *url, nil)
+			req, _ := http.NewRequest(http.MethodGet, url, nil)
 			req.Header.Set(*header, "client-"+strconv.Itoa(c))
 			res, err := httpc.Do(req)
 			mu.Lock()
@@ -98,7 +103,7 @@ func load(args []string) error {
 			io.Copy(io.Discard, res.Body)
 			res.Body.Close()
 			counts[res.StatusCode]++
-		}(c)
+		}(c, urls[i%len(urls)])
 	}
 	wg.Wait()
 	if failure != nil {
