@@ -331,13 +331,7 @@ func writeAdvice(w http.ResponseWriter, r *http.Request, v *view) {
 				http.Error(w, "sluice: "+err.Error(), http.StatusBadRequest)
 				return
 			}
-			b, err := json.Marshal(adv)
-			if err != nil {
-				http.Error(w, "sluice: "+err.Error(), http.StatusInternalServerError)
-				return
-			}
-			w.Header().Set("Content-Type", "application/json")
-			w.Write(append(b, '\n'))
+			writeJSON(w, adv)
 			return
 		}
 	}
@@ -370,7 +364,12 @@ func fleetAdvice(w http.ResponseWriter, r *http.Request, v *view, zone string, l
 		http.Error(w, "sluice: reading the fleet's demand: "+err.Error(), http.StatusBadGateway)
 		return
 	}
-	b, err := json.Marshal(adv)
+	writeJSON(w, adv)
+}
+
+// writeJSON answers with v in JSON.
+func writeJSON(w http.ResponseWriter, v any) {
+	b, err := json.Marshal(v)
 	if err != nil {
 		http.Error(w, "sluice: "+err.Error(), http.StatusInternalServerError)
 		return
