@@ -172,8 +172,14 @@ type pooledWatch struct {
 	fleet  *redisstore.Demand
 }
 
-// Destruct implements caddy.Destructor; a watch holds nothing to close.
-func (pooledWatch) Destruct() error { return nil }
+// Destruct implements caddy.Destructor: a fleet's demand sends its last
+// parts to Redis and stops.
+func (w pooledWatch) Destruct() error {
+	if w.fleet != nil {
+		w.fleet.Close()
+	}
+	return nil
+}
 
 // acquireWatch sets the sketch and demand recorder of z, whose prefix is
 // set, building them on first use, and records them for Cleanup. A
@@ -510,7 +516,15 @@ func advice(w http.ResponseWriter, r *http.Request, az *adminZone) error {
 	}
 	now := clockNow()
 	if fleet := az.z.fleet; fleet != nil {
-		return fleetAdvice(w, r, az, fleet, now)
+		status, adv, err := fleet.Answer(r.Context(), r.Method, az.id, az.z.limit, now, r.URL.Query())
+		switch {
+		case err != nil:
+			return apiError(status, "zone %s: %v", az.id, err)
+		case adv == nil:
+			w.WriteHeader(status)
+			return nil
+		}
+		return writeJSON(w, adv)
 	}
 	if r.Method == http.MethodDelete {
 		rec.Reset(now)
@@ -520,28 +534,6 @@ func advice(w http.ResponseWriter, r *http.Request, az *adminZone) error {
 	adv, err := demand.AdviseQuery(rec, az.id, az.z.limit, now, r.URL.Query())
 	if err != nil {
 		return apiError(http.StatusBadRequest, "%v", err)
-	}
-	return writeJSON(w, adv)
-}
-
-// fleetAdvice is advice for a zone whose demand the fleet records in
-// Redis: 502 when Redis fails.
-func fleetAdvice(w http.ResponseWriter, r *http.Request, az *adminZone, fleet *redisstore.Demand, now int64) error {
-	ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
-	defer cancel()
-	if r.Method == http.MethodDelete {
-		if err := fleet.Reset(ctx, now); err != nil {
-			return apiError(http.StatusBadGateway, "zone %s: resetting the fleet's demand: %v", az.id, err)
-		}
-		w.WriteHeader(http.StatusNoContent)
-		return nil
-	}
-	adv, err := fleet.Advise(ctx, az.id, az.z.limit, now, r.URL.Query())
-	switch {
-	case model.FieldOf(err) != nil:
-		return apiError(http.StatusBadRequest, "%v", err)
-	case err != nil:
-		return apiError(http.StatusBadGateway, "zone %s: reading the fleet's demand: %v", az.id, err)
 	}
 	return writeJSON(w, adv)
 }

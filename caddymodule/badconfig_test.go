@@ -90,7 +90,7 @@ var badCaddyfiles = []struct {
 	{"zone.demand_keys", []string{"zone a {", "\trate 1/s", "\tdemand_keys 0", "}"}, 3, `demand_keys "0": want off or an integer from 1 to 4194304`},
 	{"zone.demand_scope", []string{"zone a {", "\trate 1/s", "\tdemand_scope cluster", "}"}, 3, `demand_scope "cluster": want instance or fleet`},
 	{"zone.demand_scope", []string{"zone a {", "\trate 1/s", "\tdemand_scope fleet", "}"}, 3, `demand_scope "fleet": needs a Redis store`},
-	{"zone.demand_scope", []string{"zone a {", "\trate 1/s", "\tdemand_keys off", "\tdemand_scope fleet", "}", "store redis {", "\taddress 127.0.0.1:1", "}"}, 4, `demand_scope "fleet": needs demand recorded`},
+	{"zone.demand_scope", []string{"zone a {", "\trate 1/s", "\tdemand_keys off", "\tdemand_scope fleet", "}", "store redis {", "\taddress 127.0.0.1:1", "}"}, 4, `demand_scope "fleet": needs the zone's demand recorded`},
 	{"zone.match", []string{"zone a {", "\trate 1/s", "\tmatch {", "\t\tnosuchmatcher x", "\t}", "}"}, 5, "match: getting matcher module 'nosuchmatcher'"},
 	{"zone.ipv4_prefix", []string{"zone a {", "\trate 1/s", "\tipv4_prefix 33", "}"}, 3, `ipv4_prefix "33": want an integer from 0 to 32`},
 	{"zone.ipv4_prefix", []string{"zone a {", "\trate 1/s", "\tkey {http.request.header.X-Key}", "\tipv4_prefix 24", "}"}, 4, "ipv4_prefix: groups client addresses, so it applies only to the key {client_ip}"},

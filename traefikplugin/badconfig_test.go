@@ -129,6 +129,7 @@ var badConfigs = []struct {
 	{"metrics.demandScope", opts{"average": "1", "metrics": opts{"address": "127.0.0.1:0", "demandScope": "cluster"}}, `metrics.demandScope "cluster": want instance or fleet`},
 	{"metrics.demandScope", opts{"average": "1", "metrics": opts{"address": "127.0.0.1:0", "demandScope": "fleet"}}, `metrics.demandScope "fleet": needs a Redis store`},
 	{"metrics.demandScope", opts{"average": "1", "metrics": opts{"demandScope": "fleet"}}, "metrics.demandScope: needs metrics.address"},
+	{"metrics.demandScope", opts{"average": "1", "redis": opts{"endpoints": "127.0.0.1:1"}, "metrics": opts{"address": "127.0.0.1:0", "demandKeys": "off", "demandScope": "fleet"}}, `metrics.demandScope "fleet": needs the zone's demand recorded`},
 	{"redis.*", opts{"average": "1", "redis": opts{"endpoint": "127.0.0.1:6379"}}, "redis.endpoint: unknown option"},
 	{"redis.endpoints", opts{"average": "1", "redis": opts{"endpoints": "localhost"}}, `redis.endpoints "localhost": want host:port`},
 	{"redis.username", opts{"average": "1", "redis": opts{"username": "app"}}, "redis.username: needs a password"},

@@ -1,7 +1,6 @@
 package traefikplugin
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -45,7 +44,8 @@ type zoneStats struct {
 	keys   int
 	fleet  *redisstore.Demand
 	rc     *redisClient
-	refs   int // entries using it; under registry.mu
+	ns     string // the fleet's limit's Namespace, which names its keys
+	refs   int    // entries using it; under registry.mu
 }
 
 // meter is what a registry entry with metrics counts into: core's Meter,
@@ -58,6 +58,15 @@ type meter struct {
 	demand  []*demand.Recorder // by limit, nil for none; set once
 	fleet   []*redisstore.Demand
 	counts  *core.Meter
+}
+
+// closeFleet closes z's fleet demand, if any, in the background (Close
+// sends its last parts to Redis), and forgets it. Under registry.mu.
+func (z *zoneStats) closeFleet() {
+	if z.fleet != nil {
+		go z.fleet.Close()
+	}
+	z.fleet = nil
 }
 
 // zoneName is the zone label of limit l of middleware name, one of its n
@@ -108,11 +117,13 @@ func (g *registry) newMeter(name string, s *settings, rc *redisClient) (*meter, 
 			if o.fleet {
 				fleetRC = rc
 			}
-			if z.demand == nil || z.demand.Period() != period || z.keys != o.demandKeys || z.rc != fleetRC {
-				z.fleet = nil
+			if z.demand == nil || z.demand.Period() != period || z.keys != o.demandKeys || z.rc != fleetRC ||
+				fleetRC != nil && z.ns != p.limit.Namespace() {
+				z.closeFleet()
 				z.rc = fleetRC
 				if fleetRC != nil {
 					z.fleet = rc.store.Demand(p.limit, name+"\x00", o.demandKeys, g.clock)
+					z.ns = p.limit.Namespace()
 					z.demand = z.fleet.Recorder()
 				} else {
 					z.demand = demand.NewRecorder(period, o.demandKeys, g.clock())
@@ -145,6 +156,7 @@ func (g *registry) releaseMeterLocked(m *meter) {
 	for _, z := range m.zones {
 		if z.refs--; z.refs <= 0 {
 			delete(g.zones, z.name)
+			z.closeFleet()
 		}
 	}
 	if srv := g.servers[m.address]; srv != nil {
@@ -318,7 +330,15 @@ func writeAdvice(w http.ResponseWriter, r *http.Request, v *view) {
 				continue
 			}
 			if fleet := en.meter.fleet[i]; fleet != nil {
-				fleetAdvice(w, r, v, zone, en.meter.limits[i], fleet)
+				status, adv, err := fleet.Answer(r.Context(), r.Method, zone, en.meter.limits[i], v.now, r.URL.Query())
+				switch {
+				case err != nil:
+					http.Error(w, "sluice: "+err.Error(), status)
+				case adv == nil:
+					w.WriteHeader(status)
+				default:
+					writeJSON(w, adv)
+				}
 				return
 			}
 			if r.Method == http.MethodDelete {
@@ -336,35 +356,6 @@ func writeAdvice(w http.ResponseWriter, r *http.Request, v *view) {
 		}
 	}
 	http.Error(w, "sluice: no zone "+strconv.Quote(zone)+" records its demand here", http.StatusNotFound)
-}
-
-// fleetAdviceTimeout bounds the Redis calls of an advice on a fleet's
-// demand.
-const fleetAdviceTimeout = 5 * time.Second
-
-// fleetAdvice is writeAdvice for a zone whose demand the fleet records
-// in Redis: 502 when Redis fails.
-func fleetAdvice(w http.ResponseWriter, r *http.Request, v *view, zone string, l *model.Limit, fleet *redisstore.Demand) {
-	ctx, cancel := context.WithTimeout(r.Context(), fleetAdviceTimeout)
-	defer cancel()
-	if r.Method == http.MethodDelete {
-		if err := fleet.Reset(ctx, v.now); err != nil {
-			http.Error(w, "sluice: resetting the fleet's demand: "+err.Error(), http.StatusBadGateway)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	adv, err := fleet.Advise(ctx, zone, l, v.now, r.URL.Query())
-	switch {
-	case model.FieldOf(err) != nil:
-		http.Error(w, "sluice: "+err.Error(), http.StatusBadRequest)
-		return
-	case err != nil:
-		http.Error(w, "sluice: reading the fleet's demand: "+err.Error(), http.StatusBadGateway)
-		return
-	}
-	writeJSON(w, adv)
 }
 
 // writeJSON answers with v in JSON.

@@ -644,16 +644,16 @@ func parseMetrics(m *Metrics, onRedis bool) (*metricsOptions, error) {
 			return nil, fieldError("metrics.", err)
 		}
 	}
-	scope := strings.TrimSpace(m.DemandScope)
-	if err := demand.CheckScope(scope, onRedis, o.demandKeys >= 0); err != nil {
-		return nil, fieldError("metrics.", err)
-	}
-	o.fleet = scope == demand.ScopeFleet
 	if keys := strings.TrimSpace(m.DemandKeys); keys == "off" {
 		o.demandKeys = -1
 	} else if o.demandKeys, err = parseInt("metrics.demandKeys", keys, 0, 1, demand.MaxKeys); err != nil {
 		return nil, err
 	}
+	scope := strings.TrimSpace(m.DemandScope)
+	if err := demand.CheckScope(scope, onRedis, o.demandKeys >= 0); err != nil {
+		return nil, fieldError("metrics.", err)
+	}
+	o.fleet = scope == demand.ScopeFleet
 	if len(networks) > 0 {
 		if o.allowed, err = clientip.ParsePrefixes(networks); err != nil {
 			return nil, fmt.Errorf("metrics.allowedNetworks: %w", err)

@@ -71,13 +71,11 @@ func TestFleetRecorderBound(t *testing.T) {
 	}
 }
 
-// TestFleetKey: FNV-1a, 64 bits.
+// TestFleetKey: CRC-64 (ECMA), the same in every process: the check
+// value of "123456789".
 func TestFleetKey(t *testing.T) {
-	if h := FleetKey(""); h != 0xcbf29ce484222325 {
-		t.Errorf("FleetKey(\"\") = %x", h)
-	}
-	if h := FleetKey("a"); h != 0xaf63dc4c8601ec8c {
-		t.Errorf("FleetKey(\"a\") = %x", h)
+	if h := FleetKey("123456789"); h != 0x995dc9bbdf1939fa {
+		t.Errorf("FleetKey(\"123456789\") = %x", h)
 	}
 }
 
@@ -91,7 +89,7 @@ func TestCheckScope(t *testing.T) {
 		{"instance", false, false, ""},
 		{"fleet", true, true, ""},
 		{"fleet", false, true, "needs a Redis store"},
-		{"fleet", true, false, "needs demand recorded"},
+		{"fleet", true, false, "needs the zone's demand recorded"},
 		{"cluster", true, true, "want instance or fleet"},
 	} {
 		err := CheckScope(tc.scope, tc.onRedis, tc.record)

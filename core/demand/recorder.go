@@ -1,6 +1,7 @@
 package demand
 
 import (
+	"hash/crc64"
 	"hash/maphash"
 	"strconv"
 	"sync"
@@ -145,15 +146,14 @@ type Partial struct {
 }
 
 // FleetKey is the hash of a key that every instance of a fleet computes
-// alike (FNV-1a, 64 bits), by which partials of one key-period meet.
+// alike (CRC-64, ECMA), by which partials of one key-period meet: one
+// call of the standard library, which under Yaegi costs a fraction of a
+// loop over the key's bytes.
 func FleetKey(key string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(key); i++ {
-		h ^= uint64(key[i])
-		h *= 1099511628211
-	}
-	return h
+	return crc64.Checksum([]byte(key), fleetTable)
 }
+
+var fleetTable = crc64.MakeTable(crc64.ECMA)
 
 // Drain returns the partials waiting in a fleet recorder and forgets them.
 func (r *Recorder) Drain() []Partial {
@@ -194,6 +194,24 @@ func (r *Recorder) Fold(now int64) (open bool) {
 	return open
 }
 
+// FoldAll folds every key's period, open ones too, as partial
+// key-periods: a fleet recorder's last act, whose store sums this
+// instance's part of an open period with the others'.
+func (r *Recorder) FoldAll() {
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.keys {
+			if e.sum > 0 {
+				r.fold(k, e.last/r.period, e.sum, true)
+				e.sum = 0
+				sh.keys[k] = e
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
 // Dropped is how many partials a fleet recorder refused, its bound
 // reached.
 func (r *Recorder) Dropped() uint64 {
@@ -214,8 +232,10 @@ func (r *Recorder) Add(now int64, key string, cost float64) {
 	if !(cost > 0) {
 		return
 	}
-	h := maphash.String(r.seed, key)
-	if r.due != nil { // fleet mode: every instance hashes keys alike
+	var h uint64
+	if r.due == nil {
+		h = maphash.String(r.seed, key)
+	} else { // fleet mode: every instance hashes keys alike
 		h = FleetKey(key)
 	}
 	sh := &r.shards[h%numShards]

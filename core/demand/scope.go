@@ -25,7 +25,7 @@ func CheckScope(scope string, onRedis, record bool) error {
 	case scope == ScopeFleet && !onRedis:
 		return &model.FieldError{Field: "demand_scope", Value: scope, Reason: "needs a Redis store, which the instances share"}
 	case scope == ScopeFleet && !record:
-		return &model.FieldError{Field: "demand_scope", Value: scope, Reason: "needs demand recorded, which its keys setting turns off"}
+		return &model.FieldError{Field: "demand_scope", Value: scope, Reason: "needs the zone's demand recorded: a rate, and demand keys not off"}
 	}
 	return nil
 }

@@ -3,11 +3,14 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/core/await"
 	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/model"
 )
@@ -29,30 +32,42 @@ const demandSendTimeout = time.Second
 // demand.Recorder made by NewFleetRecorder, which keeps this instance's
 // part of each key-period; Demand sends those parts to Redis, where one
 // hash per period sums them by key (HINCRBYFLOAT, one script call per
-// period and flush), and reads the last DemandPeriods complete periods
+// period and batch), and reads the last DemandPeriods complete periods
 // back as a demand.Snapshot of the whole fleet's key-periods.
 //
-// Parts are sent DemandFlushDelay after the first of them waits, by a
-// goroutine that, while some key's period is open, also folds each
-// period once it is over (and sends it), so that a period reaches Redis
-// even when no request comes after it; it ends when no period is open. A
-// Snapshot reads a period once every instance has had the time to send it
-// (lag).
+// Parts are sent by a goroutine of the Demand's, started when the first
+// part waits or a key's period opens: DemandFlushDelay after each of its
+// wake-ups it folds what is over and sends what waits; while some key's
+// period is open it wakes again a little after that period's end (every
+// 10 s at least); it ends when no period is open and nothing waits. So a
+// period reaches Redis about a second after its end even when no request
+// follows it, and a Snapshot reads it once every instance has had the
+// time to send it (lag). Close folds and sends what remains, open periods
+// included, and stops the goroutine.
 //
 // Its keys are Prefix + "{" + limit.Namespace() + ":demand:" + zone + "}:"
-// (zone's braces escaped as in state keys) followed by the period's index (its start in periods since the epoch) or "since"
-// (the instant of the last Reset): one hash slot in a Cluster. Periods
-// are counted on the instances' clocks, not Redis's: instances whose
-// clocks differ may split a key's asks near a period's end between two
-// periods.
+// (zone's braces escaped as in state keys) followed by the period's index
+// (its start in periods since the epoch) or "since" (the instant of the
+// last Reset): one hash slot in a Cluster. Each period's hash holds about
+// 60 bytes a key that asked in it, and lives DemandPeriods + 2 periods and
+// the lag after its last write. Periods are counted on the instances'
+// clocks, not Redis's: instances whose clocks differ may split a key's
+// asks near a period's end between two periods.
 type Demand struct {
 	store  *Store
 	base   string
 	period int64
 	clock  model.Clock
 	rec    *demand.Recorder
+	ctx    context.Context // ended by Close
+	stop   context.CancelFunc
 	busy   int32 // 1 while the sending goroutine runs; atomic
+	kick   int32 // 1 when due was called since the goroutine last folded; atomic
 	lost   uint64
+
+	mu      sync.Mutex
+	closed  bool
+	running chan struct{} // closed when the newest sending goroutine ends
 }
 
 // Demand returns the fleet demand of l (a validated limit with a period)
@@ -60,12 +75,13 @@ type Demand struct {
 // server's or a middleware's name: the instances of a fleet name it
 // alike), whose Recorder follows at most maxKeys keys at once (see
 // demand.NewRecorder), on the host's clock (the instants it records at;
-// nil: the system's).
+// nil: the system's). The host calls Close when it no longer records.
 func (s *Store) Demand(l *model.Limit, zone string, maxKeys int, clock model.Clock) *Demand {
 	if clock == nil {
 		clock = func() int64 { return time.Now().UnixNano() }
 	}
 	d := &Demand{store: s, base: s.prefix + "{" + l.Namespace() + ":demand:" + tagSafe(zone) + "}:", period: l.PeriodNanos(), clock: clock}
+	d.ctx, d.stop = context.WithCancel(context.Background())
 	d.rec = demand.NewFleetRecorder(d.period, maxKeys, clock(), d.due)
 	return d
 }
@@ -78,41 +94,85 @@ func (d *Demand) Recorder() *demand.Recorder { return d.rec }
 // dropped by the recorder's bound, since the start.
 func (d *Demand) Lost() uint64 { return atomic.LoadUint64(&d.lost) + d.rec.Dropped() }
 
-// due is the recorder's call when partials start waiting: it starts the
-// sending goroutine unless it runs.
+// due is the recorder's call when partials start waiting or a key's
+// period opens: it starts the sending goroutine unless it runs, and tells
+// it to go on.
 func (d *Demand) due() {
+	atomic.StoreInt32(&d.kick, 1)
 	if atomic.CompareAndSwapInt32(&d.busy, 0, 1) {
-		go d.send()
+		d.start()
 	}
 }
 
-// send is the sending goroutine: DemandFlushDelay after it starts, and
-// again a little after the end of each period while one is open, it
-// folds what is over and sends the partials. It ends when no period is
-// open and no partial waits.
-func (d *Demand) send() {
-	for {
-		time.Sleep(DemandFlushDelay)
+// start starts the sending goroutine, unless d is closed.
+func (d *Demand) start() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return // busy stays 1: nothing starts again
+	}
+	done := make(chan struct{})
+	d.running = done
+	go d.send(done)
+}
+
+// demandFoldSlack is how long after a period's end the sending goroutine
+// wakes to fold it; demandMaxSleep the longest it sleeps while a period
+// is open, so that parts folded early (a key evicted) wait no longer.
+const (
+	demandFoldSlack = 100 * time.Millisecond
+	demandMaxSleep  = 10 * time.Second
+)
+
+// send is the sending goroutine; it closes done when it ends.
+func (d *Demand) send(done chan struct{}) {
+	defer close(done)
+	for await.Sleep(d.ctx, DemandFlushDelay) {
+		atomic.StoreInt32(&d.kick, 0)
 		open := d.rec.Fold(d.clock())
-		ctx, cancel := context.WithTimeout(context.Background(), demandSendTimeout)
+		ctx, cancel := context.WithTimeout(d.ctx, demandSendTimeout)
 		_ = d.Flush(ctx) // counted in lost
 		cancel()
 		if !open {
 			atomic.StoreInt32(&d.busy, 0)
-			// A partial kept since the Drain found busy set: send it too.
-			if d.rec.Waiting() == 0 || !atomic.CompareAndSwapInt32(&d.busy, 0, 1) {
+			// A due since the fold above found busy set: go on for it.
+			if atomic.LoadInt32(&d.kick) == 0 && d.rec.Waiting() == 0 || !atomic.CompareAndSwapInt32(&d.busy, 0, 1) {
 				return
 			}
 			continue
 		}
-		now := d.clock()
-		time.Sleep(time.Duration(d.period-now%d.period) + demandFoldSlack)
+		sleep := time.Duration(d.period-d.clock()%d.period) + demandFoldSlack - DemandFlushDelay
+		if sleep > demandMaxSleep {
+			sleep = demandMaxSleep
+		}
+		if sleep > 0 && !await.Sleep(d.ctx, sleep) {
+			return
+		}
 	}
 }
 
-// demandFoldSlack is how long after a period's end the sending goroutine
-// folds it.
-const demandFoldSlack = 100 * time.Millisecond
+// Close stops recording: it stops the sending goroutine, waiting for it,
+// then folds every key's period, open ones too (the fleet sums this
+// instance's part of them with the others'), and sends them within
+// demandSendTimeout. The Recorder must no longer be used.
+func (d *Demand) Close() {
+	d.mu.Lock()
+	d.closed = true
+	done := d.running
+	d.mu.Unlock()
+	d.stop()
+	if done != nil {
+		<-done
+	}
+	d.rec.FoldAll()
+	ctx, cancel := context.WithTimeout(context.Background(), demandSendTimeout)
+	defer cancel()
+	_ = d.Flush(ctx) // counted in lost
+}
+
+// demandBatch is the most partials one script call sends, and the most
+// fields one call reads, so that no call holds Redis for long.
+const demandBatch = 1000
 
 // Flush sends the partials waiting in the recorder to Redis now.
 func (d *Demand) Flush(ctx context.Context) error {
@@ -127,21 +187,29 @@ func (d *Demand) Flush(ctx context.Context) error {
 	ttl := strconv.FormatInt(int64(d.retention()/time.Millisecond), 10)
 	var first error
 	for p, pairs := range byPeriod {
-		args := append([]string{ttl}, pairs...)
-		if _, err := d.store.Eval(ctx, redisDemandAdd, []string{d.base + strconv.FormatInt(p, 10)}, args); err != nil {
-			atomic.AddUint64(&d.lost, uint64(len(pairs)/2))
-			if first == nil {
-				first = err
+		key := []string{d.base + strconv.FormatInt(p, 10)}
+		for len(pairs) > 0 {
+			n := len(pairs)
+			if n > 2*demandBatch {
+				n = 2 * demandBatch
 			}
+			args := append([]string{ttl}, pairs[:n]...)
+			if _, err := d.store.Eval(ctx, redisDemandAdd, key, args); err != nil {
+				atomic.AddUint64(&d.lost, uint64(n/2))
+				if first == nil {
+					first = err
+				}
+			}
+			pairs = pairs[n:]
 		}
 	}
 	return first
 }
 
 // lag is how long after a period's end every instance has sent its
-// partials of it: the sending goroutine folds it demandFoldSlack after
-// its end, DemandFlushDelay later sends it within demandSendTimeout; a
-// second more for the instances' clocks and timers.
+// partials of it: the sending goroutine wakes demandFoldSlack after its
+// end, folds it DemandFlushDelay later and sends it within
+// demandSendTimeout; a second more for the instances' clocks and timers.
 func (d *Demand) lag() int64 {
 	return int64(demandFoldSlack + DemandFlushDelay + demandSendTimeout + time.Second)
 }
@@ -169,47 +237,65 @@ func (d *Demand) Snapshot(ctx context.Context, now int64) (demand.Snapshot, erro
 	followed := d.rec.Snapshot(now).Followed // folds what is over, to send
 	_ = d.Flush(ctx)                         // counted in lost; the fleet's figures are read anyway
 	first, last := d.window(now)
-	keys := []string{d.base + "since"}
-	for p := first; p <= last; p++ {
-		keys = append(keys, d.base+strconv.FormatInt(p, 10))
-	}
-	reply, err := d.store.Eval(ctx, redisDemandRead, keys, nil)
+	reply, err := d.store.Eval(ctx, redisDemandSince, []string{d.base + "since"}, nil)
 	if err != nil {
 		return demand.Snapshot{}, err
 	}
-	rows, ok := reply.([]interface{})
-	if !ok || len(rows) != len(keys) {
-		return demand.Snapshot{}, fmt.Errorf("redis: demand: unexpected reply %v", reply)
-	}
-	since, _ := rows[0].(string)
 	from := first
-	if t, err := strconv.ParseInt(since, 10, 64); err == nil && t > first*d.period {
-		from = (t + d.period - 1) / d.period // the first period begun since
+	if since, ok := reply.(string); ok {
+		if t, err := strconv.ParseInt(since, 10, 64); err == nil && t > first*d.period {
+			from = (t + d.period - 1) / d.period // the first period begun since
+		}
 	}
 	s := demand.Snapshot{Since: from * d.period, Followed: followed}
 	peaks := map[string]float64{}
-	for i, row := range rows[1:] {
-		if first+int64(i) < from {
-			continue
-		}
-		fields, _ := row.([]interface{})
-		for j := 0; j+1 < len(fields); j += 2 {
-			k, _ := fields[j].(string)
-			text, _ := fields[j+1].(string)
-			v, err := strconv.ParseFloat(text, 64)
-			if err != nil || !(v > 0) {
-				continue
-			}
-			s.Periods.Add(v)
-			if v > peaks[k] {
-				peaks[k] = v
-			}
+	for p := from; p <= last; p++ {
+		if err := d.readPeriod(ctx, p, &s, peaks); err != nil {
+			return demand.Snapshot{}, err
 		}
 	}
 	for _, v := range peaks {
 		s.Keys.Add(v)
 	}
 	return s, nil
+}
+
+// readPeriod adds the key-periods of period p to s.Periods and raises
+// each key's peak, reading its hash demandBatch fields at a time (HSCAN,
+// which may return a field twice: each counts once).
+func (d *Demand) readPeriod(ctx context.Context, p int64, s *demand.Snapshot, peaks map[string]float64) error {
+	key := []string{d.base + strconv.FormatInt(p, 10)}
+	count := strconv.Itoa(demandBatch)
+	seen := map[string]bool{}
+	cursor := "0"
+	for {
+		reply, err := d.store.Eval(ctx, redisDemandScan, key, []string{cursor, count})
+		if err != nil {
+			return err
+		}
+		page, ok := reply.([]interface{})
+		if !ok || len(page) != 2 {
+			return fmt.Errorf("redis: demand: unexpected reply %v", reply)
+		}
+		cursor, _ = page[0].(string)
+		fields, _ := page[1].([]interface{})
+		for j := 0; j+1 < len(fields); j += 2 {
+			k, _ := fields[j].(string)
+			text, _ := fields[j+1].(string)
+			v, err := strconv.ParseFloat(text, 64)
+			if err != nil || !(v > 0) || seen[k] {
+				continue
+			}
+			seen[k] = true
+			s.Periods.Add(v)
+			if v > peaks[k] {
+				peaks[k] = v
+			}
+		}
+		if cursor == "0" || cursor == "" {
+			return nil
+		}
+	}
 }
 
 // Advise is demand.AdviseQuery on the fleet's demand at now: the advice
@@ -229,19 +315,49 @@ func (d *Demand) Advise(ctx context.Context, zone string, l *model.Limit, now in
 	return a, nil
 }
 
+// DemandAnswerTimeout bounds the Redis calls of one Answer.
+const DemandAnswerTimeout = 5 * time.Second
+
+// Answer is what both hosts answer on their advice endpoint for a zone,
+// whose limit is l, that records its demand for the fleet: for DELETE,
+// Reset and 204; for any other method, Advise and 200 with the advice;
+// 400 with a model.FieldError for a bad query; 502 with Redis's error
+// when it fails. adv is nil but with 200.
+func (d *Demand) Answer(ctx context.Context, method, zone string, l *model.Limit, now int64, q url.Values) (status int, adv *demand.Advice, err error) {
+	ctx, cancel := context.WithTimeout(ctx, DemandAnswerTimeout)
+	defer cancel()
+	if method == http.MethodDelete {
+		if err := d.Reset(ctx, now); err != nil {
+			return http.StatusBadGateway, nil, fmt.Errorf("resetting the fleet's demand: %w", err)
+		}
+		return http.StatusNoContent, nil, nil
+	}
+	a, err := d.Advise(ctx, zone, l, now, q)
+	switch {
+	case model.FieldOf(err) != nil:
+		return http.StatusBadRequest, nil, err
+	case err != nil:
+		return http.StatusBadGateway, nil, fmt.Errorf("reading the fleet's demand: %w", err)
+	}
+	return http.StatusOK, &a, nil
+}
+
 // Reset forgets the fleet's demand: a Snapshot reads no period begun
 // before now, in any instance; this instance's waiting partials are
 // dropped.
 func (d *Demand) Reset(ctx context.Context, now int64) error {
-	d.rec.Reset(now)
 	ttl := strconv.FormatInt(int64(d.retention()/time.Millisecond), 10)
-	_, err := d.store.Eval(ctx, redisDemandReset, []string{d.base + "since"}, []string{strconv.FormatInt(now, 10), ttl})
-	return err
+	if _, err := d.store.Eval(ctx, redisDemandReset, []string{d.base + "since"}, []string{strconv.FormatInt(now, 10), ttl}); err != nil {
+		return err
+	}
+	d.rec.Reset(now)
+	return nil
 }
 
 var (
 	redisDemandAdd   = NewScript(redisDemandAddScript)
-	redisDemandRead  = NewScript(redisDemandReadScript)
+	redisDemandSince = NewScript(redisDemandSinceScript)
+	redisDemandScan  = NewScript(redisDemandScanScript)
 	redisDemandReset = NewScript(redisDemandResetScript)
 )
 
@@ -256,15 +372,13 @@ redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 0
 `
 
-// redisDemandReadScript returns the instant of the last reset (KEYS[1],
-// false if none) and the fields of each period's hash (KEYS[2] ...).
-const redisDemandReadScript = `
-local out = {redis.call('GET', KEYS[1])}
-for i = 2, #KEYS do
-  out[i] = redis.call('HGETALL', KEYS[i])
-end
-return out
-`
+// redisDemandSinceScript returns the instant of the last reset, KEYS[1]
+// (nil if none).
+const redisDemandSinceScript = `return redis.call('GET', KEYS[1])`
+
+// redisDemandScanScript returns the next page of a period's hash, KEYS[1]:
+// HSCAN from cursor ARGV[1], about ARGV[2] fields.
+const redisDemandScanScript = `return redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])`
 
 // redisDemandResetScript records the instant of a reset, ARGV[1], at
 // KEYS[1], for ARGV[2] milliseconds.

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"sort"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,5 +136,97 @@ func TestDemandSentWhenQuiet(t *testing.T) {
 			t.Fatalf("the partial not in Redis after 5 s: %v, %v", v, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// gatedScripter records the script calls it answers, holding the first
+// until gate is closed.
+type gatedScripter struct {
+	gate  chan struct{}
+	n     int32
+	mu    sync.Mutex
+	calls int
+}
+
+func (s *gatedScripter) EvalSha(ctx context.Context, sha string, keys, args []string) (interface{}, error) {
+	if atomic.AddInt32(&s.n, 1) == 1 {
+		<-s.gate
+	}
+	s.mu.Lock()
+	s.calls++
+	s.mu.Unlock()
+	return int64(0), nil
+}
+
+func (s *gatedScripter) ScriptLoad(ctx context.Context, script string) (string, error) {
+	return "", nil
+}
+
+func (s *gatedScripter) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls
+}
+
+// TestDemandWakeDuringFlush: a key's period that opens while the sending
+// goroutine sends (having found no period open) is still sent, by the
+// same goroutine going on or by a new one.
+func TestDemandWakeDuringFlush(t *testing.T) {
+	sc := &gatedScripter{gate: make(chan struct{})}
+	s := newTestRedisStore(t, sc, false)
+	l := coretest.Limit(t, "wake", model.TokenBucket, "10/1s", 0, 0)
+	d := s.Demand(l, "z", 0, nil)
+	t.Cleanup(d.Close)
+	d.Recorder().Add(time.Now().UnixNano()-int64(2*time.Second), "old", 1) // a period over: the goroutine starts
+	deadline := time.Now().Add(5 * time.Second)
+	for atomic.LoadInt32(&sc.n) == 0 { // the goroutine sends old's period
+		if time.Now().After(deadline) {
+			t.Fatal("nothing sent after 5 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.Recorder().Add(time.Now().UnixNano(), "new", 5) // opens a period meanwhile
+	close(sc.gate)
+	for sc.count() < 2 {
+		if time.Now().After(deadline.Add(5 * time.Second)) {
+			t.Fatal("the period opened during a send was never sent")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDemandClose: Close sends the open periods too, and stops.
+func TestDemandClose(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	client := resptest.Client(t, srv.Addr, 2)
+	s := newTestRedisStore(t, client, false)
+	l := coretest.Limit(t, "close-"+coretest.Nonce, model.TokenBucket, "10/1h", 0, 0)
+	now := time.Now().UnixNano()
+	d := s.Demand(l, "z", 0, nil)
+	d.Recorder().Add(now, "k", 3) // an hour's period, open
+	d.Close()
+	key := d.base + strconv.FormatInt(now/l.PeriodNanos(), 10)
+	if v, err := client.Do(context.Background(), "HGET", key, strconv.FormatUint(demand.FleetKey("k"), 36)); err != nil || v != "3" {
+		t.Errorf("after Close, the open period's part in Redis: %v, %v; want 3", v, err)
+	}
+}
+
+// TestDemandReadsLargePeriods: a period of more keys than one read
+// returns is read whole, each key once.
+func TestDemandReadsLargePeriods(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	s := newTestRedisStore(t, resptest.Client(t, srv.Addr, 2), false)
+	l := coretest.Limit(t, "large-"+coretest.Nonce, model.FixedWindow, "10/1m", 0, 0)
+	period := l.PeriodNanos()
+	start := 29_000_000 * period
+	d := s.Demand(l, "z", 10000, func() int64 { return start })
+	const keys = 2500
+	for i := 0; i < keys; i++ {
+		d.Recorder().Add(start, "k"+strconv.Itoa(i), 1)
+	}
+	end := start + period + d.lag()
+	snap, err := d.Snapshot(context.Background(), end)
+	if err != nil || snap.Periods.Count() != keys || snap.Keys.Count() != keys || snap.Periods.Sum() != keys {
+		t.Errorf("%d key-periods, %d keys, cost %v (%v); want %d of each", snap.Periods.Count(), snap.Keys.Count(), snap.Periods.Sum(), err, keys)
 	}
 }
