@@ -193,7 +193,7 @@ func (h *Handler) acquireWatch(z *Zone, st *pooledStore) error {
 	rs, fleet := st.store.(*redisstore.Store)
 	fleet = fleet && z.DemandScope == demand.ScopeFleet
 	if fleet {
-		key += "\x00fleet\x00" + st.label + "\x00" + z.limit.Namespace()
+		key += "\x00fleet\x00" + st.key + "\x00" + z.limit.Namespace()
 	}
 	v, _, err := watches.LoadOrNew(key, func() (caddy.Destructor, error) {
 		hh, err := inspect.NewHeavyHitters(z.TopKeys, time.Duration(z.TopWindow))

@@ -298,24 +298,25 @@ func (h *Handler) inFlight() bool {
 	return false
 }
 
-// Cleanup releases the handler's references to its stores; the last
-// reference to a Redis store closes its client. It is safe to call more
-// than once and after a failed Provision.
+// Cleanup releases the handler's references to its watches, then to its
+// stores (a fleet's demand sends its last parts through its store's
+// client); the last reference to a Redis store closes its client. It is
+// safe to call more than once and after a failed Provision.
 func (h *Handler) Cleanup() error {
 	h.unregister()
 	var errs []error
-	for _, key := range h.stores {
-		if _, err := stores.Delete(key); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	h.stores = nil
 	for _, key := range h.watches {
 		if _, err := watches.Delete(key); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	h.watches = nil
+	for _, key := range h.stores {
+		if _, err := stores.Delete(key); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	h.stores = nil
 	return errors.Join(errs...)
 }
 

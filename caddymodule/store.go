@@ -59,6 +59,7 @@ type pooledStore struct {
 	breaker *core.Breaker // nil for memory
 	label   string        // the store's metric label: no credentials
 	close   func() error  // releases the client; nil for memory
+	key     string        // its pool key: the store's whole configuration
 }
 
 // Destruct closes the store's client, when it has one. The pool calls it
@@ -134,7 +135,13 @@ func newFallbackStore() (caddy.Destructor, error) {
 // acquire takes a reference to the pooled store at key, building it with
 // build when absent, and records it for Cleanup.
 func (h *Handler) acquire(key string, build caddy.Constructor) (*pooledStore, error) {
-	v, _, err := stores.LoadOrNew(key, build)
+	v, _, err := stores.LoadOrNew(key, func() (caddy.Destructor, error) {
+		d, err := build()
+		if ps, ok := d.(*pooledStore); ok {
+			ps.key = key
+		}
+		return d, err
+	})
 	if err != nil {
 		return nil, err
 	}

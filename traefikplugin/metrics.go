@@ -60,13 +60,21 @@ type meter struct {
 	counts  *core.Meter
 }
 
-// closeFleet closes z's fleet demand, if any, in the background (Close
-// sends its last parts to Redis), and forgets it. Under registry.mu.
-func (z *zoneStats) closeFleet() {
-	if z.fleet != nil {
-		go z.fleet.Close()
-	}
+// closeFleetLocked closes z's fleet demand, if any, in the background
+// (Close sends its last parts through z's Redis client, on which it holds
+// a reference until then), and forgets it. Under registry.mu.
+func (g *registry) closeFleetLocked(z *zoneStats) {
+	f := z.fleet // read now: a goroutine's arguments are read late under Yaegi
+	rc := z.rc
 	z.fleet = nil
+	if f == nil {
+		return
+	}
+	rc.refs++
+	go func() {
+		f.Close()
+		g.release(rc)
+	}()
 }
 
 // zoneName is the zone label of limit l of middleware name, one of its n
@@ -119,7 +127,7 @@ func (g *registry) newMeter(name string, s *settings, rc *redisClient) (*meter, 
 			}
 			if z.demand == nil || z.demand.Period() != period || z.keys != o.demandKeys || z.rc != fleetRC ||
 				fleetRC != nil && z.ns != p.limit.Namespace() {
-				z.closeFleet()
+				g.closeFleetLocked(z)
 				z.rc = fleetRC
 				if fleetRC != nil {
 					z.fleet = rc.store.Demand(p.limit, name+"\x00", o.demandKeys, g.clock)
@@ -156,7 +164,7 @@ func (g *registry) releaseMeterLocked(m *meter) {
 	for _, z := range m.zones {
 		if z.refs--; z.refs <= 0 {
 			delete(g.zones, z.name)
-			z.closeFleet()
+			g.closeFleetLocked(z)
 		}
 	}
 	if srv := g.servers[m.address]; srv != nil {

@@ -17,7 +17,7 @@ import (
 
 // DemandPeriods is how many of a limit's most recent complete periods a
 // fleet's demand covers: the figures of an advice on it. Redis holds
-// each of them as a hash of about 50 bytes a key that asked in it.
+// each of them as a hash of about 60 bytes a key that asked in it.
 const DemandPeriods = 24
 
 // DemandFlushDelay is how long a fleet recorder's partials wait, once
@@ -36,10 +36,10 @@ const demandSendTimeout = time.Second
 // back as a demand.Snapshot of the whole fleet's key-periods.
 //
 // Parts are sent by a goroutine of the Demand's, started when the first
-// part waits or a key's period opens: DemandFlushDelay after each of its
-// wake-ups it folds what is over and sends what waits; while some key's
-// period is open it wakes again a little after that period's end (every
-// 10 s at least); it ends when no period is open and nothing waits. So a
+// part waits or a key's period opens: DemandFlushDelay after it starts it
+// folds what is over and sends what waits; while some key's period is
+// open it does so again demandFoldSlack after that period's end (every
+// 11 s at least); it ends when no period is open and nothing waits. So a
 // period reaches Redis about a second after its end even when no request
 // follows it, and a Snapshot reads it once every instance has had the
 // time to send it (lag). Close folds and sends what remains, open periods
@@ -130,7 +130,8 @@ func (d *Demand) send(done chan struct{}) {
 	for await.Sleep(d.ctx, DemandFlushDelay) {
 		atomic.StoreInt32(&d.kick, 0)
 		open := d.rec.Fold(d.clock())
-		ctx, cancel := context.WithTimeout(d.ctx, demandSendTimeout)
+		// Not d.ctx: Close waits for this send rather than cancel it.
+		ctx, cancel := context.WithTimeout(context.Background(), demandSendTimeout)
 		_ = d.Flush(ctx) // counted in lost
 		cancel()
 		if !open {
@@ -207,9 +208,9 @@ func (d *Demand) Flush(ctx context.Context) error {
 }
 
 // lag is how long after a period's end every instance has sent its
-// partials of it: the sending goroutine wakes demandFoldSlack after its
-// end, folds it DemandFlushDelay later and sends it within
-// demandSendTimeout; a second more for the instances' clocks and timers.
+// partials of it: the sending goroutine folds it demandFoldSlack after
+// its end and sends it within demandSendTimeout; DemandFlushDelay and a
+// second more for the instances' clocks and timers.
 func (d *Demand) lag() int64 {
 	return int64(demandFoldSlack + DemandFlushDelay + demandSendTimeout + time.Second)
 }
