@@ -137,10 +137,13 @@ func newFallbackStore() (caddy.Destructor, error) {
 func (h *Handler) acquire(key string, build caddy.Constructor) (*pooledStore, error) {
 	v, _, err := stores.LoadOrNew(key, func() (caddy.Destructor, error) {
 		d, err := build()
+		if err != nil {
+			return nil, err
+		}
 		if ps, ok := d.(*pooledStore); ok {
 			ps.key = key
 		}
-		return d, err
+		return d, nil
 	})
 	if err != nil {
 		return nil, err
