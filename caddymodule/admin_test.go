@@ -273,6 +273,7 @@ func TestAdminReload(t *testing.T) {
 	if len(top.Rejected) != 1 || top.Rejected[0].Key != "x" {
 		t.Errorf("after a reload, rejected: %+v, want x kept", top.Rejected)
 	}
+	awaitPolicy(t, urls[0], `"api";q=5;`)
 	wantStatus(t, urls[0], []int{200, 200, 200, 200, 429}, "X-Client", "x") // the counters kept: 1 spent of 5
 	if err := caddy.Stop(); err != nil {
 		t.Fatal(err)
@@ -285,6 +286,22 @@ func TestAdminReload(t *testing.T) {
 	if n != 0 {
 		t.Errorf("after stop: %d sketches in the pool, want 0", n)
 	}
+}
+
+// awaitPolicy waits (2 s at most) until url answers with a RateLimit-Policy
+// beginning with policy, asking as clients of their own: right after a
+// reload, the previous config's server may still accept a connection on
+// the shared listener and answer it (see fetch).
+func awaitPolicy(t *testing.T, url, policy string) {
+	t.Helper()
+	for i := 0; i < 100; i++ {
+		r := get(t, url, "X-Client", "await-"+strconv.Itoa(i))
+		if strings.HasPrefix(r.header.Get("RateLimit-Policy"), policy) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s does not answer with the policy %s after 2 s", url, policy)
 }
 
 // testAdminLongKey: a key longer than keyspec.MaxKeyLength (a JWT), which
