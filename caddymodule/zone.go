@@ -165,7 +165,7 @@ type Zone struct {
 
 	// DemandKeys is the most keys whose demand per period the zone
 	// follows at once, for the admin API's advice and the demand
-	// metrics (see package demand): default 16384, about 80 bytes a
+	// metrics (see package demand): default 16384, about 95 bytes a
 	// key; -1 records no demand. A zone without a rate records none.
 	DemandKeys int `json:"demand_keys,omitempty"`
 

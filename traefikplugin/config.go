@@ -182,7 +182,7 @@ type Metrics struct {
 	// DemandKeys is the most keys of each limit whose demand per period
 	// the middleware follows at once, for the advice served at
 	// /sluice/zones/<zone>/advice and the demand metrics: default 16384
-	// (about 80 bytes a key); "off" records no demand.
+	// (about 95 bytes a key); "off" records no demand.
 	DemandKeys string
 	// NearLimit is the share of a limit's capacity under which an
 	// admitted request is counted as a near miss (the near_limit outcome

@@ -12,14 +12,14 @@ import (
 )
 
 // DefaultMaxKeys is the most keys a Recorder follows at once unless told
-// otherwise: with about 80 bytes a key (its hash, its entry, the map's
-// share; TestRecorderMemory), some 1.3 MiB of heap for a limit with that
+// otherwise: with about 95 bytes a key (its hash, its entry, the map's
+// share; TestRecorderMemory), some 1.5 MiB of heap for a limit with that
 // many keys asking within the hour. A limit with more evicts the keys
 // idle the longest, which a later ask counts as new keys.
 const DefaultMaxKeys = 1 << 14
 
 // MaxKeys bounds the keys a host may ask a Recorder to follow: some
-// 340 MB of keys for one limit.
+// 400 MB of keys for one limit.
 const MaxKeys = 1 << 22
 
 // CheckMaxKeys checks a host's setting of the keys a limit's demand
@@ -87,9 +87,10 @@ type shard struct {
 
 // entry is one followed key.
 type entry struct {
-	sum  float64 // demand so far in the period of last
-	peak float64 // largest demand of the key's complete periods
-	last int64   // instant of the key's last ask
+	sum   float64 // demand so far in the period of last
+	peak  float64 // largest demand of the key's complete periods
+	last  int64   // instant of the key's last ask
+	fleet uint64  // the key's FleetKey, in fleet mode, for its partials
 }
 
 // NewRecorder returns a Recorder of the demand per period (nanoseconds,
@@ -203,7 +204,7 @@ func (r *Recorder) FoldAll() {
 		sh.mu.Lock()
 		for k, e := range sh.keys {
 			if e.sum > 0 {
-				r.fold(k, e.last/r.period, e.sum, true)
+				r.fold(e.fleet, e.last/r.period, e.sum, true)
 				e.sum = 0
 				sh.keys[k] = e
 			}
@@ -232,12 +233,7 @@ func (r *Recorder) Add(now int64, key string, cost float64) {
 	if !(cost > 0) {
 		return
 	}
-	var h uint64
-	if r.due == nil {
-		h = maphash.String(r.seed, key)
-	} else { // fleet mode: every instance hashes keys alike
-		h = FleetKey(key)
-	}
+	h := maphash.String(r.seed, key)
 	sh := &r.shards[h%numShards]
 	sh.mu.Lock()
 	e, ok := sh.keys[h]
@@ -248,14 +244,14 @@ func (r *Recorder) Add(now int64, key string, cost float64) {
 		sh.mu.Unlock()
 		return
 	}
-	r.add(sh, now, h, cost, e, ok)
+	r.add(sh, now, h, key, cost, e, ok)
 	sh.mu.Unlock()
 }
 
 // add is Add for a key new to sh (ok false), a key's first ask in a
-// period, or an ask that finds a sweep due; e is the key's entry, if ok.
-// It is called with sh's lock held.
-func (r *Recorder) add(sh *shard, now int64, h uint64, cost float64, e entry, ok bool) {
+// period, or an ask that finds a sweep due; h is key's hash, e its entry,
+// if ok. It is called with sh's lock held.
+func (r *Recorder) add(sh *shard, now int64, h uint64, key string, cost float64, e entry, ok bool) {
 	if now >= sh.sweep {
 		r.sweep(sh, now)
 		e, ok = sh.keys[h] // the sweep folds and retires entries
@@ -266,12 +262,15 @@ func (r *Recorder) add(sh *shard, now int64, h uint64, cost float64, e entry, ok
 			r.evict(sh, now)
 		}
 		e = entry{last: now}
+		if r.due != nil {
+			e.fleet = FleetKey(key)
+		}
 	case now/r.period < e.last/r.period:
 		// An ask stamped before the key's last (hosts stamp asks as they
 		// come, concurrently): counted in the key's current period rather
 		// than reopening one that may be folded.
 	case now/r.period > e.last/r.period:
-		r.fold(h, e.last/r.period, e.sum, false)
+		r.fold(e.fleet, e.last/r.period, e.sum, false)
 		if e.sum > e.peak {
 			e.peak = e.sum
 		}
@@ -289,18 +288,18 @@ func (r *Recorder) add(sh *shard, now int64, h uint64, cost float64, e entry, ok
 	}
 }
 
-// fold records the demand v of key h in period p, partial when that
-// period was not over; in fleet mode, as a Partial, whose sum over the
-// instances a later period of the key's own adds to when it was cut
-// short. It is called with a shard's lock held.
-func (r *Recorder) fold(h uint64, p int64, v float64, partial bool) {
+// fold records the demand v of a key in period p, partial when that
+// period was not over; in fleet mode, as a Partial of the key's FleetKey
+// fk, whose sum over the instances a later period of the key's own adds
+// to when it was cut short. It is called with a shard's lock held.
+func (r *Recorder) fold(fk uint64, p int64, v float64, partial bool) {
 	if !(v > 0) {
 		return
 	}
 	r.mu.Lock()
 	switch {
 	case r.due != nil:
-		r.keep(h, p, v)
+		r.keep(fk, p, v)
 	default:
 		r.periods.Add(v)
 		if partial {
@@ -310,8 +309,8 @@ func (r *Recorder) fold(h uint64, p int64, v float64, partial bool) {
 	r.mu.Unlock()
 }
 
-// keep adds v to the waiting partial of key h in period p, telling due
-// when partials start waiting. r.mu is held.
+// keep adds v to the waiting partial of the key whose FleetKey is h in
+// period p, telling due when partials start waiting. r.mu is held.
 func (r *Recorder) keep(h uint64, p int64, v float64) {
 	keys := r.out[p]
 	if keys == nil {
@@ -348,7 +347,7 @@ func (r *Recorder) sweep(sh *shard, now int64) {
 	p := now / r.period
 	for k, e := range sh.keys {
 		if e.last/r.period < p && e.sum > 0 {
-			r.fold(k, e.last/r.period, e.sum, false)
+			r.fold(e.fleet, e.last/r.period, e.sum, false)
 			if e.sum > e.peak {
 				e.peak = e.sum
 			}
@@ -383,7 +382,7 @@ func (r *Recorder) evict(sh *shard, now int64) {
 	if oldest.sum > peak {
 		peak = oldest.sum
 	}
-	r.fold(victim, oldest.last/r.period, oldest.sum, oldest.last/r.period == now/r.period)
+	r.fold(oldest.fleet, oldest.last/r.period, oldest.sum, oldest.last/r.period == now/r.period)
 	r.retire(peak)
 	delete(sh.keys, victim)
 }
