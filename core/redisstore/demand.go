@@ -63,7 +63,6 @@ type Demand struct {
 	stop   context.CancelFunc
 	busy   int32 // 1 while the sending goroutine runs; atomic
 	kick   int32 // 1 when due was called since the goroutine last folded; atomic
-	lost   uint64
 
 	mu      sync.Mutex
 	closed  bool
@@ -89,10 +88,6 @@ func (s *Store) Demand(l *model.Limit, zone string, maxKeys int, clock model.Clo
 // Recorder is the recorder into which this instance records the limit's
 // demand.
 func (d *Demand) Recorder() *demand.Recorder { return d.rec }
-
-// Lost is how many partials could not be sent (Redis failed) or were
-// dropped by the recorder's bound, since the start.
-func (d *Demand) Lost() uint64 { return atomic.LoadUint64(&d.lost) + d.rec.Dropped() }
 
 // due is the recorder's call when partials start waiting or a key's
 // period opens: it starts the sending goroutine unless it runs, and tells
@@ -132,7 +127,7 @@ func (d *Demand) send(done chan struct{}) {
 		open := d.rec.Fold(d.clock())
 		// Not d.ctx: Close waits for this send rather than cancel it.
 		ctx, cancel := context.WithTimeout(context.Background(), demandSendTimeout)
-		_ = d.Flush(ctx) // counted in lost
+		_ = d.Flush(ctx) // parts Redis refused are lost
 		cancel()
 		if !open {
 			atomic.StoreInt32(&d.busy, 0)
@@ -168,14 +163,15 @@ func (d *Demand) Close() {
 	d.rec.FoldAll()
 	ctx, cancel := context.WithTimeout(context.Background(), demandSendTimeout)
 	defer cancel()
-	_ = d.Flush(ctx) // counted in lost
+	_ = d.Flush(ctx) // parts Redis refused are lost
 }
 
 // demandBatch is the most partials one script call sends, and the most
 // fields one call reads, so that no call holds Redis for long.
 const demandBatch = 1000
 
-// Flush sends the partials waiting in the recorder to Redis now.
+// Flush sends the partials waiting in the recorder to Redis now; those
+// of a call that fails are lost, and the first error returned.
 func (d *Demand) Flush(ctx context.Context) error {
 	parts := d.rec.Drain()
 	if len(parts) == 0 {
@@ -196,7 +192,6 @@ func (d *Demand) Flush(ctx context.Context) error {
 			}
 			args := append([]string{ttl}, pairs[:n]...)
 			if _, err := d.store.Eval(ctx, redisDemandAdd, key, args); err != nil {
-				atomic.AddUint64(&d.lost, uint64(n/2))
 				if first == nil {
 					first = err
 				}
@@ -236,7 +231,7 @@ func (d *Demand) window(now int64) (first, last int64) {
 // Followed is the keys this instance follows.
 func (d *Demand) Snapshot(ctx context.Context, now int64) (demand.Snapshot, error) {
 	followed := d.rec.Snapshot(now).Followed // folds what is over, to send
-	_ = d.Flush(ctx)                         // counted in lost; the fleet's figures are read anyway
+	_ = d.Flush(ctx)                         // the fleet's figures are read even if this fails
 	first, last := d.window(now)
 	reply, err := d.store.Eval(ctx, redisDemandSince, []string{d.base + "since"}, nil)
 	if err != nil {
