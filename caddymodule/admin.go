@@ -515,25 +515,20 @@ func advice(w http.ResponseWriter, r *http.Request, az *adminZone) error {
 		return apiError(http.StatusNotFound, "zone %s records no demand (no rate, or demand_keys off)", az.id)
 	}
 	now := clockNow()
+	var status int
+	var adv *demand.Advice
+	var err error
 	if fleet := az.z.fleet; fleet != nil {
-		status, adv, err := fleet.Answer(r.Context(), r.Method, az.id, az.z.limit, now, r.URL.Query())
-		switch {
-		case err != nil:
-			return apiError(status, "zone %s: %v", az.id, err)
-		case adv == nil:
-			w.WriteHeader(status)
-			return nil
-		}
-		return writeJSON(w, adv)
+		status, adv, err = fleet.Answer(r.Context(), r.Method, az.id, az.z.limit, now, r.URL.Query())
+	} else {
+		status, adv, err = rec.Answer(r.Method, az.id, az.z.limit, now, r.URL.Query())
 	}
-	if r.Method == http.MethodDelete {
-		rec.Reset(now)
-		w.WriteHeader(http.StatusNoContent)
+	switch {
+	case err != nil:
+		return apiError(status, "zone %s: %v", az.id, err)
+	case adv == nil:
+		w.WriteHeader(status)
 		return nil
-	}
-	adv, err := demand.AdviseQuery(rec, az.id, az.z.limit, now, r.URL.Query())
-	if err != nil {
-		return apiError(http.StatusBadRequest, "%v", err)
 	}
 	return writeJSON(w, adv)
 }

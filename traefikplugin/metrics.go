@@ -337,29 +337,22 @@ func writeAdvice(w http.ResponseWriter, r *http.Request, v *view) {
 			if z.name != zone || rec == nil {
 				continue
 			}
+			var status int
+			var adv *demand.Advice
+			var err error
 			if fleet := en.meter.fleet[i]; fleet != nil {
-				status, adv, err := fleet.Answer(r.Context(), r.Method, zone, en.meter.limits[i], v.now, r.URL.Query())
-				switch {
-				case err != nil:
-					http.Error(w, "sluice: "+err.Error(), status)
-				case adv == nil:
-					w.WriteHeader(status)
-				default:
-					writeJSON(w, adv)
-				}
-				return
+				status, adv, err = fleet.Answer(r.Context(), r.Method, zone, en.meter.limits[i], v.now, r.URL.Query())
+			} else {
+				status, adv, err = rec.Answer(r.Method, zone, en.meter.limits[i], v.now, r.URL.Query())
 			}
-			if r.Method == http.MethodDelete {
-				rec.Reset(v.now)
-				w.WriteHeader(http.StatusNoContent)
-				return
+			switch {
+			case err != nil:
+				http.Error(w, "sluice: "+err.Error(), status)
+			case adv == nil:
+				w.WriteHeader(status)
+			default:
+				writeJSON(w, adv)
 			}
-			adv, err := demand.AdviseQuery(rec, zone, en.meter.limits[i], v.now, r.URL.Query())
-			if err != nil {
-				http.Error(w, "sluice: "+err.Error(), http.StatusBadRequest)
-				return
-			}
-			writeJSON(w, adv)
 			return
 		}
 	}

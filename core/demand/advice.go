@@ -2,6 +2,7 @@ package demand
 
 import (
 	"math"
+	"net/http"
 	"net/url"
 	"strconv"
 	"time"
@@ -184,6 +185,23 @@ func AdviseQuery(r *Recorder, zone string, l *model.Limit, now int64, q url.Valu
 	}
 	s := r.Snapshot(now)
 	return Advise(zone, l, &s, asked), nil
+}
+
+// Answer is what both hosts answer on their advice endpoint for a zone,
+// whose limit is l, that records its demand in r: for DELETE, Reset and
+// 204; for any other method, AdviseQuery and 200 with the advice; 400 with
+// a model.FieldError for a bad query. adv is nil but with 200.
+// redisstore.Demand.Answer is its twin for a fleet's demand.
+func (r *Recorder) Answer(method, zone string, l *model.Limit, now int64, q url.Values) (status int, adv *Advice, err error) {
+	if method == http.MethodDelete {
+		r.Reset(now)
+		return http.StatusNoContent, nil, nil
+	}
+	a, err := AdviseQuery(r, zone, l, now, q)
+	if err != nil {
+		return http.StatusBadRequest, nil, err
+	}
+	return http.StatusOK, &a, nil
 }
 
 // Asked returns the candidates the query q asks about a zone whose limit
