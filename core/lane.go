@@ -1412,7 +1412,7 @@ func serveLaneLease(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 // see serveLaneTB.
 func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
 	key string, err error, cl *resp.Client, ctx context.Context, start time.Time, cmd []byte, sum [sha256.Size]byte,
-	reply interface{}, text string, ok bool, rem float64, p, q, j int, c byte, n time.Duration, f [replyFields]time.Duration, now int64, v Verdict) {
+	reply interface{}, text string, ok bool, rem float64, p, q, j int, c, n time.Duration, f [replyFields]time.Duration, now int64, v Verdict) {
 	key = laneKey4(l, r, "", nil)
 	if key == "" || len(key) > maxKeyLength || l.bstate != nil && loadInt32(l.bstate) != breakerClosed {
 		serveLaneAny(l, next, w, r, nil, noVerdict, false)
@@ -1455,8 +1455,8 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 	}
 	p, j = q+1, 2
 	for q = p; q < len(text); q++ {
-		if c = text[q] - '0'; c <= 9 {
-			n = n*10 + time.Duration(c)
+		if c = replyDigits[text[q]]; c <= 9 {
+			n = n*10 + c
 		} else if text[q] != ' ' || q == p || q-p > 15 || j == replyFields-1 {
 			break
 		} else {
@@ -1493,6 +1493,19 @@ func serveLaneRedis(l *Lane, next http.Handler, w http.ResponseWriter, r *http.R
 	}
 	next.ServeHTTP(w, r)
 }
+
+// replyDigits is the value of each byte as a decimal digit, 10 for a
+// byte that is not one: serveLaneRedis reads a reply's digits through it,
+// because under Yaegi a conversion of each digit would allocate.
+var replyDigits = func() (t [256]time.Duration) {
+	for i := range t {
+		t[i] = 10
+	}
+	for i := 0; i < 10; i++ {
+		t['0'+i] = time.Duration(i)
+	}
+	return t
+}()
 
 // alwaysDown is the Lane's down of a lane that observes every verdict:
 // never 0, never written.
