@@ -1022,7 +1022,7 @@ func laneCount(m *Meter, v *Verdict, i int, elapsed time.Duration, c *Counts, h 
 		return
 	}
 	h = m.seconds
-	for i = 0; i < numDecisionBounds && int64(elapsed) > h.bounds[i]; i++ {
+	for i = 0; i < numDecisionBounds && elapsed > h.bounds[i]; i++ {
 	}
 	addUint64(&h.counts[i], 1)
 	addUint64(&h.sum, uint64(elapsed))

@@ -184,7 +184,7 @@ func TestServeLaneMeteredMatchesServeLane(t *testing.T) {
 func TestHistogramBounds(t *testing.T) {
 	b := telemetry.DecisionBuckets()
 	h := NewHistogram()
-	if len(b) != numDecisionBounds || h.bounds[0] != 50000 || h.bounds[numDecisionBounds-1] != int64(time.Second) {
+	if len(b) != numDecisionBounds || h.bounds[0] != 50000 || h.bounds[numDecisionBounds-1] != time.Second {
 		t.Fatalf("%d buckets, bounds %v; want %d from 50µs to 1s", len(b), h.bounds, numDecisionBounds)
 	}
 }

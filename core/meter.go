@@ -93,7 +93,7 @@ const numDecisionBounds = 14
 // A Histogram counts decision times in the buckets of
 // telemetry.DecisionBuckets, for telemetry.DecisionSeconds.
 type Histogram struct {
-	bounds [numDecisionBounds]int64 // nanoseconds
+	bounds [numDecisionBounds]time.Duration
 	counts [numDecisionBounds + 1]uint64
 	sum    uint64 // nanoseconds
 }
@@ -102,7 +102,7 @@ type Histogram struct {
 func NewHistogram() *Histogram {
 	h := &Histogram{}
 	for i, b := range telemetry.DecisionBuckets() {
-		h.bounds[i] = int64(b * float64(time.Second))
+		h.bounds[i] = time.Duration(b * float64(time.Second))
 	}
 	return h
 }
