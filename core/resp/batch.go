@@ -58,16 +58,33 @@ type call struct {
 // ends (see expire). It waits with a plain receive, the deadline and ctx's
 // end arriving through callbacks: see package await for why no select.
 func queue(c *Client, ctx context.Context, a, b, d []string, raw []byte) (interface{}, error) {
-	k := &call{ctx: ctx, deadline: c.deadline(ctx), a: a, b: b, d: d, raw: raw, queued: true, done: make(chan struct{})}
+	// The deadline is c.deadline(ctx). Under Yaegi each function handed
+	// to compiled code costs some 15 allocations, so when it is ctx's own,
+	// ctx's end stands for the timer (runSlow's ctx ends so).
+	deadline, timed := time.Now().Add(c.timeout), true
+	if dl, ok := ctx.Deadline(); ok && !dl.After(deadline) {
+		deadline, timed = dl, false
+	}
+	k := &call{ctx: ctx, deadline: deadline, a: a, b: b, d: d, raw: raw, queued: true, done: make(chan struct{})}
 	c.queue = append(c.queue, k)
 	c.mu.Unlock()
-	t := time.AfterFunc(time.Until(k.deadline), func() { expire(c, k) })
+	wake := func() { expire(c, k) }
+	var t *time.Timer
+	if timed {
+		t = time.AfterFunc(time.Until(deadline), wake)
+	}
+	var stop func() bool
 	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { expire(c, k) })
-		defer stop()
+		stop = context.AfterFunc(ctx, wake)
 	}
 	<-k.done
-	t.Stop()
+	// The callbacks end here: they would leave the batch alone (expire).
+	if stop != nil {
+		stop()
+	}
+	if t != nil {
+		t.Stop()
+	}
 	if k.lead {
 		runBatch(c, k.cn, k.batch, true)
 	}
