@@ -35,7 +35,11 @@ func TestYaegiAllocBudget(t *testing.T) {
 			continue
 		}
 		h, nx, req := build(t, onRedis(c, srv.Addr), len(memoryCases)+i)
-		if m := measure(h, nx, req, 20, 3, 100); m.allocs > c.ceiling {
+		m := measure(h, nx, req, 20, 3, 100)
+		if c.callers != 0 {
+			m = measureParallel(h, req, c.callers, 3, 20)
+		}
+		if m.allocs > c.ceiling {
 			t.Errorf("%s: %.0f allocations per request, more than its ceiling %.0f", c.name, m.allocs, c.ceiling)
 		} else {
 			t.Logf("%s: %.0f allocations per request (ceiling %.0f)", c.name, m.allocs, c.ceiling)

@@ -79,6 +79,11 @@ func redisReport(t *testing.T, rounds, n int, out func(string, ...any)) {
 			out("%-40s %9.2f %8.0f", c.name, m.ns/1e3, m.allocs)
 			continue
 		}
+		if c.callers != 0 {
+			m := measureParallel(h, req, c.callers, rounds, n/c.callers)
+			out("%-40s %9.2f %8.0f", c.name+" (plugin, wall)", m.ns/1e3, m.allocs)
+			continue
+		}
 		measure(h, nx, req, n/10, 1, 1)
 		l := &model.Limit{Name: "default", Rate: model.Rate{Quota: 1e9, Period: time.Second}, Burst: 1e9}
 		if c.rejected {
