@@ -9,9 +9,15 @@
 //
 //	go run ./bench/redis -addr 127.0.0.1:6379 -c 1,8,64 -d 3s
 //
-// prints one line per concurrency, "<callers> <decisions/s> <p99 ms>": the
-// decisions per second and the 99th percentile of one decision's latency
-// (of the first maxSamples decisions of each caller). With -dump
+// prints one line per concurrency, "<callers> <decisions/s> <p99 ms> <PING
+// p99 ms>": the decisions per second, the 99th percentile of one
+// decision's latency (of the first maxSamples decisions of each caller),
+// and that of a PING sent to the same server under the same load, one
+// after the other on a connection of its own, from the same process: what
+// the server, the network and the process's scheduling add to any command
+// then, beside which a decision's latency shows what the decision itself
+// adds (its script, its client's work and, with -pool, its wait for a
+// shared connection). With -dump
 // DIR it first writes the store's script to DIR/script.lua and the EVALSHA
 // arguments of one decision, one per line, to DIR/evalsha.args, so that
 // redis-benchmark can send exactly the same command (see run.sh).
@@ -81,11 +87,11 @@ func run(addr, conc string, pool int, dur time.Duration, dump string) error {
 		if size == 0 {
 			size = n
 		}
-		rate, p99, err := measure(addr, asks, n, size, dur)
+		rate, p99, ping, err := measure(addr, asks, n, size, dur)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%d %.0f %.3f\n", n, rate, float64(p99)/float64(time.Millisecond))
+		fmt.Printf("%d %.0f %.3f %.3f\n", n, rate, float64(p99)/float64(time.Millisecond), float64(ping)/float64(time.Millisecond))
 	}
 	return nil
 }
@@ -95,23 +101,31 @@ func run(addr, conc string, pool int, dur time.Duration, dump string) error {
 const maxSamples = 1 << 18
 
 // measure runs callers goroutines deciding asks in a loop for dur and
-// returns the decisions per second and the 99th percentile of a
-// decision's latency.
-func measure(addr string, asks []model.Ask, callers, pool int, dur time.Duration) (float64, time.Duration, error) {
+// returns the decisions per second, the 99th percentile of a decision's
+// latency and that of a PING sent meanwhile (see probe).
+func measure(addr string, asks []model.Ask, callers, pool int, dur time.Duration) (float64, time.Duration, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dur+10*time.Second)
 	defer cancel()
 	client, err := resp.New(ctx, resp.Options{Addr: addr, PoolSize: pool})
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer client.Close()
+	pinger, err := resp.New(ctx, resp.Options{Addr: addr, PoolSize: 1})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer pinger.Close()
 	store, err := redisstore.New(redisstore.Config{Client: client})
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	// Warm up: load the script and open every connection.
 	if err := store.Take(ctx, asks, make([]model.Decision, len(asks))); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
+	}
+	if _, err := pinger.Do(ctx, "PING"); err != nil {
+		return 0, 0, 0, err
 	}
 	samples := make([][]time.Duration, callers)
 	var done, failed int64
@@ -141,22 +155,47 @@ func measure(addr string, asks []model.Ask, callers, pool int, dur time.Duration
 			samples[i] = lat
 		}(i)
 	}
-	time.Sleep(dur)
+	pings, perr := probe(ctx, pinger, dur)
 	atomic.StoreInt32(&stop, 1)
 	wg.Wait()
 	elapsed := time.Since(began)
 	if failed > 0 {
-		return 0, 0, fmt.Errorf("%d callers failed: %v", failed, firstErr.Load())
+		return 0, 0, 0, fmt.Errorf("%d callers failed: %v", failed, firstErr.Load())
+	}
+	if perr != nil {
+		return 0, 0, 0, perr
 	}
 	var all []time.Duration
 	for _, s := range samples {
 		all = append(all, s...)
 	}
-	if len(all) == 0 {
-		return 0, 0, fmt.Errorf("no decision in %v", dur)
+	if len(all) == 0 || len(pings) == 0 {
+		return 0, 0, 0, fmt.Errorf("no decision or no PING in %v", dur)
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-	return float64(done) / elapsed.Seconds(), all[len(all)*99/100], nil
+	return float64(done) / elapsed.Seconds(), p99(all), p99(pings), nil
+}
+
+// probe sends PINGs on c for dur, one after the other as each caller sends
+// its decisions, and returns each one's round trip: the latency of the
+// server's plainest command under the callers' load. (A PING every
+// millisecond instead measured the wake-up of an idle processor of this
+// virtual machine, up to twice a decision's p99 at one caller.)
+func probe(ctx context.Context, c *resp.Client, dur time.Duration) ([]time.Duration, error) {
+	var lat []time.Duration
+	for end := time.Now().Add(dur); time.Now().Before(end); {
+		t0 := time.Now()
+		if _, err := c.Do(ctx, "PING"); err != nil {
+			return nil, fmt.Errorf("PING under load: %w", err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	return lat, nil
+}
+
+// p99 returns the 99th percentile of xs, which it sorts.
+func p99(xs []time.Duration) time.Duration {
+	sort.Slice(xs, func(i, j int) bool { return xs[i] < xs[j] })
+	return xs[len(xs)*99/100]
 }
 
 // recorder is a Scripter that remembers the last script loaded and the

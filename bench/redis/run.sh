@@ -13,9 +13,13 @@
 #
 # It also prints the 99th percentile of one decision's latency through the
 # store, both ways, beside those of redis-benchmark's EVALSHA and PING at
-# the same number of callers (each the lowest of its rounds), and the ratio
-# of the batched store's to PING's: what a decision adds to the server's
-# own round trip under the same load (target: at most 1.5).
+# the same number of callers, and that of a PING sent on a connection of
+# its own by the store's process during the same measurement (each p99 the
+# lowest of its rounds). The ratios of a decision's p99 to that PING's, one
+# connection per caller and batched, are what a decision adds to the
+# server's own round trip under the same load (target: at most 1.5); the
+# last column is the batched p99 against redis-benchmark's PING, sent
+# alone, without the decisions' load.
 #
 #   bench/redis/run.sh                     # 3 rounds of 3 s per measurement
 #   DURATION=5s ROUNDS=1 CONCURRENCY="1 16" POOL=2 PORT=16400 bench/redis/run.sh
@@ -56,15 +60,15 @@ redis-server --version
 echo "EVALSHA ${args[*]:0:3} ... ($(( ${#args[@]} - 3 )) arguments)"
 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); best of $rounds rounds of $duration, alternating"
-printf '\n%8s %14s %14s %22s %14s %14s %12s %12s %12s %12s %12s\n' callers "store dec/s" "batched dec/s" "redis-benchmark req/s" "store/rb" "batched/rb" \
-	"store p99" "batched p99" "EVALSHA p99" "PING p99" "batched/PING"
+printf '\n%8s %14s %14s %22s %10s %10s %10s %12s %12s %12s %12s %12s %12s %12s %12s\n' callers "store dec/s" "batched dec/s" "redis-benchmark req/s" \
+	"store/rb" "batched/rb" "store p99" "batched p99" "PING p99 (s)" "PING p99 (b)" "EVALSHA p99" "PING p99" "store/PING" "batched/PING" "batched/rb PING"
 # low A B prints the lower of A and B, A empty meaning none yet.
 low() { awk -v a="$1" -v b="$2" 'BEGIN { print (a == "" || b < a) ? b : a }'; }
 for c in $concurrency; do
-	best_store=0 best_batched=0 best_rb=0 p99_store="" p99_batched="" p99_rb="" p99_ping=""
+	best_store=0 best_batched=0 best_rb=0 p99_store="" p99_batched="" p99_rb="" p99_ping="" p99_sping="" p99_bping=""
 	for r in $(seq "$rounds"); do
-		read -r _ store p99 < <("$dir/bench" -addr "127.0.0.1:$port" -c "$c" -d "$duration")
-		read -r _ batched bp99 < <("$dir/bench" -addr "127.0.0.1:$port" -c "$c" -d "$duration" -pool "$pool")
+		read -r _ store p99 sping < <("$dir/bench" -addr "127.0.0.1:$port" -c "$c" -d "$duration")
+		read -r _ batched bp99 bping < <("$dir/bench" -addr "127.0.0.1:$port" -c "$c" -d "$duration" -pool "$pool")
 		n="$(awk -v r="$store" -v s="$seconds" 'BEGIN { n = int(r * s); if (n < 10000) n = 10000; print n }')"
 		# The rate and the p99, from redis-benchmark's CSV line.
 		read -r rb rb99 < <(redis-benchmark -p "$port" -c "$c" -n "$n" --csv EVALSHA "${args[@]}" |
@@ -78,8 +82,11 @@ for c in $concurrency; do
 		p99_batched="$(low "$p99_batched" "$bp99")"
 		p99_rb="$(low "$p99_rb" "$rb99")"
 		p99_ping="$(low "$p99_ping" "$ping99")"
+		p99_sping="$(low "$p99_sping" "$sping")"
+		p99_bping="$(low "$p99_bping" "$bping")"
 	done
 	awk -v c="$c" -v s="$best_store" -v t="$best_batched" -v b="$best_rb" -v ps="$p99_store" -v pt="$p99_batched" \
-		-v pr="$p99_rb" -v pp="$p99_ping" \
-		'BEGIN { printf "%8d %14.0f %14.0f %22.0f %14.2f %14.2f %12.3f %12.3f %12.3f %12.3f %12.2f\n", c, s, t, b, s / b, t / b, ps, pt, pr, pp, pt / pp }'
+		-v pr="$p99_rb" -v pp="$p99_ping" -v qs="$p99_sping" -v qb="$p99_bping" \
+		'BEGIN { printf "%8d %14.0f %14.0f %22.0f %10.2f %10.2f %10.3f %12.3f %12.3f %12.3f %12.3f %12.3f %12.2f %12.2f %12.2f\n",
+			c, s, t, b, s / b, t / b, ps, pt, qs, qb, pr, pp, ps / qs, pt / qb, pt / pp }'
 done
