@@ -245,24 +245,12 @@ func measure(h http.Handler, nx *next, req *http.Request, warm, rounds, n int) c
 	for i := 0; i < warm; i++ {
 		serve()
 	}
-	var times, allocs []float64
-	var before, after runtime.MemStats
-	for r := 0; r < rounds; r++ {
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		t0 := time.Now()
+	ns, allocs := sample(rounds, n, func() {
 		for i := 0; i < n; i++ {
 			serve()
 		}
-		el := time.Since(t0)
-		runtime.ReadMemStats(&after)
-		times = append(times, float64(el.Nanoseconds())/float64(n))
-		allocs = append(allocs, float64(after.Mallocs-before.Mallocs)/float64(n))
-	}
-	runtime.KeepAlive(ballast)
-	sort.Float64s(times)
-	sort.Float64s(allocs)
-	c := cost{ns: times[len(times)/2], allocs: allocs[0], status: w.status}
+	})
+	c := cost{ns: ns, allocs: allocs, status: w.status}
 	seen := nx.n.Load()
 	serve()
 	c.passed = nx.n.Load() > seen
@@ -295,22 +283,30 @@ func measureParallel(h http.Handler, req *http.Request, callers, rounds, n int) 
 		wg.Wait()
 	}
 	serve() // warm: every connection of the pool opened
-	var times, allocs []float64
+	ns, allocs := sample(rounds, callers*n, serve)
+	return cost{ns: ns, allocs: allocs}
+}
+
+// sample runs round rounds times, each serving per requests, and returns
+// the time per request, median of the rounds, and the allocations per
+// request, fewest of the rounds.
+func sample(rounds, per int, round func()) (ns, allocs float64) {
+	var times, counts []float64
 	var before, after runtime.MemStats
 	for r := 0; r < rounds; r++ {
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		t0 := time.Now()
-		serve()
+		round()
 		el := time.Since(t0)
 		runtime.ReadMemStats(&after)
-		times = append(times, float64(el.Nanoseconds())/float64(callers*n))
-		allocs = append(allocs, float64(after.Mallocs-before.Mallocs)/float64(callers*n))
+		times = append(times, float64(el.Nanoseconds())/float64(per))
+		counts = append(counts, float64(after.Mallocs-before.Mallocs)/float64(per))
 	}
 	runtime.KeepAlive(ballast)
 	sort.Float64s(times)
-	sort.Float64s(allocs)
-	return cost{ns: times[len(times)/2], allocs: allocs[0]}
+	sort.Float64s(counts)
+	return times[len(times)/2], counts[0]
 }
 
 // TestUnknownOption: through Traefik's own decoder (mapstructure) and the
