@@ -59,11 +59,13 @@ type call struct {
 // end arriving through callbacks: see package await for why no select.
 func queue(c *Client, ctx context.Context, a, b, d []string, raw []byte) (interface{}, error) {
 	// The deadline is c.deadline(ctx). Under Yaegi each function handed
-	// to compiled code costs some 15 allocations, so when it is ctx's own,
-	// ctx's end stands for the timer (runSlow's ctx ends so).
+	// to compiled code costs some 15 allocations, so when it is ctx's own
+	// and ctx can end, ctx's end stands for the timer (runSlow's ctx ends
+	// so).
+	ends := ctx.Done() != nil
 	deadline, timed := time.Now().Add(c.timeout), true
 	if dl, ok := ctx.Deadline(); ok && !dl.After(deadline) {
-		deadline, timed = dl, false
+		deadline, timed = dl, !ends
 	}
 	k := &call{ctx: ctx, deadline: deadline, a: a, b: b, d: d, raw: raw, queued: true, done: make(chan struct{})}
 	c.queue = append(c.queue, k)
@@ -74,7 +76,7 @@ func queue(c *Client, ctx context.Context, a, b, d []string, raw []byte) (interf
 		t = time.AfterFunc(time.Until(deadline), wake)
 	}
 	var stop func() bool
-	if ctx.Done() != nil {
+	if ends {
 		stop = context.AfterFunc(ctx, wake)
 	}
 	<-k.done
