@@ -11,7 +11,9 @@
 #                 the interpreter's dialect (scratch parameters, standard
 #                 library aliases) to the Traefik lane and the algorithm
 #                 kernel (scripts/yaegicheck -dialect)
-#   test          go test -race -count=1 ./...
+#   test          go test -race -count=1 ./..., then bench/yaegi's
+#                 TestYaegiAllocBudget without -race, for the case it leaves
+#                 out under -race (see its redisCases)
 #   fuzz          every Fuzz target for FUZZTIME (default 3s) each, from its
 #                 seed corpus (testdata/fuzz of its package)
 #   yaegi         the core/ and traefikplugin/ tests again, under Yaegi
@@ -74,7 +76,10 @@ stage_yaegi_compat() {
 	go run ./scripts/yaegicheck -dialect "$dialect" "${yaegi_patterns[@]}"
 }
 
-stage_test() { go test -race -count=1 ./...; }
+stage_test() {
+	go test -race -count=1 ./...
+	go test -count=1 -run TestYaegiAllocBudget ./bench/yaegi
+}
 
 stage_fuzz() {
 	local pkg name out

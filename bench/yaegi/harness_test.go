@@ -259,12 +259,12 @@ func measure(h http.Handler, nx *next, req *http.Request, warm, rounds, n int) c
 
 // measureParallel is measure for callers goroutines that serve req at
 // once, each n times with its own writer, in each of rounds: the
-// allocations per request, fewest of the rounds, and the time per
-// request, median of the rounds (of the wall clock: the callers overlap).
-// A plugin on Redis whose callers outnumber its connections queues its
-// commands (resp's natural batching), which the sequential measure never
-// reaches.
-func measureParallel(h http.Handler, req *http.Request, callers, rounds, n int) cost {
+// allocations per request, fewest of the rounds, the time per request,
+// median of the rounds (of the wall clock: the callers overlap), and
+// whether every request reached nx. A plugin on Redis whose callers
+// outnumber its connections queues its commands (resp's natural
+// batching), which the sequential measure never reaches.
+func measureParallel(h http.Handler, nx *next, req *http.Request, callers, rounds, n int) cost {
 	serve := func() {
 		var wg sync.WaitGroup
 		for g := 0; g < callers; g++ {
@@ -282,9 +282,10 @@ func measureParallel(h http.Handler, req *http.Request, callers, rounds, n int) 
 		}
 		wg.Wait()
 	}
+	seen := nx.n.Load()
 	serve() // warm: every connection of the pool opened
 	ns, allocs := sample(rounds, callers*n, serve)
-	return cost{ns: ns, allocs: allocs}
+	return cost{ns: ns, allocs: allocs, passed: nx.n.Load()-seen == int64((rounds+1)*callers*n)}
 }
 
 // sample runs round rounds times, each serving per requests, and returns
