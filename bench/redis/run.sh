@@ -17,9 +17,11 @@
 # its own by the store's process during the same measurement (each p99 the
 # lowest of its rounds). The ratios of a decision's p99 to that PING's, one
 # connection per caller and batched, are what a decision adds to the
-# server's own round trip under the same load (target: at most 1.5); the
+# server's own round trip under the same load (target: at most 1.5). That
+# PING is one serial caller of the same process, so its p99 holds the
+# process's own scheduling delays too, which a decision's includes; the
 # last column is the batched p99 against redis-benchmark's PING, sent
-# alone, without the decisions' load.
+# alone, without the decisions' load or the process.
 #
 #   bench/redis/run.sh                     # 3 rounds of 3 s per measurement
 #   DURATION=5s ROUNDS=1 CONCURRENCY="1 16" POOL=2 PORT=16400 bench/redis/run.sh
