@@ -65,9 +65,10 @@ type pluginCase struct {
 	callers, pool int
 	// target is the most allocations one request should make (issue 8),
 	// ceiling the most it may make today without failing
-	// TestYaegiAllocBudget: what it makes, and 5 % more; 0 for the
-	// trivial and floor plugins, which are measured, not held to a count. Lower a ceiling when a change lowers the
-	// count.
+	// TestYaegiAllocBudget: at or a little above what it makes (more for
+	// a case whose count varies from run to run); 0 for the trivial and
+	// floor plugins, which are measured, not held to a count. Lower a
+	// ceiling when a change lowers the count.
 	target, ceiling float64
 }
 
