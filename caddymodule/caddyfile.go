@@ -187,7 +187,7 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 		case "demand_keys":
 			z.DemandKeys, err = demandKeysArg(d, sub)
 		case "demand_scope":
-			z.DemandScope, err = oneArg(d, sub, checkedErr(func(s string) error { return demand.CheckScope(s, true, true) }))
+			z.DemandScope, err = oneArg(d, sub, nil) // checked with the store, after the block
 		default:
 			return d.Errf("zone %q: unrecognized subdirective %q", z.Name, sub)
 		}
