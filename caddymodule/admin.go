@@ -514,15 +514,7 @@ func advice(w http.ResponseWriter, r *http.Request, az *adminZone) error {
 	if rec == nil {
 		return apiError(http.StatusNotFound, "zone %s records no demand (no rate, or demand_keys off)", az.id)
 	}
-	now := clockNow()
-	var status int
-	var adv *demand.Advice
-	var err error
-	if fleet := az.z.fleet; fleet != nil {
-		status, adv, err = fleet.Answer(r.Context(), r.Method, az.id, az.z.limit, now, r.URL.Query())
-	} else {
-		status, adv, err = rec.Answer(r.Method, az.id, az.z.limit, now, r.URL.Query())
-	}
+	status, adv, err := redisstore.AnswerAdvice(r.Context(), az.z.fleet, rec, r.Method, az.id, az.z.limit, clockNow(), r.URL.Query())
 	switch {
 	case err != nil:
 		return apiError(status, "zone %s: %v", az.id, err)

@@ -337,14 +337,7 @@ func writeAdvice(w http.ResponseWriter, r *http.Request, v *view) {
 			if z.name != zone || rec == nil {
 				continue
 			}
-			var status int
-			var adv *demand.Advice
-			var err error
-			if fleet := en.meter.fleet[i]; fleet != nil {
-				status, adv, err = fleet.Answer(r.Context(), r.Method, zone, en.meter.limits[i], v.now, r.URL.Query())
-			} else {
-				status, adv, err = rec.Answer(r.Method, zone, en.meter.limits[i], v.now, r.URL.Query())
-			}
+			status, adv, err := redisstore.AnswerAdvice(r.Context(), en.meter.fleet[i], rec, r.Method, zone, en.meter.limits[i], v.now, r.URL.Query())
 			switch {
 			case err != nil:
 				http.Error(w, "sluice: "+err.Error(), status)

@@ -187,11 +187,12 @@ func AdviseQuery(r *Recorder, zone string, l *model.Limit, now int64, q url.Valu
 	return Advise(zone, l, &s, asked), nil
 }
 
-// Answer is what both hosts answer on their advice endpoint for a zone,
-// whose limit is l, that records its demand in r: for DELETE, Reset and
-// 204; for any other method, AdviseQuery and 200 with the advice; 400 with
-// a model.FieldError for a bad query. adv is nil but with 200.
-// redisstore.Demand.Answer is its twin for a fleet's demand.
+// Answer is the answer on the advice endpoint of a zone, whose limit is
+// l, that records its demand in r: for DELETE, Reset and 204; for any
+// other method, AdviseQuery and 200 with the advice; 400 with a
+// model.FieldError for a bad query. adv is nil but with 200.
+// redisstore.Demand.Answer is its twin for a fleet's demand, and
+// redisstore.AnswerAdvice, which both hosts call, picks one of the two.
 func (r *Recorder) Answer(method, zone string, l *model.Limit, now int64, q url.Values) (status int, adv *Advice, err error) {
 	if method == http.MethodDelete {
 		r.Reset(now)

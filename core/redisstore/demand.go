@@ -314,8 +314,8 @@ func (d *Demand) Advise(ctx context.Context, zone string, l *model.Limit, now in
 // DemandAnswerTimeout bounds the Redis calls of one Answer.
 const DemandAnswerTimeout = 5 * time.Second
 
-// Answer is what both hosts answer on their advice endpoint for a zone,
-// whose limit is l, that records its demand for the fleet: for DELETE,
+// Answer is the answer on the advice endpoint of a zone, whose limit is
+// l, that records its demand for the fleet (see AnswerAdvice): for DELETE,
 // Reset and 204; for any other method, Advise and 200 with the advice;
 // 400 with a model.FieldError for a bad query; 502 with Redis's error
 // when it fails. adv is nil but with 200.
@@ -336,6 +336,16 @@ func (d *Demand) Answer(ctx context.Context, method, zone string, l *model.Limit
 		return http.StatusBadGateway, nil, fmt.Errorf("reading the fleet's demand: %w", err)
 	}
 	return http.StatusOK, &a, nil
+}
+
+// AnswerAdvice is what both hosts answer on the advice endpoint of a zone
+// whose limit is l and whose demand rec records: fleet's Answer when rec
+// is a fleet's (fleet, its Demand, not nil), else rec's.
+func AnswerAdvice(ctx context.Context, fleet *Demand, rec *demand.Recorder, method, zone string, l *model.Limit, now int64, q url.Values) (status int, adv *demand.Advice, err error) {
+	if fleet != nil {
+		return fleet.Answer(ctx, method, zone, l, now, q)
+	}
+	return rec.Answer(method, zone, l, now, q)
 }
 
 // Reset forgets the fleet's demand: a Snapshot reads no period begun
