@@ -42,7 +42,7 @@ const demandSendTimeout = time.Second
 // 11 s at least); it ends when no period is open and nothing waits. So a
 // period reaches Redis about a second after its end even when no request
 // follows it, and a Snapshot reads it once every instance has had the
-// time to send it (lag). Close folds and sends what remains, open periods
+// time to send it (demandLag). Close folds and sends what remains, open periods
 // included, and stops the goroutine.
 //
 // Its keys are Prefix + "{" + limit.Namespace() + ":demand:" + zone + "}:"
@@ -202,24 +202,22 @@ func (d *Demand) Flush(ctx context.Context) error {
 	return first
 }
 
-// lag is how long after a period's end every instance has sent its
+// demandLag is how long after a period's end every instance has sent its
 // partials of it: the sending goroutine folds it demandFoldSlack after
 // its end and sends it within demandSendTimeout; DemandFlushDelay and a
 // second more for the instances' clocks and timers.
-func (d *Demand) lag() int64 {
-	return int64(demandFoldSlack + DemandFlushDelay + demandSendTimeout + time.Second)
-}
+const demandLag = int64(demandFoldSlack + DemandFlushDelay + demandSendTimeout + time.Second)
 
 // retention is how long a period's hash lives after its last write: the
 // periods a Snapshot reads, the lag and two more periods.
 func (d *Demand) retention() time.Duration {
-	return time.Duration((DemandPeriods+2)*d.period + d.lag())
+	return time.Duration((DemandPeriods+2)*d.period + demandLag)
 }
 
 // window returns the first and last periods a Snapshot at now reads: the
 // last DemandPeriods complete periods that every instance has sent.
 func (d *Demand) window(now int64) (first, last int64) {
-	last = (now-d.lag())/d.period - 1
+	last = (now-demandLag)/d.period - 1
 	return last - DemandPeriods + 1, last
 }
 

@@ -61,7 +61,7 @@ func checkDemandFleet(t *testing.T, sa, sb *Store) {
 		}
 		want[p][key] += cost
 	}
-	end := start + periods*period + a.lag() // period 29 sent by every instance
+	end := start + periods*period + demandLag // period 29 sent by every instance
 	b.Recorder().Snapshot(end)
 	if err := b.Flush(ctx); err != nil {
 		t.Fatal(err)
@@ -224,7 +224,7 @@ func TestDemandReadsLargePeriods(t *testing.T) {
 	for i := 0; i < keys; i++ {
 		d.Recorder().Add(start, "k"+strconv.Itoa(i), 1)
 	}
-	end := start + period + d.lag()
+	end := start + period + demandLag
 	snap, err := d.Snapshot(context.Background(), end)
 	if err != nil || snap.Periods.Count() != keys || snap.Keys.Count() != keys || snap.Periods.Sum() != keys {
 		t.Errorf("%d key-periods, %d keys, cost %v (%v); want %d of each", snap.Periods.Count(), snap.Keys.Count(), snap.Periods.Sum(), err, keys)
