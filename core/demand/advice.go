@@ -174,7 +174,7 @@ func Advise(zone string, l *model.Limit, s *Snapshot, asked []Candidate) Advice 
 	return a
 }
 
-// AdviseQuery is what both hosts' advice endpoints answer: the advice on
+// AdviseQuery is the advice that Answer gives for a GET: the advice on
 // zone, whose limit is l, from r's figures at now, with the candidates
 // the query q asks for (ParseCandidates), or the error that names the
 // query's bad parameter.
