@@ -273,7 +273,7 @@ func clientAddr(c *Strategy, r *http.Request) (netip.Addr, string, bool) {
 	if !ok {
 		return netip.Addr{}, "", false
 	}
-	if !c.AnyPeer && (len(c.TrustedProxies) == 0 || !Contains(c.TrustedProxies, peer)) {
+	if len(c.TrustedProxies) == 0 || !Contains(c.TrustedProxies, peer) {
 		return peer, text, true
 	}
 	if a, t, ok := forwardedAddr(c, r.Header); ok {
@@ -299,8 +299,8 @@ func anyPeerAddr(c *Strategy, r *http.Request) (netip.Addr, string, bool) {
 
 // forwardedAddr returns the client that the forwarding header of a trusted
 // peer names in h, and its text as parseHop gives it; false if it names
-// none. Each way of reading the header is a function of its own: under
-// Yaegi a function's call pays for its whole body.
+// none. The walk of a list is a function of its own: under Yaegi a
+// function's call pays for its whole body, which X-Real-IP needs none of.
 func forwardedAddr(c *Strategy, h http.Header) (netip.Addr, string, bool) {
 	if c.realIP {
 		// A proxy sets X-Real-IP; if several lines arrive, the last one
@@ -310,47 +310,28 @@ func forwardedAddr(c *Strategy, h http.Header) (netip.Addr, string, bool) {
 		}
 		return netip.Addr{}, "", false
 	}
-	if c.rfc7239 {
-		return fromForwarded(c, h[headerForwarded])
-	}
 	lines := h[XForwardedFor]
-	if c.hdr != "" {
+	if c.rfc7239 {
+		lines = h[headerForwarded]
+	} else if c.hdr != "" {
 		lines = h[c.hdr]
 	}
-	if c.Depth > 0 {
-		return forwardedAt(c.Depth, lines)
-	}
-	return fromForwardedFor(c, lines)
+	return fromList(c, lines)
 }
 
-// forwardedAt picks the depth-th entry from the right of the
-// X-Forwarded-For lines, read as one comma-separated list (depth is at
-// most MaxForwardedHops). It reports false when there are fewer entries or
-// that one is not an address.
-func forwardedAt(depth int, lines []string) (netip.Addr, string, bool) {
-	for li := len(lines) - 1; li >= 0; li-- {
-		s := lines[li]
-		for {
-			i := strings.LastIndexByte(s, ',')
-			if depth--; depth == 0 {
-				return parseHop(s[i+1:])
-			}
-			if i < 0 {
-				break
-			}
-			s = s[:i]
-		}
-	}
-	return netip.Addr{}, "", false
-}
-
-// fromForwardedFor picks the client from the X-Forwarded-For lines, read as
-// one comma-separated list, for a Depth of 0: walking from the right, the
-// first entry in neither TrustedProxies nor ExcludedIPs, examining at most
-// MaxForwardedHops entries, or the leftmost if every entry is skipped. It
-// returns the client's canonical text when parseHop has it (else ""), and
-// false when the header names no client.
-func fromForwardedFor(c *Strategy, lines []string) (netip.Addr, string, bool) {
+// fromList picks the client from the forwarding header's lines, read as
+// one comma-separated list of entries: X-Forwarded-For's addresses or, for
+// Forwarded (RFC 7239), its elements, each element's for= parameter being
+// its entry. With a Depth it takes the Depth-th entry from the right, the
+// ones before it unread; with none, walking from the right, the first
+// entry in neither TrustedProxies nor ExcludedIPs, or the leftmost if every
+// entry is skipped. An entry that is not an address (malformed, and for
+// Forwarded also "unknown", an obfuscated identifier or no for= at all)
+// names no client: the walk stops there, for what lies to its left was not
+// written by a trusted proxy. It examines at most MaxForwardedHops
+// entries, and Forwarded elements of at most maxElementLength bytes each.
+// It returns the client's canonical text when parseHop has it (else "").
+func fromList(c *Strategy, lines []string) (netip.Addr, string, bool) {
 	var leftmost netip.Addr // last skipped entry
 	n := 0                  // entries examined
 	for li := len(lines) - 1; li >= 0; li-- {
@@ -361,69 +342,19 @@ func fromForwardedFor(c *Strategy, lines []string) (netip.Addr, string, bool) {
 			}
 			n++
 			i := strings.LastIndexByte(s, ',')
-			a, text, ok := parseHop(s[i+1:])
-			if !ok {
-				return netip.Addr{}, "", false
-			}
-			// The prefix checks are written out: this loop may run
-			// MaxForwardedHops times, and under Yaegi every interpreted
-			// call costs about a microsecond.
-			skip := false
-			for _, p := range c.TrustedProxies {
-				if p.Contains(a) {
-					skip = true
-					break
-				}
-			}
-			for j := 0; !skip && j < len(c.ExcludedIPs); j++ {
-				skip = c.ExcludedIPs[j].Contains(a)
-			}
-			if !skip {
-				return a, text, true
-			}
-			leftmost = a
-			if i < 0 {
-				break
-			}
-			s = s[:i]
-		}
-	}
-	return leftmost, "", leftmost.IsValid()
-}
-
-// fromForwarded picks the client from the Forwarded lines (RFC 7239), read
-// as one comma-separated list of elements, as forwardedAt (Depth) and
-// fromForwardedFor (Depth 0) pick it from X-Forwarded-For, each element's
-// for= parameter being its entry. An element whose for= is not an address
-// ("unknown", an obfuscated identifier, none at all), or that is malformed,
-// names no client: the walk stops there, for what lies to its left was
-// not written by a trusted proxy. It examines at most MaxForwardedHops
-// elements of at most maxElementLength bytes each.
-func fromForwarded(c *Strategy, lines []string) (netip.Addr, string, bool) {
-	var leftmost netip.Addr // last skipped element's
-	n := 0                  // elements examined
-	for li := len(lines) - 1; li >= 0; li-- {
-		s := lines[li]
-		for {
-			if n == MaxForwardedHops {
-				return netip.Addr{}, "", false
-			}
-			n++
-			i, ok := lastElement(s)
-			if !ok {
-				return netip.Addr{}, "", false
-			}
-			a, ok := forwardedFor(s[i+1:])
-			if c.Depth > 0 {
-				if n == c.Depth {
-					return a, "", ok
-				}
-			} else {
-				if !ok {
+			if c.rfc7239 {
+				var ok bool
+				if i, ok = lastElement(s); !ok {
 					return netip.Addr{}, "", false
 				}
+			}
+			if n == c.Depth || c.Depth == 0 {
+				a, text, ok := listEntry(c, s[i+1:])
+				if n == c.Depth || !ok {
+					return a, text, ok
+				}
 				if !Contains(c.TrustedProxies, a) && !Contains(c.ExcludedIPs, a) {
-					return a, "", true
+					return a, text, true
 				}
 				leftmost = a
 			}
@@ -434,9 +365,20 @@ func fromForwarded(c *Strategy, lines []string) (netip.Addr, string, bool) {
 		}
 	}
 	if c.Depth > 0 {
-		return netip.Addr{}, "", false // fewer elements than Depth
+		return netip.Addr{}, "", false // fewer entries than Depth
 	}
 	return leftmost, "", leftmost.IsValid()
+}
+
+// listEntry parses one entry of fromList's list: a Forwarded element's
+// for= address, or an X-Forwarded-For address and its text as parseHop
+// gives it.
+func listEntry(c *Strategy, e string) (netip.Addr, string, bool) {
+	if c.rfc7239 {
+		a, ok := forwardedFor(e)
+		return a, "", ok
+	}
+	return parseHop(e)
 }
 
 // lastElement returns the index of the comma that separates the last
