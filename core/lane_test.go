@@ -83,25 +83,7 @@ func TestServeLaneMatchesGate(t *testing.T) {
 				if (li+hi)%3 == 2 {
 					resp.Jitter, resp.Rand = 0.5, func() float64 { return 0.25 }
 				}
-				laneStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
-				if err != nil {
-					t.Fatal(err)
-				}
-				laneGate, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: laneStore, Responder: resp, Clock: clock.Now})
-				if err != nil {
-					t.Fatal(err)
-				}
-				// Both read clock: the lane may take the decision's
-				// instant for the headers, as on the system clock.
-				laneGate.memClock = true
-				slowStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
-				if err != nil {
-					t.Fatal(err)
-				}
-				slowGate, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: &hiddenStore{slowStore}, Responder: resp, Clock: clock.Now})
-				if err != nil {
-					t.Fatal(err)
-				}
+				laneGate, slowGate := laneGates(t, []*model.Limit{l}, resp, clock)
 				spec, err := keyspec.Parse(nil, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -130,8 +112,8 @@ func TestServeLaneMatchesGate(t *testing.T) {
 						r.RemoteAddr = remote
 						if key, ok := missing.Resolve(spec.Key(r)); ok {
 							asks := []model.Ask{{Limit: l, Key: "mw\x00" + key, Cost: lc.cost}}
-							laneStore.Take(context.Background(), asks, make([]model.Decision, 1))
-							slowStore.Take(context.Background(), asks, make([]model.Decision, 1))
+							laneGate.mem.Take(context.Background(), asks, make([]model.Decision, 1))
+							slowGate.cfg.Store.Take(context.Background(), asks, make([]model.Decision, 1))
 						}
 					}
 					seen = seen[:0]
@@ -217,23 +199,7 @@ func TestServeLaneRelayedMatchesGate(t *testing.T) {
 		clock := testclock.New(testclock.Epoch)
 		l := gateLimit(t, "api", model.TokenBucket, "2/s", 0)
 		resp := answer.Responder{Headers: answer.DefaultHeaders, Body: answer.BodyJSON}
-		laneStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		laneGate, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: laneStore, Responder: resp, Clock: clock.Now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		laneGate.memClock = true // as in TestServeLaneMatchesGate
-		slowStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		slowGate, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: &hiddenStore{slowStore}, Responder: resp, Clock: clock.Now})
-		if err != nil {
-			t.Fatal(err)
-		}
+		laneGate, slowGate := laneGates(t, []*model.Limit{l}, resp, clock)
 		spec, err := keyspec.Parse(nil, ip)
 		if err != nil {
 			t.Fatal(err)
@@ -273,23 +239,7 @@ func TestServeLaneNextRounding(t *testing.T) {
 	clock := testclock.New(testclock.Epoch)
 	l := gateLimit(t, "api", model.TokenBucket, "1/4s", 10)
 	resp := answer.Responder{Headers: answer.DefaultHeaders}
-	ms, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: ms, Responder: resp, Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.memClock = true
-	slow, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sg, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: &hiddenStore{slow}, Responder: resp, Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, sg := laneGates(t, []*model.Limit{l}, resp, clock)
 	spec, err := keyspec.Parse(nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -345,23 +295,7 @@ func TestServeLaneManyMatchesGate(t *testing.T) {
 			global := gateLimit(t, "global", model.TokenBucket, "7/s", 5)
 			limits := []*model.Limit{per, global}
 			resp := answer.Responder{Headers: hs, Body: answer.BodyFormat((ai + hi) % 4)}
-			laneStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
-			if err != nil {
-				t.Fatal(err)
-			}
-			laneGate, err := NewGate(GateConfig{Limits: limits, Store: laneStore, Responder: resp, Clock: clock.Now})
-			if err != nil {
-				t.Fatal(err)
-			}
-			laneGate.memClock = true // as in TestServeLaneMatchesGate
-			slowStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
-			if err != nil {
-				t.Fatal(err)
-			}
-			slowGate, err := NewGate(GateConfig{Limits: limits, Store: &hiddenStore{slowStore}, Responder: resp, Clock: clock.Now})
-			if err != nil {
-				t.Fatal(err)
-			}
+			laneGate, slowGate := laneGates(t, limits, resp, clock)
 			ipSpec, allSpec := ipAndAllSpecs(t)
 			var seen []Verdict
 			lane := NewLane(LaneConfig{Gate: laneGate, Asks: []LaneAsk{{Limit: per, Spec: 0, Cost: 1}, {Limit: global, Spec: 1, Cost: 1}},
@@ -464,4 +398,30 @@ func ipAndAllSpecs(t *testing.T) (ip, all *keyspec.Spec) {
 		t.Fatal(err)
 	}
 	return ip, all
+}
+
+// laneGates returns the two gates of a differential test, deciding limits
+// on clock's time with resp: lane, on a memory store, whose lane takes its
+// fused paths, and slow, on a memory store hidden from it (hiddenStore),
+// whose requests take the general path. Both read clock, so lane is told
+// it may take the decision's instant for the headers, as on the system
+// clock (memClock).
+func laneGates(t *testing.T, limits []*model.Limit, resp answer.Responder, clock *testclock.Clock) (lane, slow *Gate) {
+	t.Helper()
+	laneStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lane, err = NewGate(GateConfig{Limits: limits, Store: laneStore, Responder: resp, Clock: clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	lane.memClock = true
+	slowStore, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slow, err = NewGate(GateConfig{Limits: limits, Store: &hiddenStore{slowStore}, Responder: resp, Clock: clock.Now}); err != nil {
+		t.Fatal(err)
+	}
+	return lane, slow
 }
