@@ -108,21 +108,8 @@ type scriptedServer struct {
 
 func startScriptedServer(t *testing.T, answer func(i int) bool) *scriptedServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	s := &scriptedServer{addr: ln.Addr().String(), answer: answer}
-	go func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go s.serve(nc)
-		}
-	}()
+	s := &scriptedServer{answer: answer}
+	s.addr = serveLoopback(t, s.serve)
 	return s
 }
 

@@ -314,21 +314,8 @@ type hangUpServer struct {
 
 func startHangUpServer(t *testing.T) *hangUpServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	s := &hangUpServer{addr: ln.Addr().String()}
-	go func() {
-		for {
-			nc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go s.serve(nc)
-		}
-	}()
+	s := &hangUpServer{}
+	s.addr = serveLoopback(t, s.serve)
 	return s
 }
 
@@ -593,4 +580,26 @@ func TestClientsConcurrent(t *testing.T) {
 		}
 		c.mu.Unlock()
 	}
+}
+
+// serveLoopback starts a server on loopback that runs serve, each in a
+// goroutine of its own, for the connections it accepts until the test
+// ends, and returns its address.
+func serveLoopback(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serve(nc)
+		}
+	}()
+	return ln.Addr().String()
 }

@@ -204,33 +204,19 @@ func TestKeySlot(t *testing.T) {
 // then nothing, as a master that hangs during a failover.
 func silentNode(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	return serveLoopback(t, func(cn net.Conn) {
+		defer cn.Close()
+		buf := make([]byte, 256)
+		if _, err := cn.Read(buf); err != nil {
+			return
+		}
+		cn.Write([]byte("+PONG\r\n"))
 		for {
-			cn, err := ln.Accept()
-			if err != nil {
+			if _, err := cn.Read(buf); err != nil {
 				return
 			}
-			go func() {
-				defer cn.Close()
-				buf := make([]byte, 256)
-				if _, err := cn.Read(buf); err != nil {
-					return
-				}
-				cn.Write([]byte("+PONG\r\n"))
-				for {
-					if _, err := cn.Read(buf); err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // TestClusterRefreshDoesNotBlock: while a refresh waits for a master that

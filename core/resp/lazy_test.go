@@ -65,24 +65,13 @@ func TestLazyCloseDuringDial(t *testing.T) {
 // per RedialEvery on its clock, and the calls in between fail at once
 // with the last dial's error.
 func TestLazyRedial(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	var dials int32
-	go func() {
-		for {
-			cn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			atomic.AddInt32(&dials, 1)
-			cn.Close() // a server that is not Redis: the PING fails
-		}
-	}()
+	addr := serveLoopback(t, func(cn net.Conn) {
+		atomic.AddInt32(&dials, 1)
+		cn.Close() // a server that is not Redis: the PING fails
+	})
 	var now int64
-	c := NewLazy(Target{Options: Options{Addr: ln.Addr().String()}, Name: "down"}, func() int64 { return now }, nil)
+	c := NewLazy(Target{Options: Options{Addr: addr}, Name: "down"}, func() int64 { return now }, nil)
 	ctx := context.Background()
 	if _, err := c.EvalSha(ctx, "0", nil, nil); err == nil {
 		t.Fatal("EvalSha on a server that is not Redis: no error")
@@ -91,7 +80,7 @@ func TestLazyRedial(t *testing.T) {
 		t.Fatalf("%d dials after the first call, want 1", n)
 	}
 	now += int64(RedialEvery) - 1
-	_, err = c.ScriptLoad(ctx, "return 1")
+	_, err := c.ScriptLoad(ctx, "return 1")
 	if err == nil {
 		t.Fatal("ScriptLoad within RedialEvery: no error")
 	}
