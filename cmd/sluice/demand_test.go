@@ -56,18 +56,7 @@ func TestAdviceFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got = append(got, '\n')
-	if os.Getenv("SLUICE_UPDATE_GOLDEN") == "1" {
-		if err := os.WriteFile(adviceFile, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(adviceFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
+	if _, ok := golden(t, adviceFile, append(got, '\n')); !ok {
 		t.Errorf("%s is not what demand.Advise gives for testAdvice's trace: run SLUICE_UPDATE_GOLDEN=1 go test ./cmd/sluice", adviceFile)
 	}
 }
@@ -84,18 +73,7 @@ func TestCalcDemandGolden(t *testing.T) {
 		{"calc-demand-rate.golden", []string{"calc", "300/1m", "--burst", "50", "--demand", adviceFile}},
 	} {
 		got := sluice(t, c.args...)
-		path := filepath.Join("testdata", c.golden)
-		if os.Getenv("SLUICE_UPDATE_GOLDEN") == "1" {
-			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		want, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != string(want) {
+		if want, ok := golden(t, filepath.Join("testdata", c.golden), []byte(got)); !ok {
 			t.Errorf("sluice %s:\n%s\nwant:\n%s", strings.Join(c.args, " "), got, want)
 		}
 	}

@@ -57,18 +57,7 @@ func TestCalc(t *testing.T) {
 func TestSimGolden(t *testing.T) {
 	for _, tr := range []string{"boundary", "uniform", "bursty"} {
 		got := sluice(t, "sim", "--rate", "10/1m", "--trace", tr)
-		path := filepath.Join("testdata", "sim-"+tr+".golden")
-		if os.Getenv("SLUICE_UPDATE_GOLDEN") == "1" {
-			if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		want, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != string(want) {
+		if want, ok := golden(t, filepath.Join("testdata", "sim-"+tr+".golden"), []byte(got)); !ok {
 			t.Errorf("sim --trace %s:\n%s\nwant:\n%s", tr, got, want)
 		}
 	}
@@ -225,17 +214,7 @@ func TestDocPlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := filepath.Join("..", "..", "docs", "sim-boundary.svg")
-	if os.Getenv("SLUICE_UPDATE_GOLDEN") == "1" {
-		if err := os.WriteFile(doc, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
+	if _, ok := golden(t, doc, got); !ok {
 		t.Errorf("%s is not what sim --rate 10/1m --trace boundary --svg draws: run SLUICE_UPDATE_GOLDEN=1 go test ./cmd/sluice", doc)
 	}
 }
@@ -329,4 +308,22 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("sluice %s: exit %d, stdout %q, stderr %q; want exit %d and %q", strings.Join(c.args, " "), code, out.String(), errOut.String(), c.code, c.want)
 		}
 	}
+}
+
+// golden compares got with the golden file path and returns the file's
+// contents and whether they are equal; with SLUICE_UPDATE_GOLDEN=1 it
+// writes got to path instead and reports them equal.
+func golden(t *testing.T, path string, got []byte) ([]byte, bool) {
+	t.Helper()
+	if os.Getenv("SLUICE_UPDATE_GOLDEN") == "1" {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return got, true
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return want, bytes.Equal(got, want)
 }
