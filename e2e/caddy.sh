@@ -54,64 +54,17 @@
 # showing the logs of the servers it started.
 set -euo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-
-if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
-	export PATH="/usr/local/go/bin:$PATH"
-fi
-
-tmp="$(mktemp -d)"
-# Caddy's autosaved config and data go here, not to $HOME.
-export XDG_CONFIG_HOME="$tmp/config" XDG_DATA_HOME="$tmp/data"
-pids=()
-logs=()
-
-# stop ends the processes this script started: SIGTERM (after SIGCONT, for a
-# frozen Redis), then SIGKILL for any still running 5 seconds later.
-stop() {
-	local pid i
-	for pid in "$@"; do
-		kill -CONT "$pid" 2>/dev/null || true
-		kill -TERM "$pid" 2>/dev/null || true
-	done
-	for pid in "$@"; do
-		for ((i = 0; i < 50; i++)); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	done
-}
-cleanup() {
-	[ "${#pids[@]}" -eq 0 ] || stop "${pids[@]}"
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-fail() {
-	local f
-	echo "FAIL e2e/caddy.sh: $*"
-	for f in "${logs[@]}"; do
-		echo "--- last lines of $(basename "$f")"
-		tail -n 20 "$f" || true
-	done
-	exit 1
-}
-pass() { echo "PASS e2e/caddy.sh: $*"; }
-
-# port_open, free_port and wait_port.
-source scripts/ports.sh
+source "$(dirname "${BASH_SOURCE[0]}")/testdata/lib.sh"
 
 # req sends one request with curl's remaining arguments; it writes the
-# answer's headers to $tmp/h and body to $tmp/b and prints its status code.
+# answer's headers to $TMP/h and body to $TMP/b and prints its status code.
 req() {
-	curl -sS --max-time 5 -D "$tmp/h" -o "$tmp/b" -w '%{http_code}' "$@" || echo 000
+	curl -sS --max-time 5 -D "$TMP/h" -o "$TMP/b" -w '%{http_code}' "$@" || echo 000
 }
 
 # hdr prints the value of the last answer's header $1.
 hdr() {
-	awk -v n="$1" '{ sub(/\r$/, "") } index(tolower($0), tolower(n) ":") == 1 { sub(/^[^:]*:[ \t]*/, ""); print; exit }' "$tmp/h"
+	awk -v n="$1" '{ sub(/\r$/, "") } index(tolower($0), tolower(n) ":") == 1 { sub(/^[^:]*:[ \t]*/, ""); print; exit }' "$TMP/h"
 }
 
 # expect_hdr checks that the last answer's header $1 matches the extended
@@ -119,26 +72,26 @@ hdr() {
 expect_hdr() {
 	local v
 	v="$(hdr "$1")"
-	[[ "$v" =~ ^$2$ ]] || fail "$3: header $1 is \"$v\", want /^$2\$/ (headers: $(tr -d '\r' <"$tmp/h" | tr '\n' '|'))"
+	[[ "$v" =~ ^$2$ ]] || fail "$3: header $1 is \"$v\", want /^$2\$/ (headers: $(tr -d '\r' <"$TMP/h" | tr '\n' '|'))"
 }
 
 # --- module ------------------------------------------------------------------
-timeout 1800 ./xcaddy.sh build || fail "./xcaddy.sh build failed"
+e2e_build_caddy
 # The list is read whole before it is searched: under pipefail, grep -q
 # leaving early would fail the pipe with caddy's SIGPIPE.
 modules="$(./caddy list-modules)" || fail "./caddy list-modules failed"
 grep -qx 'http.handlers.sluice' <<<"$modules" ||
 	fail "./caddy list-modules has no http.handlers.sluice"
-./caddy adapt --config Caddyfile.example --adapter caddyfile --validate >"$tmp/adapt.json" 2>"$tmp/adapt.log" ||
-	fail "Caddyfile.example does not adapt: $(cat "$tmp/adapt.log")"
+./caddy adapt --config Caddyfile.example --adapter caddyfile --validate >"$TMP/adapt.json" 2>"$TMP/adapt.log" ||
+	fail "Caddyfile.example does not adapt: $(cat "$TMP/adapt.log")"
 # README.md's Caddyfile, its password set (an unset one is an error).
-awk '/^```caddyfile$/ { on = 1; next } /^```$/ { on = 0 } on' README.md >"$tmp/README.Caddyfile"
-[ -s "$tmp/README.Caddyfile" ] || fail "README.md has no caddyfile block"
-REDIS_PASSWORD=e2e ./caddy adapt --config "$tmp/README.Caddyfile" --adapter caddyfile --validate >"$tmp/adapt.json" 2>"$tmp/adapt.log" ||
-	fail "README.md's Caddyfile does not adapt: $(cat "$tmp/adapt.log")"
-for f in Caddyfile.example "$tmp/README.Caddyfile" e2e/testdata/*.Caddyfile; do
-	./caddy fmt "$f" 2>/dev/null | diff -u "$f" - >"$tmp/fmt.diff" ||
-		fail "$f is not as caddy fmt writes it (Caddy warns on every run): $(cat "$tmp/fmt.diff")"
+awk '/^```caddyfile$/ { on = 1; next } /^```$/ { on = 0 } on' README.md >"$TMP/README.Caddyfile"
+[ -s "$TMP/README.Caddyfile" ] || fail "README.md has no caddyfile block"
+REDIS_PASSWORD=e2e ./caddy adapt --config "$TMP/README.Caddyfile" --adapter caddyfile --validate >"$TMP/adapt.json" 2>"$TMP/adapt.log" ||
+	fail "README.md's Caddyfile does not adapt: $(cat "$TMP/adapt.log")"
+for f in Caddyfile.example "$TMP/README.Caddyfile" e2e/testdata/*.Caddyfile; do
+	./caddy fmt "$f" 2>/dev/null | diff -u "$f" - >"$TMP/fmt.diff" ||
+		fail "$f is not as caddy fmt writes it (Caddy warns on every run): $(cat "$TMP/fmt.diff")"
 done
 pass "module http.handlers.sluice is in ./caddy; Caddyfile.example and README.md's Caddyfile adapt and validate; they and e2e/testdata's are caddy fmt's"
 
@@ -161,15 +114,10 @@ declare -A proxy_port
 for site in xff strict forwarded; do
 	proxy_port[$site]="$(free_port)"
 done
-logs+=("$tmp/proxy.log")
 SLUICE_E2E_PORT="${proxy_port[xff]}" SLUICE_E2E_STRICT="${proxy_port[strict]}" \
 	SLUICE_E2E_FORWARDED="${proxy_port[forwarded]}" \
-	./caddy run --config e2e/testdata/proxy.Caddyfile --adapter caddyfile >"$tmp/proxy.log" 2>&1 &
-proxy_pid=$!
-pids+=("$proxy_pid")
-for site in xff strict forwarded; do
-	wait_port "${proxy_port[$site]}" "$proxy_pid" "caddy (proxy.Caddyfile, $site)"
-done
+	e2e_start_caddy proxy e2e/testdata/proxy.Caddyfile "${proxy_port[@]}"
+proxy_pid=$CADDY_PID
 for site in xff strict forwarded; do
 	url="http://127.0.0.1:${proxy_port[$site]}"
 	if [ "$site" = forwarded ]; then
@@ -194,17 +142,14 @@ done
 # Forwarded, every request is the balancer's own.
 want_codes "$(codes "http://127.0.0.1:${proxy_port[forwarded]}/" X-Forwarded-For 192.0.2.{1..3})" "200 429 429" \
 	"forwarded: 3 requests naming new clients in X-Forwarded-For only"
-stop "$proxy_pid"
+e2e_stop "$proxy_pid"
 pass "proxy: behind a trusted balancer, a client that writes new addresses into X-Forwarded-For (with and without trusted_proxies_strict) or Forwarded keeps one bucket, with and without ipv6_prefix, and cannot spend another client's quota"
 
 # --- example -----------------------------------------------------------------
 port_open 8080 && fail "127.0.0.1:8080 is in use; Caddyfile.example needs it"
 port_open 2019 && fail "localhost:2019 is in use; Caddyfile.example's admin endpoint needs it"
-logs+=("$tmp/example.log")
-./caddy run --config Caddyfile.example --adapter caddyfile >"$tmp/example.log" 2>&1 &
-example_pid=$!
-pids+=("$example_pid")
-wait_port 8080 "$example_pid" "caddy (Caddyfile.example)"
+e2e_start_caddy example Caddyfile.example 8080
+example_pid=$CADDY_PID
 base=http://127.0.0.1:8080
 
 code="$(req "$base/")"
@@ -245,8 +190,8 @@ expect_hdr X-RateLimit-Limit 5 "the 429"
 expect_hdr X-RateLimit-Remaining 0 "the 429"
 expect_hdr X-RateLimit-Reset '[0-9]+' "the 429"
 expect_hdr Content-Type 'application/json.*' "the 429"
-grep -q '"error":"rate_limited"' "$tmp/b" || fail "the 429's body has no \"error\":\"rate_limited\": $(cat "$tmp/b")"
-pass "GET / #$rejected_at answered 429 with Retry-After $(hdr Retry-After), RateLimit, RateLimit-Policy, X-RateLimit-* and $(cat "$tmp/b")"
+grep -q '"error":"rate_limited"' "$TMP/b" || fail "the 429's body has no \"error\":\"rate_limited\": $(cat "$TMP/b")"
+pass "GET / #$rejected_at answered 429 with Retry-After $(hdr Retry-After), RateLimit, RateLimit-Policy, X-RateLimit-* and $(cat "$TMP/b")"
 
 # Spoofing: forwarded headers from a peer Caddy does not trust (no
 # trusted_proxies in the example) do not change the key: the bucket stays
@@ -262,28 +207,28 @@ pass "forwarded headers from an untrusted peer (X-Forwarded-For, X-Real-IP, Forw
 # admin_req sends one request to an admin endpoint ($1: host:port) with
 # method $2 and path $3; like req, it prints the status.
 admin_req() {
-	curl -sS --max-time 5 -X "$2" -D "$tmp/h" -o "$tmp/b" -w '%{http_code}' "http://$1$3" || echo 000
+	curl -sS --max-time 5 -X "$2" -D "$TMP/h" -o "$TMP/b" -w '%{http_code}' "http://$1$3" || echo 000
 }
 
 # The client is at 429 in zone per_ip: the admin API shows it spent,
 # resets it, and its next request is admitted.
 admin=localhost:2019
 code="$(admin_req $admin GET /sluice/zones/per_ip/keys/127.0.0.1)"
-[ "$code" = 200 ] || fail "admin GET per_ip key: status $code: $(cat "$tmp/b")"
-grep -q '"present":true,"remaining":0' "$tmp/b" || fail "admin GET per_ip key: $(cat "$tmp/b"), want present with 0 remaining"
+[ "$code" = 200 ] || fail "admin GET per_ip key: status $code: $(cat "$TMP/b")"
+grep -q '"present":true,"remaining":0' "$TMP/b" || fail "admin GET per_ip key: $(cat "$TMP/b"), want present with 0 remaining"
 code="$(req "$base/")"
 [ "$code" = 429 ] || fail "GET / after the admin GET: status $code, want 429 (a GET of the key charges nothing)"
 code="$(admin_req $admin DELETE /sluice/zones/per_ip/keys/127.0.0.1)"
-[ "$code" = 200 ] && grep -q '"deleted":true' "$tmp/b" || fail "admin DELETE per_ip key: status $code: $(cat "$tmp/b")"
+[ "$code" = 200 ] && grep -q '"deleted":true' "$TMP/b" || fail "admin DELETE per_ip key: status $code: $(cat "$TMP/b")"
 code="$(req "$base/")"
 [ "$code" = 200 ] || fail "GET / after the admin DELETE: status $code, want 200"
 expect_hdr X-RateLimit-Remaining 4 "GET / after the admin DELETE"
 code="$(admin_req $admin GET /sluice/zones)"
-[ "$code" = 200 ] && grep -q '"id":"per_ip@srv0","name":"per_ip","server":"srv0","algorithm":"token_bucket"' "$tmp/b" ||
-	fail "admin GET /sluice/zones: status $code: $(cat "$tmp/b")"
+[ "$code" = 200 ] && grep -q '"id":"per_ip@srv0","name":"per_ip","server":"srv0","algorithm":"token_bucket"' "$TMP/b" ||
+	fail "admin GET /sluice/zones: status $code: $(cat "$TMP/b")"
 code="$(admin_req $admin GET '/sluice/zones/per_ip/top?n=3')"
-[ "$code" = 200 ] && grep -q '"rejected":\[{"key":"127.0.0.1","count":[1-9]' "$tmp/b" ||
-	fail "admin GET per_ip top: status $code: $(cat "$tmp/b")"
+[ "$code" = 200 ] && grep -q '"rejected":\[{"key":"127.0.0.1","count":[1-9]' "$TMP/b" ||
+	fail "admin GET per_ip top: status $code: $(cat "$TMP/b")"
 code="$(admin_req $admin POST /sluice/zones/per_ip/keys/127.0.0.1)"
 [ "$code" = 405 ] || fail "admin POST per_ip key: status $code, want 405"
 code="$(admin_req $admin GET /sluice/zones/nope/keys/127.0.0.1)"
@@ -295,24 +240,20 @@ code="$(req "$base/account")"
 code="$(req -u demo:demo "$base/account")"
 [ "$code" = 200 ] || fail "GET /account as demo: status $code, want 200"
 expect_hdr RateLimit-Policy '"per_user";q=10;w=60' "GET /account as demo"
-grep -qx "hello, demo" "$tmp/b" || fail "GET /account as demo: body $(cat "$tmp/b")"
+grep -qx "hello, demo" "$TMP/b" || fail "GET /account as demo: body $(cat "$TMP/b")"
 code="$(req "$base/slow")"
 [ "$code" = 200 ] || fail "GET /slow: status $code, want 200"
 expect_hdr RateLimit-Policy '"shaped";q=2;w=1' "GET /slow"
 pass "/account keys on the basic_auth user; /slow answers through the shaping zone"
 
-stop "$example_pid"
-pids=()
+e2e_stop "$example_pid"
 
 # --- admin -------------------------------------------------------------------
 admin_port="$(free_port)"
 port="$(free_port)"
-logs+=("$tmp/admin.log")
 SLUICE_E2E_PORT="$port" SLUICE_E2E_ADMIN_PORT="$admin_port" \
-	./caddy run --config e2e/testdata/admin.Caddyfile --adapter caddyfile >"$tmp/admin.log" 2>&1 &
-admin_pid=$!
-pids+=("$admin_pid")
-wait_port "$port" "$admin_pid" "caddy (admin)"
+	e2e_start_caddy admin e2e/testdata/admin.Caddyfile "$port"
+admin_pid=$CADDY_PID
 admin="127.0.0.1:$admin_port"
 # A bearer token of 220 bytes, as a JWT; /top names it "#" and the first 32
 # hexadecimal digits of its SHA-256.
@@ -330,23 +271,23 @@ spend() {
 }
 spend
 code="$(admin_req "$admin" GET /sluice/zones/per_token/top)"
-[ "$code" = 200 ] && grep -q "\"scope\":\"instance\".*\"rejected\":\[{\"key\":\"$digest\"" "$tmp/b" ||
-	fail "admin GET top: status $code: $(cat "$tmp/b"), want scope instance and $digest rejected"
+[ "$code" = 200 ] && grep -q "\"scope\":\"instance\".*\"rejected\":\[{\"key\":\"$digest\"" "$TMP/b" ||
+	fail "admin GET top: status $code: $(cat "$TMP/b"), want scope instance and $digest rejected"
 for name in "%23${digest#\#}" "${token// /%20}"; do
 	code="$(admin_req "$admin" GET "/sluice/zones/per_token/keys/$name")"
-	[ "$code" = 200 ] && grep -Eq "\"key\":\"$digest\",\"present\":true,\"remaining\":0(\.[0-9]+)?," "$tmp/b" ||
-		fail "admin GET of the key by ${name:0:20}…: status $code: $(cat "$tmp/b"), want it present with none remaining"
+	[ "$code" = 200 ] && grep -Eq "\"key\":\"$digest\",\"present\":true,\"remaining\":0(\.[0-9]+)?," "$TMP/b" ||
+		fail "admin GET of the key by ${name:0:20}…: status $code: $(cat "$TMP/b"), want it present with none remaining"
 	code="$(admin_req "$admin" DELETE "/sluice/zones/per_token/keys/$name")"
-	[ "$code" = 200 ] && grep -q '"deleted":true' "$tmp/b" ||
-		fail "admin DELETE of the key by ${name:0:20}…: status $code: $(cat "$tmp/b")"
+	[ "$code" = 200 ] && grep -q '"deleted":true' "$TMP/b" ||
+		fail "admin DELETE of the key by ${name:0:20}…: status $code: $(cat "$TMP/b")"
 	code="$(req -H "Authorization: $token" "http://127.0.0.1:$port/")"
 	[ "$code" = 200 ] || fail "admin: the token after DELETE by ${name:0:20}…: status $code, want 200"
 	spend
 done
 code="$(admin_req "$admin" GET /sluice/zones)"
-[ "$code" = 200 ] && grep -q '"name":"per_token","server":"srv0","algorithm":"token_bucket","rate":"2/1m","quota":2,"period_seconds":60,"burst":2,' "$tmp/b" &&
-	grep -q '"name":"upstream","server":"srv0","near_limit":0.1,"max_in_flight":8,' "$tmp/b" ||
-	fail "admin GET /sluice/zones: status $code: $(cat "$tmp/b"), want the rate 2/1m, and no rate fields for upstream"
+[ "$code" = 200 ] && grep -q '"name":"per_token","server":"srv0","algorithm":"token_bucket","rate":"2/1m","quota":2,"period_seconds":60,"burst":2,' "$TMP/b" &&
+	grep -q '"name":"upstream","server":"srv0","near_limit":0.1,"max_in_flight":8,' "$TMP/b" ||
+	fail "admin GET /sluice/zones: status $code: $(cat "$TMP/b"), want the rate 2/1m, and no rate fields for upstream"
 pass "admin API: the client at 429 with a ${#token}-byte token, which /top names $digest (scope instance), is read and reset by that name and by the token; rates as written, none for max_in_flight alone"
 
 # Observe before enforcing: in dry_run every request is answered 200, and
@@ -362,7 +303,7 @@ code="$(req -H "X-Client: light" "http://127.0.0.1:$port/observed")"
 [ "$code" = 200 ] || fail "advice: the light client: status $code"
 sleep 1.1 # the second of the requests is over: its key-periods are complete
 code="$(admin_req "$admin" GET '/sluice/zones/observed/advice?candidate=100/1s')"
-advice="$(cat "$tmp/b")"
+advice="$(cat "$TMP/b")"
 [ "$code" = 200 ] &&
 	grep -Eq '"keys":2,"key_periods":[23],"partial_key_periods":0,"followed_keys":2,"cost":41,' <<<"$advice" &&
 	grep -Eq '"name":"configured","rate":"5/1s","allowance":5,"refused_key_periods":\{"value":0\.[3-9][0-9]*,' <<<"$advice" &&
@@ -372,37 +313,26 @@ advice="$(cat "$tmp/b")"
 code="$(admin_req "$admin" DELETE /sluice/zones/observed/advice)"
 [ "$code" = 204 ] || fail "advice: DELETE: status $code, want 204"
 code="$(admin_req "$admin" GET /sluice/zones/observed/advice)"
-[ "$code" = 200 ] && grep -q '"keys":0,"key_periods":0,' "$tmp/b" || fail "advice after DELETE: status $code: $(cat "$tmp/b")"
+[ "$code" = 200 ] && grep -q '"keys":0,"key_periods":0,' "$TMP/b" || fail "advice after DELETE: status $code: $(cat "$TMP/b")"
 pass "advice: a dry_run zone answered 41 requests 200; its advice counts 2 keys, and says 5/1s would have refused the heavy client's periods (half the keys) and 100/1s nothing; DELETE forgets them"
-stop "$admin_pid"
-pids=()
+e2e_stop "$admin_pid"
 
 # --- redis -------------------------------------------------------------------
-command -v redis-server >/dev/null 2>&1 || fail "redis-server not found (scripts/deps.sh installs it)"
+e2e_need redis-server
 redis_port="$(free_port)"
-logs+=("$tmp/redis.log")
-redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no \
-	--logfile "$tmp/redis.log" &
-redis_pid=$!
-pids+=("$redis_pid")
-wait_port "$redis_port" "$redis_pid" redis-server
+e2e_start_redis "$redis_port"
+redis_pid=$REDIS_PID
 
 # Instance a denies and instance b allows requests Redis cannot decide.
-declare -A caddy_port caddy_pid admin_port
+declare -A caddy_port admin_port
 for name in a b; do
 	policy=deny
 	[ "$name" = b ] && policy=allow
 	caddy_port[$name]="$(free_port)"
 	admin_port[$name]="$(free_port)"
-	logs+=("$tmp/caddy-$name.log")
 	SLUICE_E2E_PORT="${caddy_port[$name]}" SLUICE_E2E_ADMIN_PORT="${admin_port[$name]}" SLUICE_E2E_REDIS="127.0.0.1:$redis_port" \
 		SLUICE_E2E_PREFIX="sluice-e2e-$$:" SLUICE_E2E_ON_STORE_ERROR="$policy" \
-		./caddy run --config e2e/testdata/redis.Caddyfile --adapter caddyfile >"$tmp/caddy-$name.log" 2>&1 &
-	caddy_pid[$name]=$!
-	pids+=("$!")
-done
-for name in a b; do
-	wait_port "${caddy_port[$name]}" "${caddy_pid[$name]}" "caddy $name (redis)"
+		e2e_start_caddy "caddy-$name" e2e/testdata/redis.Caddyfile "${caddy_port[$name]}"
 done
 url_a="http://127.0.0.1:${caddy_port[a]}/"
 url_b="http://127.0.0.1:${caddy_port[b]}/"
@@ -412,13 +342,13 @@ quota=10
 total=40
 for ((i = 0; i < total; i++)); do
 	if ((i % 2 == 0)); then echo "$url_a"; else echo "$url_b"; fi
-done >"$tmp/urls"
+done >"$TMP/urls"
 xargs -P 8 -n 1 curl -sS --max-time 5 -o /dev/null -w '%{http_code}\n' -H 'X-E2E-Client: quota' \
-	<"$tmp/urls" >"$tmp/codes" || true
-admitted="$(grep -cx 200 "$tmp/codes" || true)"
-limited="$(grep -cx 429 "$tmp/codes" || true)"
+	<"$TMP/urls" >"$TMP/codes" || true
+admitted="$(grep -cx 200 "$TMP/codes" || true)"
+limited="$(grep -cx 429 "$TMP/codes" || true)"
 if [ "$admitted" -ne "$quota" ] || [ "$limited" -ne $((total - quota)) ]; then
-	fail "redis: $admitted admitted and $limited limited of $total (codes: $(sort "$tmp/codes" | uniq -c | tr '\n' ' ')), want $quota and $((total - quota))"
+	fail "redis: $admitted admitted and $limited limited of $total (codes: $(sort "$TMP/codes" | uniq -c | tr '\n' ' ')), want $quota and $((total - quota))"
 fi
 pass "redis: two instances admitted exactly $admitted of $total requests (quota $quota), $limited answered 429"
 
@@ -427,10 +357,10 @@ pass "redis: two instances admitted exactly $admitted of $total requests (quota 
 code="$(req -H 'X-E2E-Client: quota' "$url_b")"
 [ "$code" = 429 ] || fail "redis: the spent key: status $code, want 429"
 code="$(admin_req "127.0.0.1:${admin_port[a]}" GET /sluice/zones/shared/keys/quota)"
-[ "$code" = 200 ] && grep -q '"present":true,"remaining":0' "$tmp/b" ||
-	fail "redis: admin GET of the spent key: status $code: $(cat "$tmp/b")"
+[ "$code" = 200 ] && grep -q '"present":true,"remaining":0' "$TMP/b" ||
+	fail "redis: admin GET of the spent key: status $code: $(cat "$TMP/b")"
 code="$(admin_req "127.0.0.1:${admin_port[a]}" DELETE /sluice/zones/shared/keys/quota)"
-[ "$code" = 200 ] && grep -q '"deleted":true' "$tmp/b" || fail "redis: admin DELETE of the spent key: status $code: $(cat "$tmp/b")"
+[ "$code" = 200 ] && grep -q '"deleted":true' "$TMP/b" || fail "redis: admin DELETE of the spent key: status $code: $(cat "$TMP/b")"
 code="$(req -H 'X-E2E-Client: quota' "$url_b")"
 [ "$code" = 200 ] || fail "redis: the key reset through instance a, at instance b: status $code, want 200"
 expect_hdr X-RateLimit-Remaining 9 "redis: the key reset through instance a, at instance b"
@@ -446,7 +376,7 @@ check_store_error() {
 	for name in a b; do
 		want=200
 		[ "$name" = a ] && want=429
-		out="$(curl -sS --max-time 5 -D "$tmp/h" -o "$tmp/b" -w '%{http_code} %{time_total}' \
+		out="$(curl -sS --max-time 5 -D "$TMP/h" -o "$TMP/b" -w '%{http_code} %{time_total}' \
 			-H 'X-E2E-Client: fresh' "http://127.0.0.1:${caddy_port[$name]}/" || echo "000 5")"
 		read -r code secs <<<"$out"
 		[ "$code" = "$want" ] || fail "redis $what: instance $name answered $code, want $want"
@@ -459,7 +389,7 @@ check_store_error() {
 kill -STOP "$redis_pid"
 check_store_error frozen
 pass "redis frozen: on_store_error deny answered 429, allow 200 ($timings)"
-stop "$redis_pid"
+e2e_stop "$redis_pid"
 check_store_error stopped
 pass "redis stopped: on_store_error deny answered 429, allow 200 ($timings)"
 
@@ -467,43 +397,29 @@ pass "redis stopped: on_store_error deny answered 429, allow 200 ($timings)"
 # Two instances share max_in_flight 3 in a new Redis
 # (e2e/testdata/inflight.Caddyfile, lease_ttl 2s) in front of e2e/backend,
 # which holds a request for its ?sleep= duration.
-go build -o "$tmp/backend" ./e2e/backend || fail "building e2e/backend failed"
+e2e_build e2e/backend
 backend_port="$(free_port)"
-logs+=("$tmp/backend.log")
-"$tmp/backend" -addr "127.0.0.1:$backend_port" >"$tmp/backend.log" 2>&1 &
-backend_pid=$!
-pids+=("$backend_pid")
-wait_port "$backend_port" "$backend_pid" backend
+e2e_start_backend "$backend_port"
 redis_port="$(free_port)"
-logs+=("$tmp/redis-flight.log")
-redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no \
-	--logfile "$tmp/redis-flight.log" &
-redis_pid=$!
-pids+=("$redis_pid")
-wait_port "$redis_port" "$redis_pid" redis-server
+e2e_start_redis "$redis_port"
 declare -A flight_port flight_pid
 for name in a b; do
 	flight_port[$name]="$(free_port)"
-	logs+=("$tmp/flight-$name.log")
 	SLUICE_E2E_PORT="${flight_port[$name]}" SLUICE_E2E_REDIS="127.0.0.1:$redis_port" \
 		SLUICE_E2E_PREFIX="sluice-e2e-flight-$$:" SLUICE_E2E_BACKEND="127.0.0.1:$backend_port" \
-		./caddy run --config e2e/testdata/inflight.Caddyfile --adapter caddyfile >"$tmp/flight-$name.log" 2>&1 &
-	flight_pid[$name]=$!
-	pids+=("$!")
-done
-for name in a b; do
-	wait_port "${flight_port[$name]}" "${flight_pid[$name]}" "caddy $name (in flight)"
+		e2e_start_caddy "flight-$name" e2e/testdata/inflight.Caddyfile "${flight_port[$name]}"
+	flight_pid[$name]=$CADDY_PID
 done
 fa="http://127.0.0.1:${flight_port[a]}" fb="http://127.0.0.1:${flight_port[b]}"
 
 # Four requests at once, two through each instance, each held 1.5 s
 # upstream: exactly three get a slot.
-printf '%s\n' "$fa/?sleep=1500ms" "$fb/?sleep=1500ms" "$fa/?sleep=1500ms" "$fb/?sleep=1500ms" >"$tmp/flight-urls"
-xargs -P 4 -n 1 curl -sS --max-time 10 -o /dev/null -w '%{http_code}\n' <"$tmp/flight-urls" >"$tmp/flight-codes" || true
-admitted="$(grep -cx 200 "$tmp/flight-codes" || true)"
-limited="$(grep -cx 429 "$tmp/flight-codes" || true)"
+printf '%s\n' "$fa/?sleep=1500ms" "$fb/?sleep=1500ms" "$fa/?sleep=1500ms" "$fb/?sleep=1500ms" >"$TMP/flight-urls"
+xargs -P 4 -n 1 curl -sS --max-time 10 -o /dev/null -w '%{http_code}\n' <"$TMP/flight-urls" >"$TMP/flight-codes" || true
+admitted="$(grep -cx 200 "$TMP/flight-codes" || true)"
+limited="$(grep -cx 429 "$TMP/flight-codes" || true)"
 if [ "$admitted" -ne 3 ] || [ "$limited" -ne 1 ]; then
-	fail "in flight: codes $(sort "$tmp/flight-codes" | uniq -c | tr '\n' ' ')for 4 slow requests at once, want 3 × 200 and 1 × 429"
+	fail "in flight: codes $(sort "$TMP/flight-codes" | uniq -c | tr '\n' ' ')for 4 slow requests at once, want 3 × 200 and 1 × 429"
 fi
 pass "in flight: 4 slow requests at once through two instances sharing max_in_flight 3 in Redis: $admitted admitted, $limited answered 429"
 
@@ -514,7 +430,7 @@ pass "in flight: 4 slow requests at once through two instances sharing max_in_fl
 held=()
 hold() {
 	curl -sS --max-time 30 -o /dev/null "$fa/?sleep=20s" >/dev/null 2>&1 &
-	pids+=("$!")
+	PIDS+=("$!")
 	held+=("$!")
 }
 for i in 1 2 3; do hold; done

@@ -26,73 +26,29 @@
 # showing the logs of the processes it started.
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$REPO"
-if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
-	export PATH="/usr/local/go/bin:$PATH"
-fi
-
-TMP="$(mktemp -d)"
-tmp=$TMP
-# tl_wait_port, tl_build_backend, tl_start_backend, tl_cleanup (and
-# scripts/ports.sh's free_port).
-# shellcheck source-path=SCRIPTDIR source=testdata/traefik/lib.sh
-source "$REPO/e2e/testdata/traefik/lib.sh"
-cleanup() {
-	tl_cleanup
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-# Caddy's autosaved config and data go here, not to $HOME.
-export XDG_CONFIG_HOME="$tmp/config" XDG_DATA_HOME="$tmp/data"
-
-# fail reports a failure with the last lines of every log and exits.
-fail() {
-	echo "FAIL e2e/service.sh: $*"
-	tail -n 20 "$tmp"/*.log || true
-	exit 1
-}
-pass() { echo "PASS e2e/service.sh: $*"; }
-
-# start LOG COMMAND... runs COMMAND in the background with its output in
-# LOG, for tl_cleanup to stop.
-start() {
-	local log=$1
-	shift
-	"$@" >"$log" 2>&1 &
-	TL_PIDS+=("$!")
-}
-
-# wait_for NAME PORT waits up to 20 seconds for 127.0.0.1:PORT to accept
-# connections, without sending a request (which would spend quota).
-wait_for() {
-	tl_wait_port "$2" 20 || fail "$1 not listening on 127.0.0.1:$2 after 20s"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/testdata/lib.sh"
 
 # req sends one request with curl's remaining arguments; it writes the
-# answer's headers to $tmp/h and body to $tmp/b and prints its status code.
+# answer's headers to $TMP/h and body to $TMP/b and prints its status code.
 req() {
-	curl -sS --max-time 10 -D "$tmp/h" -o "$tmp/b" -w '%{http_code}' "$@" || echo 000
+	curl -sS --max-time 10 -D "$TMP/h" -o "$TMP/b" -w '%{http_code}' "$@" || echo 000
 }
 
 # hdr prints the value of the last answer's header $1 (a name without
 # regular expression characters but "-").
 hdr() {
-	sed -n "s/^$1:[[:space:]]*\([^\r]*\)\r\?\$/\1/Ip" "$tmp/h" | head -n 1
+	sed -n "s/^$1:[[:space:]]*\([^\r]*\)\r\?\$/\1/Ip" "$TMP/h" | head -n 1
 }
 
 # --- start -------------------------------------------------------------------
-command -v redis-server >/dev/null 2>&1 || fail "redis-server not found (scripts/deps.sh installs it)"
-command -v redis-cli >/dev/null 2>&1 || fail "redis-cli not found (scripts/deps.sh installs it)"
-timeout 1800 ./xcaddy.sh build || fail "./xcaddy.sh build failed"
-tl_build_backend "$tmp/backend" || fail "building e2e/backend failed"
-go build -o "$tmp/service" ./e2e/service || fail "building e2e/service failed"
+e2e_need redis-server redis-cli
+e2e_build_caddy
+e2e_build e2e/backend e2e/service
 
 redis_port="$(free_port)"
-start "$tmp/redis.log" redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no
-wait_for redis-server "$redis_port"
+e2e_start_redis "$redis_port"
 backend_port="$(free_port)"
-tl_start_backend "$tmp/backend" "$backend_port" || fail "backend did not start"
+e2e_start_backend "$backend_port"
 
 # The same settings for both: e2e/testdata/service.Caddyfile and
 # e2e/service read them from the environment.
@@ -101,11 +57,10 @@ export SLUICE_E2E_REDIS="127.0.0.1:$redis_port" SLUICE_E2E_PREFIX="sluice-e2e-se
 caddy_port="$(free_port)"
 admin_port="$(free_port)"
 SLUICE_E2E_PORT="$caddy_port" SLUICE_E2E_ADMIN_PORT="$admin_port" \
-	start "$tmp/caddy.log" ./caddy run --config e2e/testdata/service.Caddyfile --adapter caddyfile
+	e2e_start_caddy caddy e2e/testdata/service.Caddyfile "$caddy_port"
 service_port="$(free_port)"
-SLUICE_E2E_SERVICE_PORT="$service_port" start "$tmp/service.log" "$tmp/service"
-wait_for caddy "$caddy_port"
-wait_for service "$service_port"
+SLUICE_E2E_SERVICE_PORT="$service_port" e2e_start "$TMP/service.log" "$TMP/service"
+e2e_wait_port "$service_port" "$LAST_PID" service
 caddy="http://127.0.0.1:$caddy_port"
 service="http://127.0.0.1:$service_port"
 
@@ -128,7 +83,7 @@ for ((i = 0; i < 2 * quota; i++)); do
 	else
 		[ "$code" = 429 ] || fail "quota: request $((i + 1)) ($side): status $code, want 429 (got ${got[*]})"
 		[[ "$(hdr Retry-After)" =~ ^[1-9][0-9]*$ ]] || fail "quota: the 429 of $side has Retry-After \"$(hdr Retry-After)\""
-		grep -q '"error":"rate_limited".*"policy":"shared"' "$tmp/b" || fail "quota: the 429 of $side has the body $(cat "$tmp/b")"
+		grep -q '"error":"rate_limited".*"policy":"shared"' "$TMP/b" || fail "quota: the 429 of $side has the body $(cat "$TMP/b")"
 	fi
 done
 pass "quota: one client alternating over Caddy and the service: ${got[*]}"
@@ -136,17 +91,17 @@ pass "quota: one client alternating over Caddy and the service: ${got[*]}"
 # A new client, 40 requests over both, 8 at a time.
 for ((i = 0; i < 20; i++)); do
 	printf '%s/\n' "$caddy" "$service"
-done | xargs -P 8 -n 1 curl -sS --max-time 10 -o /dev/null -w '%{http_code}\n' -H 'X-E2E-Client: parallel' >"$tmp/codes" || true
-counts="$(sort "$tmp/codes" | uniq -c | awk '{ printf "%sx%s ", $1, $2 }')"
+done | xargs -P 8 -n 1 curl -sS --max-time 10 -o /dev/null -w '%{http_code}\n' -H 'X-E2E-Client: parallel' >"$TMP/codes" || true
+counts="$(sort "$TMP/codes" | uniq -c | awk '{ printf "%sx%s ", $1, $2 }')"
 [ "$counts" = "10x200 30x429 " ] || fail "quota: 40 requests 8 at a time over both: $counts, want 10x200 30x429"
-redis-cli -p "$redis_port" --scan --pattern "$SLUICE_E2E_PREFIX*" | sort >"$tmp/keys"
-[ "$(wc -l <"$tmp/keys")" -eq 2 ] && [ "$(grep -c "^${SLUICE_E2E_PREFIX}{shared:token_bucket:#[0-9a-f]\{32\}}\$" "$tmp/keys")" -eq 2 ] ||
-	fail "quota: Redis keys $(tr '\n' ' ' <"$tmp/keys"), want one per client in the namespace shared:token_bucket"
-pass "quota: 40 requests of a new client, 8 at a time over both: $counts; Redis holds one key per client: $(tr '\n' ' ' <"$tmp/keys")"
+redis-cli -p "$redis_port" --scan --pattern "$SLUICE_E2E_PREFIX*" | sort >"$TMP/keys"
+[ "$(wc -l <"$TMP/keys")" -eq 2 ] && [ "$(grep -c "^${SLUICE_E2E_PREFIX}{shared:token_bucket:#[0-9a-f]\{32\}}\$" "$TMP/keys")" -eq 2 ] ||
+	fail "quota: Redis keys $(tr '\n' ' ' <"$TMP/keys"), want one per client in the namespace shared:token_bucket"
+pass "quota: 40 requests of a new client, 8 at a time over both: $counts; Redis holds one key per client: $(tr '\n' ' ' <"$TMP/keys")"
 
 # --- reset -------------------------------------------------------------------
-code="$(curl -sS --max-time 5 -o "$tmp/b" -w '%{http_code}' -X DELETE "http://127.0.0.1:$admin_port/sluice/zones/shared/keys/alternate")" || true
-[ "$code" = 200 ] && grep -q '"deleted":true' "$tmp/b" || fail "reset: Caddy's admin DELETE: status $code: $(cat "$tmp/b")"
+code="$(curl -sS --max-time 5 -o "$TMP/b" -w '%{http_code}' -X DELETE "http://127.0.0.1:$admin_port/sluice/zones/shared/keys/alternate")" || true
+[ "$code" = 200 ] && grep -q '"deleted":true' "$TMP/b" || fail "reset: Caddy's admin DELETE: status $code: $(cat "$TMP/b")"
 code="$(req -H 'X-E2E-Client: alternate' "$service/")"
 [ "$code" = 200 ] && [ "$(hdr X-RateLimit-Remaining)" = $((quota - 1)) ] ||
 	fail "reset: the service after Caddy's reset: status $code, X-RateLimit-Remaining $(hdr X-RateLimit-Remaining), want 200 and $((quota - 1))"
@@ -157,9 +112,9 @@ pass "reset: the client at 429, reset through Caddy's admin API, is admitted by 
 # 429 meanwhile and 200 once it ended.
 check_flight() {
 	local hold=$1 other=$2 key=$3 held i code
-	curl -sS --max-time 10 -o /dev/null -w '%{http_code}' -H "X-E2E-Conc: $key" "$hold/?sleep=1500ms" >"$tmp/held" &
+	curl -sS --max-time 10 -o /dev/null -w '%{http_code}' -H "X-E2E-Conc: $key" "$hold/?sleep=1500ms" >"$TMP/held" &
 	held=$!
-	TL_PIDS+=("$held")
+	PIDS+=("$held")
 	code=000
 	for ((i = 0; i < 10; i++)); do
 		sleep 0.1 # the held request first
@@ -169,7 +124,7 @@ check_flight() {
 	[ "$code" = 429 ] || fail "inflight: while $hold holds the slot, $other answered $code, want 429"
 	[ "$(hdr RateLimit-Policy)" = '"conc";q=1;qu="concurrent-requests"' ] ||
 		fail "inflight: the 429 of $other has RateLimit-Policy \"$(hdr RateLimit-Policy)\""
-	wait "$held" && [ "$(cat "$tmp/held")" = 200 ] || fail "inflight: the held request through $hold: status $(cat "$tmp/held"), want 200"
+	wait "$held" && [ "$(cat "$TMP/held")" = 200 ] || fail "inflight: the held request through $hold: status $(cat "$TMP/held"), want 200"
 	code="$(req -H "X-E2E-Conc: $key" "$other/")"
 	[ "$code" = 200 ] || fail "inflight: once the request through $hold ended, $other answered $code, want 200"
 }

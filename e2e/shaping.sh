@@ -21,69 +21,26 @@
 # showing the logs of the servers it started.
 set -euo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source "$(dirname "${BASH_SOURCE[0]}")/testdata/lib.sh"
 
-if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
-	export PATH="/usr/local/go/bin:$PATH"
+e2e_need redis-server
+if [ -n "${SLUICE_E2E_CADDY:-}" ]; then
+	CADDY=$SLUICE_E2E_CADDY
+else
+	e2e_build_caddy
 fi
-command -v redis-server >/dev/null 2>&1 || { echo "FAIL e2e/shaping.sh: redis-server not found (scripts/deps.sh installs it)"; exit 1; }
-
-tmp="$(mktemp -d)"
-export XDG_CONFIG_HOME="$tmp/config" XDG_DATA_HOME="$tmp/data"
-pids=()
-logs=()
-cleanup() {
-	local pid
-	for pid in "${pids[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	for pid in "${pids[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-fail() {
-	local f
-	echo "FAIL e2e/shaping.sh: $*"
-	for f in "${logs[@]}"; do
-		echo "--- last lines of $(basename "$f")"
-		tail -n 20 "$f" || true
-	done
-	exit 1
-}
-
-# port_open, free_port and wait_port.
-source scripts/ports.sh
-
-caddy="${SLUICE_E2E_CADDY:-}"
-if [ -z "$caddy" ]; then
-	timeout 1800 ./xcaddy.sh build || fail "./xcaddy.sh build failed"
-	caddy=./caddy
-fi
-go build -o "$tmp/backend" ./e2e/backend || fail "building e2e/backend failed"
-go build -o "$tmp/shaping" ./e2e/shaping || fail "building e2e/shaping failed"
+e2e_build e2e/backend e2e/shaping
 
 backend_port="$(free_port)"
-logs+=("$tmp/backend.log")
-"$tmp/backend" -addr "127.0.0.1:$backend_port" >"$tmp/backend.log" 2>&1 &
-pids+=("$!")
-wait_port "$backend_port" "$!" backend
+e2e_start_backend "$backend_port"
 redis_port="$(free_port)"
-logs+=("$tmp/redis.log")
-redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no --logfile "$tmp/redis.log" &
-pids+=("$!")
-wait_port "$redis_port" "$!" redis-server
+e2e_start_redis "$redis_port"
 
 # One endpoint per limit and store, /count/<limit>-<store>.
 port="$(free_port)"
-logs+=("$tmp/caddy.log")
 SLUICE_E2E_PORT="$port" SLUICE_E2E_BACKEND="127.0.0.1:$backend_port" SLUICE_E2E_REDIS="127.0.0.1:$redis_port" \
 	SLUICE_E2E_PREFIX="sluice-e2e-shaping-$$:" \
-	"$caddy" run --config e2e/testdata/shaping.Caddyfile --adapter caddyfile >"$tmp/caddy.log" 2>&1 &
-pids+=("$!")
-wait_port "$port" "$!" caddy
+	e2e_start_caddy caddy e2e/testdata/shaping.Caddyfile "$port"
 
 failed=0
 for store in memory redis; do
@@ -91,7 +48,7 @@ for store in memory redis; do
 		first=10
 		[ "$limit" = token ] && first=11 # the burst of 1 and 10 waiting up to max_delay
 		path="/count/$limit-$store"
-		"$tmp/shaping" -name "$limit-$store" -url "http://127.0.0.1:$port$path" -warm "http://127.0.0.1:$port/" \
+		"$TMP/shaping" -name "$limit-$store" -url "http://127.0.0.1:$port$path" -warm "http://127.0.0.1:$port/" \
 			-counts "http://127.0.0.1:$backend_port/_counts?path=$path" -first "$first" -most 10 |
 			sed 's/^\(PASS\|FAIL\): /\1 e2e\/shaping.sh: /' || failed=1
 	done

@@ -36,3 +36,15 @@ wait_port() {
 	done
 	fail "$name not listening on 127.0.0.1:$port after 20s"
 }
+
+# port_wait PORT SECONDS [PID] waits up to SECONDS for something to accept
+# TCP connections on 127.0.0.1:PORT; it fails when the time runs out, or as
+# soon as the process PID, if given, has exited.
+port_wait() {
+	local deadline=$((SECONDS + $2))
+	until port_open "$1"; do
+		[ -z "${3:-}" ] || kill -0 "$3" 2>/dev/null || return 1
+		[ "$SECONDS" -lt "$deadline" ] || return 1
+		sleep 0.1
+	done
+}
