@@ -15,21 +15,11 @@
 # and for Traefik a line against a Traefik running a plugin that sets one
 # header, which isolates what Yaegi costs any plugin.
 # Everything listens on 127.0.0.1.
-# shellcheck source-path=SCRIPTDIR source=../e2e/testdata/traefik/lib.sh
 set -euo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-REPO="$PWD"
-keys="${KEYS:-100000}"
-TMP="$(mktemp -d)"
-TL_PIDS=()
+source "$(dirname "${BASH_SOURCE[0]}")/../e2e/testdata/lib.sh"
 source e2e/testdata/traefik/lib.sh
-cleanup() {
-	tl_cleanup
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+keys="${KEYS:-100000}"
 
 # rss PID prints the resident set of PID in MB.
 rss() { awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
@@ -41,8 +31,8 @@ settle() {
 # flood URL sends the keys.
 flood() { "$TMP/soak" -victim=false -max 600s -url "$1" -keys "$keys" -mode header -header X-API-Key >/dev/null 2>&1 || true; }
 
-go build -o "$TMP/soak" ./e2e/soak
-timeout 1800 ./xcaddy.sh build # incremental: a ./caddy older than the source would measure old code
+e2e_build e2e/soak
+e2e_build_caddy # incremental: a ./caddy older than the source would measure old code
 
 # --- caddy -------------------------------------------------------------------
 declare -A cport cpid
@@ -66,10 +56,8 @@ http://127.0.0.1:${cport[$side]} {
 	respond "ok"
 }
 CADDY
-	./caddy run --config "$TMP/$side.Caddyfile" --adapter caddyfile >"$TMP/caddy-$side.log" 2>&1 &
-	cpid[$side]=$!
-	TL_PIDS+=("${cpid[$side]}")
-	tl_wait_port "${cport[$side]}" 30 || { echo "rss: caddy ($side) did not start"; tail -20 "$TMP/caddy-$side.log"; exit 1; }
+	e2e_start_caddy "caddy-$side" "$TMP/$side.Caddyfile" "${cport[$side]}"
+	cpid[$side]=$CADDY_PID
 done
 for side in plain sluice; do settle "http://127.0.0.1:${cport[$side]}/"; done
 ci_plain="$(rss "${cpid[plain]}")" ci_sluice="$(rss "${cpid[sluice]}")"
@@ -77,60 +65,39 @@ for side in plain sluice; do flood "http://127.0.0.1:${cport[$side]}/"; done
 cf_plain="$(rss "${cpid[plain]}")" cf_sluice="$(rss "${cpid[sluice]}")"
 
 # --- traefik -----------------------------------------------------------------
-traefik="$(bash scripts/build-traefik.sh | tail -n 1)"
-tl_build_backend "$TMP/backend"
+tl_traefik
+e2e_build e2e/backend
 backend_port="$(free_port)"
-tl_start_backend "$TMP/backend" "$backend_port"
+e2e_start_backend "$backend_port"
 declare -A tport tpid
 for side in plain trivial sluice; do
 	run="$TMP/traefik-$side"
 	mkdir -p "$run"
 	tport[$side]="$(free_port)"
-	mw=""
 	case "$side" in
+	plain) { tl_backend "$backend_port" && tl_router api /; } >"$run/dynamic.yml" ;;
 	sluice)
 		tl_plugin_tree "$run"
-		mw='      middlewares: [api]
-  middlewares:
-    api:
-      plugin:
-        sluice: {average: 10, period: 1h, key: "header:X-API-Key"}'
+		tl_one_plugin "$backend_port" api '{average: 10, period: 1h, key: "header:X-API-Key"}' >"$run/dynamic.yml"
 		;;
 	trivial)
 		tl_bench_tree "$run" trivial
-		mw='      middlewares: [api]
-  middlewares:
-    api:
-      plugin:
-        sluice: {}'
+		tl_one_plugin "$backend_port" api '{}' >"$run/dynamic.yml"
 		;;
 	esac
-	cat >"$run/dynamic.yml" <<YAML
-http:
-  services:
-    backend:
-      loadBalancer:
-        servers:
-          - url: "http://127.0.0.1:$backend_port"
-  routers:
-    api:
-      rule: "PathPrefix(\`/\`)"
-      service: backend
-$mw
-YAML
-	tl_render "$REPO/e2e/testdata/traefik/static.yml" "$run/static.yml" "PORT=${tport[$side]}" \
-		"DYNAMIC=$run/dynamic.yml" "LOG=$run/traefik.log"
+	tl_static "$run" "${tport[$side]}"
 	case "$side" in
 	plain) sed -i '/^experimental:/,$d' "$run/static.yml" ;; # no plugin at all
 	trivial) sed -i 's|moduleName: github.com/sluicehq/sluice|moduleName: example.com/trivial|' "$run/static.yml" ;;
 	esac
-	tl_start_traefik "$traefik" "$run" "$run/static.yml"
-	tpid[$side]=$TL_LAST_PID
+	LOGS+=("$run/traefik.log")
+	tl_start_traefik "$TRAEFIK" "$run" "$run/static.yml"
+	tpid[$side]=$LAST_PID
 done
 deadline=$((SECONDS + 60))
 for side in plain trivial sluice; do
 	until [ "$(tl_status "http://127.0.0.1:${tport[$side]}/")" = 200 ]; do
-		[ "$SECONDS" -lt "$deadline" ] || { echo "rss: traefik ($side) not ready"; tail -20 "$TMP/traefik-$side/traefik.log"; exit 1; }
+		[ "$SECONDS" -lt "$deadline" ] || die "traefik ($side) not ready"
 		sleep 0.2
 	done
 done

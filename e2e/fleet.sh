@@ -16,48 +16,16 @@
 # (Traefik's is cached by scripts/build-traefik.sh).
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$REPO"
-if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
-	export PATH="/usr/local/go/bin:$PATH"
-fi
-
-TMP="$(mktemp -d)"
-export XDG_CONFIG_HOME="$TMP/config" XDG_DATA_HOME="$TMP/data"
+source "$(dirname "${BASH_SOURCE[0]}")/testdata/lib.sh"
 source e2e/testdata/traefik/lib.sh
-logs=()
-cleanup() {
-	tl_cleanup
-	[ -f "$TMP/redis.pid" ] && kill "$(cat "$TMP/redis.pid")" 2>/dev/null || true
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
 
-fail() {
-	local f
-	echo "FAIL e2e/fleet.sh: $*"
-	for f in "${logs[@]}"; do
-		echo "--- last lines of $(basename "$f")"
-		tail -n 20 "$f" || true
-	done
-	exit 1
-}
-pass() { echo "PASS e2e/fleet.sh: $*"; }
-
-for tool in go curl redis-server; do
-	command -v "$tool" >/dev/null 2>&1 || fail "$tool not found (run ./test.sh deps, which installs it)"
-done
-go build -o "$TMP/observe" ./e2e/observe || fail "building e2e/observe failed"
-tl_build_backend "$TMP/backend" || fail "building e2e/backend failed"
-timeout 1800 ./xcaddy.sh build >"$TMP/xcaddy.log" 2>&1 || fail "./xcaddy.sh build failed: $(tail -5 "$TMP/xcaddy.log")"
-traefik="$(bash scripts/build-traefik.sh | tail -n 1)"
-[ -x "$traefik" ] || fail "scripts/build-traefik.sh gave no Traefik binary: $traefik"
+e2e_need go curl redis-server
+e2e_build e2e/observe e2e/backend
+e2e_build_caddy
+tl_traefik
 
 rport="$(free_port)"
-logs+=("$TMP/redis.log")
-redis-server --bind 127.0.0.1 --port "$rport" --save '' --appendonly no --logfile "$TMP/redis.log" \
-	--daemonize yes --pidfile "$TMP/redis.pid"
-tl_wait_port "$rport" 10 || fail "redis-server did not listen on 127.0.0.1:$rport"
+e2e_start_redis "$rport"
 
 # The zone's limit: a period of 10 s, so that the 3 s trace falls in one
 # or two periods, all in the advice's window of 24.
@@ -90,39 +58,21 @@ http://:$port {
 	respond "ok"
 }
 EOF
-	logs+=("$TMP/caddy.$i.log")
-	./caddy run --config "$TMP/Caddyfile.$i" --adapter caddyfile >"$TMP/caddy.$i.log" 2>&1 &
-	TL_PIDS+=("$!")
-	tl_wait_port "$port" 20 || fail "caddy $i did not listen on $port"
-	tl_wait_port "$admin" 20 || fail "caddy $i's admin endpoint did not listen on $admin"
+	e2e_start_caddy "caddy.$i" "$TMP/Caddyfile.$i" "$port" "$admin"
 	caddy_urls+=("http://127.0.0.1:$port/")
 	caddy_advice+=("http://127.0.0.1:$admin/sluice/zones/api/advice")
 done
 
 # --- two traefiks --------------------------------------------------------------
 backend_port="$(free_port)"
-tl_start_backend "$TMP/backend" "$backend_port" || fail "the backend did not start"
+e2e_start_backend "$backend_port"
 traefik_urls=() traefik_advice=()
 for i in 1 2; do
 	port="$(free_port)" metrics="$(free_port)" dir="$TMP/traefik$i"
-	mkdir -p "$dir"
 	tl_plugin_tree "$dir"
-	cat >"$dir/dynamic.yml" <<EOF
-http:
-  services:
-    backend:
-      loadBalancer:
-        servers:
-          - url: "http://127.0.0.1:$backend_port"
-  routers:
-    api:
-      rule: "PathPrefix(\`/\`)"
-      service: backend
-      middlewares: [api]
-  middlewares:
-    api:
-      plugin:
-        sluice:
+	{
+		tl_one_plugin "$backend_port" api
+		cat <<EOF
           mode: dry_run
           average: "$average"
           period: "$period"
@@ -134,11 +84,9 @@ http:
             address: "127.0.0.1:$metrics"
             demandScope: fleet
 EOF
-	tl_render e2e/testdata/traefik/static.yml "$dir/static.yml" \
-		PORT="$port" DYNAMIC="$dir/dynamic.yml" LOG="$dir/traefik.log"
-	logs+=("$dir/traefik.log")
-	tl_start_traefik "$traefik" "$dir" "$dir/static.yml"
-	tl_wait_traefik "$port" "$dir/traefik.log" / 120 || fail "Traefik $i did not come up"
+	} >"$dir/dynamic.yml"
+	tl_static "$dir" "$port"
+	tl_up "$dir" "$port" /
 	traefik_urls+=("http://127.0.0.1:$port/")
 	traefik_advice+=("http://127.0.0.1:$metrics/sluice/zones/api@file/advice")
 done
@@ -188,4 +136,4 @@ check_pair() {
 }
 check_pair caddy 0 "${caddy_advice[@]}"
 check_pair traefik 1 "${traefik_advice[@]}"
-echo "fleet: all checks passed"
+e2e_verdict fleet

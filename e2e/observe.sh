@@ -27,42 +27,13 @@
 # builds (Traefik's is cached by scripts/build-traefik.sh).
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$REPO"
-if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
-	export PATH="/usr/local/go/bin:$PATH"
-fi
-
-TMP="$(mktemp -d)"
-export XDG_CONFIG_HOME="$TMP/config" XDG_DATA_HOME="$TMP/data"
+source "$(dirname "${BASH_SOURCE[0]}")/testdata/lib.sh"
 source e2e/testdata/traefik/lib.sh
-logs=()
-cleanup() {
-	tl_cleanup
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
 
-fail() {
-	local f
-	echo "FAIL e2e/observe.sh: $*"
-	for f in "${logs[@]}"; do
-		echo "--- last lines of $(basename "$f")"
-		tail -n 20 "$f" || true
-	done
-	exit 1
-}
-pass() { echo "PASS e2e/observe.sh: $*"; }
-
-for tool in go curl prometheus promtool; do
-	command -v "$tool" >/dev/null 2>&1 || fail "$tool not found (run ./test.sh deps, which installs it)"
-done
-go build -o "$TMP/observe" ./e2e/observe || fail "building e2e/observe failed"
-go build -o "$TMP/sluice" ./cmd/sluice || fail "building cmd/sluice failed"
-tl_build_backend "$TMP/backend" || fail "building e2e/backend failed"
-timeout 1800 ./xcaddy.sh build >"$TMP/xcaddy.log" 2>&1 || fail "./xcaddy.sh build failed: $(tail -5 "$TMP/xcaddy.log")"
-traefik="$(bash scripts/build-traefik.sh | tail -n 1)"
-[ -x "$traefik" ] || fail "scripts/build-traefik.sh gave no Traefik binary: $traefik"
+e2e_need go curl prometheus promtool
+e2e_build e2e/observe cmd/sluice e2e/backend
+e2e_build_caddy
+tl_traefik
 
 # The zone's limit while it is observed, and the trace both phases send.
 readonly rate=5/1s burst=5
@@ -95,39 +66,21 @@ http://:$caddy_port {
 EOF
 }
 caddy_config dry_run "$rate" "$burst"
-logs+=("$TMP/caddy.log")
-./caddy run --config "$TMP/Caddyfile" --adapter caddyfile >"$TMP/caddy.log" 2>&1 &
-TL_PIDS+=("$!")
-tl_wait_port "$caddy_port" 20 || fail "caddy did not listen on $caddy_port"
-tl_wait_port "$caddy_admin" 20 || fail "caddy's admin endpoint did not listen on $caddy_admin"
+e2e_start_caddy caddy "$TMP/Caddyfile" "$caddy_port" "$caddy_admin"
 
 # --- traefik -----------------------------------------------------------------
 backend_port="$(free_port)"
-tl_start_backend "$TMP/backend" "$backend_port" || fail "the backend did not start"
+e2e_start_backend "$backend_port"
 traefik_port="$(free_port)"
 traefik_metrics="$(free_port)"
-mkdir -p "$TMP/traefik"
 tl_plugin_tree "$TMP/traefik"
 # traefik_config MODE AVERAGE PERIOD BURST writes the dynamic configuration
 # of the middleware api (written whole, then moved, so that the watching
 # provider never reads half a file).
 traefik_config() {
-	cat >"$TMP/traefik/dynamic.new" <<EOF
-http:
-  services:
-    backend:
-      loadBalancer:
-        servers:
-          - url: "http://127.0.0.1:$backend_port"
-  routers:
-    api:
-      rule: "PathPrefix(\`/\`)"
-      service: backend
-      middlewares: [api]
-  middlewares:
-    api:
-      plugin:
-        sluice:
+	{
+		tl_one_plugin "$backend_port" api
+		cat <<EOF
           mode: "$1"
           average: "$2"
           period: "$3"
@@ -137,58 +90,31 @@ http:
           metrics:
             address: "127.0.0.1:$traefik_metrics"
 EOF
+	} >"$TMP/traefik/dynamic.new"
 	mv "$TMP/traefik/dynamic.new" "$TMP/traefik/dynamic.yml"
 }
 traefik_config dry_run "${rate%/*}" "${rate#*/}" "$burst"
-tl_render e2e/testdata/traefik/static.yml "$TMP/traefik/static.yml" \
-	PORT="$traefik_port" DYNAMIC="$TMP/traefik/dynamic.yml" LOG="$TMP/traefik/traefik.log"
+tl_static "$TMP/traefik" "$traefik_port"
 sed -i 's/^    watch: false$/    watch: true/' "$TMP/traefik/static.yml"
 grep -q '^    watch: true$' "$TMP/traefik/static.yml" || fail "could not turn the file provider's watch on"
-logs+=("$TMP/traefik/traefik.log")
-tl_start_traefik "$traefik" "$TMP/traefik" "$TMP/traefik/static.yml"
-tl_wait_traefik "$traefik_port" "$TMP/traefik/traefik.log" / 120 || fail "Traefik did not come up"
+tl_up "$TMP/traefik" "$traefik_port" /
 
 # --- prometheus --------------------------------------------------------------
-prom_port="$(free_port)"
-cat >"$TMP/prometheus.yml" <<EOF
-global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1s
-rule_files:
-  - $REPO/docs/prometheus/rules.yml
-scrape_configs:
-  - job_name: caddy
-    static_configs:
-      - targets: ['127.0.0.1:$caddy_admin']
-  - job_name: traefik
-    static_configs:
-      - targets: ['127.0.0.1:$traefik_metrics']
-EOF
-logs+=("$TMP/prometheus.log")
-prometheus --config.file="$TMP/prometheus.yml" --storage.tsdb.path="$TMP/prometheus-data" \
-	--web.listen-address="127.0.0.1:$prom_port" >"$TMP/prometheus.log" 2>&1 &
-TL_PIDS+=("$!")
-tl_wait_port "$prom_port" 20 || fail "prometheus did not listen on $prom_port"
+e2e_start_prometheus docs/prometheus/rules.yml "caddy=127.0.0.1:$caddy_admin" "traefik=127.0.0.1:$traefik_metrics"
 
-# query EXPR prints promtool's instant answer on EXPR.
-query() { promtool query instant "http://127.0.0.1:$prom_port" "$1" 2>&1 || true; }
 # wait_query EXPR WHAT waits (10 s at most) until EXPR has a sample, and
 # prints the answer.
 wait_query() {
 	local out i
 	for ((i = 0; i < 50; i++)); do
-		out="$(query "$1")"
+		out="$(e2e_query "$1")"
 		[[ "$out" == *'=>'* ]] && break
 		sleep 0.2
 	done
 	[[ "$out" == *'=>'* ]] || fail "$2: Prometheus has no sample of $1 after 10 s: $out"
 	echo "$out"
 }
-for job in caddy traefik; do
-	wait_query "up{job=\"$job\"} == 1" "scraping $job" >/dev/null
-done
-pass "Prometheus (127.0.0.1:$prom_port) scrapes caddy (admin /metrics) and traefik (the plugin's metrics listener) every second"
+pass "Prometheus (127.0.0.1:$PROM_PORT) scrapes caddy (admin /metrics) and traefik (the plugin's metrics listener) every second"
 
 # --- the sequence, in each host ----------------------------------------------
 # observe_host HOST URL ZONE ADVICE_URL runs observe, advise, enforce and

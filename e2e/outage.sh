@@ -24,32 +24,11 @@
 # stopped on exit; about 50 s in all.
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$REPO"
-if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
-	export PATH="/usr/local/go/bin:$PATH"
-fi
-TMP="$(mktemp -d "${TMPDIR:-/tmp}/sluice-outage.XXXXXX")"
-# shellcheck source-path=SCRIPTDIR source=testdata/traefik/lib.sh
-source "$REPO/e2e/testdata/traefik/lib.sh"
-cleanup() {
-	tl_cleanup
-	local f
-	for f in "$TMP"/redis-*.pid; do
-		[ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
-	done
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-export XDG_CONFIG_HOME="$TMP/config" XDG_DATA_HOME="$TMP/data"
-
-failures=0
-pass() { echo "PASS: $*"; }
-fail() {
-	echo "FAIL: $*"
-	failures=$((failures + 1))
-}
+# The Redis servers here are daemons, whose pid files in TMP e2e_cleanup
+# reads.
+source "$(dirname "${BASH_SOURCE[0]}")/testdata/lib.sh"
+source e2e/testdata/traefik/lib.sh
+e2e_keep_going
 fds() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 
 # start_redis PORT starts a redis-server without persistence and sets
@@ -57,7 +36,7 @@ fds() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 start_redis() {
 	RESTART="redis-server --bind 127.0.0.1 --port $1 --save '' --appendonly no --logfile $TMP/redis-$1.log --daemonize yes --pidfile $TMP/redis-$1.pid"
 	sh -c "$RESTART"
-	tl_wait_port "$1" 10 || { echo "FAIL: redis-server did not listen on 127.0.0.1:$1"; exit 1; }
+	port_wait "$1" 10 || die "redis-server did not listen on 127.0.0.1:$1"
 	REDIS_PID="$(cat "$TMP/redis-$1.pid")"
 }
 # run_outage HOST HOST_PID PORT BASE COUNTS DROPPED: the schedule against
@@ -115,16 +94,16 @@ start_sentinel() {
 	m="$(free_port)"
 	redis-server --bind 127.0.0.1 --port "$m" --dir "$dir" --save "" --appendonly no --repl-diskless-sync-delay 0 \
 		--logfile "$dir/master.log" --daemonize yes --pidfile "$TMP/redis-$m.pid"
-	tl_wait_port "$m" 10 || { echo "FAIL: the Sentinel's master did not listen"; exit 1; }
+	port_wait "$m" 10 || die "the Sentinel's master did not listen"
 	r="$(free_port)"
 	redis-server --bind 127.0.0.1 --port "$r" --dir "$dir" --save "" --appendonly no --repl-diskless-sync-delay 0 --replicaof 127.0.0.1 "$m" \
 		--logfile "$dir/replica.log" --daemonize yes --pidfile "$TMP/redis-$r.pid"
-	wait_for 15 sh -c "redis-cli -p $m INFO replication | grep -q 'state=online'" || { echo "FAIL: the replica did not sync"; exit 1; }
+	wait_for 15 sh -c "redis-cli -p $m INFO replication | grep -q 'state=online'" || die "the replica did not sync"
 	s="$(free_port)"
 	printf 'port %s\nbind 127.0.0.1\nprotected-mode no\ndir %s\nsentinel monitor mymaster 127.0.0.1 %s 1\nsentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 2000\n' \
 		"$s" "$dir" "$m" >"$dir/sentinel.conf"
 	redis-server "$dir/sentinel.conf" --sentinel --logfile "$dir/sentinel.log" --daemonize yes --pidfile "$TMP/redis-$s.pid"
-	wait_for 15 sh -c "redis-cli -p $s SENTINEL replicas mymaster | grep -qx $r" || { echo "FAIL: the Sentinel did not learn of the replica"; tail -5 "$dir/sentinel.log"; exit 1; }
+	wait_for 15 sh -c "redis-cli -p $s SENTINEL replicas mymaster | grep -qx $r" || die "the Sentinel did not learn of the replica: $(tail -5 "$dir/sentinel.log")"
 	SENTINEL_PORT=$s
 }
 # run_failover HOST URL: SENTINEL FAILOVER under load of URL, whose store
@@ -144,16 +123,15 @@ run_failover() {
 	return 0
 }
 
-go build -o "$TMP/outage" ./e2e/outage
-tl_build_backend "$TMP/backend"
+e2e_build e2e/outage e2e/backend
 
 # --- caddy -------------------------------------------------------------------
 # $SLUICE_E2E_CADDY names another Caddy binary to test (one built from an
 # older tree, say).
-caddy="${SLUICE_E2E_CADDY:-./caddy}"
-[ -x "$caddy" ] || timeout 1800 ./xcaddy.sh build
+CADDY="${SLUICE_E2E_CADDY:-./caddy}"
+[ -x "$CADDY" ] || e2e_build_caddy
 backend_port="$(free_port)"
-tl_start_backend "$TMP/backend" "$backend_port"
+e2e_start_backend "$backend_port"
 rport="$(free_port)"
 start_redis "$rport"
 start_sentinel caddy
@@ -211,42 +189,26 @@ port="$(free_port)"
 	echo "	}"
 	echo "}"
 } >"$TMP/Caddyfile"
-"$caddy" run --config "$TMP/Caddyfile" --adapter caddyfile >"$TMP/caddy.log" 2>&1 &
-caddy_pid=$!
-TL_PIDS+=("$caddy_pid")
-tl_wait_port "$port" 30 || { echo "FAIL: caddy did not listen on 127.0.0.1:$port"; tail -20 "$TMP/caddy.log"; exit 1; }
+e2e_start_caddy caddy "$TMP/Caddyfile" "$port"
+caddy_pid=$CADDY_PID
 run_outage caddy "$caddy_pid" "$rport" "http://127.0.0.1:$port" "127.0.0.1:$backend_port" 0
 run_failover caddy "http://127.0.0.1:$port/failover"
 
 # --- traefik -----------------------------------------------------------------
-traefik="$(bash scripts/build-traefik.sh | tail -n 1)"
-[ -x "$traefik" ] || { echo "FAIL: no Traefik binary: '$traefik'"; exit 1; }
+tl_traefik
 rport="$(free_port)"
 start_redis "$rport"
 start_sentinel traefik
 backend_port="$(free_port)" tport="$(free_port)"
-tl_start_backend "$TMP/backend" "$backend_port"
+e2e_start_backend "$backend_port"
 run="$TMP/run"
-mkdir -p "$run"
 tl_plugin_tree "$run"
 {
-	echo "http:"
-	echo "  services:"
-	echo "    backend:"
-	echo "      loadBalancer:"
-	echo "        servers:"
-	echo "          - url: \"http://127.0.0.1:$backend_port\""
-	echo "  routers:"
+	tl_backend "$backend_port"
 	for policy in allow deny fallback failover; do
-		echo "    $policy:"
-		echo "      rule: \"PathPrefix(\`/$policy\`)\""
-		echo "      service: backend"
-		echo "      middlewares: [$policy]"
+		tl_router "$policy" "/$policy" "$policy"
 	done
-	echo "    inflight:"
-	echo "      rule: \"PathPrefix(\`/count/inflight\`)\""
-	echo "      service: backend"
-	echo "      middlewares: [inflight]"
+	tl_router inflight /count/inflight inflight
 	echo "  middlewares:"
 	for policy in allow deny fallback; do
 		opt="average: 1, onStoreError: $policy"
@@ -262,10 +224,9 @@ tl_plugin_tree "$run"
 	echo "      plugin:"
 	echo "        sluice: {average: 1, period: 1h, redis: {sentinel: {masterName: mymaster, endpoints: [\"127.0.0.1:$SENTINEL_PORT\"]}}}"
 } >"$run/dynamic.yml"
-tl_render "$REPO/e2e/testdata/traefik/static.yml" "$run/static.yml" "PORT=$tport" "DYNAMIC=$run/dynamic.yml" "LOG=$run/traefik.log"
-tl_start_traefik "$traefik" "$run" "$run/static.yml"
-traefik_pid=$TL_LAST_PID
-tl_wait_traefik "$tport" "$run/traefik.log" /allow 60 || { echo "FAIL: Traefik did not load the plugin"; tail -20 "$run/traefik.log"; exit 1; }
+tl_static "$run" "$tport"
+tl_up "$run" "$tport" /allow
+traefik_pid=$LAST_PID
 # The readiness probe took /allow's one request: Redis holds its state.
 # A decision the plugin's RESP client wrote to a connection that CLIENT KILL
 # dropped fails rather than being sent again (Redis may have run it; go-redis
@@ -276,8 +237,4 @@ tl_wait_traefik "$tport" "$run/traefik.log" /allow 60 || { echo "FAIL: Traefik d
 run_outage traefik "$traefik_pid" "$rport" "http://127.0.0.1:$tport" "127.0.0.1:$backend_port" 2
 run_failover traefik "http://127.0.0.1:$tport/failover"
 
-if [ "$failures" -gt 0 ]; then
-	echo "outage: $failures check(s) FAILED"
-	exit 1
-fi
-echo "outage: all checks passed"
+e2e_verdict outage

@@ -48,7 +48,8 @@
 # showing the logs of the servers it started.
 set -euo pipefail
 
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source "$(dirname "${BASH_SOURCE[0]}")/testdata/lib.sh"
+source e2e/testdata/traefik/lib.sh
 
 # The Prometheus jobs, one per host, that every checked expression must
 # return samples of.
@@ -62,60 +63,11 @@ readonly dashboard_file=docs/grafana/sluice-dashboard.json
 # What the dashboard's expressions are evaluated with, besides $job.
 readonly zone_value='.*' rate_interval=1m
 
-if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
-	export PATH="/usr/local/go/bin:$PATH"
-fi
-
-tmp="$(mktemp -d)"
-# Caddy's autosaved config and data go here, not to $HOME.
-export XDG_CONFIG_HOME="$tmp/config" XDG_DATA_HOME="$tmp/data"
-pids=()
-logs=()
-
-# stop ends the processes this script started: SIGTERM (after SIGCONT, for a
-# frozen Redis), then SIGKILL for any still running 5 seconds later.
-stop() {
-	local pid i
-	for pid in "$@"; do
-		kill -CONT "$pid" 2>/dev/null || true
-		kill -TERM "$pid" 2>/dev/null || true
-	done
-	for pid in "$@"; do
-		for ((i = 0; i < 50; i++)); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	done
-}
-cleanup() {
-	[ "${#pids[@]}" -eq 0 ] || stop "${pids[@]}"
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-fail() {
-	local f
-	echo "FAIL e2e/prometheus.sh: $*"
-	for f in "${logs[@]}"; do
-		echo "--- last lines of $(basename "$f")"
-		tail -n 20 "$f" || true
-	done
-	exit 1
-}
-pass() { echo "PASS e2e/prometheus.sh: $*"; }
-
-# port_open, free_port and wait_port.
-source scripts/ports.sh
-
-for tool in go curl redis-server prometheus promtool; do
-	command -v "$tool" >/dev/null 2>&1 || fail "$tool not found (run ./test.sh deps, which installs it)"
-done
+e2e_need go curl redis-server prometheus promtool
 
 # --- helpers -----------------------------------------------------------------
-# jsonx reads the JSON this script needs (e2e/promjson).
-go build -o "$tmp/jsonx" ./e2e/promjson || fail "building e2e/promjson failed"
+# $TMP/promjson reads the JSON this script needs.
+e2e_build e2e/promjson
 
 # The families core/telemetry defines: an expression that reads another
 # sluice_ name has a typo.
@@ -167,30 +119,20 @@ set_missing() {
 	done
 }
 
-# query evaluates the PromQL expression $1 now and prints its samples, one
-# a line, as promtool writes them ({labels} => value @[time]).
-query() {
-	promtool query instant "http://127.0.0.1:$prom_port" "$1" 2>&1
-}
-
 # --- hosts -------------------------------------------------------------------
 declare -A target metrics_path base quota
 
 # One redis-server, which the hosts' zones stored share.
 redis_port="$(free_port)"
-logs+=("$tmp/redis.log")
-redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no \
-	--logfile "$tmp/redis.log" &
-redis_pid=$!
-pids+=("$redis_pid")
-wait_port "$redis_port" "$redis_pid" redis-server
+e2e_start_redis "$redis_port"
+redis_pid=$REDIS_PID
 
 # start_caddy starts redis-server and ./caddy with three sluice handlers and
 # sets target[caddy] to its admin endpoint, whose /metrics Prometheus scrapes.
 start_caddy() {
-	timeout 1800 ./xcaddy.sh build || fail "./xcaddy.sh build failed"
+	e2e_build_caddy
 
-	cat >"$tmp/Caddyfile" <<'EOF'
+	cat >"$TMP/Caddyfile" <<'EOF'
 {
 	admin 127.0.0.1:{$SLUICE_E2E_ADMIN_PORT}
 	persist_config off
@@ -242,14 +184,9 @@ http://:{$SLUICE_E2E_PORT} {
 EOF
 	caddy_port="$(free_port)"
 	caddy_admin_port="$(free_port)"
-	logs+=("$tmp/caddy.log")
 	SLUICE_E2E_PORT="$caddy_port" SLUICE_E2E_ADMIN_PORT="$caddy_admin_port" \
 		SLUICE_E2E_REDIS="127.0.0.1:$redis_port" SLUICE_E2E_PREFIX="sluice-e2e-prom-$$:" \
-		./caddy run --config "$tmp/Caddyfile" --adapter caddyfile >"$tmp/caddy.log" 2>&1 &
-	caddy_pid=$!
-	pids+=("$caddy_pid")
-	wait_port "$caddy_port" "$caddy_pid" caddy
-	wait_port "$caddy_admin_port" "$caddy_pid" "caddy's admin endpoint"
+		e2e_start_caddy caddy "$TMP/Caddyfile" "$caddy_port" "$caddy_admin_port"
 	target[caddy]="127.0.0.1:$caddy_admin_port"
 	metrics_path[caddy]=/metrics
 	base[caddy]="http://127.0.0.1:$caddy_port"
@@ -263,40 +200,20 @@ EOF
 # (the redis-server, onStoreError allow), each with metrics on one
 # listener, which Prometheus scrapes.
 start_traefik() {
-	local traefik dir backend_port traefik_port metrics_port
-	REPO="$PWD" TMP="$tmp"
-	source e2e/testdata/traefik/lib.sh
-	traefik="$(bash scripts/build-traefik.sh | tail -n 1)"
-	[ -x "$traefik" ] || fail "scripts/build-traefik.sh gave no Traefik binary: $traefik"
-	tl_build_backend "$tmp/backend" || fail "building e2e/backend failed"
+	local dir="$TMP/traefik" backend_port traefik_port metrics_port
+	tl_traefik
+	e2e_build e2e/backend
 	backend_port="$(free_port)"
-	tl_start_backend "$tmp/backend" "$backend_port" || fail "the backend did not start"
-	pids+=("${TL_PIDS[@]}")
+	e2e_start_backend "$backend_port"
 	traefik_port="$(free_port)"
 	metrics_port="$(free_port)"
-	dir="$tmp/traefik"
-	mkdir -p "$dir"
 	tl_plugin_tree "$dir"
-	cat >"$dir/dynamic.yml" <<YAML
-http:
-  services:
-    backend:
-      loadBalancer:
-        servers:
-          - url: "http://127.0.0.1:$backend_port"
-  routers:
-    enforced:
-      rule: "PathPrefix(\`/\`)"
-      service: backend
-      middlewares: [enforced]
-    observed:
-      rule: "PathPrefix(\`/observed\`)"
-      service: backend
-      middlewares: [observed]
-    stored:
-      rule: "PathPrefix(\`/stored\`)"
-      service: backend
-      middlewares: [stored]
+	{
+		tl_backend "$backend_port"
+		tl_router enforced / enforced
+		tl_router observed /observed observed
+		tl_router stored /stored stored
+		cat <<YAML
   middlewares:
     enforced:
       plugin:
@@ -334,12 +251,9 @@ http:
           metrics:
             address: "127.0.0.1:$metrics_port"
 YAML
-	tl_render e2e/testdata/traefik/static.yml "$dir/static.yml" \
-		PORT="$traefik_port" DYNAMIC="$dir/dynamic.yml" LOG="$dir/traefik.log"
-	logs+=("$dir/traefik.log")
-	tl_start_traefik "$traefik" "$dir" "$dir/static.yml"
-	pids+=("$TL_LAST_PID")
-	tl_wait_traefik "$traefik_port" "$dir/traefik.log" /observed 120 || fail "Traefik did not come up"
+	} >"$dir/dynamic.yml"
+	tl_static "$dir" "$traefik_port"
+	tl_up "$dir" "$traefik_port" /observed
 	target[traefik]="127.0.0.1:$metrics_port"
 	metrics_path[traefik]=/metrics
 	base[traefik]="http://127.0.0.1:$traefik_port"
@@ -356,43 +270,17 @@ nrules="$(sed -n 's/.*SUCCESS: \([0-9]*\) rules found.*/\1/p' <<<"$out")"
 [ -n "$nrules" ] && [ "$nrules" -gt 0 ] || fail "promtool check rules found no rules: $out"
 pass "promtool check rules $rules_file: $nrules rules"
 
-prom_port="$(free_port)"
-{
-	echo "global:"
-	echo "  scrape_interval: 1s"
-	echo "  scrape_timeout: 1s"
-	echo "  evaluation_interval: 1s"
-	echo "rule_files:"
-	echo "  - $PWD/$rules_file"
-	echo "scrape_configs:"
-	for job in "${JOBS[@]}"; do
-		echo "  - job_name: $job"
-		echo "    metrics_path: ${metrics_path[$job]}"
-		echo "    static_configs:"
-		echo "      - targets: ['${target[$job]}']"
-	done
-} >"$tmp/prometheus.yml"
-logs+=("$tmp/prometheus.log")
-prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/prometheus-data" \
-	--web.listen-address="127.0.0.1:$prom_port" >"$tmp/prometheus.log" 2>&1 &
-prom_pid=$!
-pids+=("$prom_pid")
-wait_port "$prom_port" "$prom_pid" prometheus
-
 # Every job up before any traffic, so that every counter's first sample is
 # its zero.
+scrape=()
 for job in "${JOBS[@]}"; do
-	for ((i = 0; i < 100; i++)); do
-		out="$(query "up{job=\"$job\"} == 1")"
-		[[ "$out" == *'=>'* ]] && break
-		sleep 0.2
-	done
-	[[ "$out" == *'=>'* ]] || fail "Prometheus has not scraped job $job (${target[$job]}${metrics_path[$job]}) after 20s: $out"
+	scrape+=("$job=${target[$job]}${metrics_path[$job]}")
 done
-pass "Prometheus (127.0.0.1:$prom_port) scrapes ${JOBS[*]} every second"
+e2e_start_prometheus "$rules_file" "${scrape[@]}"
+pass "Prometheus (127.0.0.1:$PROM_PORT) scrapes ${JOBS[*]} every second"
 
-rules_json="$(curl -sS --max-time 5 "http://127.0.0.1:$prom_port/api/v1/rules")" || fail "GET /api/v1/rules failed"
-rules="$("$tmp/jsonx" rules <<<"$rules_json")" || fail "reading /api/v1/rules: $rules_json"
+rules_json="$(curl -sS --max-time 5 "http://127.0.0.1:$PROM_PORT/api/v1/rules")" || fail "GET /api/v1/rules failed"
+rules="$("$TMP/promjson" rules <<<"$rules_json")" || fail "reading /api/v1/rules: $rules_json"
 nloaded=0
 while IFS=$'\t' read -r type name health lasterr expr; do
 	nloaded=$((nloaded + 1))
@@ -442,8 +330,8 @@ done
 # `for:`. Traefik names the zone after its middleware, enforced@file.
 declare -A alert_state=()
 for ((i = 0; i < 60; i++)); do
-	alerts_json="$(curl -sS --max-time 5 "http://127.0.0.1:$prom_port/api/v1/alerts")" || fail "GET /api/v1/alerts failed"
-	alerts="$("$tmp/jsonx" alerts <<<"$alerts_json")" || fail "reading /api/v1/alerts: $alerts_json"
+	alerts_json="$(curl -sS --max-time 5 "http://127.0.0.1:$PROM_PORT/api/v1/alerts")" || fail "GET /api/v1/alerts failed"
+	alerts="$("$TMP/promjson" alerts <<<"$alerts_json")" || fail "reading /api/v1/alerts: $alerts_json"
 	while IFS=$'\t' read -r name state job zone; do
 		if [ "$name" = SluiceRejectionsHigh ] && { [ "$zone" = enforced ] || [ "$zone" = enforced@file ]; }; then
 			alert_state[$job]="$state"
@@ -489,8 +377,8 @@ pass "caddy's metrics handler at /metrics serves ${FAMILIES[*]}"
 # want being a label a sample must carry (or -: any sample).
 checks=()
 unchecked=()
-dashboard="$("$tmp/jsonx" panels <"$dashboard_file" 2>"$tmp/schema")" || fail "reading $dashboard_file: $(cat "$tmp/schema")"
-grep -qx 'schemaVersion 39' "$tmp/schema" || fail "$dashboard_file: $(cat "$tmp/schema"), want 39"
+dashboard="$("$TMP/promjson" panels <"$dashboard_file" 2>"$TMP/schema")" || fail "reading $dashboard_file: $(cat "$TMP/schema")"
+grep -qx 'schemaVersion 39' "$TMP/schema" || fail "$dashboard_file: $(cat "$TMP/schema"), want 39"
 for v in datasource job zone; do
 	grep -q "^variable	$v	" <<<"$dashboard" || fail "$dashboard_file has no template variable $v"
 done
@@ -539,7 +427,7 @@ while :; do
 	failed=()
 	for c in "${checks[@]}"; do
 		IFS=$'\t' read -r what job want expr <<<"$c"
-		out="$(query "$expr")"
+		out="$(e2e_query "$expr")"
 		if [[ "$out" != *'=>'* ]] || { [ "$want" != - ] && [[ "$out" != *"$want"* ]]; }; then
 			failed+=("$what, job $job: $expr → ${out:-no sample}")
 		fi

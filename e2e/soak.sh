@@ -31,33 +31,14 @@
 # if any check failed.
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$REPO"
-if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
-	export PATH="/usr/local/go/bin:$PATH"
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/testdata/lib.sh"
+source e2e/testdata/traefik/lib.sh
+e2e_keep_going
 keys="${SOAK_KEYS:-250000}"
 tkeys="${SOAK_TRAEFIK_KEYS:-100000}"
 tmax="${SOAK_TRAEFIK_MAXKEYS:-20000}"
 most="${SOAK_MAX:-60s}"
 
-TMP="$(mktemp -d "${TMPDIR:-/tmp}/sluice-soak.XXXXXX")"
-# shellcheck source-path=SCRIPTDIR source=testdata/traefik/lib.sh
-source "$REPO/e2e/testdata/traefik/lib.sh"
-cleanup() {
-	tl_cleanup
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-export XDG_CONFIG_HOME="$TMP/config" XDG_DATA_HOME="$TMP/data"
-
-failures=0
-pass() { echo "PASS: $*"; }
-fail() {
-	echo "FAIL: $*"
-	failures=$((failures + 1))
-}
 # fds PID prints how many file descriptors PID has open.
 fds() { find "/proc/$1/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l; }
 # rss PID prints the resident set of PID in MB.
@@ -80,10 +61,10 @@ flood() {
 	fi
 }
 
-go build -o "$TMP/soak" ./e2e/soak
+e2e_build e2e/soak
 
 # --- caddy -------------------------------------------------------------------
-timeout 1800 ./xcaddy.sh build # incremental: a ./caddy older than the source would test old code
+e2e_build_caddy # incremental: a ./caddy older than the source would test old code
 port="$(free_port)"
 cat >"$TMP/Caddyfile" <<CADDY
 {
@@ -106,10 +87,8 @@ http://127.0.0.1:$port {
 	respond "ok"
 }
 CADDY
-./caddy run --config "$TMP/Caddyfile" --adapter caddyfile >"$TMP/caddy.log" 2>&1 &
-caddy_pid=$!
-TL_PIDS+=("$caddy_pid")
-tl_wait_port "$port" 30 || { echo "FAIL: caddy did not listen on 127.0.0.1:$port"; tail -20 "$TMP/caddy.log"; exit 1; }
+e2e_start_caddy caddy "$TMP/Caddyfile" "$port"
+caddy_pid=$CADDY_PID
 flood "caddy, $keys client addresses, max_keys 100000" "$caddy_pid" 60 -url "http://127.0.0.1:$port/" -keys "$keys" -mode xff
 
 # --- caddy reload storm ------------------------------------------------------
@@ -150,10 +129,8 @@ http://127.0.0.1:$port {
 CADDY
 	./caddy adapt --config "$TMP/reload-$rate.Caddyfile" --adapter caddyfile >"$TMP/reload-$rate.json" 2>/dev/null
 done
-./caddy run --config "$TMP/reload-10.json" >"$TMP/caddy-reload.log" 2>&1 &
-reload_pid=$!
-TL_PIDS+=("$reload_pid")
-tl_wait_port "$port" 30 || { echo "FAIL: caddy did not listen on 127.0.0.1:$port"; tail -20 "$TMP/caddy-reload.log"; exit 1; }
+e2e_start_caddy caddy-reload "$TMP/reload-10.json" "$port"
+reload_pid=$CADDY_PID
 # IPv6 rotation: with ipv6_prefix 64, addresses of one /64 share a bucket,
 # whatever their last 64 bits; another /64 has its own.
 v6=""
@@ -215,41 +192,18 @@ else
 fi
 
 # --- traefik -----------------------------------------------------------------
-traefik="$(bash scripts/build-traefik.sh | tail -n 1)"
-[ -x "$traefik" ] || { echo "FAIL: no Traefik binary: '$traefik'"; exit 1; }
-tl_build_backend "$TMP/backend"
+tl_traefik
+e2e_build e2e/backend
 backend_port="$(free_port)" tport="$(free_port)"
-tl_start_backend "$TMP/backend" "$backend_port"
+e2e_start_backend "$backend_port"
 run="$TMP/run"
-mkdir -p "$run"
 tl_plugin_tree "$run"
-cat >"$run/dynamic.yml" <<YAML
-http:
-  services:
-    backend:
-      loadBalancer:
-        servers:
-          - url: "http://127.0.0.1:$backend_port"
-  routers:
-    flood:
-      rule: "PathPrefix(\`/\`)"
-      service: backend
-      middlewares: [flood]
-  middlewares:
-    flood:
-      plugin:
-        sluice: {average: 11, period: 1h, key: "header:X-API-Key", maxKeys: $tmax}
-YAML
-tl_render "$REPO/e2e/testdata/traefik/static.yml" "$run/static.yml" "PORT=$tport" "DYNAMIC=$run/dynamic.yml" "LOG=$run/traefik.log"
-tl_start_traefik "$traefik" "$run" "$run/static.yml"
-traefik_pid=$TL_LAST_PID
-if ! tl_wait_traefik "$tport" "$run/traefik.log" /flood 60; then
-	echo "FAIL: Traefik did not load the plugin"
-	tail -20 "$run/traefik.log"
-	exit 1
-fi
+tl_one_plugin "$backend_port" flood "{average: 11, period: 1h, key: \"header:X-API-Key\", maxKeys: $tmax}" >"$run/dynamic.yml"
+tl_static "$run" "$tport"
+tl_up "$run" "$tport" /flood
+traefik_pid=$LAST_PID
 flood "traefik, $tkeys API keys, maxKeys $tmax" "$traefik_pid" 150 -url "http://127.0.0.1:$tport/flood" -keys "$tkeys" -mode header -header X-API-Key
-kill "$traefik_pid" && wait "$traefik_pid" 2>/dev/null || true
+e2e_stop "$traefik_pid"
 
 # --- traefik reload storm ----------------------------------------------------
 # Traefik calls the plugin's New once per router using a middleware on every
@@ -267,21 +221,11 @@ news="${SOAK_TRAEFIK_NEWS:-1000}"
 routers=10
 tport="$(free_port)" aport="$(free_port)"
 storm="$TMP/storm"
-mkdir -p "$storm"
 tl_plugin_tree "$storm"
 storm_config() {
-	echo "http:"
-	echo "  services:"
-	echo "    backend:"
-	echo "      loadBalancer:"
-	echo "        servers:"
-	echo "          - url: \"http://127.0.0.1:$backend_port\""
-	echo "  routers:"
+	tl_backend "$backend_port"
 	for r in $(seq 1 "$routers"); do
-		echo "    r$r:"
-		echo "      rule: \"PathPrefix(\`/r$r\`)\""
-		echo "      service: backend"
-		echo "      middlewares: [storm]"
+		tl_router "r$r" "/r$r" storm
 	done
 	echo "  middlewares:"
 	echo "    storm:"
@@ -289,17 +233,12 @@ storm_config() {
 	echo "        sluice: {average: $1, period: 1h, key: \"header:X-API-Key\", maxKeys: 100000}"
 }
 storm_config 11 >"$storm/dynamic.yml"
-tl_render "$REPO/e2e/testdata/traefik/static.yml" "$storm/static.yml" "PORT=$tport" "DYNAMIC=$storm/dynamic.yml" "LOG=$storm/traefik.log"
+tl_static "$storm" "$tport"
 sed -i -e 's/^    watch: false$/    watch: true/' -e 's/^providers:$/providers:\n  providersThrottleDuration: 0s/' \
 	-e 's/^  level: INFO$/  level: DEBUG/' -e "s/^entryPoints:\$/entryPoints:\n  traefik:\n    address: \"127.0.0.1:$aport\"/" "$storm/static.yml"
 printf 'api:\n  insecure: true\n  debug: true\n' >>"$storm/static.yml"
-tl_start_traefik "$traefik" "$storm" "$storm/static.yml"
-storm_pid=$TL_LAST_PID
-if ! tl_wait_traefik "$tport" "$storm/traefik.log" /r1 60; then
-	echo "FAIL: Traefik did not load the plugin"
-	tail -20 "$storm/traefik.log"
-	exit 1
-fi
+tl_up "$storm" "$tport" /r1
+storm_pid=$LAST_PID
 # tgoroutines counts Traefik's goroutines after a garbage collection (the
 # heap profile's gc=1) and a moment for finalizers: Traefik keeps caches
 # (patrickmn/go-cache) whose janitor goroutine ends only when a collection
@@ -357,8 +296,4 @@ else
 	fail "traefik: after $calls calls of New goroutines $g0 → $g1, file descriptors $f0 → $f1, RSS $r0 → $r1 MB: not flat"
 fi
 
-if [ "$failures" -gt 0 ]; then
-	echo "soak: $failures check(s) FAILED"
-	exit 1
-fi
-echo "soak: all checks passed"
+e2e_verdict soak

@@ -30,32 +30,12 @@
 # Traefik from scripts/build-traefik.sh (cached; about 8 minutes cold).
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$REPO"
-if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
-	export PATH="/usr/local/go/bin:$PATH"
-fi
-for tool in go curl redis-server redis-cli; do
-	command -v "$tool" >/dev/null 2>&1 || { echo "FAIL: $tool not found (scripts/deps.sh installs it)"; exit 1; }
-done
-
-TMP="$(mktemp -d "${TMPDIR:-/tmp}/sluice-e2e-traefik.XXXXXX")"
-# shellcheck source-path=SCRIPTDIR source=testdata/traefik/lib.sh
-source "$REPO/e2e/testdata/traefik/lib.sh"
-cleanup() {
-	tl_cleanup
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+source "$(dirname "${BASH_SOURCE[0]}")/testdata/lib.sh"
+source e2e/testdata/traefik/lib.sh
+e2e_keep_going
+e2e_need go curl redis-server redis-cli
 
 readonly TESTDATA="$REPO/e2e/testdata/traefik"
-failures=0
-pass() { echo "PASS: $*"; }
-fail() {
-	echo "FAIL: $*"
-	failures=$((failures + 1))
-}
 # expect DESC GOT WANT: passes when GOT equals WANT.
 expect() {
 	if [ "$2" = "$3" ]; then pass "$1"; else fail "$1: got '$2', want '$3'"; fi
@@ -97,21 +77,16 @@ slower() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
 # start_redis PORT starts a redis-server without persistence on
 # 127.0.0.1:PORT and sets REDIS_PID.
 start_redis() {
-	redis-server --bind 127.0.0.1 --port "$1" --save "" --appendonly no \
-		--logfile "$TMP/redis-$1.log" &
-	REDIS_PID=$!
+	e2e_start_redis "$1"
 	disown "$REDIS_PID" # no "Killed" notice when the test kills it
-	TL_PIDS+=("$REDIS_PID")
-	tl_wait_port "$1" 10 || { echo "FAIL: redis-server did not listen on 127.0.0.1:$1"; exit 1; }
 }
 
 echo "traefik e2e: getting Traefik v3.6.12 (scripts/build-traefik.sh)"
-traefik="$(bash scripts/build-traefik.sh | tail -n 1)"
-[ -x "$traefik" ] || { echo "FAIL: no Traefik binary: '$traefik'"; exit 1; }
+tl_traefik
 
-tl_build_backend "$TMP/backend"
+e2e_build e2e/backend e2e/ratetable
 backend_port="$(free_port)"
-tl_start_backend "$TMP/backend" "$backend_port"
+e2e_start_backend "$backend_port"
 
 # The Redis the plugin keeps its counters in (stopped by test 7) ...
 redis_port="$(free_port)"
@@ -134,7 +109,6 @@ run="$TMP/run"
 mkdir -p "$run"
 tl_plugin_tree "$run"
 tl_render "$TESTDATA/dynamic.yml" "$run/dynamic.yml" "BACKEND=127.0.0.1:$backend_port" "REDIS=127.0.0.1:$redis_port"
-go build -o "$TMP/ratetable" ./e2e/ratetable
 "$TMP/ratetable" -into "$run/dynamic.yml" -redis "127.0.0.1:$redis_port"
 port_a="$(free_port)" port_b="$(free_port)"
 for i in a b; do
@@ -147,7 +121,7 @@ awk -v ep="127.0.0.1:$kv_port" '{ print } /^providers:$/ {
 }' "$run/static-a.yml" >"$run/static-a.tmp"
 mv "$run/static-a.tmp" "$run/static-a.yml"
 for i in a b; do
-	tl_start_traefik "$traefik" "$run" "$run/static-$i.yml"
+	tl_start_traefik "$TRAEFIK" "$run" "$run/static-$i.yml"
 done
 A="http://127.0.0.1:$port_a" A2="http://127.0.0.1:$port_b"
 
@@ -425,9 +399,7 @@ tail -n 12 "$run/static-a.yml.out" || true
 echo "----- error lines in the log of Traefik a:"
 grep ' ERR ' "$run/traefik-a.log" | tail -n 12 || true
 echo "-----"
-if [ "$failures" -gt 0 ]; then
-	echo "traefik e2e: $failures check(s) FAILED"
+e2e_verdict "traefik e2e" || {
 	print_logs
 	exit 1
-fi
-echo "traefik e2e: all checks passed"
+}

@@ -23,20 +23,6 @@ free_port() {
 	return 1
 }
 
-# wait_port PORT PID NAME waits up to 20 seconds for the process PID to
-# listen on 127.0.0.1:PORT, without sending it a request (which would spend
-# quota). It calls the sourcing script's fail with a message if the process
-# exits first or the time runs out.
-wait_port() {
-	local port=$1 pid=$2 name=$3 i
-	for ((i = 0; i < 200; i++)); do
-		kill -0 "$pid" 2>/dev/null || fail "$name exited before listening on $port"
-		port_open "$port" && return 0
-		sleep 0.1
-	done
-	fail "$name not listening on 127.0.0.1:$port after 20s"
-}
-
 # port_wait PORT SECONDS [PID] waits up to SECONDS for something to accept
 # TCP connections on 127.0.0.1:PORT; it fails when the time runs out, or as
 # soon as the process PID, if given, has exited.

@@ -39,11 +39,8 @@
 # much. Takes about 1.5 minutes with the defaults.
 set -euo pipefail
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$REPO"
-if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
-	export PATH="/usr/local/go/bin:$PATH"
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/../../e2e/testdata/lib.sh"
+source e2e/testdata/traefik/lib.sh
 rounds="${ROUNDS:-3}"
 duration="${DURATION:-5s}"
 threads="${THREADS:-2}"
@@ -54,51 +51,32 @@ if ! command -v wrk >/dev/null 2>&1; then
 	[ "$(id -u)" -eq 0 ] || sudo=(sudo)
 	"${sudo[@]}" apt-get install -y -qq wrk >/dev/null
 fi
-for tool in go curl wrk redis-server; do
-	command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool not found"; exit 1; }
-done
+e2e_need go curl wrk redis-server
 
-TMP="$(mktemp -d "${TMPDIR:-/tmp}/sluice-bench-traefik.XXXXXX")"
-# shellcheck source-path=SCRIPTDIR source=../../e2e/testdata/traefik/lib.sh
-source "$REPO/e2e/testdata/traefik/lib.sh"
-cleanup() {
-	tl_cleanup
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-traefik="$(bash scripts/build-traefik.sh | tail -n 1)"
-tl_build_backend "$TMP/backend"
+tl_traefik
+e2e_build e2e/backend
 backend_port="$(free_port)"
-tl_start_backend "$TMP/backend" "$backend_port"
+e2e_start_backend "$backend_port"
 
 redis_port="$(free_port)"
-redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no --logfile "$TMP/redis.log" &
-TL_PIDS+=("$!")
-tl_wait_port "$redis_port" 10 || { echo "bench: redis-server did not listen on 127.0.0.1:$redis_port"; exit 1; }
+e2e_start_redis "$redis_port"
 
 run="$TMP/run"
-mkdir -p "$run"
 tl_plugin_tree "$run"
 tl_bench_tree "$run" trivial
 tl_bench_tree "$run" floor
 tl_bench_tree "$run" redisfloor
 port="$(free_port)"
 tl_render "$REPO/bench/traefik/dynamic.yml" "$run/dynamic.yml" "BACKEND=127.0.0.1:$backend_port" "REDIS=127.0.0.1:$redis_port"
-tl_render "$REPO/e2e/testdata/traefik/static.yml" "$run/static.yml" "PORT=$port" \
-	"DYNAMIC=$run/dynamic.yml" "LOG=$run/traefik.log"
+tl_static "$run" "$port"
 printf '    trivial:\n      moduleName: example.com/trivial\n    floor:\n      moduleName: example.com/floor\n    redisfloor:\n      moduleName: example.com/redisfloor\n' >>"$run/static.yml"
 if [ -n "${PROFILE:-}" ]; then
 	api_port="$(free_port)"
 	# The API's debug endpoints on an entry point of their own.
 	sed -i "s|^entryPoints:|api:\n  debug: true\n  insecure: true\nentryPoints:\n  traefik:\n    address: \"127.0.0.1:$api_port\"|" "$run/static.yml"
 fi
-tl_start_traefik "$traefik" "$run" "$run/static.yml"
-if ! tl_wait_traefik "$port" "$run/traefik.log" /sluice 60; then
-	tail -n 40 "$run/traefik.log" "$run/static.yml.out" 2>/dev/null || true
-	exit 1
-fi
+LOGS+=("$run/static.yml.out")
+tl_up "$run" "$port" /sluice
 base="http://127.0.0.1:$port"
 # The variants (a) to (e), by path.
 variants=(none builtin sluice trivial floor)

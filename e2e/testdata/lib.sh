@@ -1,8 +1,8 @@
 # shellcheck shell=bash
 # Shell helpers shared by the e2e scripts (e2e/*.sh) and the bench scripts
 # that start real servers (bench/*.sh, bench/*/run.sh), sourced right after
-# `set -euo pipefail` (bash). Sourcing it,
-# once:
+# `set -euo pipefail` (bash); e2e/testdata/traefik/lib.sh builds on it.
+# Sourcing it, once:
 #
 #   - sets REPO to the repository root and changes to it; puts
 #     /usr/local/go/bin on PATH when go is not on it; sources
@@ -34,7 +34,7 @@ E2E_KEEP_GOING=0
 FAILURES=0  # checks fail counted, after e2e_keep_going
 PIDS=()     # processes started here, oldest first: stopped by e2e_cleanup
 LOGS=()     # logs shown by die
-LAST_PID="" # the process e2e_start started last
+LAST_PID="" # the process e2e_start (or tl_start_traefik) started last
 CADDY=./caddy
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/sluice-$(tr / - <<<"${E2E_SCRIPT%.sh}").XXXXXX")"
 export XDG_CONFIG_HOME="$TMP/config" XDG_DATA_HOME="$TMP/data"

@@ -1,23 +1,18 @@
 # shellcheck shell=bash
 # Shell helpers for running the real Traefik with sluice as a local plugin,
-# sourced by e2e/traefik.sh and bench/traefik/run.sh (bash, set -euo pipefail).
-# The sourcing script sets REPO (the repository root) and TMP (its temporary
-# directory) and calls tl_cleanup from its EXIT trap. Everything listens on
-# 127.0.0.1 only, and every wait is bounded.
+# sourced by the e2e and bench scripts that start Traefik (bash, set -euo
+# pipefail), after e2e/testdata/lib.sh, on which they build (REPO, TMP,
+# PIDS, LOGS, die): it is sourced here too if it was not. Everything
+# listens on 127.0.0.1 only, and every wait is bounded.
 
-TL_PIDS=() # processes started here, killed by tl_cleanup
+# shellcheck source=../lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
-# port_open and free_port.
-source "$REPO/scripts/ports.sh"
-
-# tl_wait_port PORT SECONDS waits until something accepts on 127.0.0.1:PORT.
-tl_wait_port() {
-	local deadline=$((SECONDS + $2))
-	while [ "$SECONDS" -lt "$deadline" ]; do
-		port_open "$1" && return 0
-		sleep 0.1
-	done
-	return 1
+# tl_traefik sets TRAEFIK to the Traefik binary that
+# scripts/build-traefik.sh builds (cached outside the tree), or dies.
+tl_traefik() {
+	TRAEFIK="$(bash "$REPO/scripts/build-traefik.sh" | tail -n 1)" || die "scripts/build-traefik.sh failed"
+	[ -x "$TRAEFIK" ] || die "scripts/build-traefik.sh gave no Traefik binary: '$TRAEFIK'"
 }
 
 # tl_plugin_tree DIR lays out DIR/plugins-local/src/github.com/sluicehq/sluice/
@@ -56,26 +51,58 @@ tl_render() {
 	sed "${expr[@]}" "$in" >"$out"
 }
 
-# tl_build_backend OUT builds e2e/backend into OUT.
-tl_build_backend() {
-	(cd "$REPO" && go build -o "$1" ./e2e/backend)
+# tl_static DIR PORT writes DIR/static.yml: e2e/testdata/traefik/static.yml
+# for the entry point 127.0.0.1:PORT, the dynamic configuration
+# DIR/dynamic.yml and the log DIR/traefik.log.
+tl_static() {
+	tl_render "$REPO/e2e/testdata/traefik/static.yml" "$1/static.yml" \
+		"PORT=$2" "DYNAMIC=$1/dynamic.yml" "LOG=$1/traefik.log"
 }
 
-# tl_start_backend BIN PORT starts the backend on 127.0.0.1:PORT and waits
-# for it.
-tl_start_backend() {
-	"$1" -addr "127.0.0.1:$2" 2>>"$TMP/backend.log" &
-	TL_PIDS+=("$!")
-	tl_wait_port "$2" 10 || { echo "backend did not listen on 127.0.0.1:$2" >&2; return 1; }
+# tl_backend PORT prints the start of a dynamic configuration: the service
+# backend, e2e/backend on 127.0.0.1:PORT, and the key of the routers, which
+# tl_router prints.
+tl_backend() {
+	printf 'http:\n  services:\n    backend:\n      loadBalancer:\n        servers:\n'
+	printf '          - url: "http://127.0.0.1:%s"\n  routers:\n' "$1"
+}
+
+# tl_router NAME PREFIX [MIDDLEWARE] prints the router NAME, which sends the
+# requests whose path starts with PREFIX to backend, through MIDDLEWARE if
+# given.
+tl_router() {
+	printf '    %s:\n      rule: "PathPrefix(`%s`)"\n      service: backend\n' "$1" "$2"
+	[ -z "${3:-}" ] || printf '      middlewares: [%s]\n' "$3"
+}
+
+# tl_one_plugin PORT NAME [OPTIONS] prints a dynamic configuration whose one
+# router, NAME, sends every request to backend (tl_backend PORT) through the
+# middleware NAME, the plugin sluice with the options OPTIONS (a YAML flow
+# mapping); without OPTIONS it ends with the plugin's key ("        sluice:"),
+# for the caller to print the options under it, indented by 10 spaces.
+tl_one_plugin() {
+	tl_backend "$1"
+	tl_router "$2" / "$2"
+	printf '  middlewares:\n    %s:\n      plugin:\n        sluice:%s\n' "$2" "${3:+ $3}"
 }
 
 # tl_start_traefik BIN DIR STATIC starts Traefik from DIR (which holds
 # plugins-local/) with the static configuration file STATIC; the variable
-# TL_LAST_PID is set to its pid.
+# LAST_PID is set to its pid, which joins PIDS.
 tl_start_traefik() {
 	(cd "$2" && exec "$1" --configFile="$3" >>"$3.out" 2>&1) &
-	TL_LAST_PID=$!
-	TL_PIDS+=("$TL_LAST_PID")
+	LAST_PID=$!
+	PIDS+=("$LAST_PID")
+}
+
+# tl_up DIR PORT PATH starts $TRAEFIK (tl_traefik) from DIR with
+# DIR/static.yml (tl_static), whose log DIR/traefik.log joins LOGS, and
+# waits for it as tl_wait_traefik does, 120 s at most, or dies; LAST_PID is
+# its pid.
+tl_up() {
+	LOGS+=("$1/traefik.log")
+	tl_start_traefik "$TRAEFIK" "$1" "$1/static.yml"
+	tl_wait_traefik "$2" "$1/traefik.log" "$3" 120 || die "Traefik ($1) did not come up"
 }
 
 # tl_wait_traefik PORT LOG PATH SECONDS waits until Traefik on PORT answers
@@ -99,26 +126,4 @@ tl_wait_traefik() {
 # tl_status URL prints the status code of GET URL (000 when it fails).
 tl_status() {
 	curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$1" 2>/dev/null || true
-}
-
-# tl_cleanup kills every process started here, newest first, and waits for
-# them (bounded).
-tl_cleanup() {
-	local i pid
-	for ((i = ${#TL_PIDS[@]} - 1; i >= 0; i--)); do
-		pid="${TL_PIDS[$i]}"
-		kill -CONT "$pid" 2>/dev/null || true
-		kill "$pid" 2>/dev/null || true
-	done
-	for i in $(seq 1 50); do
-		local alive=0
-		for pid in "${TL_PIDS[@]}"; do
-			kill -0 "$pid" 2>/dev/null && alive=1
-		done
-		[ "$alive" = 0 ] && break
-		sleep 0.1
-	done
-	for pid in "${TL_PIDS[@]}"; do
-		kill -9 "$pid" 2>/dev/null || true
-	done
 }
