@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Loopback port helpers, sourced by the e2e and bench scripts (bash).
+# Loopback port helpers (bash), sourced by e2e/testdata/lib.sh for the e2e
+# and bench scripts.
 
 # port_open PORT succeeds when something accepts TCP connections on
 # 127.0.0.1:PORT.

@@ -25,7 +25,7 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-cd "$here/../.."
+source "$here/../../e2e/testdata/lib.sh"
 
 rounds="${ROUNDS:-5}"
 duration="${DURATION:-5}"
@@ -33,14 +33,7 @@ threads="${THREADS:-2}"
 connections="${CONNECTIONS:-32}"
 
 log() { printf 'bench/caddy: %s\n' "$*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
 
-if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
-	export PATH="/usr/local/go/bin:$PATH"
-fi
 if ! command -v wrk >/dev/null 2>&1; then
 	log "installing wrk"
 	sudo=()
@@ -49,44 +42,14 @@ if ! command -v wrk >/dev/null 2>&1; then
 		die "wrk is missing and could not be installed"
 fi
 
-timeout 1800 ./xcaddy.sh build || die "./xcaddy.sh build failed"
-
-tmp="$(mktemp -d)"
-export XDG_CONFIG_HOME="$tmp/config" XDG_DATA_HOME="$tmp/data"
-pids=()
-cleanup() {
-	local pid i
-	for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-	for pid in "${pids[@]}"; do
-		for ((i = 0; i < 50; i++)); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-# port_open and free_port.
-source scripts/ports.sh
+e2e_build_caddy
 
 declare -A port caddy_pid
 sides="plain headers quiet sluice"
 for side in $sides; do
 	port[$side]="$(free_port)"
-	SLUICE_BENCH_PORT="${port[$side]}" ./caddy run --config "$here/$side.Caddyfile" --adapter caddyfile \
-		>"$tmp/$side.log" 2>&1 &
-	pid=$!
-	pids+=("$pid")
-	caddy_pid[$side]=$pid
-	for ((i = 0; i < 200; i++)); do
-		kill -0 "$pid" 2>/dev/null || die "caddy ($side) exited: $(tail -n 5 "$tmp/$side.log")"
-		port_open "${port[$side]}" && break
-		sleep 0.1
-	done
-	port_open "${port[$side]}" || die "caddy ($side) not listening after 20s"
+	SLUICE_BENCH_PORT="${port[$side]}" e2e_start_caddy "$side" "$here/$side.Caddyfile" "${port[$side]}"
+	caddy_pid[$side]=$CADDY_PID
 done
 # sluice and the floor answer with the five headers, quiet with none.
 for side in $sides; do
@@ -129,25 +92,25 @@ median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] 
 log "wrk -t$threads -c$connections -d${duration}s, $rounds rounds each side, interleaved"
 for side in $sides; do
 	load "$side" 1
-	: >"$tmp/$side.rps" && : >"$tmp/$side.cpu"
+	: >"$TMP/$side.rps" && : >"$TMP/$side.cpu"
 done
 for ((r = 1; r <= rounds; r++)); do
 	order="$sides"
 	((r % 2)) || order="$(tr ' ' '\n' <<<"$sides" | tac | tr '\n' ' ')"
 	for side in $order; do
 		load "$side" "$duration"
-		echo "$rps" >>"$tmp/$side.rps"
-		echo "$cpu" >>"$tmp/$side.cpu"
+		echo "$rps" >>"$TMP/$side.rps"
+		echo "$cpu" >>"$TMP/$side.cpu"
 		printf 'round %d  %-7s  %8.0f req/s  %6.1f us CPU/req\n' "$r" "$side" "$rps" "$cpu"
 	done
 done
 for side in $sides; do
 	printf 'median    %-7s  %8.0f req/s  %6.1f us CPU/req\n' "$side" \
-		"$(median <"$tmp/$side.rps")" "$(median <"$tmp/$side.cpu")"
+		"$(median <"$TMP/$side.rps")" "$(median <"$TMP/$side.cpu")"
 done
-awk -v s="$(median <"$tmp/sluice.rps")" -v p="$(median <"$tmp/plain.rps")" -v h="$(median <"$tmp/headers.rps")" \
-	-v q="$(median <"$tmp/quiet.rps")" -v qc="$(median <"$tmp/quiet.cpu")" \
-	-v sc="$(median <"$tmp/sluice.cpu")" -v pc="$(median <"$tmp/plain.cpu")" -v hc="$(median <"$tmp/headers.cpu")" 'BEGIN {
+awk -v s="$(median <"$TMP/sluice.rps")" -v p="$(median <"$TMP/plain.rps")" -v h="$(median <"$TMP/headers.rps")" \
+	-v q="$(median <"$TMP/quiet.rps")" -v qc="$(median <"$TMP/quiet.cpu")" \
+	-v sc="$(median <"$TMP/sluice.cpu")" -v pc="$(median <"$TMP/plain.cpu")" -v hc="$(median <"$TMP/headers.cpu")" 'BEGIN {
 	r = s / p
 	printf "ratio     sluice/plain throughput %.3f (target >= 0.97: %s)\n", r, (r >= 0.97 ? "met" : "NOT met")
 	printf "ratio     plain/sluice CPU per request %.3f (less sensitive to other load)\n", pc / sc

@@ -29,7 +29,8 @@
 # Needs redis-server, redis-cli and redis-benchmark on PATH. The server runs
 # on 127.0.0.1:$PORT without persistence and is stopped on exit.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+
+source "$(dirname "${BASH_SOURCE[0]}")/../../e2e/testdata/lib.sh"
 
 port="${PORT:-16391}"
 duration="${DURATION:-3s}"
@@ -38,22 +39,14 @@ pool="${POOL:-4}"
 rounds="${ROUNDS:-3}"
 seconds="${duration%s}"
 
-dir="$(mktemp -d)"
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
-	--logfile "$dir/redis.log" &
-pid=$!
-trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
-for i in $(seq 50); do
-	redis-cli -p "$port" ping >/dev/null 2>&1 && break
-	[ "$i" = 50 ] && { echo "redis-server did not start on port $port" >&2; exit 1; }
-	sleep 0.1
-done
-
-go build -o "$dir/bench" ./bench/redis
+e2e_need redis-server redis-cli redis-benchmark
+e2e_start_redis "$port"
+# $TMP/redis, the store's side of the measurement.
+e2e_build bench/redis
 # One decision through the store writes the script and its EVALSHA arguments.
-"$dir/bench" -addr "127.0.0.1:$port" -dump "$dir" -c 1 -d 10ms >/dev/null
-mapfile -t args <"$dir/evalsha.args"
-sha="$(redis-cli -p "$port" -x SCRIPT LOAD <"$dir/script.lua")"
+"$TMP/redis" -addr "127.0.0.1:$port" -dump "$TMP" -c 1 -d 10ms >/dev/null
+mapfile -t args <"$TMP/evalsha.args"
+sha="$(redis-cli -p "$port" -x SCRIPT LOAD <"$TMP/script.lua")"
 if [ "$sha" != "${args[0]}" ]; then
 	echo "SCRIPT LOAD returned $sha, the store sends ${args[0]}" >&2
 	exit 1
@@ -69,8 +62,8 @@ low() { awk -v a="$1" -v b="$2" 'BEGIN { print (a == "" || b < a) ? b : a }'; }
 for c in $concurrency; do
 	best_store=0 best_batched=0 best_rb=0 p99_store="" p99_batched="" p99_rb="" p99_ping="" p99_sping="" p99_bping=""
 	for r in $(seq "$rounds"); do
-		read -r _ store p99 sping < <("$dir/bench" -addr "127.0.0.1:$port" -c "$c" -d "$duration")
-		read -r _ batched bp99 bping < <("$dir/bench" -addr "127.0.0.1:$port" -c "$c" -d "$duration" -pool "$pool")
+		read -r _ store p99 sping < <("$TMP/redis" -addr "127.0.0.1:$port" -c "$c" -d "$duration")
+		read -r _ batched bp99 bping < <("$TMP/redis" -addr "127.0.0.1:$port" -c "$c" -d "$duration" -pool "$pool")
 		n="$(awk -v r="$store" -v s="$seconds" 'BEGIN { n = int(r * s); if (n < 10000) n = 10000; print n }')"
 		# The rate and the p99, from redis-benchmark's CSV line.
 		read -r rb rb99 < <(redis-benchmark -p "$port" -c "$c" -n "$n" --csv EVALSHA "${args[@]}" |
