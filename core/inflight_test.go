@@ -544,14 +544,7 @@ func TestFlightDryRun(t *testing.T) {
 // different hash slots of a Redis Cluster: a request refused by the second
 // gives back the lease the first granted it.
 func TestFlightRedisCluster(t *testing.T) {
-	cluster := redistest.StartCluster(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	cc, err := resp.NewCluster(ctx, cluster.Addrs, resp.Options{PoolSize: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
+	cc := resptest.Cluster(t, redistest.StartCluster(t, 3).Addrs, 8)
 	st := newTestRedisStore(t, cc, true)
 	wide := flightLimit(t, "wide"+coretest.Nonce, "", 2)
 	// The first narrow limit whose key falls in another hash slot than

@@ -1,6 +1,6 @@
 // Package resptest gives tests core/resp clients of the Redis servers
-// that internal/redistest starts: a pooled client of one server, and a
-// minimal Redis Cluster Scripter that sends each script to the master
+// that internal/redistest starts: a pooled client of one server, a
+// core/resp Cluster, and a minimal Redis Cluster Scripter that sends each script to the master
 // owning its keys' slot. The tests of core and of core/inspect share it.
 //
 // It imports the standard library and core/resp only, so that core's
@@ -25,6 +25,21 @@ func Client(t testing.TB, addr string, poolSize int) *resp.Client {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := resp.New(ctx, resp.Options{Addr: addr, PoolSize: poolSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Cluster connects a core/resp Cluster to the masters at addrs (a
+// redistest.Cluster's Addrs), with pools of poolSize connections, closed
+// by t.Cleanup; it fails t when it cannot connect.
+func Cluster(t testing.TB, addrs []string, poolSize int) *resp.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := resp.NewCluster(ctx, addrs, resp.Options{PoolSize: poolSize})
 	if err != nil {
 		t.Fatal(err)
 	}
