@@ -310,13 +310,40 @@ func forwardedAddr(c *Strategy, h http.Header) (netip.Addr, string, bool) {
 		}
 		return netip.Addr{}, "", false
 	}
-	lines := h[XForwardedFor]
 	if c.rfc7239 {
-		lines = h[headerForwarded]
-	} else if c.hdr != "" {
+		return fromList(c, h[headerForwarded])
+	}
+	lines := h[XForwardedFor]
+	if c.hdr != "" {
 		lines = h[c.hdr]
 	}
+	if c.Depth > 0 {
+		return forwardedAt(c.Depth, lines)
+	}
 	return fromList(c, lines)
+}
+
+// forwardedAt picks the depth-th entry from the right of the
+// X-Forwarded-For lines, read as one comma-separated list (depth is at
+// most MaxForwardedHops), as fromList would: a walk of its own, as small
+// as can be, because under Yaegi a call pays for every value of the
+// function's body. It reports false when there are fewer entries or that
+// one is not an address.
+func forwardedAt(depth int, lines []string) (netip.Addr, string, bool) {
+	for li := len(lines) - 1; li >= 0; li-- {
+		s := lines[li]
+		for {
+			i := strings.LastIndexByte(s, ',')
+			if depth--; depth == 0 {
+				return parseHop(s[i+1:])
+			}
+			if i < 0 {
+				break
+			}
+			s = s[:i]
+		}
+	}
+	return netip.Addr{}, "", false
 }
 
 // fromList picks the client from the forwarding header's lines, read as
@@ -331,9 +358,14 @@ func forwardedAddr(c *Strategy, h http.Header) (netip.Addr, string, bool) {
 // written by a trusted proxy. It examines at most MaxForwardedHops
 // entries, and Forwarded elements of at most maxElementLength bytes each.
 // It returns the client's canonical text when parseHop has it (else "").
+//
+// Its parsing of an entry and its prefix checks are written out: this
+// loop may run MaxForwardedHops times, and under Yaegi every interpreted
+// call costs about a microsecond.
 func fromList(c *Strategy, lines []string) (netip.Addr, string, bool) {
-	var leftmost netip.Addr // last skipped entry
-	n := 0                  // entries examined
+	var a, leftmost netip.Addr // the entry, and the last skipped one
+	text, ok := "", true
+	n, i := 0, 0 // entries examined, and the start of the last one
 	for li := len(lines) - 1; li >= 0; li-- {
 		s := lines[li]
 		for {
@@ -341,19 +373,31 @@ func fromList(c *Strategy, lines []string) (netip.Addr, string, bool) {
 				return netip.Addr{}, "", false
 			}
 			n++
-			i := strings.LastIndexByte(s, ',')
-			if c.rfc7239 {
-				var ok bool
-				if i, ok = lastElement(s); !ok {
-					return netip.Addr{}, "", false
-				}
+			if !c.rfc7239 {
+				i = strings.LastIndexByte(s, ',')
+			} else if i, ok = lastElement(s); !ok {
+				return netip.Addr{}, "", false
 			}
 			if n == c.Depth || c.Depth == 0 {
-				a, text, ok := listEntry(c, s[i+1:])
+				if c.rfc7239 {
+					a, ok = forwardedFor(s[i+1:])
+				} else {
+					a, text, ok = parseHop(s[i+1:])
+				}
 				if n == c.Depth || !ok {
 					return a, text, ok
 				}
-				if !Contains(c.TrustedProxies, a) && !Contains(c.ExcludedIPs, a) {
+				skip := false
+				for _, p := range c.TrustedProxies {
+					if p.Contains(a) {
+						skip = true
+						break
+					}
+				}
+				for j := 0; !skip && j < len(c.ExcludedIPs); j++ {
+					skip = c.ExcludedIPs[j].Contains(a)
+				}
+				if !skip {
 					return a, text, true
 				}
 				leftmost = a
@@ -368,17 +412,6 @@ func fromList(c *Strategy, lines []string) (netip.Addr, string, bool) {
 		return netip.Addr{}, "", false // fewer entries than Depth
 	}
 	return leftmost, "", leftmost.IsValid()
-}
-
-// listEntry parses one entry of fromList's list: a Forwarded element's
-// for= address, or an X-Forwarded-For address and its text as parseHop
-// gives it.
-func listEntry(c *Strategy, e string) (netip.Addr, string, bool) {
-	if c.rfc7239 {
-		a, ok := forwardedFor(e)
-		return a, "", ok
-	}
-	return parseHop(e)
 }
 
 // lastElement returns the index of the comma that separates the last
