@@ -163,7 +163,7 @@ e2e_start_caddy() {
 # e2e_start_prometheus RULES JOB=TARGET... starts Prometheus on a free port,
 # PROM_PORT, evaluating the rules file RULES (from the repository root) and
 # scraping each TARGET (host:port, then a path, /metrics if none) as job JOB,
-# both every second, and waits until every job is up (20 s at most).
+# both every second, and waits until every job is up (20 s at most for each).
 e2e_start_prometheus() {
 	local rules="$1" job name target path out i
 	shift
