@@ -131,9 +131,12 @@ var memoryCases = []pluginCase{
 	{name: "token_bucket rejected, IPv4", config: closed, remote: ipv4, rejected: true, target: targetRejected, ceiling: 460},
 	{name: "token_bucket rejected, IPv6", config: closed, remote: ipv6, rejected: true, target: targetRejected, ceiling: 525},
 	// Behind a load balancer, as Traefik's built-in rateLimit is
-	// configured there, and keyed by an API key.
+	// configured there (at a depth, or skipping the proxies' addresses),
+	// and keyed by an API key.
 	{name: "token_bucket allowed, behind a proxy (depth 1)", config: with(open, "sourceCriterion", map[string]any{"ipStrategy": map[string]any{"depth": 1}}),
 		remote: ipv4, header: http.Header{"X-Forwarded-For": {"198.51.100.7, 203.0.113.9"}}, target: targetAllowed, ceiling: 307},
+	{name: "token_bucket allowed, behind proxies (excludedIPs)", config: with(open, "sourceCriterion", map[string]any{"ipStrategy": map[string]any{"excludedIPs": []string{"10.0.0.0/8"}}}),
+		remote: ipv4, header: http.Header{"X-Forwarded-For": {"198.51.100.7, 10.0.0.2"}}, target: targetAllowed, ceiling: 555},
 	{name: "token_bucket allowed, keyed by a header", config: with(open, "sourceCriterion", map[string]any{"requestHeaderName": "X-Api-Key"}),
 		remote: ipv4, header: http.Header{"X-Api-Key": {"key-123456"}}, target: targetAllowed, ceiling: 276},
 	{name: "token_bucket allowed, headers off", config: with(open, "headers", "off"), remote: ipv4, target: targetAllowed, ceiling: 208},
