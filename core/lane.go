@@ -1218,7 +1218,7 @@ func laneDepth4(c *clientip.Strategy) bool {
 }
 
 // laneDepthKey is clientip.Strategy.Key fused with that package's
-// clientAddr, fromList, parseHop and groupKey for the commonest client
+// clientAddr, forwardedAt, parseHop and groupKey for the commonest client
 // behind a load balancer, as Traefik's ipStrategy.depth finds it
 // (laneDepth4): when the request has one X-Forwarded-For line whose
 // Depth-th entry from the right is an IPv4 address alone, from an IP peer,
