@@ -299,7 +299,7 @@ func anyPeerAddr(c *Strategy, r *http.Request) (netip.Addr, string, bool) {
 
 // forwardedAddr returns the client that the forwarding header of a trusted
 // peer names in h, and its text as parseHop gives it; false if it names
-// none. The walk of a list is a function of its own: under Yaegi a
+// none. Each walk of a list is a function of its own: under Yaegi a
 // function's call pays for its whole body, which X-Real-IP needs none of.
 func forwardedAddr(c *Strategy, h http.Header) (netip.Addr, string, bool) {
 	if c.realIP {
@@ -349,10 +349,10 @@ func forwardedAt(depth int, lines []string) (netip.Addr, string, bool) {
 // fromList picks the client from the forwarding header's lines, read as
 // one comma-separated list of entries: X-Forwarded-For's addresses or, for
 // Forwarded (RFC 7239), its elements, each element's for= parameter being
-// its entry. With a Depth it takes the Depth-th entry from the right, the
-// ones before it unread; with none, walking from the right, the first
-// entry in neither TrustedProxies nor ExcludedIPs, or the leftmost if every
-// entry is skipped. An entry that is not an address (malformed, and for
+// its entry. With a Depth (X-Forwarded-For's takes forwardedAt) it takes
+// the Depth-th entry from the right, the ones before it unread; with
+// none, walking from the right, the first entry in neither TrustedProxies
+// nor ExcludedIPs, or the leftmost if every entry is skipped. An entry that is not an address (malformed, and for
 // Forwarded also "unknown", an obfuscated identifier or no for= at all)
 // names no client: the walk stops there, for what lies to its left was not
 // written by a trusted proxy. It examines at most MaxForwardedHops
