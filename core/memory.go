@@ -149,13 +149,13 @@ func (sh *memShard) load(h uint64, l *model.Limit) (model.State, bool) {
 }
 
 // save stores *st, which expires at exp, as h's state in sh, whose mutex
-// is held, making room for it if h is new (room).
-func (s *MemoryStore) save(sh *memShard, h uint64, l *model.Limit, st *model.State, exp, now int64) {
+// is held, making room for it if sh held none (room).
+func (s *MemoryStore) save(sh *memShard, h uint64, l *model.Limit, st *model.State, exp, now int64, held bool) {
 	if l.Algorithm == model.SlidingWindowLog {
 		// Before room, which may forget another state of sh.
 		putLog(sh, h, st.Log)
 	}
-	if _, held := sh.slots[h]; !held {
+	if !held {
 		room(s, sh, now)
 	}
 	sh.slots[h] = memSlot{t: st.T, a: st.A, b: st.B, exp: exp}
@@ -245,7 +245,7 @@ func (s *MemoryStore) take1(a *model.Ask, d *model.Decision) int64 {
 	now := s.now()
 	exp := model.Step(a.Limit, &st, now, a.Cost, d)
 	if d.Allowed {
-		s.save(sh, h, a.Limit, &st, exp, now)
+		s.save(sh, h, a.Limit, &st, exp, now, held)
 		d.Mark = model.Mark{T: st.T, A: st.A, OK: true}
 	} else if held {
 		sh.keep(h, a.Limit, now)
@@ -302,7 +302,10 @@ func (s *MemoryStore) takeMany(asks []model.Ask, out []model.Decision) {
 		m := &ms[i]
 		switch {
 		case all:
-			s.save(s.shard(m.h), m.h, asks[i].Limit, &m.st, m.exp, now)
+			// Two asks may share a state, which the first saves.
+			sh := s.shard(m.h)
+			_, held := sh.slots[m.h]
+			s.save(sh, m.h, asks[i].Limit, &m.st, m.exp, now, held)
 			out[i].Mark = model.Mark{T: m.st.T, A: m.st.A, OK: true}
 		case m.full:
 			// Put back what slidingLog wrote in place (see memAsk).
@@ -348,7 +351,7 @@ func (s *MemoryStore) Refund(ctx context.Context, asks []model.Ask, charged []mo
 		if st, held := sh.load(h, a.Limit); held {
 			now := s.now()
 			st = a.Limit.Refund(st, now, a.Cost, charged[i])
-			s.save(sh, h, a.Limit, &st, model.Expires(a.Limit, &st), now)
+			s.save(sh, h, a.Limit, &st, model.Expires(a.Limit, &st), now, true)
 		}
 		sh.mu.Unlock()
 	}
