@@ -16,8 +16,14 @@
 # which other processes on the machine disturb much less than throughput;
 # then sluice against the floor.
 #
+# With KEYS set (KEYS=100000), every request carries an X-Bench-Key header,
+# one of KEYS keys drawn at random by keys.lua, on which sluice keys its
+# zone instead of the client's address: the many-keys case. Every side gets
+# the same requests. Last, it prints each side's resident memory after the
+# rounds, and sluice's above plain's.
+#
 # Environment: ROUNDS (default 5), DURATION of each round in seconds
-# (default 5), THREADS (default 2) and CONNECTIONS (default 32) of wrk.
+# (default 5), THREADS (default 2) and CONNECTIONS (default 32) of wrk, KEYS.
 # With the defaults it takes about two minutes plus the build. It
 # fails if a server does not come up, if sluice or the floor answers
 # without the five rate-limit headers (or quiet with any), or if wrk saw an
@@ -44,6 +50,16 @@ fi
 
 e2e_build_caddy
 
+# The key of sluice's zone (sluice.Caddyfile, quiet.Caddyfile) and what
+# wrk adds to its requests.
+script=()
+export SLUICE_BENCH_KEY='{client_ip}'
+if [ -n "${KEYS:-}" ]; then
+	[[ "$KEYS" =~ ^[1-9][0-9]*$ ]] || die "KEYS must be a positive number, not $KEYS"
+	export KEYS SLUICE_BENCH_KEY='{http.request.header.X-Bench-Key}'
+	script=(-s "$here/keys.lua")
+fi
+
 declare -A port caddy_pid
 sides="plain headers quiet sluice"
 for side in $sides; do
@@ -51,9 +67,10 @@ for side in $sides; do
 	SLUICE_BENCH_PORT="${port[$side]}" e2e_start_caddy "$side" "$here/$side.Caddyfile" "${port[$side]}"
 	caddy_pid[$side]=$CADDY_PID
 done
-# sluice and the floor answer with the five headers, quiet with none.
+# sluice and the floor answer with the five headers, quiet with none (the
+# header is the key of a zone keyed on it, with KEYS).
 for side in $sides; do
-	head="$(curl -sS --max-time 5 -D - -o /dev/null "http://127.0.0.1:${port[$side]}/")" ||
+	head="$(curl -sS --max-time 5 -D - -o /dev/null -H "X-Bench-Key: 1" "http://127.0.0.1:${port[$side]}/")" ||
 		die "the $side side does not answer"
 	n="$(grep -ciE '^(RateLimit|RateLimit-Policy|X-RateLimit-(Limit|Remaining|Reset)):' <<<"$head" || true)"
 	want=0
@@ -73,7 +90,7 @@ rps=0 cpu=0
 load() {
 	local out before after res
 	before="$(cpu_ticks "${caddy_pid[$1]}")"
-	out="$(timeout $(($2 + 30)) wrk -t"$threads" -c"$connections" -d"$2s" "http://127.0.0.1:${port[$1]}/")" ||
+	out="$(timeout $(($2 + 30)) wrk -t"$threads" -c"$connections" -d"$2s" "${script[@]}" "http://127.0.0.1:${port[$1]}/")" ||
 		die "wrk failed against $1"
 	after="$(cpu_ticks "${caddy_pid[$1]}")"
 	if grep -Eq 'Non-2xx|Socket errors' <<<"$out"; then
@@ -89,7 +106,7 @@ load() {
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-log "wrk -t$threads -c$connections -d${duration}s, $rounds rounds each side, interleaved"
+log "wrk -t$threads -c$connections -d${duration}s, $rounds rounds each side, interleaved${KEYS:+, $KEYS keys}"
 for side in $sides; do
 	load "$side" 1
 	: >"$TMP/$side.rps" && : >"$TMP/$side.cpu"
@@ -117,4 +134,15 @@ awk -v s="$(median <"$TMP/sluice.rps")" -v p="$(median <"$TMP/plain.rps")" -v h=
 	printf "ratio     headers/plain throughput %.3f, plain/headers CPU per request %.3f (the floor: five headers written)\n", h / p, pc / hc
 	printf "ratio     sluice/headers throughput %.3f, headers/sluice CPU per request %.3f (what deciding adds to the floor)\n", s / h, hc / sc
 	printf "ratio     quiet/plain throughput %.3f, plain/quiet CPU per request %.3f (deciding, headers off)\n", q / p, pc / qc
+}'
+# rss prints the resident memory of process $1 in MB.
+rss() { awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+for side in $sides; do
+	printf 'rss       %-7s  %6s MB\n' "$side" "$(rss "${caddy_pid[$side]}")"
+done
+# The target, with KEYS=100000: at most 10 MB above plain.
+awk -v s="$(rss "${caddy_pid[sluice]}")" -v p="$(rss "${caddy_pid[plain]}")" -v keys="${KEYS:-1}" 'BEGIN {
+	printf "rss       sluice - plain %+.1f MB", s - p
+	if (keys == 100000) printf " (target <= +10: %s)", (s - p <= 10 ? "met" : "NOT met")
+	printf "\n"
 }'
