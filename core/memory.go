@@ -149,7 +149,8 @@ func (sh *memShard) load(h uint64, l *model.Limit) (model.State, bool) {
 }
 
 // save stores *st, which expires at exp, as h's state in sh, whose mutex
-// is held, making room for it if sh held none (room).
+// is held. held says whether sh holds a state of h now, at the call: if
+// not, room makes room for it first.
 func (s *MemoryStore) save(sh *memShard, h uint64, l *model.Limit, st *model.State, exp, now int64, held bool) {
 	if l.Algorithm == model.SlidingWindowLog {
 		// Before room, which may forget another state of sh.
@@ -302,7 +303,8 @@ func (s *MemoryStore) takeMany(asks []model.Ask, out []model.Decision) {
 		m := &ms[i]
 		switch {
 		case all:
-			// Two asks may share a state, which the first saves.
+			// held is looked up anew: an earlier ask may have saved this
+			// state (the same hash) or, through room, forgotten it.
 			sh := s.shard(m.h)
 			_, held := sh.slots[m.h]
 			s.save(sh, m.h, asks[i].Limit, &m.st, m.exp, now, held)

@@ -209,6 +209,27 @@ func memHeld(s *MemoryStore, l *model.Limit, key string) bool {
 	return held
 }
 
+// TestMemoryStoreTakeManyCap: an ask of a Take that saves several states
+// may forget, to make room for its own, the state a later ask of the same
+// Take loaded as held, which that ask must then make room for anew: the
+// shard never holds more than its share.
+func TestMemoryStoreTakeManyCap(t *testing.T) {
+	s, _ := memStore(t, memShards) // one state per shard
+	l := coretest.Limit(t, "t", model.TokenBucket, "10/h", 0, 0)
+	keys := memKeysInShard(s, l, "k", 5, 2)
+	memTake(t, s, model.Ask{Limit: l, Key: keys[1], Cost: 1})
+	if !memHeld(s, l, keys[1]) {
+		t.Fatalf("%s's state is not held", keys[1])
+	}
+	d := memTake(t, s, model.Ask{Limit: l, Key: keys[0], Cost: 1}, model.Ask{Limit: l, Key: keys[1], Cost: 1})
+	if !d[0].Allowed || !d[1].Allowed {
+		t.Fatalf("decisions %+v, want both allowed", d)
+	}
+	if n := len(s.shards[5].slots); n > s.perShard {
+		t.Errorf("shard 5 holds %d states, more than its %d", n, s.perShard)
+	}
+}
+
 // TestMemoryStoreKeepsLiveStates: below the cap no live state is
 // forgotten, however the keys fall into shards, and expired states make
 // room for new keys as they arrive.
