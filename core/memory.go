@@ -44,8 +44,9 @@ type MemoryConfig struct {
 // MemoryStore is an in-process Store. Its memory grows with the states it
 // holds and is bounded by MaxKeys: states live in hash maps divided among
 // 64 shards with a mutex each, so a decision locks only the shards of its
-// keys, and each shard holds at most MaxKeys/64 states (about 60 bytes
-// each, plus 16 bytes per sliding_window_log entry). Go maps do not give
+// keys, and each shard holds at most MaxKeys/64 states (60 to 100 bytes
+// each, as the maps' tables fill and split: BenchmarkMemoryBytesPerKey,
+// plus 16 bytes per sliding_window_log entry). Go maps do not give
 // memory back, so a store keeps the room of the most states it has held
 // at once. It starts no goroutine: each new key drops an expired state
 // if one is among the 16 it examines, so the states held follow the live
