@@ -352,10 +352,11 @@ func forwardedAt(depth int, lines []string) (netip.Addr, string, bool) {
 // its entry. With a Depth (X-Forwarded-For's takes forwardedAt) it takes
 // the Depth-th entry from the right, the ones before it unread; with
 // none, walking from the right, the first entry in neither TrustedProxies
-// nor ExcludedIPs, or the leftmost if every entry is skipped. An entry that is not an address (malformed, and for
-// Forwarded also "unknown", an obfuscated identifier or no for= at all)
-// names no client: the walk stops there, for what lies to its left was not
-// written by a trusted proxy. It examines at most MaxForwardedHops
+// nor ExcludedIPs, or the leftmost if every entry is skipped. An entry
+// that is not an address (malformed, and for Forwarded also "unknown", an
+// obfuscated identifier or no for= at all) names no client: the walk
+// stops there, for what lies to its left was not written by a trusted
+// proxy. It examines at most MaxForwardedHops
 // entries, and Forwarded elements of at most maxElementLength bytes each.
 // It returns the client's canonical text when parseHop has it (else "").
 //

@@ -42,8 +42,8 @@ const demandSendTimeout = time.Second
 // 11 s at least); it ends when no period is open and nothing waits. So a
 // period reaches Redis about a second after its end even when no request
 // follows it, and a Snapshot reads it once every instance has had the
-// time to send it (demandLag). Close folds and sends what remains, open periods
-// included, and stops the goroutine.
+// time to send it (demandLag). Close folds and sends what remains, open
+// periods included, and stops the goroutine.
 //
 // Its keys are Prefix + "{" + limit.Namespace() + ":demand:" + zone + "}:"
 // (zone's braces escaped as in state keys) followed by the period's index

@@ -1,7 +1,8 @@
 // Package resptest gives tests core/resp clients of the Redis servers
 // that internal/redistest starts: a pooled client of one server, a
-// core/resp Cluster, and a minimal Redis Cluster Scripter that sends each script to the master
-// owning its keys' slot. The tests of core and of core/inspect share it.
+// core/resp Cluster, and a minimal Redis Cluster Scripter that sends each
+// script to the master owning its keys' slot. The tests of core and of
+// core/inspect share it.
 //
 // It imports the standard library and core/resp only, so that core's
 // tests, which import it, also run under Traefik's Yaegi interpreter;
