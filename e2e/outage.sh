@@ -4,7 +4,8 @@
 # Redis, one per failure policy (allow, deny, fallback local), Redis gets
 # SCRIPT FLUSH, CLIENT KILL TYPE normal, SIGSTOP (hung), SIGKILL (gone) and
 # a restart, on a fixed 11-second schedule. Checks, per host and policy:
-# no failed request and no 5xx; every answer from Redis while it works;
+# no failed request and no 5xx; every answer from Redis while it works
+# (but for at most two, see run_outage);
 # the policy's answers, each within 300 ms, while it is hung or gone;
 # Redis deciding again within 2 s of the restart; once Redis answers again,
 # every answer from Redis within 1.2 s (the breaker's backoff and twice the
@@ -39,13 +40,22 @@ start_redis() {
 	port_wait "$1" 10 || die "redis-server did not listen on 127.0.0.1:$1"
 	REDIS_PID="$(cat "$TMP/redis-$1.pid")"
 }
-# run_outage HOST HOST_PID PORT BASE COUNTS DROPPED: the schedule against
-# HOST's four endpoints under BASE, Redis on PORT; COUNTS is the address of
-# the backend behind the in-flight endpoint; DROPPED is how many answers per
-# endpoint may come from the failure policy while Redis works (see the
-# Traefik run).
+# run_outage HOST HOST_PID PORT BASE COUNTS: the schedule against HOST's
+# four endpoints under BASE, Redis on PORT; COUNTS is the address of the
+# backend behind the in-flight endpoint.
+#
+# While Redis works, at most two answers per endpoint may come from the
+# failure policy: a decision written to a connection just before CLIENT
+# KILL drops it fails rather than being sent again, because Redis may have
+# run it and dropped only its reply. In Caddy that is a decision in flight
+# at the kill (go-redis checks a pooled connection before writing to it,
+# so it writes none to a connection dropped while idle); CI saw one such
+# answer in Caddy. The plugin's RESP client cannot make that check (it
+# needs syscall, refused under Yaegi), so it may also write to a
+# connection dropped while idle; the failed call empties the pool. At this
+# load that is one or two decisions.
 run_outage() {
-	local host="$1" hpid="$2" rport="$3" base="$4" counts="$5" dropped="$6" before after line i warm=()
+	local host="$1" hpid="$2" rport="$3" base="$4" counts="$5" before after line i warm=()
 	# Four requests at once through the in-flight endpoint (a path the
 	# backend counts apart) open the upstream connections its load reuses,
 	# so that they count before the outage.
@@ -62,7 +72,7 @@ run_outage() {
 		*) echo "$host: $line" ;;
 		esac
 	done < <("$TMP/outage" -redis "127.0.0.1:$rport" -pid "$REDIS_PID" -restart "$RESTART" \
-		-counts "http://$counts/_counts?path=/count/inflight" -max-in-flight 4 -dropped "$dropped" \
+		-counts "http://$counts/_counts?path=/count/inflight" -max-in-flight 4 -dropped 2 \
 		"allow=$base/allow" "deny=$base/deny" "fallback=$base/fallback" "inflight=$base/count/inflight?sleep=1s" 2>&1 || true)
 	sleep 1 # the last answers close their connections
 	after="$(fds "$hpid")"
@@ -191,7 +201,7 @@ port="$(free_port)"
 } >"$TMP/Caddyfile"
 e2e_start_caddy caddy "$TMP/Caddyfile" "$port"
 caddy_pid=$CADDY_PID
-run_outage caddy "$caddy_pid" "$rport" "http://127.0.0.1:$port" "127.0.0.1:$backend_port" 0
+run_outage caddy "$caddy_pid" "$rport" "http://127.0.0.1:$port" "127.0.0.1:$backend_port"
 run_failover caddy "http://127.0.0.1:$port/failover"
 
 # --- traefik -----------------------------------------------------------------
@@ -228,13 +238,7 @@ tl_static "$run" "$tport"
 tl_up "$run" "$tport" /allow
 traefik_pid=$LAST_PID
 # The readiness probe took /allow's one request: Redis holds its state.
-# A decision the plugin's RESP client wrote to a connection that CLIENT KILL
-# dropped fails rather than being sent again (Redis may have run it; go-redis
-# in Caddy checks a pooled connection before writing, which needs syscall,
-# refused under Yaegi), and the failed call empties the pool: at most the
-# decisions in flight on dropped connections, one or two at this load, follow
-# the failure policy.
-run_outage traefik "$traefik_pid" "$rport" "http://127.0.0.1:$tport" "127.0.0.1:$backend_port" 2
+run_outage traefik "$traefik_pid" "$rport" "http://127.0.0.1:$tport" "127.0.0.1:$backend_port"
 run_failover traefik "http://127.0.0.1:$tport/failover"
 
 e2e_verdict outage
