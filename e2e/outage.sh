@@ -45,15 +45,18 @@ start_redis() {
 # backend behind the in-flight endpoint.
 #
 # While Redis works, at most two answers per endpoint may come from the
-# failure policy: a decision written to a connection just before CLIENT
-# KILL drops it fails rather than being sent again, because Redis may have
-# run it and dropped only its reply. In Caddy that is a decision in flight
-# at the kill (go-redis checks a pooled connection before writing to it,
-# so it writes none to a connection dropped while idle); CI saw one such
-# answer in Caddy. The plugin's RESP client cannot make that check (it
-# needs syscall, refused under Yaegi), so it may also write to a
-# connection dropped while idle; the failed call empties the pool. At this
-# load that is one or two decisions.
+# failure policy (the bound binds allow and deny: fallback's local answers
+# carry X-RateLimit-Limit too, and inflight has checks of its own): a
+# decision written to a connection just before CLIENT KILL drops it fails
+# rather than being sent again, because Redis may have run it and dropped
+# only its reply. In Caddy that is a decision in flight at the kill, or a
+# batch of them in go-redis's automatic pipeline (go-redis checks an idle
+# pooled connection before writing to it, here on plain TCP, so it writes
+# none to a connection dropped while idle); CI saw one such answer in
+# Caddy. The plugin's RESP client cannot make that check (it needs
+# syscall, refused under Yaegi), so it may also write to a connection
+# dropped while idle; the failed call closes the pool's idle connections.
+# At this load that is one or two decisions.
 run_outage() {
 	local host="$1" hpid="$2" rport="$3" base="$4" counts="$5" before after line i warm=()
 	# Four requests at once through the in-flight endpoint (a path the

@@ -23,10 +23,11 @@
 // Checks, per endpoint: no request fails and none gets a 5xx; while Redis
 // works (SCRIPT FLUSH and CLIENT KILL included) every answer comes from
 // Redis, but for at most -dropped (default 0) decided by the failure policy
-// because CLIENT KILL dropped the connection they were written to; while it is hung or gone, allow answers 200 and deny 429 with
-// Retry-After from the policy, fallback decides locally, and the slowest
-// answer takes at most -bound (the circuit breaker's probe, one request a
-// second, waits the store's timeout; the others are answered at once);
+// because CLIENT KILL dropped the connection they were written to; while
+// it is hung or gone, allow answers 200 and deny 429 with Retry-After from
+// the policy, fallback decides locally, and the slowest answer takes at
+// most -bound (the circuit breaker's probe, one request a second, waits
+// the store's timeout; the others are answered at once);
 // after the restart Redis decides again within -recover; and once Redis
 // answers PING again, within -holds every answer comes from Redis, which
 // admits at most its quota (it restarted empty), while before that allow
