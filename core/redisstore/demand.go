@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -50,7 +51,7 @@ const demandSendTimeout = time.Second
 // (its start in periods since the epoch) or "since" (the instant of the
 // last Reset): one hash slot in a Cluster. Each period's hash holds about
 // 60 bytes a key that asked in it, and lives DemandPeriods + 2 periods and
-// the lag after its last write. Periods are counted on the instances'
+// the lag after its last write (292 years at most, what a Duration holds). Periods are counted on the instances'
 // clocks, not Redis's: instances whose clocks differ may split a key's
 // asks near a period's end between two periods.
 type Demand struct {
@@ -209,16 +210,28 @@ func (d *Demand) Flush(ctx context.Context) error {
 const demandLag = int64(demandFoldSlack + DemandFlushDelay + demandSendTimeout + time.Second)
 
 // retention is how long a period's hash lives after its last write: the
-// periods a Snapshot reads, the lag and two more periods.
+// periods a Snapshot reads, the lag and two more periods; for periods of
+// more than about 11 years, whose 26 periods a Duration cannot hold, the
+// longest Duration (some 292 years): never less, which PEXPIRE would take
+// as an expiry in the past, deleting the hash.
 func (d *Demand) retention() time.Duration {
+	if d.period > (math.MaxInt64-demandLag)/(DemandPeriods+2) {
+		return time.Duration(math.MaxInt64)
+	}
 	return time.Duration((DemandPeriods+2)*d.period + demandLag)
 }
 
 // window returns the first and last periods a Snapshot at now reads: the
-// last DemandPeriods complete periods that every instance has sent.
+// last DemandPeriods complete periods that every instance has sent, none
+// before the epoch's (a period so long that fewer have passed since 1970
+// would have instants no int64 holds).
 func (d *Demand) window(now int64) (first, last int64) {
 	last = (now-demandLag)/d.period - 1
-	return last - DemandPeriods + 1, last
+	first = last - DemandPeriods + 1
+	if first < 0 {
+		first = 0
+	}
+	return first, last
 }
 
 // Snapshot sends this instance's partials, then returns the fleet's

@@ -230,3 +230,33 @@ func TestDemandReadsLargePeriods(t *testing.T) {
 		t.Errorf("%d key-periods, %d keys, cost %v (%v); want %d of each", snap.Periods.Count(), snap.Keys.Count(), snap.Periods.Sum(), err, keys)
 	}
 }
+
+// TestDemandHugePeriod: a period of 20 years, whose 26 periods no
+// Duration holds, still gives its hash and the reset's mark a positive
+// time to live (an overflow made it negative, and PEXPIRE deleted the
+// hash), and a Snapshot a start between the epoch and now.
+func TestDemandHugePeriod(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	client := resptest.Client(t, srv.Addr, 2)
+	s := newTestRedisStore(t, client, false)
+	l := coretest.Limit(t, "huge-"+coretest.Nonce, model.TokenBucket, "1000/175200h", 0, 0)
+	now := time.Now().UnixNano()
+	d := s.Demand(l, "z", 0, func() int64 { return now })
+	ctx := context.Background()
+	d.Recorder().Add(now, "k", 2)
+	d.Close() // sends the open period
+	key := d.base + strconv.FormatInt(now/l.PeriodNanos(), 10)
+	if ttl, err := client.Do(ctx, "PTTL", key); err != nil || !(ttl.(int64) > 0) {
+		t.Errorf("the period's hash: PTTL %v (%v), want a positive time to live", ttl, err)
+	}
+	snap, err := d.Snapshot(ctx, now)
+	if err != nil || snap.Since < 0 || snap.Since > now {
+		t.Errorf("snapshot since %d (%v), want an instant between the epoch and now (%d)", snap.Since, err, now)
+	}
+	if err := d.Reset(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := client.Do(ctx, "PTTL", d.base+"since"); err != nil || !(ttl.(int64) > 0) {
+		t.Errorf("the reset's mark: PTTL %v (%v), want a positive time to live", ttl, err)
+	}
+}
