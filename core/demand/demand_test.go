@@ -449,3 +449,36 @@ func TestRecorderFolded(t *testing.T) {
 		t.Fatalf("at the sweep: %d key-periods of sum %v folded, want 2 of 3", s.Count(), s.Sum())
 	}
 }
+
+// TestSketchOf: a sketch rebuilt from its values' buckets, as Bucketing
+// says, is the sketch of those values.
+func TestSketchOf(t *testing.T) {
+	rng := rand.New(rand.NewSource(5))
+	var direct Sketch
+	counts := map[int]uint64{}
+	sum, largest := 0.0, 0.0
+	lo, lnG, last := Bucketing()
+	for i := 0; i < 5000; i++ {
+		v := math.Exp(rng.Float64()*30 - 8) // 3e-4 to 4e9: both ends of the range
+		direct.Add(v)
+		b := 0
+		if v > lo {
+			b = int(math.Ceil(math.Log(v/lo) / lnG))
+			if b > last {
+				b = last
+			}
+		}
+		counts[b]++
+		sum += v
+		largest = math.Max(largest, v)
+	}
+	got := SketchOf(counts, sum, largest)
+	if got.Count() != direct.Count() || got.Sum() != direct.Sum() {
+		t.Fatalf("%d values of sum %v, want %d of %v", got.Count(), got.Sum(), direct.Count(), direct.Sum())
+	}
+	for _, q := range []float64{0, 0.01, 0.5, 0.9, 0.99, 1} {
+		if g, w := got.Quantile(q), direct.Quantile(q); g != w {
+			t.Errorf("quantile %v: %v, want %v", q, g, w)
+		}
+	}
+}

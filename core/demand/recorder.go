@@ -416,7 +416,8 @@ type Snapshot struct {
 	// demand of its periods: a key retired and seen again counts twice.
 	Keys Sketch
 	// Partial is how many of Periods were folded before their period
-	// was over, their key retired early to bound memory.
+	// was over, their key retired early to bound memory (for a fleet's,
+	// redisstore.Demand, evicted to bound what Redis holds).
 	Partial uint64
 	// Followed is how many keys the recorder follows now.
 	Followed int

@@ -111,6 +111,30 @@ func (s *Sketch) addCount(i int, c uint64) {
 	s.counts[i-s.offset] += c
 }
 
+// Bucketing says how a Sketch buckets a value v, for a store that counts
+// values in buckets of its own (redisstore.Demand's script): bucket 0 when
+// v ≤ lo, else ⌈ln(v/lo) / lnGamma⌉, at most last. SketchOf turns such
+// counts back into a Sketch.
+func Bucketing() (lo, lnG float64, last int) { return minValue, lnGamma, nBuckets - 1 }
+
+// SketchOf returns the Sketch of values counted in buckets as Bucketing
+// says, counts[i] of them in bucket i, whose exact sum and largest value
+// are sum and largest. Counts of buckets out of range are left out.
+func SketchOf(counts map[int]uint64, sum, largest float64) Sketch {
+	var s Sketch
+	for i, c := range counts {
+		if i >= 0 && i < nBuckets && c > 0 {
+			s.addCount(i, c)
+			s.n += c
+		}
+	}
+	if s.n > 0 {
+		s.sum = sum
+		s.max = largest
+	}
+	return s
+}
+
 // Merge adds every value of o to s.
 func (s *Sketch) Merge(o *Sketch) {
 	if o.n == 0 {

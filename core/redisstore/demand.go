@@ -17,8 +17,7 @@ import (
 )
 
 // DemandPeriods is how many of a limit's most recent complete periods a
-// fleet's demand covers: the figures of an advice on it. Redis holds
-// each of them as a hash of about 60 bytes a key that asked in it.
+// fleet's demand covers: the figures of an advice on it.
 const DemandPeriods = 24
 
 // DemandFlushDelay is how long a fleet recorder's partials wait, once
@@ -32,9 +31,21 @@ const demandSendTimeout = time.Second
 // decides the limit in one Redis records the cost its keys ask in a
 // demand.Recorder made by NewFleetRecorder, which keeps this instance's
 // part of each key-period; Demand sends those parts to Redis, where one
-// hash per period sums them by key (HINCRBYFLOAT, one script call per
-// period and batch), and reads the last DemandPeriods complete periods
-// back as a demand.Snapshot of the whole fleet's key-periods.
+// sorted set per period sums them by key (one script call per period and
+// batch), and reads the last DemandPeriods complete periods back as a
+// demand.Snapshot of the whole fleet's key-periods.
+//
+// Redis holds at most maxKeys keys a period (Store.Demand), as a Recorder
+// follows at most that many at once: a part of a key the period's set
+// does not hold, the set full, evicts the key of the least demand so far
+// (which may be that key itself); its key-period is folded, as a partial
+// one, into the period's sketch of evicted key-periods, a hash of at most
+// one field for each bucket of a demand.Sketch that its values fall in
+// and three more (count, sum, largest). A flood of keys that ask little
+// thus evicts one another, not the keys that ask the most, whose
+// key-periods a limit refuses; a key evicted and asking again in the
+// period starts a key-period of its own, as a retired key does in a
+// Recorder, and every evicted key-period counts as a key of its own.
 //
 // Parts are sent by a goroutine of the Demand's, started when the first
 // part waits or a key's period opens: DemandFlushDelay after it starts it
@@ -47,17 +58,23 @@ const demandSendTimeout = time.Second
 // periods included, and stops the goroutine.
 //
 // Its keys are Prefix + "{" + limit.Namespace() + ":demand:" + zone + "}:"
-// (zone's braces escaped as in state keys) followed by the period's index
-// (its start in periods since the epoch) or "since" (the instant of the
-// last Reset): one hash slot in a Cluster. Each period's hash holds about
-// 60 bytes a key that asked in it, and lives DemandPeriods + 2 periods and
-// the lag after its last write (292 years at most, what a Duration holds). Periods are counted on the instances'
-// clocks, not Redis's: instances whose clocks differ may split a key's
-// asks near a period's end between two periods.
+// (zone's braces escaped as in state keys) followed by "keys:" or
+// "evicted:" and the period's index (its start in periods since the
+// epoch), or by "since" (the instant of the last Reset): one hash slot in
+// a Cluster. A period's keys take about 100 bytes each (a sorted set's
+// member and score; measured with MEMORY USAGE), its sketch of evicted
+// key-periods 580 fields and 31 KB at most, under 1 KB while their demands
+// span less than two decades (58 buckets a decade); each lives
+// DemandPeriods + 2 periods and the lag after its last write (292 years at
+// most, what a Duration holds): Redis holds a limit's last 28 periods or
+// so, at most 28 × maxKeys keys and 28 sketches. Periods are counted on the
+// instances' clocks, not Redis's: instances whose clocks differ may split
+// a key's asks near a period's end between two periods.
 type Demand struct {
 	store  *Store
 	base   string
 	period int64
+	keys   string // maxKeys, as the script takes it
 	clock  model.Clock
 	rec    *demand.Recorder
 	ctx    context.Context // ended by Close
@@ -74,13 +91,17 @@ type Demand struct {
 // in the host's zone (what the host begins its keys of l with, such as a
 // server's or a middleware's name: the instances of a fleet name it
 // alike), whose Recorder follows at most maxKeys keys at once (see
-// demand.NewRecorder), on the host's clock (the instants it records at;
+// demand.NewRecorder; zero: demand.DefaultMaxKeys) and Redis holds at most
+// maxKeys keys a period, on the host's clock (the instants it records at;
 // nil: the system's). The host calls Close when it no longer records.
 func (s *Store) Demand(l *model.Limit, zone string, maxKeys int, clock model.Clock) *Demand {
 	if clock == nil {
 		clock = func() int64 { return time.Now().UnixNano() }
 	}
-	d := &Demand{store: s, base: s.prefix + "{" + l.Namespace() + ":demand:" + tagSafe(zone) + "}:", period: l.PeriodNanos(), clock: clock}
+	if maxKeys <= 0 {
+		maxKeys = demand.DefaultMaxKeys
+	}
+	d := &Demand{store: s, base: s.prefix + "{" + l.Namespace() + ":demand:" + tagSafe(zone) + "}:", period: l.PeriodNanos(), keys: strconv.Itoa(maxKeys), clock: clock}
 	d.ctx, d.stop = context.WithCancel(context.Background())
 	d.rec = demand.NewFleetRecorder(d.period, maxKeys, clock(), d.due)
 	return d
@@ -174,7 +195,27 @@ const demandBatch = 1000
 // Flush sends the partials waiting in the recorder to Redis now; those
 // of a call that fails are lost, and the first error returned.
 func (d *Demand) Flush(ctx context.Context) error {
-	parts := d.rec.Drain()
+	return d.add(ctx, d.rec.Drain())
+}
+
+// periodKeys are the Redis keys of period p: its keys' sorted set and its
+// sketch of evicted key-periods.
+func (d *Demand) periodKeys(p int64) []string {
+	i := strconv.FormatInt(p, 10)
+	return []string{d.base + "keys:" + i, d.base + "evicted:" + i}
+}
+
+// demandBucketing is what the add script needs of demand.Bucketing: the
+// smallest value's bound, the logarithm of the buckets' ratio and the last
+// bucket, as ARGV[3] to ARGV[5].
+var demandBucketing = func() []string {
+	lo, lnG, last := demand.Bucketing()
+	return []string{model.FormatFloat(lo), model.FormatFloat(lnG), strconv.Itoa(last)}
+}()
+
+// add sends parts to Redis; those of a call that fails are lost, and the
+// first error returned.
+func (d *Demand) add(ctx context.Context, parts []demand.Partial) error {
 	if len(parts) == 0 {
 		return nil
 	}
@@ -182,17 +223,17 @@ func (d *Demand) Flush(ctx context.Context) error {
 	for _, p := range parts {
 		byPeriod[p.Period] = append(byPeriod[p.Period], strconv.FormatUint(p.Key, 36), model.FormatFloat(p.Demand))
 	}
-	ttl := strconv.FormatInt(int64(d.retention()/time.Millisecond), 10)
+	head := append([]string{strconv.FormatInt(int64(d.retention()/time.Millisecond), 10), d.keys}, demandBucketing...)
 	var first error
 	for p, pairs := range byPeriod {
-		key := []string{d.base + strconv.FormatInt(p, 10)}
+		keys := d.periodKeys(p)
 		for len(pairs) > 0 {
 			n := len(pairs)
 			if n > 2*demandBatch {
 				n = 2 * demandBatch
 			}
-			args := append([]string{ttl}, pairs[:n]...)
-			if _, err := d.store.Eval(ctx, redisDemandAdd, key, args); err != nil {
+			args := append(append(make([]string, 0, len(head)+n), head...), pairs[:n]...)
+			if _, err := d.store.Eval(ctx, redisDemandAdd, keys, args); err != nil {
 				if first == nil {
 					first = err
 				}
@@ -255,7 +296,7 @@ func (d *Demand) Snapshot(ctx context.Context, now int64) (demand.Snapshot, erro
 		}
 	}
 	s := demand.Snapshot{Since: from * d.period, Followed: followed}
-	peaks := map[string]float64{}
+	peaks := map[uint64]float64{}
 	for p := from; p <= last; p++ {
 		if err := d.readPeriod(ctx, p, &s, peaks); err != nil {
 			return demand.Snapshot{}, err
@@ -267,42 +308,81 @@ func (d *Demand) Snapshot(ctx context.Context, now int64) (demand.Snapshot, erro
 	return s, nil
 }
 
-// readPeriod adds the key-periods of period p to s.Periods and raises
-// each key's peak, reading its hash demandBatch fields at a time (HSCAN,
-// which may return a field twice: each counts once).
-func (d *Demand) readPeriod(ctx context.Context, p int64, s *demand.Snapshot, peaks map[string]float64) error {
-	key := []string{d.base + strconv.FormatInt(p, 10)}
+// readPeriod adds the key-periods of period p to s.Periods, raising each
+// key's peak, and its evicted key-periods to s.Periods and s.Keys (each a
+// key of its own) and s.Partial. It reads the period's keys demandBatch at
+// a time (ZSCAN, which may return a key twice: each counts once), so that
+// what it loads is bounded by what Redis holds: the keys, at most the
+// largest maxKeys of the instances writing them, and the sketch.
+func (d *Demand) readPeriod(ctx context.Context, p int64, s *demand.Snapshot, peaks map[uint64]float64) error {
+	keys := d.periodKeys(p)
 	count := strconv.Itoa(demandBatch)
-	seen := map[string]bool{}
+	seen := map[uint64]bool{}
 	cursor := "0"
 	for {
-		reply, err := d.store.Eval(ctx, redisDemandScan, key, []string{cursor, count})
+		reply, err := d.store.Eval(ctx, redisDemandScan, keys, []string{cursor, count})
 		if err != nil {
 			return err
 		}
 		page, ok := reply.([]interface{})
-		if !ok || len(page) != 2 {
+		if !ok || len(page) != 3 {
 			return fmt.Errorf("redis: demand: unexpected reply %v", reply)
+		}
+		if cursor == "0" {
+			evicted := evictedSketch(page[2])
+			s.Periods.Merge(&evicted)
+			s.Keys.Merge(&evicted)
+			s.Partial += evicted.Count()
 		}
 		cursor, _ = page[0].(string)
 		fields, _ := page[1].([]interface{})
 		for j := 0; j+1 < len(fields); j += 2 {
 			k, _ := fields[j].(string)
 			text, _ := fields[j+1].(string)
-			v, err := strconv.ParseFloat(text, 64)
-			if err != nil || !(v > 0) || seen[k] {
+			id, err := strconv.ParseUint(k, 36, 64)
+			if err != nil || seen[id] {
 				continue
 			}
-			seen[k] = true
+			v, err := strconv.ParseFloat(text, 64)
+			if err != nil || !(v > 0) {
+				continue
+			}
+			seen[id] = true
 			s.Periods.Add(v)
-			if v > peaks[k] {
-				peaks[k] = v
+			if v > peaks[id] {
+				peaks[id] = v
 			}
 		}
 		if cursor == "0" || cursor == "" {
 			return nil
 		}
 	}
+}
+
+// evictedSketch reads a period's sketch of evicted key-periods from the
+// hash's fields and values (HGETALL's reply): the count of each bucket,
+// under its index, and the values' sum and largest, under "sum" and "max".
+func evictedSketch(reply interface{}) demand.Sketch {
+	fields, _ := reply.([]interface{})
+	counts := map[int]uint64{}
+	var sum, largest float64
+	for j := 0; j+1 < len(fields); j += 2 {
+		k, _ := fields[j].(string)
+		v, _ := fields[j+1].(string)
+		switch k {
+		case "sum":
+			sum, _ = strconv.ParseFloat(v, 64)
+		case "max":
+			largest, _ = strconv.ParseFloat(v, 64)
+		default:
+			i, err := strconv.Atoi(k)
+			n, err2 := strconv.ParseUint(v, 10, 64)
+			if err == nil && err2 == nil {
+				counts[i] = n
+			}
+		}
+	}
+	return demand.SketchOf(counts, sum, largest)
 }
 
 // Advise is demand.AdviseQuery on the fleet's demand at now: the advice
@@ -378,14 +458,55 @@ var (
 	redisDemandReset = NewScript(redisDemandResetScript)
 )
 
-// redisDemandAddScript adds one instance's partials to a period's hash:
-// KEYS[1] the hash, ARGV[1] its time to live in milliseconds, then a key
-// and its demand, for each key.
+// redisDemandAddScript adds one instance's partials to a period: KEYS[1]
+// the sorted set of its keys, KEYS[2] the hash of its sketch of evicted
+// key-periods; ARGV[1] their time to live in milliseconds, ARGV[2] the
+// most keys the set holds, ARGV[3] to ARGV[5] demand.Bucketing's bound,
+// logarithm and last bucket, then a key and its demand, for each key. A
+// key new to a full set evicts the key of the least demand, maybe itself;
+// a set fuller than ARGV[2] (written by an instance of a larger bound)
+// gives back up to 1,000 more. An evicted key-period counts in its bucket
+// of the sketch (the index as the field), in "n", "sum" and "max".
 const redisDemandAddScript = `
-for i = 2, #ARGV, 2 do
-  redis.call('HINCRBYFLOAT', KEYS[1], ARGV[i], ARGV[i + 1])
+local most, lo, lng, last = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local n = redis.call('ZCARD', KEYS[1])
+local counts, evicted, sum, top = {}, 0, 0, nil
+local function evict(k)
+  local out = redis.call('ZPOPMIN', KEYS[1], k)
+  for j = 2, #out, 2 do
+    local v = tonumber(out[j])
+    local b = 0
+    if v > lo then
+      b = math.ceil(math.log(v / lo) / lng)
+      if b > last then b = last end
+    end
+    counts[b] = (counts[b] or 0) + 1
+    evicted = evicted + 1
+    sum = sum + v
+    if top == nil or v > top then top = v end
+    n = n - 1
+  end
+end
+if n > most then evict(math.min(n - most, 1000)) end
+for i = 6, #ARGV, 2 do
+  if redis.call('ZADD', KEYS[1], 'NX', ARGV[i + 1], ARGV[i]) == 1 then
+    n = n + 1
+    if n > most then evict(1) end
+  else
+    redis.call('ZINCRBY', KEYS[1], ARGV[i + 1], ARGV[i])
+  end
+end
+if evicted > 0 then
+  for b, c in pairs(counts) do
+    redis.call('HINCRBY', KEYS[2], string.format('%d', b), c)
+  end
+  redis.call('HINCRBY', KEYS[2], 'n', evicted)
+  redis.call('HINCRBYFLOAT', KEYS[2], 'sum', string.format('%.17g', sum))
+  local was = tonumber(redis.call('HGET', KEYS[2], 'max') or '0')
+  if top > was then redis.call('HSET', KEYS[2], 'max', string.format('%.17g', top)) end
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
 return 0
 `
 
@@ -393,9 +514,17 @@ return 0
 // (nil if none).
 const redisDemandSinceScript = `return redis.call('GET', KEYS[1])`
 
-// redisDemandScanScript returns the next page of a period's hash, KEYS[1]:
-// HSCAN from cursor ARGV[1], about ARGV[2] fields.
-const redisDemandScanScript = `return redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])`
+// redisDemandScanScript returns the next page of a period's keys, KEYS[1]:
+// ZSCAN from cursor ARGV[1], about ARGV[2] keys, as {cursor, keys and
+// demands}, and a third element: for the first page (cursor 0), the
+// fields and values of the period's sketch of evicted key-periods,
+// KEYS[2] (at most some 580); else none.
+const redisDemandScanScript = `
+local page = redis.call('ZSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])
+local evicted = {}
+if ARGV[1] == '0' then evicted = redis.call('HGETALL', KEYS[2]) end
+return {page[1], page[2], evicted}
+`
 
 // redisDemandResetScript records the instant of a reset, ARGV[1], at
 // KEYS[1], for ARGV[2] milliseconds.

@@ -3,9 +3,11 @@ package redisstore
 import (
 	"context"
 	"math"
+	"math/rand"
 	"net/url"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/core/resp"
 	"github.com/sluicehq/sluice/internal/coretest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
@@ -125,10 +128,10 @@ func TestDemandSentWhenQuiet(t *testing.T) {
 	now := time.Now().UnixNano()
 	d := s.Demand(l, "a{b}", 0, nil)
 	d.Recorder().Add(now, "k", 2)
-	key := d.base + strconv.FormatInt(now/l.PeriodNanos(), 10)
+	key := d.periodKeys(now / l.PeriodNanos())[0]
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		v, err := client.Do(context.Background(), "HGET", key, strconv.FormatUint(demand.FleetKey("k"), 36))
+		v, err := client.Do(context.Background(), "ZSCORE", key, strconv.FormatUint(demand.FleetKey("k"), 36))
 		if err == nil && v == "2" {
 			break
 		}
@@ -205,8 +208,8 @@ func TestDemandClose(t *testing.T) {
 	d := s.Demand(l, "z", 0, nil)
 	d.Recorder().Add(now, "k", 3) // an hour's period, open
 	d.Close()
-	key := d.base + strconv.FormatInt(now/l.PeriodNanos(), 10)
-	if v, err := client.Do(context.Background(), "HGET", key, strconv.FormatUint(demand.FleetKey("k"), 36)); err != nil || v != "3" {
+	key := d.periodKeys(now / l.PeriodNanos())[0]
+	if v, err := client.Do(context.Background(), "ZSCORE", key, strconv.FormatUint(demand.FleetKey("k"), 36)); err != nil || v != "3" {
 		t.Errorf("after Close, the open period's part in Redis: %v, %v; want 3", v, err)
 	}
 }
@@ -245,9 +248,9 @@ func TestDemandHugePeriod(t *testing.T) {
 	ctx := context.Background()
 	d.Recorder().Add(now, "k", 2)
 	d.Close() // sends the open period
-	key := d.base + strconv.FormatInt(now/l.PeriodNanos(), 10)
+	key := d.periodKeys(now / l.PeriodNanos())[0]
 	if ttl, err := client.Do(ctx, "PTTL", key); err != nil || !(ttl.(int64) > 0) {
-		t.Errorf("the period's hash: PTTL %v (%v), want a positive time to live", ttl, err)
+		t.Errorf("the period's keys: PTTL %v (%v), want a positive time to live", ttl, err)
 	}
 	snap, err := d.Snapshot(ctx, now)
 	if err != nil || snap.Since < 0 || snap.Since > now {
@@ -258,5 +261,193 @@ func TestDemandHugePeriod(t *testing.T) {
 	}
 	if ttl, err := client.Do(ctx, "PTTL", d.base+"since"); err != nil || !(ttl.(int64) > 0) {
 		t.Errorf("the reset's mark: PTTL %v (%v), want a positive time to live", ttl, err)
+	}
+}
+
+// demandFields counts what Redis holds of d: the fields of its hashes, the
+// members of its sorted sets and its strings, and each key's time to live
+// in milliseconds.
+func demandFields(t *testing.T, client *resp.Client, d *Demand) (fields int64, ttls []int64) {
+	t.Helper()
+	ctx := context.Background()
+	pattern := strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`).Replace(d.base) + "*"
+	reply, err := client.Do(ctx, "KEYS", pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range reply.([]interface{}) {
+		key := k.(string)
+		typ, _ := client.Do(ctx, "TYPE", key)
+		var n interface{}
+		switch typ {
+		case "hash":
+			n, err = client.Do(ctx, "HLEN", key)
+		case "zset":
+			n, err = client.Do(ctx, "ZCARD", key)
+		default:
+			n = int64(1)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		fields += n.(int64)
+		ttl, err := client.Do(ctx, "PTTL", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ttls = append(ttls, ttl.(int64))
+	}
+	return fields, ttls
+}
+
+// TestDemandBoundInRedis: 3,000 one-off keys over two days of a limit of
+// 1,000 a day, with demand_keys 256, leave at most 256 keys a period in
+// Redis and the sketch of the others' key-periods (one bucket, its count,
+// their sum and largest: 4 fields), 2 × 256 + 8 fields in all, each living
+// no longer than the retention; the fleet's figures still count every
+// key-period, the others' as partial, and the 8 keys that ask 40 a day
+// (their parts sent by two instances) keep their key-periods whole.
+func TestDemandBoundInRedis(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	client := resptest.Client(t, srv.Addr, 2)
+	ctx := context.Background()
+	l := coretest.Limit(t, "bound-"+coretest.Nonce, model.TokenBucket, "1000/24h", 0, 0)
+	period := l.PeriodNanos()
+	start := 20000 * period
+	clock := func() int64 { return start }
+	a := newTestRedisStore(t, client, false).Demand(l, "z", 256, clock)
+	b := newTestRedisStore(t, client, false).Demand(l, "z", 256, clock)
+	t.Cleanup(a.Close)
+	t.Cleanup(b.Close)
+	const oneOff, heavy = 3000, 8
+	for i := 0; i < oneOff; i++ {
+		p := int64(i / (oneOff / 2))
+		now := start + p*period + int64(i%(oneOff/2))*(period/oneOff)
+		d := a
+		if i%2 == 1 {
+			d = b
+		}
+		d.Recorder().Add(now, "once-"+strconv.Itoa(i), 1)
+		if i%(oneOff/2) < heavy {
+			a.Recorder().Add(now, "heavy-"+strconv.Itoa(i%(oneOff/2)), 20)
+			b.Recorder().Add(now, "heavy-"+strconv.Itoa(i%(oneOff/2)), 20)
+		}
+		if i%100 == 99 { // as the sending goroutine would, within the recorders' bound
+			if err := a.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	end := start + 2*period + demandLag
+	for _, d := range []*Demand{a, b} {
+		d.Recorder().Snapshot(end) // folds the second day
+		if err := d.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := d.Recorder().Dropped(); n != 0 {
+			t.Fatalf("%d partials dropped by a recorder", n)
+		}
+	}
+	fields, ttls := demandFields(t, client, a)
+	if bound := int64(2*256 + 8); fields > bound {
+		t.Errorf("Redis holds %d fields of the zone's demand, want at most %d", fields, bound)
+	}
+	retention := int64(a.retention() / time.Millisecond)
+	for _, ttl := range ttls {
+		if ttl <= 0 || ttl > retention {
+			t.Errorf("a key lives %d ms, want at most the retention, %d ms", ttl, retention)
+		}
+	}
+	s, err := a.Snapshot(ctx, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keyPeriods = oneOff + 2*heavy
+	if s.Periods.Count() != keyPeriods || s.Periods.Sum() != oneOff+2*heavy*40 || s.Keys.Count() != oneOff+heavy {
+		t.Errorf("%d key-periods of cost %v, %d keys; want %d, %d, %d", s.Periods.Count(), s.Periods.Sum(), s.Keys.Count(), keyPeriods, oneOff+2*heavy*40, oneOff+heavy)
+	}
+	if s.Partial != keyPeriods-2*256 {
+		t.Errorf("%d partial key-periods, want the %d beyond 256 a day", s.Partial, keyPeriods-2*256)
+	}
+	if n, _ := s.Periods.Over(30); n.Low != 2*heavy || n.High != 2*heavy {
+		t.Errorf("%v key-periods above 30, want the %d of the heavy keys, whole", n, 2*heavy)
+	}
+}
+
+// TestDemandEvictedSketch: the script's sketch of evicted key-periods
+// buckets each demand as demand.Sketch does: a period of one key kept and
+// 2,000 evicted, of demands from 3e-4 to 4e9, reads back as the sketch
+// of those demands.
+func TestDemandEvictedSketch(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	client := resptest.Client(t, srv.Addr, 2)
+	l := coretest.Limit(t, "sketch-"+coretest.Nonce, model.FixedWindow, "10/1m", 0, 0)
+	period := l.PeriodNanos()
+	start := 29_000_000 * period
+	d := newTestRedisStore(t, client, false).Demand(l, "z", 1, func() int64 { return start })
+	t.Cleanup(d.Close)
+	rng := rand.New(rand.NewSource(7))
+	var want demand.Sketch
+	var parts []demand.Partial
+	for i := 0; i < 2001; i++ {
+		v := math.Exp(rng.Float64()*30 - 8)
+		want.Add(v)
+		parts = append(parts, demand.Partial{Period: start / period, Key: uint64(i), Demand: v})
+	}
+	ctx := context.Background()
+	if err := d.add(ctx, parts); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := client.Do(ctx, "ZCARD", d.periodKeys(start / period)[0]); err != nil || n != int64(1) {
+		t.Fatalf("the period holds %v keys (%v), want 1", n, err)
+	}
+	s, err := d.Snapshot(ctx, start+period+demandLag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Periods.Count() != want.Count() || s.Partial != want.Count()-1 || math.Abs(s.Periods.Sum()-want.Sum()) > 1e-9*want.Sum() {
+		t.Fatalf("%d key-periods (%d partial) of sum %v, want %d (%d) of %v", s.Periods.Count(), s.Partial, s.Periods.Sum(), want.Count(), want.Count()-1, want.Sum())
+	}
+	for q := 0.0; q <= 1; q += 1.0 / 64 {
+		if g, w := s.Periods.Quantile(q), want.Quantile(q); g != w {
+			t.Errorf("quantile %v: %v, want %v", q, g, w)
+		}
+	}
+}
+
+// TestDemandSmallerBound: a period's keys written by an instance of a
+// larger bound are brought within a smaller one's by its next call, each
+// key-period kept or folded into the sketch.
+func TestDemandSmallerBound(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	client := resptest.Client(t, srv.Addr, 2)
+	l := coretest.Limit(t, "smaller-"+coretest.Nonce, model.FixedWindow, "10/1m", 0, 0)
+	period := l.PeriodNanos()
+	start := 29_000_000 * period
+	clock := func() int64 { return start }
+	big := newTestRedisStore(t, client, false).Demand(l, "z", 300, clock)
+	small := newTestRedisStore(t, client, false).Demand(l, "z", 256, clock)
+	t.Cleanup(big.Close)
+	t.Cleanup(small.Close)
+	var parts []demand.Partial
+	for i := 0; i < 300; i++ {
+		parts = append(parts, demand.Partial{Period: start / period, Key: uint64(i), Demand: float64(1 + i)})
+	}
+	ctx := context.Background()
+	if err := big.add(ctx, parts); err != nil {
+		t.Fatal(err)
+	}
+	if err := small.add(ctx, []demand.Partial{{Period: start / period, Key: 299, Demand: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := client.Do(ctx, "ZCARD", small.periodKeys(start / period)[0]); err != nil || n != int64(256) {
+		t.Errorf("the period holds %v keys (%v), want 256", n, err)
+	}
+	s, err := small.Snapshot(ctx, start+period+demandLag)
+	if err != nil || s.Periods.Count() != 300 || s.Partial != 44 || s.Periods.Sum() != 300*301/2+1 {
+		t.Errorf("%d key-periods (%d partial) of sum %v (%v), want 300 (44) of %d", s.Periods.Count(), s.Partial, s.Periods.Sum(), err, 300*301/2+1)
 	}
 }
