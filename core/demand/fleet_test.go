@@ -1,6 +1,7 @@
 package demand
 
 import (
+	"hash/crc64"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,11 +72,93 @@ func TestFleetRecorderBound(t *testing.T) {
 	}
 }
 
-// TestFleetKey: CRC-64 (ECMA), the same in every process: the check
-// value of "123456789".
+// TestFleetKey: the first 64 bits of SHA-256, the same in every process:
+// those of "123456789"'s.
 func TestFleetKey(t *testing.T) {
-	if h := FleetKey("123456789"); h != 0x995dc9bbdf1939fa {
+	if h := FleetKey("123456789"); h != 0x15e2b0d3c33891eb {
 		t.Errorf("FleetKey(\"123456789\") = %x", h)
+	}
+}
+
+// forgeCRC returns prefix followed by n characters from '@' to 'O' whose
+// CRC-64 (ECMA) is target, or fails t: a CRC is affine in its message's
+// bits, so the low 4 bits of each character solve 64 linear equations
+// over GF(2).
+func forgeCRC(t *testing.T, prefix string, n int, target uint64) string {
+	t.Helper()
+	table := crc64.MakeTable(crc64.ECMA)
+	msg := []byte(prefix + strings.Repeat("@", n))
+	base := crc64.Checksum(msg, table)
+	// A row is the CRC's change by flipping the bits vars (4 a
+	// character), reduced by Gaussian elimination on the change's bits.
+	type row struct {
+		delta uint64
+		vars  []bool
+	}
+	var pivots [64]*row
+	for v := 0; v < 4*n; v++ {
+		i, bit := len(prefix)+v/4, byte(1)<<uint(v%4)
+		msg[i] ^= bit
+		r := &row{delta: crc64.Checksum(msg, table) ^ base, vars: make([]bool, 4*n)}
+		msg[i] ^= bit
+		r.vars[v] = true
+		for b := 63; b >= 0 && r.delta != 0; b-- {
+			if r.delta>>uint(b)&1 == 0 {
+				continue
+			}
+			if pivots[b] == nil {
+				pivots[b] = r
+				break
+			}
+			r.delta ^= pivots[b].delta
+			for j := range r.vars {
+				r.vars[j] = r.vars[j] != pivots[b].vars[j]
+			}
+		}
+	}
+	want := base ^ target
+	flip := make([]bool, 4*n)
+	for b := 63; b >= 0; b-- {
+		if want>>uint(b)&1 == 0 {
+			continue
+		}
+		if pivots[b] == nil {
+			t.Fatalf("forgeCRC: %d characters do not reach bit %d", n, b)
+		}
+		want ^= pivots[b].delta
+		for j := range flip {
+			flip[j] = flip[j] != pivots[b].vars[j]
+		}
+	}
+	for v, f := range flip {
+		if f {
+			msg[len(prefix)+v/4] ^= byte(1) << uint(v%4)
+		}
+	}
+	return string(msg)
+}
+
+// TestFleetKeyForgery: a client that chooses its key's value (a header)
+// cannot make its demand count under another key's. Under a CRC-64, a
+// key of 24 letters of its choosing took any key's hash, so a fleet
+// summed the forger's 100 into the victim's key-period; each now keeps
+// its own.
+func TestFleetKeyForgery(t *testing.T) {
+	victim := "203.0.113.7"
+	forged := forgeCRC(t, "mallory-", 24, crc64.Checksum([]byte(victim), crc64.MakeTable(crc64.ECMA)))
+	if crc64.Checksum([]byte(forged), crc64.MakeTable(crc64.ECMA)) != crc64.Checksum([]byte(victim), crc64.MakeTable(crc64.ECMA)) {
+		t.Fatal("the forgery does not meet the victim's CRC-64")
+	}
+	r := NewFleetRecorder(minute, 0, 0, func() {})
+	r.Add(0, victim, 1)
+	r.Add(0, forged, 100)
+	r.Snapshot(2 * minute)
+	got := map[uint64]float64{}
+	for _, p := range r.Drain() {
+		got[p.Key] += p.Demand
+	}
+	if len(got) != 2 || got[FleetKey(victim)] != 1 || got[FleetKey(forged)] != 100 {
+		t.Errorf("partials %v, want the victim's 1 and the forger's 100 apart", got)
 	}
 }
 

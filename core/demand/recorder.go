@@ -1,7 +1,8 @@
 package demand
 
 import (
-	"hash/crc64"
+	"crypto/sha256"
+	"encoding/binary"
 	"hash/maphash"
 	"strconv"
 	"sync"
@@ -147,14 +148,22 @@ type Partial struct {
 }
 
 // FleetKey is the hash of a key that every instance of a fleet computes
-// alike (CRC-64, ECMA), by which partials of one key-period meet: one
-// call of the standard library, which under Yaegi costs a fraction of a
-// loop over the key's bytes.
+// alike, by which partials of one key-period meet: the first 64 bits of
+// its SHA-256, as the Redis store digests keys. A client that chooses its
+// keys (a header's value) cannot make its demand count under another's
+// key: that takes a second preimage, some 2^64 hashes, where a CRC, being
+// linear, gives any key any other's hash by 8 bytes of its choosing (or
+// 64 characters each of two values). Two keys of its own that meet, some
+// 2^32 hashes a pair, count as one key, which buys it nothing that asking
+// more under one key does not, as demand counts refused asks too; and a
+// key whose demand meets another's only grows, which evicts no key from
+// the fleet's store (redisstore.Demand evicts the least demand first).
+// One call of the standard library under Yaegi, made once a key is
+// followed.
 func FleetKey(key string) uint64 {
-	return crc64.Checksum([]byte(key), fleetTable)
+	h := sha256.Sum256([]byte(key))
+	return binary.BigEndian.Uint64(h[:8])
 }
-
-var fleetTable = crc64.MakeTable(crc64.ECMA)
 
 // Drain returns the partials waiting in a fleet recorder and forgets them.
 func (r *Recorder) Drain() []Partial {
