@@ -75,6 +75,9 @@ func checkAdvice(a *demand.Advice) error {
 	if p, err := time.ParseDuration(a.Period); err != nil || p <= 0 {
 		return fmt.Errorf(`"period" %q is not a positive duration such as 1m`, a.Period)
 	}
+	if a.KeyPeriods == 0 && a.OpenKeyPeriods > 0 && a.FirstComplete != nil {
+		return fmt.Errorf(`"key_periods" is 0: zone %q has no complete key-period to judge yet, but %d open; fetch the advice again after %s, when the first completes`, a.Zone, a.OpenKeyPeriods, a.FirstComplete.UTC().Format(timeFormat))
+	}
 	if a.KeyPeriods == 0 {
 		return fmt.Errorf(`"key_periods" is 0: zone %q has no complete key-period to judge yet; fetch the advice again once a period (%s) of its limit has passed`, a.Zone, a.Period)
 	}
@@ -91,12 +94,16 @@ func writeAdvice(w io.Writer, a *demand.Advice, mine *demand.Candidate) {
 	bucket := alg == model.TokenBucket || alg == model.LeakyBucket
 	pm := fmt.Sprintf("±%s %%", num(a.RelativeError*100))
 
-	fmt.Fprintf(w, "zone %s (%s): demand per key and %s period since %s\n", a.Zone, a.Algorithm, a.Period, a.Since.UTC().Format("2006-01-02 15:04:05 UTC"))
+	fmt.Fprintf(w, "zone %s (%s): demand per key and %s period since %s\n", a.Zone, a.Algorithm, a.Period, a.Since.UTC().Format(timeFormat))
 	observed := fmt.Sprintf("Observed %d keys in %d key-periods, asking a cost of %s in all", a.Keys, a.KeyPeriods, num(a.Cost))
 	if a.PartialKeyPeriods > 0 {
 		observed += fmt.Sprintf(" (%d key-periods cut short when their key was retired early to bound memory)", a.PartialKeyPeriods)
 	}
-	wrap(w, fmt.Sprintf("%s; %d keys are followed now. The demand of one key in one period, each figure %s:", observed, a.FollowedKeys, pm))
+	observed += fmt.Sprintf("; %d keys are followed now", a.FollowedKeys)
+	if a.OpenKeyPeriods > 0 && a.FirstComplete != nil {
+		observed += fmt.Sprintf(", and %d more key-periods are open, counted once their period is over (the first at %s)", a.OpenKeyPeriods, a.FirstComplete.UTC().Format(timeFormat))
+	}
+	wrap(w, fmt.Sprintf("%s. The demand of one key in one period, each figure %s:", observed, pm))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  p50\tp90\tp95\tp99\tmax\n")
 	d := a.Demand
@@ -150,6 +157,9 @@ func writeAdvice(w io.Writer, a *demand.Advice, mine *demand.Candidate) {
 		describe(mine.Rate.String(), mine.Burst, bucket), num(mine.Allowance(alg, int64(period))), a.Period))
 	fmt.Fprintf(w, "  GET /sluice/zones/%s/advice?%s\n", url.PathEscape(a.Zone), query)
 }
+
+// timeFormat is how calc writes the advice's instants.
+const timeFormat = "2006-01-02 15:04:05 UTC"
 
 // width is the most columns wrap fills a line with.
 const width = 80

@@ -105,6 +105,25 @@ func TestCalcDemandCandidate(t *testing.T) {
 	}
 }
 
+// TestCalcDemandOpen: an advice with key-periods open says how many and
+// when the first completes.
+func TestCalcDemandOpen(t *testing.T) {
+	a := testAdvice(t)
+	first := time.Date(2025, 6, 2, 10, 1, 0, 0, time.UTC)
+	a.OpenKeyPeriods, a.FirstComplete = 7, &first
+	data, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"calc", "--demand", "-"}, bytes.NewReader(data), &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if got := strings.Join(strings.Fields(out.String()), " "); !strings.Contains(got, "and 7 more key-periods are open, counted once their period is over (the first at 2025-06-02 10:01:00 UTC).") {
+		t.Errorf("output does not say that 7 key-periods are open:\n%s", out.String())
+	}
+}
+
 // TestCalcDemandErrors: bad input exits non-zero with an error that names
 // the file and what is wrong with it; so do flags that contradict the
 // advice.
@@ -125,6 +144,7 @@ func TestCalcDemandErrors(t *testing.T) {
 	notJSON := write("log.txt", "zone api\n")
 	badField := write("bad.json", "{\n  \"zone\": \"api\",\n  \"keys\": \"many\"\n}\n")
 	empty := write("empty.json", `{"zone": "api", "algorithm": "token_bucket", "period": "1m", "key_periods": 0, "candidates": []}`)
+	open := write("open.json", `{"zone": "api", "algorithm": "token_bucket", "period": "1m", "key_periods": 0, "followed_keys": 3, "open_key_periods": 3, "first_complete": "2025-06-02T09:01:00Z"}`)
 	noZone := write("nozone.json", `{"algorithm": "token_bucket", "period": "1m", "key_periods": 3}`)
 	badAlg := write("alg.json", `{"zone": "api", "algorithm": "gcra", "period": "1m", "key_periods": 3}`)
 	for _, c := range []struct {
@@ -136,6 +156,7 @@ func TestCalcDemandErrors(t *testing.T) {
 		{[]string{"calc", "--demand", notJSON}, "", []string{notJSON, "not an advice's JSON", "line 1", "invalid character"}},
 		{[]string{"calc", "--demand", badField}, "", []string{badField, "not an advice's JSON", "line 3", "Advice.keys"}},
 		{[]string{"calc", "--demand", empty}, "", []string{empty, `"key_periods" is 0`, "no complete key-period"}},
+		{[]string{"calc", "--demand", open}, "", []string{open, `"key_periods" is 0`, "but 3 open", "after 2025-06-02 09:01:00 UTC, when the first completes"}},
 		{[]string{"calc", "--demand", noZone}, "", []string{noZone, `no "zone"`}},
 		{[]string{"calc", "--demand", badAlg}, "", []string{badAlg, `"algorithm" "gcra"`}},
 		{[]string{"calc", "--demand", "-"}, "", []string{"standard input", "not an advice's JSON"}},

@@ -110,6 +110,16 @@ type Advice struct {
 	FollowedKeys      int    `json:"followed_keys"`
 	// Cost is the cost asked in the complete key-periods.
 	Cost float64 `json:"cost"`
+	// OpenKeyPeriods is the number of key-periods recorded that no figure
+	// counts yet, their period not over: until one is, an advice counts no
+	// key and no cost however many keys it follows. For a fleet, they are
+	// this instance's and those Redis holds of the periods not yet read (a
+	// key with parts in both counts in each). FirstComplete is when the
+	// first of them will count: its period's end, for a fleet once every
+	// instance has had the time to send it (some 3 s later); absent when
+	// none is open.
+	OpenKeyPeriods int        `json:"open_key_periods"`
+	FirstComplete  *time.Time `json:"first_complete,omitempty"`
 	// RelativeError bounds the error of each quantile (written to 4
 	// significant digits, which adds at most 0.05 %).
 	RelativeError float64   `json:"relative_error"`
@@ -133,6 +143,7 @@ func Advise(zone string, l *model.Limit, s *Snapshot, asked []Candidate) Advice 
 		KeyPeriods:        s.Periods.Count(),
 		PartialKeyPeriods: s.Partial,
 		FollowedKeys:      s.Followed,
+		OpenKeyPeriods:    s.Open,
 		Cost:              s.Periods.Sum(),
 		RelativeError:     RelativeError,
 		Demand: Quantiles{ // to 4 significant digits: within 0.05 % of the sketch's
@@ -142,6 +153,10 @@ func Advise(zone string, l *model.Limit, s *Snapshot, asked []Candidate) Advice 
 			P99: digits(s.Periods.Quantile(0.99), 4),
 			Max: s.Periods.Quantile(1),
 		},
+	}
+	if s.Open > 0 && s.OpenEnd > 0 {
+		end := time.Unix(0, s.OpenEnd).UTC()
+		a.FirstComplete = &end
 	}
 	if a.Algorithm == "" {
 		a.Algorithm = string(model.TokenBucket)

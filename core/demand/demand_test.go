@@ -482,3 +482,26 @@ func TestSketchOf(t *testing.T) {
 		}
 	}
 }
+
+// TestAdviceOpenKeyPeriods: before a key's period is over, an advice
+// counts no key and no cost; it says how many key-periods are open and
+// when the first completes, and stops saying so once they count.
+func TestAdviceOpenKeyPeriods(t *testing.T) {
+	l := &model.Limit{Name: "api", Rate: model.Rate{Quota: 10, Period: time.Minute}}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	r := NewRecorder(minute, 0, 0)
+	for i, key := range []string{"a", "b", "c"} {
+		r.Add(int64(10+i)*int64(time.Second), key, 1)
+	}
+	a, err := AdviseQuery(r, "api", l, 30*int64(time.Second), nil)
+	if err != nil || a.Keys != 0 || a.Cost != 0 || a.FollowedKeys != 3 || a.OpenKeyPeriods != 3 || a.FirstComplete == nil || !a.FirstComplete.Equal(time.Unix(60, 0)) {
+		t.Errorf("mid-period: %d keys, cost %v, %d followed, %d open, first complete %v (%v); want 0, 0, 3, 3 and the period's end, %v",
+			a.Keys, a.Cost, a.FollowedKeys, a.OpenKeyPeriods, a.FirstComplete, err, time.Unix(60, 0).UTC())
+	}
+	a, err = AdviseQuery(r, "api", l, minute, nil)
+	if err != nil || a.KeyPeriods != 3 || a.OpenKeyPeriods != 0 || a.FirstComplete != nil {
+		t.Errorf("at the period's end: %d key-periods, %d open, first complete %v (%v); want 3, 0 and none", a.KeyPeriods, a.OpenKeyPeriods, a.FirstComplete, err)
+	}
+}

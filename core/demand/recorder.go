@@ -430,6 +430,12 @@ type Snapshot struct {
 	Partial uint64
 	// Followed is how many keys the recorder follows now.
 	Followed int
+	// Open is how many key-periods were recorded whose period is not
+	// over, which Periods will count once it is; OpenEnd is the end of
+	// the first of those periods (nanoseconds since the epoch), zero when
+	// none is open.
+	Open    int
+	OpenEnd int64
 }
 
 // Snapshot folds every key-period that is over at now and returns the
@@ -437,7 +443,7 @@ type Snapshot struct {
 // operator's query, not for a request.
 func (r *Recorder) Snapshot(now int64) Snapshot {
 	var live Sketch
-	followed := 0
+	followed, open, openEnd := 0, 0, int64(0)
 	for i := range r.shards {
 		sh := &r.shards[i]
 		sh.mu.Lock()
@@ -447,11 +453,17 @@ func (r *Recorder) Snapshot(now int64) Snapshot {
 			if r.due == nil { // in fleet mode, the fleet's store knows peaks
 				live.Add(e.peak)
 			}
+			if e.sum > 0 { // the sweep folded the periods over
+				open++
+				if end := (e.last/r.period + 1) * r.period; openEnd == 0 || end < openEnd {
+					openEnd = end
+				}
+			}
 		}
 		sh.mu.Unlock()
 	}
 	r.mu.Lock()
-	s := Snapshot{Since: r.since, Partial: r.partial, Followed: followed}
+	s := Snapshot{Since: r.since, Partial: r.partial, Followed: followed, Open: open, OpenEnd: openEnd}
 	s.Periods.Merge(&r.periods)
 	s.Keys.Merge(&r.peaks)
 	r.mu.Unlock()

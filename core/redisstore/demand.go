@@ -280,10 +280,11 @@ func (d *Demand) window(now int64) (first, last int64) {
 // Periods holds every key-period, Keys each key's largest period; Since
 // is the start of the first period read (the figures cover from there to
 // the end of the last complete period every instance has sent).
-// Followed is the keys this instance follows.
+// Followed is the keys this instance follows; Open the key-periods not
+// yet read (see pending), OpenEnd when the first of them will be.
 func (d *Demand) Snapshot(ctx context.Context, now int64) (demand.Snapshot, error) {
-	followed := d.rec.Snapshot(now).Followed // folds what is over, to send
-	_ = d.Flush(ctx)                         // the fleet's figures are read even if this fails
+	local := d.rec.Snapshot(now) // folds what is over, to send
+	_ = d.Flush(ctx)             // the fleet's figures are read even if this fails
 	first, last := d.window(now)
 	reply, err := d.store.Eval(ctx, redisDemandSince, []string{d.base + "since"}, nil)
 	if err != nil {
@@ -295,7 +296,7 @@ func (d *Demand) Snapshot(ctx context.Context, now int64) (demand.Snapshot, erro
 			from = (t + d.period - 1) / d.period // the first period begun since
 		}
 	}
-	s := demand.Snapshot{Since: from * d.period, Followed: followed}
+	s := demand.Snapshot{Since: from * d.period, Followed: local.Followed}
 	peaks := map[uint64]float64{}
 	for p := from; p <= last; p++ {
 		if err := d.readPeriod(ctx, p, &s, peaks); err != nil {
@@ -305,7 +306,55 @@ func (d *Demand) Snapshot(ctx context.Context, now int64) (demand.Snapshot, erro
 	for _, v := range peaks {
 		s.Keys.Add(v)
 	}
+	if err := d.pending(ctx, now, from, last, &local, &s); err != nil {
+		return demand.Snapshot{}, err
+	}
 	return s, nil
+}
+
+// demandPending is the most periods after a Snapshot's window whose
+// key-periods pending counts: more than two only for periods shorter than
+// the lag.
+const demandPending = 8
+
+// pending sets s.Open and s.OpenEnd: the key-periods that a Snapshot at
+// now, whose window ends with period last and begins with from, does not
+// read yet, in periods that begin at or after from: those Redis holds of
+// the (at most demandPending) periods after last, sent by the instances or
+// evicted early from them, and those local, this instance's recorder, holds
+// open; and when a Snapshot will read the first of them, demandLag after
+// its period's end. A key with parts in Redis and in local counts in each.
+func (d *Demand) pending(ctx context.Context, now, from, last int64, local *demand.Snapshot, s *demand.Snapshot) error {
+	first := last + 1
+	if first < from {
+		first = from
+	}
+	var keys []string
+	for p := first; p <= now/d.period && p < first+demandPending; p++ {
+		keys = append(keys, d.periodKeys(p)...)
+	}
+	if len(keys) > 0 {
+		reply, err := d.store.Eval(ctx, redisDemandCount, keys, nil)
+		if err != nil {
+			return err
+		}
+		counts, _ := reply.([]interface{})
+		for i, c := range counts {
+			if n, _ := c.(int64); n > 0 {
+				s.Open += int(n)
+				if s.OpenEnd == 0 {
+					s.OpenEnd = (first+int64(i)+1)*d.period + demandLag
+				}
+			}
+		}
+	}
+	if local.Open > 0 && local.OpenEnd > from*d.period {
+		s.Open += local.Open
+		if end := local.OpenEnd + demandLag; s.OpenEnd == 0 || end < s.OpenEnd {
+			s.OpenEnd = end
+		}
+	}
+	return nil
 }
 
 // readPeriod adds the key-periods of period p to s.Periods, raising each
@@ -455,6 +504,7 @@ var (
 	redisDemandAdd   = NewScript(redisDemandAddScript)
 	redisDemandSince = NewScript(redisDemandSinceScript)
 	redisDemandScan  = NewScript(redisDemandScanScript)
+	redisDemandCount = NewScript(redisDemandCountScript)
 	redisDemandReset = NewScript(redisDemandResetScript)
 )
 
@@ -524,6 +574,17 @@ local page = redis.call('ZSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])
 local evicted = {}
 if ARGV[1] == '0' then evicted = redis.call('HGETALL', KEYS[2]) end
 return {page[1], page[2], evicted}
+`
+
+// redisDemandCountScript returns, for each period whose keys and sketch
+// of evicted key-periods are KEYS[2i−1] and KEYS[2i], how many
+// key-periods it holds.
+const redisDemandCountScript = `
+local out = {}
+for i = 1, #KEYS, 2 do
+  out[#out + 1] = redis.call('ZCARD', KEYS[i]) + tonumber(redis.call('HGET', KEYS[i + 1], 'n') or '0')
+end
+return out
 `
 
 // redisDemandResetScript records the instant of a reset, ARGV[1], at

@@ -451,3 +451,49 @@ func TestDemandSmallerBound(t *testing.T) {
 		t.Errorf("%d key-periods (%d partial) of sum %v (%v), want 300 (44) of %d", s.Periods.Count(), s.Partial, s.Periods.Sum(), err, 300*301/2+1)
 	}
 }
+
+// TestDemandOpenKeyPeriods: a fleet's advice says how many key-periods it
+// does not count yet, this instance's open ones and those Redis holds of
+// the periods not yet read, and when the first of them counts: once every
+// instance has had the time to send its period.
+func TestDemandOpenKeyPeriods(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	client := resptest.Client(t, srv.Addr, 2)
+	l := coretest.Limit(t, "open-"+coretest.Nonce, model.FixedWindow, "10/1m", 0, 0)
+	period := l.PeriodNanos()
+	start := 29_000_000 * period
+	clock := func() int64 { return start }
+	a := newTestRedisStore(t, client, false).Demand(l, "z", 0, clock)
+	b := newTestRedisStore(t, client, false).Demand(l, "z", 0, clock)
+	t.Cleanup(a.Close)
+	t.Cleanup(b.Close)
+	ctx := context.Background()
+	a.Recorder().Add(start+1, "a", 1)
+	b.Recorder().Add(start+2, "b", 1)
+	b.Recorder().Add(start+3, "c", 1)
+	end := start + period
+	check := func(when string, now int64, open int, first int64) {
+		t.Helper()
+		adv, err := a.Advise(ctx, "z", l, now, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := int64(0)
+		if adv.FirstComplete != nil {
+			got = adv.FirstComplete.UnixNano()
+		}
+		if adv.OpenKeyPeriods != open || got != first {
+			t.Errorf("%s: %d key-periods open, the first complete at %d; want %d and %d", when, adv.OpenKeyPeriods, got, open, first)
+		}
+	}
+	check("mid-period", start+period/2, 1, end+demandLag) // b's are b's own until sent
+	b.Recorder().Snapshot(end + 1)
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("sent, within the lag", end+1, 3, end+demandLag)
+	check("read", end+demandLag, 0, 0)
+	if adv, err := a.Advise(ctx, "z", l, end+demandLag, nil); err != nil || adv.KeyPeriods != 3 {
+		t.Errorf("once read: %d key-periods (%v), want 3", adv.KeyPeriods, err)
+	}
+}
