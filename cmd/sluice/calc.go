@@ -54,7 +54,9 @@ With --demand, calc also reads a zone's advice, the JSON that
 GET /sluice/zones/<zone>/advice serves (a file, or - for standard input),
 and prints the demand it observed per key and period (its quantiles) and
 what each candidate limit of the advice would have refused, at least: the
-share of key-periods, of keys and of the cost asked. The rate is then
+share of key-periods, of keys and of the cost asked; and the share of the
+cost it refuses if keys ask steadily, each period starting with an empty
+bucket: for such keys the truth lies between the two. The rate is then
 optional; given one, calc prints its figures as usual, then the advice,
 then the advice's verdict on that limit, or, when the advice holds no
 candidate of that rate and burst, the query that asks the endpoint for it

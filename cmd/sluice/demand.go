@@ -114,22 +114,27 @@ func writeAdvice(w io.Writer, a *demand.Advice, mine *demand.Candidate) {
 	if len(a.Candidates) == 0 {
 		wrap(w, "The advice judges no candidate limit.")
 	} else {
-		wrap(w, "What each candidate would have refused, at least: the share of key-periods, of keys (in at least one period) and of the cost asked; a range, when shown, holds the exact figure, which the advice only estimates.")
+		wrap(w, "What each candidate would have refused, at least: the share of key-periods, of keys (in at least one period) and of the cost asked; then the share of the cost it refuses if keys ask steadily (steady cost). A range, when shown, holds the exact figure, which the advice only estimates.")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		if bucket {
-			fmt.Fprintf(tw, "candidate\trate\tburst\tallows per %s\tkey-periods\tkeys\tcost\n", a.Period)
+			fmt.Fprintf(tw, "candidate\trate\tburst\tallows per %s\tkey-periods\tkeys\tcost\tsteady cost\n", a.Period)
 		} else {
-			fmt.Fprintf(tw, "candidate\trate\tallows per %s\tkey-periods\tkeys\tcost\n", a.Period)
+			fmt.Fprintf(tw, "candidate\trate\tallows per %s\tkey-periods\tkeys\tcost\tsteady cost\n", a.Period)
 		}
 		for _, v := range a.Candidates {
 			fmt.Fprintf(tw, "%s\t%s\t", v.Name, rateText(v.Rate))
 			if bucket {
 				fmt.Fprintf(tw, "%s\t", num(bucketSize(v.Rate, v.Burst)))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", num(v.Allowance), share(v.KeyPeriods), share(v.Keys), share(v.Cost))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", num(v.Allowance), share(v.KeyPeriods), share(v.Keys), share(v.Cost), share(v.Sustained.Cost))
 		}
 		tw.Flush()
 		note := "A key-period whose demand exceeds the allowance is refused at least the excess; how much more depends on when in the period its requests came, which the advice does not record."
+		if bucket {
+			note += " The allowance is a full bucket's: a key that asks steadily above the rate starts each period with its bucket empty and gets the rate alone, so it is refused about the steady cost; for such keys the truth lies between the two. Keys whose requests bunch into part of a period may be refused more."
+		} else {
+			note += " A key that asks steadily above the rate gets the rate alone, one quota a window, and is refused about the steady cost; for such keys the truth lies between the two."
+		}
 		if alg == model.FixedWindow {
 			note += fmt.Sprintf(" For a fixed_window whose period is the zone's (%s) the shares are exact.", a.Period)
 		}
@@ -238,7 +243,7 @@ func describe(rate string, burst float64, bucket bool) string {
 
 // refused writes v's shares in words.
 func refused(v demand.Verdict) string {
-	return fmt.Sprintf("it would have refused at least %s of key-periods, %s of keys and %s of the cost asked", share(v.KeyPeriods), share(v.Keys), share(v.Cost))
+	return fmt.Sprintf("it would have refused at least %s of key-periods, %s of keys and %s of the cost asked, and about %s of the cost if its keys asked steadily, %s per period each", share(v.KeyPeriods), share(v.Keys), share(v.Cost), share(v.Sustained.Cost), num(v.Sustained.Allowance))
 }
 
 // share writes a share as a percentage, with its bounds when they differ

@@ -12,7 +12,8 @@
 // limit admits in any window of its period and the Retry-After a client
 // sees once a burst has emptied it; with --demand, a zone's advice (the
 // JSON of GET /sluice/zones/<zone>/advice): the demand observed per key
-// and period and what candidate limits would have refused of it. sim
+// and period and what candidate limits would have refused of it, at least
+// and from keys that ask steadily. sim
 // prints, per algorithm, how many requests of the trace were admitted and
 // rejected, the most admitted in any window of the period and the longest
 // leaky_bucket wait, and can plot the admitted requests over time as SVG.

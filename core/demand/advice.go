@@ -34,6 +34,7 @@ type Candidate struct {
 // key-period whose demand exceeds it is refused at least the excess, so
 // the shares Advice derives from it are the least a candidate would
 // refuse; they are exact for a fixed_window whose window is the period.
+// Sustained bounds them from above for keys that ask steadily.
 func (c Candidate) Allowance(alg model.Algorithm, period int64) float64 {
 	window := int64(c.Rate.Period)
 	if windowed(alg) {
@@ -57,6 +58,21 @@ func (c Candidate) Allowance(alg model.Algorithm, period int64) float64 {
 	return burst + refill
 }
 
+// Sustained is the most cost a candidate admits one key in one period of
+// length period (nanoseconds) in the long run: its rate times the period.
+// It is what a key asking steadily above the rate gets each period once
+// its first burst is spent: a bucket that starts every period empty (a
+// token_bucket's loan within MaxDelay taken from one period to the next)
+// admits only its refill, windows their quota per window. Such a key is
+// refused about its demand's excess over it (to within a request's cost),
+// so that for keys asking steadily the shares Advice derives from it bound
+// the truth from above, as Allowance's do from below; a key whose asks
+// bunch into part of a period, a bucket it emptied before, may be refused
+// more.
+func (c Candidate) Sustained(period int64) float64 {
+	return c.Rate.Quota * float64(period) / float64(c.Rate.Period)
+}
+
 // windowed reports whether alg counts cost in windows, which take their
 // capacity from the quota.
 func windowed(alg model.Algorithm) bool {
@@ -73,14 +89,26 @@ type Quantiles struct {
 }
 
 // Verdict is what a candidate would have refused of the demand recorded:
-// the share of key-periods refused (some of their cost), of keys refused
-// in at least one period, and of the cost asked, each an Estimate whose
-// bounds hold the exact share of the demand recorded (to the 0.01 % they
-// are rounded to).
+// at least its Refusal at the candidate's Allowance, which every key-period
+// is refused (a bucket full at each period's start); and its Sustained
+// refusal, at the candidate's Sustained allowance, which a key asking
+// steadily above the rate is refused (a bucket empty at each period's
+// start). For keys that ask steadily the truth lies between the two.
 type Verdict struct {
-	Name      string  `json:"name"`
-	Rate      string  `json:"rate"`
-	Burst     float64 `json:"burst,omitempty"`
+	Name  string  `json:"name"`
+	Rate  string  `json:"rate"`
+	Burst float64 `json:"burst,omitempty"`
+	Refusal
+	Sustained Refusal `json:"sustained"`
+}
+
+// Refusal is what an allowance of cost per key and period would have
+// refused of the demand recorded, each key-period refused its demand's
+// excess over it: the share of key-periods refused (some of their cost),
+// of keys refused in at least one period, and of the cost asked, each an
+// Estimate whose bounds hold the exact share of that excess in the demand
+// recorded (to the 0.01 % they are rounded to).
+type Refusal struct {
 	Allowance float64 `json:"allowance"`
 
 	KeyPeriods Estimate `json:"refused_key_periods"`
@@ -250,14 +278,20 @@ func digits(v float64, n int) float64 {
 
 // judge returns what c would have refused of s.
 func judge(c Candidate, alg model.Algorithm, period int64, s *Snapshot) Verdict {
-	allow := c.Allowance(alg, period)
-	v := Verdict{Name: c.Name, Rate: c.Rate.String(), Burst: c.Burst, Allowance: allow}
+	return Verdict{Name: c.Name, Rate: c.Rate.String(), Burst: c.Burst,
+		Refusal:   refuse(c.Allowance(alg, period), s),
+		Sustained: refuse(c.Sustained(period), s)}
+}
+
+// refuse returns what an allowance per key-period would have refused of s.
+func refuse(allow float64, s *Snapshot) Refusal {
+	r := Refusal{Allowance: allow}
 	n, excess := s.Periods.Over(allow)
-	v.KeyPeriods = n.share(float64(s.Periods.Count()))
-	v.Cost = excess.share(s.Periods.Sum())
+	r.KeyPeriods = n.share(float64(s.Periods.Count()))
+	r.Cost = excess.share(s.Periods.Sum())
 	keys, _ := s.Keys.Over(allow)
-	v.Keys = keys.share(float64(s.Keys.Count()))
-	return v
+	r.Keys = keys.share(float64(s.Keys.Count()))
+	return r
 }
 
 // ParseCandidates reads the candidates an operator asks for in a query:

@@ -505,3 +505,67 @@ func TestAdviceOpenKeyPeriods(t *testing.T) {
 		t.Errorf("at the period's end: %d key-periods, %d open, first complete %v (%v); want 3, 0 and none", a.KeyPeriods, a.OpenKeyPeriods, a.FirstComplete, err)
 	}
 }
+
+// TestAdviceSteadyClients: clients asking steadily, some above the
+// candidate's rate, are refused, when the candidate is enforced, a share of
+// their cost between the advice's two figures: at least the refusal at
+// its allowance, which assumes every period starts with a full bucket and
+// understates what a steady heavy client meets, and at most the sustained
+// refusal, at the rate alone. The candidate is 30/10s with a burst of 30,
+// as asked of a zone of 10 s periods.
+func TestAdviceSteadyClients(t *testing.T) {
+	zone := &model.Limit{Name: "api", Rate: model.Rate{Quota: 10, Period: 10 * time.Second}}
+	cand := &model.Limit{Name: "cand", Rate: model.Rate{Quota: 30, Period: 10 * time.Second}, Burst: 30}
+	for _, l := range []*model.Limit{zone, cand} {
+		if err := l.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	period := zone.PeriodNanos()
+	r := NewRecorder(period, 0, 0)
+	const span = int64(600 * time.Second)
+	var asked, refused float64
+	perPeriod := map[[2]int64]float64{} // client and period → demand
+	for i, perSecond := range []float64{0.5, 1, 2, 3.5, 4, 5, 8, 12} {
+		key := "steady-" + strconv.Itoa(i)
+		gap := int64(float64(time.Second) / perSecond)
+		var st model.State
+		for now := int64(i) * int64(time.Millisecond) * 37; now < span; now += gap {
+			r.Add(now, key, 1)
+			perPeriod[[2]int64{int64(i), now / period}]++
+			var d model.Decision
+			st, d = cand.Decide(st, now, 1)
+			asked++
+			if !d.Allowed {
+				refused++
+			}
+		}
+	}
+	q := url.Values{"candidate": {"30/10s"}, "burst": {"30"}}
+	a, err := AdviseQuery(r, "api", zone, span, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := a.Candidates[len(a.Candidates)-1]
+	if v.Allowance != 60 || v.Sustained.Allowance != 30 {
+		t.Fatalf("allowances %v and %v, want 60 (burst 30 + 30 a period) and 30 (the rate's)", v.Allowance, v.Sustained.Allowance)
+	}
+	// The two figures exactly, from the trace: each key-period's excess.
+	var least, most float64
+	for _, d := range perPeriod {
+		least += math.Max(0, d-v.Allowance)
+		most += math.Max(0, d-v.Sustained.Allowance)
+	}
+	least, most = least/asked, most/asked
+	measured := refused / asked
+	t.Logf("enforced, refused %.4f of the cost; the advice: at least %.4f (exact %.4f), sustained %.4f (exact %.4f)", measured, v.Cost.Value, least, v.Sustained.Cost.Value, most)
+	if least < v.Cost.Low || least > v.Cost.High || most < v.Sustained.Cost.Low || most > v.Sustained.Cost.High {
+		t.Errorf("exact figures %.4f and %.4f outside the advice's bounds [%.4f, %.4f] and [%.4f, %.4f]", least, most, v.Cost.Low, v.Cost.High, v.Sustained.Cost.Low, v.Sustained.Cost.High)
+	}
+	if measured < least || measured > most {
+		t.Errorf("enforced, the candidate refused %.4f of the cost, outside the advice's figures, %.4f to %.4f", measured, least, most)
+	}
+	if measured <= v.Cost.High {
+		t.Errorf("refused %.4f, within the figure at the full allowance (%.4f): the test's clients should show what it understates", measured, v.Cost.High)
+	}
+}

@@ -10,8 +10,9 @@
 // recorder's Snapshot into an Advice: how many keys and key-periods were
 // seen, the quantiles of the demand per key-period, and for the configured
 // limit and a few candidates the share of key-periods, of keys and of cost
-// that each would have refused, with bounds that hold the exact shares (to
-// the 0.01 % they are rounded to).
+// that each would have refused at least, and that it refuses keys asking
+// steadily, with bounds that hold the exact shares (to the 0.01 % they are
+// rounded to).
 //
 // A Recorder sees the requests of the instance that holds it: behind a
 // load balancer that spreads a key over several instances deciding in one
