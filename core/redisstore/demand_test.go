@@ -277,7 +277,11 @@ func demandFields(t *testing.T, client *resp.Client, d *Demand) (fields int64, t
 	}
 	for _, k := range reply.([]interface{}) {
 		key := k.(string)
-		typ, _ := client.Do(ctx, "TYPE", key)
+		reply, err := client.Do(ctx, "TYPE", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		typ, _ := reply.(string)
 		var n interface{}
 		switch typ {
 		case "hash":
