@@ -250,11 +250,11 @@ func (d *Demand) add(ctx context.Context, parts []demand.Partial) error {
 // second more for the instances' clocks and timers.
 const demandLag = int64(demandFoldSlack + DemandFlushDelay + demandSendTimeout + time.Second)
 
-// retention is how long a period's hash lives after its last write: the
+// retention is how long a period's keys live after their last write: the
 // periods a Snapshot reads, the lag and two more periods; for periods of
 // more than about 11 years, whose 26 periods a Duration cannot hold, the
 // longest Duration (some 292 years): never less, which PEXPIRE would take
-// as an expiry in the past, deleting the hash.
+// as an expiry in the past, deleting the key.
 func (d *Demand) retention() time.Duration {
 	if d.period > (math.MaxInt64-demandLag)/(DemandPeriods+2) {
 		return time.Duration(math.MaxInt64)
