@@ -86,8 +86,9 @@ type Handler struct {
 	Body string `json:"body,omitempty"`
 
 	// Mode is "enforce" (the default) or "dry_run", which decides and
-	// counts every request, sets the placeholders and metrics, but lets
-	// rejected requests proceed (without charging them).
+	// counts every request, sets the placeholders and metrics, and logs
+	// would-be rejections at info level, but lets rejected requests
+	// proceed (without charging them) and writes no rate-limit headers.
 	Mode string `json:"mode,omitempty"`
 
 	// RetryJitter, between 0 and 1, lengthens each Retry-After by a
@@ -119,7 +120,8 @@ type Handler struct {
 	watches   []string     // watch pool keys this handler holds, released by Cleanup
 	admin     []*adminZone // the handler's zones in the admin API's registry
 	logger    *zap.Logger
-	warnings  *warnLimiter
+	warnings  *warnLimiter // store errors
+	dryRuns   *warnLimiter // dry_run's would-be rejections
 	metrics   *handlerMetrics
 	zoneIndex map[string]int // zone name → index in Zones
 }
@@ -144,7 +146,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // building to Validate.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
-	h.warnings = new(warnLimiter)
+	h.warnings, h.dryRuns = new(warnLimiter), new(warnLimiter)
 	responder, err := h.responder()
 	if err != nil {
 		return err

@@ -59,12 +59,24 @@ func (h *Handler) warnStoreError(v core.Verdict) {
 	)
 }
 
-// logRejection logs at debug level that a zone rejected a request (or
-// would have, in dry_run mode): the zone, the outcome, the Retry-After
-// and, only with log_key, the zone's key.
+// logRejection logs that a zone rejected a request, at debug level, or
+// would have, in dry_run mode, at info level and at most once per
+// warnInterval (with the count of those held back since the last line), so
+// that a dry run shows at the default level what enforcing would refuse.
+// It gives the zone, the outcome, the Retry-After and, only with log_key,
+// the zone's key.
 func (h *Handler) logRejection(zone int, v core.Verdict, asks []model.Ask) {
-	ce := h.logger.Check(zapcore.DebugLevel, "request rate-limited")
-	if ce == nil {
+	var suppressed int64
+	var ce *zapcore.CheckedEntry
+	if v.Outcome == core.OutcomeDryRunRejected {
+		if ce = h.logger.Check(zapcore.InfoLevel, "request would have been rate-limited (dry run)"); ce == nil {
+			return
+		}
+		var ok bool
+		if ok, suppressed = h.dryRuns.allow(time.Now().UnixNano()); !ok {
+			return
+		}
+	} else if ce = h.logger.Check(zapcore.DebugLevel, "request rate-limited"); ce == nil {
 		return
 	}
 	z := h.Zones[zone]
@@ -83,6 +95,9 @@ func (h *Handler) logRejection(zone int, v core.Verdict, asks []model.Ask) {
 				fields = append(fields, zap.String("key", strings.TrimPrefix(a.Key, z.prefix)))
 			}
 		}
+	}
+	if v.Outcome == core.OutcomeDryRunRejected {
+		fields = append(fields, zap.Int64("suppressed", suppressed))
 	}
 	ce.Write(fields...)
 }

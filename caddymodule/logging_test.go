@@ -93,6 +93,34 @@ func TestRejectionLogOmitsKeyUnlessLogKey(t *testing.T) {
 	}
 }
 
+// TestDryRunLogsAtInfo: in dry_run mode a would-be rejection is logged at
+// info level, so that the default log shows what enforcing would refuse,
+// at most once per warnInterval with the count of those held back; the
+// answer carries no rate-limit header.
+func TestDryRunLogsAtInfo(t *testing.T) {
+	h := &Handler{Zones: []*Zone{{Name: "api", Rate: "1/m"}}, Mode: "dry_run"}
+	logs := provisionHandler(t, h)
+	for i := 0; i < 4; i++ {
+		w, called := serve(t, h, false, "203.0.113.13")
+		if !called || w.Code != http.StatusOK {
+			t.Fatalf("request %d: status %d, next called %v; want 200 passed on", i+1, w.Code, called)
+		}
+		for _, name := range []string{"RateLimit", "RateLimit-Policy", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"} {
+			if v := w.Header().Get(name); v != "" {
+				t.Errorf("request %d: %s = %q; a dry run writes no rate-limit header", i+1, name, v)
+			}
+		}
+	}
+	entries := logs.FilterMessage("request would have been rate-limited (dry run)").All()
+	if len(entries) != 1 {
+		t.Fatalf("%d dry-run logs for 3 would-be rejections within warnInterval, want 1", len(entries))
+	}
+	fields := entries[0].ContextMap()
+	if entries[0].Level != zap.InfoLevel || fields["zone"] != "api" || fields["outcome"] != "dry_run_rejected" || fields["suppressed"] != int64(0) {
+		t.Errorf("dry-run log: %v %v", entries[0].Level, fields)
+	}
+}
+
 // TestRejectionLogBoundsKey: log_key logs a key longer than
 // keyspec.MaxKeyLength as its digest, as /top names it, not in full.
 func TestRejectionLogBoundsKey(t *testing.T) {

@@ -45,9 +45,10 @@ const (
 	// Enforce rejects them with 429.
 	Enforce Mode = iota
 	// DryRun decides and counts as Enforce does but lets every request
-	// through at once, without a leaky_bucket delay, reporting
-	// OutcomeDryRunRejected for those it would have rejected, so hosts can
-	// log and count them before enforcing.
+	// through at once, without a leaky_bucket delay and without rate-limit
+	// headers, reporting OutcomeDryRunRejected for those it would have
+	// rejected, so hosts can log and count them before enforcing while
+	// clients see what they would see without the limits.
 	DryRun
 )
 
@@ -222,6 +223,12 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 		return nil, err
 	}
 	g := &Gate{cfg: cfg}
+	if cfg.Mode == DryRun {
+		// A dry run must not change what clients do: a client that paces
+		// itself by RateLimit or X-RateLimit-Remaining would slow down for
+		// rejections that never happen. So it writes no rate-limit headers.
+		g.cfg.Responder.Headers = answer.HeadersOff
+	}
 	g.resp = &g.cfg.Responder
 	if cfg.Clock == nil {
 		g.systemClock = newSystemClock()

@@ -106,7 +106,8 @@ type Config struct {
 	Body string
 
 	// Mode is "enforce" (the default) or "dry_run", which decides and
-	// counts every request but lets those it would reject through.
+	// counts every request but lets those it would reject through, and
+	// writes no rate-limit headers.
 	Mode string
 
 	// RetryJitter, between 0 and 1, lengthens each Retry-After by a

@@ -129,5 +129,6 @@
 // With mode dry_run every request passes; one the limits would have
 // rejected reaches the upstream with the request header
 // X-Sluice-Dry-Run: rejected (any such header from the client is removed),
-// and the response carries the rate-limit headers as usual.
+// and the response carries no rate-limit header, so that clients behave as
+// they would without the limits. The log's summary lines count them.
 package traefikplugin
