@@ -487,7 +487,7 @@ func (g *Gate) answer(w http.ResponseWriter, r *http.Request, asks []model.Ask, 
 		g.resp.SetHeaders(w.Header(), d, now)
 	}
 	if v.Delay > 0 && !await.Sleep(r.Context(), v.Delay) {
-		g.refund(asks, v)
+		g.Refund(asks, v)
 		v.Outcome = OutcomeCancelled
 		return false
 	}
@@ -502,11 +502,12 @@ func (g *Gate) now() int64 {
 	return g.cfg.Clock()
 }
 
-// refund gives back what the admission v of asks took, from the store
+// Refund gives back what the admission v of asks took, from the store
 // that decided it, for a request that does not proceed: a cancelled wait,
-// or one refused an in-flight slot. It runs without the request's context
-// (which may have ended), bounded by the gate's timeout.
-func (g *Gate) refund(asks []model.Ask, v *Verdict) {
+// one refused an in-flight slot, or a caller of Decide that will not act
+// on it. It runs without the request's context (which may have ended),
+// bounded by the gate's timeout.
+func (g *Gate) Refund(asks []model.Ask, v *Verdict) {
 	ctx := context.Background()
 	if g.cfg.Timeout > 0 {
 		var cancel context.CancelFunc

@@ -396,13 +396,13 @@ func flightDecide(g *Gate, ctx context.Context, asks []model.Ask) (Verdict, []mo
 			// The store failed because the client left: the request
 			// goes no further, not even through FailOpen.
 			if charged {
-				g.refund(rated, &v)
+				g.Refund(rated, &v)
 			}
 			return Verdict{Outcome: OutcomeCancelled, Err: err}, rated
 		}
 		if g.cfg.OnStoreError == FailClosed {
 			if charged {
-				g.refund(rated, &v)
+				g.Refund(rated, &v)
 			}
 			return Verdict{Outcome: OutcomeStoreErrorDeny, Err: err, Decision: model.Decision{RetryAfter: time.Second}}, rated
 		}
@@ -420,7 +420,7 @@ func flightDecide(g *Gate, ctx context.Context, asks []model.Ask) (Verdict, []mo
 	}
 	if nv.Outcome != OutcomeAllowed {
 		if charged {
-			g.refund(rated, &v)
+			g.Refund(rated, &v)
 		}
 		return nv, rated
 	}

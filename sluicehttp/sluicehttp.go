@@ -1,19 +1,29 @@
-// Package sluicehttp rate-limits a Go HTTP service with sluice's engine, the
-// one Caddy's http.handlers.sluice and the Traefik plugin run: a
-// [net/http] middleware configured with the limits the proxies take, which
-// answers as they do (the same 429, the same rate-limit headers) and, given
-// the same Redis, counts on the same keys.
+// Package sluicehttp rate-limits a Go service with sluice's engine, the
+// one Caddy's http.handlers.sluice and the Traefik plugin run, configured
+// with the limits the proxies take. A [Limiter] is two things:
+//
+//   - a [net/http] middleware ([Limiter.Handler]) that answers as the
+//     proxies do (the same 429, the same rate-limit headers), keyed by
+//     request parts or by a function of the request;
+//   - a limiter for anything else (gRPC interceptors, jobs, queues):
+//     [Limiter.Allow], [Limiter.Take] and [Limiter.Wait] on a key the
+//     caller has, as golang.org/x/time/rate's Allow and Wait.
+//
+// In memory, or on Redis, where, given the same Redis and the same keys,
+// it counts on the same counters as the proxies. A Redis that is down is
+// an outage like any other, decided by the failure policy, never an error
+// of New.
 //
 // Limits at the edge do not protect services that call each other
 // directly: a service in a retry loop can exhaust another one the proxy
-// never sees. A middleware in the service closes that gap:
+// never sees. A limiter in the service closes that gap:
 //
-//	mw, err := sluicehttp.New(sluicehttp.Config{
+//	lim, err := sluicehttp.New(sluicehttp.Config{
 //		Limits: []sluicehttp.Limit{{Name: "api", Rate: "100/1m", Burst: 20}},
 //	})
 //	if err != nil { ... }
-//	defer mw.Close()
-//	http.ListenAndServe(addr, mw.Handler(next))
+//	defer lim.Close()
+//	http.ListenAndServe(addr, lim.Handler(next))
 //
 // # Sharing a limit with Caddy
 //
@@ -27,9 +37,9 @@
 // alike too. Every zone of the handler is in the group; the middleware's
 // limits of other names count apart.
 //
-// The middleware is a thin adapter: the decisions, the waits, the
-// headers and the answers are core.Gate's, the request keys keyspec.Spec's,
-// and the Redis keys redisstore.Store's.
+// The limiter is a thin adapter: the decisions, the waits, the headers
+// and the answers are core.Gate's, the request keys keyspec.Spec's, and
+// the Redis keys redisstore.Store's.
 package sluicehttp
 
 import (
@@ -43,6 +53,7 @@ import (
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/answer"
+	"github.com/sluicehq/sluice/core/await"
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
@@ -50,7 +61,7 @@ import (
 	"github.com/sluicehq/sluice/core/resp"
 )
 
-// Config configures a [Middleware]. Only Limits is required.
+// Config configures a [Limiter]. Only Limits is required.
 type Config struct {
 	// Limits are checked in this order and are all-or-nothing: a request
 	// that one of them rejects is charged to none. At least one; names
@@ -115,6 +126,13 @@ type Config struct {
 	// rejected together do not retry together. Default 0.
 	RetryJitter float64
 
+	// Limited, when set, answers the requests that a limit rejects (or
+	// that OnStoreError "deny" refuses) instead of the standard 429: it is
+	// called with Retry-After and the rate-limit headers already set, and
+	// writes the status and the body itself. [DecisionOf] gives it the
+	// decision. Nil: the 429 of Body.
+	Limited http.Handler
+
 	// OnVerdict, when set, is called with every request that a limit
 	// applied to and its verdict, before the request proceeds or after
 	// its 429 was written: for logs and metrics (the verdict's Err is
@@ -149,8 +167,17 @@ type Limit struct {
 	// "method", "path", "query:<name>", "cookie:<name>" or
 	// "const:<value>" (one counter for every request). A Caddy zone
 	// builds the same key from {client_ip},
-	// {http.request.header.<Name>}, and so on.
+	// {http.request.header.<Name>}, and so on. A part with several
+	// values (a repeated header) takes the first, as Header.Get does.
 	Key []string
+
+	// KeyFunc, when set, returns the request's key instead of the parts
+	// of Key (which must then be empty): a user or a tenant that an
+	// earlier handler put in the request's context, say. ok false means
+	// the request has no key (see OnMissingKey). A Caddy zone or a Traefik
+	// limit shares the counters of the keys that it builds alike, such as
+	// an API key read from the same header.
+	KeyFunc func(r *http.Request) (key string, ok bool)
 
 	// OnMissingKey is what happens to a request without a key (a part
 	// missing or empty): "skip" (the default) exempts it from the limit,
@@ -219,37 +246,41 @@ type Redis struct {
 	LeaseTTL time.Duration
 }
 
-// Middleware limits the requests of the handlers it wraps. It is safe for
-// concurrent use; every handler that Handler returns shares its counters.
-type Middleware struct {
+// Limiter limits the requests of the handlers it wraps and the calls of
+// Take, Allow and Wait. It is safe for concurrent use; every handler that
+// Handler returns shares its counters.
+type Limiter struct {
 	gate      *core.Gate
 	limits    []limit
 	onVerdict func(*http.Request, core.Verdict)
-	client    *resp.Client // nil in memory
+	limited   http.Handler
+	inFlight  bool       // a limit has MaxInFlight, which Take cannot hold
+	client    *resp.Lazy // nil in memory
 }
 
 // limit is a Limit as a request needs it.
 type limit struct {
 	limit   *model.Limit
 	key     *keyspec.Spec
+	keyFunc func(*http.Request) (string, bool)
 	missing keyspec.MissingKey
 	cost    float64
 	match   func(*http.Request) bool
 	prefix  string // core.SharePrefix(Config.Share)
 }
 
-// New checks cfg and returns its middleware. With Redis it connects once
-// and returns the error if the server cannot be reached or refuses the
-// credentials; after that the connections recover by themselves, and
-// while Redis fails requests are decided by Fallback or OnStoreError.
-// Errors name the field at fault, as in `limits[0] (api): rate: ...`.
-func New(cfg Config) (*Middleware, error) {
-	m, gc, err := build(&cfg)
+// New checks cfg and returns its limiter. With Redis it does not wait for
+// the server: the connections are made on demand and made again after a
+// failure, and while Redis is away requests are decided by Fallback or
+// OnStoreError, so a service starts during a Redis outage. Errors name the
+// field at fault, as in `limits[0] (api): rate: ...`.
+func New(cfg Config) (*Limiter, error) {
+	l, gc, err := build(&cfg)
 	if err != nil {
 		return nil, fmt.Errorf("sluicehttp: %w", err)
 	}
 	if cfg.Redis != nil {
-		if gc.Store, err = m.connect(cfg.Redis); err != nil {
+		if gc.Store, err = l.connect(cfg.Redis); err != nil {
 			return nil, fmt.Errorf("sluicehttp: redis: %w", err)
 		}
 		gc.Timeout = cfg.Redis.Timeout
@@ -259,16 +290,16 @@ func New(cfg Config) (*Middleware, error) {
 		gc.LeaseTTL = cfg.Redis.LeaseTTL
 		gc.Breaker = new(core.Breaker)
 	}
-	if m.gate, err = core.NewGate(gc); err != nil {
-		m.Close()
+	if l.gate, err = core.NewGate(gc); err != nil {
+		l.Close()
 		return nil, fmt.Errorf("sluicehttp: %w", err)
 	}
-	return m, nil
+	return l, nil
 }
 
-// build translates cfg into a middleware without a gate and the gate's
+// build translates cfg into a limiter without a gate and the gate's
 // configuration without a Redis store.
-func build(cfg *Config) (*Middleware, core.GateConfig, error) {
+func build(cfg *Config) (*Limiter, core.GateConfig, error) {
 	var gc core.GateConfig
 	if len(cfg.Limits) == 0 {
 		return nil, gc, errors.New("limits: at least one is required")
@@ -291,18 +322,22 @@ func build(cfg *Config) (*Middleware, core.GateConfig, error) {
 		return nil, gc, fmt.Errorf("trusted_proxies: %w", err)
 	}
 	prefix := core.SharePrefix(cfg.Share)
-	m := &Middleware{onVerdict: cfg.OnVerdict, limits: make([]limit, len(cfg.Limits))}
+	l := &Limiter{onVerdict: cfg.OnVerdict, limited: cfg.Limited, limits: make([]limit, len(cfg.Limits))}
 	gc.MaxCost = make(map[*model.Limit]float64, len(cfg.Limits))
 	for i := range cfg.Limits {
-		l := &cfg.Limits[i]
-		ip := &clientip.Strategy{TrustedProxies: trusted, Header: cfg.ClientIPHeader, IPv4Prefix: l.IPv4Prefix, IPv6Prefix: l.IPv6Prefix}
-		if m.limits[i], err = newLimit(l, ip, prefix); err != nil {
-			return nil, gc, fmt.Errorf("limits[%d] (%s): %w", i, l.Name, err)
+		cl := &cfg.Limits[i]
+		ip := &clientip.Strategy{TrustedProxies: trusted, Header: cfg.ClientIPHeader, IPv4Prefix: cl.IPv4Prefix, IPv6Prefix: cl.IPv6Prefix}
+		if l.limits[i], err = newLimit(cl, ip, prefix); err != nil {
+			return nil, gc, fmt.Errorf("limits[%d] (%s): %w", i, cl.Name, err)
 		}
-		gc.Limits = append(gc.Limits, m.limits[i].limit)
-		gc.MaxCost[m.limits[i].limit] = m.limits[i].cost
+		gc.Limits = append(gc.Limits, l.limits[i].limit)
+		gc.MaxCost[l.limits[i].limit] = l.limits[i].cost
+		l.inFlight = l.inFlight || cl.MaxInFlight > 0
 	}
-	return m, gc, nil
+	// Limited writes the answer: the gate sets the headers and Retry-After
+	// and leaves the status line and the body.
+	gc.Responder.Defer = cfg.Limited != nil
+	return l, gc, nil
 }
 
 // newLimit builds the limit l, whose clients' keys begin with prefix and
@@ -323,6 +358,9 @@ func newLimit(l *Limit, ip *clientip.Strategy, prefix string) (limit, error) {
 		// The caller names the limit.
 		return limit{}, err.(*model.LimitError).Err
 	}
+	if l.KeyFunc != nil && len(l.Key) > 0 {
+		return limit{}, errors.New("key: set Key or KeyFunc, not both")
+	}
 	key, err := keyspec.Parse(l.Key, ip)
 	if err != nil {
 		return limit{}, err
@@ -341,7 +379,7 @@ func newLimit(l *Limit, ip *clientip.Strategy, prefix string) (limit, error) {
 	if err := cl.CheckCost(cost); err != nil {
 		return limit{}, err
 	}
-	return limit{limit: cl, key: key, missing: missing, cost: cost, match: l.Match, prefix: prefix}, nil
+	return limit{limit: cl, key: key, keyFunc: l.KeyFunc, missing: missing, cost: cost, match: l.Match, prefix: prefix}, nil
 }
 
 // responder builds the answers' configuration.
@@ -384,68 +422,68 @@ func fallback(cfg *Config, gc *core.GateConfig) error {
 	return nil
 }
 
-// connect opens m's Redis client and returns the store on it.
-func (m *Middleware) connect(r *Redis) (model.Store, error) {
+// connect makes l's Redis client, which connects on demand, and returns
+// the store on it.
+func (l *Limiter) connect(r *Redis) (model.Store, error) {
 	if err := redisstore.CheckDB(r.DB, false); err != nil {
 		return nil, err
 	}
 	if r.Timeout < 0 || r.LeaseTTL < 0 {
 		return nil, errors.New("timeout and lease_ttl: must not be negative")
 	}
-	opts := resp.Options{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB, TLS: r.TLS}
-	// The store's timeout bounds each decision; New's first connection
-	// has the client's own dial timeout.
-	ctx, cancel := context.WithTimeout(context.Background(), resp.DefaultDialTimeout)
-	defer cancel()
-	c, err := resp.New(ctx, opts)
-	if err != nil {
-		return nil, err
+	if r.Addr == "" {
+		return nil, errors.New("addr: required")
 	}
+	opts := resp.Options{Addr: r.Addr, Username: r.Username, Password: r.Password, DB: r.DB, TLS: r.TLS}
+	c := resp.NewLazy(resp.Target{Options: opts, Name: r.Addr}, nil, nil)
 	st, err := redisstore.New(redisstore.Config{Client: c, Prefix: r.Prefix, ReadableKeys: r.ReadableKeys})
 	if err != nil {
 		c.Close()
 		return nil, err
 	}
-	m.client = c
+	l.client = c
 	return st, nil
 }
 
 // Close closes the Redis connections, if any. Requests served afterwards
-// are decided as during an outage.
-func (m *Middleware) Close() error {
-	if m.client == nil {
+// connect again.
+func (l *Limiter) Close() error {
+	if l.client == nil {
 		return nil
 	}
-	return m.client.Close()
+	return l.client.Close()
 }
 
-// Handler returns next limited by m: a request that a limit rejects is
-// answered 429 and never reaches next; an admitted one gets the rate-limit
-// headers of the limit closest to exhaustion, waits out any delay of its
-// limits (leaky_bucket, token_bucket with MaxDelay), and holds its
-// in-flight slots until next returns. The ResponseWriter reaches next
-// untouched.
-func (m *Middleware) Handler(next http.Handler) http.Handler {
-	return &handler{m: m, next: next}
+// Handler returns next limited by l: a request that a limit rejects is
+// answered 429 (or by Config.Limited) and never reaches next; an admitted
+// one gets the rate-limit headers of the limit closest to exhaustion,
+// waits out any delay of its limits (leaky_bucket, token_bucket with
+// MaxDelay), and holds its in-flight slots until next returns. The
+// ResponseWriter reaches next untouched.
+func (l *Limiter) Handler(next http.Handler) http.Handler {
+	return &handler{l: l, next: next}
 }
 
 type handler struct {
-	m    *Middleware
+	l    *Limiter
 	next http.Handler
 }
 
 // ServeHTTP asks every limit that applies to r and lets Gate.Serve answer.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	asks := h.m.asks(r)
+	asks := h.l.asks(r)
 	if len(asks) == 0 {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	v, ok := h.m.gate.Serve(w, r, asks)
-	if h.m.onVerdict != nil {
-		h.m.onVerdict(r, v)
+	v, ok := h.l.gate.Serve(w, r, asks)
+	if h.l.onVerdict != nil {
+		h.l.onVerdict(r, v)
 	}
 	if !ok {
+		if h.l.limited != nil && (v.Outcome == core.OutcomeRejected || v.Outcome == core.OutcomeStoreErrorDeny) {
+			h.l.limited.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, decision(v))))
+		}
 		return
 	}
 	defer v.Slots.Release() // nil-safe; also when next panics
@@ -453,18 +491,186 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // asks returns r's ask of every limit that applies to it.
-func (m *Middleware) asks(r *http.Request) []model.Ask {
-	asks := make([]model.Ask, 0, len(m.limits))
-	for i := range m.limits {
-		l := &m.limits[i]
-		if l.match != nil && !l.match(r) {
+func (l *Limiter) asks(r *http.Request) []model.Ask {
+	asks := make([]model.Ask, 0, len(l.limits))
+	for i := range l.limits {
+		lim := &l.limits[i]
+		if lim.match != nil && !lim.match(r) {
 			continue
 		}
-		key, ok := l.missing.Resolve(l.key.Key(r))
-		if !ok {
+		var key string
+		var ok bool
+		if lim.keyFunc != nil {
+			key, ok = lim.keyFunc(r)
+			key, ok = callerKey(key, ok)
+		} else {
+			key, ok = lim.key.Key(r)
+		}
+		if key, ok = lim.missing.Resolve(key, ok); !ok {
 			continue
 		}
-		asks = append(asks, model.Ask{Limit: l.limit, Key: l.prefix + key, Cost: l.cost})
+		asks = append(asks, model.Ask{Limit: lim.limit, Key: lim.prefix + key, Cost: lim.cost})
 	}
 	return asks
+}
+
+// callerKey makes a key that a caller gave (KeyFunc, Take) a built key, as
+// a request part's value is made one: escaped (keyspec.EscapeKey) and
+// bounded (keyspec.BoundKey); an empty key is a missing one.
+func callerKey(key string, ok bool) (string, bool) {
+	if !ok || key == "" {
+		return "", false
+	}
+	return keyspec.BoundKey(keyspec.EscapeKey(key)), true
+}
+
+// Decision is a Limiter's answer for one request or one Take.
+type Decision struct {
+	// Allowed reports whether the cost was admitted, charged to every
+	// limit. In dry_run mode it is always true; when Redis failed, it is
+	// what Fallback or OnStoreError decided.
+	Allowed bool
+	// Limit names the limit reported: among those that refused, the one
+	// asking for the longest wait; otherwise the one closest to
+	// exhaustion. Empty when Redis failed without a fallback.
+	Limit string
+	// Remaining is the cost that Limit could still admit now.
+	Remaining float64
+	// Reset is the time until Limit is whole again.
+	Reset time.Duration
+	// RetryAfter, when not Allowed, is the time until the same cost would
+	// be admitted if nothing else happened, or -1 when it never would (the
+	// cost is above a limit's capacity).
+	RetryAfter time.Duration
+	// Delay, when Allowed, is how long the caller must wait before acting
+	// on the admission: a leaky_bucket's pacing, or a token_bucket's
+	// MaxDelay. Take leaves the wait to its caller; Wait waits.
+	Delay time.Duration
+}
+
+// decision is v as a Decision.
+func decision(v core.Verdict) Decision {
+	d := Decision{
+		Allowed:    v.Outcome == core.OutcomeAllowed || v.Outcome == core.OutcomeDryRunRejected || v.Outcome == core.OutcomeStoreErrorAllow,
+		Remaining:  v.Decision.Remaining,
+		Reset:      v.Decision.Reset,
+		RetryAfter: v.Decision.RetryAfter,
+		Delay:      v.Delay,
+	}
+	if v.Decision.Limit != nil {
+		d.Limit = v.Decision.Limit.Name
+	}
+	if d.Allowed {
+		d.RetryAfter = 0
+	} else if d.RetryAfter == model.Never {
+		d.RetryAfter = -1
+	}
+	return d
+}
+
+// decisionKey is the context key of the decision that Limited answers.
+type decisionKey struct{}
+
+// DecisionOf returns the decision of the rejected request that
+// Config.Limited is answering, and false for any other request.
+func DecisionOf(r *http.Request) (Decision, bool) {
+	d, ok := r.Context().Value(decisionKey{}).(Decision)
+	return d, ok
+}
+
+// ErrInFlight is Take's, Allow's and Wait's error for a limiter with a
+// limit of MaxInFlight: a slot is held while a request is in progress,
+// which only Handler knows.
+var ErrInFlight = errors.New("sluicehttp: in-flight limits (MaxInFlight) apply to Handler's requests only")
+
+// Take asks every limit of l for cost units of key's quota, at once and
+// all-or-nothing, and returns the decision without waiting: an admitted
+// cost is charged, and the caller acts after d.Delay. key is what the
+// limits count under, as a request's key would be (an API key, a user,
+// a tenant); the limits' Key, KeyFunc, Match and Cost are for requests and
+// are not used. When Redis fails, d is the decision of Fallback or
+// OnStoreError and err is Redis's error: d is usable either way. Take
+// refuses an empty key and a cost that is not positive.
+func (l *Limiter) Take(ctx context.Context, key string, cost float64) (d Decision, err error) {
+	_, v, err := l.take(ctx, key, cost)
+	if err != nil {
+		return Decision{}, err
+	}
+	return decision(v), v.Err
+}
+
+// take is Take that also returns the asks and the verdict, for a refund.
+func (l *Limiter) take(ctx context.Context, key string, cost float64) ([]model.Ask, core.Verdict, error) {
+	if l.inFlight {
+		return nil, core.Verdict{}, ErrInFlight
+	}
+	if !(cost > 0) {
+		return nil, core.Verdict{}, fmt.Errorf("sluicehttp: cost %v: must be positive", cost)
+	}
+	k, ok := callerKey(key, true)
+	if !ok {
+		return nil, core.Verdict{}, errors.New("sluicehttp: empty key")
+	}
+	asks := make([]model.Ask, len(l.limits))
+	for i := range l.limits {
+		asks[i] = model.Ask{Limit: l.limits[i].limit, Key: l.limits[i].prefix + k, Cost: cost}
+	}
+	return asks, l.gate.Decide(ctx, asks), nil
+}
+
+// Allow reports whether one unit of key's quota may be spent now, and
+// spends it if so. An admission that would have to wait (a limit's Delay)
+// is given back and reported as false: use Wait to be paced.
+func (l *Limiter) Allow(ctx context.Context, key string) bool {
+	asks, v, err := l.take(ctx, key, 1)
+	if err != nil {
+		return false
+	}
+	d := decision(v)
+	if d.Allowed && d.Delay > 0 {
+		l.gate.Refund(asks, &v)
+		return false
+	}
+	return d.Allowed
+}
+
+// Wait spends cost units of key's quota, waiting as long as the limits
+// ask: for a refused cost, until it would be admitted, then asking again;
+// for an admitted one, its Delay. It returns ctx's error if ctx ends
+// first, giving back an admission it was waiting out, and an error at
+// once when the wait would outlast ctx's deadline or the cost can never
+// be admitted.
+func (l *Limiter) Wait(ctx context.Context, key string, cost float64) error {
+	for {
+		asks, v, err := l.take(ctx, key, cost)
+		if err != nil {
+			return err
+		}
+		d := decision(v)
+		wait := d.Delay
+		if !d.Allowed {
+			wait = d.RetryAfter
+			if wait < 0 {
+				return fmt.Errorf("sluicehttp: cost %v of key %q exceeds limit %s's capacity", cost, key, d.Limit)
+			}
+			if wait < time.Millisecond {
+				wait = time.Millisecond // never spin
+			}
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			if d.Allowed {
+				l.gate.Refund(asks, &v)
+			}
+			return fmt.Errorf("sluicehttp: waiting %v for key %q would exceed the context's deadline", wait, key)
+		}
+		if wait > 0 && !await.Sleep(ctx, wait) {
+			if d.Allowed {
+				l.gate.Refund(asks, &v)
+			}
+			return ctx.Err()
+		}
+		if d.Allowed {
+			return nil
+		}
+	}
 }

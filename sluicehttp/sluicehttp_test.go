@@ -21,7 +21,7 @@ import (
 var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 
 // newMW returns cfg's middleware, closed when the test ends.
-func newMW(t *testing.T, cfg sluicehttp.Config) *sluicehttp.Middleware {
+func newMW(t *testing.T, cfg sluicehttp.Config) *sluicehttp.Limiter {
 	t.Helper()
 	mw, err := sluicehttp.New(cfg)
 	if err != nil {
@@ -241,7 +241,8 @@ func TestTrustedProxies(t *testing.T) {
 
 // TestStoreError: while Redis is down, OnStoreError decides (deny: 429,
 // allow: 200) within the timeout, and the local fallback enforces each
-// instance's share; after Close, requests are decided as in an outage.
+// instance's share; after Close, and once Redis is back, a request
+// connects again.
 func TestStoreError(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := func(policy, fallback string) sluicehttp.Config {
@@ -264,16 +265,45 @@ func TestStoreError(t *testing.T) {
 	if got := codes(local.Handler(ok), "192.0.2.1:1", 3); got != "200 200 429" {
 		t.Errorf("fallback local over 2 instances, Redis down: %s, want 200 200 429 (half of 4)", got)
 	}
-	srv.Restart(t)
-	closed := newMW(t, cfg("deny", ""))
-	if got := codes(closed.Handler(ok), "192.0.2.1:1", 1); got != "200" {
-		t.Errorf("Redis back: %s, want 200", got)
-	}
-	if err := closed.Close(); err != nil {
+	if err := deny.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := codes(closed.Handler(ok), "192.0.2.1:1", 1); got != "429" {
-		t.Errorf("deny after Close: %s, want 429", got)
+	srv.Restart(t)
+	waitAdmitted(t, deny.Handler(ok), "192.0.2.2:1")
+}
+
+// waitAdmitted sends requests from remote to h until one is admitted, for
+// at most 10s: a limiter whose Redis is back connects again by itself,
+// once its breaker lets a call through and its last failed dial is
+// resp.RedialEvery old.
+func waitAdmitted(t *testing.T, h http.Handler, remote string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for codes(h, remote, 1) != "200" {
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis back: %s still refused after 10s", remote)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestStartsWhileRedisIsDown: New does not need Redis: a limiter made while
+// Redis is down applies OnStoreError, then counts in Redis once it is up.
+func TestStartsWhileRedisIsDown(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	srv.Stop()
+	lim := newMW(t, sluicehttp.Config{
+		Limits:       []sluicehttp.Limit{{Name: "api", Rate: "2/1h"}},
+		Redis:        &sluicehttp.Redis{Addr: srv.Addr, Prefix: "down:", Timeout: 200 * time.Millisecond},
+		OnStoreError: "deny",
+	})
+	if got := codes(lim.Handler(ok), "192.0.2.1:1", 1); got != "429" {
+		t.Errorf("Redis down at start: %s, want 429 (on_store_error deny)", got)
+	}
+	srv.Restart(t)
+	waitAdmitted(t, lim.Handler(ok), "192.0.2.9:1")
+	if got := codes(lim.Handler(ok), "192.0.2.1:1", 3); got != "200 200 429" {
+		t.Errorf("Redis up: %s, want 200 200 429 (2/1h counted in Redis)", got)
 	}
 }
 
@@ -335,7 +365,8 @@ func TestConfigErrors(t *testing.T) {
 		{"fallback without redis", sluicehttp.Config{Limits: one, Fallback: "local"}, "fallback: applies only to a store that can fail"},
 		{"instances without fallback", sluicehttp.Config{Limits: one, Instances: 3}, "instances: only the local fallback divides quotas"},
 		{"redis db", sluicehttp.Config{Limits: one, Redis: &sluicehttp.Redis{Addr: "127.0.0.1:1", DB: -1}}, `redis: db "-1": must not be negative`},
-		{"redis unreachable", sluicehttp.Config{Limits: one, Redis: &sluicehttp.Redis{Addr: "127.0.0.1:1"}}, "redis: "},
+		{"redis addr", sluicehttp.Config{Limits: one, Redis: &sluicehttp.Redis{}}, "redis: addr: required"},
+		{"key and key func", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", Key: []string{"host"}, KeyFunc: func(*http.Request) (string, bool) { return "", false }})}, "key: set Key or KeyFunc, not both"},
 		{"redis timeout", sluicehttp.Config{Limits: one, Redis: &sluicehttp.Redis{Addr: "127.0.0.1:1", Timeout: -1}}, "redis: timeout and lease_ttl: must not be negative"},
 	} {
 		_, err := sluicehttp.New(c.cfg)
