@@ -175,6 +175,30 @@ func (g *registry) releaseMeterLocked(m *meter) {
 	}
 }
 
+// Bounds of the metrics listeners' connections, so that a client that
+// reaches the port, allowed or not, holds a connection (and a file
+// descriptor of Traefik's) only so long; see serverTimeouts.
+const (
+	// metricsReadTimeout bounds the reading of a request, headers and
+	// body: a slow or silent client is cut off after it.
+	metricsReadTimeout = 10 * time.Second
+	// metricsWriteTimeout bounds a request's answer, from the end of its
+	// headers (a fleet advice reads Redis, within its own timeouts).
+	metricsWriteTimeout = 30 * time.Second
+	// metricsIdleTimeout bounds the wait for the next request on a
+	// kept-alive connection.
+	metricsIdleTimeout = 30 * time.Second
+)
+
+// serverTimeouts are the bounds of a metrics listener's connections, the
+// constants above but in tests.
+type serverTimeouts struct {
+	read, write, idle time.Duration
+}
+
+// defaultTimeouts are the registry's serverTimeouts.
+var defaultTimeouts = serverTimeouts{read: metricsReadTimeout, write: metricsWriteTimeout, idle: metricsIdleTimeout}
+
 // metricsServer is the listener of one metrics address and the HTTP
 // server on it, whose goroutines end when it is closed.
 type metricsServer struct {
@@ -197,7 +221,9 @@ func (g *registry) listen(address string) (*metricsServer, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", g.restricted(address, writeMetrics, http.MethodGet, http.MethodHead))
 	mux.HandleFunc("/sluice/zones/", g.restricted(address, writeAdvice, http.MethodGet, http.MethodHead, http.MethodDelete))
-	s := &metricsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, addr: ln.Addr()}
+	t := g.timeouts
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: t.read, ReadTimeout: t.read, WriteTimeout: t.write, IdleTimeout: t.idle}
+	s := &metricsServer{srv: srv, addr: ln.Addr()}
 	go serveMetrics(s.srv, ln)
 	return s, nil
 }
@@ -222,7 +248,8 @@ type view struct {
 
 // restricted returns the handler of a route of the listener of address,
 // for methods (405 for any other): it answers 403 to a client that no
-// middleware served there allows, and passes serve the view of any other.
+// middleware served there allows, closing its connection, and passes
+// serve the view of any other.
 func (g *registry) restricted(address string, serve func(http.ResponseWriter, *http.Request, *view), methods ...string) http.HandlerFunc {
 	allow := strings.Join(methods, ", ")
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -241,6 +268,8 @@ func (g *registry) restricted(address string, serve func(http.ResponseWriter, *h
 			v = g.view(address, ap.Addr().Unmap())
 		}
 		if v == nil {
+			// Not kept alive: a refused client holds no connection.
+			w.Header().Set("Connection", "close")
 			http.Error(w, "sluice: this client may not read these metrics (see metrics.allowedNetworks)", http.StatusForbidden)
 			return
 		}

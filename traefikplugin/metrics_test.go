@@ -1,6 +1,7 @@
 package traefikplugin
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -259,13 +260,7 @@ func get(t *testing.T, g *testRegistry, address, path string) (*http.Response, s
 // call is get with another method.
 func call(t *testing.T, g *testRegistry, address, method, path string) (*http.Response, string) {
 	t.Helper()
-	g.mu.Lock()
-	s := g.servers[address]
-	g.mu.Unlock()
-	if s == nil {
-		t.Fatalf("no listener for %s", address)
-	}
-	req, err := http.NewRequest(method, "http://"+s.addr.String()+path, nil)
+	req, err := http.NewRequest(method, "http://"+listening(t, g, address)+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,6 +274,19 @@ func call(t *testing.T, g *testRegistry, address, method, path string) (*http.Re
 		t.Fatal(err)
 	}
 	return resp, string(body)
+}
+
+// listening returns where the listener g started for address listens,
+// failing t if it does not.
+func listening(t *testing.T, g *testRegistry, address string) string {
+	t.Helper()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.servers[address]
+	if s == nil || s.addr == nil {
+		t.Fatalf("no listener for %s", address)
+	}
+	return s.addr.String()
 }
 
 // TestMetricsAdvice: a middleware with metrics records each limit's
@@ -433,5 +441,79 @@ func TestMetricsAdviceFleet(t *testing.T) {
 	}
 	if resp, body := get(t, gb, anyPort, "/sluice/zones/api@file/advice"); resp.StatusCode != http.StatusOK || !strings.Contains(body, `"key_periods":0,`) {
 		t.Errorf("the other instance's advice after the reset: %d %s, want no key-period", resp.StatusCode, body)
+	}
+}
+
+// shortTimeouts bound a test listener's connections in fractions of a
+// second.
+var shortTimeouts = serverTimeouts{read: 200 * time.Millisecond, write: 200 * time.Millisecond, idle: 200 * time.Millisecond}
+
+// closedWithin fails t unless the server closes c within d: a read that
+// ends in EOF or a reset, not in the deadline.
+func closedWithin(t *testing.T, c net.Conn, d time.Duration, what string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(d))
+	buf := make([]byte, 512)
+	for {
+		_, err := c.Read(buf)
+		if err == nil {
+			continue // the rest of an answer
+		}
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Errorf("%s: the connection is still open after %s", what, d)
+		}
+		return
+	}
+}
+
+// TestMetricsConnectionsClosed: the listener closes a connection idle
+// after an answer, one whose request's headers never end and one whose
+// request's body never comes, each within its bound (shortened here);
+// and a client that no middleware allows is answered 403 with its
+// connection closed at once, whatever the bounds. Its default bounds are
+// tens of seconds.
+func TestMetricsConnectionsClosed(t *testing.T) {
+	g := metricsRegistry(t)
+	g.timeouts = shortTimeouts
+	g.mustNew(t, withMetrics(Config{Average: "1"}, anyPort), "api@file")
+	addr := listening(t, g, anyPort)
+	for what, send := range map[string]string{
+		"idle after an answer": "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+		"headers never ended":  "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: 1",
+		"body never sent":      "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n",
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(c, send); err != nil {
+			t.Fatal(err)
+		}
+		closedWithin(t, c, 5*time.Second, what)
+		c.Close()
+	}
+
+	// Refused: a middleware read only from 192.0.2.0/24, default bounds.
+	g = metricsRegistry(t)
+	g.mustNew(t, withMetrics(Config{Average: "1"}, anyPort, "192.0.2.0/24"), "lan@file")
+	c, err := net.Dial("tcp", listening(t, g, anyPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a refused client: %v %v, want 403", resp, err)
+	}
+	closedWithin(t, c, 5*time.Second, "a refused client")
+	g.mu.Lock()
+	srv := g.servers[anyPort].srv
+	g.mu.Unlock()
+	for name, d := range map[string]time.Duration{"ReadHeaderTimeout": srv.ReadHeaderTimeout, "ReadTimeout": srv.ReadTimeout,
+		"WriteTimeout": srv.WriteTimeout, "IdleTimeout": srv.IdleTimeout} {
+		if d <= 0 || d > time.Minute {
+			t.Errorf("%s %s, want tens of seconds at most", name, d)
+		}
 	}
 }

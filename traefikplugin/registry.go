@@ -95,10 +95,12 @@ type registry struct {
 	redis   map[string]*redisClient // by redisOptions.id
 	seq     uint64                  // counts New calls; entry.used
 	// The metrics (see metrics.go): counters by zone, histograms and
-	// listeners by metrics address.
-	zones   map[string]*zoneStats
-	seconds map[string]*core.Histogram
-	servers map[string]*metricsServer
+	// listeners by metrics address, and the bounds of the listeners'
+	// connections.
+	zones    map[string]*zoneStats
+	seconds  map[string]*core.Histogram
+	servers  map[string]*metricsServer
+	timeouts serverTimeouts
 }
 
 // newRegistry returns an empty registry on clock; nil means the system
@@ -118,6 +120,7 @@ func newRegistry(clock model.Clock, memoryKeys int, stdout, stderr io.Writer) *r
 		zones:       map[string]*zoneStats{},
 		seconds:     map[string]*core.Histogram{},
 		servers:     map[string]*metricsServer{},
+		timeouts:    defaultTimeouts,
 	}
 	if clock == nil {
 		g.clock = core.SystemClock()
