@@ -22,12 +22,12 @@ import (
 // The metrics of the plugin are those of package telemetry, which the Caddy
 // module exports too, served in the Prometheus text format by a listener
 // of the plugin's own (metricsServer), since a plugin cannot reach
-// Traefik's registry. Everything lives in the registry: counters by zone,
-// shared by every version of a middleware, so that a reload keeps them;
-// a decision-time histogram per address; a listener per address, started
-// by the first New naming it and closed when the last registry entry
-// naming it is dropped. Nothing is started per New, and a middleware
-// without metrics.address pays nothing per request.
+// Traefik's registry. Everything lives in the registry: counters by zone
+// and a decision-time histogram by middleware, shared by every version of
+// a middleware, so that a reload keeps them; a listener per address,
+// started by the first New naming it and closed when the last registry
+// entry naming it is dropped. Nothing is started per New, and a
+// middleware without metrics.address pays nothing per request.
 
 // zoneStats are the decision counters of one zone (a metrics label),
 // shared by the registry entries whose limits report to it.
@@ -48,11 +48,22 @@ type zoneStats struct {
 	refs   int    // entries using it; under registry.mu
 }
 
+// histogram times the decisions of one middleware (its middleware label),
+// shared by the registry entries of that name with metrics, as zoneStats
+// are: the decisions of a middleware are exported only to the clients
+// that may read its zones.
+type histogram struct {
+	name    string
+	seconds *core.Histogram
+	refs    int // entries using it; under registry.mu
+}
+
 // meter is what a registry entry with metrics counts into: core's Meter,
 // which its lane updates, and what a scrape needs to export it.
 type meter struct {
 	address string
 	allowed []netip.Prefix
+	seconds *histogram
 	zones   []*zoneStats       // by limit, as counted by core
 	limits  []*model.Limit     // by limit: what an advice judges
 	demand  []*demand.Recorder // by limit, nil for none; set once
@@ -89,8 +100,9 @@ func zoneName(name string, l *model.Limit, n int) string {
 
 // newMeter returns the meter of middleware name with settings s, on the
 // Redis client rc (nil for none), whose metrics address is served from
-// now on: it takes a reference to the counters of each of its zones and
-// to the address's listener, started if needed.
+// now on: it takes a reference to the counters of each of its zones, to
+// the middleware's histogram and to the address's listener, started if
+// needed.
 func (g *registry) newMeter(name string, s *settings, rc *redisClient) (*meter, error) {
 	o := s.metrics
 	g.mu.Lock()
@@ -104,12 +116,13 @@ func (g *registry) newMeter(name string, s *settings, rc *redisClient) (*meter, 
 		g.servers[o.address] = srv
 	}
 	srv.refs++
-	seconds := g.seconds[o.address]
+	seconds := g.seconds[name]
 	if seconds == nil {
-		seconds = core.NewHistogram()
-		g.seconds[o.address] = seconds
+		seconds = &histogram{name: name, seconds: core.NewHistogram()}
+		g.seconds[name] = seconds
 	}
-	m := &meter{address: o.address, allowed: o.allowed, limits: make([]*model.Limit, len(s.plans)),
+	seconds.refs++
+	m := &meter{address: o.address, allowed: o.allowed, seconds: seconds, limits: make([]*model.Limit, len(s.plans)),
 		demand: make([]*demand.Recorder, len(s.plans)), fleet: make([]*redisstore.Demand, len(s.plans))}
 	counts := make([]*core.Counts, len(s.plans))
 	for i, p := range s.plans {
@@ -145,7 +158,7 @@ func (g *registry) newMeter(name string, s *settings, rc *redisClient) (*meter, 
 		m.limits[i] = p.limit
 		counts[i] = &z.counts
 	}
-	m.counts = core.NewMeter(core.MeterConfig{Limits: m.limits, Counts: counts, NearShare: o.nearLimit, Seconds: seconds, Demand: m.demand, Clock: g.coreClock})
+	m.counts = core.NewMeter(core.MeterConfig{Limits: m.limits, Counts: counts, NearShare: o.nearLimit, Seconds: seconds.seconds, Demand: m.demand, Clock: g.coreClock})
 	return m, nil
 }
 
@@ -166,6 +179,9 @@ func (g *registry) releaseMeterLocked(m *meter) {
 			delete(g.zones, z.name)
 			g.closeFleetLocked(z)
 		}
+	}
+	if m.seconds.refs--; m.seconds.refs <= 0 {
+		delete(g.seconds, m.seconds.name)
 	}
 	if srv := g.servers[m.address]; srv != nil {
 		if srv.refs--; srv.refs <= 0 {
@@ -239,10 +255,9 @@ func (s *metricsServer) close() {
 
 // A view is what one client may read at a metrics address: the newest
 // registry entry of each middleware serving its metrics there whose
-// metrics.allowedNetworks hold the client, and the address's histogram.
+// metrics.allowedNetworks hold the client.
 type view struct {
 	entries []*entry
-	seconds *core.Histogram
 	now     int64 // the registry's clock when the view was taken
 }
 
@@ -291,7 +306,7 @@ func (g *registry) view(address string, client netip.Addr) *view {
 			newest[e.name] = e
 		}
 	}
-	v := &view{seconds: g.seconds[address], now: g.clock()}
+	v := &view{now: g.clock()}
 	for _, e := range newest {
 		if m := e.meter; m != nil && m.address == address && clientip.Contains(m.allowed, client) {
 			v.entries = append(v.entries, e)
@@ -306,7 +321,8 @@ func (g *registry) view(address string, client netip.Addr) *view {
 // writeMetrics answers GET /metrics with v in the text format: every
 // outcome of every zone, zeros included, as the Caddy module's counters
 // start, the demand of the zones that record it, the decision-time
-// histogram, and the state of the breaker of each Redis store.
+// histogram of each middleware, and the state of the breaker of each
+// Redis store.
 func writeMetrics(w http.ResponseWriter, _ *http.Request, v *view) {
 	var e telemetry.Exposition
 	zones := map[*zoneStats]bool{}
@@ -337,9 +353,10 @@ func writeMetrics(w http.ResponseWriter, _ *http.Request, v *view) {
 			e.Gauge(telemetry.BreakerState, telemetry.BreakerStateHelp, float64(rc.breaker.State()),
 				telemetry.Label{Name: "store", Value: rc.opts.name})
 		}
+		counts, sum := en.meter.seconds.seconds.Snapshot()
+		e.Histogram(telemetry.DecisionSeconds, telemetry.DecisionSecondsHelp, telemetry.DecisionBuckets(), counts, sum,
+			telemetry.Label{Name: "middleware", Value: en.name})
 	}
-	counts, sum := v.seconds.Snapshot()
-	e.Histogram(telemetry.DecisionSeconds, telemetry.DecisionSecondsHelp, telemetry.DecisionBuckets(), counts, sum)
 	w.Header().Set("Content-Type", telemetry.ContentType)
 	if _, err := e.WriteTo(w); err != nil {
 		http.Error(w, "sluice: "+err.Error(), http.StatusInternalServerError)

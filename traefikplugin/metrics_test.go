@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -94,8 +95,9 @@ func TestMetricsScrape(t *testing.T) {
 		`sluice_decisions_total{zone="multi@file/per-key",outcome="rejected"} 1`,
 		`sluice_decisions_total{zone="multi@file/default",outcome="allowed"} 1`,
 		"# TYPE sluice_decision_seconds histogram",
-		`sluice_decision_seconds_bucket{le="+Inf"} 8`,
-		"sluice_decision_seconds_count 8",
+		`sluice_decision_seconds_bucket{middleware="api@file",le="+Inf"} 5`,
+		`sluice_decision_seconds_count{middleware="api@file"} 5`,
+		`sluice_decision_seconds_count{middleware="multi@file"} 3`,
 	)
 	if strings.Contains(body, `zone="multi@file"`) {
 		t.Errorf("a middleware with several limits reported as one zone:\n%s", body)
@@ -246,7 +248,8 @@ func TestMetricsRedis(t *testing.T) {
 		`sluice_decisions_total{zone="api@file",outcome="near_limit"} 1`,
 		`sluice_decisions_total{zone="down@file",outcome="store_error_allowed"} 2`,
 		`sluice_store_breaker_state{store="`+srv.Addr+`"} 0`,
-		"sluice_decision_seconds_count 6",
+		`sluice_decision_seconds_count{middleware="api@file"} 4`,
+		`sluice_decision_seconds_count{middleware="down@file"} 2`,
 	)
 }
 
@@ -515,5 +518,46 @@ func TestMetricsConnectionsClosed(t *testing.T) {
 		if d <= 0 || d > time.Minute {
 			t.Errorf("%s %s, want tens of seconds at most", name, d)
 		}
+	}
+}
+
+// decisionCount is the sum of the sluice_decision_seconds_count samples of
+// a scrape: the decisions timed in what it shows.
+func decisionCount(t *testing.T, body string) int {
+	t.Helper()
+	n := 0
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, "sluice_decision_seconds_count") {
+			v, err := strconv.Atoi(l[strings.LastIndexByte(l, ' ')+1:])
+			if err != nil {
+				t.Fatalf("%q: %v", l, err)
+			}
+			n += v
+		}
+	}
+	return n
+}
+
+// TestMetricsHistogramByMiddleware: the decision-time histogram of a
+// listener's middlewares reaches only the clients that may read the
+// middleware: a scrape counts the decisions of the middlewares it sees,
+// none of another's, each middleware in a series of its own.
+func TestMetricsHistogramByMiddleware(t *testing.T) {
+	g := metricsRegistry(t)
+	local, _ := g.mustNew(t, withMetrics(Config{Average: "100"}, anyPort), "local@file")
+	lan, _ := g.mustNew(t, withMetrics(Config{Average: "100"}, anyPort, "192.0.2.0/24"), "lan@file")
+	codes(local, request{}, 2)
+	codes(lan, request{}, 3)
+	body := scrape(t, g, anyPort) // from the loopback: local@file's
+	if n := decisionCount(t, body); n != 2 || strings.Contains(body, "lan@file") {
+		t.Errorf("the loopback's scrape times %d decisions, want local@file's 2 and nothing of lan@file:\n%s", n, body)
+	}
+	hasLines(t, body, `sluice_decision_seconds_count{middleware="local@file"} 2`)
+	r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	r.RemoteAddr = "192.0.2.7:5000"
+	w := httptest.NewRecorder()
+	g.restricted(anyPort, writeMetrics, http.MethodGet)(w, r)
+	if body = w.Body.String(); decisionCount(t, body) != 3 || strings.Contains(body, "local@file") {
+		t.Errorf("192.0.2.7's scrape: %d decisions, want lan@file's 3 and nothing of local@file:\n%s", decisionCount(t, body), body)
 	}
 }

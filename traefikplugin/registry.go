@@ -94,11 +94,11 @@ type registry struct {
 	entries map[string]*entry
 	redis   map[string]*redisClient // by redisOptions.id
 	seq     uint64                  // counts New calls; entry.used
-	// The metrics (see metrics.go): counters by zone, histograms and
-	// listeners by metrics address, and the bounds of the listeners'
-	// connections.
+	// The metrics (see metrics.go): counters by zone, histograms by
+	// middleware, listeners by metrics address, and the bounds of the
+	// listeners' connections.
 	zones    map[string]*zoneStats
-	seconds  map[string]*core.Histogram
+	seconds  map[string]*histogram
 	servers  map[string]*metricsServer
 	timeouts serverTimeouts
 }
@@ -118,7 +118,7 @@ func newRegistry(clock model.Clock, memoryKeys int, stdout, stderr io.Writer) *r
 		own:         map[string]*ownStore{},
 		redis:       map[string]*redisClient{},
 		zones:       map[string]*zoneStats{},
-		seconds:     map[string]*core.Histogram{},
+		seconds:     map[string]*histogram{},
 		servers:     map[string]*metricsServer{},
 		timeouts:    defaultTimeouts,
 	}
