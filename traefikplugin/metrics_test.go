@@ -561,3 +561,37 @@ func TestMetricsHistogramByMiddleware(t *testing.T) {
 		t.Errorf("192.0.2.7's scrape: %d decisions, want lan@file's 3 and nothing of local@file:\n%s", decisionCount(t, body), body)
 	}
 }
+
+// TestMetricsAddressForms: metrics.address takes Traefik's forms of an
+// address, each one listener, host names in any case; ":0" and
+// "localhost:0" listen and serve.
+func TestMetricsAddressForms(t *testing.T) {
+	for in, want := range map[string]string{
+		":9181":              ":9181",
+		"127.0.0.1:9181":     "127.0.0.1:9181",
+		"[::1]:9181":         "[::1]:9181",
+		"[0:0::1]:9181":      "[::1]:9181",
+		"localhost:9181":     "localhost:9181",
+		"LocalHost:9181":     "localhost:9181",
+		" metrics.lan:9181 ": "metrics.lan:9181",
+	} {
+		o, err := parseMetrics(&Metrics{Address: in}, false)
+		if err != nil || o.address != want {
+			t.Errorf("metrics.address %q: %+v, %v; want %s", in, o, err, want)
+		}
+	}
+	for _, bad := range []string{"9181", "localhost", ":65536", ":-1", "-host:1", "a..b:1", "[::1:1"} {
+		if _, err := parseMetrics(&Metrics{Address: bad}, false); err == nil || !strings.HasPrefix(err.Error(), "metrics.address ") {
+			t.Errorf("metrics.address %q: %v, want an error naming it", bad, err)
+		}
+	}
+	g := metricsRegistry(t)
+	g.mustNew(t, withMetrics(Config{Average: "1"}, ":0"), "all@file")
+	g.mustNew(t, withMetrics(Config{Average: "1"}, "localhost:0"), "named@file")
+	if body := scrape(t, g, ":0"); !strings.Contains(body, `zone="all@file"`) {
+		t.Errorf("scrape of :0:\n%s", body)
+	}
+	if body := scrape(t, g, "localhost:0"); !strings.Contains(body, `zone="named@file"`) {
+		t.Errorf("scrape of localhost:0:\n%s", body)
+	}
+}

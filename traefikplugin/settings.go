@@ -3,7 +3,9 @@ package traefikplugin
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,7 +53,7 @@ type settings struct {
 
 // metricsOptions is Config.Metrics parsed.
 type metricsOptions struct {
-	address    string // canonical ip:port
+	address    string // canonical host:port (listenAddress)
 	allowed    []netip.Prefix
 	demandKeys int     // Metrics.DemandKeys: 0 the default, -1 off
 	nearLimit  float64 // Metrics.NearLimit, defaulted
@@ -634,11 +636,11 @@ func parseMetrics(m *Metrics, onRedis bool) (*metricsOptions, error) {
 		}
 		return nil, nil
 	}
-	ap, err := netip.ParseAddrPort(address)
+	canonical, err := listenAddress(address)
 	if err != nil {
-		return nil, fmt.Errorf("metrics.address %q: want an IP address and a port, such as 127.0.0.1:9180", address)
+		return nil, fmt.Errorf("metrics.address %q: %w", address, err)
 	}
-	o := &metricsOptions{address: ap.String(), allowed: loopback, nearLimit: telemetry.DefaultNearLimit}
+	o := &metricsOptions{address: canonical, allowed: loopback, nearLimit: telemetry.DefaultNearLimit}
 	if near := strings.TrimSpace(m.NearLimit); near != "" {
 		if o.nearLimit, err = telemetry.ParseNearLimit(near); err != nil {
 			return nil, fieldError("metrics.", err)
@@ -660,4 +662,50 @@ func parseMetrics(m *Metrics, onRedis bool) (*metricsOptions, error) {
 		}
 	}
 	return o, nil
+}
+
+// listenAddress reads a listener's address in the forms Traefik's
+// entryPoints take: ":9180" (every interface), "127.0.0.1:9180",
+// "[::1]:9180", "localhost:9180"; the port a number, 0 for any. It
+// returns the address in one spelling per listener: the IP address as
+// netip writes it, a host name in lower case.
+func listenAddress(s string) (string, error) {
+	const want = "want [host]:port, such as 127.0.0.1:9180, [::1]:9180, localhost:9180 or :9180 (every interface)"
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", errors.New(want)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return "", fmt.Errorf("port %q: want a number from 0 to 65535", port)
+	}
+	switch ip, err := netip.ParseAddr(host); {
+	case host == "":
+		return ":" + strconv.FormatUint(n, 10), nil
+	case err == nil:
+		return netip.AddrPortFrom(ip, uint16(n)).String(), nil
+	case !hostName(host):
+		return "", fmt.Errorf("host %q: not an IP address or a host name; %s", host, want)
+	}
+	return net.JoinHostPort(strings.ToLower(host), strconv.FormatUint(n, 10)), nil
+}
+
+// hostName reports whether s is spelt as a DNS host name: labels of
+// letters, digits and hyphens, separated by dots.
+func hostName(s string) bool {
+	if len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(s, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
