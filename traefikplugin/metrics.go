@@ -102,18 +102,16 @@ func zoneName(name string, l *model.Limit, n int) string {
 // Redis client rc (nil for none), whose metrics address is served from
 // now on: it takes a reference to the counters of each of its zones, to
 // the middleware's histogram and to the address's listener, started if
-// needed.
-func (g *registry) newMeter(name string, s *settings, rc *redisClient) (*meter, error) {
+// needed (see openLocked).
+func (g *registry) newMeter(name string, s *settings, rc *redisClient) *meter {
 	o := s.metrics
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	srv := g.servers[o.address]
 	if srv == nil {
-		var err error
-		if srv, err = g.listen(o.address); err != nil {
-			return nil, err
-		}
+		srv = &metricsServer{address: o.address, name: name}
 		g.servers[o.address] = srv
+		g.openLocked(srv)
 	}
 	srv.refs++
 	seconds := g.seconds[name]
@@ -159,7 +157,7 @@ func (g *registry) newMeter(name string, s *settings, rc *redisClient) (*meter, 
 		counts[i] = &z.counts
 	}
 	m.counts = core.NewMeter(core.MeterConfig{Limits: m.limits, Counts: counts, NearShare: o.nearLimit, Seconds: seconds.seconds, Demand: m.demand, Clock: g.coreClock})
-	return m, nil
+	return m
 }
 
 // releaseMeter drops m's references (m may be nil), closing a listener
@@ -204,44 +202,90 @@ const (
 	// metricsIdleTimeout bounds the wait for the next request on a
 	// kept-alive connection.
 	metricsIdleTimeout = 30 * time.Second
+	// listenRetryMin and listenRetryMax bound the backoff of a listener
+	// that cannot open: tried again after 1s, 2s, 4s... then every 30s.
+	listenRetryMin = time.Second
+	listenRetryMax = 30 * time.Second
 )
 
-// serverTimeouts are the bounds of a metrics listener's connections, the
-// constants above but in tests.
+// serverTimeouts are the bounds of a metrics listener's connections and
+// of its retries, the constants above but in tests.
 type serverTimeouts struct {
-	read, write, idle time.Duration
+	read, write, idle  time.Duration
+	retryMin, retryMax time.Duration
 }
 
 // defaultTimeouts are the registry's serverTimeouts.
-var defaultTimeouts = serverTimeouts{read: metricsReadTimeout, write: metricsWriteTimeout, idle: metricsIdleTimeout}
-
-// metricsServer is the listener of one metrics address and the HTTP
-// server on it, whose goroutines end when it is closed.
-type metricsServer struct {
-	srv  *http.Server
-	addr net.Addr // where it listens (a port 0 chosen)
-	refs int      // registry entries naming the address; under registry.mu
+var defaultTimeouts = serverTimeouts{
+	read: metricsReadTimeout, write: metricsWriteTimeout, idle: metricsIdleTimeout,
+	retryMin: listenRetryMin, retryMax: listenRetryMax,
 }
 
-// listen starts serving the metrics of address on it. Its mux is where
-// routes go; each is restricted to the clients that some middleware
-// serving at the address allows (see restricted).
-func (g *registry) listen(address string) (*metricsServer, error) {
-	ln, err := net.Listen("tcp", address)
+// metricsServer is the listener of one metrics address and the HTTP
+// server on it, whose goroutines end when it is closed; or, while the
+// address cannot be listened on, the timer of the next try.
+type metricsServer struct {
+	address string
+	name    string        // the middleware that first named it, for the log
+	srv     *http.Server  // nil until it listens
+	addr    net.Addr      // where it listens (a port 0 chosen); nil until then
+	refs    int           // registry entries naming the address
+	retry   *time.Timer   // the next try, while it cannot listen
+	wait    time.Duration // the backoff before the next try
+	failed  string        // the last error logged, "" once it listens
+	closed  bool
+	// All under registry.mu.
+}
+
+// openLocked starts serving the metrics of s's address on it. Its mux is
+// where routes go; each is restricted to the clients that some middleware
+// serving at the address allows (see restricted). An address that cannot
+// be listened on (a port taken) costs no traffic: the middlewares naming
+// it count as ever, the error is logged (again only if it changes), and
+// the address is tried again after a backoff doubling from retryMin to
+// retryMax, on a timer of s's (no goroutine waits), until it opens or s
+// is closed. Under registry.mu.
+func (g *registry) openLocked(s *metricsServer) {
+	t := g.timeouts
+	ln, err := net.Listen("tcp", s.address)
 	if err != nil {
-		return nil, fmt.Errorf("metrics.address %q: %w", address, err)
+		if s.wait = 2 * s.wait; s.wait < t.retryMin {
+			s.wait = t.retryMin
+		} else if s.wait > t.retryMax {
+			s.wait = t.retryMax
+		}
+		if msg := err.Error(); msg != s.failed {
+			s.failed = msg
+			fmt.Fprintf(g.stderr, "sluice %s: metrics.address %q: %s; serving requests without metrics, retrying every %s at most\n",
+				s.name, s.address, msg, t.retryMax)
+		}
+		s.retry = time.AfterFunc(s.wait, func() { g.reopen(s) })
+		return
+	}
+	if s.failed != "" {
+		fmt.Fprintf(g.stderr, "sluice %s: metrics.address %q: serving metrics at last\n", s.name, s.address)
+		s.failed = ""
 	}
 	// Patterns without a method or wildcards: Traefik's Yaegi may run
 	// with the mux of Go 1.21 (GODEBUG httpmuxgo121), to which
 	// "GET /metrics" is a path.
 	mux := http.NewServeMux()
-	mux.HandleFunc("/metrics", g.restricted(address, writeMetrics, http.MethodGet, http.MethodHead))
-	mux.HandleFunc("/sluice/zones/", g.restricted(address, writeAdvice, http.MethodGet, http.MethodHead, http.MethodDelete))
-	t := g.timeouts
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: t.read, ReadTimeout: t.read, WriteTimeout: t.write, IdleTimeout: t.idle}
-	s := &metricsServer{srv: srv, addr: ln.Addr()}
+	mux.HandleFunc("/metrics", g.restricted(s.address, writeMetrics, http.MethodGet, http.MethodHead))
+	mux.HandleFunc("/sluice/zones/", g.restricted(s.address, writeAdvice, http.MethodGet, http.MethodHead, http.MethodDelete))
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: t.read, ReadTimeout: t.read, WriteTimeout: t.write, IdleTimeout: t.idle}
+	s.addr = ln.Addr()
+	s.retry = nil
 	go serveMetrics(s.srv, ln)
-	return s, nil
+}
+
+// reopen is s's retry timer's: it tries s's address again unless s was
+// closed meanwhile.
+func (g *registry) reopen(s *metricsServer) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !s.closed {
+		g.openLocked(s)
+	}
 }
 
 // serveMetrics serves srv on ln until srv is closed.
@@ -249,8 +293,16 @@ func serveMetrics(srv *http.Server, ln net.Listener) {
 	_ = srv.Serve(ln) // http.ErrServerClosed once closed
 }
 
+// close stops s: its listener and connections, or its next try. Under
+// registry.mu.
 func (s *metricsServer) close() {
-	_ = s.srv.Close()
+	s.closed = true
+	if s.retry != nil {
+		s.retry.Stop()
+	}
+	if s.srv != nil {
+		_ = s.srv.Close()
+	}
 }
 
 // A view is what one client may read at a metrics address: the newest

@@ -2,13 +2,13 @@ package traefikplugin
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -173,20 +173,9 @@ func TestMetricsOneListener(t *testing.T) {
 }
 
 // TestMetricsAddresses: middlewares naming different addresses get a
-// listener each, and each listener exports only its own middlewares; an
-// address that cannot be listened on fails New, naming the option.
+// listener each, and each listener exports only its own middlewares.
 func TestMetricsAddresses(t *testing.T) {
 	g := metricsRegistry(t)
-	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer taken.Close()
-	other := taken.Addr().String()
-	_, err = g.new(context.Background(), &okHandler{}, withMetrics(Config{Average: "1"}, other), "api@file")
-	if err == nil || !strings.Contains(err.Error(), `sluice api@file: metrics.address "`+other+`"`) {
-		t.Fatalf("New on an address in use: %v, want an error naming metrics.address", err)
-	}
 	g.mustNew(t, withMetrics(Config{Average: "1"}, anyPort), "api@file")
 	g.mustNew(t, withMetrics(Config{Average: "1"}, "[::1]:0"), "web@file")
 	if strings.Contains(scrape(t, g, anyPort), "web@file") {
@@ -447,9 +436,10 @@ func TestMetricsAdviceFleet(t *testing.T) {
 	}
 }
 
-// shortTimeouts bound a test listener's connections in fractions of a
-// second.
-var shortTimeouts = serverTimeouts{read: 200 * time.Millisecond, write: 200 * time.Millisecond, idle: 200 * time.Millisecond}
+// shortTimeouts bound a test listener's connections and retries in
+// fractions of a second.
+var shortTimeouts = serverTimeouts{read: 200 * time.Millisecond, write: 200 * time.Millisecond, idle: 200 * time.Millisecond,
+	retryMin: 10 * time.Millisecond, retryMax: 40 * time.Millisecond}
 
 // closedWithin fails t unless the server closes c within d: a read that
 // ends in EOF or a reset, not in the deadline.
@@ -593,5 +583,95 @@ func TestMetricsAddressForms(t *testing.T) {
 	}
 	if body := scrape(t, g, "localhost:0"); !strings.Contains(body, `zone="named@file"`) {
 		t.Errorf("scrape of localhost:0:\n%s", body)
+	}
+}
+
+// TestMetricsListenerRetry: an address that cannot be listened on (its
+// port taken) costs no traffic: New succeeds, the middleware decides and
+// counts, the error is logged once at error level naming
+// metrics.address, however many routers and reloads name it, with one
+// timer and no goroutine waiting; the listener opens once the port is
+// free, serving what was counted meanwhile; and a listener dropped
+// before it opens stops trying.
+func TestMetricsListenerRetry(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	address := taken.Addr().String()
+
+	// Reloads while the port is taken: retries far apart.
+	g := metricsRegistry(t)
+	g.timeouts = shortTimeouts
+	g.timeouts.retryMin, g.timeouts.retryMax = time.Hour, time.Hour
+	before := runtime.NumGoroutine()
+	var h http.Handler
+	for i := 0; i < 50; i++ { // routers and reloads, two configurations
+		h, _ = g.mustNew(t, withMetrics(Config{Average: "3", Period: "1h", Burst: "3", Headers: []string{[]string{"legacy", "ietf"}[i%2]}}, address), "api@file")
+	}
+	if got := codes(h, request{}, 4); got != "200 200 200 429" {
+		t.Errorf("codes %s, want the limit applied without metrics", got)
+	}
+	if after := runtime.NumGoroutine(); after > before {
+		t.Errorf("goroutines: %d before, %d after 50 calls of New on a taken port", before, after)
+	}
+	log := g.stderr.String()
+	if n := strings.Count(log, `metrics.address "`+address+`"`); n != 1 || !strings.HasPrefix(log, `sluice api@file: metrics.address "`+address+`": listen tcp `) {
+		t.Errorf("error log %q, want one line naming metrics.address and the error", log)
+	}
+	if strings.Contains(g.stdout.String(), "metrics") {
+		t.Errorf("debug log %q, want the error at error level only", g.stdout.String())
+	}
+	g.mu.Lock()
+	srv, n := g.servers[address], len(g.servers)
+	g.mu.Unlock()
+	if n != 1 || srv.refs != 2 || srv.retry == nil || srv.addr != nil {
+		t.Fatalf("%d listeners, %+v; want 1, held by 2 entries, waiting to retry", n, srv)
+	}
+
+	// Retries soon: the listener opens once the port is free.
+	g = metricsRegistry(t)
+	g.timeouts = shortTimeouts
+	h, _ = g.mustNew(t, withMetrics(Config{Average: "3", Period: "1h", Burst: "3"}, address), "api@file")
+	codes(h, request{}, 4)
+	time.Sleep(3 * shortTimeouts.retryMax) // a few retries fail
+	taken.Close()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		g.mu.Lock()
+		open := g.servers[address].addr != nil
+		g.mu.Unlock()
+		if open {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the listener did not open within 5s of the port's release; log:\n%s", g.stderr.String())
+		}
+	}
+	hasLines(t, scrape(t, g, address), `sluice_decisions_total{zone="api@file",outcome="allowed"} 3`, `sluice_decisions_total{zone="api@file",outcome="rejected"} 1`)
+	if log := g.stderr.String(); strings.Count(log, "listen tcp") != 1 || !strings.HasSuffix(log, `sluice api@file: metrics.address "`+address+`": serving metrics at last`+"\n") {
+		t.Errorf("error log %q, want the failure once, then that it serves", log)
+	}
+
+	// Dropped before it opens: its timer stopped.
+	again, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	g = metricsRegistry(t)
+	g.timeouts = shortTimeouts
+	g.maxVersions = 1
+	g.mustNew(t, withMetrics(Config{Average: "1"}, again.Addr().String()), "api@file")
+	g.mu.Lock()
+	srv = g.servers[again.Addr().String()]
+	g.mu.Unlock()
+	g.mustNew(t, &Config{Average: "2"}, "api@file") // replaces it
+	again.Close()
+	time.Sleep(3 * shortTimeouts.retryMax)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !srv.closed || srv.addr != nil || len(g.servers) != 0 {
+		t.Errorf("a dropped listener: %+v, %d listeners; want it closed, never opened", srv, len(g.servers))
 	}
 }

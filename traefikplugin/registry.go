@@ -75,7 +75,8 @@ func (errorLog) Write(p []byte) (int, error) {
 // configurations replaced long ago are dropped. Nothing here starts a
 // goroutine but the metrics listeners, one per metrics address for the
 // whole process (see metrics.go), held like Redis clients by the entries
-// that name it.
+// that name it, and, while a listener cannot open, the timer of its next
+// try.
 type registry struct {
 	clock model.Clock // never nil
 	// coreClock is the clock given to the in-memory store and the gates:
@@ -96,7 +97,7 @@ type registry struct {
 	seq     uint64                  // counts New calls; entry.used
 	// The metrics (see metrics.go): counters by zone, histograms by
 	// middleware, listeners by metrics address, and the bounds of the
-	// listeners' connections.
+	// listeners' connections and retries.
 	zones    map[string]*zoneStats
 	seconds  map[string]*histogram
 	servers  map[string]*metricsServer
@@ -201,11 +202,7 @@ func (g *registry) build(ctx context.Context, id, name string, s *settings) (*en
 	}
 	var m *meter
 	if s.metrics != nil {
-		if m, err = g.newMeter(name, s, rc); err != nil {
-			g.release(rc)
-			g.releaseOwn(own)
-			return nil, err
-		}
+		m = g.newMeter(name, s, rc)
 	}
 	e, err := newEntry(name, s, memory, rc, m, g.coreClock, g.stdout)
 	if err != nil {
