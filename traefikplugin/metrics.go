@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -61,14 +62,15 @@ type histogram struct {
 // meter is what a registry entry with metrics counts into: core's Meter,
 // which its lane updates, and what a scrape needs to export it.
 type meter struct {
-	address string
-	allowed []netip.Prefix
-	seconds *histogram
-	zones   []*zoneStats       // by limit, as counted by core
-	limits  []*model.Limit     // by limit: what an advice judges
-	demand  []*demand.Recorder // by limit, nil for none; set once
-	fleet   []*redisstore.Demand
-	counts  *core.Meter
+	address   string
+	allowed   []netip.Prefix
+	nearLimit float64
+	seconds   *histogram
+	zones     []*zoneStats       // by limit, as counted by core
+	limits    []*model.Limit     // by limit: what an advice judges
+	demand    []*demand.Recorder // by limit, nil for none; set once
+	fleet     []*redisstore.Demand
+	counts    *core.Meter
 }
 
 // closeFleetLocked closes z's fleet demand, if any, in the background
@@ -120,7 +122,7 @@ func (g *registry) newMeter(name string, s *settings, rc *redisClient) *meter {
 		g.seconds[name] = seconds
 	}
 	seconds.refs++
-	m := &meter{address: o.address, allowed: o.allowed, seconds: seconds, limits: make([]*model.Limit, len(s.plans)),
+	m := &meter{address: o.address, allowed: o.allowed, nearLimit: o.nearLimit, seconds: seconds, limits: make([]*model.Limit, len(s.plans)),
 		demand: make([]*demand.Recorder, len(s.plans)), fleet: make([]*redisstore.Demand, len(s.plans))}
 	counts := make([]*core.Counts, len(s.plans))
 	for i, p := range s.plans {
@@ -271,6 +273,7 @@ func (g *registry) openLocked(s *metricsServer) {
 	// "GET /metrics" is a path.
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", g.restricted(s.address, writeMetrics, http.MethodGet, http.MethodHead))
+	mux.HandleFunc("/sluice/zones", g.restricted(s.address, writeZones, http.MethodGet, http.MethodHead))
 	mux.HandleFunc("/sluice/zones/", g.restricted(s.address, writeAdvice, http.MethodGet, http.MethodHead, http.MethodDelete))
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: t.read, ReadTimeout: t.read, WriteTimeout: t.write, IdleTimeout: t.idle}
 	s.addr = ln.Addr()
@@ -367,6 +370,7 @@ func (g *registry) view(address string, client netip.Addr) *view {
 	if len(v.entries) == 0 {
 		return nil
 	}
+	sort.Slice(v.entries, func(i, j int) bool { return v.entries[i].name < v.entries[j].name })
 	return v
 }
 
@@ -426,7 +430,7 @@ func writeAdvice(w http.ResponseWriter, r *http.Request, v *view) {
 	escaped, ok := strings.CutSuffix(rest, "/advice")
 	zone, err := url.PathUnescape(escaped)
 	if !ok || err != nil || zone == "" || strings.Contains(escaped, "/") {
-		http.Error(w, "sluice: not found; the advice on a zone is at /sluice/zones/<zone>/advice, <zone> path-escaped", http.StatusNotFound)
+		http.Error(w, "sluice: not found; the advice on a zone is at /sluice/zones/<zone>/advice, <zone> path-escaped, and GET /sluice/zones lists the zones", http.StatusNotFound)
 		return
 	}
 	for _, en := range v.entries {
@@ -448,6 +452,68 @@ func writeAdvice(w http.ResponseWriter, r *http.Request, v *view) {
 		}
 	}
 	http.Error(w, "sluice: no zone "+strconv.Quote(zone)+" records its demand here", http.StatusNotFound)
+}
+
+// zoneInfo is one zone in the answer of GET /sluice/zones, with the fields
+// of the Caddy module's admin API's listing that a middleware has.
+type zoneInfo struct {
+	// ID is the zone as the metrics' zone label and the advice's path
+	// name it: the middleware's name for its only limit, else
+	// "<middleware>/<limit>".
+	ID string `json:"id"`
+	// Name is the limit's name, as in RateLimit-Policy.
+	Name string `json:"name"`
+	// Middleware is the middleware's name as Traefik gives it, with its
+	// provider: "api-limit@file".
+	Middleware string `json:"middleware"`
+	// Algorithm, Rate, Quota, Period and Burst describe the zone's rate;
+	// a zone with maxInFlight alone has none and omits them.
+	Algorithm   string  `json:"algorithm,omitempty"`
+	Rate        string  `json:"rate,omitempty"`
+	Quota       float64 `json:"quota,omitempty"`
+	Period      float64 `json:"period_seconds,omitempty"`
+	Burst       float64 `json:"burst,omitempty"`
+	NearLimit   float64 `json:"near_limit"`
+	MaxInFlight int     `json:"max_in_flight,omitempty"`
+	// Store is "memory" or the Redis store's label, as in the breaker
+	// metric.
+	Store string `json:"store"`
+	// Advice is the path of the zone's advice, path-escaped; omitted
+	// when the zone records no demand.
+	Advice string `json:"advice,omitempty"`
+}
+
+// writeZones answers GET /sluice/zones with the zones of v, by middleware
+// and limit, as {"zones": [...]}.
+func writeZones(w http.ResponseWriter, _ *http.Request, v *view) {
+	zones := []zoneInfo{}
+	for _, en := range v.entries {
+		store := "memory"
+		if en.redis != nil {
+			store = en.redis.opts.name
+		}
+		for i, z := range en.meter.zones {
+			l := en.meter.limits[i]
+			info := zoneInfo{ID: z.name, Name: l.Name, Middleware: en.name, NearLimit: en.meter.nearLimit, MaxInFlight: l.MaxInFlight, Store: store}
+			if l.Rated() { // one field a line: Yaegi drops some of a tuple's
+				info.Algorithm = string(l.Algorithm)
+				info.Rate = l.Rate.String()
+				info.Quota = l.Rate.Quota
+				info.Period = l.Rate.Period.Seconds()
+				info.Burst = l.Capacity()
+			}
+			if en.meter.demand[i] != nil {
+				info.Advice = "/sluice/zones/" + url.PathEscape(z.name) + "/advice"
+			}
+			zones = append(zones, info)
+		}
+	}
+	writeJSON(w, &zonesAnswer{Zones: zones})
+}
+
+// zonesAnswer is the answer of GET /sluice/zones.
+type zonesAnswer struct {
+	Zones []zoneInfo `json:"zones"`
 }
 
 // writeJSON answers with v in JSON.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -673,5 +674,48 @@ func TestMetricsListenerRetry(t *testing.T) {
 	defer g.mu.Unlock()
 	if !srv.closed || srv.addr != nil || len(g.servers) != 0 {
 		t.Errorf("a dropped listener: %+v, %d listeners; want it closed, never opened", srv, len(g.servers))
+	}
+}
+
+// TestMetricsZones: GET /sluice/zones lists, in JSON, the zones of the
+// middlewares the client may read, named as the metrics and the advice
+// name them, with their middleware as Traefik names it and their limits;
+// another client sees its own.
+func TestMetricsZones(t *testing.T) {
+	g := metricsRegistry(t)
+	g.mustNew(t, withMetrics(Config{Average: "100", Period: "1m"}, anyPort), "api-limit@file")
+	cfg := withMetrics(Config{MaxInFlight: "4", Limits: []LimitConfig{
+		{Name: "per-key", Average: "5", Period: "1s", Burst: "10", Key: []string{"header:X-Key"}},
+		{Name: "window", Average: "60", Period: "1m", Algorithm: "fixed_window"},
+	}}, anyPort)
+	cfg.Metrics.DemandKeys, cfg.Metrics.NearLimit = "off", "20%"
+	g.mustNew(t, cfg, "multi@docker")
+	g.mustNew(t, withMetrics(Config{Average: "1"}, anyPort, "192.0.2.0/24"), "lan@file")
+	resp, body := get(t, g, anyPort, "/sluice/zones")
+	var got zonesAnswer
+	if err := json.Unmarshal([]byte(body), &got); resp.StatusCode != http.StatusOK || err != nil || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("GET /sluice/zones: %d %s (%v)", resp.StatusCode, body, err)
+	}
+	want := []zoneInfo{
+		{ID: "api-limit@file", Name: "default", Middleware: "api-limit@file", Algorithm: "token_bucket", Rate: "100/1m", Quota: 100, Period: 60, Burst: 1,
+			NearLimit: 0.1, Store: "memory", Advice: "/sluice/zones/api-limit@file/advice"},
+		{ID: "multi@docker/default", Name: "default", Middleware: "multi@docker", NearLimit: 0.2, MaxInFlight: 4, Store: "memory"},
+		{ID: "multi@docker/per-key", Name: "per-key", Middleware: "multi@docker", Algorithm: "token_bucket", Rate: "5/1s", Quota: 5, Period: 1, Burst: 10,
+			NearLimit: 0.2, Store: "memory"},
+		{ID: "multi@docker/window", Name: "window", Middleware: "multi@docker", Algorithm: "fixed_window", Rate: "60/1m", Quota: 60, Period: 60, Burst: 60,
+			NearLimit: 0.2, Store: "memory"},
+	}
+	if !reflect.DeepEqual(got.Zones, want) {
+		t.Errorf("GET /sluice/zones:\n%s\nwant %+v", body, want)
+	}
+	r := httptest.NewRequest(http.MethodGet, "/sluice/zones", nil)
+	r.RemoteAddr = "192.0.2.7:5000"
+	w := httptest.NewRecorder()
+	g.restricted(anyPort, writeZones, http.MethodGet)(w, r)
+	if !strings.Contains(w.Body.String(), `"id":"lan@file"`) || strings.Contains(w.Body.String(), "api-limit") {
+		t.Errorf("192.0.2.7's listing: %s, want lan@file's zone only", w.Body)
+	}
+	if resp, _ := call(t, g, anyPort, http.MethodDelete, "/sluice/zones"); resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("DELETE /sluice/zones: %d, want 405", resp.StatusCode)
 	}
 }
