@@ -26,7 +26,13 @@ type entry struct {
 	report *report
 	meter  *meter // nil without metrics
 
-	used uint64 // registry.seq of the last New that returned it; under registry.mu
+	// used is registry.seq of the last New that returned it, done the
+	// Done channel of that call's context, and gone the registry's clock
+	// when done was first seen closed, or 0 (see registry.liveLocked).
+	// Under registry.mu.
+	used uint64
+	done <-chan struct{}
+	gone int64
 }
 
 // newEntry builds the Gate and the Lane of s. memory is the process-wide

@@ -310,7 +310,8 @@ func (s *metricsServer) close() {
 
 // A view is what one client may read at a metrics address: the newest
 // registry entry of each middleware serving its metrics there whose
-// metrics.allowedNetworks hold the client.
+// metrics.allowedNetworks hold the client, as long as Traefik's
+// configuration still has it (see registry.liveLocked).
 type view struct {
 	entries []*entry
 	now     int64 // the registry's clock when the view was taken
@@ -351,7 +352,9 @@ func (g *registry) restricted(address string, serve func(http.ResponseWriter, *h
 // middleware served there allows it. Of each middleware name only the
 // newest entry (the last New returned) counts, so that a configuration
 // replaced by a reload is no longer exported, nor one whose newest
-// version has no metrics or serves them elsewhere.
+// version has no metrics or serves them elsewhere. A middleware that
+// Traefik's configuration no longer has still lets the clients it
+// allowed read the address, but shows them nothing of its own.
 func (g *registry) view(address string, client netip.Addr) *view {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -362,12 +365,16 @@ func (g *registry) view(address string, client netip.Addr) *view {
 		}
 	}
 	v := &view{now: g.clock()}
+	allowed := false
 	for _, e := range newest {
 		if m := e.meter; m != nil && m.address == address && clientip.Contains(m.allowed, client) {
-			v.entries = append(v.entries, e)
+			allowed = true
+			if g.liveLocked(e, v.now) {
+				v.entries = append(v.entries, e)
+			}
 		}
 	}
-	if len(v.entries) == 0 {
+	if !allowed {
 		return nil
 	}
 	sort.Slice(v.entries, func(i, j int) bool { return v.entries[i].name < v.entries[j].name })

@@ -2,6 +2,7 @@ package traefikplugin
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -717,5 +718,72 @@ func TestMetricsZones(t *testing.T) {
 	}
 	if resp, _ := call(t, g, anyPort, http.MethodDelete, "/sluice/zones"); resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("DELETE /sluice/zones: %d, want 405", resp.StatusCode)
+	}
+}
+
+// TestMetricsRemovedMiddleware: Traefik gives New the context of the
+// configuration it builds and cancels it when it applies the next one: a
+// middleware that the next configuration does not create again leaves
+// the scrape (its zones, histogram and breaker gauge) and the listing
+// once goneAfter has passed since that is seen, while one it creates
+// again stays, even if a scrape comes between the cancellation and its
+// New; a configuration that names it again brings it back, counters
+// kept.
+func TestMetricsRemovedMiddleware(t *testing.T) {
+	g := metricsRegistry(t)
+	down := closedPort(t)
+	newIn := func(ctx context.Context, cfg *Config, name string) http.Handler {
+		t.Helper()
+		h, err := g.new(ctx, &okHandler{}, cfg, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	onRedis := withMetrics(Config{Average: "100", Redis: &Redis{Endpoints: []string{down}, DialTimeout: "100ms"}}, anyPort)
+	gen1, cancel1 := context.WithCancel(context.Background())
+	kept := newIn(gen1, withMetrics(Config{Average: "100", Burst: "100"}, anyPort), "kept@file")
+	codes(kept, request{}, 1)
+	codes(newIn(gen1, onRedis, "removed@file"), request{}, 2)
+	breaker := `sluice_store_breaker_state{store="` + down + `"}`
+	if body := scrape(t, g, anyPort); !strings.Contains(body, `zone="removed@file"`) || !strings.Contains(body, breaker) {
+		t.Fatalf("before the reload:\n%s", body)
+	}
+
+	cancel1() // Traefik applies a configuration without removed@file
+	gen2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	if body := scrape(t, g, anyPort); !strings.Contains(body, `zone="kept@file"`) {
+		t.Errorf("kept@file missing from a scrape between the cancellation and its New:\n%s", body)
+	}
+	kept = newIn(gen2, withMetrics(Config{Average: "100", Burst: "100"}, anyPort), "kept@file")
+	codes(kept, request{}, 1)
+	if body := scrape(t, g, anyPort); !strings.Contains(body, `zone="removed@file"`) {
+		t.Errorf("removed@file gone before goneAfter:\n%s", body)
+	}
+	g.clock.advance(goneAfter)
+	body := scrape(t, g, anyPort)
+	if strings.Contains(body, "removed@file") || strings.Contains(body, breaker) {
+		t.Errorf("removed@file still scraped goneAfter after its removal was seen:\n%s", body)
+	}
+	hasLines(t, body, `sluice_decisions_total{zone="kept@file",outcome="allowed"} 2`, `sluice_decision_seconds_count{middleware="kept@file"} 2`)
+	if _, list := get(t, g, anyPort, "/sluice/zones"); strings.Contains(list, "removed@file") {
+		t.Errorf("removed@file still listed: %s", list)
+	}
+
+	// A later configuration names it again: back, its counters kept.
+	newIn(gen2, onRedis, "removed@file")
+	hasLines(t, scrape(t, g, anyPort), `sluice_decisions_total{zone="removed@file",outcome="store_error_allowed"} 2`)
+
+	// A configuration without either: the listener, which lives as long
+	// as the registry keeps them, answers with nothing.
+	cancel2()
+	scrape(t, g, anyPort)
+	g.clock.advance(goneAfter)
+	if body := scrape(t, g, anyPort); strings.Contains(body, "sluice_") {
+		t.Errorf("a scrape with every middleware removed:\n%s", body)
+	}
+	if _, list := get(t, g, anyPort, "/sluice/zones"); list != `{"zones":[]}`+"\n" {
+		t.Errorf("the listing with every middleware removed: %s", list)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/model"
@@ -24,6 +25,10 @@ const (
 	// (limit, key) states: 1,048,576 states, which take memory as they
 	// are held (about 50 to 100 bytes each, at most some 100 MiB).
 	memoryKeys = 1 << 20
+	// goneAfter is how long a middleware stays in its metrics listener's
+	// answers once the configuration that last created it is seen
+	// replaced by one that does not (see liveLocked).
+	goneAfter = 10 * time.Second
 )
 
 // plugins is the process-wide registry New uses.
@@ -158,7 +163,7 @@ func (g *registry) new(ctx context.Context, next http.Handler, cfg *Config, name
 	g.mu.Lock()
 	g.seq++
 	if e := g.entries[id]; e != nil {
-		e.used = g.seq
+		e.returnedLocked(g.seq, ctx)
 		g.mu.Unlock()
 		return e.handler(next), nil
 	}
@@ -217,19 +222,51 @@ func (g *registry) build(ctx context.Context, id, name string, s *settings) (*en
 	defer g.mu.Unlock()
 	g.seq++
 	if old := g.entries[id]; old != nil {
-		old.used = g.seq
+		old.returnedLocked(g.seq, ctx)
 		g.releaseLocked(rc)
 		g.releaseOwnLocked(own)
 		g.releaseMeterLocked(m)
 		return old, nil
 	}
-	e.used = g.seq
+	e.returnedLocked(g.seq, ctx)
 	g.entries[id] = e
 	for _, n := range s.notes {
 		fmt.Fprintf(g.stderr, "sluice %s: %s\n", name, n)
 	}
 	g.evictLocked(name)
 	return e, nil
+}
+
+// returnedLocked notes that New returned e in its seq-th call, for the
+// configuration of Traefik's whose context is ctx. Under registry.mu.
+func (e *entry) returnedLocked(seq uint64, ctx context.Context) {
+	e.used = seq
+	e.gone = 0
+	e.done = nil
+	if ctx != nil {
+		e.done = ctx.Done()
+	}
+}
+
+// liveLocked reports whether Traefik's configuration still has the
+// middleware of e, its newest entry, by the context the last New that
+// returned e was given. Traefik (v3.6) gives New the context of the
+// configuration it builds and cancels it when it applies the next one,
+// whose New calls then return the middlewares it still names: a
+// middleware whose context is cancelled is no longer configured, once
+// its new configuration has had goneAfter, from when the cancellation is
+// first seen here, to create it again. A context that is never cancelled
+// (context.Background) keeps e live. Under registry.mu.
+func (g *registry) liveLocked(e *entry, now int64) bool {
+	select {
+	case <-e.done:
+	default:
+		return true
+	}
+	if e.gone == 0 {
+		e.gone = now
+	}
+	return now-e.gone < int64(goneAfter)
 }
 
 // memoryStore returns the process-wide in-memory store.
