@@ -11,7 +11,11 @@
 #                    builds it as it builds labels (strings, limits[0].name)
 #   3b metrics       metrics.address (from the KV provider, as labels give it):
 #                    GET /metrics on the plugin's own listener counts the
-#                    middleware's requests by outcome; nothing on the entryPoint
+#                    middleware's requests by outcome; nothing on the entryPoint;
+#                    GET /sluice/zones lists the middleware as Traefik names
+#                    it; a metrics port already taken costs no traffic (the
+#                    router answers, the error is logged); a middleware removed
+#                    from the configuration leaves the scrape, one kept stays
 #   4 dry-run        mode dry_run lets everything through, marks the upstream
 #   5 redis-shared   two Traefik processes share one Redis quota exactly
 #   5b in-flight     inFlightReq's amount (memory) and maxInFlight over both
@@ -99,7 +103,8 @@ start_redis "$kv_port"
 metrics_port="$(free_port)"
 while read -r key value; do
 	case "$key" in '' | '#'*) continue ;; esac
-	redis-cli -h 127.0.0.1 -p "$kv_port" set "$key" "${value//@METRICS@/127.0.0.1:$metrics_port}" >/dev/null
+	value="${value//@METRICS@/127.0.0.1:$metrics_port}"
+	redis-cli -h 127.0.0.1 -p "$kv_port" set "$key" "${value//@TAKEN@/127.0.0.1:$backend_port}" >/dev/null
 done <"$TESTDATA/kv.txt"
 
 # Two Traefik processes from one directory holding plugins-local/, with the
@@ -234,10 +239,32 @@ zone='zone="kv-metered@redis"'
 expect "metrics: allowed requests" "$(metric "sluice_decisions_total{$zone,outcome=\"allowed\"}")" 3
 expect "metrics: rejected requests" "$(metric "sluice_decisions_total{$zone,outcome=\"rejected\"}")" 2
 expect "metrics: near_limit among the allowed (less than 10 % of 3 left)" "$(metric "sluice_decisions_total{$zone,outcome=\"near_limit\"}")" 1
-expect "metrics: every decision timed" "$(metric sluice_decision_seconds_count)" 5
+expect "metrics: every decision timed, by middleware" "$(metric 'sluice_decision_seconds_count{middleware="kv-metered@redis"}')" 5
 expect "metrics: a middleware without metrics is not exported" "$(grep -c 'zone="kv-labels' "$B" || true)" 0
 req "$A/metrics"
 expect "metrics: nothing on Traefik's entryPoint" "$CODE" 404
+req "http://127.0.0.1:$metrics_port/sluice/zones"
+expect_re "metrics: GET /sluice/zones lists the middleware as Traefik names it" "$(cat "$B")" \
+	'\{"id":"kv-metered@redis","name":"default","middleware":"kv-metered@redis","algorithm":"token_bucket","rate":"3/1h"'
+req "$A/kv-taken"
+expect "metrics: a metrics port already taken costs no traffic" "$CODE" 200
+expect_re "metrics: and is logged at error level" "$(grep ' ERR ' "$run/traefik-a.log" || true)" \
+	"sluice kv-taken@redis: metrics.address \"127.0.0.1:$backend_port\": listen tcp 127.0.0.1:$backend_port: bind: address already in use"
+# kv-metered removed from the configuration (its keys deleted), kv-kept
+# kept: kv-metered leaves the scrape 10 s after a scrape has seen the new
+# configuration; kv-kept stays, counting on.
+req "$A/kv-kept"
+for key in $(redis-cli -h 127.0.0.1 -p "$kv_port" --scan --pattern 'traefik/http/*/kv-metered/*'); do
+	redis-cli -h 127.0.0.1 -p "$kv_port" del "$key" >/dev/null
+done
+started=$SECONDS
+while [ $((SECONDS - started)) -lt 40 ]; do
+	sleep 1
+	req "http://127.0.0.1:$metrics_port/metrics"
+	[ "$CODE" != 200 ] || grep -q 'kv-metered' "$B" || break
+done
+expect "metrics: kv-metered, removed, leaves the scrape (after $((SECONDS - started)) s)" "$(grep -c 'kv-metered' "$B" || true)" 0
+expect "metrics: kv-kept, kept, stays with its count" "$(metric 'sluice_decisions_total{zone="kv-kept@redis",outcome="allowed"}')" 1
 
 # --- 4 dry-run ---------------------------------------------------------------
 codes="" marks=""
