@@ -413,8 +413,11 @@ func flightDecide(g *Gate, ctx context.Context, asks []model.Ask) (Verdict, []mo
 		out = append(out, v.Decision)
 	}
 	nv := g.classify(out)
-	// The rates' charges, for answer's refund.
-	nv.Err, nv.Fallback, nv.charged, nv.chargedLocal = v.Err, v.Fallback, v.charges(), v.chargedLocal
+	// The rates' charges, for answer's refund. One field per statement:
+	// Yaegi v0.16.1 drops the other values of an assignment that mixes a
+	// call with them.
+	nv.Err, nv.Fallback, nv.chargedLocal = v.Err, v.Fallback, v.chargedLocal
+	nv.charged = v.charges()
 	if err != nil {
 		nv.Err, nv.Fallback = err, true
 	}

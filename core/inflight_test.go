@@ -522,6 +522,42 @@ func TestFlightStoreDown(t *testing.T) {
 	}
 }
 
+// TestFlightRefundLocalCharge cancels the delay of a request whose rates
+// and slots the fallback decided while Redis was down: the refund must
+// reach the fallback, where the charge is, so the queue has room again.
+// (Under Yaegi v0.16.1 an assignment that mixed a call with the verdict's
+// other fields lost chargedLocal, and the refund went to Redis.)
+func TestFlightRefundLocalCharge(t *testing.T) {
+	down := newTestRedisStore(t, downScripter{}, false)
+	r, _ := model.ParseRate("1/h")
+	l := &model.Limit{Name: "lblocal", Algorithm: model.LeakyBucket, Rate: r, Burst: 2, MaxInFlight: 5}
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	local, _ := NewMemoryStore(MemoryConfig{})
+	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: down, Fallback: local, Instances: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
+	v := g.Decide(context.Background(), asks)
+	if v.Outcome != OutcomeAllowed || !v.Fallback || v.Err == nil || !v.chargedLocal {
+		t.Fatalf("first request: %+v, want admitted by the fallback, charged locally, with Redis's error", v)
+	}
+	v.Slots.Release()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	v, ok := g.Serve(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil).WithContext(ctx), asks)
+	if ok || v.Outcome != OutcomeCancelled || !v.chargedLocal {
+		t.Fatalf("cancelled delay: proceed %v, %+v", ok, v)
+	}
+	v = g.Decide(context.Background(), asks)
+	if v.Outcome != OutcomeAllowed || v.Delay <= 0 {
+		t.Errorf("after the refund: %+v, want admitted with a delay (the cancelled request's place given back locally)", v)
+	}
+	v.Slots.Release()
+}
+
 // TestFlightDryRun checks that a dry run lets a request over the limit
 // through, reported and holding no slot.
 func TestFlightDryRun(t *testing.T) {

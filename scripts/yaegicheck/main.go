@@ -14,8 +14,10 @@
 //     the min, max and clear builtins, range over an integer or a function,
 //     generic type and function declarations, atomic.Pointer, sync.OnceValue
 //     and sync.OnceValues, imports of unsafe, syscall and embed, //go:embed
-//     directives, and a loop variable used inside a go or defer closure or a
-//     parallel subtest (Yaegi keeps the pre-Go 1.22 single loop variable).
+//     directives, a loop variable used inside a go or defer closure or a
+//     parallel subtest (Yaegi keeps the pre-Go 1.22 single loop variable),
+//     and an assignment with = of several values that mixes calls with
+//     other values (Yaegi drops the other values).
 //
 // With -dialect, a comma-separated list of file paths relative to the module
 // root (which may be empty, and may be given more than once), it also reports
@@ -337,6 +339,45 @@ var missingObjects = map[string]map[string]bool{
 	"sync":        {"OnceValue": true, "OnceValues": true},
 }
 
+// checkTupleAssign reports an assignment of several values with "=" that
+// mixes calls with other values, such as "a, b = 3, f()" or
+// "a, c = f(), float64(n)": Yaegi v0.16.1 assigns the calls' values and
+// leaves the other variables as they were. Conversions, len and cap are
+// not calls to it; ":=", var, and assignments of calls only are not
+// affected.
+func checkTupleAssign(n *ast.AssignStmt, info *types.Info, at func(token.Pos, string, ...any)) {
+	if n.Tok != token.ASSIGN || len(n.Lhs) < 2 || len(n.Rhs) != len(n.Lhs) {
+		return
+	}
+	calls := 0
+	for _, e := range n.Rhs {
+		if isCall(e, info) {
+			calls++
+		}
+	}
+	if calls > 0 && calls < len(n.Rhs) {
+		at(n.Pos(), "assignment of several values mixing calls and other values: Yaegi v0.16.1 drops the other values; assign one per statement")
+	}
+}
+
+// isCall reports whether e is a call of a function, not a conversion nor
+// the builtin len or cap.
+func isCall(e ast.Expr, info *types.Info) bool {
+	call, ok := ast.Unparen(e).(*ast.CallExpr)
+	if !ok {
+		return false
+	}
+	if tv, ok := info.Types[call.Fun]; ok && tv.IsType() {
+		return false
+	}
+	if id, ok := ast.Unparen(call.Fun).(*ast.Ident); ok {
+		if b, ok := info.Uses[id].(*types.Builtin); ok && (b.Name() == "len" || b.Name() == "cap") {
+			return false
+		}
+	}
+	return true
+}
+
 // checkFile reports the constructs of one type-checked file that Yaegi
 // v0.16.1 cannot run.
 func checkFile(f *ast.File, info *types.Info, at func(token.Pos, string, ...any)) {
@@ -388,6 +429,8 @@ func checkFile(f *ast.File, info *types.Info, at func(token.Pos, string, ...any)
 			if n.TypeParams != nil {
 				at(n.Pos(), "generic type %s: avoid generics in code Yaegi runs", n.Name.Name)
 			}
+		case *ast.AssignStmt:
+			checkTupleAssign(n, info, at)
 		case *ast.SelectorExpr:
 			if obj := info.Uses[n.Sel]; obj != nil && obj.Pkg() != nil && missingObjects[obj.Pkg().Path()][obj.Name()] {
 				at(n.Pos(), "%s.%s: undefined in Yaegi v0.16.1", obj.Pkg().Name(), obj.Name())

@@ -28,6 +28,7 @@ func TestCheck(t *testing.T) {
 				"bad/bad.go:33:16: builtin min: undefined in Yaegi; write a small helper",
 				"bad/bad.go:39:2: range over an integer: Yaegi panics; use a three-clause for loop",
 				"bad/bad.go:42:2: range over a function: Yaegi cannot run iterators",
+				"bad/bad.go:54:2: assignment of several values mixing calls and other values: Yaegi v0.16.1 drops the other values; assign one per statement",
 				"bad/bad_test.go:14:8: loop variable i used in a go statement: Yaegi shares it across iterations; copy it first (i := i)",
 				"bad/bad_test.go:19:22: loop variable name used in a deferred closure: Yaegi shares it across iterations; copy it first (name := name)",
 				"bad/bad_test.go:22:8: loop variable name used in a parallel subtest: Yaegi shares it across iterations; copy it first (name := name)",

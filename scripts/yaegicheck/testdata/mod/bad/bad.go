@@ -44,3 +44,13 @@ func Ranges(n int, seq iter.Seq[int]) int {
 	}
 	return s
 }
+
+func seven() int { return 7 }
+
+// Tuples assigns several values mixing calls and other values.
+func Tuples(n int) (int, float64) {
+	var a int
+	var f float64
+	a, f = seven(), float64(n)
+	return a, f
+}

@@ -31,3 +31,17 @@ func Use() (int, string) {
 	defer mu.Unlock()
 	return maxInt(b.max(), min(3, 4)), "max(1, 2) and clear(m)"
 }
+
+func three() int { return 3 }
+
+// Tuples assigns several values as Yaegi runs them: calls only, no call,
+// len and conversions, or with :=.
+func Tuples(n int) (int, int, float64) {
+	var a, b int
+	var f float64
+	a, b = three(), three()
+	a, f = n, float64(n)
+	b, f = len("ab"), float64(b)
+	c, d := three(), 4
+	return a + b + c + d, 0, f
+}
