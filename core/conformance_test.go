@@ -28,6 +28,7 @@ type decideStore struct {
 	mu     sync.Mutex
 	clock  model.Clock
 	states map[string]model.State
+	held   map[string]int64 // the end of each key's penalty
 }
 
 func (s *decideStore) Take(ctx context.Context, asks []model.Ask, out []model.Decision) error {
@@ -37,7 +38,11 @@ func (s *decideStore) Take(ctx context.Context, asks []model.Ask, out []model.De
 	next := make([]model.State, len(asks))
 	all := true
 	for i, a := range asks {
-		next[i], out[i] = a.Limit.Decide(s.states[a.Limit.Namespace()+"\n"+a.Key], now, a.Cost)
+		k := a.Limit.Namespace() + "\n" + a.Key
+		next[i], out[i] = a.Limit.Decide(s.states[k], now, a.Cost)
+		if a.Limit.Penalty != 0 {
+			s.held[k] = model.Penalise(a.Limit, &out[i], s.held[k], now)
+		}
 		all = all && out[i].Allowed
 	}
 	if all {
@@ -63,6 +68,6 @@ func (s *decideStore) Refund(ctx context.Context, asks []model.Ask, charged []mo
 
 func TestDecideConformance(t *testing.T) {
 	storetest.Conformance(t, func(t *testing.T, clock *testclock.Clock) model.Store {
-		return &decideStore{clock: clock.Now, states: make(map[string]model.State)}
+		return &decideStore{clock: clock.Now, states: make(map[string]model.State), held: make(map[string]int64)}
 	})
 }

@@ -184,10 +184,11 @@ func NewLane(cfg LaneConfig) *Lane {
 	if g.cfg.Mode == DryRun {
 		l.dryRun = cfg.DryRunHeader
 	}
-	if !cfg.Watch {
+	general := lanePenalty(cfg.Asks)
+	if !cfg.Watch && !general {
 		l.mem = g.mem
 	}
-	if len(cfg.Exempt) > 0 {
+	if len(cfg.Exempt) > 0 || general {
 		// serveLaneAny checks the exemption, so that lanes without one
 		// pay nothing for it.
 		l.exempt, l.exemptIP = cfg.Exempt, cfg.ExemptIP
@@ -229,6 +230,18 @@ func NewLane(cfg LaneConfig) *Lane {
 		setFastReject(l, lim, !l.tb || a.Cost <= lim.Capacity()+eps)
 	}
 	return l
+}
+
+// lanePenalty reports whether a limit of asks has a Penalty, which only
+// the stores apply: such a lane's requests go to Gate.Serve
+// (serveLaneAny), none of whose fused copies it takes.
+func lanePenalty(asks []LaneAsk) bool {
+	for _, a := range asks {
+		if a.Limit.Penalty != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // setFastReject sets the answer texts of l's one limit lim, whose headers

@@ -240,6 +240,9 @@ func (s *MemoryStore) Take(ctx context.Context, asks []model.Ask, out []model.De
 // take1 decides one ask into *d and returns the instant it decided at:
 // Take's common case, and Gate.Serve's.
 func (s *MemoryStore) take1(a *model.Ask, d *model.Decision) int64 {
+	if a.Limit.Penalty != 0 {
+		return s.takePenalised(a, d)
+	}
 	h := s.hash(a.Limit, a.Key)
 	sh := s.shard(h)
 	sh.mu.Lock()
@@ -273,8 +276,38 @@ type memAsk struct {
 	newest model.LogEntry
 }
 
-// takeMany is Take for several asks.
-func (s *MemoryStore) takeMany(asks []model.Ask, out []model.Decision) {
+// takePenalised is take1 for an ask of a limit with a Penalty, which
+// takeMany decides: it restores a full sliding_window_log that an
+// admission the penalty refuses has written (see memAsk).
+func (s *MemoryStore) takePenalised(a *model.Ask, d *model.Decision) int64 {
+	out := make([]model.Decision, 1)
+	now := s.takeMany([]model.Ask{*a}, out)
+	*d = out[0]
+	return now
+}
+
+// penaltyBit marks the hash under which a shard holds the penalty of
+// the key of a hash h, h^penaltyBit (in the shard of h): a memSlot whose
+// t and exp are the instant the penalty ends.
+const penaltyBit = 1
+
+// penalise applies the penalty of l, a limit with a Penalty, to d, the
+// decision of its algorithm at now for the key of hash h, in sh, the
+// shard of h, whose mutex is held (see model.Penalise), and saves a
+// penalty that d starts.
+func penalise(s *MemoryStore, sh *memShard, h uint64, l *model.Limit, now int64, d *model.Decision) {
+	sl, held := sh.slots[h^penaltyBit]
+	if until := model.Penalise(l, d, sl.t, now); until != sl.t {
+		if !held {
+			room(s, sh, now)
+		}
+		sh.slots[h^penaltyBit] = memSlot{t: until, exp: until}
+	}
+}
+
+// takeMany is Take for several asks, and returns the instant it decided
+// at.
+func (s *MemoryStore) takeMany(asks []model.Ask, out []model.Decision) int64 {
 	var msBuf [maxAsks]memAsk
 	var orderBuf [maxAsks]int
 	ms, order := msBuf[:0], orderBuf[:0]
@@ -298,6 +331,9 @@ func (s *MemoryStore) takeMany(asks []model.Ask, out []model.Decision) {
 			m.full, m.newest = true, m.st.Log[n-1]
 		}
 		m.exp = model.Step(a.Limit, &m.st, now, a.Cost, &out[i])
+		if a.Limit.Penalty != 0 {
+			penalise(s, s.shard(m.h), m.h, a.Limit, now, &out[i])
+		}
 		all = all && out[i].Allowed
 	}
 	for i := range asks {
@@ -312,8 +348,10 @@ func (s *MemoryStore) takeMany(asks []model.Ask, out []model.Decision) {
 			out[i].Mark = model.Mark{T: m.st.T, A: m.st.A, OK: true}
 		case m.full:
 			// Put back what slidingLog wrote in place (see memAsk).
-			log := s.shard(m.h).logs[m.h]
-			log[len(log)-1] = m.newest
+			// (unless penalise made room by forgetting it)
+			if log := s.shard(m.h).logs[m.h]; len(log) > 0 {
+				log[len(log)-1] = m.newest
+			}
 			fallthrough
 		default:
 			s.shard(m.h).keep(m.h, asks[i].Limit, now)
@@ -322,6 +360,7 @@ func (s *MemoryStore) takeMany(asks []model.Ask, out []model.Decision) {
 	for _, i := range order {
 		s.shards[i].mu.Unlock()
 	}
+	return now
 }
 
 // shardOrder inserts shard i into order, the ascending shard indexes that

@@ -30,19 +30,33 @@ func (s *MemoryStore) PeekState(l *model.Limit, key string) (model.State, bool, 
 	return st, true, now
 }
 
-// DeleteState forgets the state of l's rate that s holds for key, so
-// that its next request finds the limit whole, and reports whether it was
-// live (see PeekState). l must limit a rate.
+// DeleteState forgets the state of l's rate that s holds for key, and
+// its penalty, so that its next request finds the limit whole, and
+// reports whether either was live (see PeekState). l must limit a rate.
 func (s *MemoryStore) DeleteState(l *model.Limit, key string) bool {
 	h := s.hash(l, key)
 	sh := s.shard(h)
 	sh.mu.Lock()
 	sl, held := sh.slots[h]
+	pen := sh.slots[h^penaltyBit]
 	delete(sh.slots, h)
 	delete(sh.logs, h)
+	delete(sh.slots, h^penaltyBit)
 	now := s.now()
 	sh.mu.Unlock()
-	return held && sl.exp > now
+	return held && sl.exp > now || pen.exp > now
+}
+
+// PeekPenalty returns the instant until which s holds key out under l's
+// Penalty, zero or past when it does not, and the store's instant now.
+func (s *MemoryStore) PeekPenalty(l *model.Limit, key string) (until, now int64) {
+	h := s.hash(l, key)
+	sh := s.shard(h)
+	sh.mu.Lock()
+	until = sh.slots[h^penaltyBit].t
+	now = s.now()
+	sh.mu.Unlock()
+	return until, now
 }
 
 // HeldSlots is the number of in-flight slots that the requests of key in

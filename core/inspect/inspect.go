@@ -32,6 +32,11 @@ type KeyState struct {
 	// to waiting requests (MaxDelay). It is zero for the window
 	// algorithms, which never delay.
 	Queued float64
+	// Penalty, for a limit with a Penalty, is how long the key is still
+	// held out, refused whatever its state; zero when it is not. A key
+	// held out is present, with nothing remaining, and Next and Reset at
+	// least the penalty's time.
+	Penalty time.Duration
 	// InFlight, for a limit with MaxInFlight, is the number of the key's
 	// requests in progress, each holding a slot (in Redis, the leases that
 	// have not expired). For a limit of requests in flight only, Present
@@ -74,6 +79,10 @@ func (m memoryInspector) Peek(ctx context.Context, l *model.Limit, key string) (
 	if l.Rated() {
 		st, live, now := m.s.PeekState(l, key)
 		ks = peekState(l, st, live, now)
+		if l.Penalty > 0 {
+			until, now := m.s.PeekPenalty(l, key)
+			ks = penalised(ks, until-now)
+		}
 	}
 	if l.MaxInFlight == 0 {
 		return ks, nil
@@ -87,6 +96,19 @@ func (m memoryInspector) Delete(ctx context.Context, l *model.Limit, key string)
 		return false, nil
 	}
 	return m.s.DeleteState(l, key), nil
+}
+
+// penalised completes ks, a key's state, with the time left ns of its
+// penalty (none when not positive).
+func penalised(ks KeyState, left int64) KeyState {
+	if left <= 0 {
+		return ks
+	}
+	ks.Present, ks.Remaining, ks.Penalty, ks.Next = true, 0, time.Duration(left), time.Duration(left)
+	if ks.Reset < ks.Penalty {
+		ks.Reset = ks.Penalty
+	}
+	return ks
 }
 
 // flightState completes ks, the state of (l, key) held or not, with the

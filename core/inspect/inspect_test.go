@@ -302,3 +302,40 @@ func TestInspectorWholeIsAbsent(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectorPenalty: a key held out reads as present, with nothing
+// remaining and the penalty's time left, in memory and on Redis; Delete
+// lets it in again.
+func TestInspectorPenalty(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	clock := testclock.New(testclock.Epoch)
+	rs := newTestRedisStore(t, resptest.Client(t, srv.Addr, 1), false, clock.Now)
+	ms, err := core.NewMemoryStore(core.MemoryConfig{Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := validLimit(t, model.Limit{Name: "pen", Rate: testRate(t, "2/s"), Penalty: time.Minute})
+	ctx := context.Background()
+	for _, st := range []model.Store{ms, rs} {
+		clock.Set(testclock.Epoch)
+		key := redisNonce + "/penalty"
+		for i := 0; i < 3; i++ {
+			testTake(t, st, l, key, 1)
+		}
+		clock.Advance(10 * time.Second)
+		in := inspectorOf(t, st)
+		want := KeyState{Present: true, Penalty: 50 * time.Second, Reset: 50 * time.Second, Next: 50 * time.Second}
+		if ks, err := in.Peek(ctx, l, key); err != nil || ks != want {
+			t.Errorf("%T: %+v, %v, want %+v", st, ks, err, want)
+		}
+		if held, err := in.Delete(ctx, l, key); err != nil || !held {
+			t.Errorf("%T: Delete: %v, %v, want a state held", st, held, err)
+		}
+		if ks, _ := in.Peek(ctx, l, key); ks.Present || ks.Penalty != 0 {
+			t.Errorf("%T: after Delete: %+v, want absent", st, ks)
+		}
+		if d := testTake(t, st, l, key, 1); !d.Allowed {
+			t.Errorf("%T: after Delete: %+v, want admitted", st, d)
+		}
+	}
+}

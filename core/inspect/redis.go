@@ -54,19 +54,20 @@ func redisPeekRate(s *redisstore.Store, ctx context.Context, l *model.Limit, key
 	}
 	text, ok := reply.(string)
 	f := strings.Fields(text)
-	if !ok || len(f) != 5 {
+	if !ok || len(f) != 6 {
 		return KeyState{}, redisstore.UnexpectedReply("peek", reply)
 	}
-	var n [5]float64
+	var n [6]float64
 	for i := range f {
 		if n[i], err = strconv.ParseFloat(f[i], 64); err != nil || math.IsNaN(n[i]) {
 			return KeyState{}, redisstore.UnexpectedReply("peek", reply)
 		}
 	}
-	if n[0] == 0 {
-		return KeyState{Remaining: l.Capacity()}, nil
+	ks := KeyState{Remaining: l.Capacity()}
+	if n[0] != 0 {
+		ks = wholeAbsent(l, KeyState{Present: true, Remaining: nonNegative(n[1]), Reset: duration(n[2]), Next: duration(n[3]), Queued: nonNegative(n[4])})
 	}
-	return wholeAbsent(l, KeyState{Present: true, Remaining: nonNegative(n[1]), Reset: duration(n[2]), Next: duration(n[3]), Queued: nonNegative(n[4])}), nil
+	return penalised(ks, int64(n[5])), nil
 }
 
 // Delete implements Inspector: it deletes the state's keys (a sliding
@@ -154,15 +155,18 @@ return {r[1], #r[2]}
 
 // luaPeekMain reports the state of its one ask (ARGV as the take script's,
 // cost 0) as one string: present (1 or 0), remaining, then reset and next
-// in whole ns, and the cost in flight (KeyState). A state is present when
+// in whole ns, the cost in flight, and the time left of its penalty in
+// whole ns (KeyState). A state is present when
 // its key exists and its expiry (core.Limit.Expiry, as stored_exp computes
 // it from the stored state) is after now, as the MemoryStore's Peek
 // decides (redisPeekRate then reads a whole limit as absent, as peekState
 // does). A sliding window log is read as peekLog reads it: a zero-cost
 // entry would count as an admission.
 const luaPeekMain = `
-local absent = '0 0 0 0 0'
 local p = asks()[1]
+local pen = 0
+if p.pen > 0 then pen = nonneg(held_until(p) - now) end
+local absent = '0 0 0 0 0 ' .. fmt(pen)
 if call('EXISTS', p.key) == 0 then return absent end
 local st = load(p.key)
 if p.alg == 'swl' then
@@ -171,7 +175,7 @@ if p.alg == 'swl' then
   local a, drop = trim_log(st, now, p, rd, len)
   if drop == len then return absent end
   local oldest, newest = rd(drop), rd(len - 1)
-  return '1 ' .. fmt(nonneg(p.cap - a)) .. ' ' .. fmt(mceil(newest + p.period - now)) .. ' ' .. fmt(mceil(oldest + p.period - now)) .. ' 0'
+  return '1 ' .. fmt(nonneg(p.cap - a)) .. ' ' .. fmt(mceil(newest + p.period - now)) .. ' ' .. fmt(mceil(oldest + p.period - now)) .. ' 0 ' .. fmt(pen)
 end
 local exp = st.t + mceil(st.a * p.unit)
 if p.alg == 'lb' then exp = leaky_end(st.t, st.a)
@@ -189,5 +193,5 @@ if p.alg == 'tb' then
 elseif p.alg == 'lb' then
   inflight = r.reset / p.unit
 end
-return '1 ' .. fmt(r.rem) .. ' ' .. fmt(mceil(r.reset)) .. ' ' .. fmt(mceil(r.next)) .. ' ' .. fmt(inflight)
+return '1 ' .. fmt(r.rem) .. ' ' .. fmt(mceil(r.reset)) .. ' ' .. fmt(mceil(r.next)) .. ' ' .. fmt(inflight) .. ' ' .. fmt(pen)
 `

@@ -30,6 +30,8 @@ func (l *Limit) validateFlightOnly() *FieldError {
 		return &FieldError{Field: "max_delay", Reason: "only a rate delays requests", Needs: "rate"}
 	case l.Lease != 0:
 		return &FieldError{Field: "lease", Reason: "only a rate's capacity is leased", Needs: "rate"}
+	case l.Penalty != 0:
+		return &FieldError{Field: "penalty", Reason: "only a rate's refusals start a penalty", Needs: "rate"}
 	}
 	f := l.flight
 	l.period, l.unit, l.capacity, l.owe = 0, 0, 0, 0

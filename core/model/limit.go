@@ -165,6 +165,15 @@ type Limit struct {
 	// (CheckLeases), but a Redis store's local fallback ignores it. Not
 	// with a LeakyBucket, whose admissions wait in order.
 	Lease float64
+	// Penalty, when positive, holds out a key that l refuses: from the
+	// refusal, every request of the key is refused for Penalty, with the
+	// penalty's remaining time as its RetryAfter (or the limit's own,
+	// when longer), whatever the limit's state; refusals during the
+	// penalty do not extend it. The limit's state is charged nothing
+	// meanwhile, and after it the key finds that state as time left it.
+	// Zero, the default, holds no one out. Not with a Lease, whose
+	// admissions Redis does not see.
+	Penalty time.Duration
 
 	// Hash and Keep are set by Validate, for the stores and request paths
 	// that read them on every request, where a method call would cost
@@ -277,6 +286,9 @@ func (l *Limit) validate() *FieldError {
 	if err := l.checkLease(); err != nil {
 		return err
 	}
+	if err := l.checkPenalty(); err != nil {
+		return err
+	}
 	if l.Algorithm == SlidingWindowLog && l.Rate.Quota > MaxLogQuota {
 		return &FieldError{Field: "rate.quota", Value: FormatFloat(l.Rate.Quota), Reason: "sliding_window_log keeps one entry per request and accepts a quota of at most " + strconv.Itoa(MaxLogQuota) + " (use sliding_window_counter)"}
 	}
@@ -315,6 +327,21 @@ func (l *Limit) checkLease() *FieldError {
 		return &FieldError{Field: "lease", Reason: "a leaky_bucket's admissions wait in order, which a lease cannot keep; use token_bucket"}
 	case l.Lease > l.capacity:
 		return &FieldError{Field: "lease", Value: FormatFloat(l.Lease), Reason: "above the capacity of " + FormatFloat(l.capacity) + ", which no lease could take at once"}
+	}
+	return nil
+}
+
+// checkPenalty checks Penalty.
+func (l *Limit) checkPenalty() *FieldError {
+	switch {
+	case l.Penalty == 0:
+		return nil
+	case l.Penalty < 0 || l.Penalty > MaxSpan:
+		return &FieldError{Field: "penalty", Value: FormatPeriod(l.Penalty), Reason: "must be positive and at most " + FormatPeriod(MaxSpan)}
+	case l.Penalty%time.Microsecond != 0:
+		return &FieldError{Field: "penalty", Value: FormatPeriod(l.Penalty), Reason: "must be a whole number of microseconds (Redis's clock resolution)"}
+	case l.Lease != 0:
+		return &FieldError{Field: "penalty", Reason: "a lease admits requests that Redis does not see, so it cannot hold a key out; remove lease"}
 	}
 	return nil
 }

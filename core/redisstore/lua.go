@@ -111,7 +111,9 @@ local function wstart(now, p)
 end
 
 -- asks returns the parameters and keys of every ask, in order: nargs
--- (by default NARGS) ARGV each from ARGV[3], NARGS of them read here; one key each (state),
+-- (by default NARGS) ARGV each from ARGV[3], NARGS of them read here
+-- (the algorithm followed, for a limit with a Penalty, by a space and
+-- the penalty in ns: pen); one key each (state),
 -- two for a sliding_window_log (state, log). An ask's horizon bounds, in
 -- ns, how long after the (clamped) instant of a decision its state may
 -- matter: a full bucket's refill or queue, two windows, one period.
@@ -121,6 +123,8 @@ local function asks(nargs)
   for i = 1, (#ARGV - 2) / nargs do
     local j = 2 + (i - 1) * nargs
     local alg, quota, period, cap = ARGV[j + 1], tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
+    local pen, sp = 0, find(alg, ' ', 1, true)
+    if sp then alg, pen = sub(alg, 1, sp - 1), tonumber(sub(alg, sp + 1)) end
     local logkey, unit, horizon = false, period / quota, period
     if alg == 'swl' then logkey = KEYS[k + 1] end
     local maxdelay = tonumber(ARGV[j + 5])
@@ -128,7 +132,7 @@ local function asks(nargs)
     elseif alg == 'lb' then horizon = cap * unit elseif alg == 'swc' then horizon = 2 * period end
     list[i] = {alg = alg, quota = quota, period = period, cap = cap,
       maxdelay = maxdelay, cost = tonumber(ARGV[j + 6]), unit = unit,
-      horizon = horizon, key = KEYS[k], logkey = logkey}
+      horizon = horizon, key = KEYS[k], logkey = logkey, pen = pen}
     k = k + 1
     if logkey then k = k + 1 end
   end
@@ -142,6 +146,15 @@ local function load(key)
   local st = {t = -base * 1e9, a = tonumber(v[2]) or 0, b = tonumber(v[3]) or 0}
   if v[1] then st.t = instant(v[1]) end
   return st
+end
+
+-- held_until is the instant (ns since base) until which ask p's key is
+-- held out by its limit's Penalty, from field p of its state's hash: 0
+-- when never.
+local function held_until(p)
+  local v = call('HGET', p.key, 'p')
+  if v then return instant(v) end
+  return 0
 end
 
 -- ttl is the time to live, in ms, of ask p's state that expires at exp
@@ -416,10 +429,26 @@ end
 // charged is followed by its mark for Refund, " <s> <ns> <a>": the next
 // state's t and a as written, when delayed or ARGV[2] is "2".
 const luaTakeMain = `
+-- penalise mirrors model.Penalise on the decision r of ask p, whose limit
+-- has a Penalty; r.held is the instant a penalty that r starts ends.
+local function penalise(r, p)
+  local untl = held_until(p)
+  if untl <= now then
+    if r.ok then return end
+    untl = now + p.pen
+    r.held = untl
+  end
+  local left = untl - now
+  if r.ok or r.next < left then r.next = left end
+  r.ok, r.rem, r.delay = false, 0, 0
+  if r.retry >= 0 and r.retry < left then r.retry = left end
+  if r.reset < left then r.reset = left end
+end
 local algs = {tb = token_bucket, lb = leaky_bucket, fw = fixed_window, swc = sliding_counter, swl = sliding_log}
 local list, rs, out, all = asks(), {}, {}, true
 for i, p in ipairs(list) do
   local r = algs[p.alg](load(p.key), now, p)
+  if p.pen > 0 then penalise(r, p) end
   if bad(r.rem) or bad(r.reset) or bad(r.next) or bad(r.retry) or bad(r.delay) then
     return redis.error_reply('sluice: decision of ask ' .. i .. ' is not a number')
   end
@@ -429,7 +458,17 @@ for i, p in ipairs(list) do
   if retry > 0 then retry = mceil(retry / tick) * tick end
   out[i] = (r.ok and '1 ' or '0 ') .. fmt(r.rem) .. ' ' .. fmt(mceil(r.reset)) .. ' ' .. fmt(mceil(retry)) .. ' ' .. fmt(mceil(r.delay)) .. ' ' .. fmt(mceil(r.next))
 end
-if not all or ARGV[2] == '0' then return concat(out, ',') end
+if ARGV[2] == '0' then return concat(out, ',') end
+for i, p in ipairs(list) do
+  if rs[i].held then
+    -- The hash lives at least as long as the penalty.
+    local ms = mceil(p.pen / 1e6)
+    if ms < minttl then ms = minttl end
+    call('HSET', p.key, 'p', stamp(rs[i].held))
+    if call('PTTL', p.key) < ms then call('PEXPIRE', p.key, ms) end
+  end
+end
+if not all then return concat(out, ',') end
 local ttls = {}
 for i, p in ipairs(list) do
   ttls[i] = ttl(rs[i].exp, p)
@@ -541,6 +580,11 @@ for i, p in ipairs(list) do
     if rs[i] then
       ttls[i] = ttl(rs[i].exp, p)
       if not ttls[i] then return redis.error_reply('sluice: expiry of refund ' .. i .. ' is not finite') end
+      if p.pen > 0 then
+        -- Never sooner than the key's penalty ends.
+        local left = mceil((held_until(p) - now) / 1e6)
+        if left > ttls[i] then ttls[i] = left end
+      end
     end
   end
 end

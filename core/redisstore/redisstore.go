@@ -496,7 +496,7 @@ func (s *Store) scriptArgs(asks []model.Ask, charge bool) (keys, args []string) 
 			cost = model.FormatFloat(a.Cost)
 		}
 		p := a.Limit.Params()
-		args = append(args, redisAlgorithmCode(a.Limit.Algorithm), p[0], p[1], p[2], p[3], cost)
+		args = append(args, algorithmArg(a.Limit), p[0], p[1], p[2], p[3], cost)
 	}
 	return keys, args
 }
@@ -524,7 +524,7 @@ func DirectTake(l *model.Limit) (take string, hole, hole2 int) {
 		args[2] = "2"
 	}
 	p := l.Params()
-	args = append(args, "", "1", redisAlgorithmCode(l.Algorithm), p[0], p[1], p[2], p[3], "1")
+	args = append(args, "", "1", algorithmArg(l), p[0], p[1], p[2], p[3], "1")
 	take = string(resp.AppendCommand(nil, args...))
 	// The first "sluice:{" is the key's: what precedes is digits, EVALSHA
 	// and the SHA-1 in hexadecimal.
@@ -560,6 +560,16 @@ func tagSafe(key string) string {
 }
 
 var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+// algorithmArg is the argument that names l's algorithm to the scripts:
+// its code, followed for a limit with a Penalty by a space and the
+// penalty in nanoseconds (see asks in lua.go).
+func algorithmArg(l *model.Limit) string {
+	if l.Penalty != 0 {
+		return redisAlgorithmCode(l.Algorithm) + " " + strconv.FormatInt(int64(l.Penalty), 10)
+	}
+	return redisAlgorithmCode(l.Algorithm)
+}
 
 // redisAlgorithmCode is an algorithm's name in the scripts.
 func redisAlgorithmCode(a model.Algorithm) string {

@@ -220,6 +220,7 @@ var conformanceCases = []struct {
 	{"TokenBucketMaxDelay", confTokenMaxDelay},
 	{"RateChange", confRateChange},
 	{"CapacityShrink", confCapacityShrink},
+	{"Penalty", confPenalty},
 }
 
 // confLeakyWholeQueue: a leaky_bucket whose Period/Quota is not a whole
@@ -840,4 +841,76 @@ func confCapacityShrink(r *confRun) {
 	d := r.take(small, "k", 1)
 	r.expect("burst 1, just shrunk", d, confWant{retry: time.Hour, reset: time.Hour})
 	r.retryExact("burst 1, just shrunk", small, "k", 1, d)
+}
+
+// admits checks that a request of cost 1 of key is admitted by l, or
+// not.
+func (r *confRun) admits(label string, l *model.Limit, key string, want bool) {
+	r.t.Helper()
+	if d := r.take(l, key, 1); d.Allowed != want {
+		r.t.Errorf("%s: %+v, want Allowed %v", label, d, want)
+	}
+}
+
+// confPenalty: a key that a limit with a Penalty refuses is refused for
+// the penalty from that refusal, with its remaining time as RetryAfter,
+// Next and Reset, charging nothing, whatever the algorithm; refusals
+// during it do not extend it; after it the key finds the state that time
+// left; another key, and a request that another limit refuses, start
+// none.
+func confPenalty(r *confRun) {
+	for _, alg := range model.Algorithms {
+		alg := alg
+		r.t.Run(string(alg), func(t *testing.T) {
+			r := r.sub(t)
+			rt, _ := model.ParseRate("2/s")
+			l := &model.Limit{Name: "pen-" + string(alg), Algorithm: alg, Rate: rt, Penalty: 10 * time.Second}
+			if err := l.Validate(); err != nil {
+				r.t.Fatal(err)
+			}
+			r.at(time.Second)
+			if n := r.drain(l, "k", 5); n != 2 {
+				r.t.Fatalf("%d admitted before the refusal, want 2", n)
+			}
+			held := confWant{retry: 10 * time.Second, reset: 10 * time.Second}
+			r.expect("the key held out", r.take(l, "k", 1), held)
+			r.at(6 * time.Second)
+			d := r.take(l, "k", 1)
+			r.expect("5s into the penalty, the state whole", d, confWant{retry: 5 * time.Second, reset: 5 * time.Second})
+			if !confDurEqual(d.Next, 5*time.Second) {
+				r.t.Errorf("Next %v 5s into the penalty, want 5s", d.Next)
+			}
+			r.expect("another key", r.take(l, "other", 1), confWant{allowed: true, remaining: 1, reset: confAnyReset})
+			r.at(11*time.Second - time.Millisecond)
+			// Reset counts the request the state would admit (see
+			// model.Penalise).
+			r.expect("1ms before the end", r.take(l, "k", 1), confWant{retry: time.Millisecond, reset: confAnyReset})
+			r.at(11 * time.Second)
+			r.admits("at the end", l, "k", true)
+			r.admits("then", l, "k", true)
+			r.expect("refused again: a new penalty", r.take(l, "k", 1), held)
+
+			// Beside a limit that refuses, the penalised limit admits
+			// and starts no penalty; held out, it charges no other.
+			tight := r.limit("pen-tight-"+string(alg), model.TokenBucket, "1/h", 1, 0)
+			r.at(30 * time.Second)
+			out := r.takeAll(r.ask(tight, "j", 1), r.ask(l, "j", 1))
+			if !out[0].Allowed || !out[1].Allowed {
+				r.t.Fatalf("first request of j: %+v", out)
+			}
+			out = r.takeAll(r.ask(tight, "j", 1), r.ask(l, "j", 1))
+			if out[0].Allowed || !out[1].Allowed {
+				r.t.Errorf("j refused by the tight limit: %+v, want the penalised limit's admission beside the refusal", out)
+			}
+			r.admits("j alone", l, "j", true)
+			r.expect("j refused by its limit", r.take(l, "j", 1), held)
+			r.at(35 * time.Second)
+			wide := r.limit("pen-wide-"+string(alg), model.TokenBucket, "100/s", 0, 0)
+			out = r.takeAll(r.ask(wide, "j", 1), r.ask(l, "j", 1))
+			if out[1].Allowed {
+				r.t.Errorf("j held out beside a wide limit: %+v", out)
+			}
+			r.expect("the wide limit, charged nothing", r.take(wide, "j", 1), confWant{allowed: true, remaining: 99, reset: confAnyReset})
+		})
+	}
 }
