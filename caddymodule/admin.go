@@ -363,7 +363,9 @@ func listZones(ctx context.Context) zonesAnswer {
 // Remaining rounded down, Reset and Next in seconds rounded up to the
 // millisecond, so that none promises more than the zone holds. Queued is
 // given for a zone that delays requests (a leaky_bucket, or a
-// token_bucket with max_delay) and omitted for one that never does.
+// token_bucket with max_delay) and omitted for one that never does;
+// Penalty, the seconds the key is still held out, for a zone with a
+// penalty.
 type keyAnswer struct {
 	Zone      string   `json:"zone"`
 	Key       string   `json:"key"`
@@ -373,6 +375,7 @@ type keyAnswer struct {
 	Reset     *float64 `json:"reset_seconds,omitempty"`
 	Next      *float64 `json:"next_seconds,omitempty"`
 	Queued    *float64 `json:"queued,omitempty"`
+	Penalty   *float64 `json:"penalty_seconds,omitempty"`
 	InFlight  *int     `json:"in_flight,omitempty"`
 	Deleted   *bool    `json:"deleted,omitempty"`
 }
@@ -408,6 +411,10 @@ func peekKey(w http.ResponseWriter, r *http.Request, az *adminZone, key string) 
 			queued := math.Round(ks.Queued*1000) / 1000
 			ans.Queued = &queued
 		}
+	}
+	if l.Penalty > 0 {
+		penalty := ceilMilli(ks.Penalty)
+		ans.Penalty = &penalty
 	}
 	if l.MaxInFlight > 0 {
 		ans.InFlight = &ks.InFlight

@@ -114,6 +114,9 @@ func caddyfileOf(c behaviour.Case, port int) string {
 		if l.Cost != 0 {
 			line(3, "cost", behaviour.Number(l.Cost))
 		}
+		if l.Penalty != "" {
+			line(3, "penalty", l.Penalty)
+		}
 		if l.OnMissingKey != "" {
 			line(3, "on_missing_key", l.OnMissingKey)
 		}

@@ -162,6 +162,10 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 			var dur time.Duration
 			dur, err = durationArg(d, sub)
 			z.MaxDelay = caddy.Duration(dur)
+		case "penalty":
+			var dur time.Duration
+			dur, err = durationArg(d, sub)
+			z.Penalty = caddy.Duration(dur)
 		case "match":
 			set, merr := caddyhttp.ParseCaddyfileNestedMatcherSet(d)
 			if merr != nil {

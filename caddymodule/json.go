@@ -41,19 +41,23 @@ func (h *Handler) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// UnmarshalJSON decodes a zone, naming max_delay or top_window when it is
-// not a duration.
+// UnmarshalJSON decodes a zone, naming max_delay, penalty or top_window
+// when it is not a duration.
 func (z *Zone) UnmarshalJSON(b []byte) error {
 	type plain Zone
 	aux := struct {
 		*plain
 		MaxDelay  json.RawMessage `json:"max_delay,omitempty"`
+		Penalty   json.RawMessage `json:"penalty,omitempty"`
 		TopWindow json.RawMessage `json:"top_window,omitempty"`
 	}{plain: (*plain)(z)}
 	if err := decodeStrict(b, &aux, ""); err != nil {
 		return err
 	}
 	if err := decodeDuration("max_delay", aux.MaxDelay, &z.MaxDelay); err != nil {
+		return err
+	}
+	if err := decodeDuration("penalty", aux.Penalty, &z.Penalty); err != nil {
 		return err
 	}
 	return decodeDuration("top_window", aux.TopWindow, &z.TopWindow)

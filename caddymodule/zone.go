@@ -119,6 +119,14 @@ type Zone struct {
 	// Only with a Redis store; not with leaky_bucket; at most the burst.
 	Lease float64 `json:"lease,omitempty"`
 
+	// Penalty holds out a key that the zone refuses: from that refusal,
+	// every request of the key is refused (429, Retry-After the time
+	// left) for this long, whatever the zone's state, in every instance
+	// sharing the store; then its state is as time left it. Refusals
+	// during a penalty do not extend it. Zero, the default, holds no one
+	// out. Not with lease.
+	Penalty caddy.Duration `json:"penalty,omitempty"`
+
 	// MatchRaw restricts the zone to the requests that match every one of
 	// these matchers; the zone is skipped for other requests. Absent means
 	// every request the handler sees.
@@ -315,6 +323,7 @@ func (z *Zone) coreLimit() (*model.Limit, error) {
 		MaxDelay:    time.Duration(z.MaxDelay),
 		MaxInFlight: z.MaxInFlight,
 		Lease:       z.Lease,
+		Penalty:     time.Duration(z.Penalty),
 	}
 	if z.Rate != "" {
 		rate, err := model.ParseRate(z.Rate)

@@ -188,10 +188,13 @@ func NewLane(cfg LaneConfig) *Lane {
 	if !cfg.Watch && !general {
 		l.mem = g.mem
 	}
-	if len(cfg.Exempt) > 0 || general {
+	if len(cfg.Exempt) > 0 {
 		// serveLaneAny checks the exemption, so that lanes without one
 		// pay nothing for it.
 		l.exempt, l.exemptIP = cfg.Exempt, cfg.ExemptIP
+		return l
+	}
+	if general {
 		return l
 	}
 	if l.mem == nil {

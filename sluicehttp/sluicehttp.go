@@ -201,6 +201,14 @@ type Limit struct {
 	// B + r·T + instances × Lease in any interval T. Zero: every request is
 	// decided in Redis. Not with leaky_bucket.
 	Lease float64
+	// Penalty, when positive, holds out a key that this limit refuses:
+	// from the refusal, every request of the key is refused (429, with
+	// the time left as Retry-After) for Penalty, whatever the limit's
+	// state, in every instance sharing the store; then its state is as
+	// time left it. Refusals during it do not extend it. The Caddy
+	// module's and the Traefik plugin's option of the same name. Not with
+	// Lease.
+	Penalty time.Duration
 
 	// MaxInFlight, when positive, is the most requests of one key in
 	// progress at once: a request holds its slot until the next handler
@@ -343,7 +351,7 @@ func build(cfg *Config) (*Limiter, core.GateConfig, error) {
 // newLimit builds the limit l, whose clients' keys begin with prefix and
 // whose client addresses ip reads.
 func newLimit(l *Limit, ip *clientip.Strategy, prefix string) (limit, error) {
-	cl := &model.Limit{Name: l.Name, Algorithm: model.Algorithm(l.Algorithm), Burst: l.Burst, MaxDelay: l.MaxDelay, Lease: l.Lease, MaxInFlight: l.MaxInFlight}
+	cl := &model.Limit{Name: l.Name, Algorithm: model.Algorithm(l.Algorithm), Burst: l.Burst, MaxDelay: l.MaxDelay, Lease: l.Lease, Penalty: l.Penalty, MaxInFlight: l.MaxInFlight}
 	if l.Rate == "" && l.MaxInFlight == 0 {
 		return limit{}, errors.New("rate: required (or max_in_flight)")
 	}

@@ -327,6 +327,22 @@ func TestOnVerdict(t *testing.T) {
 
 // TestConfigErrors: a bad configuration fails New with an error naming the
 // field.
+// TestPenalty: a client the limit refuses stays refused for the penalty,
+// with the time left as Retry-After, while another client is admitted.
+func TestPenalty(t *testing.T) {
+	mw := newMW(t, sluicehttp.Config{Limits: []sluicehttp.Limit{{Name: "login", Rate: "2/m", Penalty: 15 * time.Minute}}})
+	hd := mw.Handler(ok)
+	if got := codes(hd, "192.0.2.1:1", 4); got != "200 200 429 429" {
+		t.Fatalf("codes %s, want 200 200 429 429", got)
+	}
+	if w := serve(hd, "192.0.2.1:1"); w.Code != 429 || w.Header().Get("Retry-After") != "900" {
+		t.Errorf("held out: %d, Retry-After %q, want 429 and 900", w.Code, w.Header().Get("Retry-After"))
+	}
+	if w := serve(hd, "192.0.2.2:1"); w.Code != 200 {
+		t.Errorf("another client: %d", w.Code)
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	lim := func(l sluicehttp.Limit) []sluicehttp.Limit {
 		if l.Name == "" {
@@ -352,6 +368,7 @@ func TestConfigErrors(t *testing.T) {
 		{"cost", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", Burst: 2, Cost: 3})}, `limits[0] (api): cost "3": above the capacity of 2`},
 		{"negative cost", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", Cost: -1})}, `cost "-1": must be positive`},
 		{"lease above capacity", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "10/s", Lease: 20})}, `limits[0] (api): lease "20": above the capacity of 10`},
+		{"penalty", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "10/s", Penalty: time.Nanosecond})}, `limits[0] (api): penalty "1ns": must be a whole number of microseconds`},
 		{"lease in memory", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "10/s", Lease: 5})}, `lease "5": only a Redis store's capacity is leased`},
 		{"ipv6_prefix", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", IPv6Prefix: 129})}, `ipv6_prefix "129": must be between 0 and 128`},
 		{"trusted_proxies", sluicehttp.Config{Limits: one, TrustedProxies: []string{"10.0.0.0/33"}}, `trusted_proxies: prefix "10.0.0.0/33"`},

@@ -80,6 +80,9 @@ func traefikOptions(c behaviour.Case) map[string]interface{} {
 		o["cost"] = behaviour.Number(cost)
 		o["key"] = strings.Join(l.KeyParts(), ",")
 		o["onMissingKey"] = l.Missing()
+		if l.Penalty != "" {
+			o["penalty"] = l.Penalty
+		}
 	}
 	if len(items) > 0 {
 		m["limits"] = items

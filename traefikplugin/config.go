@@ -70,6 +70,10 @@ type Config struct {
 	// every request is decided in Redis. Only with redis; not with
 	// leaky_bucket; at most the burst.
 	Lease string
+	// Penalty, sluice's own: how long a key this limit refuses stays
+	// refused, from the refusal (a duration or a number of seconds);
+	// empty or "0": none. Not with lease.
+	Penalty string
 	// Key lists the parts of the bucket key, in sluice's syntax: client_ip,
 	// header:<Name>, host, method, path, query:<name>, cookie:<name>,
 	// const:<value>. ["header:X-API-Key"] limits per API key,
@@ -228,6 +232,9 @@ type LimitConfig struct {
 	// Lease is as Config.Lease, for the item's limit; it is not taken
 	// from the top level.
 	Lease string
+	// Penalty is as Config.Penalty, for the item's limit; it is not
+	// taken from the top level.
+	Penalty string
 	// OnMissingKey is as Config.OnMissingKey.
 	OnMissingKey string
 	// Unknown is as Config.Unknown.

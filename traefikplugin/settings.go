@@ -152,6 +152,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 		MaxDelay:    cfg.MaxDelay,
 		MaxInFlight: cfg.MaxInFlight,
 		Lease:       cfg.Lease,
+		Penalty:     cfg.Penalty,
 	}
 	if strings.TrimSpace(cfg.Amount) != "" {
 		if strings.TrimSpace(cfg.MaxInFlight) != "" {
@@ -329,6 +330,10 @@ func buildLimit(item LimitConfig, option string) (*model.Limit, error) {
 	if err != nil {
 		return nil, err
 	}
+	penalty, err := parseDuration(option+"penalty", item.Penalty)
+	if err != nil {
+		return nil, err
+	}
 	l := &model.Limit{
 		Name:        strings.TrimSpace(item.Name),
 		Algorithm:   alg,
@@ -337,6 +342,7 @@ func buildLimit(item LimitConfig, option string) (*model.Limit, error) {
 		MaxDelay:    maxDelay,
 		MaxInFlight: inFlight,
 		Lease:       lease,
+		Penalty:     penalty,
 	}
 	return validLimit(l, option)
 }
@@ -352,6 +358,9 @@ func flightOnlyLimit(item LimitConfig, option string, inFlight int) (*model.Limi
 		return nil, err
 	}
 	if l.Lease, err = parseNumber(option+"lease", item.Lease, 0); err != nil {
+		return nil, err
+	}
+	if l.Penalty, err = parseDuration(option+"penalty", item.Penalty); err != nil {
 		return nil, err
 	}
 	if option == "" {
@@ -382,6 +391,7 @@ var coreOptions = map[string]string{
 	"max_delay":          "maxDelay",
 	"max_in_flight":      "maxInFlight",
 	"lease":              "lease",
+	"penalty":            "penalty",
 	"algorithm":          "algorithm",
 	"name":               "name",
 	"jitter":             "retryJitter",

@@ -91,6 +91,9 @@ type Limit struct {
 	Burst    float64 `json:"burst"`
 	MaxDelay string  `json:"max_delay"`
 	Cost     float64 `json:"cost"`
+	// Penalty, a Go duration, holds out a key the limit refuses (Caddy's
+	// penalty, Traefik's penalty); empty for none.
+	Penalty string `json:"penalty"`
 	// Key lists the key's parts in the Traefik plugin's syntax:
 	// client_ip, host, header:<Name>, const:<value>. Empty means
 	// client_ip.
@@ -229,6 +232,11 @@ func (l Limit) check() error {
 	if l.MaxDelay != "" {
 		if _, err := time.ParseDuration(l.MaxDelay); err != nil {
 			return fmt.Errorf("max_delay %q: %w", l.MaxDelay, err)
+		}
+	}
+	if l.Penalty != "" {
+		if _, err := time.ParseDuration(l.Penalty); err != nil {
+			return fmt.Errorf("penalty %q: %w", l.Penalty, err)
 		}
 	}
 	switch l.OnMissingKey {
