@@ -554,3 +554,24 @@ func TestAdminAdviceFleet(t *testing.T) {
 		t.Errorf("a bad candidate: status %d, want 400", status)
 	}
 }
+
+// TestAdminPenalty: the key view of a zone with a penalty gives the
+// time a refused client is still held out, and DELETE lets it in again.
+func TestAdminPenalty(t *testing.T) {
+	p := freePorts(t, 1)
+	z := zone("login", "2/m")
+	z["penalty"] = "15m"
+	urls, api := loadWithAdmin(t, server{port: p[0], handler: map[string]any{"zones": []any{z}}})
+	wantStatus(t, urls[0], []int{200, 200, 429, 429})
+	var k keyAnswer
+	api.mustCall("GET", "/sluice/zones/login/keys/127.0.0.1", &k)
+	if !k.Present || *k.Remaining != 0 || k.Penalty == nil || *k.Penalty <= 890 || *k.Penalty > 900 || *k.Next != *k.Penalty {
+		t.Errorf("the key held out: %v, want its penalty of up to 900 s", k)
+	}
+	api.mustCall("DELETE", "/sluice/zones/login/keys/127.0.0.1", &k)
+	api.mustCall("GET", "/sluice/zones/login/keys/127.0.0.1", &k)
+	if k.Present || k.Penalty == nil || *k.Penalty != 0 {
+		t.Errorf("after DELETE: %v, want absent, penalty 0", k)
+	}
+	wantStatus(t, urls[0], []int{200, 200, 429})
+}
