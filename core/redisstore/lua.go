@@ -420,7 +420,8 @@ end
 
 // luaTakeMain decides every ask on one reading of the clock and, when all
 // allow and ARGV[2] is "1" or "2", writes every next state (with ARGV[2]
-// "0" it only decides). It computes and checks every decision and every
+// "0" it charges nothing); whatever ARGV[2], it writes the penalty that
+// a refusal starts (see penalise), as a refusal charges nothing. It computes and checks every decision and every
 // time to live before its first write, and fails without writing if one
 // is NaN or infinite. It returns one string: per ask, separated by commas,
 // allowed (1 or 0), then remaining, and reset, retry, delay and next in
@@ -458,7 +459,6 @@ for i, p in ipairs(list) do
   if retry > 0 then retry = mceil(retry / tick) * tick end
   out[i] = (r.ok and '1 ' or '0 ') .. fmt(r.rem) .. ' ' .. fmt(mceil(r.reset)) .. ' ' .. fmt(mceil(retry)) .. ' ' .. fmt(mceil(r.delay)) .. ' ' .. fmt(mceil(r.next))
 end
-if ARGV[2] == '0' then return concat(out, ',') end
 for i, p in ipairs(list) do
   if rs[i].held then
     -- The hash lives at least as long as the penalty.
@@ -468,7 +468,7 @@ for i, p in ipairs(list) do
     if call('PTTL', p.key) < ms then call('PEXPIRE', p.key, ms) end
   end
 end
-if not all then return concat(out, ',') end
+if not all or ARGV[2] == '0' then return concat(out, ',') end
 local ttls = {}
 for i, p in ipairs(list) do
   ttls[i] = ttl(rs[i].exp, p)
