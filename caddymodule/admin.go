@@ -43,11 +43,14 @@ func init() {
 //	DELETE /sluice/zones/<zone>/advice       forget the demand recorded: figures start again
 //
 // Advice takes candidates of its own as ?candidate=100/1m&burst=20
-// (repeated, each burst pairing with the candidate before it). A zone is addressed by its ID, "<name>@<handler>", as /sluice/zones
-// lists it (the handler's part is the zone's key prefix without its
-// slash: "per_ip@srv0", "per_ip@srv0#1" for the second zone per_ip of
-// server srv0, "per_ip@=api" in share group api), or by its name alone
-// when no other zone of the running config has it. <key> is the key as
+// (repeated, each burst pairing with the candidate before it). A zone is
+// addressed by its ID, "<name>@<handler>", as /sluice/zones lists it (the
+// handler's part is the zone's key prefix without its slash: the
+// handler's id, "per_ip@edge"; else the site it serves,
+// "per_ip@example.com:443", "per_ip@example.com:443#1" for the second
+// handler of the site with a zone per_ip; "per_ip@=api" in share group
+// api; see [Handler.ID]), or by its name alone when no other zone of the
+// running config has it. <key> is the key as
 // the zone builds it and /top shows it (for the key {client_ip}, the
 // client's address or, with a prefix, its network; a key longer than 128
 // bytes as its digest, "#" and 32 hexadecimal digits, or in full),
@@ -69,7 +72,7 @@ func (AdminAPI) Routes() []caddy.AdminRoute {
 
 // adminZone is a zone of a provisioned handler, as the admin API finds it.
 type adminZone struct {
-	id     string // <name>@<prefix without its trailing slash>
+	id     string // the zone's ID (Zone.id)
 	server string // the server's name, or "" in a share group
 	h      *Handler
 	z      *Zone
@@ -94,7 +97,7 @@ func (h *Handler) register(ctx caddy.Context) {
 	zoneRegistry.Lock()
 	defer zoneRegistry.Unlock()
 	for _, z := range h.Zones {
-		az := &adminZone{id: z.Name + "@" + strings.TrimSuffix(z.prefix, "/"), server: server, h: h, z: z}
+		az := &adminZone{id: z.id, server: server, h: h, z: z}
 		zoneRegistry.byID[az.id] = append(zoneRegistry.byID[az.id], az)
 		h.admin = append(h.admin, az)
 	}

@@ -87,8 +87,8 @@ func loadWithAdmin(t *testing.T, servers ...server) ([]string, adminAPI) {
 
 // testAdminReset: a client at 429, reset through the admin API, is
 // admitted on its next request; the API shows its state before and
-// after.
-func testAdminReset(t *testing.T, store map[string]any, wantStore string) {
+// after. It returns the port of the server.
+func testAdminReset(t *testing.T, store map[string]any, wantStore string) int {
 	p := freePorts(t, 1)
 	h := map[string]any{"zones": []any{zone("per_ip", "3/m")}}
 	if store != nil {
@@ -103,7 +103,7 @@ func testAdminReset(t *testing.T, store map[string]any, wantStore string) {
 		t.Fatalf("zones: %+v, want one", zones)
 	}
 	z := zones.Zones[0]
-	if z.ID != "per_ip@srv0" || z.Name != "per_ip" || z.Server != "srv0" || z.Algorithm != "token_bucket" ||
+	if z.ID != siteID("per_ip", p[0]) || z.Name != "per_ip" || z.Server != "srv0" || z.Algorithm != "token_bucket" ||
 		z.Quota != 3 || z.Period != 60 || z.Burst != 3 || z.NearLimit != 0.1 || !strings.HasPrefix(z.Store, wantStore) ||
 		z.Keys == nil || *z.Keys < 1 || !z.KeysComplete {
 		t.Errorf("zone: %+v", z)
@@ -115,7 +115,7 @@ func testAdminReset(t *testing.T, store map[string]any, wantStore string) {
 		t.Errorf("the spent key: %v", k)
 	}
 	wantStatus(t, urls[0], []int{429}) // GET charged nothing
-	api.mustCall("DELETE", "/sluice/zones/per_ip@srv0/keys/127.0.0.1", &k)
+	api.mustCall("DELETE", "/sluice/zones/"+url.PathEscape(siteID("per_ip", p[0]))+"/keys/127.0.0.1", &k)
 	if k.Deleted == nil || !*k.Deleted {
 		t.Errorf("DELETE: %+v, want deleted", k)
 	}
@@ -128,6 +128,7 @@ func testAdminReset(t *testing.T, store map[string]any, wantStore string) {
 	if *k.Deleted {
 		t.Errorf("DELETE of a key never seen: %+v, want deleted false", k)
 	}
+	return p[0]
 }
 
 func TestAdminResetMemory(t *testing.T) {
@@ -136,20 +137,19 @@ func TestAdminResetMemory(t *testing.T) {
 
 func TestAdminResetRedis(t *testing.T) {
 	rs := redistest.Start(t, redistest.Options{})
-	testAdminReset(t, redisStore(rs.Addr, 2), "redis "+rs.Addr)
+	port := testAdminReset(t, redisStore(rs.Addr, 2), "redis "+rs.Addr)
 
 	// The API deleted the real key: the one the take script writes,
 	// digested.
 	c := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	defer c.Close()
-	sum := sha256.Sum256([]byte("srv0/127.0.0.1"))
+	sum := sha256.Sum256([]byte(":" + strconv.Itoa(port) + "/127.0.0.1"))
 	key := "sluice:{per_ip:token_bucket:#" + hex.EncodeToString(sum[:16]) + "}"
 	ctx := context.Background()
 	if n, err := c.Exists(ctx, key).Result(); err != nil || n != 1 {
 		t.Fatalf("EXISTS %s: %d, %v; want the key the requests wrote", key, n, err)
 	}
-	p := freePorts(t, 1)
-	_, api := loadWithAdmin(t, server{port: p[0], handler: map[string]any{"zones": []any{zone("per_ip", "3/m")}, "store": redisStore(rs.Addr, 2)}})
+	_, api := loadWithAdmin(t, server{port: port, handler: map[string]any{"zones": []any{zone("per_ip", "3/m")}, "store": redisStore(rs.Addr, 2)}})
 	var k keyAnswer
 	api.mustCall("DELETE", "/sluice/zones/per_ip/keys/127.0.0.1", &k)
 	if n, err := c.Exists(ctx, key).Result(); err != nil || n != 0 || !*k.Deleted {
@@ -169,7 +169,7 @@ func TestAdminTop(t *testing.T) {
 	wantStatus(t, urls[0], []int{200}, "X-Client", "d")
 	var top topAnswer
 	api.mustCall("GET", "/sluice/zones/api/top", &top)
-	if top.Zone != "api@srv0" || top.Counters != 128 || top.Window != 60 || top.Since.IsZero() {
+	if top.Zone != siteID("api", p[0]) || top.Counters != 128 || top.Window != 60 || top.Since.IsZero() {
 		t.Errorf("top: %+v", top)
 	}
 	want := func(name string, got []topEntry, want ...topEntry) {
@@ -220,8 +220,8 @@ func TestAdminErrors(t *testing.T) {
 		msg          string
 	}{
 		{"GET", "/sluice/zones/nope/keys/1.2.3.4", 404, `unknown zone "nope"`},
-		{"GET", "/sluice/zones/per_ip/keys/1.2.3.4", 409, "per_ip@srv0, per_ip@srv1"},
-		{"GET", "/sluice/zones/per_ip@srv1/keys/1.2.3.4", 200, ""},
+		{"GET", "/sluice/zones/per_ip/keys/1.2.3.4", 409, "use an ID: " + strings.Join(sorted(siteID("per_ip", p[0]), siteID("per_ip", p[1])), ", ")},
+		{"GET", "/sluice/zones/" + siteID("per_ip", p[1]) + "/keys/1.2.3.4", 200, ""},
 		{"GET", "/sluice/zones/solo/keys/", 400, "empty key"},
 		{"GET", "/sluice/zones/solo/top?n=0", 400, "want an integer from 1 to 2048"},
 		{"GET", "/sluice/zones/solo/top?n=x", 400, "want an integer"},
@@ -246,8 +246,9 @@ func TestAdminErrors(t *testing.T) {
 	for _, z := range zones.Zones {
 		ids = append(ids, z.ID)
 	}
-	if got := strings.Join(ids, " "); got != "per_ip@srv0 per_ip@srv1 solo@srv0" {
-		t.Errorf("zone IDs: %s", got)
+	want := strings.Join(sorted(siteID("per_ip", p[0]), siteID("per_ip", p[1]), siteID("solo", p[0])), " ")
+	if got := strings.Join(ids, " "); got != want {
+		t.Errorf("zone IDs: %s, want %s", got, want)
 	}
 }
 
@@ -455,8 +456,8 @@ func TestAdminAdvice(t *testing.T) {
 	}
 	atomic.AddInt64(&now, int64(time.Minute))
 	api.mustCall("GET", "/sluice/zones/api/advice?candidate=1/m", &adv)
-	if adv.Zone != "api@srv0" || adv.Period != "1m" || adv.Keys != 2 || adv.KeyPeriods != 2 || adv.Cost != 4 || adv.Demand.Max != 3 {
-		t.Fatalf("advice: %+v; want zone api@srv0, period 1m, 2 keys, 2 key-periods asking 4, max 3 (the refused request counts)", adv)
+	if adv.Zone != siteID("api", p[0]) || adv.Period != "1m" || adv.Keys != 2 || adv.KeyPeriods != 2 || adv.Cost != 4 || adv.Demand.Max != 3 {
+		t.Fatalf("advice: %+v; want zone api@127.0.0.1:<port>, period 1m, 2 keys, 2 key-periods asking 4, max 3 (the refused request counts)", adv)
 	}
 	want := map[string]float64{"configured": 0, "half": 0.5, "double": 0, "asked": 0.5} // share of key-periods refused
 	for _, c := range adv.Candidates {
@@ -526,7 +527,7 @@ func TestAdminAdviceFleet(t *testing.T) {
 	if err := l.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	d := other.Demand(l, "srv0/", 0, func() int64 { return start })
+	d := other.Demand(l, ":"+strconv.Itoa(p[0])+"/", 0, func() int64 { return start })
 	d.Recorder().Add(start+int64(time.Second), "a", 2)
 	end := start + int64(time.Minute) + int64(4*time.Second) // the minute sent by every instance
 	d.Recorder().Snapshot(end)

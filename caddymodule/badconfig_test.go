@@ -158,6 +158,9 @@ var badCaddyfiles = []struct {
 	{"share", with("share"), 4, "share: want one argument, got 0"},
 	{"share", with("share a b"), 4, "share: want one argument, got 2"},
 	{"log_key", with("log_key yes"), 4, `log_key: takes no argument, got "yes"`},
+	{"id", with("id"), 4, "id: want one argument, got 0"},
+	{"id", with("id a b"), 4, "id: want one argument, got 2"},
+	{"id", with("id a", "share b"), 4, `id "a": not with share "b"`},
 }
 
 // TestBadCaddyfile checks that every bad sluice block fails with one
@@ -408,6 +411,8 @@ var badJSON = []struct {
 	{"retry_jitter", hj(`"retry_jitter":-0.1`), `retry_jitter "-0.1": must be between 0 and 1`},
 	{"log_key", hj(`"log_key":"yes"`), "log_key: want bool, got a JSON string"},
 	{"share", hj(`"share":5`), "share: want string, got a JSON number"},
+	{"id", hj(`"id":"a","share":"b"`), `id "a": not with share "b"`},
+	{"id", hj(`"id":"a\nb"`), `id "a\nb": must not contain control characters`},
 }
 
 // TestBadJSON loads every bad JSON configuration as Caddy does and checks

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -180,6 +181,18 @@ func repeat(status, n int) []int {
 	for i := range s {
 		s[i] = status
 	}
+	return s
+}
+
+// siteID is the ID of the zone called name of the test server on port:
+// its only route has no matchers, so its site is its port.
+func siteID(name string, port int) string {
+	return name + "@:" + strconv.Itoa(port)
+}
+
+// sorted returns s sorted.
+func sorted(s ...string) []string {
+	sort.Strings(s)
 	return s
 }
 

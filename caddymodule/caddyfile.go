@@ -71,6 +71,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.RetryJitter, err = numberArg(d, sub)
 		case "share":
 			h.Share, err = oneArg(d, sub, nil)
+		case "id":
+			h.ID, err = oneArg(d, sub, nil)
 		case "log_key":
 			h.LogKey, err = true, noArg(d, sub)
 		default:

@@ -58,13 +58,19 @@
 //	    retry_jitter   <fraction>
 //	    log_key
 //	    share          <group>                  # zones shared with other handlers of the group
+//	    id             <id>                     # names the zones' counters; default: the site's addresses
 //	}
 //
 // Zones are decided in the order written, all-or-nothing: a request is
 // charged to every applicable zone or, if any of them rejects it, to none.
 // A handler's zones are its own: two sites that each define a zone per_ip
-// count apart (and keep their counters across reloads); handlers that name
-// the same share group share the counters of their zones of the same name.
+// count apart; handlers that name the same share group, or the same id,
+// share the counters of their zones of the same name. A zone's counters
+// and its ID in the admin API are named by the handler's id or, without
+// one, by the site it serves (its names and ports, as
+// "per_ip@example.com:443"), never by the rest of the config: adding or
+// reordering other sites keeps them across a reload, and instances that
+// serve the site alike share them in Redis. See [Handler.ID].
 // See [Handler] and [Zone] for the meaning of every setting; each has the
 // same name in JSON.
 //

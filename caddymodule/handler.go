@@ -37,11 +37,13 @@ func init() {
 // configured identically share one store, in this process (memory) or on
 // the server (Redis), but each handler's zones count on their own unless
 // the handlers name the same Share group: two sites that each define a
-// zone "per_ip" do not share it. Instances of Caddy running one config
-// share their Redis counters, as the same handler in each. A config
+// zone "per_ip" do not share it. A zone is told apart from the others of
+// its name by its handler's ID, else by the site it serves (see ID), so
+// that instances of Caddy whose configs serve the site alike share their
+// Redis counters, however the rest of their configs differ. A config
 // reload keeps the store and therefore the counters; a zone whose
 // rate or burst changed keeps its counters and applies the new values, a
-// zone whose name or algorithm changed starts afresh.
+// zone whose name, algorithm or identity changed starts afresh.
 type Handler struct {
 	// Zones are the limits, checked in this order. At least one is
 	// required; names must be unique.
@@ -104,15 +106,35 @@ type Handler struct {
 	// Share names a group of handlers whose zones of the same name share
 	// their counters, as instances sharing one Redis store always do.
 	// Empty (the default): this handler's zones are its own, so two sites
-	// that each define a zone "per_ip" count apart. Counters survive
-	// config reloads either way: a handler's zones are told apart from
-	// other handlers' by their server's name and their order in it (a
-	// zone's keys begin "srv0/", or "srv0#1/" for the second zone of the
-	// name in srv0, or "=<group>/" in a share group, as Redis key names
-	// show: sluice:{per_ip:token_bucket:srv0/203.0.113.7}), so moving a
-	// site above another with a zone of the same name swaps their counters
-	// once.
+	// that each define a zone "per_ip" count apart. A share group's zones
+	// are "<name>@=<group>" and their keys begin "=<group>/".
 	Share string `json:"share,omitempty"`
+
+	// ID names the handler's zones apart from the zones of the same name
+	// of other handlers, in their IDs ("per_ip@<id>") and their store
+	// keys (with readable_keys, Redis shows
+	// sluice:{per_ip:token_bucket:<id>/203.0.113.7}), the same on every
+	// instance and across reloads whatever else the config says.
+	// Handlers with the same ID count their zones of one name together.
+	// Not with Share.
+	//
+	// Without an ID, a handler is named by the site it serves: the
+	// top-level route it is in, written as its host and path matchers, ":"
+	// and the ports its server listens on (not the addresses it binds):
+	// "example.com:443" for the Caddyfile site example.com,
+	// "a.com,b.com:443" for a site of two names, "example.com/api/*:443",
+	// ":8080" for the site :8080 or http://:8080. The second handler of
+	// one site with a zone of the same name adds "#1" to the site's name
+	// ("per_ip@example.com:443#1"), the third "#2", in the order of the
+	// site's routes. Adding, removing or reordering other sites, or
+	// renaming servers, keeps a zone's identity; changing the site's own
+	// names, paths or ports changes it, and instances that serve it on
+	// different ports name it apart: set ID where counters must outlive
+	// such changes or be shared by such instances. A handler in a named
+	// route, which several sites may invoke, needs an ID or a Share
+	// group, and so do sites of one name on two servers whose addresses
+	// differ only by host.
+	ID string `json:"id,omitempty"`
 
 	gate      *core.Gate
 	store     *pooledStore // the primary store, which the admin API reads
@@ -134,11 +156,20 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// parseCaddyfile reads the sluice directive.
+// parseCaddyfile reads the sluice directive. In a named route, which
+// several sites may invoke, its zones' identity cannot be the site's: it
+// needs an id or a share group.
 func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	s := new(Handler)
-	err := s.UnmarshalCaddyfile(h.Dispenser)
-	return s, err
+	if err := s.UnmarshalCaddyfile(h.Dispenser); err != nil {
+		return s, err
+	}
+	if h.IsNamedRoute() && s.ID == "" && s.Share == "" {
+		h.Reset()
+		h.Next() // the directive, whose line the error names
+		return s, h.Err("sluice in a named route, which several sites may invoke: set id (or share) to name its zones' counters")
+	}
+	return s, nil
 }
 
 // Provision builds the zones' limits, keys and matchers, acquires the
@@ -164,6 +195,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.store = st
+	if err := h.setIdentities(ctx); err != nil {
+		return err
+	}
 	limits := make([]*model.Limit, len(h.Zones))
 	h.zoneIndex = make(map[string]int, len(h.Zones))
 	for i, z := range h.Zones {
@@ -173,7 +207,6 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if err := z.provision(ctx); err != nil {
 			return fmt.Errorf("zones[%d].%w", i, err)
 		}
-		z.prefix = zonePrefix(ctx, h.Share, z.Name)
 		z.nearAt = z.nearLimit() * z.limit.Capacity()
 		z.nameValue = z.Name
 		if err := h.acquireWatch(z, st); err != nil {
@@ -259,6 +292,9 @@ func (h *Handler) Validate() error {
 		}
 	}
 	if _, err := h.responder(); err != nil {
+		return err
+	}
+	if err := checkID(h.ID, h.Share); err != nil {
 		return err
 	}
 	if onRedis && h.Store.Redis.LeaseTTL != 0 && !h.inFlight() {

@@ -82,7 +82,9 @@ func TestRedisSentinel(t *testing.T) {
 			t.Errorf("request %d: no RateLimit header: not decided by the store", i+1)
 		}
 	}
-	if !keyExists(t, s.Master.Addr, "sluice:{api:token_bucket:srv0/a}") {
+	// The site http://127.0.0.1:<port> is its host and its port.
+	prefix := fmt.Sprintf("sluice:{api:token_bucket:127.0.0.1:%d/", port)
+	if !keyExists(t, s.Master.Addr, prefix+"a}") {
 		t.Fatalf("user a's counter is not on the master %s", s.Master.Addr)
 	}
 
@@ -96,7 +98,7 @@ func TestRedisSentinel(t *testing.T) {
 		user := fmt.Sprintf("b%d", i)
 		r := get(t, url, "X-User", user)
 		if r.status == 200 && r.header.Get("Ratelimit") != "" &&
-			keyExists(t, s.Master.Addr, "sluice:{api:token_bucket:srv0/"+user+"}") {
+			keyExists(t, s.Master.Addr, prefix+user+"}") {
 			t.Logf("decided by the new master after %d tries", i+1)
 			break
 		}
@@ -114,7 +116,7 @@ func TestRedisSentinel(t *testing.T) {
 		t.Errorf("user a after the failover: status %d, body %q; want 429 by api", r.status, r.body)
 	}
 	wantStatus(t, url, []int{200, 200, 200, 429}, "X-User", "c")
-	if !keyExists(t, s.Master.Addr, "sluice:{api:token_bucket:srv0/c}") {
+	if !keyExists(t, s.Master.Addr, prefix+"c}") {
 		t.Errorf("user c's counter is not on the new master %s", s.Master.Addr)
 	}
 }

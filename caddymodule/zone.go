@@ -6,16 +6,13 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/sluicehq/sluice/core"
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/demand"
 	"github.com/sluicehq/sluice/core/inspect"
@@ -215,8 +212,10 @@ type Zone struct {
 	// every request of the zone, so the key leaves it out.)
 	keyVars []string
 	// prefix begins every key of the zone, to tell it from the zones of
-	// the same name of other handlers (zonePrefix).
+	// the same name of other handlers, and id is the zone's ID,
+	// "<name>@<prefix without its slash>" (identity.go).
 	prefix   string
+	id       string
 	cost     float64 // the cost when costTmpl is empty
 	costTmpl string  // the cost's placeholder template, or ""
 	// nearAt is the remaining capacity under which an admitted request
@@ -849,58 +848,4 @@ func unknownPlaceholder(key string) (string, bool) {
 		}
 		key = key[i+j+1:]
 	}
-}
-
-// zoneOrdinals counts, per config load (identified by its context's Done
-// channel, which every module of one config shares), the zones of each
-// server and name provisioned so far outside any share group.
-var zoneOrdinals = struct {
-	sync.Mutex
-	loads map[<-chan struct{}]map[string]int
-}{loads: map[<-chan struct{}]map[string]int{}}
-
-// zonePrefix returns the key prefix of a zone named name in a handler of
-// share group share (empty: none), provisioned with ctx. Zones of a share
-// group share the group's counters. The others are told apart by their
-// server's name and, within it, by how many zones of the same name come
-// before them: Caddy provisions a server's routes in order, so the prefix
-// is the same after a reload and on every instance that runs the config.
-// The prefix is the server's name, "#n" for the n-th zone of the name
-// after the first, and "/" ("srv0/", "srv0#1/"), or core.SharePrefix(share)
-// ("=" + share + "/") in a share group, the names escaped by
-// core.EscapePrefix so that no prefix begins another: no client's key can
-// reach another handler's counters.
-func zonePrefix(ctx caddy.Context, share, name string) string {
-	if share != "" {
-		return core.SharePrefix(share)
-	}
-	server := ""
-	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && srv != nil {
-		server = srv.Name()
-	}
-	n := 0
-	if done := ctx.Done(); done != nil { // nil: a context no config owns, as in some tests
-		zoneOrdinals.Lock()
-		for d := range zoneOrdinals.loads {
-			select {
-			case <-d: // that config was unloaded
-				delete(zoneOrdinals.loads, d)
-			default:
-			}
-		}
-		names := zoneOrdinals.loads[done]
-		if names == nil {
-			names = map[string]int{}
-			zoneOrdinals.loads[done] = names
-		}
-		id := server + "\x00" + name
-		n = names[id]
-		names[id] = n + 1
-		zoneOrdinals.Unlock()
-	}
-	server = core.EscapePrefix(server)
-	if n == 0 {
-		return server + "/"
-	}
-	return server + "#" + strconv.Itoa(n) + "/"
 }

@@ -8,7 +8,7 @@ import "strings"
 // Config.Share both use it, so a limit of the same name and algorithm
 // counts a client on the same store key in each of them. Prefixes of
 // different groups never begin one another, nor those of Caddy's handlers
-// outside any group, which begin with an escaped server name.
+// outside any group, which begin with an escaped site name or handler ID.
 func SharePrefix(group string) string {
 	return "=" + EscapePrefix(group) + "/"
 }

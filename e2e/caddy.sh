@@ -224,7 +224,7 @@ code="$(req "$base/")"
 [ "$code" = 200 ] || fail "GET / after the admin DELETE: status $code, want 200"
 expect_hdr X-RateLimit-Remaining 4 "GET / after the admin DELETE"
 code="$(admin_req $admin GET /sluice/zones)"
-[ "$code" = 200 ] && grep -q '"id":"per_ip@srv0","name":"per_ip","server":"srv0","algorithm":"token_bucket"' "$TMP/b" ||
+[ "$code" = 200 ] && grep -q '"id":"per_ip@:8080","name":"per_ip","server":"srv0","algorithm":"token_bucket"' "$TMP/b" ||
 	fail "admin GET /sluice/zones: status $code: $(cat "$TMP/b")"
 code="$(admin_req $admin GET '/sluice/zones/per_ip/top?n=3')"
 [ "$code" = 200 ] && grep -q '"rejected":\[{"key":"127.0.0.1","count":[1-9]' "$TMP/b" ||

@@ -45,6 +45,7 @@ for i in 1 2; do
 http://:$port {
 	bind 127.0.0.1
 	sluice {
+		id fleet # the instances' ports differ: one name for the zone in both
 		mode dry_run
 		zone api {
 			key {http.request.header.X-Client}
