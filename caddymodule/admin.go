@@ -44,17 +44,16 @@ func init() {
 //
 // Advice takes candidates of its own as ?candidate=100/1m&burst=20
 // (repeated, each burst pairing with the candidate before it). A zone is
-// addressed by its ID, "<name>@<handler>", as /sluice/zones lists it (the
-// handler's part is the zone's key prefix without its slash: the
-// handler's id, "per_ip@edge"; else the site it serves,
-// "per_ip@example.com:443", "per_ip@example.com:443#1" for the second
-// handler of the site with a zone per_ip; "per_ip@=api" in share group
-// api; see [Handler.ID]), or by its name alone when no other zone of the
-// running config has it. <key> is the key as
-// the zone builds it and /top shows it (for the key {client_ip}, the
-// client's address or, with a prefix, its network; a key longer than 128
-// bytes as its digest, "#" and 32 hexadecimal digits, or in full),
-// path-escaped.
+// addressed by its ID, "<name>@<handler>", as /sluice/zones lists it and
+// the metrics label it (the handler's part is the zone's key prefix
+// without its slash: the handler's id, "per_ip@edge"; else the site it
+// serves, "per_ip@example.com:443", "per_ip@example.com:443#1" for the
+// second handler of the site with a zone per_ip; "per_ip@=api" in share
+// group api; see [Handler.ID]), or by its name alone when no other zone
+// of the running config has it. <key> is the key as the zone builds it
+// and /top shows it (for the key {client_ip}, the client's address or,
+// with a prefix, its network; a key longer than 128 bytes as its digest,
+// "#" and 32 hexadecimal digits, or in full), path-escaped.
 type AdminAPI struct{}
 
 // CaddyModule returns the Caddy module information.

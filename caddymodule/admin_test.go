@@ -191,10 +191,10 @@ func TestAdminTop(t *testing.T) {
 	want("all: admitted", top.Admitted, topEntry{Key: "all", Count: 3}) // rejected requests are charged to no zone
 	want("all: rejected", top.Rejected)
 
-	if n := counter(t, "api", "near_limit"); n != 1 {
+	if n := counter(t, siteID("api", p[0]), "near_limit"); n != 1 {
 		t.Errorf("near_limit decisions of api: %v, want 1 (besides allowed)", n)
 	}
-	if n := counter(t, "api", "allowed"); n != 3 {
+	if n := counter(t, siteID("api", p[0]), "allowed"); n != 3 {
 		t.Errorf("allowed decisions of api: %v, want 3", n)
 	}
 
@@ -472,12 +472,12 @@ func TestAdminAdvice(t *testing.T) {
 
 	var q, kp float64
 	for _, m := range family(t, "sluice_demand").GetMetric() {
-		if label(m, "zone") == "api" && label(m, "quantile") == "1" {
+		if label(m, "zone") == siteID("api", p[0]) && label(m, "quantile") == "1" {
 			q = m.GetGauge().GetValue()
 		}
 	}
 	for _, m := range family(t, "sluice_demand_key_periods_total").GetMetric() {
-		if label(m, "zone") == "api" {
+		if label(m, "zone") == siteID("api", p[0]) {
 			kp = m.GetCounter().GetValue()
 		}
 	}
@@ -541,7 +541,7 @@ func TestAdminAdviceFleet(t *testing.T) {
 		t.Fatalf("fleet advice: %+v; want scope fleet, 2 keys, 2 key-periods asking 6, the largest 5 (3 here, 2 in the other instance)", adv)
 	}
 	for _, m := range family(t, "sluice_demand_key_periods_total").GetMetric() {
-		if label(m, "zone") == "api" {
+		if strings.HasPrefix(label(m, "zone"), "api@") {
 			t.Errorf("a fleet zone's demand exported by one instance's metrics: %v", m)
 		}
 	}

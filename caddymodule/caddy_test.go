@@ -197,13 +197,23 @@ func sorted(s ...string) []string {
 }
 
 // counter returns sluice_decisions_total{zone, outcome} of the
-// running config's registry.
+// running config's registry; zone is the zone's ID.
 func counter(t *testing.T, zone, outcome string) float64 {
 	t.Helper()
 	for _, m := range family(t, "sluice_decisions_total").GetMetric() {
 		if label(m, "zone") == zone && label(m, "outcome") == outcome {
 			return m.GetCounter().GetValue()
 		}
+	}
+	return 0
+}
+
+// decisionTimes returns the count of sluice_decision_seconds in the
+// running config's registry: it counts every decision of the process.
+func decisionTimes(t *testing.T) uint64 {
+	t.Helper()
+	if f := family(t, "sluice_decision_seconds"); f != nil {
+		return f.GetMetric()[0].GetHistogram().GetSampleCount()
 	}
 	return 0
 }

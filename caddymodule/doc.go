@@ -65,9 +65,9 @@
 // charged to every applicable zone or, if any of them rejects it, to none.
 // A handler's zones are its own: two sites that each define a zone per_ip
 // count apart; handlers that name the same share group, or the same id,
-// share the counters of their zones of the same name. A zone's counters
-// and its ID in the admin API are named by the handler's id or, without
-// one, by the site it serves (its names and ports, as
+// share the counters of their zones of the same name. A zone's counters,
+// its ID in the admin API and its metrics' zone label are named by the
+// handler's id or, without one, by the site it serves (its names and ports, as
 // "per_ip@example.com:443"), never by the rest of the config: adding or
 // reordering other sites keeps them across a reload, and instances that
 // serve the site alike share them in Redis. See [Handler.ID].

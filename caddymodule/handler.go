@@ -111,8 +111,8 @@ type Handler struct {
 	Share string `json:"share,omitempty"`
 
 	// ID names the handler's zones apart from the zones of the same name
-	// of other handlers, in their IDs ("per_ip@<id>") and their store
-	// keys (with readable_keys, Redis shows
+	// of other handlers, in their IDs ("per_ip@<id>"), their metrics'
+	// zone label and their store keys (with readable_keys, Redis shows
 	// sluice:{per_ip:token_bucket:<id>/203.0.113.7}), the same on every
 	// instance and across reloads whatever else the config says.
 	// Handlers with the same ID count their zones of one name together.
@@ -140,6 +140,7 @@ type Handler struct {
 	store     *pooledStore // the primary store, which the admin API reads
 	stores    []string     // pool keys this handler holds, released by Cleanup
 	watches   []string     // watch pool keys this handler holds, released by Cleanup
+	series    []string     // zoneSeries keys (zone IDs) this handler holds, released by Cleanup
 	admin     []*adminZone // the handler's zones in the admin API's registry
 	logger    *zap.Logger
 	warnings  *warnLimiter // store errors
@@ -238,7 +239,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		return caddyError(err)
 	}
-	if h.metrics, err = newHandlerMetrics(ctx.GetMetricsRegistry(), h.Zones, st); err != nil {
+	if h.metrics, err = h.newHandlerMetrics(ctx.GetMetricsRegistry(), st); err != nil {
 		return err
 	}
 	h.register(ctx)
@@ -336,10 +337,11 @@ func (h *Handler) inFlight() bool {
 	return false
 }
 
-// Cleanup releases the handler's references to its watches, then to its
-// stores (a fleet's demand sends its last parts through its store's
-// client); the last reference to a Redis store closes its client. It is
-// safe to call more than once and after a failed Provision.
+// Cleanup releases the handler's references to its watches and its
+// zones' metric series, then to its stores (a fleet's demand sends its
+// last parts through its store's client); the last reference to a Redis
+// store closes its client. It is safe to call more than once and after a
+// failed Provision.
 func (h *Handler) Cleanup() error {
 	h.unregister()
 	var errs []error
@@ -349,6 +351,12 @@ func (h *Handler) Cleanup() error {
 		}
 	}
 	h.watches = nil
+	for _, id := range h.series {
+		if _, err := zoneSeries.Delete(id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	h.series = nil
 	for _, key := range h.stores {
 		if _, err := stores.Delete(key); err != nil {
 			errs = append(errs, err)

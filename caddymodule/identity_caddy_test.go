@@ -165,3 +165,42 @@ func TestIdentityExplicit(t *testing.T) {
 	wantStatus(t, base(third)+"/x", []int{200, 429}, "X-Client", "k")
 	wantStatus(t, base(third)+"/y", []int{200, 429}, "X-Client", "k") // the site's two handlers count apart
 }
+
+// TestMetricsAcrossReload: the decisions' series are labelled by zone ID,
+// so that two sites' zones of one name are two series, and keep counting
+// across a reload that keeps the ID; a reload that drops a zone drops its
+// series.
+func TestMetricsAcrossReload(t *testing.T) {
+	other, port := orderedPorts(t)
+	url, otherURL := "http://127.0.0.1:"+strconv.Itoa(port), "http://127.0.0.1:"+strconv.Itoa(other)
+	id, otherID := boundSiteID("per_ip", port), boundSiteID("per_ip", other)
+	loadCaddyfile(t, identityGlobal+site(port, "per_ip", "v1"))
+	wantStatus(t, url, []int{200, 200}, "X-Client", "a")
+	if n := counter(t, id, "allowed"); n != 2 {
+		t.Fatalf("allowed of %s: %v, want 2", id, n)
+	}
+
+	loadCaddyfile(t, identityGlobal+site(other, "per_ip", "other")+site(port, "per_ip", "v2"))
+	sent := awaitBody(t, url, "v2") // each one allowed, by either config
+	wantStatus(t, url, []int{200}, "X-Client", "a")
+	wantStatus(t, otherURL, []int{200, 200, 200, 429}, "X-Client", "a")
+	if n, want := counter(t, id, "allowed"), float64(2+sent+1); n != want {
+		t.Errorf("allowed of %s after a reload: %v, want %v: counted on", id, n, want)
+	}
+	if n := counter(t, id, "rejected"); n != 0 {
+		t.Errorf("rejected of %s: %v, want 0 (the other site's)", id, n)
+	}
+	if a, r := counter(t, otherID, "allowed"), counter(t, otherID, "rejected"); a != 3 || r != 1 {
+		t.Errorf("%s: allowed %v, rejected %v; want 3, 1, a series of its own", otherID, a, r)
+	}
+
+	loadCaddyfile(t, identityGlobal+site(other, "per_ip", "other"))
+	for _, m := range family(t, "sluice_decisions_total").GetMetric() {
+		if label(m, "zone") == id {
+			t.Fatalf("a series of %s, a zone the config no longer has: %v", id, m)
+		}
+	}
+	if a := counter(t, otherID, "allowed"); a != 3 {
+		t.Errorf("%s after a reload: allowed %v, want 3", otherID, a)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/core"
@@ -11,9 +12,17 @@ import (
 	"github.com/sluicehq/sluice/core/telemetry"
 )
 
-// The collectors, registered once per metrics registry (Caddy makes one per
-// loaded config), as package telemetry defines them for both hosts. No
-// label carries a request's key.
+// The collectors of decisions and their times are made once per process
+// and registered in the metrics registry of every config Caddy loads (one
+// per config), as Caddy's own admin metrics are, so that a reload keeps
+// counting. A zone's series are labelled by its ID (Zone.id): two sites'
+// zones of one name are two series, a share group's zones of one name
+// one. No label carries a request's key.
+var (
+	decisionsVec    = newDecisionsVec()
+	decisionSeconds = newDecisionSeconds()
+)
+
 func newDecisionsVec() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: telemetry.Decisions,
@@ -27,6 +36,25 @@ func newDecisionSeconds() prometheus.Histogram {
 		Help:    telemetry.DecisionSecondsHelp,
 		Buckets: telemetry.DecisionBuckets(),
 	})
+}
+
+// zoneSeries holds a zoneSeriesOf for each zone ID of the running configs,
+// so that a reload keeps a zone's series while its ID is unchanged (the
+// new config takes its reference before the old one releases its own)
+// and the series of a zone that no config has any more leave the scrape.
+var zoneSeries = caddy.NewUsagePool()
+
+// zoneSeriesOf is a zone ID's entry in zoneSeries.
+type zoneSeriesOf string
+
+// Destruct deletes the zone's series from decisionsVec: the pool calls it
+// when the last handler with a zone of this ID is cleaned up.
+func (id zoneSeriesOf) Destruct() error {
+	for o := 0; o < core.NumOutcomes; o++ {
+		decisionsVec.DeleteLabelValues(string(id), core.Outcome(o).String())
+	}
+	decisionsVec.DeleteLabelValues(string(id), telemetry.OutcomeNearLimit)
+	return nil
 }
 
 func newBreakerGauge(st *pooledStore) prometheus.GaugeFunc {
@@ -46,22 +74,27 @@ type handlerMetrics struct {
 	seconds   prometheus.Histogram
 }
 
-// newHandlerMetrics registers the collectors in reg (nil: none), reusing
-// those already registered by another handler of the same config.
-func newHandlerMetrics(reg *prometheus.Registry, zones []*Zone, st *pooledStore) (*handlerMetrics, error) {
-	vec, err := register(reg, newDecisionsVec())
+// newHandlerMetrics registers the collectors in reg (nil: none), unless
+// another handler of the same config did, and takes a reference to the
+// series of each zone of h, which Cleanup releases.
+func (h *Handler) newHandlerMetrics(reg *prometheus.Registry, st *pooledStore) (*handlerMetrics, error) {
+	vec, err := register(reg, decisionsVec)
 	if err != nil {
 		return nil, err
 	}
-	m := &handlerMetrics{decisions: make([][core.NumOutcomes]prometheus.Counter, len(zones)), nearLimit: make([]prometheus.Counter, len(zones))}
-	if m.seconds, err = register(reg, newDecisionSeconds()); err != nil {
+	m := &handlerMetrics{decisions: make([][core.NumOutcomes]prometheus.Counter, len(h.Zones)), nearLimit: make([]prometheus.Counter, len(h.Zones))}
+	if m.seconds, err = register(reg, decisionSeconds); err != nil {
 		return nil, err
 	}
-	for i, z := range zones {
-		for o := 0; o < core.NumOutcomes; o++ {
-			m.decisions[i][o] = vec.WithLabelValues(z.Name, core.Outcome(o).String())
+	for i, z := range h.Zones {
+		if _, _, err := zoneSeries.LoadOrNew(z.id, func() (caddy.Destructor, error) { return zoneSeriesOf(z.id), nil }); err != nil {
+			return nil, err
 		}
-		m.nearLimit[i] = vec.WithLabelValues(z.Name, telemetry.OutcomeNearLimit)
+		h.series = append(h.series, z.id)
+		for o := 0; o < core.NumOutcomes; o++ {
+			m.decisions[i][o] = vec.WithLabelValues(z.id, core.Outcome(o).String())
+		}
+		m.nearLimit[i] = vec.WithLabelValues(z.id, telemetry.OutcomeNearLimit)
 	}
 	if st.breaker != nil {
 		if _, err := register(reg, newBreakerGauge(st)); err != nil {
@@ -82,11 +115,11 @@ var (
 )
 
 // demandCollector exports the demand of every zone of the running config
-// that records it, by zone name as the decisions are counted: the count
+// that records it, by zone ID as the decisions are counted: the count
 // of key-periods and, once there is one, the quantiles of the demand per
-// key-period, of the zones of that name together (sketches merge), as
-// the recorders have folded them (Recorder.Folded). One is registered per
-// metrics registry.
+// key-period, of the zones of that ID together (a share group's, whose
+// sketches merge), as the recorders have folded them (Recorder.Folded).
+// One is registered per metrics registry.
 type demandCollector struct{}
 
 // Describe implements prometheus.Collector.
@@ -98,8 +131,8 @@ func (demandCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (demandCollector) Collect(ch chan<- prometheus.Metric) {
 	now := clockNow()
-	byName := map[string]*demand.Sketch{}
-	var names []string
+	byID := map[string]*demand.Sketch{}
+	var ids []string
 	seen := map[*demand.Recorder]bool{}
 	for _, az := range registeredZones() {
 		rec := az.z.demand
@@ -107,20 +140,20 @@ func (demandCollector) Collect(ch chan<- prometheus.Metric) {
 			continue // a share group's zones record together; a fleet's demand is in Redis
 		}
 		seen[rec] = true
-		sk := byName[az.z.Name]
+		sk := byID[az.id]
 		if sk == nil {
 			sk = new(demand.Sketch)
-			byName[az.z.Name] = sk
-			names = append(names, az.z.Name)
+			byID[az.id] = sk
+			ids = append(ids, az.id)
 		}
 		folded := rec.Folded(now)
 		sk.Merge(&folded)
 	}
-	for _, name := range names {
-		sk := byName[name]
-		ch <- prometheus.MustNewConstMetric(demandKeyPeriodsDesc, prometheus.CounterValue, float64(sk.Count()), name)
+	for _, id := range ids {
+		sk := byID[id]
+		ch <- prometheus.MustNewConstMetric(demandKeyPeriodsDesc, prometheus.CounterValue, float64(sk.Count()), id)
 		for _, q := range sk.Quantiles() {
-			ch <- prometheus.MustNewConstMetric(demandDesc, prometheus.GaugeValue, q.Value, name, q.Label)
+			ch <- prometheus.MustNewConstMetric(demandDesc, prometheus.GaugeValue, q.Value, id, q.Label)
 		}
 	}
 }

@@ -114,10 +114,10 @@ func TestRedisDown(t *testing.T) {
 	if got := rs5[0].header.Get("Ratelimit-Policy"); got != `"local";q=5;w=60` {
 		t.Errorf("fallback: RateLimit-Policy %q, want the instance's share", got)
 	}
-	if got := counter(t, "deny", "store_error_denied"); got != 1 {
+	if got := counter(t, siteID("deny", p[0]), "store_error_denied"); got != 1 {
 		t.Errorf("store_error_denied = %v, want 1", got)
 	}
-	if got := counter(t, "allow", "store_error_allowed"); got != 1 {
+	if got := counter(t, siteID("allow", p[1]), "store_error_allowed"); got != 1 {
 		t.Errorf("store_error_allowed = %v, want 1", got)
 	}
 	if f := family(t, "sluice_store_breaker_state"); f == nil || f.GetMetric()[0].GetGauge().GetValue() != 1 {
@@ -209,7 +209,7 @@ func TestRedisTLSAndACL(t *testing.T) {
 		t.Errorf("X-RateLimit-Remaining = %q, want 0", got)
 	}
 	wantStatus(t, urls[1], []int{429})
-	if got := counter(t, "api", "store_error_denied"); got != 1 {
+	if got := counter(t, siteID("api", p[1]), "store_error_denied"); got != 1 {
 		t.Errorf("store_error_denied = %v, want 1 (wrong password)", got)
 	}
 }

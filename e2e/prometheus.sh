@@ -327,13 +327,14 @@ done
 # Each host's enforced zone rejected most of its decisions:
 # SluiceRejectionsHigh (share > 0.25 over 5m) holds at the next rule
 # evaluation after the next scrape, and goes pending; firing would take its
-# `for:`. Traefik names the zone after its middleware, enforced@file.
+# `for:`. Each host labels the zone by its ID: Caddy's by its site,
+# enforced@:<port>; Traefik's after its middleware, enforced@file.
 declare -A alert_state=()
 for ((i = 0; i < 60; i++)); do
 	alerts_json="$(curl -sS --max-time 5 "http://127.0.0.1:$PROM_PORT/api/v1/alerts")" || fail "GET /api/v1/alerts failed"
 	alerts="$("$TMP/promjson" alerts <<<"$alerts_json")" || fail "reading /api/v1/alerts: $alerts_json"
 	while IFS=$'\t' read -r name state job zone; do
-		if [ "$name" = SluiceRejectionsHigh ] && { [ "$zone" = enforced ] || [ "$zone" = enforced@file ]; }; then
+		if [ "$name" = SluiceRejectionsHigh ] && { [ "$zone" = "enforced@:${caddy_port:-}" ] || [ "$zone" = enforced@file ]; }; then
 			alert_state[$job]="$state"
 		fi
 	done <<<"$alerts"
