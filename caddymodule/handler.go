@@ -118,22 +118,22 @@ type Handler struct {
 	// Handlers with the same ID count their zones of one name together.
 	// Not with Share.
 	//
-	// Without an ID, a handler is named by the site it serves: the
-	// top-level route it is in, written as its host and path matchers, ":"
-	// and the ports its server listens on (not the addresses it binds):
-	// "example.com:443" for the Caddyfile site example.com,
-	// "a.com,b.com:443" for a site of two names, "example.com/api/*:443",
-	// ":8080" for the site :8080 or http://:8080. The second handler of
-	// one site with a zone of the same name adds "#1" to the site's name
-	// ("per_ip@example.com:443#1"), the third "#2", in the order of the
-	// site's routes. Adding, removing or reordering other sites, or
-	// renaming servers, keeps a zone's identity; changing the site's own
-	// names, paths or ports changes it, and instances that serve it on
-	// different ports name it apart: set ID where counters must outlive
-	// such changes or be shared by such instances. A handler in a named
-	// route, which several sites may invoke, needs an ID or a Share
-	// group, and so do sites of one name on two servers whose addresses
-	// differ only by host.
+	// Without an ID, a handler is named by the site it serves: the hosts
+	// of the server's top-level route it is in, ":" and the ports the
+	// server listens on (not the addresses it binds): "example.com:443"
+	// for the Caddyfile site example.com, "a.com,b.com:443" for a site of
+	// two names, ":8080" for the site :8080 or http://:8080. The second
+	// handler of one site with a zone of the same name adds "#1" to the
+	// site's name ("per_ip@example.com:443#1"), the third "#2", in the
+	// order of the server's routes (so sites of one host and port that
+	// differ by path are told apart by their order). Adding, removing or
+	// reordering other sites, or renaming servers, keeps a zone's
+	// identity; changing the site's own names or ports changes it, and
+	// instances that serve it on different ports name it apart: set ID
+	// where counters must outlive such changes or be shared by such
+	// instances. A handler in a named route, which several sites may
+	// invoke, needs an ID or a Share group, and so do sites of one name
+	// on two servers whose addresses differ only by host.
 	ID string `json:"id,omitempty"`
 
 	gate      *core.Gate

@@ -1,9 +1,7 @@
 package caddymodule
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,8 +23,8 @@ import (
 //   - in a share group (Handler.Share), "=" and the group's name;
 //   - with an explicit Handler.ID, that ID;
 //   - otherwise the name of the site the handler serves (siteName): the
-//     top-level route it is in, named by that route's matchers and the
-//     ports its server listens on, such as "example.com:443" or ":8080".
+//     hosts of the top-level route it is in and the ports its server
+//     listens on, such as "example.com:443" or ":8080".
 //     The n-th handler of one site with a zone of the same name, after
 //     the first, adds "#n" to the site's name (siteOrdinal), so that two
 //     handlers of a site count apart unless they name a group or an ID.
@@ -45,14 +43,14 @@ var errNoSite = errors.New("id: cannot tell which site this sluice handler serve
 
 // siteName returns the name of the site whose route Caddy is provisioning
 // with ctx, as the handler part of the identity of its zones without an
-// ID, and its server: the route's matcher sets (siteMatchers), then ":"
-// and the ports the server listens on, sorted and joined by commas
-// ("example.com:443", ":8080" for a route without matchers). A listen
-// address's host is left out, so that instances bound to addresses of
-// their own name a site alike; an address without a port (a Unix socket)
-// is written whole. The name is "" and the server nil when ctx has no
-// server (a handler provisioned outside Caddy's HTTP app, as in some
-// tests).
+// ID, and its server: the hosts of the server's top-level route that
+// holds the handler (siteHosts), then ":" and the ports the server
+// listens on, sorted and joined by commas ("example.com:443", ":8080" for
+// a route without hosts). A listen address's host is left out, so that
+// instances bound to addresses of their own name a site alike; an
+// address without a port (a Unix socket) is written whole. The name is ""
+// and the server nil when ctx has no server (a handler provisioned
+// outside Caddy's HTTP app, as in some tests).
 func siteName(ctx caddy.Context) (string, *caddyhttp.Server, error) {
 	srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
 	if !ok || srv == nil {
@@ -74,7 +72,7 @@ func siteName(ctx caddy.Context) (string, *caddyhttp.Server, error) {
 		}
 	}
 	sort.Strings(ports)
-	return siteMatchers(route.MatcherSets) + ":" + strings.Join(ports, ","), srv, nil
+	return siteHosts(route.MatcherSets) + ":" + strings.Join(ports, ","), srv, nil
 }
 
 // listenPort is the port or port range of a server's listen address
@@ -107,35 +105,29 @@ func provisioningRoute(routes caddyhttp.RouteList) *caddyhttp.Route {
 	return nil
 }
 
-// siteMatchers names a route by its matcher sets, joined by "|": each set
-// as its hosts, sorted and joined by commas, then its paths likewise
-// ("example.com,www.example.com", "example.com/api/*"), then its other
-// matchers as "[<module>=<JSON>]", sorted. A route without matchers is "".
-func siteMatchers(sets caddyhttp.MatcherSets) string {
-	names := make([]string, len(sets))
-	for i, set := range sets {
-		var hosts, paths, other []string
+// siteHosts names a route by the hosts its matcher sets match, sorted,
+// once each and joined by commas ("example.com,www.example.com"), or ""
+// when it has no host matcher. Its other matchers name no site: the
+// Caddyfile adapter puts the routes of a site without a host that is
+// alone on its server (its handle blocks, with their paths) at the top of
+// the server, and wraps them in one route when another site joins it.
+func siteHosts(sets caddyhttp.MatcherSets) string {
+	seen := map[string]bool{}
+	var hosts []string
+	for _, set := range sets {
 		for _, m := range set {
-			switch m := m.(type) {
-			case *caddyhttp.MatchHost:
-				hosts = append(hosts, *m...)
-			case *caddyhttp.MatchPath:
-				paths = append(paths, *m...)
-			default:
-				name := fmt.Sprintf("%T", m)
-				if mod, ok := m.(caddy.Module); ok {
-					name = caddy.GetModuleName(mod)
+			if h, ok := m.(*caddyhttp.MatchHost); ok {
+				for _, host := range *h {
+					if !seen[host] {
+						seen[host] = true
+						hosts = append(hosts, host)
+					}
 				}
-				b, _ := json.Marshal(m) // a matcher that cannot be written is named by its module alone
-				other = append(other, "["+name+"="+string(b)+"]")
 			}
 		}
-		sort.Strings(hosts)
-		sort.Strings(paths)
-		sort.Strings(other)
-		names[i] = strings.Join(hosts, ",") + strings.Join(paths, ",") + strings.Join(other, "")
 	}
-	return strings.Join(names, "|")
+	sort.Strings(hosts)
+	return strings.Join(hosts, ",")
 }
 
 // escapeID escapes an explicit ID for a key prefix as core.EscapePrefix

@@ -166,6 +166,37 @@ func TestIdentityExplicit(t *testing.T) {
 	wantStatus(t, base(third)+"/y", []int{200, 429}, "X-Client", "k") // the site's two handlers count apart
 }
 
+// TestIdentityHostlessSite: a site without a host alone on its server,
+// whose routes (handle blocks) the Caddyfile adapter puts at the top of
+// the server, keeps its zones' IDs and counters when a site with a host
+// joins it on its port, and the adapter wraps its routes in one.
+func TestIdentityHostlessSite(t *testing.T) {
+	port := freePorts(t, 1)[0]
+	url := "http://127.0.0.1:" + strconv.Itoa(port)
+	zone := "\t\tsluice {\n\t\t\tzone per_ip {\n\t\t\t\tkey {header.X-Client}\n\t\t\t\trate 2/m\n\t\t\t}\n\t\t}\n"
+	hostless := func(body string) string {
+		return fmt.Sprintf("http://:%d {\n\tbind 127.0.0.1\n\thandle /a {\n%s\t\trespond %q\n\t}\n\thandle {\n%s\t\trespond %q\n\t}\n}\n",
+			port, zone, body, zone, body)
+	}
+	loadCaddyfile(t, identityGlobal+hostless("v1"))
+	wantStatus(t, url+"/a", []int{200, 200, 429}, "X-Client", "k")
+	wantStatus(t, url, []int{200, 200, 429}, "X-Client", "k")
+	id := fmt.Sprintf("per_ip@:%d", port)
+	want := strings.Join(sorted(id, id+"#1"), " ")
+	if got := strings.Join(zoneIDs(), " "); got != want {
+		t.Errorf("zone IDs %s, want %s", got, want)
+	}
+
+	joined := fmt.Sprintf("http://localhost:%d {\n\tbind 127.0.0.1\n\trespond \"localhost\"\n}\n", port)
+	loadCaddyfile(t, identityGlobal+joined+hostless("v2"))
+	awaitBody(t, url, "v2")
+	wantStatus(t, url+"/a", []int{429}, "X-Client", "k")
+	wantStatus(t, url, []int{429}, "X-Client", "k")
+	if got := strings.Join(zoneIDs(), " "); got != want {
+		t.Errorf("after a site joined: zone IDs %s, want %s", got, want)
+	}
+}
+
 // TestMetricsAcrossReload: the decisions' series are labelled by zone ID,
 // so that two sites' zones of one name are two series, and keep counting
 // across a reload that keeps the ID; a reload that drops a zone drops its
