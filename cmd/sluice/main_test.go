@@ -204,18 +204,20 @@ func TestSimSVG(t *testing.T) {
 	}
 }
 
-// TestDocPlot: docs/sim-boundary.svg, which the README shows, is what
-// sim draws today; SLUICE_UPDATE_GOLDEN=1 rewrites it.
+// TestDocPlot: the plots of docs/algorithms.md, docs/sim-<trace>.svg, are
+// what sim draws today; SLUICE_UPDATE_GOLDEN=1 rewrites them.
 func TestDocPlot(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sim.svg")
-	sluice(t, "sim", "--rate", "10/1m", "--trace", "boundary", "--svg", path)
-	got, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := filepath.Join("..", "..", "docs", "sim-boundary.svg")
-	if _, ok := golden(t, doc, got); !ok {
-		t.Errorf("%s is not what sim --rate 10/1m --trace boundary --svg draws: run SLUICE_UPDATE_GOLDEN=1 go test ./cmd/sluice", doc)
+	for _, trace := range []string{"boundary", "bursty", "uniform"} {
+		path := filepath.Join(t.TempDir(), "sim.svg")
+		sluice(t, "sim", "--rate", "10/1m", "--trace", trace, "--svg", path)
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc := filepath.Join("..", "..", "docs", "sim-"+trace+".svg")
+		if _, ok := golden(t, doc, got); !ok {
+			t.Errorf("%s is not what sim --rate 10/1m --trace %s --svg draws: run SLUICE_UPDATE_GOLDEN=1 go test ./cmd/sluice", doc, trace)
+		}
 	}
 }
 
