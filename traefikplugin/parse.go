@@ -178,5 +178,5 @@ func unknownOption(path string, unknown map[string]interface{}) error {
 		names = append(names, k)
 	}
 	sort.Strings(names)
-	return fmt.Errorf("%s%s: unknown option (see the options in the plugin's README; names match in any letter case)", path, names[0])
+	return fmt.Errorf("%s%s: unknown option (see the options in sluice's docs/traefik.md; names match in any letter case)", path, names[0])
 }
