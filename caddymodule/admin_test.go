@@ -351,7 +351,7 @@ func TestAdminLongKeyRedis(t *testing.T) {
 	testAdminLongKey(t, redisStore(rs.Addr, 2))
 }
 
-// TestAdminAnswerForm checks the form of the answers against the README:
+// TestAdminAnswerForm checks the form of the answers against docs/caddy.md:
 // rates as written, no rate fields for a zone of max_in_flight alone,
 // cost units to the thousandth and times to the millisecond, queued only
 // for a zone that delays requests, and /top's scope.

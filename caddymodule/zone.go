@@ -44,7 +44,7 @@ type Zone struct {
 	// "{http.vars.client_ip} {http.request.host}". Default "{client_ip}",
 	// the client's address: the peer's, or, from a peer in the server's
 	// trusted_proxies, the one its client_ip_headers name, read from the
-	// right so that a client cannot choose it (see the README);
+	// right so that a client cannot choose it (see docs/caddy.md);
 	// "{http.vars.client_ip}" alone is the same. (Inside a template of
 	// several placeholders, {http.vars.client_ip} is Caddy's own value,
 	// which without trusted_proxies_strict is the leftmost
