@@ -3,9 +3,10 @@
 # ./xcaddy.sh. Everything listens on 127.0.0.1 and is stopped on exit.
 #
 #   module   ./caddy list-modules has http.handlers.sluice;
-#            Caddyfile.example and README.md's Caddyfile adapt and validate,
-#            and they and e2e/testdata's are as `caddy fmt` writes them (else
-#            Caddy warns on every run).
+#            Caddyfile.example adapts and validates, and it and
+#            e2e/testdata's are as `caddy fmt` writes them (else Caddy warns
+#            on every run). The documentation's Caddyfiles are checked by
+#            go test ./examples and run by e2e/recipes.sh.
 #   proxy    ./caddy behind a trusted load balancer (curl from 127.0.0.1,
 #            in the servers' trusted_proxies; e2e/testdata/proxy.Caddyfile):
 #            a client that writes a new address left of the one the
@@ -84,16 +85,11 @@ grep -qx 'http.handlers.sluice' <<<"$modules" ||
 	fail "./caddy list-modules has no http.handlers.sluice"
 ./caddy adapt --config Caddyfile.example --adapter caddyfile --validate >"$TMP/adapt.json" 2>"$TMP/adapt.log" ||
 	fail "Caddyfile.example does not adapt: $(cat "$TMP/adapt.log")"
-# README.md's Caddyfile, its password set (an unset one is an error).
-awk '/^```caddyfile$/ { on = 1; next } /^```$/ { on = 0 } on' README.md >"$TMP/README.Caddyfile"
-[ -s "$TMP/README.Caddyfile" ] || fail "README.md has no caddyfile block"
-REDIS_PASSWORD=e2e ./caddy adapt --config "$TMP/README.Caddyfile" --adapter caddyfile --validate >"$TMP/adapt.json" 2>"$TMP/adapt.log" ||
-	fail "README.md's Caddyfile does not adapt: $(cat "$TMP/adapt.log")"
-for f in Caddyfile.example "$TMP/README.Caddyfile" e2e/testdata/*.Caddyfile; do
+for f in Caddyfile.example e2e/testdata/*.Caddyfile; do
 	./caddy fmt "$f" 2>/dev/null | diff -u "$f" - >"$TMP/fmt.diff" ||
 		fail "$f is not as caddy fmt writes it (Caddy warns on every run): $(cat "$TMP/fmt.diff")"
 done
-pass "module http.handlers.sluice is in ./caddy; Caddyfile.example and README.md's Caddyfile adapt and validate; they and e2e/testdata's are caddy fmt's"
+pass "module http.handlers.sluice is in ./caddy; Caddyfile.example adapts and validates; it and e2e/testdata's are caddy fmt's"
 
 # --- proxy -------------------------------------------------------------------
 # codes sends a request per header value of the remaining arguments to the

@@ -1,0 +1,227 @@
+package sluicehttp_test
+
+// The examples that docs/recipes.md and docs/go.md quote verbatim (the
+// tests of package examples check that they do); those with an Output
+// comment run in the tests, the others are compiled.
+
+import (
+	"fmt"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/sluicehttp"
+)
+
+// send sends one request to h and returns the recorded answer.
+func send(h http.Handler, method, path, client string, header ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, nil)
+	r.RemoteAddr = client + ":40000"
+	for i := 0; i+1 < len(header); i += 2 {
+		r.Header.Set(header[i], header[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// yourHandler is the service the recipes protect.
+var yourHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	fmt.Fprintln(w, "ok")
+})
+
+// Each client may call /login 5 times in any minute; the 6th is answered
+// 429.
+func Example_login() {
+	mw, err := sluicehttp.New(sluicehttp.Config{
+		Limits: []sluicehttp.Limit{{
+			Name:      "login",
+			Match:     func(r *http.Request) bool { return r.URL.Path == "/login" },
+			Algorithm: "sliding_window_log", // exact over any 60 s
+			Rate:      "5/min",
+		}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mw.Close()
+	h := mw.Handler(yourHandler)
+
+	for i := 0; i < 6; i++ {
+		fmt.Print(send(h, "POST", "/login", "192.0.2.1").Code, " ")
+	}
+	// Output: 200 200 200 200 200 429
+}
+
+// Each API key may make 1,000 requests a day: a window per UTC day, not a
+// bucket that refills as it drains. Requests without the header are not
+// counted (OnMissingKey "skip"): refuse them in the handler, or set
+// OnMissingKey "shared" to count them together.
+func Example_apiKeyQuota() {
+	mw, err := sluicehttp.New(sluicehttp.Config{
+		Limits: []sluicehttp.Limit{{
+			Name:      "daily",
+			Key:       []string{"header:X-API-Key"},
+			Algorithm: "fixed_window",
+			Rate:      "1000/day",
+		}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mw.Close()
+	h := mw.Handler(yourHandler)
+
+	w := send(h, "GET", "/api/items", "192.0.2.1", "X-API-Key", "k-123")
+	fmt.Println(w.Code, w.Header().Get("RateLimit-Policy"))
+	// Output: 200 "daily";q=1000;w=86400
+}
+
+// /reports/ is expensive: 10 requests a minute for all clients together,
+// and at most 2 at once.
+func Example_globalLimit() {
+	mw, err := sluicehttp.New(sluicehttp.Config{
+		Limits: []sluicehttp.Limit{{
+			Name:        "reports",
+			Match:       func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/reports/") },
+			Key:         []string{"const:global"}, // one counter for every request
+			Rate:        "10/min",
+			MaxInFlight: 2,
+		}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mw.Close()
+	h := mw.Handler(yourHandler)
+
+	for i := 0; i < 11; i++ {
+		client := fmt.Sprintf("192.0.2.%d", i+1) // eleven clients, one limit
+		fmt.Print(send(h, "GET", "/reports/q3", client).Code, " ")
+	}
+	// Output: 200 200 200 200 200 200 200 200 200 200 429
+}
+
+// Every replica of the service counts each client once, in Redis; while
+// Redis is unreachable, each of the three enforces a third of the limit in
+// its own memory.
+func Example_threeInstances() {
+	mw, err := sluicehttp.New(sluicehttp.Config{
+		Limits:    []sluicehttp.Limit{{Name: "per_client", Rate: "100/min"}},
+		Redis:     &sluicehttp.Redis{Addr: "localhost:6379"},
+		Fallback:  "local",
+		Instances: 3,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mw.Close()
+	log.Fatal(http.ListenAndServe(":8080", mw.Handler(yourHandler)))
+}
+
+// A refused request gets an RFC 9457 problem document, the legacy
+// RateLimit-* headers beside the standard ones, and a Retry-After spread
+// by up to 20 % so that refused clients do not come back together.
+func Example_custom429() {
+	mw, err := sluicehttp.New(sluicehttp.Config{
+		Limits:      []sluicehttp.Limit{{Name: "per_client", Rate: "100/min"}},
+		Body:        "problem",
+		Headers:     []string{"ietf", "legacy"},
+		RetryJitter: 0.2,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mw.Close()
+	h := mw.Handler(yourHandler)
+
+	var w *httptest.ResponseRecorder
+	for i := 0; i < 101; i++ {
+		w = send(h, "GET", "/", "192.0.2.1")
+	}
+	fmt.Println(w.Code, w.Header().Get("Content-Type"), w.Header().Get("RateLimit-Limit"))
+	// Output: 429 application/problem+json 100
+}
+
+// Observe a new, stricter limit before enforcing it: the enforced
+// middleware answers as usual; the candidate, in dry run, refuses nothing
+// and reports what it would have refused to OnVerdict.
+func Example_dryRun() {
+	enforced, err := sluicehttp.New(sluicehttp.Config{
+		Limits: []sluicehttp.Limit{{Name: "per_client", Rate: "100/min"}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer enforced.Close()
+	wouldRefuse := 0
+	candidate, err := sluicehttp.New(sluicehttp.Config{
+		Limits: []sluicehttp.Limit{{Name: "candidate", Rate: "30/min"}},
+		Mode:   "dry_run",
+		OnVerdict: func(r *http.Request, v core.Verdict) {
+			if v.Outcome == core.OutcomeDryRunRejected {
+				wouldRefuse++ // or log it, or count it in your metrics
+			}
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer candidate.Close()
+	h := enforced.Handler(candidate.Handler(yourHandler))
+
+	refused := 0
+	for i := 0; i < 40; i++ {
+		if send(h, "GET", "/", "192.0.2.1").Code == http.StatusTooManyRequests {
+			refused++
+		}
+	}
+	fmt.Println("refused:", refused, "the candidate would have refused:", wouldRefuse)
+	// Output: refused: 0 the candidate would have refused: 10
+}
+
+// Counters in Redis: every replica of the service counts on them. While
+// Redis fails, each of three replicas decides in its own memory with a
+// third of each limit.
+func Example_redis() {
+	mw, err := sluicehttp.New(sluicehttp.Config{
+		Limits: []sluicehttp.Limit{{Name: "api", Rate: "100/min"}},
+		Redis: &sluicehttp.Redis{
+			Addr:     "redis.internal:6379",
+			Password: os.Getenv("REDIS_PASSWORD"),
+			Timeout:  50 * time.Millisecond,
+		},
+		Fallback:  "local",
+		Instances: 3,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mw.Close()
+	log.Fatal(http.ListenAndServe(":8080", mw.Handler(yourHandler)))
+}
+
+// OnVerdict sees every decided request, for logs and metrics.
+func Example_onVerdict() {
+	mw, err := sluicehttp.New(sluicehttp.Config{
+		Limits: []sluicehttp.Limit{{Name: "api", Rate: "1/min"}},
+		OnVerdict: func(r *http.Request, v core.Verdict) {
+			if v.Outcome == core.OutcomeRejected {
+				fmt.Printf("429 %s %s: limit %s\n", r.Method, r.URL.Path, v.Decision.Limit.Name)
+			}
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mw.Close()
+	h := mw.Handler(yourHandler)
+
+	send(h, "GET", "/items", "192.0.2.1")
+	send(h, "GET", "/items", "192.0.2.1")
+	// Output: 429 GET /items: limit api
+}
