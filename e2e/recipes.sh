@@ -1,0 +1,269 @@
+#!/usr/bin/env bash
+# End-to-end run of the recipes of docs/recipes.md, as the files of
+# examples/ hold them, each against its promise, with a real upstream
+# (e2e/backend) and a real Redis. Everything listens on 127.0.0.1; every wait
+# is bounded; every process started here is stopped on exit.
+#
+# Caddy (./caddy, built by ./xcaddy.sh), each recipe run as written, but for
+# its addresses: the site :8080 becomes http://127.0.0.1:<port>, the upstream
+# localhost:9000 e2e/backend's port, Redis's localhost:6379 a redis-server of
+# this script's, and the admin endpoint (CADDY_ADMIN) a port of its own:
+#
+#   login            5 answers 200 on /login, the 6th 429 with Retry-After and
+#                    the policy "login";q=5;w=60; / is not limited
+#   api-quota        a key's answers carry the policy "daily";q=1000;w=86400,
+#                    X-RateLimit-Limit 1000, and X-RateLimit-Reset at the
+#                    next 00:00 UTC (the window's end); a request without the
+#                    key passes unlimited
+#   expensive        3 slow requests at once give 2 × 200 and a 429 with the
+#                    concurrency policy; then the quota of 10 a minute, over
+#                    every path under /reports/, is spent and the next refused
+#   three-instances  three Caddys on one Redis admit one client 100 requests
+#                    in all, then 429 from each; with Redis gone, an instance
+#                    admits its third (33) from its own memory
+#   custom-429       the 101st request gets handle_errors' page, with status
+#                    429, Retry-After and the rate-limit headers
+#   dry-run          40 requests all pass; the candidate counts its would-be
+#                    refusals (dry_run_rejected) in the metrics
+#
+# Traefik (scripts/build-traefik.sh's v3.6.12, cached): examples/traefik-local
+# run by its run.sh (which copies the plugin, .traefik.yml included) answers
+# 5 × 200 then 429; then the same Traefik, its file provider watching,
+# loads each Traefik recipe's file in turn and holds it to the same
+# promises (three-instances with one Traefik: 100 admitted through Redis).
+#
+# Prints PASS lines, or FAIL and the logs. About half a minute with the
+# binaries built.
+set -euo pipefail
+
+source "$(dirname "${BASH_SOURCE[0]}")/testdata/lib.sh"
+source e2e/testdata/traefik/lib.sh
+
+e2e_keep_going
+e2e_need go curl redis-server redis-cli
+e2e_build e2e/backend
+e2e_build_caddy
+
+# req URL [curl args...] sends one request and sets CODE, and H and B (the
+# files of the answer's headers and body).
+req() {
+	local url="$1"
+	shift
+	H="$TMP/h" B="$TMP/b"
+	CODE="$(curl -s -o "$B" -D "$H" -w '%{http_code}' --max-time 5 "$@" "$url" 2>/dev/null || echo 000)"
+}
+# hdr NAME prints the last answer's header NAME.
+hdr() { sed -n "s/^$1: *//Ip" "$H" | tr -d '\r' | head -n 1; }
+# codes N URL [curl args...] sends N requests to URL from one curl, one after
+# the other, and prints their status codes, space-separated.
+codes() {
+	local n="$1" url="$2" i args=()
+	shift 2
+	for ((i = 0; i < n; i++)); do args+=(-o /dev/null "$url"); done
+	curl -s --max-time 5 -w '%{http_code} ' "$@" "${args[@]}" 2>/dev/null | sed 's/ $//' || true
+}
+# count CODE LIST prints how many of LIST (codes's output) are CODE.
+count() { tr ' ' '\n' <<<"$2" | grep -cx "$1" || true; }
+# parallel3 URL sends 3 requests at once and prints their codes, sorted;
+# the headers of request i are in $TMP/p<i>.h, its code in $TMP/p<i>.code.
+parallel3() {
+	local i
+	for i in 1 2 3; do
+		curl -s -o /dev/null -D "$TMP/p$i.h" -w '%{http_code}\n' --max-time 10 "$1" >"$TMP/p$i.code" 2>/dev/null &
+	done
+	wait
+	cat "$TMP"/p[123].code | sort | tr '\n' ' ' | sed 's/ $//'
+}
+# expect DESC GOT WANT passes when GOT equals WANT.
+expect() {
+	if [ "$2" = "$3" ]; then pass "$1"; else fail "$1: got '$2', want '$3'"; fi
+}
+# expect_in DESC GOT LO HI passes when the integer GOT is in [LO, HI].
+expect_in() {
+	if [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -ge "$3" ] && [ "$2" -le "$4" ]; then
+		pass "$1 ($2)"
+	else
+		fail "$1: got '$2', want an integer in [$3, $4]"
+	fi
+}
+
+backend="$(free_port)"
+e2e_start_backend "$backend"
+redis="$(free_port)"
+e2e_start_redis "$redis"
+
+# --- Caddy -------------------------------------------------------------------
+# caddy_recipe NAME [PORT ADMIN] starts examples/caddy/NAME.Caddyfile on PORT
+# (default: a free one, set in PORT) with its admin endpoint on ADMIN, and
+# sets URL.
+caddy_recipe() {
+	PORT="${2:-$(free_port)}" ADMIN="${3:-$(free_port)}"
+	sed -e "s|^:8080 {|http://127.0.0.1:$PORT {|" -e "s|localhost:9000|127.0.0.1:$backend|" \
+		-e "s|localhost:6379|127.0.0.1:$redis|" "examples/caddy/$1.Caddyfile" >"$TMP/$1-$PORT.Caddyfile"
+	grep -q "127.0.0.1:$PORT" "$TMP/$1-$PORT.Caddyfile" || die "examples/caddy/$1.Caddyfile: no site :8080"
+	CADDY_ADMIN="127.0.0.1:$ADMIN" e2e_start_caddy "$1-$PORT" "$TMP/$1-$PORT.Caddyfile" "$PORT"
+	URL="http://127.0.0.1:$PORT"
+}
+
+# login
+caddy_recipe login
+got="$(codes 6 "$URL/login")"
+expect "caddy login: 5 attempts pass, the 6th is refused" "$got" "200 200 200 200 200 429"
+req "$URL/login"
+[ "$CODE" = 429 ] && [ "$(hdr RateLimit-Policy)" = '"login";q=5;w=60' ] && [[ "$(hdr Retry-After)" =~ ^[0-9]+$ ]] &&
+	pass "caddy login: the 429 has Retry-After $(hdr Retry-After) and the policy $(hdr RateLimit-Policy)" ||
+	fail "caddy login: the 429: code $CODE, Retry-After '$(hdr Retry-After)', RateLimit-Policy '$(hdr RateLimit-Policy)'"
+req "$URL/"
+expect "caddy login: / is not limited" "$CODE $(hdr RateLimit-Policy)" "200 "
+e2e_stop "$CADDY_PID"
+
+# api-quota
+caddy_recipe api-quota
+req "$URL/items" -H "X-API-Key: k-123"
+midnight=$((($(date +%s) / 86400 + 1) * 86400))
+reset="$(hdr X-RateLimit-Reset)"
+if [ "$CODE" = 200 ] && [ "$(hdr RateLimit-Policy)" = '"daily";q=1000;w=86400' ] && [ "$(hdr X-RateLimit-Limit)" = 1000 ] &&
+	[ "$(hdr X-RateLimit-Remaining)" = 999 ] && { [ "$reset" = "$midnight" ] || [ "$reset" = $((midnight + 86400)) ]; }; then
+	pass "caddy api-quota: a window of a day and 1000 (RateLimit-Policy $(hdr RateLimit-Policy), 999 left, reset at the next 00:00 UTC, $reset)"
+else
+	fail "caddy api-quota: code $CODE, RateLimit-Policy '$(hdr RateLimit-Policy)', X-RateLimit-Limit '$(hdr X-RateLimit-Limit)', -Remaining '$(hdr X-RateLimit-Remaining)', -Reset '$reset' (want $midnight)"
+fi
+req "$URL/items"
+expect "caddy api-quota: a request without the key passes, unlimited" "$CODE $(hdr RateLimit-Policy)" "200 "
+e2e_stop "$CADDY_PID"
+
+# expensive
+caddy_recipe expensive
+start=$SECONDS
+got="$(parallel3 "$URL/reports/q3?sleep=1s")"
+policy="$(sed -n 's/^RateLimit-Policy: *//Ip' "$(grep -l '^429$' "$TMP"/p[123].code | head -n 1 | sed 's/code$/h/')" 2>/dev/null | tr -d '\r')"
+if [ "$got" = "200 200 429" ] && [ "$policy" = '"reports";q=2;qu="concurrent-requests"' ]; then
+	pass "caddy expensive: 3 at once give 2 × 200 and a 429 with the policy $policy"
+else
+	fail "caddy expensive: 3 at once gave '$got', concurrency policy '$policy'"
+fi
+got="$(codes 5 "$URL/reports/a") $(codes 7 "$URL/reports/b")"
+# 10 a minute in all, 2 spent above; one more per 6 s elapsed.
+expect_in "caddy expensive: requests admitted after the 2 in flight, of 12" "$(count 200 "$got")" 8 $((8 + (SECONDS - start) / 6))
+e2e_stop "$CADDY_PID"
+
+# three-instances
+start=$SECONDS
+caddy_recipe three-instances
+urls=("$URL") pids=("$CADDY_PID")
+caddy_recipe three-instances
+urls+=("$URL") pids+=("$CADDY_PID")
+caddy_recipe three-instances
+urls+=("$URL") pids+=("$CADDY_PID")
+all=""
+for ((i = 0; i < 40; i++)); do
+	all+=" $(curl -s --max-time 5 -w '%{http_code} ' -o /dev/null "${urls[0]}/" -o /dev/null "${urls[1]}/" -o /dev/null "${urls[2]}/" || true)"
+done
+admitted="$(count 200 "$(xargs <<<"$all")")"
+# 100 a minute: one more per 0.6 s elapsed.
+expect_in "caddy three-instances: one client's 120 requests over three Caddys on one Redis, admitted" "$admitted" 100 $((101 + (SECONDS - start) * 10 / 6))
+last="$(codes 1 "${urls[0]}/") $(codes 1 "${urls[1]}/") $(codes 1 "${urls[2]}/")"
+expect "caddy three-instances: then each instance refuses" "$last" "429 429 429"
+e2e_stop "$REDIS_PID"
+start=$SECONDS
+got="$(codes 40 "${urls[0]}/")"
+# A third of 100, refilled at a third of 100 a minute.
+expect_in "caddy three-instances: with Redis gone, one instance admits its share" "$(count 200 "$got")" 33 $((34 + (SECONDS - start)))
+e2e_stop "${pids[@]}"
+e2e_start_redis "$redis"
+
+# custom-429
+caddy_recipe custom-429
+got="$(codes 100 "$URL/")"
+expect "caddy custom-429: 100 requests pass" "$(count 200 "$got")" 100
+req "$URL/"
+if [ "$CODE" = 429 ] && grep -q '<h1>Slow down</h1>' "$B" && [[ "$(hdr Content-Type)" == text/html* ]] &&
+	[[ "$(hdr Retry-After)" =~ ^[0-9]+$ ]] && [ -n "$(hdr RateLimit)" ]; then
+	pass "caddy custom-429: the 429 is handle_errors' page, with Retry-After $(hdr Retry-After) and RateLimit $(hdr RateLimit)"
+else
+	fail "caddy custom-429: code $CODE, Content-Type '$(hdr Content-Type)', Retry-After '$(hdr Retry-After)', RateLimit '$(hdr RateLimit)', body: $(head -c 200 "$B")"
+fi
+e2e_stop "$CADDY_PID"
+
+# dry-run
+caddy_recipe dry-run
+got="$(codes 40 "$URL/")"
+expect "caddy dry-run: 40 requests all pass" "$(count 200 "$got")" 40
+metrics="$(curl -s --max-time 5 "http://127.0.0.1:$ADMIN/metrics" | grep '^sluice_decisions_total' || true)"
+would="$(sed -n 's/^sluice_decisions_total{outcome="dry_run_rejected",zone="candidate[^"]*"} //p' <<<"$metrics")"
+expect_in "caddy dry-run: the candidate (30/min) counts would-be refusals" "${would:-none}" 9 10
+e2e_stop "$CADDY_PID"
+
+# --- Traefik -----------------------------------------------------------------
+tl_traefik
+tport="$(free_port)" aport="$(free_port)"
+run="$TMP/traefik-local"
+cp -a examples/traefik-local "$run"
+sed -i -e "s|127.0.0.1:8080|127.0.0.1:$tport|" \
+	-e "s|^entryPoints:\$|entryPoints:\n  traefik:\n    address: 127.0.0.1:$aport|" \
+	-e "s|^    filename: dynamic.yml\$|    filename: dynamic.yml\n    watch: true\n  providersThrottleDuration: 0s|" "$run/static.yml"
+printf 'api:\n  insecure: true\n' >>"$run/static.yml"
+SLUICE_SRC="$REPO" TRAEFIK="$TRAEFIK" e2e_start "$TMP/traefik.log" "$run/run.sh"
+traefik_pid=$LAST_PID
+# Traefik's /ping router answers before the plugin's; wait for the plugin.
+tl_wait_traefik "$tport" "$TMP/traefik.log" /ping 120 || die "Traefik (examples/traefik-local/run.sh) did not come up"
+[ -e "$run/plugins-local/src/github.com/sluicehq/sluice/.traefik.yml" ] ||
+	fail "traefik-local: run.sh did not copy .traefik.yml"
+got="$(codes 6 "http://127.0.0.1:$tport/")"
+expect "traefik-local: run.sh's Traefik answers 5 × 200, then 429" "$got" "200 200 200 200 200 429"
+
+# traefik_recipe NAME MIDDLEWARE TEXT puts examples/traefik/NAME.yml in
+# place of the dynamic configuration and waits until Traefik's API shows
+# MIDDLEWARE enabled with TEXT in its configuration (10 s at most).
+traefik_recipe() {
+	local i api
+	sed -e "s|http://localhost:9000|http://127.0.0.1:$backend|" -e "s|localhost:6379|127.0.0.1:$redis|" \
+		-e "s|127.0.0.1:9180|127.0.0.1:$mport|" "examples/traefik/$1.yml" >"$run/dynamic.tmp"
+	mv "$run/dynamic.tmp" "$run/dynamic.yml"
+	for ((i = 0; i < 100; i++)); do
+		api="$(curl -s --max-time 2 "http://127.0.0.1:$aport/api/http/middlewares/$2@file" || true)"
+		[[ "$api" == *'"status":"enabled"'* && "$api" == *"$3"* ]] && return 0
+		sleep 0.1
+	done
+	fail "traefik $1: middleware $2 not enabled with $3 after 10 s: $api"
+	return 1
+}
+T="http://127.0.0.1:$tport"
+mport="$(free_port)"
+
+if traefik_recipe login login-limit sliding_window_log; then
+	expect "traefik login: 5 attempts pass, the 6th is refused" "$(codes 6 "$T/login")" "200 200 200 200 200 429"
+	req "$T/login"
+	expect "traefik login: the 429's policy" "$CODE $(hdr RateLimit-Policy)" '429 "login";q=5;w=60'
+fi
+if traefik_recipe api-quota api-quota fixed_window; then
+	req "$T/api/items" -H "X-API-Key: k-123"
+	expect "traefik api-quota: a window of a day and 1000" "$CODE $(hdr RateLimit-Policy) $(hdr X-RateLimit-Limit)" '200 "daily";q=1000;w=86400 1000'
+fi
+if traefik_recipe expensive reports-limit const:global; then
+	start=$SECONDS
+	got="$(parallel3 "$T/reports/q3?sleep=1s")"
+	expect "traefik expensive: 3 at once" "$got" "200 200 429"
+	got="$(codes 5 "$T/reports/a") $(codes 7 "$T/reports/b")"
+	expect_in "traefik expensive: requests admitted after the 2 in flight, of 12" "$(count 200 "$got")" 8 $((8 + (SECONDS - start) / 6))
+fi
+if traefik_recipe three-instances per-client "127.0.0.1:$redis"; then
+	got="$(codes 101 "$T/")"
+	expect_in "traefik three-instances: admitted through Redis, of 101" "$(count 200 "$got")" 100 101
+	keys="$(redis-cli -p "$redis" --scan --pattern 'sluice:*per_client*' | wc -l)"
+	expect_in "traefik three-instances: the counters are in Redis" "$keys" 1 5
+fi
+if traefik_recipe custom-429 per-client problem; then
+	codes 100 "$T/" >/dev/null
+	req "$T/"
+	expect "traefik custom-429: a problem document with the legacy headers" "$CODE $(hdr Content-Type) $(hdr RateLimit-Limit)" "429 application/problem+json 100"
+fi
+if traefik_recipe dry-run candidate dry_run; then
+	got="$(codes 40 "$T/")"
+	expect "traefik dry-run: 40 requests all pass" "$(count 200 "$got")" 40
+	would="$(curl -s --max-time 5 "http://127.0.0.1:$mport/metrics" |
+		sed -n 's/^sluice_decisions_total{[^}]*outcome="dry_run_rejected"[^}]*} //p; s/^sluice_decisions_total{zone="candidate[^"]*",outcome="dry_run_rejected"} //p' | head -n 1)"
+	expect_in "traefik dry-run: the candidate counts would-be refusals" "${would:-none}" 9 10
+fi
+e2e_stop "$traefik_pid"
+e2e_verdict "recipes (${SECONDS}s)"
