@@ -32,8 +32,8 @@
 # loads each Traefik recipe's file in turn and holds it to the same
 # promises (three-instances with one Traefik: 100 admitted through Redis).
 #
-# Prints PASS lines, or FAIL and the logs. About half a minute with the
-# binaries built.
+# Prints PASS lines and FAIL lines, and fails if any check failed. About 15
+# seconds once Caddy and Traefik are built.
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/testdata/lib.sh"
@@ -248,22 +248,27 @@ if traefik_recipe expensive reports-limit const:global; then
 	expect_in "traefik expensive: requests admitted after the 2 in flight, of 12" "$(count 200 "$got")" 8 $((8 + (SECONDS - start) / 6))
 fi
 if traefik_recipe three-instances per-client "127.0.0.1:$redis"; then
+	start=$SECONDS
 	got="$(codes 101 "$T/")"
-	expect_in "traefik three-instances: admitted through Redis, of 101" "$(count 200 "$got")" 100 101
+	# 100 a minute: one more per 0.6 s elapsed.
+	expect_in "traefik three-instances: admitted through Redis, of 101" "$(count 200 "$got")" 100 $((101 + (SECONDS - start) * 10 / 6))
 	keys="$(redis-cli -p "$redis" --scan --pattern 'sluice:*per_client*' | wc -l)"
 	expect_in "traefik three-instances: the counters are in Redis" "$keys" 1 5
 fi
-if traefik_recipe custom-429 per-client problem; then
-	codes 100 "$T/" >/dev/null
-	req "$T/"
-	expect "traefik custom-429: a problem document with the legacy headers" "$CODE $(hdr Content-Type) $(hdr RateLimit-Limit)" "429 application/problem+json 100"
-fi
+# The recipes' middleware per-client keeps its counters from one
+# configuration to the next (as Traefik reloads do): dry-run, which needs
+# them unspent, comes before custom-429, which spends them.
 if traefik_recipe dry-run candidate dry_run; then
 	got="$(codes 40 "$T/")"
 	expect "traefik dry-run: 40 requests all pass" "$(count 200 "$got")" 40
 	would="$(curl -s --max-time 5 "http://127.0.0.1:$mport/metrics" | grep '^sluice_decisions_total{.*zone="candidate' |
 		sed -n 's/.*outcome="dry_run_rejected"[^}]*} //p' | head -n 1)"
 	expect_in "traefik dry-run: the candidate counts would-be refusals" "${would:-none}" 9 10
+fi
+if traefik_recipe custom-429 per-client problem; then
+	codes 100 "$T/" >/dev/null
+	req "$T/"
+	expect "traefik custom-429: a problem document with the legacy headers" "$CODE $(hdr Content-Type) $(hdr RateLimit-Limit)" "429 application/problem+json 100"
 fi
 e2e_stop "$traefik_pid"
 e2e_verdict "recipes (${SECONDS}s)"
