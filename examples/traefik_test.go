@@ -204,7 +204,10 @@ func listify(v any) any {
 // configuration (mapstructure, weakly typed, lists from comma-separated
 // strings) and builds the middleware with the plugin's New. A metrics
 // address is moved to a free loopback port, so that the test neither
-// opens a port to the network nor fails on a taken one.
+// opens a port to the network nor fails on a taken one; Redis and
+// Sentinel endpoints to a loopback port where nothing listens, so that
+// New's one try to connect neither resolves the examples' host names nor
+// leaves the machine.
 func newMiddleware(mw middleware) error {
 	cfg := traefikplugin.CreateConfig()
 	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
@@ -221,9 +224,23 @@ func newMiddleware(mw middleware) error {
 	if cfg.Metrics != nil && cfg.Metrics.Address != "" {
 		cfg.Metrics.Address = "127.0.0.1:0"
 	}
+	if r := cfg.Redis; r != nil {
+		loopback(r.Endpoints)
+		if r.Sentinel != nil {
+			loopback(r.Sentinel.Endpoints)
+		}
+	}
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
 	_, err = traefikplugin.New(context.Background(), next, cfg, mw.name)
 	return err
+}
+
+// loopback replaces every address of endpoints by 127.0.0.1:1, a port
+// where nothing listens.
+func loopback(endpoints []string) {
+	for i := range endpoints {
+		endpoints[i] = "127.0.0.1:1"
+	}
 }
 
 // pluginRe finds the plugin's options in YAML or labels.
