@@ -93,8 +93,16 @@ type keyPart struct {
 //	method          the request method
 //	path            the URL path, decoded but not cleaned ("/a//b" stays)
 //	query:<name>    the first value of query parameter name, decoded
-//	cookie:<name>   the value of cookie name
+//	cookie:<name>   the value of the first cookie named name
 //	const:<value>   value itself: a key shared by every request (a global limit)
+//
+// A part that a request carries several times (a header on several lines,
+// a query parameter or a cookie given twice, on one Cookie line or
+// several) takes its first value, as [http.Header.Get], [url.Values.Get]
+// and [http.Request.Cookie] read it: the value a Go upstream and Traefik's
+// own rateLimit read, and never a join of the values, so that a client
+// cannot make itself new keys by adding values. An empty first value is a
+// missing part, whatever follows it. [Part] reads a part the same way.
 //
 // Kinds are lowercase; a header name is matched in any letter case, query
 // parameter and cookie names exactly. Surrounding spaces are ignored. An
@@ -296,7 +304,32 @@ func JoinKey(values []string) string {
 	return BoundKey(key)
 }
 
-// partValue returns the value of one part for r, or "" when it is missing.
+// A Part is one part of a key, as Parse reads it, for a host that
+// assembles keys of its own (the Caddy module's key templates) and must
+// read a request's header, query parameter or cookie as a Spec does.
+type Part struct{ p keyPart }
+
+// ParsePart parses one key part in Parse's syntax, such as
+// "header:X-API-Key"; errors name it. client_ip, whose value a Spec's
+// [clientip.Strategy] reads, is refused.
+func ParsePart(s string) (*Part, error) {
+	p, err := parseKeyPart(strings.TrimSpace(s))
+	if err == nil && p.kind == partClientIP {
+		err = fmt.Errorf("client_ip is read by a Spec")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("key part %q: %w", s, err)
+	}
+	return &Part{p}, nil
+}
+
+// Value returns the part's value for r, or "" when r lacks it: of a part
+// that r carries several times, the first value (see Parse).
+func (p *Part) Value(r *http.Request) string { return partValue(nil, &p.p, r) }
+
+// partValue returns the value of one part for r, or "" when it is missing:
+// of a header, query parameter or cookie given several times, the first
+// (Parse says why). k is read for client_ip only.
 func partValue(k *Spec, p *keyPart, r *http.Request) string {
 	switch p.kind {
 	case partClientIP:

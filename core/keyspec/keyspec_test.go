@@ -108,6 +108,94 @@ func TestKeySpecKey(t *testing.T) {
 	}
 }
 
+// TestFirstValue: a header, query parameter or cookie that a request
+// carries several times gives its first value, the one Go's readers give
+// (http.Header.Get, url.Values.Get, http.Request.Cookie), alone, in a key
+// of several parts and through a Part; values the client adds after it
+// change no key.
+func TestFirstValue(t *testing.T) {
+	requests := []*http.Request{
+		keyRequest(t, http.MethodGet, "h", "/?k=alice&k=n1", "X-Api-Key", "alice", "X-Api-Key", "n1", "Cookie", "s=alice; s=n1"),
+		keyRequest(t, http.MethodGet, "h", "/?k=alice&K=n2&k=n2&k", "X-Api-Key", "alice", "X-Api-Key", "n2", "X-Api-Key", "n3",
+			"Cookie", "S=n2; s=alice", "Cookie", "s=n3"),
+		keyRequest(t, http.MethodGet, "h", "/?k=al%69ce&k=", "x-api-key", "alice", "X-API-KEY", "", "Cookie", "s=\"alice\"", "Cookie", "s=n4"),
+		keyRequest(t, http.MethodGet, "h", "/?k;x=n5&k=alice&k=n5", "X-Api-Key", "alice, n5", "Cookie", "s=alice;s=n5"),
+		keyRequest(t, http.MethodGet, "h", "/?k=&k=bob", "X-Api-Key", "", "X-Api-Key", "bob", "Cookie", "s=; s=bob"),
+	}
+	// What Go's readers give: the first four requests' query parameter
+	// and cookie are alice, their header alice but for the fourth's one
+	// line "alice, n5", which Header.Get gives whole; the last request's
+	// first values are empty.
+	wantHeader := []string{"alice", "alice", "alice", "alice, n5", ""}
+	header, query, cookie := mustPart(t, "header:X-API-Key"), mustPart(t, "query:k"), mustPart(t, "cookie:s")
+	composite, err := Parse([]string{"header:X-Api-Key", "query:k", "cookie:s"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range requests {
+		q, _ := url.ParseQuery(r.URL.RawQuery)
+		c := ""
+		if ck, err := r.Cookie("s"); err == nil {
+			c = ck.Value
+		}
+		var values []string
+		if r.Header.Get("X-Api-Key") != wantHeader[i] || i < 4 && (q.Get("k") != "alice" || c != "alice") {
+			t.Fatalf("request %d: Go reads %q, %q, %q; the test expects %q, alice, alice", i, r.Header.Get("X-Api-Key"), q.Get("k"), c, wantHeader[i])
+		}
+		for _, tc := range []struct {
+			part *Part
+			kind string
+			want string
+		}{{header, "header", wantHeader[i]}, {query, "query", q.Get("k")}, {cookie, "cookie", c}} {
+			values = append(values, tc.want)
+			if got := tc.part.Value(r); got != tc.want {
+				t.Errorf("request %d: %s Part.Value = %q, want Go's %q", i, tc.kind, got, tc.want)
+			}
+			spec, err := Parse([]string{tc.kind + ":" + tc.part.p.arg}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, ok := spec.Key(r); got != tc.want || ok != (tc.want != "") {
+				t.Errorf("request %d: %s Key = %q, %v, want Go's %q", i, tc.kind, got, ok, tc.want)
+			}
+		}
+		want := ""
+		if i < 4 {
+			want = JoinKey(values)
+		}
+		if got, _ := composite.Key(r); got != want {
+			t.Errorf("request %d: composite Key = %q, want %q", i, got, want)
+		}
+	}
+}
+
+func mustPart(t *testing.T, s string) *Part {
+	t.Helper()
+	p, err := ParsePart(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestParsePart(t *testing.T) {
+	for s, want := range map[string]string{
+		"client_ip":  `key part "client_ip": client_ip is read by a Spec`,
+		"header:":    `key part "header:": want header:<Name>`,
+		"cookie:a b": `key part "cookie:a b": cookie name "a b": not a valid cookie name`,
+	} {
+		if _, err := ParsePart(s); err == nil || err.Error() != want {
+			t.Errorf("ParsePart(%q): %v, want %s", s, err, want)
+		}
+	}
+	r := keyRequest(t, http.MethodPost, "Example.COM.", "/p?x=1")
+	for s, want := range map[string]string{"host": "example.com", "method": "POST", "path": "/p", "query:x": "1", "const:c": "c"} {
+		if got := mustPart(t, " "+s+" ").Value(r); got != want {
+			t.Errorf("ParsePart(%q).Value = %q, want %q", s, got, want)
+		}
+	}
+}
+
 func TestKeySpecUsesClientIP(t *testing.T) {
 	trusted, err := clientip.ParsePrefixes([]string{"127.0.0.1"})
 	if err != nil {
