@@ -50,6 +50,8 @@ var badCaddyfiles = []struct {
 	{"zone.key", []string{"zone a {", "\tkey", "\trate 1/s", "}"}, 2, "key: want a template"},
 	{"zone.key", []string{"zone a {", "\tkey {http.request.header.X-Key", "\trate 1/s", "}"}, 2, `key "{http.request.header.X-Key": the placeholder opened at byte 0 is not closed`},
 	{"zone.key", []string{"zone a {", "\tkey tenant}", "\trate 1/s", "}"}, 2, `key "tenant}": a } at byte 6 closes no placeholder`},
+	{"zone.key", []string{"zone a {", "\tkey {http.request.header.Host}", "\trate 1/s", "}"}, 2, `key "{http.request.header.Host}": placeholder {http.request.header.Host}: use the host part: Go moves the Host header to Request.Host`},
+	{"zone.key", []string{"zone a {", "\tkey {http.request.uri.query.} x", "\trate 1/s", "}"}, 2, `key "{http.request.uri.query.} x": placeholder {http.request.uri.query.}: want query:<name>`},
 	{"zone.rate", []string{"zone a {", "\trate lots", "}"}, 2, `rate "lots"`},
 	{"zone.rate", []string{"zone a {", "\trate 0/s", "}"}, 2, `rate "0/s"`},
 	{"zone.rate", []string{"zone a {", "\trate -1/s", "}"}, 2, `rate "-1/s"`},

@@ -200,6 +200,11 @@ type Zone struct {
 	// client cannot multiply its quota by changing the Host header's
 	// letter case or adding a trailing dot.
 	hostVar bool
+	// parts, with keyTemplate, are the template's placeholders of a
+	// request header, query parameter or cookie (keyParts), by name
+	// without braces: they expand to the part's value as keyspec reads
+	// it; nil when it has none.
+	parts map[string]*keyspec.Part
 	// constKey is a keyConstant zone's key.
 	constKey string
 	// strict: the server sets trusted_proxies_strict, so that Caddy's
@@ -277,6 +282,9 @@ func (z *Zone) provision(ctx caddy.Context) error {
 		for _, ph := range vars {
 			z.clientVar = z.clientVar || ph == clientIPVarKey
 			z.hostVar = z.hostVar || ph == hostVarKey
+		}
+		if z.parts, err = keyParts(key); err != nil {
+			return &optionError{option: "key", err: err}
 		}
 		if z.clientVar {
 			if err := z.provisionRelays(ctx); err != nil {
@@ -499,7 +507,10 @@ func (z *Zone) checkTop() error {
 // checkKey checks that the braces of a key template pair up into
 // placeholders with names, as Caddy's replacer reads them (a brace escaped
 // with a backslash is text): a brace left open or closed twice would make
-// the key a literal text, one counter for every client.
+// the key a literal text, one counter for every client. It also checks
+// the names of its request header, query parameter and cookie
+// placeholders (keyParts): a name that no request can carry would leave
+// every request without a key.
 func checkKey(key string) error {
 	open := -1
 	for i := 0; i < len(key); i++ {
@@ -524,7 +535,8 @@ func checkKey(key string) error {
 	if open >= 0 {
 		return fmt.Errorf("key %q: the placeholder opened at byte %d is not closed", key, open)
 	}
-	return nil
+	_, err := keyParts(key)
+	return err
 }
 
 // nearLimit is NearLimit, defaulted.
@@ -747,9 +759,18 @@ const hostVarKey = "{http.request.host}"
 // expand expands the key template tmpl for r; false when a placeholder of
 // it is unknown or empty, or the result is empty. {http.vars.client_ip}
 // expands to clientKey's address, {http.request.host} to keyspec.HostKey's
-// spelling of the host.
+// spelling of the host, and a request header's, query parameter's or
+// cookie's placeholder to the part's value as keyspec reads it (the first
+// of several), not Caddy's (see keyParts); a template that is only such a
+// placeholder is read without the replacer.
 func (z *Zone) expand(r *http.Request, repl *caddy.Replacer, tmpl string) (string, bool) {
-	if !z.clientVar && !z.hostVar {
+	if len(tmpl) > 2 && tmpl[0] == '{' && tmpl[len(tmpl)-1] == '}' {
+		if p := z.parts[tmpl[1:len(tmpl)-1]]; p != nil {
+			v := p.Value(r)
+			return v, v != ""
+		}
+	}
+	if !z.clientVar && !z.hostVar && z.parts == nil {
 		v, err := repl.ReplaceOrErr(tmpl, true, true)
 		return v, err == nil && v != ""
 	}
@@ -762,6 +783,10 @@ func (z *Zone) expand(r *http.Request, repl *caddy.Replacer, tmpl string) (strin
 			return nil, errNoValue
 		case hostVarKey[1 : len(hostVarKey)-1]:
 			val = keyspec.HostKey(caddy.ToString(val))
+		default:
+			if p := z.parts[name]; p != nil {
+				val = p.Value(r)
+			}
 		}
 		if caddy.ToString(val) == "" {
 			return nil, errNoValue // unknown (nil) or empty
@@ -802,16 +827,53 @@ func (z *Zone) costOf(repl *caddy.Replacer) float64 {
 	return c
 }
 
-// clientChosenPlaceholders begin the placeholders whose value, or its
-// absence, the client chooses.
-var clientChosenPlaceholders = []string{"{http.request.header.", "{http.request.cookie.", "{http.request.uri.query."}
+// partPlaceholders map the names of Caddy's placeholders of a request
+// header, query parameter and cookie, by the prefix before the part's
+// name, to keyspec's kinds of key part. A zone's key reads them as keyspec
+// does, which for a part given several times is its first value, the one
+// a Go upstream reads (keyspec.Parse), and not as Caddy's replacer does:
+// it joins the lines of a header and the values of a query parameter with
+// commas, so that a client that adds a value would make itself a new key,
+// and matches a cookie's name in any letter case. Their value, or its
+// absence, is the client's choice.
+var partPlaceholders = []struct{ prefix, kind string }{
+	{"http.request.header.", "header:"},
+	{"http.request.cookie.", "cookie:"},
+	{"http.request.uri.query.", "query:"},
+}
+
+// keyParts returns the key parts of the placeholders of the key template
+// key that partPlaceholders name, by placeholder name without braces; nil
+// when there are none. A name that keyspec refuses, such as the Host
+// header, which Go moves out of the request's headers, is an error.
+func keyParts(key string) (map[string]*keyspec.Part, error) {
+	var parts map[string]*keyspec.Part
+	for _, ph := range keyPlaceholders(key) {
+		name := ph[1 : len(ph)-1]
+		for _, pp := range partPlaceholders {
+			arg, ok := strings.CutPrefix(name, pp.prefix)
+			if !ok {
+				continue
+			}
+			p, err := keyspec.ParsePart(pp.kind + arg)
+			if err != nil {
+				return nil, fmt.Errorf("key %q: placeholder %s: %w", key, ph, errors.Unwrap(err))
+			}
+			if parts == nil {
+				parts = map[string]*keyspec.Part{}
+			}
+			parts[name] = p
+		}
+	}
+	return parts, nil
+}
 
 // clientChosenPlaceholder returns the first placeholder of a key template
 // that the client chooses to send or not, or "".
 func clientChosenPlaceholder(key string) string {
 	for _, ph := range keyPlaceholders(key) {
-		for _, prefix := range clientChosenPlaceholders {
-			if strings.HasPrefix(ph, prefix) {
+		for _, pp := range partPlaceholders {
+			if strings.HasPrefix(ph, "{"+pp.prefix) {
 				return ph
 			}
 		}

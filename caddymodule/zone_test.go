@@ -92,6 +92,37 @@ func TestZoneKey(t *testing.T) {
 	}
 }
 
+// TestZoneKeyFirstValue: a header, query parameter or cookie that a
+// request carries several times keys the zone by its first value, as
+// keyspec reads it, alone, with text around it and in a key of several
+// placeholders, and not by Caddy's replacer, which joins a header's lines
+// and a parameter's values with commas (a new key for every value a client
+// adds) and matches a cookie's name in any letter case.
+func TestZoneKeyFirstValue(t *testing.T) {
+	header := http.Header{
+		"X-Api-Key": {"alice", "n1"},
+		"Cookie":    {"SID=n1; sid=alice", "sid=n2"},
+	}
+	tests := []struct{ key, want string }{
+		{"{http.request.header.X-API-Key}", "alice"},
+		{"{http.request.uri.query.k}", "alice"},
+		{"{http.request.cookie.sid}", "alice"},
+		{"tenant-{http.request.header.X-API-Key}", "tenant-alice"},
+		{"{http.request.header.X-API-Key} {http.request.uri.query.k} {http.request.cookie.sid} {http.request.host}", "5:alice|5:alice|5:alice|11:example.com"},
+		{"{http.request.header.X-API-Key}/{http.request.header.X-Missing}", ""},
+	}
+	for _, tt := range tests {
+		z := provisionedZone(t, Zone{Key: tt.key})
+		r, repl := testRequest("203.0.113.7", nil)
+		r.Header = header
+		r.URL.RawQuery = "k=alice&k=n1"
+		key, ok := z.keyOf(r, repl)
+		if key != tt.want || ok != (tt.want != "") {
+			t.Errorf("key %s: %q, %v, want %q", tt.key, key, ok, tt.want)
+		}
+	}
+}
+
 func TestZoneCost(t *testing.T) {
 	tests := []struct {
 		cost   string
@@ -150,6 +181,7 @@ func TestZoneProvisionErrors(t *testing.T) {
 		{Zone{Name: "z", Rate: "10/s", Cost: "0"}, `cost "0": must be positive`},
 		{Zone{Name: "z", Rate: "10/s", OnMissingKey: "drop"}, `on_missing_key "drop": want skip or shared`},
 		{Zone{Name: "z", Rate: "10/s", MatchRaw: caddy.ModuleMap{"nosuchmatcher": []byte(`{}`)}}, "match:"},
+		{Zone{Name: "z", Rate: "10/s", Key: "{http.request.cookie.a b}"}, `key "{http.request.cookie.a b}": placeholder {http.request.cookie.a b}: cookie name "a b": not a valid cookie name`},
 	}
 	for _, tt := range tests {
 		ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
