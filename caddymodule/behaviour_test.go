@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -36,14 +35,8 @@ func TestBehaviourTable(t *testing.T) {
 			for i, s := range c.Steps {
 				atomic.StoreInt64(&now, s.Instant())
 				for n := range s.Count() {
-					r := httptest.NewRequest(http.MethodGet, "http://example.com/", nil)
-					r.RemoteAddr = s.RemoteAddr()
-					r.Host = s.RequestHost()
-					for k, v := range s.Header {
-						r.Header.Set(k, v)
-					}
 					w := httptest.NewRecorder()
-					srv.ServeHTTP(w, r)
+					srv.ServeHTTP(w, s.Request())
 					for _, d := range s.Check(n, w.Code, w.Header(), w.Body.String()) {
 						t.Errorf("steps[%d] (at %d ms), request %d: %s", i, s.At, n+1, d)
 					}
@@ -152,6 +145,10 @@ func caddyKey(parts []string) string {
 			words[i] = "{http.request.host}"
 		case "header":
 			words[i] = "{http.request.header." + arg + "}"
+		case "query":
+			words[i] = "{http.request.uri.query." + arg + "}"
+		case "cookie":
+			words[i] = "{http.request.cookie." + arg + "}"
 		case "const":
 			words[i] = arg
 		}

@@ -1,6 +1,7 @@
 package traefikplugin
 
 import (
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -34,7 +35,8 @@ func TestBehaviourTable(t *testing.T) {
 			for i, s := range c.Steps {
 				atomic.StoreInt64(&g.clock.ns, s.Instant())
 				for n := 0; n < s.Count(); n++ {
-					w, _ := do(h, request{remote: s.RemoteAddr(), host: s.RequestHost(), headers: s.Header})
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, s.Request())
 					for _, d := range s.Check(n, w.Code, w.Header(), w.Body.String()) {
 						t.Errorf("steps[%d] (at %d ms), request %d: %s", i, s.At, n+1, d)
 					}

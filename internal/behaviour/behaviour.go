@@ -1,10 +1,11 @@
 // Package behaviour reads the behaviour table, testdata/behaviour/*.json at
 // the top of the module: limit configurations written once, each with a
 // trace of requests on a fake clock and the statuses and headers they must
-// get. The Caddy module's and the Traefik plugin's tests render each case
-// in their host's configuration and replay it, so that one configuration
-// meaning the same in both proxies is a test; testdata/README.md describes
-// the format and lists every intended difference between the hosts.
+// get. The Caddy module's, the Traefik plugin's and the Go middleware's
+// (sluicehttp) tests render each case in their host's configuration and
+// replay it, so that one configuration meaning the same in every host is
+// a test; testdata/README.md describes the format and lists every
+// intended difference between the hosts.
 //
 // It uses the standard library only and runs under Yaegi, which the
 // Traefik plugin's tests run in.
@@ -17,6 +18,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sort"
@@ -38,10 +40,12 @@ const Start = int64(1700000000)
 // none.
 const DefaultPeer = "192.0.2.1"
 
-// The hosts, as a case's Only names them.
+// The hosts, as a case's Only names them, and the Go middleware
+// (sluicehttp), which replays the cases that name no host.
 const (
-	Caddy   = "caddy"
-	Traefik = "traefik"
+	Caddy      = "caddy"
+	Traefik    = "traefik"
+	SluiceHTTP = "sluicehttp"
 )
 
 // Case is one file of the table.
@@ -71,7 +75,7 @@ type Case struct {
 	IPv6Prefix int `json:"ipv6_prefix"`
 	// Only, when set, names the one host ("caddy" or "traefik") whose
 	// behaviour the case shows, with the reason the other cannot express
-	// it; For leaves the case out of the other host's replay.
+	// it; For leaves the case out of the other hosts' replays.
 	Only map[string]string `json:"only"`
 	// Steps are the trace, in time order.
 	Steps []Step `json:"steps"`
@@ -95,8 +99,8 @@ type Limit struct {
 	// penalty, Traefik's penalty); empty for none.
 	Penalty string `json:"penalty"`
 	// Key lists the key's parts in the Traefik plugin's syntax:
-	// client_ip, host, header:<Name>, const:<value>. Empty means
-	// client_ip.
+	// client_ip, host, header:<Name>, query:<name>, cookie:<name>,
+	// const:<value>. Empty means client_ip.
 	Key []string `json:"key"`
 	// OnMissingKey is skip (empty: both hosts' default for an explicit
 	// key) or shared.
@@ -112,8 +116,12 @@ type Step struct {
 	Peer string `json:"peer"`
 	// Host is the request's Host; empty means example.com.
 	Host string `json:"host"`
-	// Header holds request headers.
-	Header map[string]string `json:"header"`
+	// Header holds request headers: a header's value, or its lines in
+	// order, as a list of strings.
+	Header map[string]interface{} `json:"header"`
+	// Query is the request's raw query, without "?": the URL is
+	// "/?<Query>", or "/" when it is empty.
+	Query string `json:"query"`
 	// N is the number of requests; 0 means 1.
 	N int `json:"n"`
 	// Status is what every one of the N requests must get: 200 or 429.
@@ -215,6 +223,11 @@ func (c *Case) check() error {
 		if s.N < 0 {
 			return fmt.Errorf("steps[%d]: n %d: want at least 1 (0: 1)", i, s.N)
 		}
+		for name, v := range s.Header {
+			if _, ok := headerLines(v); !ok {
+				return fmt.Errorf("steps[%d]: header %s: want a string or a list of strings", i, name)
+			}
+		}
 	}
 	return nil
 }
@@ -249,9 +262,9 @@ func (l Limit) check() error {
 		kind, arg, _ := strings.Cut(p, ":")
 		switch {
 		case (kind == "client_ip" || kind == "host") && arg == "":
-		case (kind == "header" || kind == "const") && arg != "":
+		case (kind == "header" || kind == "query" || kind == "cookie" || kind == "const") && arg != "":
 		default:
-			return fmt.Errorf("key part %q: want client_ip, host, header:<Name> or const:<value>", p)
+			return fmt.Errorf("key part %q: want client_ip, host, header:<Name>, query:<name>, cookie:<name> or const:<value>", p)
 		}
 		if kind == "client_ip" && len(parts) > 1 {
 			return errors.New("key: client_ip only alone (in a Caddy key template of several parts it is Caddy's own client_ip, read differently)")
@@ -337,6 +350,45 @@ func (s Step) RequestHost() string {
 		return "example.com"
 	}
 	return s.Host
+}
+
+// Request returns a new request of the step: a GET of the step's query
+// from its peer to its host, with its header lines.
+func (s Step) Request() *http.Request {
+	target := "/"
+	if s.Query != "" {
+		target += "?" + s.Query
+	}
+	r := httptest.NewRequest(http.MethodGet, target, nil)
+	r.RemoteAddr = s.RemoteAddr()
+	r.Host = s.RequestHost()
+	for name, v := range s.Header {
+		lines, _ := headerLines(v)
+		for _, line := range lines {
+			r.Header.Add(name, line)
+		}
+	}
+	return r
+}
+
+// headerLines returns the lines of a Header value: a string is one line,
+// a list of strings is a line each. ok is false for anything else.
+func headerLines(v interface{}) ([]string, bool) {
+	switch v := v.(type) {
+	case string:
+		return []string{v}, true
+	case []interface{}:
+		lines := make([]string, len(v))
+		for i, line := range v {
+			s, ok := line.(string)
+			if !ok {
+				return nil, false
+			}
+			lines[i] = s
+		}
+		return lines, len(lines) > 0
+	}
+	return nil, false
 }
 
 // Instant is the step's instant in Unix nanoseconds.

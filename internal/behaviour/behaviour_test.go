@@ -33,6 +33,8 @@ func TestLoadRefuses(t *testing.T) {
 		{"time goes back", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "steps": [{"at": 5, "status": 200}, {"at": 4, "status": 200}]}`, "before the previous step"},
 		{"status", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "steps": [{"at": 0, "status": 503}]}`, "want 200 or 429"},
 		{"only without reason", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "only": {"caddy": ""}, ` + step + `}`, "with a reason"},
+		{"header value", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "steps": [{"at": 0, "status": 200, "header": {"X-A": ["a", 1]}}]}`, "header X-A: want a string or a list of strings"},
+		{"key part", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m", "key": ["path"]}], ` + step + `}`, `key part "path": want client_ip`},
 		{"only both", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "only": {"caddy": "a", "traefik": "b"}, ` + step + `}`, "leave it out for both"},
 	}
 	for _, tc := range tests {
@@ -60,5 +62,21 @@ func TestCheck(t *testing.T) {
 	want := []string{"status 200, want 429", `RateLimit: ["\"a\";r=0;t=1"], want none`, `Retry-After: ["4"], want "3"`, `body "x", want "b"`}
 	if strings.Join(d, "\n") != strings.Join(want, "\n") {
 		t.Errorf("last request:\n%s\nwant:\n%s", strings.Join(d, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestRequest checks a step's request: its peer, host and query, and a
+// header given as a list sent on one line each, in order.
+func TestRequest(t *testing.T) {
+	s := Step{Peer: "2001:db8::1", Host: "api.example", Query: "k=a&k=b",
+		Header: map[string]interface{}{"X-Api-Key": []interface{}{"a", "b"}, "cookie": "s=a"}}
+	r := s.Request()
+	got := []string{r.RemoteAddr, r.Host, r.URL.String(), strings.Join(r.Header["X-Api-Key"], "|"), strings.Join(r.Header["Cookie"], "|")}
+	want := []string{"[2001:db8::1]:1234", "api.example", "/?k=a&k=b", "a|b", "s=a"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("request %q, want %q", got, want)
+	}
+	if r := (Step{}).Request(); r.RemoteAddr != "192.0.2.1:1234" || r.Host != "example.com" || r.URL.String() != "/" || len(r.Header) != 0 {
+		t.Errorf("a step's default request: %s %s %s %v", r.RemoteAddr, r.Host, r.URL, r.Header)
 	}
 }
