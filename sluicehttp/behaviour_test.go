@@ -1,0 +1,79 @@
+package sluicehttp
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/internal/behaviour"
+)
+
+// TestBehaviourTable replays the behaviour table shared with the Caddy
+// module and the Traefik plugin (testdata/behaviour at the top of the
+// module, described in testdata/README.md): each case rendered as a
+// Config, and its trace sent to the middleware on a fake clock. The
+// middleware reads a trusted proxy's X-Forwarded-For from the right, as
+// the plugin does, so it replays the cases of both hosts but those of one.
+func TestBehaviourTable(t *testing.T) {
+	cases, err := behaviour.Load(behaviour.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range behaviour.For(cases, behaviour.SluiceHTTP) {
+		t.Run(c.Name, func(t *testing.T) {
+			cfg, err := configOf(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, gc, err := build(&cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var now int64
+			gc.Clock = func() int64 { return atomic.LoadInt64(&now) }
+			if m.gate, err = core.NewGate(gc); err != nil {
+				t.Fatal(err)
+			}
+			h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			for i, s := range c.Steps {
+				atomic.StoreInt64(&now, s.Instant())
+				for n := range s.Count() {
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, s.Request())
+					for _, d := range s.Check(n, w.Code, w.Header(), w.Body.String()) {
+						t.Errorf("steps[%d] (at %d ms), request %d: %s", i, s.At, n+1, d)
+					}
+				}
+			}
+			if t.Failed() {
+				t.Logf("config: %+v", cfg)
+			}
+		})
+	}
+}
+
+// configOf renders a case as the middleware's Config: a Limit per limit,
+// the ipv6_prefix on each keyed on the client's address alone.
+func configOf(c behaviour.Case) (Config, error) {
+	cfg := Config{Headers: c.Headers, Body: c.Body, Mode: c.Mode, TrustedProxies: c.TrustedProxies}
+	for _, l := range c.Limits {
+		var delay time.Duration
+		if l.MaxDelay != "" {
+			d, err := time.ParseDuration(l.MaxDelay)
+			if err != nil {
+				return cfg, err
+			}
+			delay = d
+		}
+		lim := Limit{Name: l.Name, Rate: l.Rate, Burst: l.Burst, Algorithm: l.Alg(), Key: l.KeyParts(),
+			OnMissingKey: l.OnMissingKey, Cost: l.Cost, MaxDelay: delay}
+		if parts := l.KeyParts(); len(parts) == 1 && parts[0] == "client_ip" {
+			lim.IPv6Prefix = c.IPv6Prefix
+		}
+		cfg.Limits = append(cfg.Limits, lim)
+	}
+	return cfg, nil
+}
