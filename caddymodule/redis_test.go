@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/sluicehttp"
 )
 
 // redisStore returns a handler's "store" value for Redis at addr. Handlers
@@ -360,5 +363,56 @@ func TestRedisLease(t *testing.T) {
 	}
 	if got := alternate(urls[2:], 60); got != 30 {
 		t.Errorf("%d of 60 requests admitted by a quota of 30", got)
+	}
+}
+
+// TestRedisSharedWithService: a Caddy handler and a Go service's
+// sluicehttp middleware, in one share group on one Redis, count one quota
+// for a client that sends its key header on two lines, the second
+// changing with every request: both key it by the first line, so a 2/m
+// limit admits 2 of 6 requests alternating between them.
+func TestRedisSharedWithService(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	p := freePorts(t, 1)
+	url := loadCaddy(t, server{port: p[0], handler: map[string]any{
+		"zones": []any{zone("api", "2/m", "key", "{http.request.header.X-API-Key}")},
+		"store": redisStore(rs.Addr, 4, "prefix", "t:"),
+		"share": "svc",
+	}})[0]
+	mw, err := sluicehttp.New(sluicehttp.Config{
+		Limits: []sluicehttp.Limit{{Name: "api", Rate: "2/1m", Key: []string{"header:X-API-Key"}}},
+		Share:  "svc",
+		Redis:  &sluicehttp.Redis{Addr: rs.Addr, Prefix: "t:", Timeout: time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mw.Close() })
+	svc := mw.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	var got []string
+	for i := 0; i < 6; i++ {
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Add("X-API-Key", "alice")
+		req.Header.Add("X-API-Key", "n"+strconv.Itoa(i))
+		status := 0
+		if i%2 == 0 {
+			res, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			status = res.StatusCode
+		} else {
+			w := httptest.NewRecorder()
+			svc.ServeHTTP(w, req)
+			status = w.Code
+		}
+		got = append(got, strconv.Itoa(status))
+	}
+	if want := "200 200 429 429 429 429"; strings.Join(got, " ") != want {
+		t.Errorf("Caddy, service, Caddy, ...: %s, want %s (one quota, keyed by the first line)", strings.Join(got, " "), want)
 	}
 }
