@@ -48,7 +48,14 @@ type Zone struct {
 	// "{http.vars.client_ip}" alone is the same. (Inside a template of
 	// several placeholders, {http.vars.client_ip} is Caddy's own value,
 	// which without trusted_proxies_strict is the leftmost
-	// X-Forwarded-For entry: the client's choice.) A request
+	// X-Forwarded-For entry: the client's choice.) A request header's,
+	// query parameter's or cookie's placeholder
+	// ({http.request.header.*}, {http.request.uri.query.*},
+	// {http.request.cookie.*}) is read as Go's net/http reads it, and as
+	// Traefik and sluicehttp key: of a header on several lines or a
+	// parameter or cookie given several times, the first value (not
+	// Caddy's comma-joined one, which a client could change by adding a
+	// value), a cookie's name in its exact letter case. A request
 	// for which any placeholder of Key is empty or unknown has no key, and
 	// is treated as OnMissingKey says. A key without placeholders is one
 	// counter shared by every request (a global limit). With two
