@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -31,16 +30,8 @@ func TestBehaviourTable(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			src := caddyfileOf(c, freePorts(t, 1)[0])
 			loadCaddyfile(t, src)
-			srv := httpServer(t)
-			for i, s := range c.Steps {
-				atomic.StoreInt64(&now, s.Instant())
-				for n := range s.Count() {
-					w := httptest.NewRecorder()
-					srv.ServeHTTP(w, s.Request())
-					for _, d := range s.Check(n, w.Code, w.Header(), w.Body.String()) {
-						t.Errorf("steps[%d] (at %d ms), request %d: %s", i, s.At, n+1, d)
-					}
-				}
+			for _, d := range c.Replay(httpServer(t), func(ns int64) { atomic.StoreInt64(&now, ns) }) {
+				t.Error(d)
 			}
 			if t.Failed() {
 				t.Logf("Caddyfile:\n%s", src)

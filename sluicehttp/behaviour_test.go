@@ -2,7 +2,6 @@ package sluicehttp
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,15 +37,8 @@ func TestBehaviourTable(t *testing.T) {
 				t.Fatal(err)
 			}
 			h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-			for i, s := range c.Steps {
-				atomic.StoreInt64(&now, s.Instant())
-				for n := range s.Count() {
-					w := httptest.NewRecorder()
-					h.ServeHTTP(w, s.Request())
-					for _, d := range s.Check(n, w.Code, w.Header(), w.Body.String()) {
-						t.Errorf("steps[%d] (at %d ms), request %d: %s", i, s.At, n+1, d)
-					}
-				}
+			for _, d := range c.Replay(h, func(ns int64) { atomic.StoreInt64(&now, ns) }) {
+				t.Error(d)
 			}
 			if t.Failed() {
 				t.Logf("config: %+v", cfg)

@@ -1,7 +1,6 @@
 package traefikplugin
 
 import (
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -32,15 +31,8 @@ func TestBehaviourTable(t *testing.T) {
 			}
 			g := newTestRegistry()
 			h, _ := g.mustNew(t, cfg, "behaviour-"+c.Name)
-			for i, s := range c.Steps {
-				atomic.StoreInt64(&g.clock.ns, s.Instant())
-				for n := 0; n < s.Count(); n++ {
-					w := httptest.NewRecorder()
-					h.ServeHTTP(w, s.Request())
-					for _, d := range s.Check(n, w.Code, w.Header(), w.Body.String()) {
-						t.Errorf("steps[%d] (at %d ms), request %d: %s", i, s.At, n+1, d)
-					}
-				}
+			for _, d := range c.Replay(h, func(ns int64) { atomic.StoreInt64(&g.clock.ns, ns) }) {
+				t.Error(d)
 			}
 			if t.Failed() {
 				t.Logf("options: %v", opts)

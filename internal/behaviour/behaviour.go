@@ -396,6 +396,25 @@ func (s Step) Instant() int64 {
 	return Start*int64(time.Second) + s.At*int64(time.Millisecond)
 }
 
+// Replay sends the case's trace to h, each step's requests after setNow
+// has set the host's fake clock to the step's instant (Unix nanoseconds),
+// and returns one line per difference from what the table wants, naming
+// the step and the request.
+func (c Case) Replay(h http.Handler, setNow func(ns int64)) []string {
+	var diffs []string
+	for i, s := range c.Steps {
+		setNow(s.Instant())
+		for n := 0; n < s.Count(); n++ {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, s.Request())
+			for _, d := range s.Check(n, w.Code, w.Header(), w.Body.String()) {
+				diffs = append(diffs, fmt.Sprintf("steps[%d] (at %d ms), request %d: %s", i, s.At, n+1, d))
+			}
+		}
+	}
+	return diffs
+}
+
 // Check compares the response to request i of the step (0 to Count()-1)
 // with what the table wants, returning one line per difference.
 func (s Step) Check(i, status int, h http.Header, body string) []string {
