@@ -52,20 +52,28 @@ func TestBehaviourTable(t *testing.T) {
 func configOf(c behaviour.Case) (Config, error) {
 	cfg := Config{Headers: c.Headers, Body: c.Body, Mode: c.Mode, TrustedProxies: c.TrustedProxies}
 	for _, l := range c.Limits {
-		var delay time.Duration
-		if l.MaxDelay != "" {
-			d, err := time.ParseDuration(l.MaxDelay)
-			if err != nil {
-				return cfg, err
-			}
-			delay = d
+		delay, err := optionalDuration(l.MaxDelay)
+		if err != nil {
+			return cfg, err
+		}
+		penalty, err := optionalDuration(l.Penalty)
+		if err != nil {
+			return cfg, err
 		}
 		lim := Limit{Name: l.Name, Rate: l.Rate, Burst: l.Burst, Algorithm: l.Alg(), Key: l.KeyParts(),
-			OnMissingKey: l.OnMissingKey, Cost: l.Cost, MaxDelay: delay}
+			OnMissingKey: l.OnMissingKey, Cost: l.Cost, MaxDelay: delay, Penalty: penalty}
 		if parts := l.KeyParts(); len(parts) == 1 && parts[0] == "client_ip" {
 			lim.IPv6Prefix = c.IPv6Prefix
 		}
 		cfg.Limits = append(cfg.Limits, lim)
 	}
 	return cfg, nil
+}
+
+// optionalDuration parses a case's Go duration; empty is zero.
+func optionalDuration(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	return time.ParseDuration(s)
 }
