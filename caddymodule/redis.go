@@ -332,7 +332,10 @@ func newRedisStore(c *RedisStoreConfig, direct int64) (*pooledStore, error) {
 	}
 	timeout := time.Duration(c.Timeout)
 	// Retries are off: a reply lost after the script ran would charge a
-	// retried request twice. So are dial retries (go-redis retries a
+	// retried request twice. MaxRetries -1 turns them off for a server and
+	// Sentinel, not for a Cluster, whose retries are MaxRedirects's: each
+	// script call is an evalCmd, which go-redis never sends again once it
+	// may have run. So are dial retries (go-redis retries a
 	// failed dial 5 times, 100ms apart): within one decision's Timeout
 	// they only add failed dials, and once a pool has counted pool_size of
 	// them go-redis stops dialing and retries once a second on its own, so
@@ -375,7 +378,7 @@ func newRedisStore(c *RedisStoreConfig, direct int64) (*pooledStore, error) {
 	// automatic pipelining: those that arrive while a batch is in flight
 	// go together in the next one (no timer). The deferred face lets each
 	// decision stop waiting at its own deadline; the retries it could make
-	// are off with the client's (MaxRetries above).
+	// are off (evalCmd).
 	ap, err := client.AsyncAutoPipeline()
 	if err != nil {
 		client.Close()
@@ -419,7 +422,7 @@ func (s scripter) EvalSha(ctx context.Context, sha string, keys, args []string) 
 	for _, v := range args {
 		a = append(a, v)
 	}
-	cmd := redis.NewCmd(ctx, a...)
+	cmd := &evalCmd{Cmd: redis.NewCmd(ctx, a...)}
 	var err error
 	if atomic.AddInt64(s.direct, 1) <= s.max {
 		err = s.c.Process(ctx, cmd)
@@ -437,6 +440,32 @@ func (s scripter) EvalSha(ctx context.Context, sha string, keys, args []string) 
 	}
 	return v, err
 }
+
+// evalCmd is a script call that go-redis sends once: a script whose reply
+// is lost may have run, and run again it would charge its request twice
+// (or take a second slot, or refund twice).
+//
+// MaxRetries -1 leaves a server's and a Sentinel's client one attempt per
+// call, but a ClusterClient (go-redis v9.23) retries by MaxRedirects, 3
+// by default: it sends a call again after a network error or a timeout,
+// on the same node a few milliseconds later, then on another; and its
+// pipeline, which also carries the automatic pipeline's batches, sends a
+// node's whole batch again after an error writing it, after a read error
+// (the calls whose replies were read included), and when its first reply
+// is a CLUSTERDOWN, TRYAGAIN, LOADING, MASTERDOWN, READONLY or "max
+// number of clients" error (the other calls, which ran, included).
+// NoRetry turns off every one of these. It leaves the retries after a
+// reply that says the script did not run: a MOVED or ASK reply, Redis
+// refusing the call on that node, followed MaxRedirects times at most;
+// and, for a call sent alone, the READONLY reply of a node that has
+// become a replica, where the script could write nothing.
+type evalCmd struct {
+	*redis.Cmd
+}
+
+// NoRetry tells go-redis never to send c again after an attempt that may
+// have written it.
+func (c *evalCmd) NoRetry() bool { return true }
 
 // ScriptLoad runs SCRIPT LOAD, on every node of a cluster.
 func (s scripter) ScriptLoad(ctx context.Context, script string) (string, error) {
