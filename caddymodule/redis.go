@@ -359,26 +359,36 @@ func newRedisStore(c *RedisStoreConfig, direct int64) (*pooledStore, error) {
 		ContextTimeoutEnabled: true,
 		DisableIdentity:       true,
 	}
+	// unsentHook goes on the clients that write to a connection: a
+	// Cluster's clients of its nodes (none exists before the first
+	// command), or the one client.
 	var client redis.UniversalClient
 	cluster := false
 	switch {
 	case len(c.Addresses) > 0:
 		opts.Addrs = c.Addresses
-		client = redis.NewClusterClient(opts.Cluster())
+		cc := redis.NewClusterClient(opts.Cluster())
+		cc.OnNewNode(func(node *redis.Client) { node.AddHook(unsentHook{}) })
+		client = cc
 		cluster = true
 	case c.Sentinel != nil:
 		opts.Addrs = c.Sentinel.Addresses
 		opts.MasterName = c.Sentinel.Master
 		client = redis.NewFailoverClient(opts.Failover())
+		client.AddHook(unsentHook{})
 	default:
 		opts.Addrs = []string{c.Address}
 		client = redis.NewClient(opts.Simple())
+		client.AddHook(unsentHook{})
 	}
 	// Decisions beyond the first direct in flight ride go-redis's
 	// automatic pipelining: those that arrive while a batch is in flight
 	// go together in the next one (no timer). The deferred face lets each
 	// decision stop waiting at its own deadline; the retries it could make
-	// are off (evalCmd).
+	// are off (evalCmd), and a decision whose deadline passed while it was
+	// queued is not written (unsentHook). The pipeline is half-duplex, as
+	// by default: the full-duplex one writes a command before the hooks
+	// run.
 	ap, err := client.AsyncAutoPipeline()
 	if err != nil {
 		client.Close()
@@ -413,6 +423,14 @@ type scripter struct {
 // pipeline (see direct), waiting for its reply until ctx ends. A nil reply
 // is (nil, nil); a Redis error reply is returned as go-redis's error,
 // whose text is the reply's.
+//
+// A call is sent once (evalCmd). When ctx ends first, the caller answers
+// by the failure policy, and what Redis does depends on where the call
+// was: one still queued in the automatic pipeline is never written
+// (unsentHook); one already written may run, charging the request though
+// the policy answered it, as any decision in flight at its deadline. Such
+// a charge only makes Redis admit less later: an outage's admissions
+// stay within the policy's documented excess.
 func (s scripter) EvalSha(ctx context.Context, sha string, keys, args []string) (interface{}, error) {
 	a := make([]interface{}, 0, 3+len(keys)+len(args))
 	a = append(a, "evalsha", sha, len(keys))
@@ -422,7 +440,7 @@ func (s scripter) EvalSha(ctx context.Context, sha string, keys, args []string) 
 	for _, v := range args {
 		a = append(a, v)
 	}
-	cmd := &evalCmd{Cmd: redis.NewCmd(ctx, a...)}
+	cmd := &evalCmd{Cmd: redis.NewCmd(ctx, a...), ctx: ctx}
 	var err error
 	if atomic.AddInt64(s.direct, 1) <= s.max {
 		err = s.c.Process(ctx, cmd)
@@ -461,11 +479,75 @@ func (s scripter) EvalSha(ctx context.Context, sha string, keys, args []string) 
 // become a replica, where the script could write nothing.
 type evalCmd struct {
 	*redis.Cmd
+	// ctx is the caller's: once it has ended, the caller has its answer
+	// and the call is not written (unsentHook).
+	ctx context.Context
 }
 
 // NoRetry tells go-redis never to send c again after an attempt that may
 // have written it.
 func (c *evalCmd) NoRetry() bool { return true }
+
+// unsentHook fails, without writing it, a script call whose caller's
+// context has ended. go-redis's automatic pipeline runs a queued command
+// on a context of its own, not its caller's: a call queued behind a slow
+// batch would be written once that batch is done, however long after its
+// caller stopped waiting and the failure policy decided its request, and
+// charge the request a second time, or take a slot nobody holds. The
+// hook runs as the client hands each command, or each batch, a
+// redirected one included, to a connection; a call whose context ends
+// after that, while the batch gets its connection or on the wire, may
+// run: that is a decision in flight when its timeout passed, whose
+// charge the failure policy's documented excess already counts.
+type unsentHook struct{}
+
+// DialHook is next.
+func (unsentHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook fails cmd without sending it if its caller has gone.
+func (unsentHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := abandoned(cmd); err != nil {
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook fails the commands of cmds whose callers have gone
+// and sends the others.
+func (unsentHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var live []redis.Cmder // nil while every command is
+		for i, cmd := range cmds {
+			if err := abandoned(cmd); err != nil {
+				cmd.SetErr(err)
+				if live == nil {
+					live = append(make([]redis.Cmder, 0, len(cmds)), cmds[:i]...)
+				}
+			} else if live != nil {
+				live = append(live, cmd)
+			}
+		}
+		switch {
+		case live == nil:
+			return next(ctx, cmds)
+		case len(live) == 0:
+			return nil // each has its error
+		default:
+			return next(ctx, live)
+		}
+	}
+}
+
+// abandoned is the error of cmd's caller's context when cmd is a script
+// call whose caller has gone, else nil.
+func abandoned(cmd redis.Cmder) error {
+	if c, ok := cmd.(*evalCmd); ok {
+		return c.ctx.Err()
+	}
+	return nil
+}
 
 // ScriptLoad runs SCRIPT LOAD, on every node of a cluster.
 func (s scripter) ScriptLoad(ctx context.Context, script string) (string, error) {
