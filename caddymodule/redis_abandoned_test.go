@@ -51,36 +51,50 @@ func TestRedisAbandonedDecisionNotSent(t *testing.T) {
 					t.Fatal(err) // connects and loads the script
 				}
 
-				// Queued, then abandoned: the call waits behind a first
-				// one, of the same key, whose reply the proxy holds.
+				// Queued, then abandoned: two calls, between two others,
+				// wait behind a first one of the same key whose reply the
+				// proxy holds; all four go in one batch.
 				calls, sent := r.server.ScriptCalls(t), r.proxy.Sent("evalsha")
 				r.proxy.Hold()
 				first := make(chan error, 1)
 				go func() { first <- c.do(context.Background(), "first") }()
 				r.proxy.WaitSent(t, "evalsha", sent+1)
 				ctx, cancel := context.WithCancel(context.Background())
-				w := newWaitWatch(ctx)
-				abandoned := make(chan error, 1)
-				go func() { abandoned <- c.do(w, "abandoned") }()
-				w.waited(t)
+				abandoned, live := make(chan error, 2), make(chan error, 2)
+				for _, q := range []struct {
+					lease string
+					ctx   context.Context
+					out   chan error
+				}{
+					{"abandoned1", ctx, abandoned},
+					{"live1", context.Background(), live},
+					{"abandoned2", ctx, abandoned},
+					{"live2", context.Background(), live},
+				} {
+					w := newWaitWatch(q.ctx)
+					go func() { q.out <- c.do(w, q.lease) }()
+					w.waited(t)
+				}
 				cancel()
-				if err := <-abandoned; !errors.Is(err, context.Canceled) {
-					t.Errorf("the abandoned call returned %v, want context.Canceled", err)
+				for range 2 {
+					if err := <-abandoned; !errors.Is(err, context.Canceled) {
+						t.Errorf("an abandoned call returned %v, want context.Canceled", err)
+					}
 				}
 				r.proxy.Release()
 				if err := <-first; err != nil {
 					t.Fatal(err)
 				}
-				// A later call goes in the abandoned one's batch or after
-				// it: once answered, the abandoned one is settled.
-				if err := c.do(context.Background(), "later"); err != nil {
-					t.Fatal(err)
+				for range 2 {
+					if err := <-live; err != nil {
+						t.Errorf("a call queued with abandoned ones failed: %v", err)
+					}
 				}
-				if n := r.proxy.Sent("evalsha") - sent; n != 2 {
-					t.Errorf("%d script calls written for 2 calls and one abandoned while queued", n)
+				if n := r.proxy.Sent("evalsha") - sent; n != 3 {
+					t.Errorf("%d script calls written for 3 calls and 2 abandoned while queued", n)
 				}
-				if n := r.server.ScriptCalls(t) - calls; n != 2 {
-					t.Errorf("Redis ran the script %d times for 2 calls and one abandoned while queued", n)
+				if n := r.server.ScriptCalls(t) - calls; n != 3 {
+					t.Errorf("Redis ran the script %d times for 3 calls and 2 abandoned while queued", n)
 				}
 
 				// Written, then abandoned: the call may run, and does,
@@ -103,11 +117,11 @@ func TestRedisAbandonedDecisionNotSent(t *testing.T) {
 				}
 			})
 		}
-		// What the calls left: the decisions warm, first, later, written
-		// and last charged; the leases of the same names taken.
+		// What the calls left: the decisions warm, first, live1, live2,
+		// written and last charged; the leases of the same names taken.
 		t.Run(r.name+"/left", func(t *testing.T) {
-			if n := charges(t, st, "k"); n != 5 {
-				t.Errorf("the key was charged %d times, want 5", n)
+			if n := charges(t, st, "k"); n != 6 {
+				t.Errorf("the key was charged %d times, want 6", n)
 			}
 			direct := redis.NewClient(&redis.Options{Addr: r.server.Addr, Protocol: 2, DisableIdentity: true})
 			defer direct.Close()
@@ -119,8 +133,8 @@ func TestRedisAbandonedDecisionNotSent(t *testing.T) {
 				t.Fatal(err)
 			}
 			sort.Strings(taken)
-			if fmt.Sprint(taken) != "[first last later warm written]" {
-				t.Errorf("the slots taken are %v, want those of first, last, later, warm and written", taken)
+			if fmt.Sprint(taken) != "[first last live1 live2 warm written]" {
+				t.Errorf("the slots taken are %v, want those of first, last, live1, live2, warm and written", taken)
 			}
 		})
 	}
