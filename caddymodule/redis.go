@@ -424,13 +424,14 @@ type scripter struct {
 // is (nil, nil); a Redis error reply is returned as go-redis's error,
 // whose text is the reply's.
 //
-// A call is sent once (evalCmd). When ctx ends first, the caller answers
-// by the failure policy, and what Redis does depends on where the call
-// was: one still queued in the automatic pipeline is never written
-// (unsentHook); one already written may run, charging the request though
-// the policy answered it, as any decision in flight at its deadline. Such
-// a charge only makes Redis admit less later: an outage's admissions
-// stay within the policy's documented excess.
+// A call is sent once (evalCmd). When ctx ends before the reply comes,
+// the failure policy answers the request, and what Redis does depends on
+// where the call was: one still waiting in the automatic pipeline is
+// never written (unsentHook); one already written may run, charging the
+// request (or taking its slot until the lease expires) although the
+// policy answered it. That charge counts a request that was answered
+// without Redis, so Redis admits less afterwards, never more: the
+// admissions stay within what the failure policy documents.
 func (s scripter) EvalSha(ctx context.Context, sha string, keys, args []string) (interface{}, error) {
 	a := make([]interface{}, 0, 3+len(keys)+len(args))
 	a = append(a, "evalsha", sha, len(keys))
@@ -492,13 +493,12 @@ func (c *evalCmd) NoRetry() bool { return true }
 // context has ended. go-redis's automatic pipeline runs a queued command
 // on a context of its own, not its caller's: a call queued behind a slow
 // batch would be written once that batch is done, however long after its
-// caller stopped waiting and the failure policy decided its request, and
-// charge the request a second time, or take a slot nobody holds. The
-// hook runs as the client hands each command, or each batch, a
-// redirected one included, to a connection; a call whose context ends
-// after that, while the batch gets its connection or on the wire, may
-// run: that is a decision in flight when its timeout passed, whose
-// charge the failure policy's documented excess already counts.
+// caller stopped waiting and the failure policy answered its request,
+// and charge that request, or take a slot nobody holds. The hook runs as
+// the client hands each command, or each batch (a redirected one
+// included), to a connection; a call whose context ends after that,
+// while its batch gets a connection or is on the wire, may run, as any
+// decision in flight when its deadline passes (see scripter.EvalSha).
 type unsentHook struct{}
 
 // DialHook is next.
