@@ -55,11 +55,13 @@ func (s BreakerState) String() string {
 // Every call that Allow admits must report its outcome with Success or
 // Failure, passing back the probe ticket Allow gave it (zero for a call
 // admitted while the breaker was closed, and for one that did not ask
-// Allow because State was BreakerClosed). Only the pending probe's outcome
-// decides a half-open breaker: outcomes of other calls (admitted before it
-// opened, or a probe presumed lost) are ignored while it is half-open, as
-// all outcomes are while it is open. Instants are nanoseconds on the
-// caller's [model.Clock].
+// Allow because State was BreakerClosed). Only an answer of the store is
+// an outcome: a call answered without asking it (from a lease the
+// instance holds) reports Skipped, which moves nothing. Only the pending
+// probe's outcome decides a half-open breaker: outcomes of other calls
+// (admitted before it opened, or a probe presumed lost) are ignored while
+// it is half-open, as all outcomes are while it is open. Instants are
+// nanoseconds on the caller's [model.Clock].
 //
 // The zero value is a closed breaker with the default settings. A Breaker is
 // safe for concurrent use; while closed, Allow and Success cost an atomic
@@ -123,6 +125,19 @@ func (b *Breaker) Success(probe uint64) {
 			atomic.StoreInt32(&b.fails, 0)
 			atomic.StoreInt32(&b.state, int32(BreakerClosed))
 		}
+	}
+}
+
+// Skipped reports that a call Allow admitted with the ticket probe ended
+// without asking the store, answered locally (from a lease): it says
+// nothing of the store, so the breaker's state and failure count stay as
+// they are, but the pending probe's ticket is given back, and the next
+// call probes the store at once.
+func (b *Breaker) Skipped(probe uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if BreakerState(b.state) == BreakerHalfOpen && probe == b.probe {
+		b.since -= int64(b.backoff())
 	}
 }
 

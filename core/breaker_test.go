@@ -11,7 +11,7 @@ import (
 // and what it must observe.
 type breakerStep struct {
 	at    int64  // instant, ms
-	op    string // "allow"; "ok", "fail" by the last call allowed; "late ok", "late fail" by a call admitted while closed; "lost ok" by the call allowed before the last
+	op    string // "allow"; "ok", "fail", "skip" by the last call allowed; "late ok", "late fail" by a call admitted while closed; "lost ok", "lost skip" by the call allowed before the last
 	allow bool   // for "allow": the expected result
 	state BreakerState
 }
@@ -104,6 +104,32 @@ func TestBreaker(t *testing.T) {
 			},
 		},
 		{
+			name:     "a probe answered without the store lets the next call probe at once",
+			failures: 1, backoff: 100 * time.Millisecond,
+			steps: []breakerStep{
+				{0, "fail", false, BreakerOpen},
+				{100, "allow", true, BreakerHalfOpen},
+				{110, "skip", false, BreakerHalfOpen},
+				{110, "allow", true, BreakerHalfOpen},
+				{111, "allow", false, BreakerHalfOpen},
+				{112, "lost skip", false, BreakerHalfOpen}, // its ticket is no longer the probe's
+				{113, "allow", false, BreakerHalfOpen},
+				{120, "fail", false, BreakerOpen},
+				{219, "allow", false, BreakerOpen},
+				{220, "allow", true, BreakerHalfOpen},
+				{230, "ok", false, BreakerClosed},
+			},
+		},
+		{
+			name:     "a call answered without the store keeps the failure count",
+			failures: 2, backoff: 100 * time.Millisecond,
+			steps: []breakerStep{
+				{0, "fail", false, BreakerClosed},
+				{1, "skip", false, BreakerClosed},
+				{2, "fail", false, BreakerOpen},
+			},
+		},
+		{
 			name:     "late outcomes of calls admitted before it opened are ignored",
 			failures: 1, backoff: 100 * time.Millisecond,
 			steps: []breakerStep{
@@ -140,6 +166,10 @@ func TestBreaker(t *testing.T) {
 					b.Failure(now, 0)
 				case "lost ok":
 					b.Success(lost)
+				case "skip":
+					b.Skipped(probe)
+				case "lost skip":
+					b.Skipped(lost)
 				default:
 					t.Fatalf("step %d: unknown op %q", i, s.op)
 				}

@@ -299,7 +299,8 @@ func (g *Gate) Decide(ctx context.Context, asks []model.Ask) Verdict {
 
 // decide is Decide without in-flight limits. It asks the primary store
 // through the breaker and the timeout, and decided reports the call and
-// classifies the decisions.
+// classifies the decisions; a call that the store answered from its
+// leases, without asking Redis, is no outcome for the breaker.
 func (g *Gate) decide(ctx context.Context, asks []model.Ask) Verdict {
 	if len(asks) == 0 {
 		return Verdict{Outcome: OutcomeAllowed}
@@ -313,7 +314,13 @@ func (g *Gate) decide(ctx context.Context, asks []model.Ask) Verdict {
 			return g.failed(ctx, asks, out, ErrBreakerOpen)
 		}
 	}
-	err := g.take(ctx, asks, out)
+	asked, err := g.take(ctx, asks, out)
+	if !asked {
+		if probe != 0 {
+			b.Skipped(probe)
+		}
+		return g.classify(out)
+	}
 	return g.decided(ctx, asks, out, err, probe)
 }
 
@@ -442,14 +449,18 @@ func (g *Gate) Serve(w http.ResponseWriter, r *http.Request, asks []model.Ask) (
 }
 
 // take asks the primary store to decide asks into out, within the gate's
-// timeout.
-func (g *Gate) take(ctx context.Context, asks []model.Ask, out []model.Decision) error {
+// timeout, and reports whether the store asked Redis: false only when a
+// redisstore.Store admitted every ask from its leases (TakeAsked).
+func (g *Gate) take(ctx context.Context, asks []model.Ask, out []model.Decision) (asked bool, err error) {
 	if g.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
 		defer cancel()
 	}
-	return g.cfg.Store.Take(ctx, asks, out)
+	if g.redis != nil {
+		return g.redis.TakeAsked(ctx, asks, out)
+	}
+	return true, g.cfg.Store.Take(ctx, asks, out)
 }
 
 // classify1 is classify for a single decision, v.Decision.

@@ -1380,10 +1380,12 @@ func newLaneRedis(l *Lane, cfg LaneConfig) {
 // covers is admitted without a call to Redis (redisstore.Store.FromLease,
 // which Take admits through too) and answered as serveLaneRedis answers
 // an admission, by laneSetIETFX on the gate's clock, observed only while
-// *down is not 0, and reports whether it did. Every other request, and
-// every request while the breaker is not simply closed (Gate.Serve then
-// asks no store), it leaves to the rest of serveLaneAny, which calls it,
-// the general path, which asks Redis for the next lease. (Its variables
+// *down is not 0, and reports whether it did; it tells the breaker
+// nothing, as no answer of Redis stands behind it. Every other request,
+// and every request while the breaker is not simply closed (Gate.Serve
+// then asks no store but for the probe, which a lease answering it does
+// not decide), it leaves to the rest of serveLaneAny, which calls it, the
+// general path, which asks Redis for the next lease. (Its variables
 // cost the same here as scratch parameters: 319 allocations either way.)
 func serveLaneLease(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) bool {
 	var now int64

@@ -124,10 +124,10 @@ type leased struct {
 // the asks a lease covers are admitted from it, the others are decided in
 // Redis in one call, the leased ones among them asking for their next
 // lease, and if Redis rejects the request, the leases spent get their
-// units back.
-func (s *Store) takeLeased(ctx context.Context, asks []model.Ask, out []model.Decision) error {
+// units back. It reports whether it asked Redis (see TakeAsked).
+func (s *Store) takeLeased(ctx context.Context, asks []model.Ask, out []model.Decision) (asked bool, err error) {
 	if len(asks) == 1 && s.FromLease(asks[0], &out[0]) {
-		return nil
+		return false, nil
 	}
 	now := s.leaseNow()
 	held := make([]leased, len(asks))
@@ -155,7 +155,6 @@ func (s *Store) takeLeased(ctx context.Context, asks []model.Ask, out []model.De
 	}
 	s.leases.mu.Unlock()
 	got := make([]model.Decision, len(call))
-	var err error
 	if len(call) > 0 {
 		err = s.take(ctx, call, got)
 		if err == nil && s.leaseRefused(held, call, idx, got) {
@@ -205,7 +204,7 @@ func (s *Store) takeLeased(ctx context.Context, asks []model.Ask, out []model.De
 			}
 		}
 	}
-	return err
+	return len(call) > 0, err
 }
 
 // leaseRefused reports whether Redis rejected a lease asked in got (the

@@ -285,15 +285,25 @@ const ReplyFields = 6
 // of their key when it covers them, and otherwise ask Redis for the next
 // one (see lease.go).
 func (s *Store) Take(ctx context.Context, asks []model.Ask, out []model.Decision) error {
+	_, err := s.TakeAsked(ctx, asks, out)
+	return err
+}
+
+// TakeAsked is Take, and reports whether it asked Redis: false when the
+// leases the store holds admitted every ask (or there was none), so that
+// no answer of Redis stands behind the decisions, which a circuit breaker
+// in front of Redis must then not count as one. When it asked, err is
+// what Redis's answer, or its failure, left.
+func (s *Store) TakeAsked(ctx context.Context, asks []model.Ask, out []model.Decision) (asked bool, err error) {
 	if len(asks) == 0 {
-		return nil
+		return false, nil
 	}
 	for i := range asks {
 		if asks[i].Limit.Lease > 0 {
 			return s.takeLeased(ctx, asks, out)
 		}
 	}
-	return s.take(ctx, asks, out)
+	return true, s.take(ctx, asks, out)
 }
 
 // take is Take without leases.
