@@ -416,3 +416,68 @@ func TestRedisSharedWithService(t *testing.T) {
 		t.Errorf("Caddy, service, Caddy, ...: %s, want %s (one quota, keyed by the first line)", strings.Join(got, " "), want)
 	}
 }
+
+// TestRedisBreakerIgnoresLeases: with Redis stopped, requests admitted
+// from the lease the store holds, interleaved with failures, neither keep
+// the breaker from opening at the third failure nor, as its probe, close
+// it. A lease lasts half a second: an attempt whose lease ended first
+// (no RateLimit header where the lease should have answered) proves
+// nothing and is made again, at most three times.
+func TestRedisBreakerIgnoresLeases(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	p := freePorts(t, 1)
+	const backoff = 100 * time.Millisecond
+	store := redisStore(rs.Addr, 4, "timeout", "100ms", "breaker", map[string]any{"failures": 3, "backoff": backoff.String()})
+	urls := loadCaddy(t, server{port: p[0], handler: map[string]any{
+		"zones": []any{zone("leased", "1000/h", "lease", 10, "key", "{http.request.header.X-Key}")}, "store": store}})
+	breaker := func() float64 {
+		return family(t, "sluice_store_breaker_state").GetMetric()[0].GetGauge().GetValue()
+	}
+	// decided reports whether a limit decided r (by Redis or a lease):
+	// fail open sends no RateLimit header.
+	decided := func(r response) bool { return r.status == 200 && r.header.Get("Ratelimit") != "" }
+	for attempt := 1; ; attempt++ {
+		hot := "hot" + strconv.Itoa(attempt)
+		for i := 0; i < 3; i++ { // the third takes a lease
+			if r := get(t, urls[0], "X-Key", hot); !decided(r) {
+				t.Fatalf("request %d with Redis up: %d %v", i+1, r.status, r.header)
+			}
+		}
+		rs.Stop()
+		leased := true
+		for i := 0; i < 3 && leased; i++ {
+			if r := get(t, urls[0], "X-Key", "cold"); r.status != 200 || decided(r) {
+				t.Fatalf("failure %d: %d %v, want failing open", i+1, r.status, r.header)
+			}
+			if i < 2 {
+				leased = decided(get(t, urls[0], "X-Key", hot))
+				if leased && breaker() != 0 {
+					t.Fatalf("after %d failures: breaker %v, want closed (0)", i+1, breaker())
+				}
+			}
+		}
+		if leased {
+			if got := breaker(); got != 1 {
+				t.Fatalf("after 3 failures between requests admitted from a lease: breaker %v, want open (1)", got)
+			}
+			time.Sleep(backoff + 10*time.Millisecond) // past the back-off
+			if leased = decided(get(t, urls[0], "X-Key", hot)); leased && breaker() == 0 {
+				t.Fatal("a probe answered from a lease, with Redis stopped, closed the breaker")
+			}
+		}
+		if leased {
+			return
+		}
+		if attempt == 3 {
+			t.Fatal("in each of 3 attempts the lease ended before the test could spend it")
+		}
+		rs.Restart(t)
+		deadline := time.Now().Add(10 * time.Second)
+		for !decided(get(t, urls[0], "X-Key", "cold")) {
+			if time.Now().After(deadline) {
+				t.Fatal("Redis restarted but requests are still not decided by it after 10s")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
