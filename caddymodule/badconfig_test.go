@@ -208,6 +208,57 @@ func TestBadCaddyfile(t *testing.T) {
 	}
 }
 
+// TestLeaseWithFallback: a lease above the local fallback's share of the
+// capacity (burst 100, lease 50, 10 instances: a share of 10) loads, from
+// a Caddyfile and from JSON, as the fallback ignores lease; a lease above
+// the capacity still fails, naming the zone and the field, and in a
+// Caddyfile its line.
+func TestLeaseWithFallback(t *testing.T) {
+	caddyfile := func(lease string) string {
+		return ":8080 {\n\tsluice {\n\t\tzone a {\n\t\t\trate 100/s\n\t\t}\n\t\tzone b {\n\t\t\trate 100/s\n\t\t\tburst 100\n\t\t\tlease " + lease +
+			"\n\t\t}\n\t\tstore redis {\n\t\t\taddress 127.0.0.1:1\n\t\t}\n\t\tfallback local\n\t\tinstances 10\n\t}\n}\n"
+	}
+	handler := func(lease int) map[string]any {
+		return map[string]any{"handler": "sluice", "zones": []any{zone("a", "100/s"), zone("b", "100/s", "burst", 100, "lease", lease)},
+			"store": map[string]any{"redis": map[string]any{"address": "127.0.0.1:1"}}, "fallback": "local", "instances": 10}
+	}
+	load := func(h map[string]any) error {
+		raw, _ := json.Marshal(map[string]any{"apps": map[string]any{"http": map[string]any{"servers": map[string]any{
+			"srv0": map[string]any{"listen": []string{"127.0.0.1:0"}, "routes": []any{map[string]any{"handle": []any{h}}}},
+		}}}})
+		var cfg caddy.Config
+		if err := json.Unmarshal(raw, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		return caddy.Validate(&cfg)
+	}
+	adapter := caddyconfig.GetAdapter("caddyfile")
+	out, _, err := adapter.Adapt([]byte(caddyfile("50")), nil)
+	if err != nil {
+		t.Fatalf("adapt: %v", err)
+	}
+	var cfg caddy.Config
+	if err := json.Unmarshal(out, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := caddy.Validate(&cfg); err != nil {
+		t.Errorf("Caddyfile: %v", err)
+	}
+	if err := load(handler(50)); err != nil {
+		t.Errorf("JSON: %v", err)
+	}
+	const want = `lease "500": above the capacity of 100`
+	if _, _, err := adapter.Adapt([]byte(caddyfile("500")), nil); err == nil || !strings.Contains(err.Error(), `zone "b": `+want) || !strings.Contains(err.Error(), "Caddyfile:9") {
+		t.Errorf("Caddyfile, lease 500: %v, want an error of zone \"b\" at Caddyfile:9 containing %q", err, want)
+	}
+	if err := load(handler(500)); err == nil || !strings.Contains(err.Error(), "zones[1]."+want) {
+		t.Errorf("JSON, lease 500: %v, want an error containing %q", err, "zones[1]."+want)
+	}
+	if n := poolSize(); n != 0 {
+		t.Errorf("loads left %d stores in the pool", n)
+	}
+}
+
 // lastWord is the subdirective an option path ends with ("max_keys" of
 // "store memory.max_keys"), or for <level>* its level's word.
 func lastWord(option string) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -150,15 +151,16 @@ type GateConfig struct {
 	Breaker *Breaker
 	// Fallback, if set, decides while Store fails, on limits whose quota
 	// and burst are divided by Instances (each instance enforces its share
-	// of the global quota locally). A share's capacity (a bucket's burst, a
-	// window's quota) is never below 1 nor below the limit's MaxCost, and
-	// never above the limit's own: a share too small for one request would
-	// reject every request for the whole outage. So with few requests per
-	// instance the instances together may admit more than the quota while
-	// the store is down, but never reject what the limit would admit.
-	// Instances must be at least 1 with a Fallback and zero without, and
-	// a Fallback needs a Store that can fail, not a MemoryStore
-	// (CheckFallback).
+	// of the global quota locally), without their Lease (the fallback
+	// decides in memory, locally already). A share's capacity (a bucket's
+	// burst, a window's quota) is never below 1 nor below the limit's
+	// MaxCost, and never above the limit's own: a share too small for one
+	// request would reject every request for the whole outage. So with few
+	// requests per instance the instances together may admit more than the
+	// quota while the store is down, but never reject what the limit would
+	// admit. Instances must be at least 1 with a Fallback and zero
+	// without, and a Fallback needs a Store that can fail, not a
+	// MemoryStore (CheckFallback).
 	Fallback  model.Store
 	Instances int
 	// MaxCost, if set, holds for some limits the largest cost the host asks
@@ -246,8 +248,9 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 		n := cfg.Instances
 		g.fallback = make(map[*model.Limit]*model.Limit, len(cfg.Limits))
 		shares := make([]*model.Limit, 0, len(cfg.Limits))
-		for _, l := range cfg.Limits {
+		for i, l := range cfg.Limits {
 			share := *l
+			share.Lease = 0
 			floor := cfg.MaxCost[l]
 			if floor < 1 {
 				floor = 1
@@ -268,7 +271,13 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 				share.Rate.Quota = floor
 			}
 			if err := share.Validate(); err != nil {
-				return nil, err
+				// The limit is valid: what its share breaks comes of
+				// the division, whose result the user never wrote.
+				le := err.(*model.LimitError)
+				le.Index = i
+				le.Err.Value = ""
+				le.Err.Reason = "divided among " + strconv.Itoa(n) + " instances by the local fallback, " + le.Err.Reason
+				return nil, le
 			}
 			g.fallback[l] = &share
 			shares = append(shares, &share)

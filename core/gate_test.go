@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -280,6 +281,42 @@ func TestGateFallbackShareAdmitsOneRequest(t *testing.T) {
 		if v = g.Decide(context.Background(), []model.Ask{{Limit: tc.limit, Key: "k", Cost: tc.cost}}); v.Outcome != OutcomeRejected || v.Decision.RetryAfter == model.Never {
 			t.Errorf("%s: second request %+v, want rejected with a finite Retry-After", tc.limit.Name, v)
 		}
+	}
+}
+
+// TestGateFallbackIgnoresLease: the local fallback decides in memory and
+// ignores a limit's Lease, so a lease above the fallback's share of the
+// capacity (burst 100, lease 50, 10 instances: a share of 10) is no error,
+// and the fallback admits the share. A share that cannot be valid is
+// reported as the limit's, at its index, saying what divided it.
+func TestGateFallbackIgnoresLease(t *testing.T) {
+	now := int64(0)
+	other := gateLimit(t, "other", model.TokenBucket, "100/s", 0)
+	l := gateLimit(t, "leased", model.TokenBucket, "100/s", 100)
+	l.Lease = 50
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	local, _ := NewMemoryStore(MemoryConfig{MaxKeys: 64, Clock: func() int64 { return now }})
+	g := newTestGate(t, GateConfig{Limits: []*model.Limit{other, l}, Store: &failingStore{}, Fallback: local, Instances: 10}, &now)
+	admitted := 0
+	for i := 0; i < 20; i++ {
+		if v := g.Decide(context.Background(), []model.Ask{{Limit: l, Key: "k", Cost: 1}}); v.Fallback && v.Outcome == OutcomeAllowed {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("the fallback admitted %d of 20, want its share of 100/10 = 10", admitted)
+	}
+
+	// One request a day over 50,000 instances: a share of 1 refills in
+	// 50,000 days, longer than sluice supports.
+	daily := gateLimit(t, "daily", model.TokenBucket, "1/d", 0)
+	_, err := NewGate(GateConfig{Limits: []*model.Limit{other, daily}, Store: &failingStore{}, Fallback: local, Instances: 50000})
+	le, _ := err.(*model.LimitError)
+	if le == nil || le.Index != 1 || le.Limit != "daily" || le.Err.Field != "burst" || le.Err.Value != "" ||
+		!strings.Contains(le.Err.Reason, "divided among 50000 instances by the local fallback") {
+		t.Errorf("a share that cannot be valid: %#v (%v), want a LimitError of limit 1, \"daily\", its burst divided among the instances", err, err)
 	}
 }
 

@@ -273,3 +273,34 @@ func TestUnreachableRedisAtStart(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseWithFallback: a lease above the local fallback's share of the
+// capacity (burst 100, lease 50, 10 instances: a share of 10) loads, as
+// the fallback ignores lease, and with Redis down the fallback admits the
+// share; a lease above the capacity still fails naming the option.
+func TestLeaseWithFallback(t *testing.T) {
+	g := newTestRegistry()
+	down := closedPort(t)
+	raw := opts{"average": "100", "burst": "100", "lease": "50", "fallback": "local", "instances": "10",
+		"redis": opts{"endpoints": []interface{}{down}, "dialTimeout": "100ms"}}
+	cfg := CreateConfig()
+	if err := decodeLikeTraefik(raw, cfg); err != nil {
+		t.Fatal(err)
+	}
+	h, err := g.new(context.Background(), &okHandler{}, cfg, "leased@file")
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if got, want := codes(h, request{}, 11), strings.TrimSpace(strings.Repeat("200 ", 10))+" 429"; got != want {
+		t.Errorf("the fallback with Redis down: got %s, want %s", got, want)
+	}
+	raw["limits"] = []interface{}{opts{"name": "other", "average": "10"}, opts{"name": "second", "average": "10", "burst": "10", "lease": "50"}}
+	cfg = CreateConfig()
+	if err := decodeLikeTraefik(raw, cfg); err != nil {
+		t.Fatal(err)
+	}
+	const want = `limits[1].lease "50": above the capacity of 10`
+	if _, err := g.new(context.Background(), &okHandler{}, cfg, "bad@file"); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a lease above the capacity: %v, want an error containing %q", err, want)
+	}
+}
