@@ -82,6 +82,7 @@ var badCaddyfiles = []struct {
 	{"zone.penalty", []string{"zone a {", "\trate 5/m", "\tpenalty soon", "}"}, 3, `penalty "soon": want a non-negative duration`},
 	{"zone.penalty", []string{"zone a {", "\trate 5/m", "\tpenalty 1ns", "}"}, 3, `penalty "1ns": must be a whole number of microseconds`},
 	{"zone.penalty", []string{"zone a {", "\trate 100/s", "\tlease 5", "\tpenalty 15m", "}"}, 4, "penalty: a lease admits requests that Redis does not see"},
+	{"zone.lease", []string{"zone a {", "\trate 100/s", "}", "zone b {", "\trate 100/s", "\tlease 5", "}"}, 6, `zone "b": lease "5": only a Redis store's capacity is leased`},
 	{"zone.max_in_flight", []string{"zone a {", "\tmax_in_flight x", "}"}, 2, `max_in_flight "x": want an integer from 1 to`},
 	{"zone.max_in_flight", []string{"zone a {", "\tmax_in_flight 0", "}"}, 2, `max_in_flight "0": want an integer from 1 to`},
 	{"zone.algorithm", []string{"zone a {", "\tmax_in_flight 2", "\talgorithm fixed_window", "}"}, 3, `zone "a": algorithm "fixed_window": only a rate has an algorithm (set rate, or remove algorithm)`},

@@ -89,9 +89,13 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		le := err.(*model.LimitError)
 		return fmt.Errorf("zone %q: %w, at %s:%d", le.Limit, caddyError(err), d.File(), zoneLines[le.Index])
 	}
+	onRedis := h.Store != nil && h.Store.Redis != nil
 	for _, z := range h.Zones {
 		if err := h.checkScope(z); err != nil {
 			return fmt.Errorf("zone %q: %w, at %s:%d", z.Name, err, d.File(), z.scopeLine)
+		}
+		if err := model.CheckLeases([]*model.Limit{z.limit}, !onRedis); err != nil {
+			return fmt.Errorf("zone %q: %w, at %s:%d", z.Name, caddyError(err), d.File(), z.leaseLine)
 		}
 	}
 	if err := h.Validate(); err != nil {
@@ -207,7 +211,7 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 		}
 		return d.Errf("zone %q: %v", z.Name, err)
 	}
-	z.scopeLine = lines["demand_scope"]
+	z.scopeLine, z.leaseLine = lines["demand_scope"], lines["lease"]
 	h.Zones = append(h.Zones, &z)
 	return nil
 }

@@ -244,9 +244,10 @@ type Zone struct {
 	// fleet sends and reads demand's partials in Redis, with DemandScope
 	// fleet; nil otherwise.
 	fleet *redisstore.Demand
-	// scopeLine is the Caddyfile line of demand_scope, for its errors,
-	// which need the store that the block may name after the zone.
-	scopeLine int
+	// scopeLine and leaseLine are the Caddyfile lines of demand_scope and
+	// lease, for their errors, which need the store that the block may
+	// name after the zone.
+	scopeLine, leaseLine int
 }
 
 // keyKind is how a zone builds its key.
