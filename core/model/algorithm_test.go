@@ -167,6 +167,22 @@ func TestParseRate(t *testing.T) {
 		{"0/s", Rate{}, "quota must be positive"},
 		{"-1/s", Rate{}, "quota must be positive"},
 		{"1/0s", Rate{}, "period must be positive"},
+		{"1000/1d", Rate{1000, 24 * time.Hour}, ""},
+		{"1000/2days", Rate{1000, 48 * time.Hour}, ""},
+		{"1000/1 day", Rate{1000, 24 * time.Hour}, ""},
+		{"1/1.5d", Rate{1, 36 * time.Hour}, ""},
+		{"10/90sec", Rate{10, 90 * time.Second}, ""},
+		{"1/1.5h", Rate{1, 90 * time.Minute}, ""},
+		{"1/1500ms", Rate{1, 1500 * time.Millisecond}, ""},
+		{"1/1h15m", Rate{1, 75 * time.Minute}, ""},
+		{"1/0d", Rate{}, "period must be positive"},
+		{"1/1w", Rate{}, "unknown unit or bad duration"},
+		{"1/1d12h", Rate{}, "unknown unit or bad duration"},
+		{"1/1Day", Rate{}, "unknown unit or bad duration"},
+		{"1/Day", Rate{}, "unknown unit"},
+		{"1/1..5d", Rate{}, "unknown unit or bad duration"},
+		{"1/999999999999d", Rate{}, "unknown unit or bad duration"},
+		{"1/days ago", Rate{}, "unknown unit"},
 	}
 	for _, c := range cases {
 		got, err := ParseRate(c.in)
@@ -182,6 +198,50 @@ func TestParseRate(t *testing.T) {
 		}
 		if back, err := ParseRate(got.String()); err != nil || back != got {
 			t.Errorf("ParseRate(%q.String() = %q) = %v, %v; want %v", c.in, got.String(), back, err, got)
+		}
+	}
+}
+
+// TestParseRateUnits: every name of a unit that ParseRate's comment
+// lists reads as one of the unit alone, and as a count of it after a
+// whole or decimal count, with or without a space; and ParseRate knows no
+// name that the list lacks.
+func TestParseRateUnits(t *testing.T) {
+	units := []struct {
+		unit  time.Duration
+		names []string
+	}{
+		{time.Millisecond, []string{"ms", "msec", "msecs", "millisecond", "milliseconds"}},
+		{time.Second, []string{"s", "sec", "secs", "second", "seconds"}},
+		{time.Minute, []string{"m", "min", "mins", "minute", "minutes"}},
+		{time.Hour, []string{"h", "hr", "hrs", "hour", "hours"}},
+		{24 * time.Hour, []string{"d", "day", "days"}},
+	}
+	listed := map[string]bool{}
+	for _, u := range units {
+		for _, name := range u.names {
+			listed[name] = true
+			for _, c := range []struct {
+				period string
+				want   time.Duration
+			}{
+				{name, u.unit},
+				{"1" + name, u.unit},
+				{"2" + name, 2 * u.unit},
+				{"2 " + name, 2 * u.unit},
+				{"10" + name, 10 * u.unit},
+				{"0.5" + name, u.unit / 2},
+			} {
+				got, err := ParseRate("7/" + c.period)
+				if err != nil || got != (Rate{7, c.want}) {
+					t.Errorf("ParseRate(%q) = %v, %v; want 7 per %v", "7/"+c.period, got, err, c.want)
+				}
+			}
+		}
+	}
+	for name := range periodUnits {
+		if !listed[name] {
+			t.Errorf("ParseRate reads the unit %q, which its comment does not list", name)
 		}
 	}
 }

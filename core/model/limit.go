@@ -59,9 +59,22 @@ type Rate struct {
 	Period time.Duration // > 0
 }
 
-// ParseRate parses a rate written as "<quota>/<period>". The period is a
-// unit (s, m, h, d, or ms) meaning one of it, or a Go duration such as
-// "1m30s" or "10s": "100/m", "5/s", "1000/h", "10/1m30s", "2.5/s".
+// ParseRate parses a rate written as "<quota>/<period>": "100/m",
+// "5/s", "1000/1d", "2.5/s", "10/1m30s". The period is a unit, meaning
+// one of it, a count of a unit, or a Go duration. The units and the names
+// each may be written by:
+//
+//	millisecond  ms, msec, msecs, millisecond, milliseconds
+//	second       s, sec, secs, second, seconds
+//	minute       m, min, mins, minute, minutes
+//	hour         h, hr, hrs, hour, hours
+//	day          d, day, days (24 hours)
+//
+// A count is a number without sign, whole or decimal, before the unit,
+// with or without a space: "1000/1d", "1000/2days", "60/1 hour",
+// "10/90sec", "1/1.5h". A Go duration (time.ParseDuration) adds the units
+// us and ns and sums of parts: "1m30s", "1h15m", "1500ms". Names are
+// lowercase.
 func ParseRate(s string) (Rate, error) {
 	q, p, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
@@ -75,32 +88,55 @@ func ParseRate(s string) (Rate, error) {
 		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "quota must be positive"}
 	}
 	p = strings.TrimSpace(p)
-	var period time.Duration
-	switch p {
-	case "ms":
-		period = time.Millisecond
-	case "s", "sec", "second":
-		period = time.Second
-	case "m", "min", "minute":
-		period = time.Minute
-	case "h", "hour":
-		period = time.Hour
-	case "d", "day":
-		period = 24 * time.Hour
-	default:
-		if p == "" || (p[0] < '0' || p[0] > '9') {
-			return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "unknown unit " + strconv.Quote(p) + " (use ms, s, m, h, d or a duration such as 1m30s)"}
-		}
-		d, err := time.ParseDuration(p)
-		if err != nil {
-			return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "period " + strconv.Quote(p) + ": unknown unit or bad duration"}
-		}
-		period = d
+	if p == "" || (p[0] < '0' || p[0] > '9') && periodUnits[p] == "" {
+		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "unknown unit " + strconv.Quote(p) +
+			" (use ms, s, m, h or d, or a name such as sec, minute, hours or days, alone or after a count such as 1d or 2days, or a duration such as 1m30s)"}
+	}
+	period, ok := parsePeriod(p)
+	if !ok {
+		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "period " + strconv.Quote(p) + ": unknown unit or bad duration"}
 	}
 	if period <= 0 {
 		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "period must be positive"}
 	}
 	return Rate{Quota: quota, Period: period}, nil
+}
+
+// periodUnits maps each name of a unit that ParseRate reads to the unit
+// of time.ParseDuration that its count is read in ("d": hours, times 24).
+var periodUnits = map[string]string{
+	"ms": "ms", "msec": "ms", "msecs": "ms", "millisecond": "ms", "milliseconds": "ms",
+	"s": "s", "sec": "s", "secs": "s", "second": "s", "seconds": "s",
+	"m": "m", "min": "m", "mins": "m", "minute": "m", "minutes": "m",
+	"h": "h", "hr": "h", "hrs": "h", "hour": "h", "hours": "h",
+	"d": "d", "day": "d", "days": "d",
+}
+
+// parsePeriod reads a period as ParseRate describes it: a unit's name,
+// optionally after a count, else a Go duration. It reports false for
+// anything else, and for a period that overflows a time.Duration.
+func parsePeriod(p string) (time.Duration, bool) {
+	i := 0
+	for i < len(p) && (p[i] >= '0' && p[i] <= '9' || p[i] == '.') {
+		i++
+	}
+	count, unit := p[:i], periodUnits[strings.TrimSpace(p[i:])]
+	if unit == "" {
+		d, err := time.ParseDuration(p)
+		return d, err == nil
+	}
+	if count == "" {
+		count = "1"
+	}
+	if unit != "d" {
+		d, err := time.ParseDuration(count + unit)
+		return d, err == nil
+	}
+	h, err := time.ParseDuration(count + "h")
+	if err != nil || h > math.MaxInt64/24 {
+		return 0, false
+	}
+	return 24 * h, true
 }
 
 // String formats r as it is written and so that ParseRate reads it back:
