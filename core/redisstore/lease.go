@@ -20,11 +20,13 @@ import (
 // between one request's cost and the limit's Lease, less what the instance
 // still holds. It lasts leaseSpan after it was taken; a request that finds
 // it spent takes the next one, and what is left when it ends goes back to
-// Redis (Store.Refund, which never gives back more than the charge the
-// bucket still misses), so that an idle instance's lease returns to the
-// pool. When Redis has less than a lease asks, the requests' own costs are
-// asked instead, and the next lease asks half as much: instances with equal
-// demand ask equal leases, and share a scarce key as they would without.
+// Redis as the limit refunds (Store.Refund, which never gives back more
+// than the charge the bucket still misses, nor, with MaxDelay, anything
+// once another request was admitted since), so that an idle instance's
+// lease returns to the pool. When Redis has less than a lease asks, the
+// requests' own costs are asked instead, and the next lease asks half as
+// much: instances with equal demand ask equal leases, and share a scarce
+// key as they would without.
 //
 // Redis charges a lease when it grants it, and an instance admits from it
 // later: over any interval T, the instances together admit at most what
@@ -59,8 +61,9 @@ const leaseReturnTimeout = time.Second
 type lease struct {
 	limit *model.Limit // the leased limit, as its requests ask it
 	units float64      // taken from Redis and not spent
-	// grant is the decision that took the last lease, and ask its limit
-	// (limit's grant form) and key, for the refund when it ends.
+	// grant is the decision that took the last lease, and ask the ask
+	// that took it (of limit's grant form), for the refund when it ends,
+	// which gives back as limit itself refunds (see endLease).
 	grant model.Decision
 	ask   model.Ask
 	start int64   // when the last lease was taken (leaseNow)
@@ -356,7 +359,11 @@ func (s *Store) endLease(key leaseKey, l *lease) {
 	if units <= 0 || ask.Limit == nil {
 		return
 	}
-	ask.Cost = units
+	// Given back as the limit refunds, not as the lease was taken: with
+	// MaxDelay, requests admitted since may wait for these units, whose
+	// return would let a later request take their slots (Limit.Refund of
+	// a token bucket with MaxDelay gives back only the last admission).
+	ask.Limit, ask.Cost = l.limit, units
 	ctx, cancel := context.WithTimeout(context.Background(), leaseReturnTimeout)
 	defer cancel()
 	// A failure leaves the units taken, which errs on the safe side: the

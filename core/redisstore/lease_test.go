@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"math"
 	"math/rand"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -352,6 +354,99 @@ func BenchmarkLease(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
 			b.ReportMetric(float64(srv.ScriptCalls(b)-calls)/float64(b.N), "calls/decision")
+		})
+	}
+}
+
+// stateA is the deficit a token bucket's state of l and key holds in
+// Redis (its field a), 0 if it has none.
+func stateA(t *testing.T, c *resp.Client, s *Store, l *model.Limit, key string) float64 {
+	t.Helper()
+	v, err := c.Do(context.Background(), "HGET", s.StateKey(l, key), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v == nil {
+		return 0
+	}
+	a, err := strconv.ParseFloat(v.(string), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestLeaseReturnShaped: a lease ends and gives back what is left as its
+// limit itself refunds (Limit.Refund), not as the lease was taken (the
+// grant form, without MaxDelay). A token bucket without MaxDelay gets the
+// units back whatever was admitted since; one with MaxDelay only if
+// nothing was, as other requests may since wait for the capacity the
+// lease holds: giving it back would let a later request proceed sooner
+// than the limit allows, in the slots of requests already waiting.
+func TestLeaseReturnShaped(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	for _, tc := range []struct {
+		maxDelay time.Duration
+		between  bool    // another instance is admitted between the lease and its return
+		back     float64 // what the return gives back
+	}{
+		{0, false, 0.9},
+		{0, true, 0.9},
+		{time.Second, false, 0.9},
+		{time.Second, true, 0},
+	} {
+		name := "max_delay " + tc.maxDelay.String() + ", admissions since " + strconv.FormatBool(tc.between)
+		t.Run(name, func(t *testing.T) {
+			clock := testclock.New(testclock.Epoch)
+			ca, cb := resptest.Client(t, srv.Addr, 1), resptest.Client(t, srv.Addr, 1)
+			a, b := newTestRedisStore(t, ca, false), newTestRedisStore(t, cb, false)
+			a.clock, b.clock = clock.Now, clock.Now
+			l := coretest.Limit(t, "shaped", model.TokenBucket, "10/s", 10, tc.maxDelay)
+			plain := *l // b's: the same limit, without a lease
+			l.Lease = 5
+			if err := l.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			key := coretest.Nonce + "/" + name
+			out := make([]model.Decision, 1)
+			// Two requests 10 ms apart: the second takes a lease of 5,
+			// leaving a deficit of 5.9 and 4 units held.
+			for i := 0; i < 2; i++ {
+				if err := a.Take(context.Background(), []model.Ask{{Limit: l, Key: key, Cost: 1}}, out); err != nil || !out[0].Allowed {
+					t.Fatalf("request %d: %+v, %v", i, out[0], err)
+				}
+				if i == 0 {
+					clock.Advance(10 * time.Millisecond)
+				}
+			}
+			a.leases.mu.Lock()
+			held := a.leases.m[leaseKey{l, key}]
+			a.leases.mu.Unlock()
+			if held == nil || held.units != 4 {
+				t.Fatalf("a holds %+v, want a lease of 5 less the request it admitted", held)
+			}
+			held.timer.Stop() // the test ends it
+			if tc.between {
+				// b is admitted until rejected: with MaxDelay, the last
+				// ones wait for capacity that a holds.
+				for n := 0; ; n++ {
+					if err := b.Take(context.Background(), []model.Ask{{Limit: &plain, Key: key, Cost: 1}}, out); err != nil {
+						t.Fatal(err)
+					}
+					if !out[0].Allowed {
+						break
+					}
+					if n > 20 {
+						t.Fatal("b is admitted without end")
+					}
+				}
+			}
+			before := stateA(t, ca, a, l, key)
+			clock.Advance(leaseSpan)
+			a.endLease(leaseKey{l, key}, held)
+			if back := before - stateA(t, ca, a, l, key); math.Abs(back-tc.back) > 1e-9 {
+				t.Errorf("the lease's return gave back %v, want %v", back, tc.back)
+			}
 		})
 	}
 }
