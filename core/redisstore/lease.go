@@ -32,10 +32,12 @@ import (
 // later: over any interval T, the instances together admit at most what
 // Redis admits (B + r·T for a token bucket of capacity B and rate r) plus
 // what they held when the interval began, at most Lease each. An instance
-// that dies holding a lease takes those units with it: its key refills
-// them at the limit's rate. Requests admitted from a lease are answered
-// with the decision that took it, their Remaining what Redis held then plus
-// what the lease holds now.
+// holds one lease of a key's state, whatever limits ask it: across a
+// reload, which makes the limits again, the new limit takes over the old
+// one's lease. An instance that dies holding a lease takes those units
+// with it: its key refills them at the limit's rate. Requests admitted
+// from a lease are answered with the decision that took it, their
+// Remaining what Redis held then plus what the lease holds now.
 //
 // A lease's size and life are measured on the instance's own clock (or
 // Config.Clock, when set): they set how often it asks Redis, never what it
@@ -56,11 +58,17 @@ const MaxLeases = 100000
 // leaseReturnTimeout bounds the call that gives an ended lease's units back.
 const leaseReturnTimeout = time.Second
 
-// lease is what an instance holds of one (limit, key), and the demand
-// that sizes its next lease.
+// lease is what an instance holds of one state in Redis, a limit's
+// namespace and a client's key, and the demand that sizes its next lease.
 type lease struct {
-	limit *model.Limit // the leased limit, as its requests ask it
-	units float64      // taken from Redis and not spent
+	// limit is the leased limit, as the last request to find the lease
+	// asked it: the lease is in leases.m at {limit, key}. A reload makes
+	// the limit again, equal or not, and the new one takes the lease over
+	// from the old one while both are asked (see Store.lease).
+	limit *model.Limit
+	key   string  // the client's key, as the asks give it
+	state string  // the state's name in leases.byState
+	units float64 // taken from Redis and not spent
 	// grant is the decision that took the last lease, and ask the ask
 	// that took it (of limit's grant form), for the refund when it ends,
 	// which gives back as limit itself refunds (see endLease).
@@ -79,20 +87,23 @@ type lease struct {
 	timer  *time.Timer
 }
 
-// leaseKey identifies a lease: the limit and the client's key, as the
-// asks give them.
+// leaseKey finds a lease by an ask: the limit and the client's key, as
+// the asks give them.
 type leaseKey struct {
 	limit *model.Limit
 	key   string
 }
 
-// leases holds a Store's leases, and each leased limit's grant form: the
-// limit without MaxDelay, so that a lease is taken whole or not at all,
-// never by waiting.
+// leases holds a Store's leases, by the asks that find them (m) and by
+// the states in Redis they lease (byState: at most one lease of a state,
+// whatever limits ask it), and the grant form of each leased limit with
+// MaxDelay: the limit without it, so that a lease is taken whole or not at
+// all, never by waiting.
 type leases struct {
-	mu     sync.Mutex
-	m      map[leaseKey]*lease
-	grants map[*model.Limit]*model.Limit
+	mu      sync.Mutex
+	m       map[leaseKey]*lease
+	byState map[string]*lease
+	grants  map[*model.Limit]*model.Limit
 }
 
 // grantLimit returns the grant form of l; ls.mu is held.
@@ -191,6 +202,7 @@ func (s *Store) takeLeased(ctx context.Context, asks []model.Ask, out []model.De
 		case admitted && h.asked && call[j].Cost > asks[i].Cost:
 			h.l.granted(call[j], got[j], asks[i].Cost, now)
 			out[i] = leaseDecision(h.l)
+			out[i].Limit = asks[i].Limit // another limit may have taken h.l over since
 			out[i].Mark = got[j].Mark
 		case admitted:
 			h.l.spent += asks[i].Cost
@@ -244,23 +256,41 @@ func (s *Store) leaseNow() int64 {
 
 // lease returns the lease of a, making one if a's limit has a Lease and
 // the store holds fewer than MaxLeases; nil otherwise. s.leases.mu is held.
+//
+// A lease of a's state held under another limit of the same namespace (the
+// limit before a reload, which made a's again) becomes a's, holding at
+// most a's Lease (the rest stays charged, erring on the safe side): an
+// instance holds one lease of a state, not one per limit that asks it,
+// so a reload never lets it hold, and admit from, two.
 func (s *Store) lease(a model.Ask, now int64) *lease {
 	if !(a.Limit.Lease >= a.Cost) {
 		return nil
 	}
 	key := leaseKey{a.Limit, a.Key}
-	l := s.leases.m[key]
-	if l == nil {
-		if len(s.leases.m) >= MaxLeases {
-			return nil
-		}
-		if s.leases.m == nil {
-			s.leases.m = map[leaseKey]*lease{}
-		}
-		l = &lease{limit: a.Limit, start: now}
-		s.leases.m[key] = l
-		l.timer = time.AfterFunc(leaseSpan, func() { s.endLease(key, l) })
+	if l := s.leases.m[key]; l != nil {
+		return l
 	}
+	state := a.Limit.Namespace() + "\x00" + a.Key
+	if l := s.leases.byState[state]; l != nil {
+		delete(s.leases.m, leaseKey{l.limit, l.key})
+		s.leases.m[key] = l
+		l.limit = a.Limit
+		if l.units > a.Limit.Lease {
+			l.units = a.Limit.Lease
+		}
+		return l
+	}
+	if len(s.leases.m) >= MaxLeases {
+		return nil
+	}
+	if s.leases.m == nil {
+		s.leases.m = map[leaseKey]*lease{}
+		s.leases.byState = map[string]*lease{}
+	}
+	l := &lease{limit: a.Limit, key: a.Key, state: state, start: now}
+	s.leases.m[key] = l
+	s.leases.byState[state] = l
+	l.timer = time.AfterFunc(leaseSpan, func() { s.endLease(l) })
 	return l
 }
 
@@ -289,6 +319,9 @@ func (l *lease) next(cost float64, now int64) float64 {
 // is admitted at now; the store's leases.mu is held.
 func (l *lease) granted(ask model.Ask, got model.Decision, cost float64, now int64) {
 	l.units += ask.Cost - cost
+	if l.units > l.limit.Lease { // asked before a reload lowered it
+		l.units = l.limit.Lease
+	}
 	l.grant = got
 	l.ask = ask
 	l.start = now
@@ -333,12 +366,12 @@ func leaseDecision(l *lease) model.Decision {
 	return d
 }
 
-// endLease ends l, the lease of key, leaseSpan after it was taken, unless
-// it is being taken again (its timer is then set again): it forgets it,
-// and gives what it holds back to Redis.
-func (s *Store) endLease(key leaseKey, l *lease) {
+// endLease ends l leaseSpan after it was taken, unless it is being taken
+// again (its timer is then set again): it forgets it, and gives what it
+// holds back to Redis.
+func (s *Store) endLease(l *lease) {
 	s.leases.mu.Lock()
-	if s.leases.m[key] != l {
+	if s.leases.byState[l.state] != l {
 		s.leases.mu.Unlock()
 		return
 	}
@@ -350,7 +383,8 @@ func (s *Store) endLease(key leaseKey, l *lease) {
 		s.leases.mu.Unlock()
 		return
 	}
-	delete(s.leases.m, key)
+	delete(s.leases.m, leaseKey{l.limit, l.key})
+	delete(s.leases.byState, l.state)
 	units := l.units
 	ask := l.ask
 	grant := l.grant

@@ -443,9 +443,75 @@ func TestLeaseReturnShaped(t *testing.T) {
 			}
 			before := stateA(t, ca, a, l, key)
 			clock.Advance(leaseSpan)
-			a.endLease(leaseKey{l, key}, held)
+			a.endLease(held)
 			if back := before - stateA(t, ca, a, l, key); math.Abs(back-tc.back) > 1e-9 {
 				t.Errorf("the lease's return gave back %v, want %v", back, tc.back)
+			}
+		})
+	}
+}
+
+// TestLeaseAcrossReload: the limits before and after a reload (at two
+// addresses, the new one's Lease equal or lower) that ask for one key, as
+// requests on the old and the new configuration do while a reload
+// completes, share the one lease the instance holds of its state in Redis,
+// holding at most the new Lease; so what the instance admits from leases
+// after Redis is spent, alternating the two, is at most that Lease: the
+// bound B + r·T + n·k, with n = 1, over an interval that begins when Redis
+// is spent.
+func TestLeaseAcrossReload(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	for _, lease := range []float64{10, 5} {
+		t.Run("lease 10, then "+model.FormatFloat(lease), func(t *testing.T) {
+			clock := testclock.New(testclock.Epoch)
+			a := newTestRedisStore(t, resptest.Client(t, srv.Addr, 1), false)
+			b := newTestRedisStore(t, resptest.Client(t, srv.Addr, 1), false)
+			a.clock, b.clock = clock.Now, clock.Now
+			old := leasedLimit(t, "1/24h", 100, 10)
+			renewed := *old
+			renewed.Lease = lease
+			if err := renewed.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			limits := []*model.Limit{old, &renewed}
+			key := coretest.Nonce + "/reload/" + model.FormatFloat(lease)
+			out := make([]model.Decision, 1)
+			take := func(s *Store, l *model.Limit) bool {
+				t.Helper()
+				if err := s.Take(context.Background(), []model.Ask{{Limit: l, Key: key, Cost: 1}}, out); err != nil {
+					t.Fatal(err)
+				}
+				return out[0].Allowed
+			}
+			// Each limit asks twice, 10 ms apart: the old one takes a
+			// lease of 10.
+			for _, l := range limits {
+				for i := 0; i < 2; i++ {
+					if !take(a, l) {
+						t.Fatalf("request %d of limit %p refused", i, l)
+					}
+					clock.Advance(10 * time.Millisecond)
+				}
+			}
+			// Another instance, without a lease, spends what Redis holds.
+			plain := *old
+			plain.Lease = 0
+			if err := plain.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			for n := 0; take(b, &plain); n++ {
+				if n > 100 {
+					t.Fatal("b is admitted without end")
+				}
+			}
+			admitted := 0
+			for i := 0; i < 40; i++ {
+				if take(a, limits[i%2]) {
+					admitted++
+				}
+			}
+			if admitted > int(lease) {
+				t.Errorf("with Redis spent, the instance admitted %d requests from leases, above the Lease of %v", admitted, lease)
 			}
 		})
 	}
