@@ -106,7 +106,8 @@ type leases struct {
 	grants  map[*model.Limit]*model.Limit
 }
 
-// grantLimit returns the grant form of l; ls.mu is held.
+// grantLimit returns the grant form of l; ls.mu is held. Making one
+// forgets those of the limits that hold no lease (pruneGrants).
 func (ls *leases) grantLimit(l *model.Limit) *model.Limit {
 	if l.MaxDelay == 0 {
 		return l
@@ -122,9 +123,26 @@ func (ls *leases) grantLimit(l *model.Limit) *model.Limit {
 		if ls.grants == nil {
 			ls.grants = map[*model.Limit]*model.Limit{}
 		}
+		ls.pruneGrants()
 		ls.grants[l] = g
 	}
 	return g
+}
+
+// pruneGrants forgets the grant forms of the limits that hold no lease,
+// such as those a reload replaced, which would otherwise be kept for the
+// store's life; ls.mu is held. Run when a limit's grant form is made, it
+// keeps those of the limits holding leases and of the last one made.
+func (ls *leases) pruneGrants() {
+	held := make(map[*model.Limit]bool, len(ls.grants))
+	for _, l := range ls.m {
+		held[l.limit] = true
+	}
+	for l := range ls.grants {
+		if !held[l] {
+			delete(ls.grants, l)
+		}
+	}
 }
 
 // leased is the lease of one ask of a request, if it has one: spent says

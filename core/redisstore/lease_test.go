@@ -451,6 +451,17 @@ func TestLeaseReturnShaped(t *testing.T) {
 	}
 }
 
+// reloaded is l as a host's reload makes it again: an equal limit at
+// another address.
+func reloaded(t *testing.T, l *model.Limit) *model.Limit {
+	t.Helper()
+	c := *l
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return &c
+}
+
 // TestLeaseAcrossReload: the limits before and after a reload (at two
 // addresses, the new one's Lease equal or lower) that ask for one key, as
 // requests on the old and the new configuration do while a reload
@@ -514,5 +525,46 @@ func TestLeaseAcrossReload(t *testing.T) {
 				t.Errorf("with Redis spent, the instance admitted %d requests from leases, above the Lease of %v", admitted, lease)
 			}
 		})
+	}
+}
+
+// TestLeaseGrantsAcrossReloads: the grant forms a store keeps of the
+// limits with MaxDelay that lease do not grow with reloads, each of which
+// makes the limits again: after 50, it keeps at most those of the limits
+// before and after the last one.
+func TestLeaseGrantsAcrossReloads(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	clock := testclock.New(testclock.Epoch)
+	a := newTestRedisStore(t, resptest.Client(t, srv.Addr, 1), false)
+	a.clock = clock.Now
+	l := coretest.Limit(t, "shaped-reload", model.TokenBucket, "1000/1s", 1000, time.Second)
+	l.Lease = 10
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]model.Decision, 1)
+	for reload := 0; reload < 50; reload++ {
+		l = reloaded(t, l)
+		for i := 0; ; i++ {
+			if err := a.Take(context.Background(), []model.Ask{{Limit: l, Key: coretest.Nonce + "/grants", Cost: 1}}, out); err != nil || !out[0].Allowed {
+				t.Fatalf("reload %d, request %d: %+v, %v", reload, i, out[0], err)
+			}
+			clock.Advance(10 * time.Millisecond)
+			a.leases.mu.Lock()
+			asked := a.leases.grants[l] != nil
+			a.leases.mu.Unlock()
+			if asked {
+				break
+			}
+			if i == 30 {
+				t.Fatalf("reload %d: the limit took no lease in 30 requests", reload)
+			}
+		}
+	}
+	a.leases.mu.Lock()
+	n := len(a.leases.grants)
+	a.leases.mu.Unlock()
+	if n > 2 {
+		t.Errorf("after 50 reloads the store keeps the grant forms of %d limits, want at most 2", n)
 	}
 }
