@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // Helpers that run Caddy in this process, one config at a time (Caddy's
@@ -24,17 +26,14 @@ import (
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
 	ports := make([]int, 0, n)
-	var ls []net.Listener
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for len(ports) < n {
+		p, err := redistest.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
+		if !slices.Contains(ports, p) {
+			ports = append(ports, p)
+		}
 	}
 	return ports
 }

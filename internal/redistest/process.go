@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand"
 	"net"
 	"os"
 	"path/filepath"
@@ -147,7 +148,23 @@ func command(addr, cmd string) (string, error) {
 }
 
 // freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
+func freePort() (int, error) { return FreePort() }
+
+// FreePort returns a TCP port of 127.0.0.1 that was free a moment ago,
+// for a server a test starts. It takes a random port between 10000 and
+// the start of the kernel's ephemeral range where that range leaves room,
+// as scripts/ports.sh does: the ports "127.0.0.1:0" hands out are the
+// ones outgoing connections take too, so on a busy machine one may be
+// taken again before the server binds it.
+func FreePort() (int, error) {
+	lo, hi := 10000, ephemeralStart()-1
+	for i := 0; hi-lo >= 1000 && i < 100; i++ {
+		p := lo + rand.Intn(hi-lo+1)
+		if l, err := net.Listen("tcp", addrOf(p)); err == nil {
+			l.Close()
+			return p, nil
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -155,6 +172,24 @@ func freePort() (int, error) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	return port, nil
+}
+
+// ephemeralStart returns the first port of the kernel's ephemeral range,
+// or 32768, Linux's default, if it cannot be read.
+func ephemeralStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return n
 }
 
 // addrOf returns "127.0.0.1:port".
