@@ -123,15 +123,16 @@ func Example_threeInstances() {
 	log.Fatal(http.ListenAndServe(":8080", mw.Handler(yourHandler)))
 }
 
-// A refused request gets an RFC 9457 problem document, the legacy
-// RateLimit-* headers beside the standard ones, and a Retry-After spread
-// by up to 20 % so that refused clients do not come back together.
+// Your own answer to a refused request: sluice sets Retry-After and the
+// rate-limit headers, Limited writes the status and the body.
 func Example_custom429() {
 	mw, err := sluicehttp.New(sluicehttp.Config{
-		Limits:      []sluicehttp.Limit{{Name: "per_client", Rate: "100/min"}},
-		Body:        "problem",
-		Headers:     []string{"ietf", "legacy"},
-		RetryJitter: 0.2,
+		Limits: []sluicehttp.Limit{{Name: "per_client", Rate: "100/min"}},
+		Limited: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprint(w, "<h1>Slow down</h1><p>Too many requests: try again in a minute.</p>")
+		}),
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -143,8 +144,11 @@ func Example_custom429() {
 	for i := 0; i < 101; i++ {
 		w = send(h, "GET", "/", "192.0.2.1")
 	}
-	fmt.Println(w.Code, w.Header().Get("Content-Type"), w.Header().Get("RateLimit-Limit"))
-	// Output: 429 application/problem+json 100
+	fmt.Println(w.Code, w.Header().Get("Retry-After"), w.Header().Get("RateLimit-Policy"))
+	fmt.Println(w.Body.String())
+	// Output:
+	// 429 1 "per_client";q=100;w=60
+	// <h1>Slow down</h1><p>Too many requests: try again in a minute.</p>
 }
 
 // Observe a new, stricter limit before enforcing it: the enforced
