@@ -10,7 +10,8 @@
 # this script's, and the admin endpoint (CADDY_ADMIN) a port of its own:
 #
 #   login            5 answers 200 on /login, the 6th 429 with Retry-After and
-#                    the policy "login";q=5;w=60; / is not limited
+#                    the policy "login";q=5;w=60; the next is held out by the
+#                    penalty (Retry-After near 900); / is not limited
 #   api-quota        a key's answers carry the policy "daily";q=1000;w=86400,
 #                    X-RateLimit-Limit 1000, and X-RateLimit-Reset at the
 #                    next 00:00 UTC (the window's end); a request without the
@@ -113,6 +114,7 @@ req "$URL/login"
 [ "$CODE" = 429 ] && [ "$(hdr RateLimit-Policy)" = '"login";q=5;w=60' ] && [[ "$(hdr Retry-After)" =~ ^[0-9]+$ ]] &&
 	pass "caddy login: the 429 has Retry-After $(hdr Retry-After) and the policy $(hdr RateLimit-Policy)" ||
 	fail "caddy login: the 429: code $CODE, Retry-After '$(hdr Retry-After)', RateLimit-Policy '$(hdr RateLimit-Policy)'"
+expect_in "caddy login: the penalty holds the client out for 15 minutes (Retry-After)" "$(hdr Retry-After)" 840 900
 req "$URL/"
 expect "caddy login: / is not limited" "$CODE $(hdr RateLimit-Policy)" "200 "
 e2e_stop "$CADDY_PID"
@@ -235,6 +237,7 @@ if traefik_recipe login login-limit sliding_window_log; then
 	expect "traefik login: 5 attempts pass, the 6th is refused" "$(codes 6 "$T/login")" "200 200 200 200 200 429"
 	req "$T/login"
 	expect "traefik login: the 429's policy" "$CODE $(hdr RateLimit-Policy)" '429 "login";q=5;w=60'
+	expect_in "traefik login: the penalty holds the client out for 15 minutes (Retry-After)" "$(hdr Retry-After)" 840 900
 fi
 if traefik_recipe api-quota api-quota fixed_window; then
 	req "$T/api/items" -H "X-API-Key: k-123"

@@ -35,7 +35,7 @@ var yourHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) 
 })
 
 // Each client may call /login 5 times in any minute; the 6th is answered
-// 429.
+// 429, and the client is then refused for 15 minutes.
 func Example_login() {
 	mw, err := sluicehttp.New(sluicehttp.Config{
 		Limits: []sluicehttp.Limit{{
@@ -43,6 +43,7 @@ func Example_login() {
 			Match:     func(r *http.Request) bool { return r.URL.Path == "/login" },
 			Algorithm: "sliding_window_log", // exact over any 60 s
 			Rate:      "5/min",
+			Penalty:   15 * time.Minute, // a refused client is held out from the refusal
 		}},
 	})
 	if err != nil {
@@ -51,10 +52,13 @@ func Example_login() {
 	defer mw.Close()
 	h := mw.Handler(yourHandler)
 
+	var w *httptest.ResponseRecorder
 	for i := 0; i < 6; i++ {
-		fmt.Print(send(h, "POST", "/login", "192.0.2.1").Code, " ")
+		w = send(h, "POST", "/login", "192.0.2.1")
+		fmt.Print(w.Code, " ")
 	}
-	// Output: 200 200 200 200 200 429
+	fmt.Println("Retry-After:", w.Header().Get("Retry-After"))
+	// Output: 200 200 200 200 200 429 Retry-After: 900
 }
 
 // Each API key may make 1,000 requests a day: a window per UTC day, not a
