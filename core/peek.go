@@ -10,24 +10,26 @@ import (
 // redisstore.Store's are in redis_peek.go.
 
 // PeekState returns a copy of the state of l's rate that s holds for key,
-// read under its shard's lock at the hash Take uses, and now, the store's
-// instant at the read. live reports whether s holds a state there that
-// has not expired at now (its Limit.Expiry is after now); the state is
-// the zero State when it does not. l must limit a rate (Limit.Rated).
-func (s *MemoryStore) PeekState(l *model.Limit, key string) (model.State, bool, int64) {
+// read under its shard's lock at the hash Take uses, now, the store's
+// instant at the read, and the instant until which l's Penalty holds the
+// key out (zero or past when it does not). live reports whether s holds a
+// state there that has not expired at now (its Limit.Expiry is after
+// now); the state is the zero State when it does not. l must limit a rate
+// (Limit.Rated).
+func (s *MemoryStore) PeekState(l *model.Limit, key string) (st model.State, live bool, now, until int64) {
 	h := s.hash(l, key)
 	sh := s.shard(h)
 	sh.mu.Lock()
-	st, held := sh.load(h, l)
+	st, live = sh.load(h, l)
 	// Take may write a full log's newest entry in place.
 	st.Log = append([]model.LogEntry(nil), st.Log...)
-	exp := sh.slots[h].exp
-	now := s.now()
+	exp, until := sh.slots[h].exp, sh.slots[h^penaltyBit].t
+	now = s.now()
 	sh.mu.Unlock()
-	if !held || exp <= now {
-		return model.State{}, false, now
+	if !live || exp <= now {
+		return model.State{}, false, now, until
 	}
-	return st, true, now
+	return st, true, now, until
 }
 
 // DeleteState forgets the state of l's rate that s holds for key, and
@@ -45,18 +47,6 @@ func (s *MemoryStore) DeleteState(l *model.Limit, key string) bool {
 	now := s.now()
 	sh.mu.Unlock()
 	return held && sl.exp > now || pen.exp > now
-}
-
-// PeekPenalty returns the instant until which s holds key out under l's
-// Penalty, zero or past when it does not, and the store's instant now.
-func (s *MemoryStore) PeekPenalty(l *model.Limit, key string) (until, now int64) {
-	h := s.hash(l, key)
-	sh := s.shard(h)
-	sh.mu.Lock()
-	until = sh.slots[h^penaltyBit].t
-	now = s.now()
-	sh.mu.Unlock()
-	return until, now
 }
 
 // HeldSlots is the number of in-flight slots that the requests of key in

@@ -77,12 +77,8 @@ type memoryInspector struct{ s *core.MemoryStore }
 func (m memoryInspector) Peek(ctx context.Context, l *model.Limit, key string) (KeyState, error) {
 	var ks KeyState
 	if l.Rated() {
-		st, live, now := m.s.PeekState(l, key)
-		ks = peekState(l, st, live, now)
-		if l.Penalty > 0 {
-			until, now := m.s.PeekPenalty(l, key)
-			ks = penalised(ks, until-now)
-		}
+		st, live, now, until := m.s.PeekState(l, key)
+		ks = penalised(peekState(l, st, live, now), until-now)
 	}
 	if l.MaxInFlight == 0 {
 		return ks, nil

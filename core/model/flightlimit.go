@@ -33,7 +33,7 @@ func (l *Limit) validateFlightOnly() *FieldError {
 	case l.Penalty != 0:
 		return &FieldError{Field: "penalty", Reason: "only a rate's refusals start a penalty", Needs: "rate"}
 	}
-	f := l.flight
+	f := l.Flight()
 	l.period, l.unit, l.capacity, l.owe = 0, 0, 0, 0
 	l.params = [4]string{}
 	l.ns, l.Hash = f.ns, f.Hash

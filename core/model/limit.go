@@ -228,9 +228,11 @@ type Limit struct {
 	period   int64   // Rate.Period in nanoseconds
 	capacity float64 // effective burst
 	owe      float64 // token_bucket: the tokens MaxDelay lends, MaxDelay/unit
-	// flight, with MaxInFlight, is the limit that decides its in-flight
-	// slots (flightlimit.go); nil without.
-	flight *Limit
+	// flight, with MaxInFlight, is the *Limit that decides its in-flight
+	// slots (flightlimit.go); nil without. An interface, not a *Limit:
+	// Yaegi keeps a recursive struct type at a cost of about 115 KB of the
+	// Traefik plugin's heap.
+	flight interface{}
 	// params is Params' value.
 	params [4]string
 }
@@ -404,7 +406,10 @@ func (l *Limit) Namespace() string { return l.ns }
 
 // Flight is the limit that decides l's requests in flight (MaxInFlight),
 // or nil without MaxInFlight. It is valid after Validate.
-func (l *Limit) Flight() *Limit { return l.flight }
+func (l *Limit) Flight() *Limit {
+	f, _ := l.flight.(*Limit)
+	return f
+}
 
 // Owe is, for a token_bucket, the tokens MaxDelay lends, MaxDelay/Unit;
 // zero otherwise. It is valid after Validate.
