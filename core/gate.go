@@ -528,17 +528,66 @@ func (g *Gate) now() int64 {
 // on it. It runs without the request's context (which may have ended),
 // bounded by the gate's timeout.
 func (g *Gate) Refund(asks []model.Ask, v *Verdict) {
+	g.refund(asks, v.charges(), v.chargedLocal)
+}
+
+// refund gives back the charges charged of asks, from the fallback store
+// when local.
+func (g *Gate) refund(asks []model.Ask, charged []model.Decision, local bool) {
 	ctx := context.Background()
 	if g.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
 		defer cancel()
 	}
-	if v.chargedLocal {
-		g.cfg.Fallback.Refund(ctx, g.localAsks(asks), v.charges())
+	if local {
+		g.cfg.Fallback.Refund(ctx, g.localAsks(asks), charged)
 		return
 	}
-	g.cfg.Store.Refund(ctx, asks, v.charges())
+	g.cfg.Store.Refund(ctx, asks, charged)
+}
+
+// Answered settles the admission v of asks (a verdict of Serve or Decide
+// on which the request proceeded) once the host knows the status of its
+// response: the charge of each ask whose limit counts only some statuses
+// (Limit.CountStatus) and not this one is given back, exactly as Refund
+// gives it. A request cut short keeps its charges: ctx ended (the client
+// left) or status 0 (no response, as when the handler panicked). Hosts
+// call it only for limits with a CountStatus (AnswerCounts).
+func (g *Gate) Answered(ctx context.Context, asks []model.Ask, v *Verdict, status int) {
+	if ctx.Err() != nil {
+		status = 0
+	}
+	charged := v.charges()
+	var back []model.Ask
+	var backCharged []model.Decision
+	j := 0 // v's charges are of the asks of rated limits
+	for i := range asks {
+		l := asks[i].Limit
+		if !l.Rated() {
+			continue
+		}
+		if j < len(charged) && !model.Counts(l.CountStatus, status) {
+			back = append(back, asks[i])
+			backCharged = append(backCharged, charged[j])
+		}
+		j++
+	}
+	if len(back) > 0 {
+		g.refund(back, backCharged, v.chargedLocal)
+	}
+}
+
+// AnswerCounts reports whether one of limits counts only some
+// responses (Limit.CountStatus), so that its host must observe the status
+// of the response and call Answered.
+func AnswerCounts(limits []*model.Limit) bool {
+	for _, l := range limits {
+		if l.CountStatus != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // localAsks translates asks to the fallback store's per-instance limits.

@@ -32,6 +32,8 @@ func (l *Limit) validateFlightOnly() *FieldError {
 		return &FieldError{Field: "lease", Reason: "only a rate's capacity is leased", Needs: "rate"}
 	case l.Penalty != 0:
 		return &FieldError{Field: "penalty", Reason: "only a rate's refusals start a penalty", Needs: "rate"}
+	case l.CountStatus != nil:
+		return &FieldError{Field: "count_status", Reason: "only a rate's charges are given back", Needs: "rate"}
 	}
 	f := l.Flight()
 	l.period, l.unit, l.capacity, l.owe = 0, 0, 0, 0

@@ -210,6 +210,12 @@ type Limit struct {
 	// Zero, the default, holds no one out. Not with a Lease, whose
 	// admissions Redis does not see.
 	Penalty time.Duration
+	// CountStatus, when not nil, limits only the responses of these
+	// statuses: an admitted request whose response has another status is
+	// given its charge back (core.Gate.Answered, with the stores' exact
+	// Refund), so that the limit bounds its counted responses. nil, the
+	// default, counts every request. Not with a Lease.
+	CountStatus StatusSet
 
 	// Hash and Keep are set by Validate, for the stores and request paths
 	// that read them on every request, where a method call would cost
@@ -325,6 +331,9 @@ func (l *Limit) validate() *FieldError {
 		return err
 	}
 	if err := l.checkPenalty(); err != nil {
+		return err
+	}
+	if err := l.checkCount(); err != nil {
 		return err
 	}
 	if l.Algorithm == SlidingWindowLog && l.Rate.Quota > MaxLogQuota {

@@ -1,0 +1,55 @@
+package model
+
+import "strconv"
+
+// StatusSet is the response statuses that a limit counts
+// (Limit.CountStatus): each element a status code, 100 to 599, or a
+// class, 1 to 5 for "1xx" to "5xx". nil counts every response.
+type StatusSet []int
+
+// ParseStatusSet parses the statuses of a limit's count_status, each a
+// code ("401") or a class ("4xx"); none gives nil, which counts every
+// response. The error names the status at fault.
+func ParseStatusSet(statuses []string) (StatusSet, error) {
+	var s StatusSet
+	for _, f := range statuses {
+		n, err := strconv.Atoi(f)
+		if len(f) == 3 && (f[1:] == "xx" || f[1:] == "XX") {
+			n, err = strconv.Atoi(f[:1])
+			n += 1000 // a class, checked below as one
+		}
+		switch {
+		case err != nil, len(f) != 3, n >= 1000 && (n < 1001 || n > 1005), n < 1000 && (n < 100 || n > 599):
+			return nil, &FieldError{Field: "count_status", Value: f, Reason: "must be a status code from 100 to 599 or a class from 1xx to 5xx"}
+		case n >= 1000:
+			n -= 1000
+		}
+		s = append(s, n)
+	}
+	return s, nil
+}
+
+// Counts reports whether s counts a response of status: s is nil, or
+// holds status or its class. A status of 0 (no response: the client left
+// or the handler panicked) counts whatever s holds, so that a request
+// cut short keeps its charge.
+func Counts(s StatusSet, status int) bool {
+	if s == nil || status == 0 {
+		return true
+	}
+	for _, c := range s {
+		if c == status || c == status/100 {
+			return true
+		}
+	}
+	return false
+}
+
+// checkCount checks CountStatus: only a rate's charge is given back, and
+// a lease's admissions are not the store's to give back.
+func (l *Limit) checkCount() *FieldError {
+	if l.CountStatus != nil && l.Lease != 0 {
+		return &FieldError{Field: "count_status", Reason: "a lease's admissions cannot be given back; remove lease"}
+	}
+	return nil
+}
