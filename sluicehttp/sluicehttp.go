@@ -43,10 +43,12 @@
 package sluicehttp
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -209,6 +211,14 @@ type Limit struct {
 	// module's and the Traefik plugin's option of the same name. Not with
 	// Lease.
 	Penalty time.Duration
+	// CountStatus, when set, limits only the responses of these statuses,
+	// each a code ("401") or a class ("4xx"): a request over the limit is
+	// refused as always, and an admitted one whose response has another
+	// status is given its charge back, exactly. A request cut short keeps
+	// its charge: the client gone, or a panic in the next handler. The
+	// Caddy module's count_status and the Traefik plugin's countStatus.
+	// Not with Lease.
+	CountStatus []string
 
 	// MaxInFlight, when positive, is the most requests of one key in
 	// progress at once: a request holds its slot until the next handler
@@ -263,6 +273,7 @@ type Limiter struct {
 	onVerdict func(*http.Request, core.Verdict)
 	limited   http.Handler
 	inFlight  bool       // a limit has MaxInFlight, which Take cannot hold
+	counted   bool       // a limit has CountStatus: the handler sees the status
 	client    *resp.Lazy // nil in memory
 }
 
@@ -341,6 +352,7 @@ func build(cfg *Config) (*Limiter, core.GateConfig, error) {
 		gc.Limits = append(gc.Limits, l.limits[i].limit)
 		gc.MaxCost[l.limits[i].limit] = l.limits[i].cost
 		l.inFlight = l.inFlight || cl.MaxInFlight > 0
+		l.counted = l.counted || cl.CountStatus != nil
 	}
 	// Limited writes the answer: the gate sets the headers and Retry-After
 	// and leaves the status line and the body.
@@ -362,6 +374,11 @@ func newLimit(l *Limit, ip *clientip.Strategy, prefix string) (limit, error) {
 		}
 		cl.Rate = rate
 	}
+	set, err := model.ParseStatusSet(l.CountStatus)
+	if err != nil {
+		return limit{}, err
+	}
+	cl.CountStatus = set
 	if err := cl.Validate(); err != nil {
 		// The caller names the limit.
 		return limit{}, err.(*model.LimitError).Err
@@ -495,8 +512,61 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer v.Slots.Release() // nil-safe; also when next panics
-	h.next.ServeHTTP(w, r)
+	if !h.l.counted {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	h.next.ServeHTTP(sw, r)
+	// Not deferred: a request whose handler panics keeps its charge.
+	if sw.status == 0 && !sw.hijacked {
+		sw.status = http.StatusOK // as net/http answers a handler that wrote nothing
+	}
+	h.l.gate.Answered(r.Context(), asks, &v, sw.status)
 }
+
+// statusWriter is the ResponseWriter that the next handler of a limiter
+// with CountStatus writes to: it keeps the response's status for
+// Gate.Answered and passes everything through, flushing and hijacking
+// included (and Unwrap, for http.ResponseController).
+type statusWriter struct {
+	http.ResponseWriter
+	status   int
+	hijacked bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush flushes the response, when the writer it wraps can.
+func (w *statusWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection to the handler, as the writer it wraps
+// does; a hijacked request keeps its charge (status 0 counts).
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	w.hijacked = err == nil
+	return c, rw, err
+}
+
+// Unwrap returns the writer w wraps, for http.ResponseController.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // asks returns r's ask of every limit that applies to it.
 func (l *Limiter) asks(r *http.Request) []model.Ask {
