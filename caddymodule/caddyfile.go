@@ -168,6 +168,10 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 			var dur time.Duration
 			dur, err = durationArg(d, sub)
 			z.MaxDelay = caddy.Duration(dur)
+		case "count_status":
+			if z.CountStatus = d.RemainingArgs(); len(z.CountStatus) == 0 {
+				err = d.ArgErr()
+			}
 		case "penalty":
 			var dur time.Duration
 			dur, err = durationArg(d, sub)

@@ -17,6 +17,7 @@
 //	        max_delay      <duration>           # leaky_bucket, token_bucket: wait up to this long instead of rejecting
 //	        lease          <cost units>         # Redis: take up to this much of a key's capacity per call, spend it locally
 //	        penalty        <duration>           # refuse a key the zone refuses for this long from the refusal
+//	        count_status   <status...>          # count only responses of these codes or classes (401 403 429 4xx)
 //	        match          { <request matchers> }
 //	        ipv4_prefix    <bits>               # key {client_ip} only: group IPv4 clients by network
 //	        ipv6_prefix    <bits>

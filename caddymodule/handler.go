@@ -137,6 +137,7 @@ type Handler struct {
 	ID string `json:"id,omitempty"`
 
 	gate      *core.Gate
+	counted   bool         // a zone has count_status: ServeHTTP sees the status
 	store     *pooledStore // the primary store, which the admin API reads
 	stores    []string     // pool keys this handler holds, released by Cleanup
 	watches   []string     // watch pool keys this handler holds, released by Cleanup
@@ -218,6 +219,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 
 	cfg := core.GateConfig{Limits: limits, Responder: responder, Mode: mode, OnStoreError: policy, MaxCost: map[*model.Limit]float64{}, Clock: testClock}
+	h.counted = core.AnswerCounts(limits)
 	for _, z := range h.Zones {
 		if z.costTmpl == "" {
 			cfg.MaxCost[z.limit] = z.cost
@@ -424,7 +426,37 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		return nil
 	}
+	if h.counted {
+		return h.serveCounted(w, r, next, asks, &v)
+	}
 	return next.ServeHTTP(w, r)
+}
+
+// serveCounted passes an admitted request to next through a recorder of
+// its status, for a handler with a zone with count_status, and settles
+// the admission v of asks with that status (Gate.Answered): the status
+// next wrote, or that of the error it returned (as an upstream timeout's
+// 504, written by Caddy's error handling), 200 when it wrote nothing.
+// A panic in next skips the settlement: the request keeps its charge.
+func (h *Handler) serveCounted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, asks []model.Ask, v *core.Verdict) error {
+	rec := caddyhttp.NewResponseRecorder(w, nil, nil) // streams, flushes and hijacks as w
+	err := next.ServeHTTP(rec, r)
+	status := rec.Status()
+	var he caddyhttp.HandlerError
+	switch {
+	case status != 0:
+	case errors.As(err, &he):
+		status = he.StatusCode
+		if status == 0 {
+			status = http.StatusInternalServerError
+		}
+	case err != nil:
+		status = http.StatusInternalServerError
+	default:
+		status = http.StatusOK
+	}
+	h.gate.Answered(r.Context(), asks, v, status)
+	return err
 }
 
 // countKeys feeds the zones' heavy-hitter sketches with a verdict about

@@ -131,6 +131,15 @@ type Zone struct {
 	// out. Not with lease.
 	Penalty caddy.Duration `json:"penalty,omitempty"`
 
+	// CountStatus limits only the responses of these statuses, each a
+	// code ("401") or a class ("4xx"): a request over the limit is
+	// refused before the upstream sees it, and an admitted one whose
+	// response has another status is given its charge back, exactly. A
+	// request cut short keeps its charge (the client gone, a panic); an
+	// upstream failure counts by the status Caddy answers (502, 504).
+	// Absent counts every request. Not with lease.
+	CountStatus []string `json:"count_status,omitempty"`
+
 	// MatchRaw restricts the zone to the requests that match every one of
 	// these matchers; the zone is skipped for other requests. Absent means
 	// every request the handler sees.
@@ -339,6 +348,10 @@ func (z *Zone) coreLimit() (*model.Limit, error) {
 		MaxInFlight: z.MaxInFlight,
 		Lease:       z.Lease,
 		Penalty:     time.Duration(z.Penalty),
+	}
+	var err error
+	if l.CountStatus, err = model.ParseStatusSet(z.CountStatus); err != nil {
+		return nil, caddyError(err)
 	}
 	if z.Rate != "" {
 		rate, err := model.ParseRate(z.Rate)

@@ -1,0 +1,77 @@
+package caddymodule
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// TestCountStatus: a zone of 2 failures a minute counting 401 and 5xx
+// passes successes however many, and refuses the third failure before
+// next sees it. next's writer flushes (through Unwrap, as Caddy's modules do) and
+// hijacks. An upstream error
+// counts by its status (a 504 counts, a 404 does not), a client gone
+// keeps its charge, and so does a panic in next.
+func TestCountStatus(t *testing.T) {
+	h := &Handler{Zones: []*Zone{{Name: "login", Rate: "2/m", Burst: 2, CountStatus: []string{"401", "5xx"}}}}
+	provisionHandler(t, h)
+	var flusher, hijacker bool
+	send := func(ip string, gone bool, next func(http.ResponseWriter) error) (int, bool) {
+		r, _ := testRequest(ip, nil)
+		if gone {
+			ctx, cancel := context.WithCancel(r.Context())
+			cancel()
+			r = r.WithContext(ctx)
+		}
+		w := httptest.NewRecorder()
+		called := false
+		err := h.ServeHTTP(w, r, caddyhttp.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+			called = true
+			flusher = http.NewResponseController(w).Flush() == nil // as Caddy's reverse_proxy flushes
+			_, hijacker = w.(http.Hijacker)
+			return next(w)
+		}))
+		var he caddyhttp.HandlerError
+		if errors.As(err, &he) {
+			return he.StatusCode, called
+		}
+		return w.Code, called
+	}
+	status := func(code int) func(http.ResponseWriter) error {
+		return func(w http.ResponseWriter) error { w.WriteHeader(code); return nil }
+	}
+	for i := 0; i < 10; i++ {
+		if c, _ := send("198.51.100.1", false, status(200)); c != 200 {
+			t.Fatalf("success %d: %d", i, c)
+		}
+	}
+	if !flusher || !hijacker {
+		t.Errorf("next's writer: Flusher %v, Hijacker %v; want both", flusher, hijacker)
+	}
+	if c, _ := send("198.51.100.1", false, func(http.ResponseWriter) error { return caddyhttp.Error(404, errors.New("no")) }); c != 404 {
+		t.Fatalf("404 error: %d", c)
+	}
+	if c, _ := send("198.51.100.1", false, status(401)); c != 401 {
+		t.Fatalf("first failure: %d", c)
+	}
+	if c, _ := send("198.51.100.1", false, func(http.ResponseWriter) error { return caddyhttp.Error(504, errors.New("timeout")) }); c != 504 {
+		t.Fatalf("upstream timeout: %d", c)
+	}
+	if c, called := send("198.51.100.1", false, status(401)); c != 429 || called {
+		t.Fatalf("third failure: %d, next called %v; want 429 before next", c, called)
+	}
+
+	// Cut short: a client gone (answered 200) and a panic keep their charge.
+	send("198.51.100.2", true, status(200))
+	func() {
+		defer func() { _ = recover() }()
+		send("198.51.100.2", false, func(http.ResponseWriter) error { panic("upstream") })
+	}()
+	if c, _ := send("198.51.100.2", false, status(200)); c != 429 {
+		t.Errorf("after a client gone and a panic: %d, want 429", c)
+	}
+}
