@@ -43,12 +43,10 @@
 package sluicehttp
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -512,61 +510,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer v.Slots.Release() // nil-safe; also when next panics
-	if !h.l.counted {
-		h.next.ServeHTTP(w, r)
+	if h.l.counted {
+		h.l.gate.ServeAnswered(h.next, w, r, asks, &v)
 		return
 	}
-	sw := &statusWriter{ResponseWriter: w}
-	h.next.ServeHTTP(sw, r)
-	// Not deferred: a request whose handler panics keeps its charge.
-	if sw.status == 0 && !sw.hijacked {
-		sw.status = http.StatusOK // as net/http answers a handler that wrote nothing
-	}
-	h.l.gate.Answered(r.Context(), asks, &v, sw.status)
+	h.next.ServeHTTP(w, r)
 }
-
-// statusWriter is the ResponseWriter that the next handler of a limiter
-// with CountStatus writes to: it keeps the response's status for
-// Gate.Answered and passes everything through, flushing and hijacking
-// included (and Unwrap, for http.ResponseController).
-type statusWriter struct {
-	http.ResponseWriter
-	status   int
-	hijacked bool
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// Flush flushes the response, when the writer it wraps can.
-func (w *statusWriter) Flush() {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	_ = http.NewResponseController(w.ResponseWriter).Flush()
-}
-
-// Hijack hands the connection to the handler, as the writer it wraps
-// does; a hijacked request keeps its charge (status 0 counts).
-func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
-	w.hijacked = err == nil
-	return c, rw, err
-}
-
-// Unwrap returns the writer w wraps, for http.ResponseController.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // asks returns r's ask of every limit that applies to it.
 func (l *Limiter) asks(r *http.Request) []model.Ask {
