@@ -184,7 +184,7 @@ func NewLane(cfg LaneConfig) *Lane {
 	if g.cfg.Mode == DryRun {
 		l.dryRun = cfg.DryRunHeader
 	}
-	general := lanePenalty(cfg.Asks)
+	general := laneGeneral(cfg.Asks)
 	if !cfg.Watch && !general {
 		l.mem = g.mem
 	}
@@ -235,12 +235,12 @@ func NewLane(cfg LaneConfig) *Lane {
 	return l
 }
 
-// lanePenalty reports whether a limit of asks has a Penalty, which only
-// the stores apply: such a lane's requests go to Gate.Serve
-// (serveLaneAny), none of whose fused copies it takes.
-func lanePenalty(asks []LaneAsk) bool {
+// laneGeneral reports whether a limit of asks has a Penalty, which only
+// the stores apply, or a CountStatus (ServeLaneCounted's): such a lane's
+// requests go to Gate.Serve, none of whose fused copies it takes.
+func laneGeneral(asks []LaneAsk) bool {
 	for _, a := range asks {
-		if a.Limit.Penalty != 0 {
+		if a.Limit.Penalty != 0 || a.Limit.CountStatus != nil {
 			return true
 		}
 	}
@@ -900,7 +900,7 @@ func ServeLaneMetered(l *Lane, next http.Handler, w http.ResponseWriter, r *http
 		serveLaneMeteredOne(l, next, w, r, "", noVerdict, nil, 0, noTime)
 		return
 	}
-	serveLaneMetered(l, next, w, r, noTime, nil, noVerdict, false, nil, 0)
+	serveLaneMetered(l, next, w, r, noTime, nil, noVerdict, false)
 }
 
 // serveLaneMeteredOne is serveLaneOne counting its verdict in the meter,
@@ -957,7 +957,7 @@ func laneMeteredAnswer(l *Lane, next http.Handler, w http.ResponseWriter, r *htt
 // counted under its decision's limit or, when the store failed without
 // one, the first asked.
 func serveLaneMetered(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request,
-	start time.Time, asks []model.Ask, v Verdict, ok bool, lim *model.Limit, i int) {
+	start time.Time, asks []model.Ask, v Verdict, ok bool) {
 	if l.dryRun != "" {
 		delete(r.Header, l.dryRun)
 	}
@@ -978,6 +978,15 @@ func serveLaneMetered(l *Lane, next http.Handler, w http.ResponseWriter, r *http
 	if v.Slots != nil {
 		defer releaseSlots(v.Slots) // when next returns, panics included
 	}
+	laneMeterVerdict(l, asks, &v, start, nil, 0)
+	laneFinish(l, next, w, r, &v, ok)
+}
+
+// laneMeterVerdict counts in l's meter the verdict v on asks, decided
+// since start, under its decision's limit or, when the store failed
+// without one, the first asked. Its parameters after start are its
+// variables, zero (see serveLaneTB).
+func laneMeterVerdict(l *Lane, asks []model.Ask, v *Verdict, start time.Time, lim *model.Limit, i int) {
 	lim = v.Decision.Limit
 	if lim == nil {
 		lim = asks[0].Limit
@@ -986,8 +995,54 @@ func serveLaneMetered(l *Lane, next http.Handler, w http.ResponseWriter, r *http
 	// the limit, another *model.Limit of the same name.
 	for i = 0; i < len(l.meter.limits)-1 && l.meter.limits[i].Name != lim.Name; i++ {
 	}
-	laneCount(l.meter, &v, i, timeSince(start), nil, nil)
-	laneFinish(l, next, w, r, &v, ok)
+	laneCount(l.meter, v, i, timeSince(start), nil, nil)
+}
+
+// ServeLaneCounted is ServeLane, or ServeLaneMetered with a Meter, for a
+// lane of which a limit counts only some responses (model.Limit's
+// CountStatus, AnswerCounts): it decides r by Gate.Serve, as
+// serveLaneMetered does, and passes an admitted request to next by
+// Gate.ServeAnswered, which settles it with its response's status. A
+// host's choice of function is the check, so that no other lane's
+// requests pay for it.
+func ServeLaneCounted(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
+	if l.dryRun != "" {
+		delete(r.Header, l.dryRun)
+	}
+	if l.exempt != nil && laneExempt(l, r) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	asks := laneAsks(l, r, nil, nil, 0, "", nil, nil, nil)
+	if len(asks) == 0 {
+		next.ServeHTTP(w, r)
+		return
+	}
+	start := timeNow()
+	if l.meter != nil && l.meter.demand != nil {
+		laneDemands(l.meter, asks, start, 0, 0, 0)
+	}
+	v, ok := l.gate.Serve(w, r, asks)
+	if v.Slots != nil {
+		defer releaseSlots(v.Slots) // when next returns, panics included
+	}
+	if l.meter != nil {
+		laneMeterVerdict(l, asks, &v, start, nil, 0)
+	}
+	laneFinish(l, &answeredNext{gate: l.gate, next: next, asks: asks, v: &v}, w, r, &v, ok)
+}
+
+// answeredNext is the next handler of an admitted request of
+// ServeLaneCounted: Gate.ServeAnswered's.
+type answeredNext struct {
+	gate *Gate
+	next http.Handler
+	asks []model.Ask
+	v    *Verdict
+}
+
+func (a *answeredNext) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a.gate.ServeAnswered(a.next, w, r, a.asks, a.v)
 }
 
 // laneDemands records in m's demand the cost of each of asks, at start

@@ -74,6 +74,14 @@ type Config struct {
 	// refused, from the refusal (a duration or a number of seconds);
 	// empty or "0": none. Not with lease.
 	Penalty string
+	// CountStatus, sluice's own, limits only the responses of these
+	// statuses, each a code ("401") or a class ("4xx"), such as a login's
+	// failures: a request over the limit is refused before the upstream
+	// sees it, and an admitted one whose response has another status is
+	// given its charge back. A request cut short (the client gone, a
+	// panic, a hijacked connection) keeps its charge. Empty: every
+	// request counts. Not with lease.
+	CountStatus []string
 	// Key lists the parts of the bucket key, in sluice's syntax: client_ip,
 	// header:<Name>, host, method, path, query:<name>, cookie:<name>,
 	// const:<value>. ["header:X-API-Key"] limits per API key,
@@ -235,6 +243,9 @@ type LimitConfig struct {
 	// Penalty is as Config.Penalty, for the item's limit; it is not
 	// taken from the top level.
 	Penalty string
+	// CountStatus is as Config.CountStatus, for the item's limit; it is
+	// not taken from the top level.
+	CountStatus []string
 	// OnMissingKey is as Config.OnMissingKey.
 	OnMissingKey string
 	// Unknown is as Config.Unknown.

@@ -25,6 +25,8 @@ type entry struct {
 	own    string       // the registry's ownStoreID of its own in-memory store, or ""
 	report *report
 	meter  *meter // nil without metrics
+	// counted: a limit counts only some responses (core.AnswerCounts).
+	counted bool
 
 	// used is registry.seq of the last New that returned it, done the
 	// Done channel of that call's context, and gone the registry's clock
@@ -72,10 +74,11 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 		return nil, err
 	}
 	e := &entry{
-		name:   name,
-		redis:  rc,
-		report: &report{name: name, out: out, clock: clock, base: time.Now()},
-		meter:  m,
+		name:    name,
+		redis:   rc,
+		report:  &report{name: name, out: out, clock: clock, base: time.Now()},
+		meter:   m,
+		counted: core.AnswerCounts(limits),
 	}
 	// Without Redis, note is all there is to do: under Yaegi the call of
 	// observe would cost every rejection a frame.
@@ -134,6 +137,9 @@ type handler struct {
 }
 
 func (e *entry) handler(next http.Handler) http.Handler {
+	if e.counted {
+		return &countedHandler{next: next, lane: e.lane}
+	}
 	if e.meter != nil {
 		return &meteredHandler{next: next, lane: e.lane}
 	}
@@ -160,4 +166,18 @@ type meteredHandler struct {
 // ServeHTTP is handler.ServeHTTP by core.ServeLaneMetered.
 func (h *meteredHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	core.ServeLaneMetered(h.lane, h.next, w, r)
+}
+
+// countedHandler is the handler of a middleware of which a limit counts
+// only some responses (countStatus), served by core.ServeLaneCounted,
+// metered or not: the type apart, so that other handlers pass the
+// writer to next untouched and cost not one value more per request.
+type countedHandler struct {
+	next http.Handler
+	lane *core.Lane
+}
+
+// ServeHTTP is handler.ServeHTTP by core.ServeLaneCounted.
+func (h *countedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	core.ServeLaneCounted(h.lane, h.next, w, r)
 }

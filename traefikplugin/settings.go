@@ -153,6 +153,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 		MaxInFlight: cfg.MaxInFlight,
 		Lease:       cfg.Lease,
 		Penalty:     cfg.Penalty,
+		CountStatus: cfg.CountStatus,
 	}
 	if strings.TrimSpace(cfg.Amount) != "" {
 		if strings.TrimSpace(cfg.MaxInFlight) != "" {
@@ -334,6 +335,10 @@ func buildLimit(item LimitConfig, option string) (*model.Limit, error) {
 	if err != nil {
 		return nil, err
 	}
+	counted, err := model.ParseStatusSet(parseList(item.CountStatus))
+	if err != nil {
+		return nil, fieldError(option, err)
+	}
 	l := &model.Limit{
 		Name:        strings.TrimSpace(item.Name),
 		Algorithm:   alg,
@@ -343,6 +348,7 @@ func buildLimit(item LimitConfig, option string) (*model.Limit, error) {
 		MaxInFlight: inFlight,
 		Lease:       lease,
 		Penalty:     penalty,
+		CountStatus: counted,
 	}
 	return validLimit(l, option)
 }
@@ -362,6 +368,9 @@ func flightOnlyLimit(item LimitConfig, option string, inFlight int) (*model.Limi
 	}
 	if l.Penalty, err = parseDuration(option+"penalty", item.Penalty); err != nil {
 		return nil, err
+	}
+	if l.CountStatus, err = model.ParseStatusSet(parseList(item.CountStatus)); err != nil {
+		return nil, fieldError(option, err)
 	}
 	if option == "" {
 		l.Algorithm = model.Algorithm(strings.ToLower(strings.TrimSpace(item.Algorithm)))
@@ -392,6 +401,7 @@ var coreOptions = map[string]string{
 	"max_in_flight":      "maxInFlight",
 	"lease":              "lease",
 	"penalty":            "penalty",
+	"count_status":       "countStatus",
 	"algorithm":          "algorithm",
 	"name":               "name",
 	"jitter":             "retryJitter",

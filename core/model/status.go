@@ -13,20 +13,29 @@ type StatusSet []int
 func ParseStatusSet(statuses []string) (StatusSet, error) {
 	var s StatusSet
 	for _, f := range statuses {
-		n, err := strconv.Atoi(f)
-		if len(f) == 3 && (f[1:] == "xx" || f[1:] == "XX") {
-			n, err = strconv.Atoi(f[:1])
-			n += 1000 // a class, checked below as one
-		}
-		switch {
-		case err != nil, len(f) != 3, n >= 1000 && (n < 1001 || n > 1005), n < 1000 && (n < 100 || n > 599):
+		n := parseStatus(f)
+		if n == 0 {
 			return nil, &FieldError{Field: "count_status", Value: f, Reason: "must be a status code from 100 to 599 or a class from 1xx to 5xx"}
-		case n >= 1000:
-			n -= 1000
 		}
 		s = append(s, n)
 	}
 	return s, nil
+}
+
+// parseStatus returns the code f, "100" to "599", or its class, 1 to 5
+// for "1xx" to "5xx"; 0 for anything else.
+func parseStatus(f string) int {
+	if len(f) != 3 || f[0] < '1' || f[0] > '5' {
+		return 0
+	}
+	if f[1:] == "xx" || f[1:] == "XX" {
+		return int(f[0] - '0')
+	}
+	n, err := strconv.Atoi(f)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // Counts reports whether s counts a response of status: s is nil, or
