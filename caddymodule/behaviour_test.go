@@ -58,7 +58,8 @@ func httpServer(t *testing.T) *caddyhttp.Server {
 }
 
 // caddyfileOf renders a case as a Caddyfile: one site on port, its sluice
-// block with a zone per limit, then a 200.
+// block with a zone per limit, then the upstream: a respond answering the
+// status that the request's behaviour.UpstreamHeader names.
 func caddyfileOf(c behaviour.Case, port int) string {
 	var b strings.Builder
 	line := func(indent int, words ...string) {
@@ -104,6 +105,9 @@ func caddyfileOf(c behaviour.Case, port int) string {
 		if l.OnMissingKey != "" {
 			line(3, "on_missing_key", l.OnMissingKey)
 		}
+		if len(l.CountStatus) > 0 {
+			line(3, append([]string{"count_status"}, l.CountStatus...)...)
+		}
 		if c.IPv6Prefix != 0 && key == clientIPKey {
 			line(3, "ipv6_prefix", strconv.Itoa(c.IPv6Prefix))
 		}
@@ -119,7 +123,7 @@ func caddyfileOf(c behaviour.Case, port int) string {
 		line(2, "mode", c.Mode)
 	}
 	line(1, "}")
-	line(1, "respond 200")
+	line(1, `respond "" {http.request.header.`+behaviour.UpstreamHeader+"}")
 	line(0, "}")
 	return b.String()
 }

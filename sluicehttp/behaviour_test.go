@@ -13,7 +13,8 @@ import (
 // TestBehaviourTable replays the behaviour table shared with the Caddy
 // module and the Traefik plugin (testdata/behaviour at the top of the
 // module, described in testdata/README.md): each case rendered as a
-// Config, and its trace sent to the middleware on a fake clock. The
+// Config, and its trace sent to the middleware on a fake clock, whose next
+// handler answers each step's upstream status. The
 // middleware reads a trusted proxy's X-Forwarded-For from the right, as
 // the plugin does, so it replays the cases of both hosts but those of one.
 func TestBehaviourTable(t *testing.T) {
@@ -36,7 +37,7 @@ func TestBehaviourTable(t *testing.T) {
 			if m.gate, err = core.NewGate(gc); err != nil {
 				t.Fatal(err)
 			}
-			h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			h := m.Handler(http.HandlerFunc(behaviour.Upstream))
 			for _, d := range c.Replay(h, func(ns int64) { atomic.StoreInt64(&now, ns) }) {
 				t.Error(d)
 			}
@@ -61,7 +62,8 @@ func configOf(c behaviour.Case) (Config, error) {
 			return cfg, err
 		}
 		lim := Limit{Name: l.Name, Rate: l.Rate, Burst: l.Burst, Algorithm: l.Alg(), Key: l.KeyParts(),
-			OnMissingKey: l.OnMissingKey, Cost: l.Cost, MaxDelay: delay, Penalty: penalty}
+			OnMissingKey: l.OnMissingKey, Cost: l.Cost, MaxDelay: delay, Penalty: penalty,
+			CountStatus: l.CountStatus}
 		if parts := l.KeyParts(); len(parts) == 1 && parts[0] == "client_ip" {
 			lim.IPv6Prefix = c.IPv6Prefix
 		}

@@ -1,6 +1,8 @@
 package traefikplugin
 
 import (
+	"context"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,7 +14,8 @@ import (
 // module (testdata/behaviour at the top of the module, described in
 // testdata/README.md): each case's limits rendered as the plugin's
 // options, decoded as Traefik decodes them, and its trace sent to the
-// middleware on a fake clock.
+// middleware on a fake clock, whose next handler answers each step's
+// upstream status.
 func TestBehaviourTable(t *testing.T) {
 	cases, err := behaviour.Load(behaviour.Dir)
 	if err != nil {
@@ -30,7 +33,10 @@ func TestBehaviourTable(t *testing.T) {
 				t.Fatalf("decode %v: %v", opts, err)
 			}
 			g := newTestRegistry()
-			h, _ := g.mustNew(t, cfg, "behaviour-"+c.Name)
+			h, err := g.new(context.Background(), http.HandlerFunc(behaviour.Upstream), cfg, "behaviour-"+c.Name)
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
 			for _, d := range c.Replay(h, func(ns int64) { atomic.StoreInt64(&g.clock.ns, ns) }) {
 				t.Error(d)
 			}
@@ -76,6 +82,9 @@ func traefikOptions(c behaviour.Case) map[string]interface{} {
 		o["onMissingKey"] = l.Missing()
 		if l.Penalty != "" {
 			o["penalty"] = l.Penalty
+		}
+		if len(l.CountStatus) > 0 {
+			o["countStatus"] = strings.Join(l.CountStatus, ",")
 		}
 	}
 	if len(items) > 0 {

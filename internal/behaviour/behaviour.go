@@ -36,6 +36,13 @@ var Dir = filepath.Join("..", "testdata", "behaviour")
 // X-RateLimit-Reset values are Unix times on this clock.
 const Start = int64(1700000000)
 
+// UpstreamHeader is the request header by which a replay tells the
+// upstream what to answer: every step's requests carry the step's
+// UpstreamStatus in it, and each host's upstream (Upstream in Go, a
+// respond whose status is this header's placeholder in Caddy) answers
+// that status.
+const UpstreamHeader = "X-Upstream-Status"
+
 // DefaultPeer is the address a step's request comes from when it names
 // none.
 const DefaultPeer = "192.0.2.1"
@@ -105,6 +112,11 @@ type Limit struct {
 	// OnMissingKey is skip (empty: both hosts' default for an explicit
 	// key) or shared.
 	OnMissingKey string `json:"on_missing_key"`
+	// CountStatus limits only the responses of these statuses, each a
+	// code ("401") or a class ("4xx"): Caddy's count_status, Traefik's
+	// countStatus, sluicehttp's Limit.CountStatus. Empty counts every
+	// response.
+	CountStatus []string `json:"count_status"`
 }
 
 // Step is one instant of a trace: N identical requests.
@@ -124,7 +136,12 @@ type Step struct {
 	Query string `json:"query"`
 	// N is the number of requests; 0 means 1.
 	N int `json:"n"`
-	// Status is what every one of the N requests must get: 200 or 429.
+	// Upstream is the status the upstream answers each request it is
+	// given (UpstreamHeader carries it); 0 means 200. It is never 429,
+	// which could not be told from a refusal.
+	Upstream int `json:"upstream"`
+	// Status is what every one of the N requests must get: 429, refused,
+	// or the upstream's status, admitted.
 	Status int `json:"status"`
 	// Want holds response headers the last request must carry with
 	// exactly these values; "" means the header must be absent.
@@ -217,8 +234,11 @@ func (c *Case) check() error {
 			return fmt.Errorf("steps[%d]: at %d is before the previous step's %d", i, s.At, last)
 		}
 		last = s.At
-		if s.Status != http.StatusOK && s.Status != http.StatusTooManyRequests {
-			return fmt.Errorf("steps[%d]: status %d: want 200 or 429", i, s.Status)
+		if s.Upstream != 0 && (s.Upstream < 200 || s.Upstream > 599 || s.Upstream == http.StatusTooManyRequests) {
+			return fmt.Errorf("steps[%d]: upstream %d: want a status from 200 to 599 but 429, which could not be told from a refusal", i, s.Upstream)
+		}
+		if s.Status != http.StatusTooManyRequests && s.Status != s.UpstreamStatus() {
+			return fmt.Errorf("steps[%d]: status %d: want 429 or the upstream's %d", i, s.Status, s.UpstreamStatus())
 		}
 		if s.N < 0 {
 			return fmt.Errorf("steps[%d]: n %d: want at least 1 (0: 1)", i, s.N)
@@ -226,6 +246,9 @@ func (c *Case) check() error {
 		for name, v := range s.Header {
 			if _, ok := headerLines(v); !ok {
 				return fmt.Errorf("steps[%d]: header %s: want a string or a list of strings", i, name)
+			}
+			if http.CanonicalHeaderKey(name) == UpstreamHeader {
+				return fmt.Errorf("steps[%d]: header %s: the replay's own; write upstream", i, name)
 			}
 		}
 	}
@@ -257,6 +280,11 @@ func (l Limit) check() error {
 	default:
 		return fmt.Errorf("on_missing_key %q: want skip or shared", l.OnMissingKey)
 	}
+	for _, st := range l.CountStatus {
+		if !statusOrClass(st) {
+			return fmt.Errorf("count_status %q: want a status code from 100 to 599 or a class from 1xx to 5xx", st)
+		}
+	}
 	parts := l.KeyParts()
 	for _, p := range parts {
 		kind, arg, _ := strings.Cut(p, ":")
@@ -271,6 +299,18 @@ func (l Limit) check() error {
 		}
 	}
 	return nil
+}
+
+// statusOrClass reports whether s is a status code, "100" to "599", or a
+// class, "1xx" to "5xx".
+func statusOrClass(s string) bool {
+	if len(s) != 3 || s[0] < '1' || s[0] > '5' {
+		return false
+	}
+	if s[1:] == "xx" {
+		return true
+	}
+	return s[1] >= '0' && s[1] <= '9' && s[2] >= '0' && s[2] <= '9'
 }
 
 // split returns the quota and the period of the limit's rate.
@@ -335,6 +375,15 @@ func (s Step) Count() int {
 	return s.N
 }
 
+// UpstreamStatus is the status the upstream answers the step's requests,
+// 200 when Upstream is left out.
+func (s Step) UpstreamStatus() int {
+	if s.Upstream == 0 {
+		return http.StatusOK
+	}
+	return s.Upstream
+}
+
 // RemoteAddr is the step's peer as http.Request.RemoteAddr holds it.
 func (s Step) RemoteAddr() string {
 	peer := s.Peer
@@ -353,7 +402,8 @@ func (s Step) RequestHost() string {
 }
 
 // Request returns a new request of the step: a GET of the step's query
-// from its peer to its host, with its header lines.
+// from its peer to its host, with its header lines and UpstreamHeader
+// naming the status the upstream answers.
 func (s Step) Request() *http.Request {
 	target := "/"
 	if s.Query != "" {
@@ -368,7 +418,20 @@ func (s Step) Request() *http.Request {
 			r.Header.Add(name, line)
 		}
 	}
+	r.Header.Set(UpstreamHeader, strconv.Itoa(s.UpstreamStatus()))
 	return r
+}
+
+// Upstream is the upstream of the replays in Go (the Traefik plugin's and
+// sluicehttp's next handler): it answers the status that the request's
+// UpstreamHeader names, and 500 when the header is missing or not a
+// number, as Caddy's respond does with that header's placeholder.
+func Upstream(w http.ResponseWriter, r *http.Request) {
+	status, err := strconv.Atoi(r.Header.Get(UpstreamHeader))
+	if err != nil {
+		status = http.StatusInternalServerError
+	}
+	w.WriteHeader(status)
 }
 
 // headerLines returns the lines of a Header value: a string is one line,

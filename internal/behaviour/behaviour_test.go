@@ -2,6 +2,7 @@ package behaviour
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,7 +32,12 @@ func TestLoadRefuses(t *testing.T) {
 		{"client_ip in a template", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m", "key": ["client_ip", "host"]}], ` + step + `}`, "client_ip only alone"},
 		{"unknown field", `{"about": "x", "limit": [], ` + step + `}`, "unknown field"},
 		{"time goes back", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "steps": [{"at": 5, "status": 200}, {"at": 4, "status": 200}]}`, "before the previous step"},
-		{"status", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "steps": [{"at": 0, "status": 503}]}`, "want 200 or 429"},
+		{"status", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "steps": [{"at": 0, "status": 503}]}`, "want 429 or the upstream's 200"},
+		{"status not the upstream's", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "steps": [{"at": 0, "upstream": 401, "status": 200}]}`, "want 429 or the upstream's 401"},
+		{"upstream 429", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "steps": [{"at": 0, "upstream": 429, "status": 429}]}`, "could not be told from a refusal"},
+		{"upstream out of range", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "steps": [{"at": 0, "upstream": 99, "status": 429}]}`, "upstream 99"},
+		{"upstream header", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "steps": [{"at": 0, "status": 200, "header": {"x-upstream-status": "401"}}]}`, "write upstream"},
+		{"count_status", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m", "count_status": ["401", "6xx"]}], ` + step + `}`, `count_status "6xx"`},
 		{"only without reason", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "only": {"caddy": ""}, ` + step + `}`, "with a reason"},
 		{"header value", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m"}], "steps": [{"at": 0, "status": 200, "header": {"X-A": ["a", 1]}}]}`, "header X-A: want a string or a list of strings"},
 		{"key part", `{"about": "x", "limits": [{"name": "a", "algorithm": "fixed_window", "rate": "1/1m", "key": ["path"]}], ` + step + `}`, `key part "path": want client_ip`},
@@ -76,7 +82,28 @@ func TestRequest(t *testing.T) {
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("request %q, want %q", got, want)
 	}
-	if r := (Step{}).Request(); r.RemoteAddr != "192.0.2.1:1234" || r.Host != "example.com" || r.URL.String() != "/" || len(r.Header) != 0 {
+	if r := (Step{}).Request(); r.RemoteAddr != "192.0.2.1:1234" || r.Host != "example.com" || r.URL.String() != "/" ||
+		len(r.Header) != 1 || r.Header.Get(UpstreamHeader) != "200" {
 		t.Errorf("a step's default request: %s %s %s %v", r.RemoteAddr, r.Host, r.URL, r.Header)
+	}
+}
+
+// TestUpstream checks the Go upstream: it answers the status a step's
+// request names, 200 by default, and 500 to a request that names none.
+func TestUpstream(t *testing.T) {
+	for _, tc := range []struct {
+		step Step
+		want int
+	}{{Step{}, 200}, {Step{Upstream: 401}, 401}, {Step{Upstream: 503}, 503}} {
+		w := httptest.NewRecorder()
+		Upstream(w, tc.step.Request())
+		if w.Code != tc.want {
+			t.Errorf("upstream %d: answered %d, want %d", tc.step.Upstream, w.Code, tc.want)
+		}
+	}
+	w := httptest.NewRecorder()
+	Upstream(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	if w.Code != http.StatusInternalServerError {
+		t.Errorf("no %s: answered %d, want 500", UpstreamHeader, w.Code)
 	}
 }
