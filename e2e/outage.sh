@@ -77,8 +77,13 @@ run_outage() {
 	done < <("$TMP/outage" -redis "127.0.0.1:$rport" -pid "$REDIS_PID" -restart "$RESTART" \
 		-counts "http://$counts/_counts?path=/count/inflight" -max-in-flight 4 -dropped 2 \
 		"allow=$base/allow" "deny=$base/deny" "fallback=$base/fallback" "inflight=$base/count/inflight?sleep=1s" 2>&1 || true)
-	sleep 1 # the last answers close their connections
-	after="$(fds "$hpid")"
+	# The last answers close their connections: wait for them, 5 s at most
+	# (a loaded machine took more than the 1 s this waited before).
+	for i in $(seq 10); do
+		sleep 0.5
+		after="$(fds "$hpid")"
+		[ "$after" -le $((before + 12)) ] && break
+	done
 	# The Redis pools (10 connections each at most) may have grown.
 	if [ "$after" -le $((before + 12)) ]; then
 		pass "$host: $before open file descriptors before the outage, $after after (the Redis pool holds at most 10)"
