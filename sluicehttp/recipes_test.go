@@ -34,31 +34,52 @@ var yourHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) 
 	fmt.Fprintln(w, "ok")
 })
 
-// Each client may call /login 5 times in any minute; the 6th is answered
-// 429, and the client is then refused for 15 minutes.
+// yourLogin is the login handler the login recipe protects: 200 for the
+// password "right", 401 for any other.
+var yourLogin = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Password") != "right" {
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	fmt.Fprintln(w, "welcome")
+})
+
+// Each client may fail to log in 5 times in any minute; the 6th attempt is
+// answered 429, and the client is then refused for 15 minutes. Successful
+// logins are not counted.
 func Example_login() {
 	mw, err := sluicehttp.New(sluicehttp.Config{
 		Limits: []sluicehttp.Limit{{
-			Name:      "login",
-			Match:     func(r *http.Request) bool { return r.URL.Path == "/login" },
-			Algorithm: "sliding_window_log", // exact over any 60 s
-			Rate:      "5/min",
-			Penalty:   15 * time.Minute, // a refused client is held out from the refusal
+			Name:        "login",
+			Match:       func(r *http.Request) bool { return r.URL.Path == "/login" },
+			Algorithm:   "sliding_window_log", // exact over any 60 s
+			Rate:        "5/min",
+			CountStatus: []string{"401", "403", "429"}, // only failed attempts count
+			Penalty:     15 * time.Minute,              // a refused client is held out from the refusal
 		}},
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer mw.Close()
-	h := mw.Handler(yourHandler)
+	h := mw.Handler(yourLogin)
 
+	admitted := 0
+	for i := 0; i < 20; i++ {
+		if send(h, "POST", "/login", "192.0.2.1", "Password", "right").Code == 200 {
+			admitted++
+		}
+	}
+	fmt.Println("successful logins admitted:", admitted, "of 20")
 	var w *httptest.ResponseRecorder
 	for i := 0; i < 6; i++ {
-		w = send(h, "POST", "/login", "192.0.2.1")
+		w = send(h, "POST", "/login", "192.0.2.1", "Password", "wrong")
 		fmt.Print(w.Code, " ")
 	}
 	fmt.Println("Retry-After:", w.Header().Get("Retry-After"))
-	// Output: 200 200 200 200 200 429 Retry-After: 900
+	// Output:
+	// successful logins admitted: 20 of 20
+	// 401 401 401 401 401 429 Retry-After: 900
 }
 
 // Each API key may make 1,000 requests a day: a window per UTC day, not a
