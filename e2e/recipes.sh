@@ -9,9 +9,12 @@
 # localhost:9000 e2e/backend's port, Redis's localhost:6379 a redis-server of
 # this script's, and the admin endpoint (CADDY_ADMIN) a port of its own:
 #
-#   login            5 answers 200 on /login, the 6th 429 with Retry-After and
-#                    the policy "login";q=5;w=60; the next is held out by the
-#                    penalty (Retry-After near 900); / is not limited
+#   login            20 successful logins on /login (the upstream's 200) and
+#                    5 failed ones among them (its 401, ?status=401) are all
+#                    answered; the 6th failure is refused before the upstream,
+#                    429 with the policy "login";q=5;w=60 and the penalty's
+#                    Retry-After near 900; then a successful login is held
+#                    out too; / is not limited
 #   api-quota        a key's answers carry the policy "daily";q=1000;w=86400,
 #                    X-RateLimit-Limit 1000, and X-RateLimit-Reset at the
 #                    next 00:00 UTC (the window's end); a request without the
@@ -31,7 +34,8 @@
 # run by its run.sh (which copies the plugin, .traefik.yml included) answers
 # 5 × 200 then 429; then the same Traefik, its file provider watching,
 # loads each Traefik recipe's file in turn and holds it to the same
-# promises (three-instances with one Traefik: 100 admitted through Redis).
+# promises (three-instances with one Traefik: 100 admitted through Redis;
+# login's checks as in Caddy, but for /).
 #
 # Prints PASS lines and FAIL lines, and fails if any check failed. About 15
 # seconds once Caddy and Traefik are built.
@@ -88,6 +92,22 @@ expect_in() {
 	fi
 }
 
+# login_checks HOST URL holds the login recipe served at URL by HOST to its
+# promise: only failed attempts count, 5 a minute, then 15 minutes out. The
+# upstream answers ?status=401 with 401, a failed login.
+login_checks() {
+	local got
+	got="$(codes 10 "$2/login?status=200") $(codes 4 "$2/login?status=401") $(codes 10 "$2/login?status=200") $(codes 1 "$2/login?status=401")"
+	expect "$1 login: 20 successful logins and 5 failed ones among them are all answered (200s, 401s)" \
+		"$(count 200 "$got") $(count 401 "$got")" "20 5"
+	req "$2/login?status=401"
+	expect "$1 login: the 6th failure is refused with the policy" "$CODE $(hdr RateLimit-Policy)" '429 "login";q=5;w=60'
+	expect_in "$1 login: the penalty holds the client out for 15 minutes (the 429's Retry-After)" "$(hdr Retry-After)" 890 900
+	req "$2/login?status=200"
+	expect "$1 login: during the penalty a successful login is refused too" "$CODE" 429
+	expect_in "$1 login: with the time left (Retry-After)" "$(hdr Retry-After)" 840 900
+}
+
 backend="$(free_port)"
 e2e_start_backend "$backend"
 redis="$(free_port)"
@@ -108,13 +128,7 @@ caddy_recipe() {
 
 # login
 caddy_recipe login
-got="$(codes 6 "$URL/login")"
-expect "caddy login: 5 attempts pass, the 6th is refused" "$got" "200 200 200 200 200 429"
-req "$URL/login"
-[ "$CODE" = 429 ] && [ "$(hdr RateLimit-Policy)" = '"login";q=5;w=60' ] && [[ "$(hdr Retry-After)" =~ ^[0-9]+$ ]] &&
-	pass "caddy login: the 429 has Retry-After $(hdr Retry-After) and the policy $(hdr RateLimit-Policy)" ||
-	fail "caddy login: the 429: code $CODE, Retry-After '$(hdr Retry-After)', RateLimit-Policy '$(hdr RateLimit-Policy)'"
-expect_in "caddy login: the penalty holds the client out for 15 minutes (Retry-After)" "$(hdr Retry-After)" 840 900
+login_checks caddy "$URL"
 req "$URL/"
 expect "caddy login: / is not limited" "$CODE $(hdr RateLimit-Policy)" "200 "
 e2e_stop "$CADDY_PID"
@@ -247,10 +261,7 @@ T="http://127.0.0.1:$tport"
 mport="$(free_port)"
 
 if traefik_recipe login login-limit sliding_window_log; then
-	expect "traefik login: 5 attempts pass, the 6th is refused" "$(codes 6 "$T/login")" "200 200 200 200 200 429"
-	req "$T/login"
-	expect "traefik login: the 429's policy" "$CODE $(hdr RateLimit-Policy)" '429 "login";q=5;w=60'
-	expect_in "traefik login: the penalty holds the client out for 15 minutes (Retry-After)" "$(hdr Retry-After)" 840 900
+	login_checks traefik "$T"
 fi
 if traefik_recipe api-quota api-quota fixed_window; then
 	req "$T/api/items" -H "X-API-Key: k-123"

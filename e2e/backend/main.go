@@ -4,7 +4,9 @@
 // X-Sluice-Dry-Run, the plugin's dry-run mark, as the response header
 // X-Seen-Dry-Run, so that a test sees what reached the upstream. A query
 // "sleep=<duration>" holds the request that long first, or until its
-// client leaves: a slow upstream for the in-flight tests.
+// client leaves: a slow upstream for the in-flight tests. A query
+// "status=<code>" (200 to 599) answers with that status instead of 200,
+// as a login answers 401 to a wrong password.
 //
 // A request whose path starts with /count/ is counted, per path: the
 // instant it arrived (at most 100,000 per path are kept) and how many
@@ -28,6 +30,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -120,13 +123,17 @@ func main() {
 			hdr["X-Seen-Dry-Run"] = []string{v}
 		}
 		if r.URL.RawQuery != "" {
-			if d, err := time.ParseDuration(r.URL.Query().Get("sleep")); err == nil {
+			q := r.URL.Query()
+			if d, err := time.ParseDuration(q.Get("sleep")); err == nil {
 				t := time.NewTimer(d)
 				select {
 				case <-t.C:
 				case <-r.Context().Done():
 					t.Stop()
 				}
+			}
+			if code, err := strconv.Atoi(q.Get("status")); err == nil && code >= 200 && code <= 599 {
+				w.WriteHeader(code)
 			}
 		}
 		w.Write(body)
