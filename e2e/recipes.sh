@@ -79,6 +79,16 @@ parallel3() {
 	wait
 	cat "$TMP"/p[123].code | sort | tr '\n' ' ' | sed 's/ $//'
 }
+# req_refused URL [curl args...] is req, sent again (10 times at most)
+# until the answer is a 429: a bucket spent a moment ago may have refilled a
+# token, or with a maximum delay admit the next request after a wait.
+req_refused() {
+	local i
+	for ((i = 0; i < 10; i++)); do
+		req "$@"
+		[ "$CODE" != 429 ] || return 0
+	done
+}
 # expect DESC GOT WANT passes when GOT equals WANT.
 expect() {
 	if [ "$2" = "$3" ]; then pass "$1"; else fail "$1: got '$2', want '$3'"; fi
@@ -205,7 +215,7 @@ e2e_start_redis "$redis"
 caddy_recipe custom-429
 got="$(codes 100 "$URL/")"
 expect "caddy custom-429: 100 requests pass" "$(count 200 "$got")" 100
-req "$URL/"
+req_refused "$URL/"
 if [ "$CODE" = 429 ] && grep -q '<h1>Slow down</h1>' "$B" && [[ "$(hdr Content-Type)" == text/html* ]] &&
 	[[ "$(hdr Retry-After)" =~ ^[0-9]+$ ]] && [ -n "$(hdr RateLimit)" ]; then
 	pass "caddy custom-429: the 429 is handle_errors' page, with Retry-After $(hdr Retry-After) and RateLimit $(hdr RateLimit)"
@@ -272,7 +282,10 @@ if traefik_recipe expensive reports-limit const:global; then
 	got="$(parallel3 "$T/reports/q3?sleep=1s")"
 	expect "traefik expensive: 3 at once" "$got" "200 200 429"
 	got="$(codes 5 "$T/reports/a") $(codes 7 "$T/reports/b")"
-	expect_in "traefik expensive: requests admitted after the 2 in flight, of 12" "$(count 200 "$got")" 8 $((8 + (SECONDS - start) / 6))
+	# The request refused a slot gets its token back only if the bucket
+	# admitted none after it: with a maximum delay (Traefik's default, 3 s
+	# here) those admitted after it keep their turn, and it stays charged.
+	expect_in "traefik expensive: requests admitted after the 2 in flight, of 12" "$(count 200 "$got")" 7 $((8 + (SECONDS - start) / 6))
 fi
 if traefik_recipe three-instances per-client "127.0.0.1:$redis"; then
 	start=$SECONDS
@@ -294,7 +307,7 @@ if traefik_recipe dry-run candidate dry_run; then
 fi
 if traefik_recipe custom-429 per-client problem; then
 	codes 100 "$T/" >/dev/null
-	req "$T/"
+	req_refused "$T/"
 	expect "traefik custom-429: a problem document with the legacy headers" "$CODE $(hdr Content-Type) $(hdr RateLimit-Limit)" "429 application/problem+json 100"
 fi
 e2e_stop "$traefik_pid"
