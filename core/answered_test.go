@@ -168,9 +168,10 @@ func TestCountStatusRedis(t *testing.T) {
 }
 
 // TestAnsweredCutShort: a request cut short keeps its charge: no status
-// (the handler panicked or wrote nothing the host saw) or a client gone
-// (its context ended), even when the status would not count; an
-// upstream timeout answered 504 counts only if the set holds it.
+// (the handler panicked or wrote nothing the host saw), a client gone
+// (its context ended) or an upgraded connection (101, all Caddy's
+// recorder sees of a WebSocket), even when the status would not count;
+// an upstream timeout answered 504 counts only if the set holds it.
 func TestAnsweredCutShort(t *testing.T) {
 	clock := testclock.New(testclock.Epoch)
 	g, l := countedGate(t, nil, "5/m", clock.Now)
@@ -180,7 +181,7 @@ func TestAnsweredCutShort(t *testing.T) {
 	for i, c := range []struct {
 		ctx    context.Context
 		status int
-	}{{context.Background(), 0}, {gone, 200}, {gone, 0}, {context.Background(), 401}, {context.Background(), 504}} {
+	}{{context.Background(), 0}, {gone, 200}, {context.Background(), 101}, {context.Background(), 401}, {context.Background(), 504}} {
 		v := g.Decide(context.Background(), asks)
 		if v.Outcome != OutcomeAllowed {
 			t.Fatalf("request %d refused", i)

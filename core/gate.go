@@ -552,10 +552,13 @@ func (g *Gate) refund(asks []model.Ask, charged []model.Decision, local bool) {
 // response: the charge of each ask whose limit counts only some statuses
 // (Limit.CountStatus) and not this one is given back, exactly as Refund
 // gives it. A request cut short keeps its charges: ctx ended (the client
-// left) or status 0 (no response, as when the handler panicked). Hosts
-// call it only for limits with a CountStatus (AnswerCounts).
+// left), status 0 (no response, as when the handler panicked or hijacked
+// the connection) or 101 (the connection was upgraded, as a WebSocket's:
+// hosts that see the 101 and not the hijack that follows, such as Caddy's
+// response recorder, count it alike). Hosts call it only for limits with
+// a CountStatus (AnswerCounts).
 func (g *Gate) Answered(ctx context.Context, asks []model.Ask, v *Verdict, status int) {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || status == http.StatusSwitchingProtocols {
 		status = 0
 	}
 	charged := v.charges()
