@@ -21,6 +21,24 @@ import (
 	"github.com/sluicehq/sluice/internal/resptest"
 )
 
+// demandOnRedis starts a Redis server and returns a client of it and a
+// limit of alg and rate named name plus this run's nonce.
+func demandOnRedis(t *testing.T, name string, alg model.Algorithm, rate string) (*resp.Client, *model.Limit) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	return resptest.Client(t, srv.Addr, 2), coretest.Limit(t, name+"-"+coretest.Nonce, alg, rate, 0, 0)
+}
+
+// newTestDemand returns the Demand of l in zone "z" of a new store on
+// client, keeping maxKeys keys a period, on a clock stopped at now; closed
+// when the test ends.
+func newTestDemand(t *testing.T, client *resp.Client, l *model.Limit, maxKeys int, now int64) *Demand {
+	t.Helper()
+	d := newTestRedisStore(t, client, false).Demand(l, "z", maxKeys, func() int64 { return now })
+	t.Cleanup(d.Close)
+	return d
+}
+
 // TestDemandFleet: two instances on one Redis each see part of every
 // key's asks; the fleet's snapshot holds each key-period's whole demand,
 // as an exact replay computes it, over the window of the last
@@ -121,10 +139,8 @@ func checkDemandFleet(t *testing.T, sa, sb *Store) {
 // without a Flush call and without a later request to fold it: the
 // sending goroutine folds and sends it.
 func TestDemandSentWhenQuiet(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	client := resptest.Client(t, srv.Addr, 2)
+	client, l := demandOnRedis(t, "later", model.TokenBucket, "10/1s")
 	s := newTestRedisStore(t, client, false)
-	l := coretest.Limit(t, "later-"+coretest.Nonce, model.TokenBucket, "10/1s", 0, 0)
 	now := time.Now().UnixNano()
 	d := s.Demand(l, "a{b}", 0, nil)
 	d.Recorder().Add(now, "k", 2)
@@ -200,10 +216,8 @@ func TestDemandWakeDuringFlush(t *testing.T) {
 
 // TestDemandClose: Close sends the open periods too, and stops.
 func TestDemandClose(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	client := resptest.Client(t, srv.Addr, 2)
+	client, l := demandOnRedis(t, "close", model.TokenBucket, "10/1h")
 	s := newTestRedisStore(t, client, false)
-	l := coretest.Limit(t, "close-"+coretest.Nonce, model.TokenBucket, "10/1h", 0, 0)
 	now := time.Now().UnixNano()
 	d := s.Demand(l, "z", 0, nil)
 	d.Recorder().Add(now, "k", 3) // an hour's period, open
@@ -217,12 +231,10 @@ func TestDemandClose(t *testing.T) {
 // TestDemandReadsLargePeriods: a period of more keys than one read
 // returns is read whole, each key once.
 func TestDemandReadsLargePeriods(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	s := newTestRedisStore(t, resptest.Client(t, srv.Addr, 2), false)
-	l := coretest.Limit(t, "large-"+coretest.Nonce, model.FixedWindow, "10/1m", 0, 0)
+	client, l := demandOnRedis(t, "large", model.FixedWindow, "10/1m")
 	period := l.PeriodNanos()
 	start := 29_000_000 * period
-	d := s.Demand(l, "z", 10000, func() int64 { return start })
+	d := newTestRedisStore(t, client, false).Demand(l, "z", 10000, func() int64 { return start })
 	const keys = 2500
 	for i := 0; i < keys; i++ {
 		d.Recorder().Add(start, "k"+strconv.Itoa(i), 1)
@@ -239,10 +251,8 @@ func TestDemandReadsLargePeriods(t *testing.T) {
 // time to live (an overflow made it negative, and PEXPIRE deleted the
 // hash), and a Snapshot a start between the epoch and now.
 func TestDemandHugePeriod(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	client := resptest.Client(t, srv.Addr, 2)
+	client, l := demandOnRedis(t, "huge", model.TokenBucket, "1000/175200h")
 	s := newTestRedisStore(t, client, false)
-	l := coretest.Limit(t, "huge-"+coretest.Nonce, model.TokenBucket, "1000/175200h", 0, 0)
 	now := time.Now().UnixNano()
 	d := s.Demand(l, "z", 0, func() int64 { return now })
 	ctx := context.Background()
@@ -318,11 +328,8 @@ func TestDemandBoundInRedis(t *testing.T) {
 	l := coretest.Limit(t, "bound-"+coretest.Nonce, model.TokenBucket, "1000/24h", 0, 0)
 	period := l.PeriodNanos()
 	start := 20000 * period
-	clock := func() int64 { return start }
-	a := newTestRedisStore(t, client, false).Demand(l, "z", 256, clock)
-	b := newTestRedisStore(t, client, false).Demand(l, "z", 256, clock)
-	t.Cleanup(a.Close)
-	t.Cleanup(b.Close)
+	a := newTestDemand(t, client, l, 256, start)
+	b := newTestDemand(t, client, l, 256, start)
 	const oneOff, heavy = 3000, 8
 	for i := 0; i < oneOff; i++ {
 		p := int64(i / (oneOff / 2))
@@ -386,13 +393,10 @@ func TestDemandBoundInRedis(t *testing.T) {
 // 2,000 evicted, of demands from 3e-4 to 4e9, reads back as the sketch
 // of those demands.
 func TestDemandEvictedSketch(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	client := resptest.Client(t, srv.Addr, 2)
-	l := coretest.Limit(t, "sketch-"+coretest.Nonce, model.FixedWindow, "10/1m", 0, 0)
+	client, l := demandOnRedis(t, "sketch", model.FixedWindow, "10/1m")
 	period := l.PeriodNanos()
 	start := 29_000_000 * period
-	d := newTestRedisStore(t, client, false).Demand(l, "z", 1, func() int64 { return start })
-	t.Cleanup(d.Close)
+	d := newTestDemand(t, client, l, 1, start)
 	rng := rand.New(rand.NewSource(7))
 	var want demand.Sketch
 	var parts []demand.Partial
@@ -426,16 +430,11 @@ func TestDemandEvictedSketch(t *testing.T) {
 // larger bound are brought within a smaller one's by its next call, each
 // key-period kept or folded into the sketch.
 func TestDemandSmallerBound(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	client := resptest.Client(t, srv.Addr, 2)
-	l := coretest.Limit(t, "smaller-"+coretest.Nonce, model.FixedWindow, "10/1m", 0, 0)
+	client, l := demandOnRedis(t, "smaller", model.FixedWindow, "10/1m")
 	period := l.PeriodNanos()
 	start := 29_000_000 * period
-	clock := func() int64 { return start }
-	big := newTestRedisStore(t, client, false).Demand(l, "z", 300, clock)
-	small := newTestRedisStore(t, client, false).Demand(l, "z", 256, clock)
-	t.Cleanup(big.Close)
-	t.Cleanup(small.Close)
+	big := newTestDemand(t, client, l, 300, start)
+	small := newTestDemand(t, client, l, 256, start)
 	var parts []demand.Partial
 	for i := 0; i < 300; i++ {
 		parts = append(parts, demand.Partial{Period: start / period, Key: uint64(i), Demand: float64(1 + i)})
@@ -461,16 +460,11 @@ func TestDemandSmallerBound(t *testing.T) {
 // the periods not yet read, and when the first of them counts: once every
 // instance has had the time to send its period.
 func TestDemandOpenKeyPeriods(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	client := resptest.Client(t, srv.Addr, 2)
-	l := coretest.Limit(t, "open-"+coretest.Nonce, model.FixedWindow, "10/1m", 0, 0)
+	client, l := demandOnRedis(t, "open", model.FixedWindow, "10/1m")
 	period := l.PeriodNanos()
 	start := 29_000_000 * period
-	clock := func() int64 { return start }
-	a := newTestRedisStore(t, client, false).Demand(l, "z", 0, clock)
-	b := newTestRedisStore(t, client, false).Demand(l, "z", 0, clock)
-	t.Cleanup(a.Close)
-	t.Cleanup(b.Close)
+	a := newTestDemand(t, client, l, 0, start)
+	b := newTestDemand(t, client, l, 0, start)
 	ctx := context.Background()
 	a.Recorder().Add(start+1, "a", 1)
 	b.Recorder().Add(start+2, "b", 1)
