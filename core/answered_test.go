@@ -149,11 +149,7 @@ func raceCounted(t *testing.T, g *Gate, l *model.Limit, key string) {
 // TestCountStatusMemory: the bound of counted responses, exact, in
 // memory on a frozen clock.
 func TestCountStatusMemory(t *testing.T) {
-	clock := testclock.New(testclock.Epoch)
-	s, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, clock := memStore(t, 0)
 	g, l := countedGate(t, s, "5/m", clock.Now)
 	raceCounted(t, g, l, "k")
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/sluicehq/sluice/internal/coretest"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/resptest"
-	"github.com/sluicehq/sluice/internal/testclock"
 )
 
 // penaltyLimit is a validated token_bucket limit of rate, burst 1, with a
@@ -57,11 +56,7 @@ func racePenalised(t *testing.T, s model.Store, l *model.Limit, key string) {
 // TestPenaltyRaceMemory: a key held out in memory, its bucket whole
 // again, admits none of 640 concurrent requests.
 func TestPenaltyRaceMemory(t *testing.T) {
-	clock := testclock.New(testclock.Epoch)
-	s, err := NewMemoryStore(MemoryConfig{Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, clock := memStore(t, 0)
 	l := penaltyLimit(t, "pen", "1/s", time.Hour)
 	out := make([]model.Decision, 1)
 	for i := 0; i < 2; i++ {
