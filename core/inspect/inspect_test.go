@@ -132,9 +132,10 @@ func TestRedisStoreInspector(t *testing.T) {
 	}
 }
 
-// TestInspectorQueued checks the cost a leaky bucket queues and a token
-// bucket lends, in memory and in Redis.
-func TestInspectorQueued(t *testing.T) {
+// clockedStores returns a clock at testclock.Epoch and two stores on it:
+// one in memory and one on a new Redis server.
+func clockedStores(t *testing.T) (*testclock.Clock, []model.Store) {
+	t.Helper()
 	srv := redistest.Start(t, redistest.Options{})
 	clock := testclock.New(testclock.Epoch)
 	rs := newTestRedisStore(t, resptest.Client(t, srv.Addr, 1), false, clock.Now)
@@ -142,10 +143,17 @@ func TestInspectorQueued(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return clock, []model.Store{ms, rs}
+}
+
+// TestInspectorQueued checks the cost a leaky bucket queues and a token
+// bucket lends, in memory and in Redis.
+func TestInspectorQueued(t *testing.T) {
+	_, stores := clockedStores(t)
 	lb := testLimit(t, "lbq", model.LeakyBucket, "10/s", 5, 0)
 	tb := testLimit(t, "tbq", model.TokenBucket, "10/s", 2, time.Second)
 	ctx := context.Background()
-	for _, st := range []model.Store{ms, rs} {
+	for _, st := range stores {
 		key := redisNonce + "/queued"
 		for i := 0; i < 3; i++ {
 			testTake(t, st, lb, key, 1)
@@ -307,16 +315,10 @@ func TestInspectorWholeIsAbsent(t *testing.T) {
 // remaining and the penalty's time left, in memory and on Redis; Delete
 // lets it in again.
 func TestInspectorPenalty(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	clock := testclock.New(testclock.Epoch)
-	rs := newTestRedisStore(t, resptest.Client(t, srv.Addr, 1), false, clock.Now)
-	ms, err := core.NewMemoryStore(core.MemoryConfig{Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	clock, stores := clockedStores(t)
 	l := validLimit(t, model.Limit{Name: "pen", Rate: testRate(t, "2/s"), Penalty: time.Minute})
 	ctx := context.Background()
-	for _, st := range []model.Store{ms, rs} {
+	for _, st := range stores {
 		clock.Set(testclock.Epoch)
 		key := redisNonce + "/penalty"
 		for i := 0; i < 3; i++ {
