@@ -1,10 +1,8 @@
 package caddymodule
 
 import (
-	"context"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -21,15 +19,8 @@ func TestCountStatus(t *testing.T) {
 	provisionHandler(t, h)
 	var flusher, hijacker bool
 	send := func(ip string, gone bool, next func(http.ResponseWriter) error) (int, bool) {
-		r, _ := testRequest(ip, nil)
-		if gone {
-			ctx, cancel := context.WithCancel(r.Context())
-			cancel()
-			r = r.WithContext(ctx)
-		}
-		w := httptest.NewRecorder()
 		called := false
-		err := h.ServeHTTP(w, r, caddyhttp.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+		w, err := serveNext(h, gone, ip, caddyhttp.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
 			called = true
 			flusher = http.NewResponseController(w).Flush() == nil // as Caddy's reverse_proxy flushes
 			_, hijacker = w.(http.Hijacker)

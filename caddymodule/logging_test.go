@@ -49,6 +49,21 @@ func provisionHandler(t testing.TB, h *Handler) *observer.ObservedLogs {
 // start, as if its client had left.
 func serve(t *testing.T, h *Handler, gone bool, clientIP string) (*httptest.ResponseRecorder, bool) {
 	t.Helper()
+	called := false
+	w, err := serveNext(h, gone, clientIP, caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+		called = true
+		return nil
+	}))
+	if err != nil {
+		t.Fatalf("ServeHTTP: %v", err)
+	}
+	return w, called
+}
+
+// serveNext runs one request from clientIP through h to next and returns
+// the recorded answer and ServeHTTP's error. A gone request's context is
+// cancelled from the start, as if its client had left.
+func serveNext(h *Handler, gone bool, clientIP string, next caddyhttp.Handler) (*httptest.ResponseRecorder, error) {
 	r, _ := testRequest(clientIP, nil)
 	if gone {
 		ctx, cancel := context.WithCancel(r.Context())
@@ -56,15 +71,7 @@ func serve(t *testing.T, h *Handler, gone bool, clientIP string) (*httptest.Resp
 		r = r.WithContext(ctx)
 	}
 	w := httptest.NewRecorder()
-	called := false
-	next := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
-		called = true
-		return nil
-	})
-	if err := h.ServeHTTP(w, r, next); err != nil {
-		t.Fatalf("ServeHTTP: %v", err)
-	}
-	return w, called
+	return w, h.ServeHTTP(w, r, next)
 }
 
 func TestRejectionLogOmitsKeyUnlessLogKey(t *testing.T) {
