@@ -24,14 +24,7 @@ func TestRedisAbandonedDecisionNotSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range startProxiedRedis(t) {
-		cfg := r.cfg
-		cfg.Prefix = "abandoned:"
-		p, err := newRedisStore(&cfg, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Destruct()
-		st := p.store
+		st := newTestStore(t, r.cfg, "abandoned:", 0)
 		slots := st.(model.SlotStore)
 		slot := []model.Ask{{Limit: flight, Key: "k", Cost: 1}}
 		for _, c := range []struct {

@@ -39,6 +39,20 @@ func startProxiedRedis(t *testing.T) []proxiedRedis {
 	}
 }
 
+// newTestStore returns the store newRedisStore builds of cfg under
+// prefix, sending up to direct decisions on connections of their own;
+// destructed when the test ends.
+func newTestStore(t *testing.T, cfg RedisStoreConfig, prefix string, direct int64) model.Store {
+	t.Helper()
+	cfg.Prefix = prefix
+	p, err := newRedisStore(&cfg, direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Destruct() })
+	return p.store
+}
+
 // resendLimit is a token bucket of 100 that refills by one a day, so
 // that what a key has left tells how many times it was charged.
 var resendLimit = func() *model.Limit {
@@ -79,19 +93,13 @@ func TestRedisDroppedReplyNotResent(t *testing.T) {
 			direct int64
 		}{{"direct", directDecisions}, {"pipelined", 0}} {
 			t.Run(r.name+"/"+m.name, func(t *testing.T) {
-				cfg := r.cfg
-				cfg.Prefix = "dropped-" + m.name + ":"
-				p, err := newRedisStore(&cfg, m.direct)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer p.Destruct()
-				if _, err := take(context.Background(), p.store, "k"); err != nil {
+				st := newTestStore(t, r.cfg, "dropped-"+m.name+":", m.direct)
+				if _, err := take(context.Background(), st, "k"); err != nil {
 					t.Fatal(err) // connects and loads the script
 				}
 				cuts, calls := r.proxy.Cuts(), r.server.ScriptCalls(t)
 				r.proxy.Cut(1, 0)
-				if _, err := take(context.Background(), p.store, "k"); err == nil {
+				if _, err := take(context.Background(), st, "k"); err == nil {
 					t.Error("a decision whose reply was lost succeeded")
 				}
 				if r.proxy.Cuts() != cuts+1 {
@@ -100,7 +108,7 @@ func TestRedisDroppedReplyNotResent(t *testing.T) {
 				if n := r.server.ScriptCalls(t) - calls; n != 1 {
 					t.Errorf("Redis ran the script %d times, want 1", n)
 				}
-				if n := charges(t, p.store, "k"); n != 2 {
+				if n := charges(t, st, "k"); n != 2 {
 					t.Errorf("the key was charged %d times for 2 decisions", n)
 				}
 			})
@@ -115,14 +123,8 @@ func TestRedisDroppedReplyNotResent(t *testing.T) {
 func TestRedisDroppedBatchReplyNotResent(t *testing.T) {
 	for _, r := range startProxiedRedis(t) {
 		t.Run(r.name, func(t *testing.T) {
-			cfg := r.cfg
-			cfg.Prefix = "batch:"
-			p, err := newRedisStore(&cfg, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer p.Destruct()
-			if _, err := take(context.Background(), p.store, "k"); err != nil {
+			st := newTestStore(t, r.cfg, "batch:", 0)
+			if _, err := take(context.Background(), st, "k"); err != nil {
 				t.Fatal(err)
 			}
 			calls, sent := r.server.ScriptCalls(t), r.proxy.Sent("evalsha")
@@ -131,11 +133,11 @@ func TestRedisDroppedBatchReplyNotResent(t *testing.T) {
 			r.proxy.Hold()
 			first := make(chan error, 1)
 			go func() {
-				_, err := take(context.Background(), p.store, "k")
+				_, err := take(context.Background(), st, "k")
 				first <- err
 			}()
 			r.proxy.WaitSent(t, "evalsha", sent+1)
-			errs := queueTakes(t, p.store, "k", 6)
+			errs := queueTakes(t, st, "k", 6)
 			r.proxy.Cut(6, 2)
 			r.proxy.Release()
 			if err := <-first; err != nil {
@@ -159,7 +161,7 @@ func TestRedisDroppedBatchReplyNotResent(t *testing.T) {
 			if n := r.server.ScriptCalls(t) - calls; n != 7 {
 				t.Errorf("Redis ran the script %d times for 7 decisions", n)
 			}
-			if n := charges(t, p.store, "k"); n != 8 {
+			if n := charges(t, st, "k"); n != 8 {
 				t.Errorf("the key was charged %d times for 8 decisions", n)
 			}
 		})
@@ -226,13 +228,7 @@ func TestRedisClusterRedirectFollowed(t *testing.T) {
 		name   string
 		direct int64
 	}{{"direct", directDecisions}, {"pipelined", 0}} {
-		cfg := RedisStoreConfig{Addresses: cl.Addrs, Timeout: caddy.Duration(2 * time.Second), Prefix: "redirect-" + m.name + ":"}
-		p, err := newRedisStore(&cfg, m.direct)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Destruct()
-		st := p.store
+		st := newTestStore(t, RedisStoreConfig{Addresses: cl.Addrs, Timeout: caddy.Duration(2 * time.Second)}, "redirect-"+m.name+":", m.direct)
 		if _, err := take(ctx, st, "warm"); err != nil {
 			t.Fatal(err) // reads the slot map, loads the script on every master
 		}
