@@ -241,22 +241,29 @@ func requireBinary(t testing.TB, name string) string {
 // run since it started, per INFO commandstats.
 func (s *Server) ScriptCalls(t testing.TB) int {
 	t.Helper()
+	return s.scriptStat(t, "calls")
+}
+
+// scriptStat returns the sum of a field of the scripts' commands (EVAL
+// and EVALSHA) in the server's INFO commandstats; 0 for a command not run
+// yet.
+func (s *Server) scriptStat(t testing.TB, field string) int {
+	t.Helper()
 	info, err := command(s.Addr, "INFO commandstats")
 	if err != nil {
 		t.Fatalf("redistest: INFO commandstats on %s: %v", s.Addr, err)
 	}
 	n := 0
 	for _, cmd := range []string{"cmdstat_eval", "cmdstat_evalsha"} {
-		stats := infoField(info, cmd)
-		if stats == "" {
-			continue
+		for _, f := range strings.Split(infoField(info, cmd), ",") {
+			if v, ok := strings.CutPrefix(f, field+"="); ok {
+				c, err := strconv.Atoi(v)
+				if err != nil {
+					t.Fatalf("redistest: INFO commandstats on %s: %s:%s", s.Addr, cmd, f)
+				}
+				n += c
+			}
 		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
-		c, err := strconv.Atoi(calls)
-		if err != nil {
-			t.Fatalf("redistest: INFO commandstats on %s: %s:%s", s.Addr, cmd, stats)
-		}
-		n += c
 	}
 	return n
 }

@@ -2,7 +2,6 @@ package redistest
 
 import (
 	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -85,21 +84,5 @@ func (c *Cluster) setSlot(t testing.TB, i int, set string) {
 // MOVED or ASK, among others.
 func (s *Server) ScriptsRefused(t testing.TB) int {
 	t.Helper()
-	info, err := command(s.Addr, "INFO commandstats")
-	if err != nil {
-		t.Fatalf("redistest: INFO commandstats on %s: %v", s.Addr, err)
-	}
-	n := 0
-	for _, cmd := range []string{"cmdstat_eval", "cmdstat_evalsha"} {
-		for _, f := range strings.Split(infoField(info, cmd), ",") {
-			if strings.HasPrefix(f, "rejected_calls=") {
-				c, err := strconv.Atoi(strings.TrimPrefix(f, "rejected_calls="))
-				if err != nil {
-					t.Fatalf("redistest: INFO commandstats on %s: %s", s.Addr, f)
-				}
-				n += c
-			}
-		}
-	}
-	return n
+	return s.scriptStat(t, "rejected_calls")
 }
