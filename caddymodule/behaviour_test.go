@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -19,25 +20,14 @@ import (
 // trace sent to the HTTP server Caddy built (which finds the client's
 // address and whether its peer is a trusted proxy) on a fake clock.
 func TestBehaviourTable(t *testing.T) {
-	cases, err := behaviour.Load(behaviour.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var now int64
 	testClock = func() int64 { return atomic.LoadInt64(&now) }
 	t.Cleanup(func() { testClock = nil })
-	for _, c := range behaviour.For(cases, behaviour.Caddy) {
-		t.Run(c.Name, func(t *testing.T) {
-			src := caddyfileOf(c, freePorts(t, 1)[0])
-			loadCaddyfile(t, src)
-			for _, d := range c.Replay(httpServer(t), func(ns int64) { atomic.StoreInt64(&now, ns) }) {
-				t.Error(d)
-			}
-			if t.Failed() {
-				t.Logf("Caddyfile:\n%s", src)
-			}
-		})
-	}
+	behaviour.Run(t, behaviour.Caddy, func(t *testing.T, c behaviour.Case) (http.Handler, func(int64), string) {
+		src := caddyfileOf(c, freePorts(t, 1)[0])
+		loadCaddyfile(t, src)
+		return httpServer(t), func(ns int64) { atomic.StoreInt64(&now, ns) }, "Caddyfile:\n" + src
+	})
 }
 
 // httpServer returns the one HTTP server of the running config.

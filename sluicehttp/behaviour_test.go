@@ -1,6 +1,7 @@
 package sluicehttp
 
 import (
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -18,34 +19,23 @@ import (
 // middleware reads a trusted proxy's X-Forwarded-For from the right, as
 // the plugin does, so it replays the cases of both hosts but those of one.
 func TestBehaviourTable(t *testing.T) {
-	cases, err := behaviour.Load(behaviour.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range behaviour.For(cases, behaviour.SluiceHTTP) {
-		t.Run(c.Name, func(t *testing.T) {
-			cfg, err := configOf(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, gc, err := build(&cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var now int64
-			gc.Clock = func() int64 { return atomic.LoadInt64(&now) }
-			if m.gate, err = core.NewGate(gc); err != nil {
-				t.Fatal(err)
-			}
-			h := m.Handler(http.HandlerFunc(behaviour.Upstream))
-			for _, d := range c.Replay(h, func(ns int64) { atomic.StoreInt64(&now, ns) }) {
-				t.Error(d)
-			}
-			if t.Failed() {
-				t.Logf("config: %+v", cfg)
-			}
-		})
-	}
+	behaviour.Run(t, behaviour.SluiceHTTP, func(t *testing.T, c behaviour.Case) (http.Handler, func(int64), string) {
+		cfg, err := configOf(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, gc, err := build(&cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var now int64
+		gc.Clock = func() int64 { return atomic.LoadInt64(&now) }
+		if m.gate, err = core.NewGate(gc); err != nil {
+			t.Fatal(err)
+		}
+		h := m.Handler(http.HandlerFunc(behaviour.Upstream))
+		return h, func(ns int64) { atomic.StoreInt64(&now, ns) }, fmt.Sprintf("config: %+v", cfg)
+	})
 }
 
 // configOf renders a case as the middleware's Config: a Limit per limit,

@@ -2,6 +2,7 @@ package traefikplugin
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -17,34 +18,22 @@ import (
 // middleware on a fake clock, whose next handler answers each step's
 // upstream status.
 func TestBehaviourTable(t *testing.T) {
-	cases, err := behaviour.Load(behaviour.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if start != behaviour.Start*1e9 {
 		t.Fatalf("the fake clocks start at %d, the table at %d s", start, behaviour.Start)
 	}
-	for _, c := range behaviour.For(cases, behaviour.Traefik) {
-		c := c // Yaegi: pre-Go 1.22 loop variables
-		t.Run(c.Name, func(t *testing.T) {
-			opts := traefikOptions(c)
-			cfg := CreateConfig()
-			if err := decodeLikeTraefik(opts, cfg); err != nil {
-				t.Fatalf("decode %v: %v", opts, err)
-			}
-			g := newTestRegistry()
-			h, err := g.new(context.Background(), http.HandlerFunc(behaviour.Upstream), cfg, "behaviour-"+c.Name)
-			if err != nil {
-				t.Fatalf("New: %v", err)
-			}
-			for _, d := range c.Replay(h, func(ns int64) { atomic.StoreInt64(&g.clock.ns, ns) }) {
-				t.Error(d)
-			}
-			if t.Failed() {
-				t.Logf("options: %v", opts)
-			}
-		})
-	}
+	behaviour.Run(t, behaviour.Traefik, func(t *testing.T, c behaviour.Case) (http.Handler, func(int64), string) {
+		opts := traefikOptions(c)
+		cfg := CreateConfig()
+		if err := decodeLikeTraefik(opts, cfg); err != nil {
+			t.Fatalf("decode %v: %v", opts, err)
+		}
+		g := newTestRegistry()
+		h, err := g.new(context.Background(), http.HandlerFunc(behaviour.Upstream), cfg, "behaviour-"+c.Name)
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		return h, func(ns int64) { atomic.StoreInt64(&g.clock.ns, ns) }, fmt.Sprintf("options: %v", opts)
+	})
 }
 
 // traefikOptions renders a case as the plugin's options, as labels would

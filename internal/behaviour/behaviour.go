@@ -24,6 +24,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -476,6 +477,30 @@ func (c Case) Replay(h http.Handler, setNow func(ns int64)) []string {
 		}
 	}
 	return diffs
+}
+
+// Run replays, each in a subtest of t named after it, the cases in Dir
+// that host replays: build returns the handler a case's trace is sent to,
+// the function that sets the host's fake clock (Replay's setNow), and the
+// case's configuration in the host's words, which a failed case logs.
+func Run(t *testing.T, host string, build func(t *testing.T, c Case) (h http.Handler, setNow func(ns int64), config string)) {
+	t.Helper()
+	cases, err := Load(Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range For(cases, host) {
+		c := c // Yaegi: pre-Go 1.22 loop variables
+		t.Run(c.Name, func(t *testing.T) {
+			h, setNow, config := build(t, c)
+			for _, d := range c.Replay(h, setNow) {
+				t.Error(d)
+			}
+			if t.Failed() {
+				t.Log(config)
+			}
+		})
+	}
 }
 
 // Check compares the response to request i of the step (0 to Count()-1)
