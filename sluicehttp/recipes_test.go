@@ -106,14 +106,15 @@ func Example_apiKeyQuota() {
 	// Output: 200 "daily";q=1000;w=86400
 }
 
-// /reports/ is expensive: 10 requests a minute for all clients together,
-// and at most 2 at once.
+// /reports/ is expensive: 10 requests in any minute for all clients
+// together, and at most 2 at once.
 func Example_globalLimit() {
 	mw, err := sluicehttp.New(sluicehttp.Config{
 		Limits: []sluicehttp.Limit{{
 			Name:        "reports",
 			Match:       func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/reports/") },
 			Key:         []string{"const:global"}, // one counter for every request
+			Algorithm:   "sliding_window_log",     // at most 10 in any 60 s
 			Rate:        "10/min",
 			MaxInFlight: 2,
 		}},
@@ -124,11 +125,14 @@ func Example_globalLimit() {
 	defer mw.Close()
 	h := mw.Handler(yourHandler)
 
+	var w *httptest.ResponseRecorder
 	for i := 0; i < 11; i++ {
 		client := fmt.Sprintf("192.0.2.%d", i+1) // eleven clients, one limit
-		fmt.Print(send(h, "GET", "/reports/q3", client).Code, " ")
+		w = send(h, "GET", "/reports/q3", client)
+		fmt.Print(w.Code, " ")
 	}
-	// Output: 200 200 200 200 200 200 200 200 200 200 429
+	fmt.Println("Retry-After:", w.Header().Get("Retry-After"))
+	// Output: 200 200 200 200 200 200 200 200 200 200 429 Retry-After: 60
 }
 
 // Every replica of the service counts each client once, in Redis; while
