@@ -160,7 +160,7 @@ func Example_custom429() {
 		Limited: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			w.WriteHeader(http.StatusTooManyRequests)
-			fmt.Fprint(w, "<h1>Slow down</h1><p>Too many requests: try again in a minute.</p>")
+			fmt.Fprint(w, "<h1>Slow down</h1><p>Too many requests: try again in a moment.</p>")
 		}),
 	})
 	if err != nil {
@@ -177,7 +177,7 @@ func Example_custom429() {
 	fmt.Println(w.Body.String())
 	// Output:
 	// 429 1 "per_client";q=100;w=60
-	// <h1>Slow down</h1><p>Too many requests: try again in a minute.</p>
+	// <h1>Slow down</h1><p>Too many requests: try again in a moment.</p>
 }
 
 // Observe a new, stricter limit before enforcing it: the enforced
