@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/core"
@@ -191,13 +192,13 @@ func Example_dryRun() {
 		log.Fatal(err)
 	}
 	defer enforced.Close()
-	wouldRefuse := 0
+	var wouldRefuse atomic.Int64 // OnVerdict runs in every request's goroutine
 	candidate, err := sluicehttp.New(sluicehttp.Config{
 		Limits: []sluicehttp.Limit{{Name: "candidate", Rate: "30/min"}},
 		Mode:   "dry_run",
 		OnVerdict: func(r *http.Request, v core.Verdict) {
 			if v.Outcome == core.OutcomeDryRunRejected {
-				wouldRefuse++ // or log it, or count it in your metrics
+				wouldRefuse.Add(1) // or log it, or count it in your metrics
 			}
 		},
 	})
@@ -213,7 +214,7 @@ func Example_dryRun() {
 			refused++
 		}
 	}
-	fmt.Println("refused:", refused, "the candidate would have refused:", wouldRefuse)
+	fmt.Println("refused:", refused, "the candidate would have refused:", wouldRefuse.Load())
 	// Output: refused: 0 the candidate would have refused: 10
 }
 
