@@ -236,7 +236,8 @@ func TestEveryExampleQuoted(t *testing.T) {
 }
 
 // TestVersion: the version the documentation installs is the latest
-// release of CHANGELOG.md, everywhere it is written.
+// release of CHANGELOG.md, everywhere it is written; v0.0.0, the version
+// a go.mod requires of a clone it replaces the module with, is none.
 func TestVersion(t *testing.T) {
 	changelog, err := os.ReadFile(filepath.Join(root, "CHANGELOG.md"))
 	if err != nil {
@@ -256,6 +257,9 @@ func TestVersion(t *testing.T) {
 		}
 		for _, sm := range mentions.FindAllSubmatch(data, -1) {
 			v := string(bytes.Join(sm[1:], nil))
+			if v == "v0.0.0" {
+				continue
+			}
 			n++
 			if v != release {
 				t.Errorf("%s: version %s, want the latest release of CHANGELOG.md, %s", f, v, release)
