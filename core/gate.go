@@ -36,7 +36,7 @@ func ParseStoreErrorPolicy(s string) (StoreErrorPolicy, error) {
 	case "deny":
 		return FailClosed, nil
 	}
-	return FailOpen, &model.FieldError{Field: "on_store_error", Value: s, Reason: "want allow or deny"}
+	return FailOpen, model.Refuse("on_store_error", s, "want allow or deny")
 }
 
 // Mode is how a Gate treats requests its limits reject.
@@ -61,7 +61,7 @@ func ParseMode(s string) (Mode, error) {
 	case "dry_run", "dry-run", "dryrun":
 		return DryRun, nil
 	}
-	return Enforce, &model.FieldError{Field: "mode", Value: s, Reason: "want enforce or dry_run"}
+	return Enforce, model.Refuse("mode", s, "want enforce or dry_run")
 }
 
 // Outcome classifies a Gate's verdict, for metrics and logs.
@@ -209,7 +209,7 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 		cfg.Store = st
 	}
 	if cfg.Timeout < 0 {
-		return nil, &model.FieldError{Field: "timeout", Value: cfg.Timeout.String(), Reason: "must not be negative"}
+		return nil, model.Refuse("timeout", cfg.Timeout.String(), "must not be negative")
 	}
 	if err := cfg.Responder.Validate(); err != nil {
 		return nil, err

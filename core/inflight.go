@@ -173,7 +173,7 @@ func newGateSlots(cfg *GateConfig) (*gateSlots, error) {
 		flight = flight || l.MaxInFlight > 0
 	}
 	if cfg.LeaseTTL < 0 {
-		return nil, &model.FieldError{Field: "lease_ttl", Value: cfg.LeaseTTL.String(), Reason: "must not be negative"}
+		return nil, model.Refuse("lease_ttl", cfg.LeaseTTL.String(), "must not be negative")
 	}
 	if !flight {
 		return nil, nil

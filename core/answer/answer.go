@@ -85,13 +85,13 @@ func ParseHeaderSet(names []string) (HeaderSet, error) {
 		case "off":
 			off = true
 		default:
-			return 0, &model.FieldError{Field: "headers", Value: n, Reason: "unknown (want ietf, legacy, x or off)"}
+			return 0, model.Refuse("headers", n, "unknown (want ietf, legacy, x or off)")
 		}
 		given = true
 	}
 	if off {
 		if set != HeadersOff {
-			return 0, &model.FieldError{Field: "headers", Value: strings.Join(names, ","), Reason: "off cannot be combined with other header sets"}
+			return 0, model.Refuse("headers", strings.Join(names, ","), "off cannot be combined with other header sets")
 		}
 		return HeadersOff, nil
 	}
@@ -146,7 +146,7 @@ func ParseBodyFormat(s string) (BodyFormat, error) {
 	case "none":
 		return BodyNone, nil
 	}
-	return 0, &model.FieldError{Field: "body", Value: s, Reason: "unknown (want json, problem, text or none)"}
+	return 0, model.Refuse("body", s, "unknown (want json, problem, text or none)")
 }
 
 // Responder writes sluice's rate-limit headers and 429 answers. It is the
@@ -184,13 +184,13 @@ type Responder struct {
 // *FieldError.
 func (r *Responder) Validate() error {
 	if r.Headers&^allHeaders != 0 {
-		return &model.FieldError{Field: "headers", Value: "0x" + strconv.FormatUint(uint64(r.Headers&^allHeaders), 16), Reason: "unknown header set bits"}
+		return model.Refuse("headers", "0x"+strconv.FormatUint(uint64(r.Headers&^allHeaders), 16), "unknown header set bits")
 	}
 	if r.Body > BodyNone {
-		return &model.FieldError{Field: "body", Value: strconv.Itoa(int(r.Body)), Reason: "unknown format"}
+		return model.Refuse("body", strconv.Itoa(int(r.Body)), "unknown format")
 	}
 	if !(r.Jitter >= 0 && r.Jitter <= 1) {
-		return &model.FieldError{Field: "jitter", Value: model.FormatFloat(r.Jitter), Reason: "must be between 0 and 1"}
+		return model.Refuse("jitter", model.FormatFloat(r.Jitter), "must be between 0 and 1")
 	}
 	return nil
 }

@@ -153,41 +153,41 @@ func ParsePrefixes(list []string) ([]netip.Prefix, error) {
 func (c *Strategy) Validate() error {
 	for _, p := range c.TrustedProxies {
 		if !p.IsValid() {
-			return &model.FieldError{Field: "trusted_proxies", Value: p.String(), Reason: "invalid prefix"}
+			return model.Refuse("trusted_proxies", p.String(), "invalid prefix")
 		}
 	}
 	for _, p := range c.ExcludedIPs {
 		if !p.IsValid() {
-			return &model.FieldError{Field: "excluded_ips", Value: p.String(), Reason: "invalid prefix"}
+			return model.Refuse("excluded_ips", p.String(), "invalid prefix")
 		}
 	}
 	hdr := XForwardedFor
 	if c.Header != "" {
 		if !IsToken(c.Header) {
-			return &model.FieldError{Field: "header", Value: c.Header, Reason: "not a valid header name"}
+			return model.Refuse("header", c.Header, "not a valid header name")
 		}
 		hdr = http.CanonicalHeaderKey(c.Header)
 	}
 	realIP := hdr == headerRealIP
 	if c.Depth < 0 || c.Depth > MaxForwardedHops {
-		return &model.FieldError{Field: "depth", Value: strconv.Itoa(c.Depth), Reason: "must be between 0 and " + strconv.Itoa(MaxForwardedHops)}
+		return model.Refuse("depth", strconv.Itoa(c.Depth), "must be between 0 and "+strconv.Itoa(MaxForwardedHops))
 	}
 	if realIP && c.Depth != 0 {
-		return &model.FieldError{Field: "depth", Reason: "applies to a list of addresses, such as X-Forwarded-For, not to X-Real-IP"}
+		return model.Refuse("depth", "", "applies to a list of addresses, such as X-Forwarded-For, not to X-Real-IP")
 	}
 	if len(c.ExcludedIPs) > 0 {
 		if realIP {
-			return &model.FieldError{Field: "excluded_ips", Reason: "apply to a list of addresses, such as X-Forwarded-For, not to X-Real-IP"}
+			return model.Refuse("excluded_ips", "", "apply to a list of addresses, such as X-Forwarded-For, not to X-Real-IP")
 		}
 		if c.Depth != 0 {
-			return &model.FieldError{Field: "excluded_ips", Reason: "only apply when depth is 0 (Traefik silently ignores them when depth is set; sluice refuses)"}
+			return model.Refuse("excluded_ips", "", "only apply when depth is 0 (Traefik silently ignores them when depth is set; sluice refuses)")
 		}
 	}
 	if c.IPv4Prefix < 0 || c.IPv4Prefix > 32 {
-		return &model.FieldError{Field: "ipv4_prefix", Value: strconv.Itoa(c.IPv4Prefix), Reason: "must be between 0 and 32"}
+		return model.Refuse("ipv4_prefix", strconv.Itoa(c.IPv4Prefix), "must be between 0 and 32")
 	}
 	if c.IPv6Prefix < 0 || c.IPv6Prefix > 128 {
-		return &model.FieldError{Field: "ipv6_prefix", Value: strconv.Itoa(c.IPv6Prefix), Reason: "must be between 0 and 128"}
+		return model.Refuse("ipv6_prefix", strconv.Itoa(c.IPv6Prefix), "must be between 0 and 128")
 	}
 	c.hdr, c.realIP, c.rfc7239 = "", realIP, hdr == headerForwarded
 	if hdr != XForwardedFor && !realIP && !c.rfc7239 {

@@ -260,7 +260,7 @@ func Asked(l *model.Limit, q url.Values) ([]Candidate, error) {
 	for _, c := range asked {
 		c.MaxDelay = l.MaxDelay
 		if a := c.Allowance(l.Algorithm, l.PeriodNanos()); math.IsInf(a, 0) || math.IsNaN(a) || a > maxAllowance {
-			return nil, &model.FieldError{Field: "candidate", Value: c.Rate.String(), Reason: "admits more than " + strconv.FormatFloat(maxAllowance, 'g', -1, 64) + " a period of the zone"}
+			return nil, model.Refuse("candidate", c.Rate.String(), "admits more than "+strconv.FormatFloat(maxAllowance, 'g', -1, 64)+" a period of the zone")
 		}
 	}
 	return asked, nil
@@ -301,10 +301,10 @@ func refuse(allow float64, s *Snapshot) Refusal {
 func ParseCandidates(q url.Values) ([]Candidate, error) {
 	rates, bursts := q["candidate"], q["burst"]
 	if len(bursts) > len(rates) {
-		return nil, &model.FieldError{Field: "burst", Value: bursts[len(rates)], Reason: "every burst needs a candidate before it"}
+		return nil, model.Refuse("burst", bursts[len(rates)], "every burst needs a candidate before it")
 	}
 	if len(rates) > maxAsked {
-		return nil, &model.FieldError{Field: "candidate", Value: strconv.Itoa(len(rates)), Reason: "at most " + strconv.Itoa(maxAsked) + " candidates"}
+		return nil, model.Refuse("candidate", strconv.Itoa(len(rates)), "at most "+strconv.Itoa(maxAsked)+" candidates")
 	}
 	var out []Candidate
 	for i, s := range rates {
@@ -314,13 +314,13 @@ func ParseCandidates(q url.Values) ([]Candidate, error) {
 			if fe := model.FieldOf(err); fe != nil {
 				reason = fe.Reason
 			}
-			return nil, &model.FieldError{Field: "candidate", Value: s, Reason: reason}
+			return nil, model.Refuse("candidate", s, reason)
 		}
 		c := Candidate{Name: "asked", Rate: r}
 		if i < len(bursts) {
 			b, err := strconv.ParseFloat(bursts[i], 64)
 			if err != nil || !(b > 0) || math.IsInf(b, 0) {
-				return nil, &model.FieldError{Field: "burst", Value: bursts[i], Reason: "want a positive number"}
+				return nil, model.Refuse("burst", bursts[i], "want a positive number")
 			}
 			c.Burst = b
 		}

@@ -29,7 +29,7 @@ const MaxKeys = 1 << 22
 // names as its own option.
 func CheckMaxKeys(n int) error {
 	if n < -1 || n > MaxKeys {
-		return &model.FieldError{Field: "demand_keys", Value: strconv.Itoa(n), Reason: "want -1 (off), 0 (the default, " + strconv.Itoa(DefaultMaxKeys) + ") or up to " + strconv.Itoa(MaxKeys)}
+		return model.Refuse("demand_keys", strconv.Itoa(n), "want -1 (off), 0 (the default, "+strconv.Itoa(DefaultMaxKeys)+") or up to "+strconv.Itoa(MaxKeys))
 	}
 	return nil
 }

@@ -21,11 +21,11 @@ const (
 func CheckScope(scope string, onRedis, record bool) error {
 	switch {
 	case scope != "" && scope != ScopeInstance && scope != ScopeFleet:
-		return &model.FieldError{Field: "demand_scope", Value: scope, Reason: "want instance or fleet"}
+		return model.Refuse("demand_scope", scope, "want instance or fleet")
 	case scope == ScopeFleet && !onRedis:
-		return &model.FieldError{Field: "demand_scope", Value: scope, Reason: "needs a Redis store, which the instances share"}
+		return model.Refuse("demand_scope", scope, "needs a Redis store, which the instances share")
 	case scope == ScopeFleet && !record:
-		return &model.FieldError{Field: "demand_scope", Value: scope, Reason: "needs the zone's demand recorded: a rate, and demand keys not off"}
+		return model.Refuse("demand_scope", scope, "needs the zone's demand recorded: a rate, and demand keys not off")
 	}
 	return nil
 }

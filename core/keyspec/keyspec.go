@@ -529,7 +529,7 @@ func ParseMissingKey(s string) (MissingKey, error) {
 	case "shared":
 		return MissingShared, nil
 	}
-	return 0, &model.FieldError{Field: "on_missing_key", Value: s, Reason: "want skip or shared"}
+	return 0, model.Refuse("on_missing_key", s, "want skip or shared")
 }
 
 // String returns the policy's name as ParseMissingKey reads it.

@@ -27,7 +27,7 @@ func CheckLimits(limits []*Limit) error {
 			return le
 		}
 		if names[l.Name] {
-			return &LimitError{Index: i, Limit: l.Name, Err: &FieldError{Field: "name", Value: l.Name, Reason: "defined twice"}}
+			return &LimitError{Index: i, Limit: l.Name, Err: Refuse("name", l.Name, "defined twice")}
 		}
 		names[l.Name] = true
 	}
@@ -43,9 +43,9 @@ func CheckFallback(fallback bool, instances int, inMemory bool) error {
 	case !fallback && instances != 0:
 		return &FieldError{Field: "instances", Reason: "only the local fallback divides quotas by the number of instances", Needs: "fallback"}
 	case fallback && inMemory:
-		return &FieldError{Field: "fallback", Reason: "applies only to a store that can fail, such as Redis, not to memory"}
+		return Refuse("fallback", "", "applies only to a store that can fail, such as Redis, not to memory")
 	case fallback && instances < 1:
-		return &FieldError{Field: "instances", Value: strconv.Itoa(instances), Reason: "must be at least 1"}
+		return Refuse("instances", strconv.Itoa(instances), "must be at least 1")
 	}
 	return nil
 }
@@ -59,7 +59,7 @@ func CheckLeases(limits []*Limit, inMemory bool) error {
 	}
 	for i, l := range limits {
 		if l.Lease != 0 {
-			return &LimitError{Index: i, Limit: l.Name, Err: &FieldError{Field: "lease", Value: FormatFloat(l.Lease), Reason: "only a Redis store's capacity is leased (in memory, every decision is local already)"}}
+			return &LimitError{Index: i, Limit: l.Name, Err: Refuse("lease", FormatFloat(l.Lease), "only a Redis store's capacity is leased (in memory, every decision is local already)")}
 		}
 	}
 	return nil
@@ -75,16 +75,16 @@ const LimitNameReserved = "\"\\:{}\r\n"
 // empty or contains a byte of LimitNameReserved, and nil otherwise.
 func CheckLimitName(name string) error {
 	if name == "" {
-		return &FieldError{Field: "name", Reason: "must not be empty"}
+		return Refuse("name", "", "must not be empty")
 	}
 	if strings.ContainsAny(name, LimitNameReserved) {
-		return &FieldError{Field: "name", Value: name, Reason: "must not contain quotes, backslashes, colons, braces or line breaks"}
+		return Refuse("name", name, "must not contain quotes, backslashes, colons, braces or line breaks")
 	}
 	for i := 0; i < len(name); i++ {
 		if name[i] < 0x20 || name[i] > 0x7e {
 			// A structured-field String carries printable ASCII only, and
 			// the name must read the same in the header and the body.
-			return &FieldError{Field: "name", Value: name, Reason: "must be printable ASCII (it is sent in the RateLimit-Policy header)"}
+			return Refuse("name", name, "must be printable ASCII (it is sent in the RateLimit-Policy header)")
 		}
 	}
 	return nil
@@ -98,7 +98,7 @@ func CheckLimitName(name string) error {
 // one host and 1 in the other: every host refuses it instead.
 func CheckBurst(burst float64) error {
 	if burst == 0 {
-		return &FieldError{Field: "burst", Value: strconv.FormatFloat(burst, 'g', -1, 64), Reason: "must be positive (leave burst out for the default)"}
+		return Refuse("burst", strconv.FormatFloat(burst, 'g', -1, 64), "must be positive (leave burst out for the default)")
 	}
 	return nil
 }

@@ -15,6 +15,14 @@ type FieldError struct {
 	Needs  string
 }
 
+// Refuse returns the FieldError of field, whose value (or "") core
+// refuses for reason. Core writes its refusals with it, not with a
+// composite literal, which Yaegi keeps as twice the nodes in the Traefik
+// plugin's heap.
+func Refuse(field, value, reason string) *FieldError {
+	return &FieldError{Field: field, Value: value, Reason: reason}
+}
+
 // Error is `<field> "<value>": <reason>`, without the value when it is
 // empty, followed with Needs by "(set <needs>, or remove <field>)".
 func (e *FieldError) Error() string {

@@ -78,26 +78,26 @@ type Rate struct {
 func ParseRate(s string) (Rate, error) {
 	q, p, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
-		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "want <quota>/<period>, such as 100/m"}
+		return Rate{}, Refuse("rate", s, "want <quota>/<period>, such as 100/m")
 	}
 	quota, err := strconv.ParseFloat(strings.TrimSpace(q), 64)
 	if err != nil || math.IsNaN(quota) || math.IsInf(quota, 0) {
-		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "quota " + strconv.Quote(q) + " is not a number"}
+		return Rate{}, Refuse("rate", s, "quota "+strconv.Quote(q)+" is not a number")
 	}
 	if quota <= 0 {
-		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "quota must be positive"}
+		return Rate{}, Refuse("rate", s, "quota must be positive")
 	}
 	p = strings.TrimSpace(p)
 	if p == "" || (p[0] < '0' || p[0] > '9') && periodUnits[p] == "" {
-		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "unknown unit " + strconv.Quote(p) +
-			" (use ms, s, m, h or d, or a name such as sec, minute, hours or days, alone or after a count such as 1d or 2days, or a duration such as 1m30s)"}
+		return Rate{}, Refuse("rate", s, "unknown unit "+strconv.Quote(p)+
+			" (use ms, s, m, h or d, or a name such as sec, minute, hours or days, alone or after a count such as 1d or 2days, or a duration such as 1m30s)")
 	}
 	period, ok := parsePeriod(p)
 	if !ok {
-		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "period " + strconv.Quote(p) + ": unknown unit or bad duration"}
+		return Rate{}, Refuse("rate", s, "period "+strconv.Quote(p)+": unknown unit or bad duration")
 	}
 	if period <= 0 {
-		return Rate{}, &FieldError{Field: "rate", Value: s, Reason: "period must be positive"}
+		return Rate{}, Refuse("rate", s, "period must be positive")
 	}
 	return Rate{Quota: quota, Period: period}, nil
 }
@@ -258,8 +258,8 @@ func (l *Limit) CheckCost(cost float64) error {
 	if l.Fits(cost) {
 		return nil
 	}
-	return &FieldError{Field: "cost", Value: FormatFloat(cost), Reason: "above the capacity of " + FormatFloat(l.capacity) +
-		" (the burst, or a window algorithm's quota), so no request could ever pass; lower the cost or raise the capacity"}
+	return Refuse("cost", FormatFloat(cost), "above the capacity of "+FormatFloat(l.capacity)+
+		" (the burst, or a window algorithm's quota), so no request could ever pass; lower the cost or raise the capacity")
 }
 
 func (l *Limit) validate() *FieldError {
@@ -267,7 +267,7 @@ func (l *Limit) validate() *FieldError {
 		return err.(*FieldError)
 	}
 	if l.MaxInFlight < 0 {
-		return &FieldError{Field: "max_in_flight", Value: strconv.Itoa(l.MaxInFlight), Reason: "must not be negative"}
+		return Refuse("max_in_flight", strconv.Itoa(l.MaxInFlight), "must not be negative")
 	}
 	l.flight = nil
 	if l.MaxInFlight > 0 {
@@ -277,7 +277,7 @@ func (l *Limit) validate() *FieldError {
 		}
 	}
 	if l.Rate == (Rate{}) {
-		return &FieldError{Field: "rate", Reason: "required (or max_in_flight)"}
+		return Refuse("rate", "", "required (or max_in_flight)")
 	}
 	if l.Algorithm == "" {
 		l.Algorithm = TokenBucket
@@ -289,19 +289,19 @@ func (l *Limit) validate() *FieldError {
 		}
 	}
 	if !known {
-		return &FieldError{Field: "algorithm", Value: string(l.Algorithm), Reason: "unknown (want token_bucket, leaky_bucket, fixed_window, sliding_window_log or sliding_window_counter)"}
+		return Refuse("algorithm", string(l.Algorithm), "unknown (want token_bucket, leaky_bucket, fixed_window, sliding_window_log or sliding_window_counter)")
 	}
 	if !(l.Rate.Quota > 0) || math.IsInf(l.Rate.Quota, 0) {
-		return &FieldError{Field: "rate.quota", Value: FormatFloat(l.Rate.Quota), Reason: "must be a positive number"}
+		return Refuse("rate.quota", FormatFloat(l.Rate.Quota), "must be a positive number")
 	}
 	if l.Rate.Period <= 0 {
-		return &FieldError{Field: "rate.period", Value: FormatPeriod(l.Rate.Period), Reason: "must be positive"}
+		return Refuse("rate.period", FormatPeriod(l.Rate.Period), "must be positive")
 	}
 	if l.Burst < 0 || math.IsNaN(l.Burst) || math.IsInf(l.Burst, 0) {
-		return &FieldError{Field: "burst", Value: FormatFloat(l.Burst), Reason: "must not be negative"}
+		return Refuse("burst", FormatFloat(l.Burst), "must not be negative")
 	}
 	if l.MaxDelay < 0 {
-		return &FieldError{Field: "max_delay", Value: l.MaxDelay.String(), Reason: "must not be negative"}
+		return Refuse("max_delay", l.MaxDelay.String(), "must not be negative")
 	}
 	switch l.Algorithm {
 	case TokenBucket, LeakyBucket:
@@ -316,16 +316,16 @@ func (l *Limit) validate() *FieldError {
 		}
 	default:
 		if l.Burst != 0 {
-			return &FieldError{Field: "burst", Reason: string(l.Algorithm) + " takes its capacity from the rate's quota; remove burst"}
+			return Refuse("burst", "", string(l.Algorithm)+" takes its capacity from the rate's quota; remove burst")
 		}
 		if l.Rate.Quota < 1 {
-			return &FieldError{Field: "rate", Value: l.Rate.String(), Reason: string(l.Algorithm) + " admits at most its quota in a window, and a quota below 1 admits no request of cost 1; write it as " +
-				Rate{Quota: 1, Period: time.Duration(float64(l.Rate.Period) / l.Rate.Quota)}.String()}
+			return Refuse("rate", l.Rate.String(), string(l.Algorithm)+" admits at most its quota in a window, and a quota below 1 admits no request of cost 1; write it as "+
+				Rate{Quota: 1, Period: time.Duration(float64(l.Rate.Period) / l.Rate.Quota)}.String())
 		}
 		l.capacity = l.Rate.Quota
 	}
 	if l.MaxDelay != 0 && l.Algorithm != LeakyBucket && l.Algorithm != TokenBucket {
-		return &FieldError{Field: "max_delay", Reason: "only leaky_bucket and token_bucket delay requests, not " + string(l.Algorithm)}
+		return Refuse("max_delay", "", "only leaky_bucket and token_bucket delay requests, not "+string(l.Algorithm))
 	}
 	if err := l.checkLease(); err != nil {
 		return err
@@ -337,13 +337,13 @@ func (l *Limit) validate() *FieldError {
 		return err
 	}
 	if l.Algorithm == SlidingWindowLog && l.Rate.Quota > MaxLogQuota {
-		return &FieldError{Field: "rate.quota", Value: FormatFloat(l.Rate.Quota), Reason: "sliding_window_log keeps one entry per request and accepts a quota of at most " + strconv.Itoa(MaxLogQuota) + " (use sliding_window_counter)"}
+		return Refuse("rate.quota", FormatFloat(l.Rate.Quota), "sliding_window_log keeps one entry per request and accepts a quota of at most "+strconv.Itoa(MaxLogQuota)+" (use sliding_window_counter)")
 	}
 	if l.Rate.Period > MaxSpan {
-		return &FieldError{Field: "rate.period", Value: FormatPeriod(l.Rate.Period), Reason: "longer than the " + FormatPeriod(MaxSpan) + " sluice supports"}
+		return Refuse("rate.period", FormatPeriod(l.Rate.Period), "longer than the "+FormatPeriod(MaxSpan)+" sluice supports")
 	}
 	if l.Rate.Period%time.Microsecond != 0 {
-		return &FieldError{Field: "rate.period", Value: FormatPeriod(l.Rate.Period), Reason: "must be a whole number of microseconds (Redis's clock resolution)"}
+		return Refuse("rate.period", FormatPeriod(l.Rate.Period), "must be a whole number of microseconds (Redis's clock resolution)")
 	}
 	l.period = int64(l.Rate.Period)
 	l.unit = float64(l.period) / l.Rate.Quota
@@ -352,7 +352,7 @@ func (l *Limit) validate() *FieldError {
 		l.owe = float64(l.MaxDelay) / l.unit
 	}
 	if span := l.capacity*l.unit + float64(l.MaxDelay); !(span <= float64(MaxSpan)) {
-		return &FieldError{Field: "burst", Value: FormatFloat(l.capacity), Reason: "refilling it at the rate takes longer than the " + FormatPeriod(MaxSpan) + " sluice supports"}
+		return Refuse("burst", FormatFloat(l.capacity), "refilling it at the rate takes longer than the "+FormatPeriod(MaxSpan)+" sluice supports")
 	}
 	l.ns = l.Name + ":" + string(l.Algorithm)
 	l.Hash = fnv1a(l.ns)
@@ -369,11 +369,11 @@ func (l *Limit) checkLease() *FieldError {
 	case l.Lease == 0:
 		return nil
 	case !(l.Lease > 0) || math.IsInf(l.Lease, 0):
-		return &FieldError{Field: "lease", Value: FormatFloat(l.Lease), Reason: "must be a positive number"}
+		return Refuse("lease", FormatFloat(l.Lease), "must be a positive number")
 	case l.Algorithm == LeakyBucket:
-		return &FieldError{Field: "lease", Reason: "a leaky_bucket's admissions wait in order, which a lease cannot keep; use token_bucket"}
+		return Refuse("lease", "", "a leaky_bucket's admissions wait in order, which a lease cannot keep; use token_bucket")
 	case l.Lease > l.capacity:
-		return &FieldError{Field: "lease", Value: FormatFloat(l.Lease), Reason: "above the capacity of " + FormatFloat(l.capacity) + ", which no lease could take at once"}
+		return Refuse("lease", FormatFloat(l.Lease), "above the capacity of "+FormatFloat(l.capacity)+", which no lease could take at once")
 	}
 	return nil
 }
@@ -384,11 +384,11 @@ func (l *Limit) checkPenalty() *FieldError {
 	case l.Penalty == 0:
 		return nil
 	case l.Penalty < 0 || l.Penalty > MaxSpan:
-		return &FieldError{Field: "penalty", Value: FormatPeriod(l.Penalty), Reason: "must be positive and at most " + FormatPeriod(MaxSpan)}
+		return Refuse("penalty", FormatPeriod(l.Penalty), "must be positive and at most "+FormatPeriod(MaxSpan))
 	case l.Penalty%time.Microsecond != 0:
-		return &FieldError{Field: "penalty", Value: FormatPeriod(l.Penalty), Reason: "must be a whole number of microseconds (Redis's clock resolution)"}
+		return Refuse("penalty", FormatPeriod(l.Penalty), "must be a whole number of microseconds (Redis's clock resolution)")
 	case l.Lease != 0:
-		return &FieldError{Field: "penalty", Reason: "a lease admits requests that Redis does not see, so it cannot hold a key out; remove lease"}
+		return Refuse("penalty", "", "a lease admits requests that Redis does not see, so it cannot hold a key out; remove lease")
 	}
 	return nil
 }

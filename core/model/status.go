@@ -15,7 +15,7 @@ func ParseStatusSet(statuses []string) (StatusSet, error) {
 	for _, f := range statuses {
 		n := parseStatus(f)
 		if n == 0 {
-			return nil, &FieldError{Field: "count_status", Value: f, Reason: "must be a status code from 100 to 599 or a class from 1xx to 5xx"}
+			return nil, Refuse("count_status", f, "must be a status code from 100 to 599 or a class from 1xx to 5xx")
 		}
 		s = append(s, n)
 	}
@@ -58,7 +58,7 @@ func Counts(s StatusSet, status int) bool {
 // a lease's admissions are not the store's to give back.
 func (l *Limit) checkCount() *FieldError {
 	if l.CountStatus != nil && l.Lease != 0 {
-		return &FieldError{Field: "count_status", Reason: "a lease's admissions cannot be given back; remove lease"}
+		return Refuse("count_status", "", "a lease's admissions cannot be given back; remove lease")
 	}
 	return nil
 }

@@ -47,10 +47,10 @@ const DefaultTimeout = 100 * time.Millisecond
 // meant to keep apart.) Its error is a *FieldError of the field "db".
 func CheckDB(db int, cluster bool) error {
 	if db < 0 {
-		return &model.FieldError{Field: "db", Value: strconv.Itoa(db), Reason: "must not be negative"}
+		return model.Refuse("db", strconv.Itoa(db), "must not be negative")
 	}
 	if db != 0 && cluster {
-		return &model.FieldError{Field: "db", Value: strconv.Itoa(db), Reason: "a Redis Cluster has only database 0"}
+		return model.Refuse("db", strconv.Itoa(db), "a Redis Cluster has only database 0")
 	}
 	return nil
 }
@@ -60,7 +60,7 @@ func CheckDB(db int, cluster bool) error {
 // it read addr from.
 func CheckAddress(addr string) error {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return &model.FieldError{Field: "address", Value: addr, Reason: "want host:port"}
+		return model.Refuse("address", addr, "want host:port")
 	}
 	return nil
 }
@@ -69,7 +69,7 @@ func CheckAddress(addr string) error {
 // user authenticates with both. Its error is a *FieldError of "username".
 func CheckUser(username, password string) error {
 	if username != "" && password == "" {
-		return &model.FieldError{Field: "username", Reason: "needs a password (an ACL user authenticates with both)"}
+		return model.Refuse("username", "", "needs a password (an ACL user authenticates with both)")
 	}
 	return nil
 }
@@ -80,10 +80,10 @@ func CheckUser(username, password string) error {
 // "sentinel.addresses".
 func CheckSentinel(master string, addrs []string) error {
 	if master == "" {
-		return &model.FieldError{Field: "sentinel.master", Reason: "required, the name of the master set"}
+		return model.Refuse("sentinel.master", "", "required, the name of the master set")
 	}
 	if len(addrs) == 0 {
-		return &model.FieldError{Field: "sentinel.addresses", Reason: "at least one Sentinel host:port is required"}
+		return model.Refuse("sentinel.addresses", "", "at least one Sentinel host:port is required")
 	}
 	for _, a := range addrs {
 		if err := CheckAddress(a); err != nil {
@@ -100,7 +100,7 @@ func CheckSentinel(master string, addrs []string) error {
 // "prefix".
 func CheckPrefix(prefix string) error {
 	if strings.ContainsAny(prefix, "{}") {
-		return &model.FieldError{Field: "prefix", Value: prefix, Reason: "must not contain braces"}
+		return model.Refuse("prefix", prefix, "must not contain braces")
 	}
 	return nil
 }

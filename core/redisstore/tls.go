@@ -32,7 +32,7 @@ func TLSConfig(ca, cert, key string, insecureSkipVerify bool, serverName string)
 		}
 		cfg.RootCAs = x509.NewCertPool()
 		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, &model.FieldError{Field: "ca", Value: ca, Reason: "no PEM certificate found"}
+			return nil, model.Refuse("ca", ca, "no PEM certificate found")
 		}
 	}
 	if err := CheckTLSPair(cert, key); err != nil {
@@ -49,7 +49,7 @@ func TLSConfig(ca, cert, key string, insecureSkipVerify bool, serverName string)
 		}
 		pair, err := tls.X509KeyPair(certPEM, keyPEM)
 		if err != nil {
-			return nil, &model.FieldError{Field: "cert", Reason: "does not go with key: " + err.Error()}
+			return nil, model.Refuse("cert", "", "does not go with key: "+err.Error())
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
@@ -80,7 +80,7 @@ func readPEM(field, s string) ([]byte, error) {
 		if pe, ok := err.(*os.PathError); ok {
 			err = pe.Err // without the file's name, the Value
 		}
-		return nil, &model.FieldError{Field: field, Value: s, Reason: "neither PEM text nor a readable file: " + err.Error()}
+		return nil, model.Refuse(field, s, "neither PEM text nor a readable file: "+err.Error())
 	}
 	return b, nil
 }

@@ -18,7 +18,7 @@ func ParseNearLimit(s string) (float64, error) {
 		x /= 100
 	}
 	if err != nil || !(x > 0 && x <= 1) {
-		return 0, &model.FieldError{Field: "near_limit", Value: s, Reason: "want a share of the capacity above 0 and at most 100%, such as 10% or 0.1"}
+		return 0, model.Refuse("near_limit", s, "want a share of the capacity above 0 and at most 100%, such as 10% or 0.1")
 	}
 	return x, nil
 }
