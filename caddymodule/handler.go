@@ -138,6 +138,7 @@ type Handler struct {
 
 	gate      *core.Gate
 	counted   bool         // a zone has count_status: ServeHTTP sees the status
+	deferred  bool         // the responder leaves a rejection to handle_errors (answer.Responder.Defer)
 	store     *pooledStore // the primary store, which the admin API reads
 	stores    []string     // pool keys this handler holds, released by Cleanup
 	watches   []string     // watch pool keys this handler holds, released by Cleanup
@@ -220,6 +221,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 	cfg := core.GateConfig{Limits: limits, Responder: responder, Mode: mode, OnStoreError: policy, MaxCost: map[*model.Limit]float64{}, Clock: testClock}
 	h.counted = core.AnswerCounts(limits)
+	h.deferred = responder.Defer
 	for _, z := range h.Zones {
 		if z.costTmpl == "" {
 			cfg.MaxCost[z.limit] = z.cost
@@ -421,7 +423,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.logRejection(zone, v, asks)
 	}
 	if !proceed {
-		if rejected && v.Outcome != core.OutcomeDryRunRejected && h.gate.Deferred() {
+		if rejected && v.Outcome != core.OutcomeDryRunRejected && h.deferred {
 			return caddyhttp.Error(http.StatusTooManyRequests, errRateLimited)
 		}
 		return nil

@@ -519,8 +519,8 @@ func (z *Zone) checkTop() error {
 	if w := time.Duration(z.TopWindow); w != 0 && (w < inspect.MinSketchWindow || w > inspect.MaxSketchWindow) {
 		return optionErrorf("top_window", "top_window: must be between %v and %v, got %v", inspect.MinSketchWindow, inspect.MaxSketchWindow, w)
 	}
-	if err := demand.CheckMaxKeys(z.DemandKeys); err != nil {
-		return optionErrorf("demand_keys", "demand_keys: %d: %s", z.DemandKeys, model.FieldOf(err).Reason)
+	if n := z.DemandKeys; n < -1 || n > demand.MaxKeys {
+		return optionErrorf("demand_keys", "demand_keys: %d: want -1 (off), 0 (the default, %d) or up to %d", n, demand.DefaultMaxKeys, demand.MaxKeys)
 	}
 	return nil
 }

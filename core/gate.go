@@ -288,10 +288,6 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 	return g, nil
 }
 
-// Deferred reports whether the gate leaves rejections' status line and body
-// to the host (Responder.Defer).
-func (g *Gate) Deferred() bool { return g.cfg.Responder.Defer }
-
 // Store is the gate's primary store.
 func (g *Gate) Store() model.Store { return g.cfg.Store }
 

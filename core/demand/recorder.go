@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/telemetry"
 )
 
@@ -22,17 +21,6 @@ const DefaultMaxKeys = 1 << 14
 // MaxKeys bounds the keys a host may ask a Recorder to follow: some
 // 400 MB of keys for one limit.
 const MaxKeys = 1 << 22
-
-// CheckMaxKeys checks a host's setting of the keys a limit's demand
-// follows: -1 (no demand recorded), 0 (DefaultMaxKeys) or up to MaxKeys.
-// Its error is a FieldError about the field "demand_keys", which a host
-// names as its own option.
-func CheckMaxKeys(n int) error {
-	if n < -1 || n > MaxKeys {
-		return model.Refuse("demand_keys", strconv.Itoa(n), "want -1 (off), 0 (the default, "+strconv.Itoa(DefaultMaxKeys)+") or up to "+strconv.Itoa(MaxKeys))
-	}
-	return nil
-}
 
 // minSweep is the least time between two sweeps of a shard.
 const minSweep = int64(10 * time.Second)

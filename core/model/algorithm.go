@@ -203,15 +203,6 @@ func DurationOf(ns float64) time.Duration {
 // value allocated on each call, a name of the package none.
 type nanos = time.Duration
 
-// mod is the non-negative remainder of a by b (b > 0).
-func mod(a, b int64) int64 {
-	m := a % b
-	if m < 0 {
-		m += b
-	}
-	return m
-}
-
 func NonNegative(x float64) float64 {
 	if x < 0 {
 		return 0

@@ -235,3 +235,12 @@ func propCheckRates(t *testing.T, l *Limit, adm []propAdmission, fail func(strin
 		}
 	}
 }
+
+// mod is the non-negative remainder of a by b (b > 0).
+func mod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
+}
