@@ -227,13 +227,18 @@ func flightShare(most, n int) int {
 // once it answers again (at their next renewal, and before the gate's
 // next request is admitted on Redis: see reassertSlots).
 type Slots struct {
-	gate  *Gate
-	asks  []model.Ask // of the flight limits, on the gate's store
-	local []model.Ask // of the fallback's shares, on the fallback; nil without
-	lease string
-	mu    sync.Mutex
-	timer *time.Timer // renews a Redis lease; nil for memory
-	done  bool
+	// gs and timeout are the gate's slots and Timeout, not the *Gate:
+	// under Yaegi every type's text spells out the types it points to,
+	// and a Verdict's, which points to its Slots, would spell the gate's
+	// (thousands of bytes kept for each type that names a Verdict).
+	gs      *gateSlots
+	timeout time.Duration
+	asks    []model.Ask // of the flight limits, on the gate's store
+	local   []model.Ask // of the fallback's shares, on the fallback; nil without
+	lease   string
+	mu      sync.Mutex
+	timer   *time.Timer // renews a Redis lease; nil for memory
+	done    bool
 	// leased: asks are held on the gate's store (taken there, or added
 	// since as leases); false for slots the fallback took.
 	leased bool
@@ -260,14 +265,14 @@ func releaseSlots(s *Slots) {
 	if done {
 		return
 	}
-	gs := s.gate.slots
+	gs := s.gs
 	if gs.held != nil {
 		gs.mu.Lock()
 		delete(gs.held, s.lease)
 		gs.mu.Unlock()
 	}
 	if leased {
-		releaseLease(s.gate, gs.store, s.asks, s.lease)
+		releaseLease(s.timeout, gs.store, s.asks, s.lease)
 	}
 	if s.local != nil {
 		_ = gs.fallback.ReleaseSlots(context.Background(), s.local, "")
@@ -277,8 +282,8 @@ func releaseSlots(s *Slots) {
 // releaseLease gives back the slots of lease on store, without a
 // request's context, which may have ended, but bounded by the gate's
 // timeout; a failure leaves a Redis lease to expire.
-func releaseLease(g *Gate, store model.SlotStore, asks []model.Ask, lease string) {
-	ctx, cancel := gateBackground(g)
+func releaseLease(timeout time.Duration, store model.SlotStore, asks []model.Ask, lease string) {
+	ctx, cancel := gateBackground(timeout)
 	_ = store.ReleaseSlots(ctx, asks, lease)
 	cancel()
 }
@@ -289,7 +294,7 @@ func (s *Slots) renew() {
 	_ = assertLease(s) // a failure is retried at the next renewal
 	s.mu.Lock()
 	if !s.done {
-		s.timer.Reset(s.gate.slots.ttl / 3)
+		s.timer.Reset(s.gs.ttl / 3)
 	}
 	s.mu.Unlock()
 }
@@ -306,8 +311,8 @@ func assertLease(s *Slots) error {
 	if done {
 		return nil
 	}
-	gs := s.gate.slots
-	ctx, cancel := gateBackground(s.gate)
+	gs := s.gs
+	ctx, cancel := gateBackground(s.timeout)
 	err := gs.store.RenewSlots(ctx, s.asks, s.lease, gs.ttl)
 	cancel()
 	if err != nil {
@@ -321,7 +326,7 @@ func assertLease(s *Slots) error {
 	done = s.done
 	s.mu.Unlock()
 	if done {
-		releaseLease(s.gate, gs.store, s.asks, s.lease)
+		releaseLease(s.timeout, gs.store, s.asks, s.lease)
 	}
 	return nil
 }
@@ -357,9 +362,9 @@ func reassertSlots(g *Gate) error {
 
 // gateBackground is a context for work that outlives a request's own
 // (refunds, releases, renewals): bounded by the gate's timeout.
-func gateBackground(g *Gate) (context.Context, context.CancelFunc) {
-	if g.cfg.Timeout > 0 {
-		return context.WithTimeout(context.Background(), g.cfg.Timeout)
+func gateBackground(timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout > 0 {
+		return context.WithTimeout(context.Background(), timeout)
 	}
 	return context.WithCancel(context.Background())
 }
@@ -486,7 +491,7 @@ func takeFlight(g *Gate, ctx context.Context, asks, flight []model.Ask, failed e
 		// connection, and leave the lease to expire; so the call always
 		// ends, within the gate's timeout, and a lease taken for a
 		// client that left meanwhile is given back at once.
-		tctx, cancel := gateBackground(g)
+		tctx, cancel := gateBackground(g.cfg.Timeout)
 		err = gs.store.AcquireSlots(tctx, flight, lease, gs.ttl, out)
 		cancel()
 		if b := g.cfg.Breaker; b != nil {
@@ -548,7 +553,7 @@ func holdSlots(g *Gate, flight, local []model.Ask, lease string, out []model.Dec
 		}
 	}
 	gs := g.slots
-	s := &Slots{gate: g, asks: flight, local: local, lease: lease, leased: leased}
+	s := &Slots{gs: gs, timeout: g.cfg.Timeout, asks: flight, local: local, lease: lease, leased: leased}
 	if gs.held != nil {
 		gs.mu.Lock()
 		gs.held[lease] = func() error { return assertLease(s) }
