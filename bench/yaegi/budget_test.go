@@ -44,7 +44,10 @@ func TestYaegiAllocBudget(t *testing.T) {
 				t.Errorf("%s: not every request reached the next handler", c.name)
 			}
 		} else {
-			m = measure(h, nx, req, 20, 3, 100)
+			// Five rounds, not three: a round in which a lease ends and
+			// is taken again (every half second of the wall clock, which
+			// a loaded machine may reach) counts one more script call.
+			m = measure(h, nx, req, 20, 5, 100)
 		}
 		if m.allocs > c.ceiling {
 			t.Errorf("%s: %.0f allocations per request, more than its ceiling %.0f", c.name, m.allocs, c.ceiling)
