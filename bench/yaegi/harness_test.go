@@ -362,15 +362,24 @@ var floorConfigs = []map[string]any{open, {"average": 100, "burst": 50}, {"avera
 // answerAlike sends two requests of one client to sluice's handler hs and
 // a floor's hf, both configured with config, and checks that both admit
 // them with the same headers (X-RateLimit-Reset within a second: the two
-// read the clock apart).
+// read the clock apart). Each handler gets its two requests back to back,
+// so that what a bucket refills between them (a token per 10 ms at 100/s)
+// is the same for both unless the machine stalls one for that long.
 func answerAlike(t *testing.T, config map[string]any, hs, hf http.Handler) {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodGet, "http://example.com/", nil)
 	req.RemoteAddr = ipv4
+	var wss, wfs [2]*writer
+	for n := range wss {
+		wss[n] = &writer{h: http.Header{}}
+		hs.ServeHTTP(wss[n], req)
+	}
+	for n := range wfs {
+		wfs[n] = &writer{h: http.Header{}}
+		hf.ServeHTTP(wfs[n], req)
+	}
 	for n := 0; n < 2; n++ {
-		ws, wf := &writer{h: http.Header{}}, &writer{h: http.Header{}}
-		hs.ServeHTTP(ws, req)
-		hf.ServeHTTP(wf, req)
+		ws, wf := wss[n], wfs[n]
 		if ws.status != 0 || wf.status != 0 {
 			t.Fatalf("%v, request %d: status %d (sluice), %d (floor); want both admitted", config, n, ws.status, wf.status)
 		}
