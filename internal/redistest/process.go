@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -151,18 +152,30 @@ func command(addr, cmd string) (string, error) {
 func freePort() (int, error) { return FreePort() }
 
 // FreePort returns a TCP port of 127.0.0.1 that was free a moment ago,
-// for a server a test starts. It takes a random port between 10000 and
-// the start of the kernel's ephemeral range where that range leaves room,
-// as scripts/ports.sh does: the ports "127.0.0.1:0" hands out are the
-// ones outgoing connections take too, so on a busy machine one may be
-// taken again before the server binds it.
+// for a server a test starts. It takes the ports between 10000 and the
+// start of the kernel's ephemeral range where that range leaves room, as
+// scripts/ports.sh does: the ports "127.0.0.1:0" hands out are the ones
+// outgoing connections take too, so on a busy machine one may be taken
+// again before the server binds it. A process walks that range from a
+// random start and never returns a port twice, so that servers of one
+// test process (and what they keep by their address) stay apart.
 func FreePort() (int, error) {
+	ports.mu.Lock()
+	defer ports.mu.Unlock()
 	lo, hi := 10000, ephemeralStart()-1
-	for i := 0; hi-lo >= 1000 && i < 100; i++ {
-		p := lo + rand.Intn(hi-lo+1)
-		if l, err := net.Listen("tcp", addrOf(p)); err == nil {
-			l.Close()
-			return p, nil
+	if hi-lo >= 1000 {
+		if ports.next == 0 {
+			ports.next = lo + rand.Intn(hi-lo+1)
+		}
+		for i := 0; i < 200; i++ {
+			p := ports.next
+			if ports.next++; ports.next > hi {
+				ports.next = lo
+			}
+			if l, err := net.Listen("tcp", addrOf(p)); err == nil {
+				l.Close()
+				return p, nil
+			}
 		}
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -172,6 +185,12 @@ func FreePort() (int, error) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	return port, nil
+}
+
+// ports is where FreePort goes on in this process.
+var ports struct {
+	mu   sync.Mutex
+	next int // the next port to try; 0 before the first call
 }
 
 // ephemeralStart returns the first port of the kernel's ephemeral range,
