@@ -1,0 +1,767 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The slack of the documented bounds this file checks.
+const (
+	// recoveryBound is README's "After an outage": once Redis answers
+	// again, its counters decide every request within the breaker's
+	// backoff plus twice the decision timeout, 1.2 s with the defaults.
+	recoveryBound = 1200 * time.Millisecond
+	// shapeSlack absorbs the scheduling jitter between the instant a
+	// shaping limit lets a request go and its arrival upstream, as
+	// e2e/shaping does.
+	shapeSlack = 100 * time.Millisecond
+	// horizon bounds the intervals checked, whose count is quadratic in
+	// the admissions: an excess shows in a shorter interval unless it
+	// accrues by less than a capacity a minute.
+	horizon = 60 * time.Second
+	eps     = 1e-9
+	// staleAnswers is how many answers per host and fault may come from
+	// the failure policy after the recovery bound because the fault
+	// dropped a connection idle in the host's pool, which fails the first
+	// decision written to it (README: a decision that may have run is
+	// not sent again; e2e/outage's -dropped 2).
+	staleAnswers = 2
+)
+
+// violation is one broken promise and what shows it.
+type violation struct {
+	check    string
+	msg      string
+	recs     []*rec          // the answers that show it
+	arrivals []time.Duration // or the upstream's arrivals
+	from, to time.Duration
+	groups   []*group
+}
+
+// figure is one line of a check's figures.
+type figure struct {
+	check string
+	text  string
+}
+
+// evaluation accumulates the verdicts of the checks.
+type evaluation struct {
+	t       *topology
+	sel     map[string]bool
+	vs      []*violation
+	figs    []figure
+	checked map[string]int     // intervals, keys or answers checked, by check
+	worst   map[string]float64 // the largest count over bound, by check
+}
+
+func (ev *evaluation) want(c string) bool { return len(ev.sel) == 0 || ev.sel[c] }
+
+func (ev *evaluation) add(v *violation) {
+	ev.vs = append(ev.vs, v)
+}
+
+func (ev *evaluation) fig(check, format string, args ...interface{}) {
+	ev.figs = append(ev.figs, figure{check, fmt.Sprintf(format, args...)})
+}
+
+// ratio notes count against bound for check's worst.
+func (ev *evaluation) ratio(check string, count, bound float64) {
+	if bound > 0 && count/bound > ev.worst[check] {
+		ev.worst[check] = count / bound
+	}
+}
+
+// evaluate runs the selected checks over the run's answers.
+func (t *topology) evaluate(sel map[string]bool) ([]*violation, []figure) {
+	ev := &evaluation{t: t, sel: sel, checked: map[string]int{}, worst: map[string]float64{}}
+	recs := t.rc.all()
+	// The answers of the workload's routes, by group and route.
+	by := map[*group]map[*route][]*rec{}
+	for _, x := range recs {
+		if by[x.g] == nil {
+			by[x.g] = map[*route][]*rec{}
+		}
+		by[x.g][x.r] = append(by[x.g][x.r], x)
+	}
+	for _, rs := range by {
+		for _, xs := range rs {
+			sort.SliceStable(xs, func(i, j int) bool { return xs[i].s < xs[j].s })
+		}
+	}
+	if ev.want("answers") {
+		ev.answers(recs)
+	}
+	for _, g := range t.groupList {
+		for _, r := range g.routes {
+			if r.name == "plb" || strings.HasPrefix(r.name, "d") {
+				continue
+			}
+			xs := by[g][r]
+			for _, z := range r.zones {
+				if z.inflight > 0 || z.maxDelay > 0 {
+					continue
+				}
+				check := "bound"
+				if z.lease > 0 {
+					check = "lease"
+				}
+				if ev.want(check) {
+					ev.zoneBound(check, g, r, z, xs, nil)
+				}
+				if r.policy == "fallback" && ev.want("fallback") {
+					for _, h := range g.hosts {
+						if hasRoute(h, r) {
+							ev.zoneBound("fallback", g, r, z, xs, h)
+						}
+					}
+				}
+			}
+			if r.upstream && (ev.want("slots") || ev.want("shaping")) {
+				ev.upstream(g, r, xs)
+			}
+		}
+		if ev.want("shared") {
+			ev.shared(g, by[g])
+		}
+	}
+	if ev.want("charge") || ev.want("defect1") {
+		ev.charges(by)
+	}
+	if ev.want("headers") {
+		ev.headers()
+	}
+	if ev.want("recovery") {
+		ev.recovery(recs)
+	}
+	for _, c := range checkNames {
+		if n, ok := ev.checked[c]; ok {
+			ev.fig(c, "%d checked; the most admitted against the bound, in any interval: %.3f of it", n, ev.worst[c])
+		}
+	}
+	return ev.vs, ev.figs
+}
+
+// answers checks that no request failed: no 5xx, no transport error but
+// around a reload of the host (Caddy's server swap may drop a
+// connection).
+func (ev *evaluation) answers(recs []*rec) {
+	n := map[class]int{}
+	for _, x := range recs {
+		n[x.cls]++
+		if x.cls != classFailed || strings.HasPrefix(x.r.name, "d") {
+			continue
+		}
+		near := false
+		for _, rl := range ev.t.reloads {
+			if rl.h == x.h && x.e >= rl.at-time.Second && x.s <= rl.done+2*time.Second {
+				near = true
+			}
+		}
+		if near && x.code == 0 {
+			continue
+		}
+		ev.add(&violation{check: "answers", msg: fmt.Sprintf("a request failed: %s", x.err), recs: []*rec{x}, from: x.s, to: x.e, groups: []*group{x.g}})
+	}
+	ev.checked["answers"] = len(recs)
+	ev.fig("answers", "%d answers: %d from Redis, %d from the fallback, %d from the failure policy, %d clients hung up, %d failed",
+		len(recs), n[classRedis], n[classFallback], n[classPolicy], n[classHungUp], n[classFailed])
+}
+
+// restartsIn counts the times g's Redis started empty within [a, b].
+func (t *topology) restartsIn(g *group, a, b time.Duration) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, r := range t.restarts {
+		if r.cluster == g.cluster && r.at >= a && r.at <= b {
+			n++
+		}
+	}
+	return n
+}
+
+// keyOf is the key a request of route r with X-Key key has in zone z.
+func keyOf(z *zone, key string) string {
+	if z.header == "" {
+		return "g"
+	}
+	return key
+}
+
+// zoneBound checks the admissions of zone z (route r, group g) decided
+// in Redis (h nil) or by h's local fallback against the algorithm's
+// bound, per key: token_bucket B + r·T (plus, with a lease, the
+// instances' leases n·k), fixed_window its quota per window,
+// sliding_window_log its quota in any period, sliding_window_counter
+// prev·(1 − elapsed/period) + cur ≤ quota; each Redis started empty
+// within an interval adds a capacity. The fallback's bound is the same
+// with the instance's share.
+func (ev *evaluation) zoneBound(check string, g *group, r *route, z *zone, xs []*rec, h *host) {
+	cls := classRedis
+	quota, capacity := z.quota, z.capacity()
+	if h != nil {
+		cls = classFallback
+		n := float64(r.instances(g))
+		quota /= n
+		capacity /= n
+		if capacity < 1 {
+			capacity = 1
+		}
+		if z.burst == 0 && quota < 1 {
+			quota = 1
+		}
+	}
+	byKey := map[string][]*rec{}
+	for _, x := range xs {
+		if x.cls != cls || !x.admitted() || (h != nil && x.h != h) {
+			continue
+		}
+		k := keyOf(z, x.key)
+		byKey[k] = append(byKey[k], x)
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	who := g.name
+	if h != nil {
+		who = h.name + "'s fallback"
+	}
+	extraLease := 0.0
+	if z.lease > 0 && h == nil {
+		extraLease = float64(len(g.hosts)) * z.lease
+	}
+	for _, k := range keys {
+		adm := byKey[k]
+		ev.checked[check] += len(adm)
+		restarts := func(a, b time.Duration) float64 {
+			if h != nil {
+				return 0
+			}
+			return float64(ev.t.restartsIn(g, a, b))
+		}
+		switch z.alg {
+		case "token_bucket", "leaky_bucket":
+			rate := quota / z.period.Seconds()
+			best := (*violation)(nil)
+			bestOver := 0.0
+			for i := 0; i < len(adm); i++ {
+				maxE := adm[i].e
+				for j := i; j < len(adm) && adm[j].s-adm[i].s < horizon; j++ {
+					if adm[j].e > maxE {
+						maxE = adm[j].e
+					}
+					span := (maxE - adm[i].s).Seconds()
+					base := capacity + rate*span
+					bound := base + extraLease + capacity*restarts(adm[i].s, maxE)
+					count := float64(j - i + 1)
+					ev.ratio(check, count, bound)
+					if count > bound+eps && count-bound > bestOver {
+						bestOver = count - bound
+						best = &violation{check: check, recs: append([]*rec(nil), adm[i:j+1]...), from: adm[i].s, to: maxE, groups: []*group{g},
+							msg: fmt.Sprintf("%s: zone %s (%s, capacity %v, %v/s), key %s: %d admitted between %.3fs and %.3fs (%.3f s), more than the bound %.2f = %.2f + %.2f·%.3f%s",
+								who, z.name, z.alg, capacity, rate, k, j-i+1, adm[i].s.Seconds(), maxE.Seconds(), span, bound, capacity, rate, span, extraText(extraLease, capacity*restarts(adm[i].s, maxE)))}
+					}
+				}
+			}
+			if best != nil {
+				ev.add(best)
+			}
+		case "fixed_window", "sliding_window_counter":
+			ev.windowBound(check, g, z, k, who, adm, quota, restarts)
+		case "sliding_window_log":
+			best := (*violation)(nil)
+			for i := 0; i < len(adm); i++ {
+				maxE := adm[i].e
+				for j := i; j < len(adm) && adm[j].s-adm[i].s < z.period; j++ {
+					if adm[j].e > maxE {
+						maxE = adm[j].e
+					}
+					if maxE-adm[i].s >= z.period {
+						break
+					}
+					bound := quota * (1 + restarts(adm[i].s, maxE))
+					count := float64(j - i + 1)
+					ev.ratio(check, count, bound)
+					if count > bound+eps && (best == nil || j-i+1 > len(best.recs)) {
+						best = &violation{check: check, recs: append([]*rec(nil), adm[i:j+1]...), from: adm[i].s, to: maxE, groups: []*group{g},
+							msg: fmt.Sprintf("%s: zone %s (sliding_window_log %v per %v), key %s: %d admitted between %.3fs and %.3fs, within one period, more than %v",
+								who, z.name, quota, z.period, k, j-i+1, adm[i].s.Seconds(), maxE.Seconds(), bound)}
+					}
+				}
+			}
+			if best != nil {
+				ev.add(best)
+			}
+		}
+	}
+}
+
+func extraText(lease, restarts float64) string {
+	s := ""
+	if lease > 0 {
+		s += fmt.Sprintf(" + %.0f (the instances' leases)", lease)
+	}
+	if restarts > 0 {
+		s += fmt.Sprintf(" + %.0f (Redis started empty)", restarts)
+	}
+	return s
+}
+
+// windowOf returns the index of the period-long window (aligned to the
+// Unix epoch) that holds run instant d.
+func (t *topology) windowOf(d, period time.Duration) int64 {
+	return t.start.Add(d).UnixNano() / int64(period)
+}
+
+// windowBound checks a fixed window's and a sliding window counter's
+// admissions per window: an admission is in a window for certain when
+// it was sent and answered within it (or, for a fixed window, when its
+// X-RateLimit-Reset names the window's end); at most quota per window;
+// for a counter, each admission k certainly in window w needs
+// prev·(1 − elapsed/period) + (the admissions of w certainly before k) +
+// 1 ≤ quota, prev the admissions certainly in w−1 and elapsed the latest
+// k may have been decided at.
+func (ev *evaluation) windowBound(check string, g *group, z *zone, k, who string, adm []*rec, quota float64, restarts func(a, b time.Duration) float64) {
+	t := ev.t
+	p := z.period
+	in := map[int64][]*rec{}
+	for _, x := range adm {
+		w0, w1 := t.windowOf(x.s, p), t.windowOf(x.e, p)
+		switch {
+		case w0 == w1:
+			in[w0] = append(in[w0], x)
+		case z.alg == "fixed_window" && x.zone == z.name:
+			if w, ok := windowByReset(x.reset, p); ok {
+				in[w] = append(in[w], x)
+			}
+		}
+	}
+	startOf := func(w int64) time.Duration { return time.Unix(0, w*int64(p)).Sub(t.start) }
+	ws := make([]int64, 0, len(in))
+	for w := range in {
+		ws = append(ws, w)
+	}
+	sort.Slice(ws, func(i, j int) bool { return ws[i] < ws[j] })
+	for _, w := range ws {
+		xs := in[w]
+		a, b := startOf(w), startOf(w+1)
+		bound := quota * (1 + restarts(a, b))
+		ev.ratio(check, float64(len(xs)), bound)
+		if float64(len(xs)) > bound+eps {
+			ev.add(&violation{check: check, recs: xs, from: a, to: b, groups: []*group{g},
+				msg: fmt.Sprintf("%s: zone %s (%s %v per %v), key %s: %d admitted in the window %.3fs..%.3fs, more than %v", who, z.name, z.alg, quota, p, k, len(xs), a.Seconds(), b.Seconds(), bound)})
+			continue
+		}
+		if z.alg != "sliding_window_counter" || restarts(startOf(w-1), b) > 0 {
+			continue
+		}
+		prev := float64(len(in[w-1]))
+		for i, x := range xs {
+			before := 0
+			for _, y := range xs[:i] {
+				if y.e < x.s {
+					before++
+				}
+			}
+			elapsed := float64(x.e-a) / float64(p)
+			if elapsed > 1 {
+				elapsed = 1
+			}
+			est := prev*(1-elapsed) + float64(before) + 1
+			ev.ratio(check, est, quota)
+			if est > quota+eps {
+				shown := append(append([]*rec(nil), in[w-1]...), xs[:i+1]...)
+				ev.add(&violation{check: check, recs: shown, from: startOf(w - 1), to: x.e, groups: []*group{g},
+					msg: fmt.Sprintf("%s: zone %s (sliding_window_counter %v per %v), key %s: request %d admitted with %d admitted before it in its window and %v in the previous, at elapsed ≤ %.3f: %.3f·(1 − %.3f) + %d + 1 = %.3f > %v",
+						who, z.name, quota, p, k, x.id, before, prev, elapsed, prev, elapsed, before, est, quota)})
+				break
+			}
+		}
+	}
+}
+
+// windowByReset returns the index of the fixed window (of period p, a
+// whole number of seconds of at least 2) whose answer carried
+// X-RateLimit-Reset reset: the window's end rounded up to a whole second,
+// which the sum of the decision's instant and its reset, both rounded,
+// may put a second late.
+func windowByReset(reset int64, p time.Duration) (int64, bool) {
+	sec := int64(p / time.Second)
+	for _, end := range []int64{reset, reset - 1} {
+		if end%sec == 0 {
+			return end/sec - 1, true
+		}
+	}
+	return 0, false
+}
+
+// windowIs reports whether X-RateLimit-Reset reset names the fixed window
+// (of period p) ending at the Unix second end.
+func windowIs(reset int64, p time.Duration, end int64) bool {
+	w, ok := windowByReset(reset, p)
+	return ok && (w+1)*int64(p/time.Second) == end
+}
+
+// counts is e2e/backend's /_counts answer.
+type counts struct {
+	Arrivals []int64 `json:"arrivals"`
+	Peak     int     `json:"peak"`
+}
+
+// upstream checks what reached the backend through an upstream route:
+// for max_in_flight zones, at most the limit in progress at once (each
+// request held exactly r.hold there from its arrival), twice the limit
+// within a hold of Redis starting empty (its leases lost; a solo route,
+// one instance with fallback local, never); for shaping zones, at most
+// 1 + r·(T + slack) arrivals (leaky_bucket) or B + r·(T + slack)
+// (token_bucket with max_delay) in any interval T, a capacity more per
+// Redis started empty.
+func (ev *evaluation) upstream(g *group, r *route, xs []*rec) {
+	t := ev.t
+	z := r.zones[0]
+	keys := map[string][]*rec{}
+	for _, x := range xs {
+		keys[x.key] = append(keys[x.key], x)
+	}
+	for key, kx := range keys {
+		path := strings.TrimSuffix(pathOf(r, key), "?sleep="+r.hold.String())
+		_, body, err := fetch("GET", "http://"+t.backend+"/_counts?path="+url.QueryEscape(path))
+		var c counts
+		if err == nil {
+			err = json.Unmarshal([]byte(body), &c)
+		}
+		if err != nil {
+			ev.add(&violation{check: "slots", msg: fmt.Sprintf("reading the backend's counts of %s: %v", path, err), groups: []*group{g}})
+			continue
+		}
+		arr := make([]time.Duration, len(c.Arrivals))
+		for i, a := range c.Arrivals {
+			arr[i] = time.Unix(0, a).Sub(t.start)
+		}
+		sort.Slice(arr, func(i, j int) bool { return arr[i] < arr[j] })
+		if z.inflight > 0 {
+			if !ev.want("slots") {
+				continue
+			}
+			ev.checked["slots"] += len(arr)
+			hold := r.hold - 5*time.Millisecond
+			for i := range arr {
+				// Requests in progress at arr[i]: those arrived within a hold before.
+				n := 0
+				for j := i; j >= 0 && arr[i]-arr[j] < hold; j-- {
+					n++
+				}
+				bound := float64(z.inflight)
+				if !r.solo && t.restartsIn(g, arr[i]-r.hold-200*time.Millisecond, arr[i]) > 0 {
+					bound *= 2
+				}
+				ev.ratio("slots", float64(n), bound)
+				if float64(n) > bound {
+					ev.add(&violation{check: "slots", groups: []*group{g}, arrivals: arr[i-n+1 : i+1], recs: near(kx, arr[i]-r.hold, arr[i]+r.hold),
+						from: arr[i-n+1], to: arr[i],
+						msg: fmt.Sprintf("%s: zone %s (max_in_flight %d), key %s: the upstream had %d requests in progress at %.3fs (each held %v), more than %v", g.name, z.name, z.inflight, key, n, arr[i].Seconds(), r.hold, bound)})
+					break
+				}
+			}
+			continue
+		}
+		if !ev.want("shaping") {
+			continue
+		}
+		ev.checked["shaping"] += len(arr)
+		rate := z.rate()
+		base := 1.0
+		if z.alg == "token_bucket" {
+			base = z.capacity()
+		}
+		var best *violation
+		for i := range arr {
+			for j := i; j < len(arr) && arr[j]-arr[i] < horizon; j++ {
+				span := (arr[j] - arr[i] + shapeSlack).Seconds()
+				bound := base + rate*span + z.capacity()*float64(t.restartsIn(g, arr[i]-z.maxDelay-time.Second, arr[j]))
+				count := float64(j - i + 1)
+				ev.ratio("shaping", count, bound)
+				if count > bound+eps && (best == nil || j-i+1 > len(best.arrivals)) {
+					best = &violation{check: "shaping", groups: []*group{g}, arrivals: arr[i : j+1], recs: near(kx, arr[i]-z.maxDelay-time.Second, arr[j]),
+						from: arr[i], to: arr[j],
+						msg: fmt.Sprintf("%s: zone %s (%s %v/s, capacity %v, max_delay %v), key %s: the upstream saw %d requests between %.3fs and %.3fs, more than %.2f = %v + %v·(%.3f s + %v slack)",
+							g.name, z.name, z.alg, rate, z.capacity(), z.maxDelay, key, j-i+1, arr[i].Seconds(), arr[j].Seconds(), bound, base, rate, (arr[j] - arr[i]).Seconds(), shapeSlack)}
+				}
+			}
+		}
+		if best != nil {
+			ev.add(best)
+		}
+	}
+}
+
+// near returns the answers of xs whose requests were in progress at some
+// instant of [a, b].
+func near(xs []*rec, a, b time.Duration) []*rec {
+	var out []*rec
+	for _, x := range xs {
+		if x.e >= a && x.s <= b {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// shared checks that a quota shared by a group's hosts is exact: in a
+// window of the fixed-window route fw in which Redis refused a request of
+// a key, and in which every answer of the key came from Redis with no
+// fault on the group's way, Redis admitted exactly the quota over all
+// hosts (fewer means a request charged twice or a lost count).
+func (ev *evaluation) shared(g *group, by map[*route][]*rec) {
+	t := ev.t
+	var r *route
+	for _, x := range g.routes {
+		if x.name == "fw" {
+			r = x
+		}
+	}
+	z := r.zones[0]
+	type win struct {
+		adm, rej []*rec
+		dirty    bool
+	}
+	wins := map[string]map[int64]*win{}
+	get := func(k string, w int64) *win {
+		if wins[k] == nil {
+			wins[k] = map[int64]*win{}
+		}
+		if wins[k][w] == nil {
+			wins[k][w] = &win{}
+		}
+		return wins[k][w]
+	}
+	p := z.period
+	for _, x := range by[r] {
+		if x.cls != classRedis {
+			// An answer not from Redis may have been charged: its windows are not exact.
+			for w := t.windowOf(x.s-200*time.Millisecond, p); w <= t.windowOf(x.e+200*time.Millisecond, p); w++ {
+				get(x.key, w).dirty = true
+			}
+			continue
+		}
+		w, ok := windowByReset(x.reset, p)
+		if !ok {
+			continue
+		}
+		if x.admitted() {
+			get(x.key, w).adm = append(get(x.key, w).adm, x)
+		} else {
+			get(x.key, w).rej = append(get(x.key, w).rej, x)
+		}
+	}
+	startOf := func(w int64) time.Duration { return time.Unix(0, w*int64(p)).Sub(t.start) }
+	for k, ws := range wins {
+		for w, v := range ws {
+			if len(v.rej) == 0 || v.dirty {
+				continue
+			}
+			a, b := startOf(w), startOf(w+1)
+			if t.faultNear(g, a-1500*time.Millisecond, b) || t.restartsIn(g, a, b) > 0 {
+				continue
+			}
+			ev.checked["shared"]++
+			if float64(len(v.adm)) < z.quota-eps {
+				ev.add(&violation{check: "shared", groups: []*group{g}, recs: append(append([]*rec(nil), v.adm...), v.rej...), from: a, to: b,
+					msg: fmt.Sprintf("%s: zone %s (fixed_window %v per %v), key %s: in the window %.3fs..%.3fs Redis refused %d requests after admitting %d over %s, not the quota %v",
+						g.name, z.name, z.quota, p, k, a.Seconds(), b.Seconds(), len(v.rej), len(v.adm), hostKinds(g.hosts), z.quota)})
+			}
+		}
+	}
+}
+
+// faultNear reports whether a fault broke any of g's hosts' way to Redis
+// at some instant of [a, b].
+func (t *topology) faultNear(g *group, a, b time.Duration) bool {
+	for _, f := range t.faults {
+		fa, fb := f.window()
+		if fb < a || fa > b {
+			continue
+		}
+		for _, h := range t.affects(f) {
+			if h.group == g {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// charges checks that no request was charged twice: what Redis held for
+// a key of the charge zone (a fixed window) near its window's end is at
+// least the admissions Redis answered in that window and at most those
+// plus the answers whose fate is unknown (the failure policy's: a
+// timeout or a dropped reply after the script may have run). On the
+// Cluster this is defect 1's check.
+func (ev *evaluation) charges(by map[*group]map[*route][]*rec) {
+	t := ev.t
+	chargeMu.Lock()
+	reads := append([]*chargeRead(nil), chargeReads...)
+	chargeMu.Unlock()
+	for _, cr := range reads {
+		check := "charge"
+		if cr.g.cluster {
+			check = "defect1"
+		}
+		if !ev.want(check) {
+			continue
+		}
+		var r *route
+		for _, x := range cr.g.routes {
+			if x.name == "charge" {
+				r = x
+			}
+		}
+		p := r.zones[0].period
+		a := time.Unix(cr.end, 0).Add(-p).Sub(t.start)
+		b := time.Unix(cr.end, 0).Sub(t.start)
+		if t.restartsIn(cr.g, a-time.Second, b) > 0 {
+			continue
+		}
+		count := cr.count
+		if cr.absent {
+			count = 0
+		} else if windowStart(cr.start) != cr.end-int64(p/time.Second) {
+			// The state is an older window's: nothing charged in this one.
+			count = 0
+		}
+		var adm, unknown, inFlight []*rec
+		for _, x := range by[cr.g][r] {
+			if x.key != cr.key || x.e < a || x.s > b {
+				continue
+			}
+			switch {
+			case x.cls == classRedis && x.admitted() && windowIs(x.reset, p, cr.end):
+				adm = append(adm, x)
+				if x.e > cr.at {
+					inFlight = append(inFlight, x)
+				}
+			case x.cls == classPolicy || x.cls == classFailed || x.cls == classFallback:
+				unknown = append(unknown, x)
+			}
+		}
+		ev.checked[check]++
+		shown := append(append([]*rec(nil), adm...), unknown...)
+		sort.Slice(shown, func(i, j int) bool { return shown[i].s < shown[j].s })
+		switch {
+		case count > float64(len(adm)+len(unknown))+eps:
+			ev.add(&violation{check: check, groups: []*group{cr.g}, recs: shown, from: a, to: b,
+				msg: fmt.Sprintf("%s: key %s, window ending %d: Redis counts %v charges, more than the %d admissions it answered plus the %d answers of unknown fate: a request charged twice",
+					cr.g.name, cr.key, cr.end, count, len(adm), len(unknown))})
+		case count < float64(len(adm)-len(inFlight))-eps:
+			ev.add(&violation{check: check, groups: []*group{cr.g}, recs: shown, from: a, to: b,
+				msg: fmt.Sprintf("%s: key %s, window ending %d: Redis counts %v charges, fewer than the %d admissions it answered before it was read: an admission not charged",
+					cr.g.name, cr.key, cr.end, count, len(adm)-len(inFlight))})
+		}
+	}
+}
+
+// headers turns the probes' verdicts into violations.
+func (ev *evaluation) headers() {
+	probeMu.Lock()
+	defer probeMu.Unlock()
+	done, inconclusive := 0, 0
+	for _, p := range probeResults {
+		// A fault on the group's way may charge a probe's request twice
+		// (defect 1) or leave it undecided: the probe cannot tell.
+		if p.inconclusive || ev.t.faultNear(p.g, p.recs[0].s, p.recs[len(p.recs)-1].e) {
+			inconclusive++
+			continue
+		}
+		done++
+		if p.problem != "" {
+			ev.add(&violation{check: "headers", groups: []*group{p.g}, recs: p.recs, from: p.recs[0].s, to: p.recs[len(p.recs)-1].e,
+				msg: fmt.Sprintf("%s: zone %s, quiet key %s: %s", p.g.name, p.r.zones[0].name, p.key, p.problem)})
+		}
+	}
+	ev.checked["headers"] = done
+	ev.fig("headers", "%d probes of quiet keys (Remaining, Retry-After, Reset) over every algorithm and group; %d inconclusive (a fault during the probe)", done, inconclusive)
+}
+
+// recovery checks that every answer not from Redis (the failure policy's
+// or the fallback's) came while a fault broke its host's way to Redis or
+// within recoveryBound after that fault ended, and measures how long
+// after each fault the last such answer came.
+func (ev *evaluation) recovery(recs []*rec) {
+	t := ev.t
+	type win struct {
+		a, b time.Duration
+		f    *fault
+	}
+	wins := map[*host][]win{}
+	for _, f := range t.faults {
+		a, b := f.window()
+		for _, h := range t.affects(f) {
+			wins[h] = append(wins[h], win{a, b, f})
+		}
+	}
+	worst := map[string]time.Duration{}
+	var all []time.Duration
+	last := map[*fault]time.Duration{}
+	type staleKey struct {
+		h *host
+		f *fault
+	}
+	stale := map[staleKey]int{}
+	n, nStale := 0, 0
+	for _, x := range recs {
+		if x.cls != classPolicy && x.cls != classFallback || strings.HasPrefix(x.r.name, "d") {
+			continue
+		}
+		n++
+		explained := false
+		for _, w := range wins[x.h] {
+			if x.e >= w.a && x.s <= w.b+recoveryBound {
+				explained = true
+				if d := x.s - w.b; d > last[w.f] {
+					last[w.f] = d
+				}
+			}
+		}
+		if explained {
+			continue
+		}
+		// A connection a fault dropped while it was idle in the host's
+		// pool may fail the first decision written to it afterwards: at
+		// most staleAnswers per host and fault (e2e/outage's -dropped).
+		var prev *fault
+		pend := time.Duration(0)
+		for _, w := range wins[x.h] {
+			if w.b < x.s && w.b >= pend {
+				prev, pend = w.f, w.b
+			}
+		}
+		if prev != nil && prev.kind != "latency" && prev.kind != "pause" && stale[staleKey{x.h, prev}] < staleAnswers {
+			stale[staleKey{x.h, prev}]++
+			nStale++
+			continue
+		}
+		ev.add(&violation{check: "recovery", groups: []*group{x.g}, recs: []*rec{x}, from: x.s, to: x.e,
+			msg: fmt.Sprintf("%s: an answer from the %s while no fault broke %s's way to Redis in the %v before it", x.g.name, x.cls, x.h.name, recoveryBound)})
+	}
+	for f, d := range last {
+		all = append(all, d)
+		for _, h := range t.affects(f) {
+			if d > worst[h.kind] {
+				worst[h.kind] = d
+			}
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	ev.checked["recovery"] = n
+	if len(all) > 0 {
+		ev.fig("recovery", "%d answers not from Redis, all within faults or %v after but %d from a connection a fault dropped; the last of them after a fault's end: median %v, max %v (Caddy %v, Traefik %v, Go service %v)",
+			n, recoveryBound, nStale, all[len(all)/2].Round(time.Millisecond), all[len(all)-1].Round(time.Millisecond),
+			worst["caddy"].Round(time.Millisecond), worst["traefik"].Round(time.Millisecond), worst["service"].Round(time.Millisecond))
+	}
+}
