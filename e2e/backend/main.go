@@ -17,7 +17,11 @@
 //
 // so that a test sees how many requests reached the upstream in any window
 // (e2e/shaping.sh) and how many were there at once (e2e/outage.sh). Other
-// paths are not counted and cost nothing more.
+// paths are not counted and cost nothing more. The answer also lists the
+// backend's stalls, "stalls":[[<Unix nanoseconds>, <nanoseconds>], ...]:
+// the times a 5 ms sleep of its overslept by 30 ms or more (the last
+// 10,000), in which the arrivals it records bunch together
+// (e2e/promises allows for them).
 //
 //	go run ./e2e/backend -addr 127.0.0.1:18081
 //
@@ -41,15 +45,37 @@ const maxArrivals = 100000
 
 // counts is what the backend saw of one counted path.
 type counts struct {
-	Arrivals []int64 `json:"arrivals"`  // Unix nanoseconds, in order of arrival
-	InFlight int     `json:"in_flight"` // requests in progress now
-	Peak     int     `json:"peak"`      // the most in progress at once
+	Arrivals []int64    `json:"arrivals"`  // Unix nanoseconds, in order of arrival
+	InFlight int        `json:"in_flight"` // requests in progress now
+	Peak     int        `json:"peak"`      // the most in progress at once
+	Stalls   [][2]int64 `json:"stalls"`    // the backend's stalls: start (Unix nanoseconds), length
+}
+
+// maxStalls bounds the stalls kept.
+const maxStalls = 10000
+
+// watchStalls records in c the times a 5 ms sleep overslept by 30 ms or
+// more, forever.
+func (c *counter) watchStalls() {
+	for {
+		t0 := time.Now()
+		time.Sleep(5 * time.Millisecond)
+		if d := time.Since(t0) - 5*time.Millisecond; d >= 30*time.Millisecond {
+			c.mu.Lock()
+			if len(c.stalls) == maxStalls {
+				c.stalls = c.stalls[1:]
+			}
+			c.stalls = append(c.stalls, [2]int64{t0.UnixNano(), int64(d)})
+			c.mu.Unlock()
+		}
+	}
 }
 
 // counter holds the counts of every counted path.
 type counter struct {
 	mu     sync.Mutex
 	byPath map[string]*counts
+	stalls [][2]int64
 }
 
 // enter counts the arrival of a request for path, which is in progress
@@ -87,6 +113,7 @@ func (c *counter) serveCounts(w http.ResponseWriter, r *http.Request) {
 		p = *q
 		p.Arrivals = append([]int64(nil), q.Arrivals...)
 	}
+	p.Stalls = append([][2]int64{}, c.stalls...)
 	c.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(p)
@@ -109,6 +136,7 @@ func main() {
 	log.Printf("backend: listening on %s", ln.Addr())
 	body := []byte("ok")
 	c := &counter{byPath: make(map[string]*counts)}
+	go c.watchStalls()
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/count/") {
 			c.enter(r.URL.Path)

@@ -56,6 +56,7 @@ import (
 // topology is the run: its processes, its clock and what it recorded.
 type topology struct {
 	dir, backend, caddyBin string
+	dump                   string // the file every answer is written to, if any
 	long                   bool
 	seed                   int64
 	start                  time.Time
@@ -69,6 +70,9 @@ type topology struct {
 	faults    []*fault
 	reloads   []*reload
 	rc        recorder
+	stalls    stallWatch
+	// redisWatches measure each Redis server's answers to PING.
+	redisWatches []*redisWatch
 
 	mu       sync.Mutex
 	restarts []restartEvent // Redis started empty
@@ -99,7 +103,7 @@ func (t *topology) emptied(f *fault, at time.Duration) {
 }
 
 // checkNames are the checks -only selects, in report order.
-var checkNames = []string{"answers", "bound", "lease", "fallback", "slots", "shaping", "charge", "headers", "shared", "recovery",
+var checkNames = []string{"answers", "bound", "lease", "fallback", "slots", "solo", "shaping", "charge", "headers", "shared", "recovery",
 	"defect1", "defect2", "defect3", "defect4", "defect5", "defect6", "defect7"}
 
 func main() {
@@ -112,7 +116,15 @@ func main() {
 	only := flag.String("only", "", "comma-separated checks to run (default all): "+strings.Join(checkNames, ", "))
 	noCluster := flag.Bool("no-cluster", false, "run without the Redis Cluster (group gk, defect1)")
 	noTraefik := flag.Bool("no-traefik", false, "run without the Traefiks (group gt)")
+	dump := flag.String("dump", "", "write every request, answer and fault of the run to this file")
+	servePort := flag.Int("service-port", 0, "internal: serve the Go service of group ga on this port instead (with -service-redis, -service-instances, -backend)")
+	serveRedis := flag.String("service-redis", "", "internal: the Go service's Redis address")
+	serveInstances := flag.Int("service-instances", 3, "internal: the Go service's fallback instances")
 	flag.Parse()
+	if *servePort != 0 {
+		serveService(*servePort, *serveRedis, *serveInstances, *backend)
+		return
+	}
 	if *dir == "" || *backend == "" {
 		fmt.Fprintln(os.Stderr, "promises: -dir and -backend are required")
 		os.Exit(2)
@@ -158,6 +170,7 @@ func main() {
 		}
 		os.Exit(1)
 	}
+	t.dump = *dump
 	ok := t.run(sel, d, scale)
 	if stop != nil {
 		stop()
@@ -273,11 +286,13 @@ func (t *topology) setup(withCluster, withTraefik bool) (stop func(), err error)
 	if err := writeConfigs(t); err != nil {
 		return stop, err
 	}
-	closeSvc, err := startService(t.byName["svc"], t.backend)
+	closeSvc, err := t.startService(t.byName["svc"])
+	if closeSvc != nil {
+		stops = append(stops, closeSvc)
+	}
 	if err != nil {
 		return stop, err
 	}
-	stops = append(stops, closeSvc)
 	if err := os.WriteFile(filepath.Join(t.dir, "proxies.ready"), nil, 0o644); err != nil {
 		return stop, err
 	}
@@ -317,6 +332,22 @@ func (t *topology) warm() error {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+	// Every route of every host once, so that the stores' connections
+	// are open when the load starts.
+	var wg sync.WaitGroup
+	for _, h := range t.hosts {
+		for _, r := range h.group.routes {
+			if hasRoute(h, r) && !r.d4 && !strings.HasPrefix(r.name, "d") {
+				wg.Add(1)
+				go func(h *host, r *route) {
+					defer wg.Done()
+					t.send(h, r, "warm-"+h.name, 0, nil)
+				}(h, r)
+			}
+		}
+	}
+	wg.Wait()
+	time.Sleep(time.Second)
 	return nil
 }
 
@@ -337,7 +368,7 @@ func (t *topology) run(sel map[string]bool, d time.Duration, scale float64) bool
 		return false
 	}
 	rnd := rand.New(rand.NewSource(t.seed))
-	general := wantAny("answers", "bound", "lease", "fallback", "slots", "shaping", "charge", "headers", "shared", "recovery", "defect1")
+	general := wantAny("answers", "bound", "lease", "fallback", "slots", "solo", "shaping", "charge", "headers", "shared", "recovery", "defect1")
 	if !general {
 		d = 0
 	}
@@ -355,6 +386,18 @@ func (t *topology) run(sel map[string]bool, d time.Duration, scale float64) bool
 	}
 	t.rc = recorder{}
 	t.start = time.Now()
+	stopStalls := make(chan struct{})
+	defer close(stopStalls)
+	go t.stalls.run(t, stopStalls)
+	t.redisWatches = append(t.redisWatches, &redisWatch{addr: t.redis.addr()})
+	if t.cluster != nil {
+		for _, n := range t.cluster.nodes {
+			t.redisWatches = append(t.redisWatches, &redisWatch{addr: n.addr(), cluster: true})
+		}
+	}
+	for _, w := range t.redisWatches {
+		go w.run(t, stopStalls)
+	}
 	var wg sync.WaitGroup
 	stopProbes := make(chan struct{})
 	d6 := (*defect6)(nil)
@@ -394,14 +437,16 @@ func (t *topology) run(sel map[string]bool, d time.Duration, scale float64) bool
 			}()
 		}
 		if want("headers") {
+			n := 0
 			for _, g := range t.groupList {
 				for _, r := range g.routes {
 					if r.probe && strings.HasPrefix(r.path, "/probe/") {
 						wg.Add(1)
-						go func(g *group, r *route) {
+						go func(g *group, r *route, delay time.Duration) {
 							defer wg.Done()
-							t.probeLoop(g, r, stopProbes)
-						}(g, r)
+							t.probeLoop(g, r, delay, stopProbes)
+						}(g, r, time.Duration(n)*150*time.Millisecond)
+						n++
 					}
 				}
 			}
@@ -427,10 +472,6 @@ func (t *topology) run(sel map[string]bool, d time.Duration, scale float64) bool
 		wg.Add(1)
 		go func() { defer wg.Done(); addDefect(t.defect4()) }()
 	}
-	if want("defect5") {
-		wg.Add(1)
-		go func() { defer wg.Done(); addDefect(t.defect5()) }()
-	}
 	if general {
 		t.runLoad(ps, nil)
 	}
@@ -442,10 +483,20 @@ func (t *topology) run(sel map[string]bool, d time.Duration, scale float64) bool
 	if want("defect7") {
 		addDefect(t.defect7())
 	}
+	// Defect 5 runs caddy validate, a process as heavy as a Caddy's
+	// start: after the load, not to stall it.
+	if want("defect5") {
+		addDefect(t.defect5())
+	}
 	if d6 != nil {
 		addDefect(d6.verdict(t))
 	}
 	fmt.Printf("promises: load done at %.1fs; %d answers\n", loadEnd.Seconds(), len(t.rc.all()))
+	if t.dump != "" {
+		if err := t.writeDump(); err != nil {
+			fmt.Println("promises: -dump:", err)
+		}
+	}
 	vs, figs := t.evaluate(sel)
 	sort.Slice(defects, func(i, j int) bool { return defects[i].name < defects[j].name })
 	return t.report(sel, vs, figs, defects)

@@ -23,8 +23,10 @@ var (
 )
 
 // probeLoop probes the headers of route r (one limit) in group g on
-// fresh quiet keys, one after another, until stop is closed.
-func (t *topology) probeLoop(g *group, r *route, stop <-chan struct{}) {
+// fresh quiet keys, one after another, from delay until stop is closed.
+func (t *topology) probeLoop(g *group, r *route, delay time.Duration, stop <-chan struct{}) {
+	// The loops start apart, not all with the load.
+	time.Sleep(delay)
 	for n := 0; ; n++ {
 		select {
 		case <-stop:

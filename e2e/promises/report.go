@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -39,7 +41,15 @@ func (t *topology) report(sel map[string]bool, vs []*violation, figs []figure, d
 		fmt.Printf("FAIL: %s: %d violation(s)\n", c, len(v))
 		for i, x := range v {
 			if i == 3 {
-				fmt.Printf("  ... and %d more\n", len(v)-3)
+				var at []string
+				for j, y := range v[3:] {
+					if j == 30 {
+						at = append(at, "...")
+						break
+					}
+					at = append(at, fmt.Sprintf("%.2fs", y.from.Seconds()))
+				}
+				fmt.Printf("  ... and %d more, from %s\n", len(v)-3, strings.Join(at, " "))
 				break
 			}
 			t.trace(x)
@@ -113,6 +123,9 @@ func (t *topology) summary() {
 	}
 	fmt.Printf("  admitted by a failure policy: %d by allow, %d by the local fallback (deny admits none: %d)\n",
 		n["allow/policy"], n["fallback/fallback"], n["deny/policy"])
+	if k, most := t.stalls.summary(); k > 0 {
+		fmt.Printf("  the machine stalled %d times (a 5 ms sleep overslept %v or more), at most %v: the timing bounds allow for them\n", k, stallMin, most.Round(time.Millisecond))
+	}
 }
 
 // trace prints v and the fewest requests, answers and faults that show
@@ -167,4 +180,31 @@ func inGroups(g *group, gs []*group) bool {
 		}
 	}
 	return false
+}
+
+// writeDump writes the run to the file -dump names: its faults, reloads
+// and every answer, by the instant its request was sent.
+func (t *topology) writeDump() error {
+	f, err := os.Create(t.dump)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	fmt.Fprintf(w, "seed %d\n", t.seed)
+	for _, x := range t.faults {
+		fmt.Fprintf(w, "fault %s\n", x)
+	}
+	for _, rl := range t.reloads {
+		fmt.Fprintf(w, "reload of %s at %.3fs..%.3fs %s\n", rl.h.name, rl.at.Seconds(), rl.done.Seconds(), rl.err)
+	}
+	recs := t.rc.all()
+	sort.SliceStable(recs, func(i, j int) bool { return recs[i].s < recs[j].s })
+	for _, x := range recs {
+		fmt.Fprintln(w, x)
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -2,12 +2,15 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/sluicehttp"
 )
@@ -43,41 +46,81 @@ func serviceConfig(h *host, r *route) sluicehttp.Config {
 	return cfg
 }
 
-// startService serves the Go service h: every route of its group that a
-// Go service has, each behind a sluicehttp middleware, answering "ok" or
+// startService runs the Go service h as a process of its own (this
+// program with -service-port), as a service is deployed, waits until it
+// listens and returns what stops it.
+func (t *topology) startService(h *host) (func(), error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	log, err := os.Create(filepath.Join(t.dir, "service.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "-service-port", strconv.Itoa(h.port), "-service-redis", h.proxy.addr,
+		"-service-instances", strconv.Itoa(len(h.group.hosts)), "-backend", t.backend)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, err
+	}
+	// The e2e scripts' cleanup stops what a pid file in the run's
+	// directory names.
+	os.WriteFile(filepath.Join(t.dir, "service.pid"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+	stop := func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		log.Close()
+	}
+	for deadline := time.Now().Add(30 * time.Second); !dialable(h.url("")[len("http://"):]); {
+		if time.Now().After(deadline) {
+			return stop, fmt.Errorf("the Go service did not listen on %d within 30 s (see service.log)", h.port)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return stop, nil
+}
+
+// serveService is the Go service's process: group ga's routes behind
+// sluicehttp middlewares on Redis at redis, its fallback dividing by
+// instances, on 127.0.0.1:port, until it is killed.
+func serveService(port int, redis string, instances int, backend string) {
+	g := &group{name: "ga"}
+	g.routes = append(append(g.routes, routes...), defectRoutes...)
+	h := &host{name: "svc", kind: "service", group: g, port: port, proxy: &proxy{addr: redis}}
+	g.hosts = append(g.hosts, h)
+	for len(g.hosts) < instances {
+		g.hosts = append(g.hosts, &host{kind: "caddy", group: g})
+	}
+	if err := serve(h, backend); err != nil {
+		fmt.Fprintln(os.Stderr, "service:", err)
+		os.Exit(1)
+	}
+}
+
+// serve serves the Go service h: every route of its group that a Go
+// service has, each behind a sluicehttp middleware, answering "ok" or
 // proxying to the backend.
-func startService(h *host, backend string) (func(), error) {
+func serve(h *host, backend string) error {
 	up := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: backend})
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 	mux := http.NewServeMux()
-	var closers []func()
 	for _, r := range h.group.routes {
 		if !hasRoute(h, r) {
 			continue
 		}
 		mw, err := sluicehttp.New(serviceConfig(h, r))
 		if err != nil {
-			return nil, fmt.Errorf("service: route %s: %v", r.path, err)
+			return fmt.Errorf("route %s: %v", r.path, err)
 		}
-		closers = append(closers, func() { mw.Close() })
 		next := http.Handler(ok)
 		if r.upstream {
 			next = up
 		}
 		mux.Handle(r.path, mw.Handler(next))
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(h.port))
-	if err != nil {
-		return nil, err
-	}
-	srv := &http.Server{Handler: mux}
-	go srv.Serve(ln)
-	return func() {
-		srv.Close()
-		for _, c := range closers {
-			c()
-		}
-	}, nil
+	return http.ListenAndServe("127.0.0.1:"+strconv.Itoa(h.port), mux)
 }
 
 // hostKinds lists the kinds of hs, for messages.
