@@ -66,6 +66,7 @@ type evaluation struct {
 	figs    []figure
 	checked map[string]int     // intervals, keys or answers checked, by check
 	worst   map[string]float64 // the largest count over bound, by check
+	excess  map[string]excess  // the most admitted beyond a bound, by failure policy
 }
 
 func (ev *evaluation) want(c string) bool { return len(ev.sel) == 0 || ev.sel[c] }
@@ -87,7 +88,7 @@ func (ev *evaluation) ratio(check string, count, bound float64) {
 
 // evaluate runs the selected checks over the run's answers.
 func (t *topology) evaluate(sel map[string]bool) ([]*violation, []figure) {
-	ev := &evaluation{t: t, sel: sel, checked: map[string]int{}, worst: map[string]float64{}}
+	ev := &evaluation{t: t, sel: sel, checked: map[string]int{}, worst: map[string]float64{}, excess: map[string]excess{}}
 	recs := t.rc.all()
 	// The answers of the workload's routes, by group and route.
 	by := map[*group]map[*route][]*rec{}
@@ -121,6 +122,9 @@ func (t *topology) evaluate(sel map[string]bool) ([]*violation, []figure) {
 				}
 				if ev.want(check) {
 					ev.zoneBound(check, g, r, z, xs, nil)
+					if !r.probe {
+						ev.measureExcess(g, r, z, xs)
+					}
 				}
 				if r.policy == "fallback" && ev.want("fallback") {
 					for _, h := range g.hosts {
@@ -146,6 +150,13 @@ func (t *topology) evaluate(sel map[string]bool) ([]*violation, []figure) {
 	}
 	if ev.want("recovery") {
 		ev.recovery(recs)
+	}
+	for _, p := range []string{"allow", "fallback", "deny"} {
+		if e, ok := ev.excess[p]; ok {
+			ev.fig("excess", "%s: at most %.1f admitted beyond the bound in any interval (%s, %.2fs..%.2fs), all answers counted", p, e.over, e.what, e.from.Seconds(), e.to.Seconds())
+		} else if ev.want("bound") {
+			ev.fig("excess", "%s: nothing admitted beyond the bound, all answers counted", p)
+		}
 	}
 	for _, c := range checkNames {
 		if n, ok := ev.checked[c]; ok {

@@ -337,6 +337,17 @@ func (t *topology) defect5() *defectResult {
 	return res
 }
 
+// portBelow returns a free loopback port of five digits below p.
+func portBelow(p int) (int, error) {
+	for q := p - 1; q >= 10000 && q > p-2000; q-- {
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(q)); err == nil {
+			l.Close()
+			return q, nil
+		}
+	}
+	return 0, fmt.Errorf("no free port of five digits below %d", p)
+}
+
 // runCmd runs a command, failing with its output.
 func runCmd(d time.Duration, name string, args ...string) error {
 	cmd := exec.Command(name, args...)
@@ -485,7 +496,11 @@ func (t *topology) defect7() *defectResult {
 		res.inconclusive = fmt.Sprintf("spending the key before the reload: memory %v, Redis %v, want [200 200 200 429]", m, rd)
 		return res
 	}
-	extra, err := freePort()
+	// Caddy names its servers srv0, srv1, ... in the order of their
+	// listener addresses, sorted as strings: an unrelated site on a port
+	// that sorts before c1's (as many digits, a lower number) makes c1's
+	// site srv1.
+	extra, err := portBelow(c1.port)
 	if err == nil {
 		c1.gen++
 		err = t.caddyReload(c1, extra)
@@ -494,7 +509,7 @@ func (t *topology) defect7() *defectResult {
 		res.inconclusive = "reload: " + err.Error()
 		return res
 	}
-	res.notef("c1 reloaded with a site on port %d written before its own", extra)
+	res.notef("c1 reloaded with a site on port %d, whose listener sorts before its own", extra)
 	if x := t.send(c1, mr, key, 0, nil); x.code != 429 {
 		res.recs = append(res.recs, x)
 		res.failf("memory: the key spent before the reload is admitted after it (%d): its counters restarted", x.code)
