@@ -241,6 +241,14 @@ func (t *topology) apply(f *fault) {
 		time.Sleep(time.Until(t.start.Add(f.at + f.dur)))
 		if err := s.start(); err != nil {
 			note = err.Error()
+		} else if f.target != "redis" {
+			// A Cluster node answers CLUSTERDOWN until it has heard
+			// from the others again: Redis answers once its state is ok.
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if info, err := redisDo(s.addr(), "CLUSTER", "INFO"); err == nil && strings.Contains(fmt.Sprint(info), "cluster_state:ok") {
+					break
+				}
+			}
 		}
 		t.emptied(f, t.since())
 	}

@@ -33,6 +33,34 @@
 //
 //	promises -dir DIR -backend 127.0.0.1:PORT -caddy ./caddy [-seed N] [-mode small|long] [-duration D] [-only check,...]
 //
+// The checks (-only selects some; the defect checks each reproduce one of
+// the broken promises of issue 34 and fail on 4906d52):
+//
+//	answers   no request fails, no 5xx (a connection Caddy's reload drops aside)
+//	bound     Redis's admissions per key within B + r·T (token bucket), the quota per
+//	          window (fixed window, sliding counter's weighted count) or period (log),
+//	          a capacity more per Redis started empty
+//	lease     a leased key within B + r·T + instances × lease
+//	fallback  each instance's local fallback within its share of the bound
+//	slots     the upstream never has more than max_in_flight of a key in progress
+//	          (twice that within a request's hold of Redis started empty, its leases lost)
+//	solo      a single instance with fallback local and instances 1 never more, whatever the outage
+//	shaping   the upstream never sees a shaper faster than its rate (leaky bucket:
+//	          1 + r·T, token bucket with max_delay: B + r·T), clients hanging up
+//	charge    no request charged twice: Redis's count of a fixed window against the
+//	          admissions answered and the answers of unknown fate
+//	headers   Remaining, Retry-After and Reset truthful, probed on quiet keys
+//	shared    a quota shared by a group's hosts is exact in a window without faults
+//	recovery  every answer of a failure policy within a fault or 1.2 s after it
+//	defect1   charge on the Cluster, where a dropped reply made go-redis send a decision again
+//	defect2   a repeated key header with a changing second line mints no key
+//	defect3   demand_scope fleet keeps at most demand_keys keys per period in Redis, for a
+//	          bounded time, and a period of 12 years does not overflow its expiry
+//	defect4   an answer from a lease does not close the breaker while Redis is down
+//	defect5   lease with fallback local loads when the share is below the lease
+//	defect6   Traefik's metrics listener closes idle and slow connections within 90 s
+//	defect7   an unrelated site added before a zone's keeps its counters across a reload
+//
 // It writes the hosts' configurations and DIR/hosts.env, starts Redis,
 // the Cluster, the proxies and the Go service, creates DIR/proxies.ready
 // and waits (5 minutes at most) for DIR/hosts.ready, which the script
