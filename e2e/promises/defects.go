@@ -143,37 +143,45 @@ func (t *topology) defect3() *defectResult {
 	// in, and 4 s more.
 	end := time.Now().Truncate(p).Add(p)
 	time.Sleep(time.Until(end.Add(4 * time.Second)))
-	hashes, err := redisScan(t.redis.addr(), "*{d3:*:demand:*")
+	// A period's demand is at <zone's base><period> (a hash of keys), or,
+	// with the keys kept apart from a sketch of those evicted,
+	// <base>keys:<period> and <base>evicted:<period>: the keys at most
+	// demand_keys, the sketch at most its buckets (580) and three fields.
+	stored, err := redisScan(t.redis.addr(), "*{d3:*:demand:*")
 	if err != nil {
 		res.inconclusive = "SCAN: " + err.Error()
 		return res
 	}
 	most := int64(26*p/time.Millisecond) + 3100 + 1000
 	total := int64(0)
-	for _, k := range hashes {
+	for _, k := range stored {
 		if strings.HasSuffix(k, ":since") {
 			continue
 		}
-		n, err := redisDo(t.redis.addr(), "HLEN", k)
+		n, err := redisSize(t.redis.addr(), k)
 		if err != nil {
-			res.inconclusive = "HLEN: " + err.Error()
+			res.inconclusive = err.Error()
 			return res
 		}
 		ttl, _ := redisDo(t.redis.addr(), "PTTL", k)
-		hl, _ := n.(int64)
 		pt, _ := ttl.(int64)
-		total += hl
-		if hl > d3Keys {
-			res.failf("the demand hash %s holds %d keys, more than demand_keys %d (%d one-off keys asked in one period of each fleet)", k, hl, d3Keys, keys)
+		bound, what := int64(d3Keys), "keys, more than demand_keys"
+		if strings.Contains(k, ":evicted:") {
+			bound, what = 583, "fields of a sketch, more than its 580 buckets and 3"
+		} else {
+			total += n
+		}
+		if n > bound {
+			res.failf("the demand key %s holds %d %s %d (%d one-off keys asked in one period of each fleet)", k, n, what, bound, keys)
 		}
 		if pt < 0 || pt > most {
-			res.failf("the demand hash %s lives %d ms more, not within 26 periods of %v and 3.1 s (%d ms)", k, pt, p, most)
+			res.failf("the demand key %s lives %d ms more, not within 26 periods of %v and 3.1 s (%d ms)", k, pt, p, most)
 		}
 	}
-	if len(hashes) == 0 {
-		res.failf("no demand hash of zone d3 in Redis after %d keys asked in each of two fleets", keys)
+	if len(stored) == 0 {
+		res.failf("no demand of zone d3 in Redis after %d keys asked in each of two fleets", keys)
 	}
-	res.notef("%d demand hashes of zone d3, %d keys in all, after %d one-off keys in each fleet (demand_keys %d)", len(hashes), total, keys, d3Keys)
+	res.notef("%d demand keys of zone d3 in Redis, holding %d keys in all, after %d one-off keys in each fleet (demand_keys %d)", len(stored), total, keys, d3Keys)
 	// A period of 12 years: the reset's key must live.
 	c1 := t.byName["c1"]
 	code, body, err := fetch("DELETE", fmt.Sprintf("http://127.0.0.1:%d/sluice/zones/d3y/advice", c1.admin))
@@ -474,11 +482,13 @@ func (d *defect6) verdict(t *topology) *defectResult {
 
 // defect7: a Caddy zone's counters do not hang on the name Caddy gives
 // its server: after a reload that adds an unrelated site before the
-// zone's, a key spent in memory and in Redis (shared with the other
-// Caddy, whose config did not change) stays spent.
+// zone's, a key spent in memory and in Redis stays spent. (Whether two
+// instances whose Caddyfiles differ share a zone without a share group
+// depends on their sites, which listen on ports of their own here: the
+// zones of the other groups' Caddys name a share group.)
 func (t *topology) defect7() *defectResult {
 	res := &defectResult{name: "defect7", promise: "adding an unrelated site before a zone's site and reloading Caddy keeps its counters, in memory and in Redis"}
-	c1, c2 := t.byName["c1"], t.byName["c2"]
+	c1 := t.byName["c1"]
 	mr, rr := routeNamed(c1.group, "d7m"), routeNamed(c1.group, "d7r")
 	key := fmt.Sprintf("d7-%d", t.seed)
 	seq := func(steps []*host, r *route) []int {
@@ -491,7 +501,7 @@ func (t *topology) defect7() *defectResult {
 		return codes
 	}
 	m := seq([]*host{c1, c1, c1, c1}, mr)
-	rd := seq([]*host{c1, c2, c1, c2}, rr)
+	rd := seq([]*host{c1, c1, c1, c1}, rr)
 	if fmt.Sprint(m) != "[200 200 200 429]" || fmt.Sprint(rd) != "[200 200 200 429]" {
 		res.inconclusive = fmt.Sprintf("spending the key before the reload: memory %v, Redis %v, want [200 200 200 429]", m, rd)
 		return res
@@ -516,7 +526,7 @@ func (t *topology) defect7() *defectResult {
 	}
 	if x := t.send(c1, rr, key, 0, nil); x.code != 429 {
 		res.recs = append(res.recs, x)
-		res.failf("Redis: the key spent over both Caddys before c1's reload is admitted by c1 after it (%d): c1's zone counts elsewhere now, no longer with c2's", x.code)
+		res.failf("Redis: the key spent before the reload is admitted after it (%d): the zone counts under another Redis key", x.code)
 	}
 	return res
 }

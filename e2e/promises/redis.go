@@ -231,3 +231,21 @@ func redisScan(addr, pattern string) ([]string, error) {
 	}
 	return keys, iter.Err()
 }
+
+// redisSize is the number of fields, members or elements of the key k.
+func redisSize(addr, k string) (int64, error) {
+	typ, err := redisDo(addr, "TYPE", k)
+	if err != nil {
+		return 0, fmt.Errorf("TYPE %s: %v", k, err)
+	}
+	cmd := map[string]string{"hash": "HLEN", "zset": "ZCARD", "set": "SCARD", "list": "LLEN"}[fmt.Sprint(typ)]
+	if cmd == "" {
+		return 0, nil
+	}
+	n, err := redisDo(addr, cmd, k)
+	if err != nil {
+		return 0, fmt.Errorf("%s %s: %v", cmd, k, err)
+	}
+	size, _ := n.(int64)
+	return size, nil
+}

@@ -224,8 +224,16 @@ func caddyfile(h *host, backend string, extra int) string {
 			match += "*"
 		}
 		fmt.Fprintf(&b, "\thandle %s {\n\t\tsluice {\n", match)
-		if h.group.name == "ga" && !r.memory && !strings.HasPrefix(r.name, "d7") && !r.d4 {
+		// The Caddys of a group share their zones through a share group
+		// (ga's with the Go service): a zone without one is its site's,
+		// and the instances listen on ports of their own. The defect-4
+		// and defect-7 zones are c1's own.
+		switch {
+		case r.memory || strings.HasPrefix(r.name, "d7") || r.d4:
+		case h.group.name == "ga":
 			b.WriteString("\t\t\tshare g\n")
+		default:
+			fmt.Fprintf(&b, "\t\t\tshare %s\n", h.group.name)
 		}
 		for _, z := range r.zones {
 			fmt.Fprintf(&b, "\t\t\tzone %s {\n", z.name)
