@@ -432,7 +432,6 @@ func windowIs(reset int64, p time.Duration, end int64) bool {
 // counts is e2e/backend's /_counts answer.
 type counts struct {
 	Arrivals []int64    `json:"arrivals"`
-	Peak     int        `json:"peak"`
 	Stalls   [][2]int64 `json:"stalls"`
 }
 
@@ -526,7 +525,10 @@ func (ev *evaluation) upstream(g *group, r *route, xs []*rec) {
 			for j := i; j < len(arr) && arr[j]-arr[i] < horizon; j++ {
 				stall := stalled(arr[i]-z.maxDelay-time.Second, arr[j])
 				span := (arr[j] - arr[i] + shapeSlack + stall).Seconds()
-				bound := base + rate*span + z.capacity()*float64(t.restartsIn(g, arr[i]-z.maxDelay-time.Second, arr[j]))
+				// Redis started empty admits afresh while the requests
+				// it held before still leave: a capacity, what max_delay
+				// lends, and one more.
+				bound := base + rate*span + (z.capacity()+rate*z.maxDelay.Seconds()+1)*float64(t.restartsIn(g, arr[i]-z.maxDelay-time.Second, arr[j]))
 				count := float64(j - i + 1)
 				ev.ratio("shaping", count, bound)
 				if count > bound+eps && (best == nil || j-i+1 > len(best.arrivals)) {
@@ -616,7 +618,7 @@ func (ev *evaluation) shared(g *group, by map[*route][]*rec) {
 			if float64(len(v.adm)) < z.quota-eps {
 				ev.add(&violation{check: "shared", groups: []*group{g}, recs: append(append([]*rec(nil), v.adm...), v.rej...), from: a, to: b,
 					msg: fmt.Sprintf("%s: zone %s (fixed_window %v per %v), key %s: in the window %.3fs..%.3fs Redis refused %d requests after admitting %d over %s, not the quota %v",
-						g.name, z.name, z.quota, p, k, a.Seconds(), b.Seconds(), len(v.rej), len(v.adm), hostKinds(g.hosts), z.quota)})
+						g.name, z.name, z.quota, p, k, a.Seconds(), b.Seconds(), len(v.rej), len(v.adm), hostNames(g.hosts), z.quota)})
 			}
 		}
 	}
@@ -790,24 +792,28 @@ func (ev *evaluation) recovery(recs []*rec) {
 	// 0.5 % of its answers.
 	slow := map[*host][]*rec{}
 	answers := map[*host]int{}
+	var seen []win
+	var seenBy []*host
 	for _, x := range recs {
 		answers[x.h]++
 		if (x.cls == classPolicy || x.cls == classFallback) && x.e-x.s >= slowAnswer && !strings.HasPrefix(x.r.name, "d") {
+			// An outage seen, from which the breaker recovers as from a
+			// fault; counted against the host unless it came with a
+			// fault's or the machine stalled meanwhile.
+			seen, seenBy = append(seen, win{x.s, x.e, nil}), append(seenBy, x.h)
 			inFault := false
 			for _, w := range wins[x.h] {
 				if w.f != nil && x.e >= w.a && x.s <= w.b+recoveryBound+t.stalled(x.h, w.b, x.s) {
 					inFault = true
 				}
 			}
-			if !inFault {
-				// An outage seen; counted against the host unless the
-				// machine stalled meanwhile.
-				wins[x.h] = append(wins[x.h], win{x.s, x.e, nil})
-				if t.stalled(x.h, x.s, x.e) == 0 {
-					slow[x.h] = append(slow[x.h], x)
-				}
+			if !inFault && t.stalled(x.h, x.s, x.e) == 0 {
+				slow[x.h] = append(slow[x.h], x)
 			}
 		}
+	}
+	for i, w := range seen {
+		wins[seenBy[i]] = append(wins[seenBy[i]], w)
 	}
 	nSlow := 0
 	for h, xs := range slow {

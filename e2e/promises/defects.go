@@ -83,7 +83,7 @@ func (t *topology) defect2() *defectResult {
 			decided = true
 			if admitted > 2 {
 				res.failf("%s: 6 requests with X-API-Key %q and a second, changing X-API-Key line, over %s: %d admitted by a limit of 2 per hour (%s)",
-					gn, first, hostKinds(g.hosts), admitted, strings.Join(got, " "))
+					gn, first, hostNames(g.hosts), admitted, strings.Join(got, " "))
 			} else {
 				res.notef("%s: %d of 6 admitted (%s)", gn, admitted, strings.Join(got, " "))
 			}
@@ -471,10 +471,13 @@ func (d *defect6) verdict(t *topology) *defectResult {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, name := range []string{"idle after a request", "slow headers"} {
-		if at, ok := d.closed[name]; ok {
-			res.notef("%s: closed by Traefik after %.1f s", name, (at - d.opened).Seconds())
-		} else {
+		switch at, ok := d.closed[name]; {
+		case !ok:
 			res.failf("%s: still open %v after it was opened", name, d6Bound)
+		case at-d.opened > d6Bound:
+			res.failf("%s: closed by Traefik only after %.1f s, more than %v", name, (at - d.opened).Seconds(), d6Bound)
+		default:
+			res.notef("%s: closed by Traefik after %.1f s", name, (at - d.opened).Seconds())
 		}
 	}
 	return res

@@ -107,7 +107,7 @@ type topology struct {
 }
 
 // restartEvent is Redis (the standalone server, or a Cluster node)
-// started empty at an instant, after a kill.
+// killed at an instant, to start again empty.
 type restartEvent struct {
 	at      time.Duration
 	cluster bool
@@ -123,7 +123,7 @@ type reload struct {
 
 func (t *topology) since() time.Duration { return time.Since(t.start) }
 
-// emptied records that f started Redis empty at at.
+// emptied records that f lost Redis's state at at.
 func (t *topology) emptied(f *fault, at time.Duration) {
 	t.mu.Lock()
 	t.restarts = append(t.restarts, restartEvent{at: at, cluster: f.target != "redis"})
@@ -539,7 +539,13 @@ func (t *topology) reload(rl *reload) {
 	case "caddy":
 		err = t.caddyReload(h, 0)
 	case "traefik":
-		err = os.WriteFile(h.file, []byte(traefikDynamic(h, t.backend)), 0o644)
+		// Written aside and renamed into place: Traefik's watcher must
+		// never read a file half written (its routers then answer 404).
+		tmp := h.file + ".new"
+		err = os.WriteFile(tmp, []byte(traefikDynamic(h, t.backend)), 0o644)
+		if err == nil {
+			err = os.Rename(tmp, h.file)
+		}
 		if err == nil {
 			// Traefik applies it within its watcher's throttle.
 			err = waitStatus(h.url("/gen-"+strconv.Itoa(h.gen)), 200, 10*time.Second)

@@ -123,8 +123,8 @@ func serve(h *host, backend string) error {
 	return http.ListenAndServe("127.0.0.1:"+strconv.Itoa(h.port), mux)
 }
 
-// hostKinds lists the kinds of hs, for messages.
-func hostKinds(hs []*host) string {
+// hostNames lists the names of hs, for messages.
+func hostNames(hs []*host) string {
 	var s []string
 	for _, h := range hs {
 		s = append(s, h.name)
