@@ -451,7 +451,8 @@ func (ev *evaluation) upstream(g *group, r *route, xs []*rec) {
 		keys[x.key] = append(keys[x.key], x)
 	}
 	for key, kx := range keys {
-		path := strings.TrimSuffix(pathOf(r, key), "?sleep="+r.hold.String())
+		hold := holdOf(r, key)
+		path := strings.TrimSuffix(pathOf(r, key), "?sleep="+hold.String())
 		_, body, err := fetch("GET", "http://"+t.backend+"/_counts?path="+url.QueryEscape(path))
 		var c counts
 		if err == nil {
@@ -486,15 +487,14 @@ func (ev *evaluation) upstream(g *group, r *route, xs []*rec) {
 				continue
 			}
 			ev.checked[check] += len(arr)
-			hold := r.hold - 5*time.Millisecond
 			for i := range arr {
 				// Requests in progress at arr[i]: those arrived within a hold before.
 				n := 0
-				for j := i; j >= 0 && arr[i]-arr[j] < hold; j-- {
+				for j := i; j >= 0 && arr[i]-arr[j] < hold-5*time.Millisecond; j-- {
 					n++
 				}
 				bound := float64(z.inflight)
-				if !r.solo && t.restartsIn(g, arr[i]-r.hold-200*time.Millisecond, arr[i]) > 0 {
+				if !r.solo && t.restartsIn(g, arr[i]-hold-200*time.Millisecond, arr[i]) > 0 {
 					bound *= 2
 				}
 				ev.ratio(check, float64(n), bound)
@@ -503,9 +503,9 @@ func (ev *evaluation) upstream(g *group, r *route, xs []*rec) {
 					if r.solo {
 						what = ", one instance with fallback local and instances 1, which README says never has more whatever the outage"
 					}
-					ev.add(&violation{check: check, groups: []*group{g}, arrivals: arr[i-n+1 : i+1], recs: near(kx, arr[i]-r.hold, arr[i]+r.hold),
+					ev.add(&violation{check: check, groups: []*group{g}, arrivals: arr[i-n+1 : i+1], recs: near(kx, arr[i]-hold, arr[i]+hold),
 						from: arr[i-n+1], to: arr[i],
-						msg: fmt.Sprintf("%s: zone %s (max_in_flight %d%s), key %s: the upstream had %d requests in progress at %.3fs (each held %v from its arrival), more than %v", g.name, z.name, z.inflight, what, key, n, arr[i].Seconds(), r.hold, bound)})
+						msg: fmt.Sprintf("%s: zone %s (max_in_flight %d%s), key %s: the upstream had %d requests in progress at %.3fs (each held %v from its arrival), more than %v", g.name, z.name, z.inflight, what, key, n, arr[i].Seconds(), hold, bound)})
 					break
 				}
 			}

@@ -63,7 +63,7 @@ func (f *fault) empties() bool { return f.kind == "kill" || f.kind == "restart" 
 // schedule draws the faults of a run of length d from rnd: one after
 // another, 1.5 to 4.5 s apart, from 6 s to 6 s before the end, of every
 // kind, on every target; a drop of replies on the Cluster at 20 s (the
-// defect-1 check needs one).
+// defect-1 check needs one) and a restart of Redis for the solo scenario.
 func schedule(rnd *rand.Rand, d time.Duration, t *topology) []*fault {
 	var out []*fault
 	kinds := []struct {
@@ -88,15 +88,22 @@ func schedule(rnd *rand.Rand, d time.Duration, t *topology) []*fault {
 			groupNames = append(groupNames, g.name)
 		}
 	}
-	forced := false
+	forced, restart := false, d <= soloAt+10*time.Second
 	at := 6 * time.Second
 	for {
 		at += uni(1.5, 4.5)
 		f := &fault{seed: rnd.Int63()}
-		if !forced && at >= 20*time.Second && t.cluster != nil {
+		switch {
+		case !restart && at+5*time.Second > soloAt:
+			// The solo scenario's restart of Redis, on time, nothing
+			// else from a second before it.
+			restart = true
+			at = soloAt + soloRestart
+			f.kind, f.target = "restart", "redis"
+		case !forced && at >= 20*time.Second && t.cluster != nil:
 			forced = true
 			f.kind, f.target, f.param, f.dur = "drop_reply", "cluster", 0.3, 4*time.Second
-		} else {
+		default:
 			w := rnd.Intn(total)
 			for _, k := range kinds {
 				if w < k.weight {

@@ -150,8 +150,8 @@ func pathOf(r *route, key string) string {
 		return r.path
 	}
 	p := r.path + key
-	if r.hold > 0 {
-		p += "?sleep=" + r.hold.String()
+	if hold := holdOf(r, key); hold > 0 {
+		p += "?sleep=" + hold.String()
 	}
 	return p
 }
