@@ -81,7 +81,7 @@ func (ev *evaluation) fig(check, format string, args ...interface{}) {
 
 // ratio notes count against bound for check's worst.
 func (ev *evaluation) ratio(check string, count, bound float64) {
-	if bound > 0 && count/bound > ev.worst[check] {
+	if w, ok := ev.worst[check]; bound > 0 && (!ok || count/bound > w) {
 		ev.worst[check] = count / bound
 	}
 }
@@ -159,8 +159,14 @@ func (t *topology) evaluate(sel map[string]bool) ([]*violation, []figure) {
 		}
 	}
 	for _, c := range checkNames {
-		if n, ok := ev.checked[c]; ok {
-			ev.fig(c, "%d checked; the most admitted against the bound, in any interval: %.3f of it", n, ev.worst[c])
+		n, ok := ev.checked[c]
+		if !ok {
+			continue
+		}
+		if w, ok := ev.worst[c]; ok {
+			ev.fig(c, "%d checked; the most against the bound, in any interval: %.3f of it", n, w)
+		} else {
+			ev.fig(c, "%d checked", n)
 		}
 	}
 	return ev.vs, ev.figs
@@ -192,7 +198,8 @@ func (ev *evaluation) answers(recs []*rec) {
 		len(recs), n[classRedis], n[classFallback], n[classPolicy], n[classHungUp], n[classFailed])
 }
 
-// restartsIn counts the times g's Redis started empty within [a, b].
+// restartsIn counts the times g's Redis lost its state (killed, to start
+// again empty) within [a, b].
 func (t *topology) restartsIn(g *group, a, b time.Duration) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
