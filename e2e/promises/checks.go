@@ -445,8 +445,9 @@ type counts struct {
 // upstream checks what reached the backend through an upstream route:
 // for max_in_flight zones, at most the limit in progress at once (each
 // request held exactly r.hold there from its arrival), twice the limit
-// within a hold of Redis starting empty (its leases lost; a solo route,
-// one instance with fallback local, never); for shaping zones, at most
+// within a hold of Redis starting empty (its leases lost, on a solo
+// route too: one instance with fallback local never has more through an
+// outage, but a Redis restarted empty is none it sees); for shaping zones, at most
 // 1 + r·(T + slack) arrivals (leaky_bucket) or B + r·(T + slack)
 // (token_bucket with max_delay) in any interval T, a capacity more per
 // Redis started empty.
@@ -501,14 +502,14 @@ func (ev *evaluation) upstream(g *group, r *route, xs []*rec) {
 					n++
 				}
 				bound := float64(z.inflight)
-				if !r.solo && t.restartsIn(g, arr[i]-hold-200*time.Millisecond, arr[i]) > 0 {
+				if t.restartsIn(g, arr[i]-hold-200*time.Millisecond, arr[i]) > 0 {
 					bound *= 2
 				}
 				ev.ratio(check, float64(n), bound)
 				if float64(n) > bound {
 					what := ""
 					if r.solo {
-						what = ", one instance with fallback local and instances 1, which README says never has more whatever the outage"
+						what = ", one instance with fallback local and instances 1, which docs/redis.md says never has more through an outage"
 					}
 					ev.add(&violation{check: check, groups: []*group{g}, arrivals: arr[i-n+1 : i+1], recs: near(kx, arr[i]-hold, arr[i]+hold),
 						from: arr[i-n+1], to: arr[i],

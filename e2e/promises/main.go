@@ -44,8 +44,9 @@
 //	fallback  each instance's local fallback within its share of the bound
 //	slots     the upstream never has more than max_in_flight of a key in progress
 //	          (twice that within a request's hold of Redis started empty, its leases lost)
-//	solo      a single instance with fallback local and instances 1 never more, whatever the
-//	          outage; at 30 s, Redis restarts empty while such an instance holds its slots
+//	solo      a single instance with fallback local and instances 1 never more through an
+//	          outage; at 30 s, Redis restarts empty while such an instance holds its slots,
+//	          which it does not see: at most twice the limit within the requests' hold
 //	shaping   the upstream never sees a shaper faster than its rate (leaky bucket:
 //	          1 + r·T, token bucket with max_delay: B + r·T), clients hanging up
 //	charge    no request charged twice: Redis's count of a fixed window against the

@@ -6,9 +6,11 @@ import (
 	"time"
 )
 
-// The solo scenario: README says that one instance with fallback local
-// and instances 1 never has more than max_in_flight requests of a key in
-// flight, whatever the outage. At soloAt, the first host of each group
+// The solo scenario: docs/redis.md says that one instance with fallback
+// local and instances 1 never has more than max_in_flight requests of a
+// key in flight through an outage, and that a Redis restarted empty,
+// which is none the instance sees, loses the slots of the requests in
+// flight: up to max_in_flight more may start while they last. At soloAt, the first host of each group
 // on the standalone Redis sends max_in_flight requests of a key of its
 // own that the backend holds soloHold; the schedule restarts Redis
 // empty soloRestart later (schedule); soloAgain after soloAt the host
