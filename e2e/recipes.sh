@@ -219,7 +219,12 @@ done
 admitted="$(count 200 "$(xargs <<<"$all")")"
 # 100 a minute: one more per 0.6 s elapsed.
 expect_in "caddy three-instances: one client's 120 requests over three Caddys on one Redis, admitted" "$admitted" 100 $((101 + (SECONDS - start) * 10 / 6))
-last="$(codes 1 "${urls[0]}/") $(codes 1 "${urls[1]}/") $(codes 1 "${urls[2]}/")"
+# A token comes back every 0.6 s, which a loaded machine may let one of
+# three requests in a row find: ask again, 5 times at most.
+for ((i = 0; i < 5; i++)); do
+	last="$(codes 1 "${urls[0]}/") $(codes 1 "${urls[1]}/") $(codes 1 "${urls[2]}/")"
+	[ "$last" = "429 429 429" ] && break
+done
 expect "caddy three-instances: then each instance refuses" "$last" "429 429 429"
 e2e_stop "$REDIS_PID"
 start=$SECONDS
