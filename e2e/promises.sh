@@ -4,8 +4,9 @@
 # network between the hosts and Redis, and Redis itself, break on a
 # schedule drawn from a seed.
 #
-#   two Caddys built by ./xcaddy.sh and a Go service (sluicehttp, inside
-#   e2e/promises) sharing their limits through one Redis; two Traefiks
+#   two Caddys built by ./xcaddy.sh and a Go service (sluicehttp, run by
+#   e2e/promises as a process of its own) sharing their limits through
+#   one Redis; two Traefiks
 #   v3.6.12 (scripts/build-traefik.sh) with sluice from plugins-local on
 #   the same Redis; two Caddys on a Redis Cluster of three masters; every
 #   host's Redis traffic through a toxiproxy proxy of its own; e2e/backend
@@ -15,11 +16,12 @@
 # and writes the hosts' configurations (hosts.env names them); this
 # script then starts the Caddys and Traefiks, and e2e/promises runs the
 # seeded workload, the faults, the reloads and the defect scenarios, and
-# checks. Arguments go to e2e/promises:
+# checks (the list and -only: go doc ./e2e/promises). Arguments go to
+# e2e/promises:
 #
-#   bash e2e/promises.sh                      # small mode, about 3 minutes (CI)
+#   bash e2e/promises.sh                      # small mode: 100 s of load, about 2 minutes in all (CI)
 #   bash e2e/promises.sh -seed 42 -only bound,defect7
-#   bash e2e/promises.sh -mode long           # 30 minutes, about a million requests
+#   bash e2e/promises.sh -mode long           # 30 minutes of load, about a million requests, 375 faults
 #
 # Without arguments, CI (CI=true) runs seed 194973, so that a red run
 # replays as it failed; anywhere else the seed is drawn afresh each run.
