@@ -772,7 +772,7 @@ func (ev *evaluation) headers() {
 		}
 	}
 	ev.checked["headers"] = done
-	ev.fig("headers", "%d probes of quiet keys (Remaining, Retry-After, Reset) over every algorithm and group; %d inconclusive (a fault during the probe)", done, inconclusive)
+	ev.fig("headers", "%d conclusive probes of quiet keys (Remaining, Retry-After, Reset) over every algorithm and group, and %d more that a fault made inconclusive", done, inconclusive)
 }
 
 // recovery checks that every answer not from Redis (the failure policy's
@@ -888,7 +888,7 @@ func (ev *evaluation) recovery(recs []*rec) {
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	ev.checked["recovery"] = n
 	if len(all) > 0 {
-		ev.fig("recovery", "%d answers not from Redis, all within faults or %v after but %d from a connection a fault dropped and %d decisions timed out without a fault; the last of them after a fault's end: median %v, max %v (Caddy %v, Traefik %v, Go service %v)",
+		ev.fig("recovery", "%d answers not from Redis, each within a fault or %v after it or after a decision that timed out, but %d from a connection a fault dropped, and %d decisions timed out without a fault; the last of them after a fault's end: median %v, max %v (Caddy %v, Traefik %v, Go service %v)",
 			n, recoveryBound, nStale, nSlow, all[len(all)/2].Round(time.Millisecond), all[len(all)-1].Round(time.Millisecond),
 			worst["caddy"].Round(time.Millisecond), worst["traefik"].Round(time.Millisecond), worst["service"].Round(time.Millisecond))
 	}
