@@ -577,12 +577,12 @@ func (g *Gate) Answered(ctx context.Context, asks []model.Ask, v *Verdict, statu
 	}
 }
 
-// AnswerCounts reports whether one of limits counts only some
-// responses (Limit.CountStatus), so that its host must observe the status
-// of the response and call Answered.
+// AnswerCounts reports whether one of limits must see its response
+// (Limit.Answered: CountStatus, CostHeader, CostBytes), so that its host
+// must observe the response and call Answered.
 func AnswerCounts(limits []*model.Limit) bool {
 	for _, l := range limits {
-		if l.CountStatus != nil {
+		if l.Answered() {
 			return true
 		}
 	}

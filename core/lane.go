@@ -236,11 +236,12 @@ func NewLane(cfg LaneConfig) *Lane {
 }
 
 // laneGeneral reports whether a limit of asks has a Penalty, which only
-// the stores apply, or a CountStatus (ServeLaneCounted's): such a lane's
+// the stores apply, or must see its response (Limit.Answered,
+// ServeLaneCounted's): such a lane's
 // requests go to Gate.Serve, none of whose fused copies it takes.
 func laneGeneral(asks []LaneAsk) bool {
 	for _, a := range asks {
-		if a.Limit.Penalty != 0 || a.Limit.CountStatus != nil {
+		if a.Limit.Penalty != 0 || a.Limit.Answered() {
 			return true
 		}
 	}

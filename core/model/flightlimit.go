@@ -34,6 +34,8 @@ func (l *Limit) validateFlightOnly() *FieldError {
 		return &FieldError{Field: "penalty", Reason: "only a rate's refusals start a penalty", Needs: "rate"}
 	case l.CountStatus != nil:
 		return &FieldError{Field: "count_status", Reason: "only a rate's charges are given back", Needs: "rate"}
+	case l.CostHeader != "" || l.CostBytes:
+		return &FieldError{Field: l.responseCostField(), Reason: "only a rate is charged a cost", Needs: "rate"}
 	}
 	f := l.Flight()
 	l.period, l.unit, l.capacity, l.owe = 0, 0, 0, 0

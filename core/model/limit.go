@@ -216,6 +216,18 @@ type Limit struct {
 	// Refund), so that the limit bounds its counted responses. nil, the
 	// default, counts every request. Not with a Lease.
 	CountStatus StatusSet
+	// CostHeader, when set, takes a request's cost from its response:
+	// the number in this response header. The request is charged the
+	// cost asked (an estimate, which may be 0) when admitted, and the
+	// difference when it is answered (core.Gate.Answered), which may
+	// leave its key in debt, beyond the capacity, until the rate repays
+	// it. A missing, malformed or negative value leaves the estimate
+	// charged; a value above the capacity counts as the capacity.
+	// Not with a Lease.
+	CostHeader string
+	// CostBytes, when true, takes a request's cost from its response as
+	// CostHeader does, but as the bytes of the response's body.
+	CostBytes bool
 
 	// Hash and Keep are set by Validate, for the stores and request paths
 	// that read them on every request, where a method call would cost
@@ -334,6 +346,9 @@ func (l *Limit) validate() *FieldError {
 		return err
 	}
 	if err := l.checkCount(); err != nil {
+		return err
+	}
+	if err := l.checkResponseCost(); err != nil {
 		return err
 	}
 	if l.Algorithm == SlidingWindowLog && l.Rate.Quota > MaxLogQuota {

@@ -1,6 +1,9 @@
 package model
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // StatusSet is the response statuses that a limit counts
 // (Limit.CountStatus): each element a status code, 100 to 599, or a
@@ -61,4 +64,40 @@ func (l *Limit) checkCount() *FieldError {
 		return Refuse("count_status", "", "a lease's admissions cannot be given back; remove lease")
 	}
 	return nil
+}
+
+// Answered reports whether l must see its request's response: it counts
+// only some statuses (CountStatus) or takes its cost from the response
+// (CostHeader, CostBytes).
+func (l *Limit) Answered() bool {
+	return l.CountStatus != nil || l.CostHeader != "" || l.CostBytes
+}
+
+// checkResponseCost checks CostHeader and CostBytes: one of them, a
+// header name that is a token, and no lease, whose admissions Redis does
+// not see to settle.
+func (l *Limit) checkResponseCost() *FieldError {
+	switch {
+	case l.CostHeader == "" && !l.CostBytes:
+		return nil
+	case l.CostHeader != "" && l.CostBytes:
+		return Refuse("cost_bytes", "", "a cost comes from one place; remove cost_header or cost_bytes")
+	case l.Lease != 0:
+		return Refuse(l.responseCostField(), "", "a lease's admissions cannot be settled; remove lease")
+	}
+	for i := 0; i < len(l.CostHeader); i++ {
+		if c := l.CostHeader[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return Refuse("cost_header", l.CostHeader, "not a header name")
+		}
+	}
+	return nil
+}
+
+// responseCostField names the option that takes l's cost from its
+// response.
+func (l *Limit) responseCostField() string {
+	if l.CostBytes {
+		return "cost_bytes"
+	}
+	return "cost_header"
 }
