@@ -24,8 +24,16 @@
 # keys. Every side's requests are drawn the same way. wrk's script costs
 # CPU on the same cores, so throughputs compare within such a run only.
 #
+# With SIDES set, it loads those sides instead of the four, each a
+# <side>.Caddyfile here, plain and sluice always among them: the option
+# sides (counted, penalty, costed) are sluice's zone with one option
+# more, and each is printed against plain and against sluice, what the
+# option adds to a limit without it. SIDES="counted penalty costed" runs
+# plain, sluice and the three.
+#
 # Environment: ROUNDS (default 5), DURATION of each round in seconds
-# (default 5), THREADS (default 2) and CONNECTIONS (default 32) of wrk, KEYS.
+# (default 5), THREADS (default 2) and CONNECTIONS (default 32) of wrk, KEYS,
+# SIDES.
 # With the defaults it takes about two minutes plus the build. It
 # fails if a server does not come up, if sluice or the floor answers
 # without the five rate-limit headers (or quiet with any), or if wrk saw an
@@ -64,6 +72,13 @@ fi
 
 declare -A port caddy_pid
 sides="plain headers quiet sluice"
+if [ -n "${SIDES:-}" ]; then
+	sides="plain sluice"
+	for side in $SIDES; do
+		[ -f "$here/$side.Caddyfile" ] || die "no side $side: $here/$side.Caddyfile is missing"
+		[[ " $sides " == *" $side "* ]] || sides+=" $side"
+	done
+fi
 for side in $sides; do
 	port[$side]="$(free_port)"
 	SLUICE_BENCH_PORT="${port[$side]}" e2e_start_caddy "$side" "$here/$side.Caddyfile" "${port[$side]}"
@@ -75,8 +90,8 @@ for side in $sides; do
 	head="$(curl -sS --max-time 5 -D - -o /dev/null -H "X-Bench-Key: 1" "http://127.0.0.1:${port[$side]}/")" ||
 		die "the $side side does not answer"
 	n="$(grep -ciE '^(RateLimit|RateLimit-Policy|X-RateLimit-(Limit|Remaining|Reset)):' <<<"$head" || true)"
-	want=0
-	[ "$side" = sluice ] || [ "$side" = headers ] && want=5
+	want=5
+	[ "$side" = plain ] || [ "$side" = quiet ] && want=0
 	[ "$n" -eq "$want" ] || die "the $side side answers with $n rate-limit headers, not $want"
 done
 
@@ -127,16 +142,32 @@ for side in $sides; do
 	printf 'median    %-7s  %8.0f req/s  %6.1f us CPU/req\n' "$side" \
 		"$(median <"$TMP/$side.rps")" "$(median <"$TMP/$side.cpu")"
 done
-awk -v s="$(median <"$TMP/sluice.rps")" -v p="$(median <"$TMP/plain.rps")" -v h="$(median <"$TMP/headers.rps")" \
-	-v q="$(median <"$TMP/quiet.rps")" -v qc="$(median <"$TMP/quiet.cpu")" \
-	-v sc="$(median <"$TMP/sluice.cpu")" -v pc="$(median <"$TMP/plain.cpu")" -v hc="$(median <"$TMP/headers.cpu")" 'BEGIN {
-	r = s / p
-	printf "ratio     sluice/plain throughput %.3f (target >= 0.97: %s)\n", r, (r >= 0.97 ? "met" : "NOT met")
-	printf "ratio     plain/sluice CPU per request %.3f (less sensitive to other load)\n", pc / sc
-	printf "ratio     headers/plain throughput %.3f, plain/headers CPU per request %.3f (the floor: five headers written)\n", h / p, pc / hc
-	printf "ratio     sluice/headers throughput %.3f, headers/sluice CPU per request %.3f (what deciding adds to the floor)\n", s / h, hc / sc
-	printf "ratio     quiet/plain throughput %.3f, plain/quiet CPU per request %.3f (deciding, headers off)\n", q / p, pc / qc
-}'
+if [ -z "${SIDES:-}" ]; then
+	awk -v s="$(median <"$TMP/sluice.rps")" -v p="$(median <"$TMP/plain.rps")" -v h="$(median <"$TMP/headers.rps")" \
+		-v q="$(median <"$TMP/quiet.rps")" -v qc="$(median <"$TMP/quiet.cpu")" \
+		-v sc="$(median <"$TMP/sluice.cpu")" -v pc="$(median <"$TMP/plain.cpu")" -v hc="$(median <"$TMP/headers.cpu")" 'BEGIN {
+		r = s / p
+		printf "ratio     sluice/plain throughput %.3f (target >= 0.97: %s)\n", r, (r >= 0.97 ? "met" : "NOT met")
+		printf "ratio     plain/sluice CPU per request %.3f (less sensitive to other load)\n", pc / sc
+		printf "ratio     headers/plain throughput %.3f, plain/headers CPU per request %.3f (the floor: five headers written)\n", h / p, pc / hc
+		printf "ratio     sluice/headers throughput %.3f, headers/sluice CPU per request %.3f (what deciding adds to the floor)\n", s / h, hc / sc
+		printf "ratio     quiet/plain throughput %.3f, plain/quiet CPU per request %.3f (deciding, headers off)\n", q / p, pc / qc
+	}'
+else
+	for side in $sides; do
+		[ "$side" = plain ] || [ "$side" = sluice ] && continue
+		awk -v side="$side" -v o="$(median <"$TMP/$side.rps")" -v oc="$(median <"$TMP/$side.cpu")" \
+			-v s="$(median <"$TMP/sluice.rps")" -v sc="$(median <"$TMP/sluice.cpu")" \
+			-v p="$(median <"$TMP/plain.rps")" -v pc="$(median <"$TMP/plain.cpu")" 'BEGIN {
+			printf "ratio     %s/plain throughput %.3f, plain/%s CPU per request %.3f\n", side, o / p, side, pc / oc
+			printf "ratio     %s/sluice throughput %.3f, sluice/%s CPU per request %.3f (%+.1f us: what the option adds)\n", side, o / s, side, sc / oc, oc - sc
+		}'
+	done
+	awk -v s="$(median <"$TMP/sluice.rps")" -v p="$(median <"$TMP/plain.rps")" \
+		-v sc="$(median <"$TMP/sluice.cpu")" -v pc="$(median <"$TMP/plain.cpu")" 'BEGIN {
+		printf "ratio     sluice/plain throughput %.3f, plain/sluice CPU per request %.3f\n", s / p, pc / sc
+	}'
+fi
 # rss prints the resident memory of process $1 in MB.
 rss() { awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 for side in $sides; do
