@@ -167,6 +167,15 @@ var memoryCases = []pluginCase{
 	{name: "two limits, the second rejects", config: with(open, "limits", []any{
 		map[string]any{"name": "global", "average": 1, "period": "1h", "burst": 1, "key": "const:all"},
 	}), remote: ipv4, rejected: true, target: targetOther, ceiling: 957},
+	// The options that take a lane off its fused paths to Gate.Serve:
+	// a penalty, which the store applies, and countStatus, whose
+	// response the handler observes (the next handler answers 200, which
+	// 401 does not count, so every admission is given back). Counts
+	// 1303, 1625 and 1706: Gate.Serve's general path, about six times
+	// the fused lane's.
+	{name: "token_bucket allowed, penalty", config: with(open, "penalty", "1m"), remote: ipv4, target: targetOther, ceiling: 1330},
+	{name: "token_bucket rejected, penalty", config: with(closed, "penalty", "1m"), remote: ipv4, rejected: true, target: targetOther, ceiling: 1660},
+	{name: "token_bucket allowed, countStatus 401", config: with(open, "countStatus", []string{"401"}), remote: ipv4, target: targetOther, ceiling: 1740},
 }
 
 // plugins holds the four interpreters, loaded once per test binary: an
