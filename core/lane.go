@@ -605,7 +605,7 @@ func laneShort(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reques
 func laneDecide(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request, key string, sh *memShard, h uint64, held bool, sl *memSlot, now int64) {
 	st := model.State{T: sl.t, A: sl.a}
 	var v Verdict
-	exp := model.TokenBucketStep(l.limit, &st, now, l.cost, &v.Decision, 0, 0, 0, 0)
+	exp := model.TokenBucketStep(l.limit, &st, now, l.cost, &v.Decision, 0, 0, 0)
 	if v.Decision.Allowed {
 		if !held {
 			room(l.mem, sh, now)
@@ -1121,7 +1121,7 @@ func laneTake1(s *MemoryStore, l *model.Limit, key string, cost float64, d *mode
 	}
 	switch l.Algorithm {
 	case tokenBucket:
-		exp = model.TokenBucketStep(l, ps, now, cost, d, 0, 0, 0, 0)
+		exp = model.TokenBucketStep(l, ps, now, cost, d, 0, 0, 0)
 	case leakyBucket:
 		exp = model.LeakyBucketStep(l, ps, now, cost, d, 0, 0, 0, 0, 0, 0, 0, false)
 	case fixedWindow:
@@ -1215,7 +1215,7 @@ func laneTakeMany(s *MemoryStore, asks []model.Ask, out []model.Decision,
 		*st = model.State{T: sl.t, A: sl.a, B: sl.b}
 		switch l.Algorithm {
 		case tokenBucket:
-			m.exp = model.TokenBucketStep(l, st, now, a.Cost, d, 0, 0, 0, 0)
+			m.exp = model.TokenBucketStep(l, st, now, a.Cost, d, 0, 0, 0)
 		case slidingWindowLog:
 			st.Log = sh.logs[m.h]
 			if len(st.Log) >= maxLogQuota {

@@ -16,8 +16,9 @@ const Eps = 1e-9
 //
 // The limit must have passed Validate; cost must be positive, or zero to
 // read s: a zero cost charges nothing, and the decision reports what s
-// leaves at now (Remaining, Reset, Next), except for a
-// sliding_window_log, which logs it as an admission at now.
+// leaves at now (Remaining, Reset, Next). A state in debt (charged beyond
+// the capacity by Charge) refuses even a zero cost until the rate has
+// repaid the debt and the cost.
 func (l *Limit) Decide(s State, now int64, cost float64) (State, Decision) {
 	if l.Algorithm == SlidingWindowLog && len(s.Log) >= MaxLogQuota {
 		// A full log's newest entry is merged in place: keep the
@@ -51,7 +52,7 @@ func (l *Limit) Decide(s State, now int64, cost float64) (State, Decision) {
 func Step(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
 	switch l.Algorithm {
 	case TokenBucket:
-		return TokenBucketStep(l, s, now, cost, d, 0, 0, 0, 0)
+		return TokenBucketStep(l, s, now, cost, d, 0, 0, 0)
 	case LeakyBucket:
 		return LeakyBucketStep(l, s, now, cost, d, 0, 0, 0, 0, 0, 0, 0, false)
 	case FixedWindow:

@@ -246,6 +246,10 @@ type Limit struct {
 	period   int64   // Rate.Period in nanoseconds
 	capacity float64 // effective burst
 	owe      float64 // token_bucket: the tokens MaxDelay lends, MaxDelay/unit
+	// most is, for a token_bucket, the largest deficit a state holds:
+	// capacity + owe, or with a response cost, whose settlements may
+	// leave a key in debt, the tokens the rate refills in MaxSpan.
+	most float64
 	// flight, with MaxInFlight, is the *Limit that decides its in-flight
 	// slots (flightlimit.go); nil without. An interface, not a *Limit:
 	// Yaegi keeps a recursive struct type at a cost of about 115 KB of the
@@ -365,6 +369,10 @@ func (l *Limit) validate() *FieldError {
 	l.owe = 0
 	if l.Algorithm == TokenBucket {
 		l.owe = float64(l.MaxDelay) / l.unit
+	}
+	l.most = l.capacity + l.owe
+	if l.CostHeader != "" || l.CostBytes {
+		l.most = float64(MaxSpan) / l.unit
 	}
 	if span := l.capacity*l.unit + float64(l.MaxDelay); !(span <= float64(MaxSpan)) {
 		return Refuse("burst", FormatFloat(l.capacity), "refilling it at the rate takes longer than the "+FormatPeriod(MaxSpan)+" sluice supports")

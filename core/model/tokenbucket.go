@@ -20,15 +20,15 @@ package model
 // and tokenDebt's: under Yaegi a function pays for its whole body on
 // every call.
 func TokenBucketStep(l *Limit, s *State, now int64, cost float64, d *Decision,
-	t int64, deficit, c, most float64) int64 {
+	t int64, deficit, c float64) int64 {
 	t = s.T
 	deficit = s.A
 	c = l.capacity
 	if now < t {
 		now = t // a clock step back mints nothing
 	}
-	if most = c + l.owe; deficit > most {
-		deficit = most // the capacity shrank: the bucket was empty, not in debt
+	if deficit > l.most {
+		deficit = l.most // the capacity shrank: the bucket was empty, not in debt
 	}
 	if deficit > 0 {
 		deficit -= float64(now-t) * l.Rate.Quota / float64(l.period)

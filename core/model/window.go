@@ -198,7 +198,9 @@ func SlidingLogStep(l *Limit, s *State, now int64, cost float64, d *Decision,
 		d.RetryAfter = Never
 	case s.A+cost <= l.capacity+Eps:
 		d.Allowed = true
-		if n >= MaxLogQuota {
+		if cost == 0 {
+			// Charges nothing: no entry.
+		} else if n >= MaxLogQuota {
 			// The log is full: merge into the newest entry, moved to
 			// now, in place. That entry is the one element of the
 			// original log that a decision overwrites (Decide copies a
