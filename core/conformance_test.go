@@ -66,6 +66,24 @@ func (s *decideStore) Refund(ctx context.Context, asks []model.Ask, charged []mo
 	return nil
 }
 
+func (s *decideStore) Settle(ctx context.Context, asks []model.Ask, charged []model.Decision, actual []float64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock()
+	for i, a := range asks {
+		k := a.Limit.Namespace() + "\n" + a.Key
+		st, ok := s.states[k]
+		switch {
+		case !charged[i].Mark.OK:
+		case actual[i] > a.Cost:
+			s.states[k] = a.Limit.Charge(st, now, actual[i]-a.Cost)
+		case ok:
+			s.states[k] = a.Limit.Refund(st, now, a.Cost-actual[i], charged[i])
+		}
+	}
+	return nil
+}
+
 func TestDecideConformance(t *testing.T) {
 	storetest.Conformance(t, func(t *testing.T, clock *testclock.Clock) model.Store {
 		return &decideStore{clock: clock.Now, states: make(map[string]model.State), held: make(map[string]int64)}

@@ -25,6 +25,10 @@ func (f *failingStore) Refund(ctx context.Context, asks []model.Ask, charged []m
 	return errors.New("store down")
 }
 
+func (f *failingStore) Settle(ctx context.Context, asks []model.Ask, charged []model.Decision, actual []float64) error {
+	return errors.New("store down")
+}
+
 func gateLimit(t *testing.T, name string, alg model.Algorithm, rate string, burst float64) *model.Limit {
 	t.Helper()
 	r, err := model.ParseRate(rate)
@@ -328,6 +332,10 @@ func (cancellingStore) Take(ctx context.Context, asks []model.Ask, out []model.D
 }
 
 func (cancellingStore) Refund(ctx context.Context, asks []model.Ask, charged []model.Decision) error {
+	return nil
+}
+
+func (cancellingStore) Settle(ctx context.Context, asks []model.Ask, charged []model.Decision, actual []float64) error {
 	return nil
 }
 

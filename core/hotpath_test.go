@@ -62,6 +62,10 @@ func (h *hiddenStore) Refund(ctx context.Context, asks []model.Ask, charged []mo
 	return h.s.Refund(ctx, asks, charged)
 }
 
+func (h *hiddenStore) Settle(ctx context.Context, asks []model.Ask, charged []model.Decision, actual []float64) error {
+	return h.s.Settle(ctx, asks, charged, actual)
+}
+
 // TestGateServeFastPathMatchesGeneral: one ask on a MemoryStore, which
 // Serve decides on its own path, gets the verdict, status and headers of
 // the general path, for every algorithm, admitted, delayed and rejected.

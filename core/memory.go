@@ -382,18 +382,24 @@ func shardOrder(order []int, i int) []int {
 
 // Refund implements Store.
 func (s *MemoryStore) Refund(ctx context.Context, asks []model.Ask, charged []model.Decision) error {
+	return s.Settle(ctx, asks, charged, make([]float64, len(asks)))
+}
+
+// Settle implements Store, each ask under its shard's lock.
+func (s *MemoryStore) Settle(ctx context.Context, asks []model.Ask, charged []model.Decision, actual []float64) error {
 	for i := range asks {
 		a := &asks[i]
-		if !charged[i].Mark.OK {
+		if !charged[i].Mark.OK || actual[i] == a.Cost {
 			continue
 		}
 		h := s.hash(a.Limit, a.Key)
 		sh := s.shard(h)
 		sh.mu.Lock()
-		if st, held := sh.load(h, a.Limit); held {
+		// A refund needs the state it refunds; a charge makes one.
+		if st, held := sh.load(h, a.Limit); held || actual[i] > a.Cost {
 			now := s.now()
-			st = a.Limit.Refund(st, now, a.Cost, charged[i])
-			s.save(sh, h, a.Limit, &st, model.Expires(a.Limit, &st), now, true)
+			model.Settle(a.Limit, &st, now, a.Cost, actual[i], &charged[i].Mark)
+			s.save(sh, h, a.Limit, &st, model.Expires(a.Limit, &st), now, held)
 		}
 		sh.mu.Unlock()
 	}

@@ -157,6 +157,10 @@ func (s *signalStore) Refund(ctx context.Context, asks []model.Ask, charged []mo
 	return err
 }
 
+func (s *signalStore) Settle(ctx context.Context, asks []model.Ask, charged []model.Decision, actual []float64) error {
+	return s.s.Settle(ctx, asks, charged, actual)
+}
+
 // TestGateShapingWithClientsThatHangUp: over HTTP, clients that hang up
 // while a leaky_bucket holds them do not let more than the rate through
 // (issue 20, item 2). The gate's clock stands still within each burst of

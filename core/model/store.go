@@ -11,8 +11,11 @@ type Ask struct {
 	// Key identifies the client within the limit, as built by a [keyspec.Spec]
 	// or a host's placeholders. Stores namespace it by the limit and bound
 	// its length, so it may be any string.
-	Key  string
-	Cost float64 // > 0
+	Key string
+	// Cost is what the request is charged when admitted: positive, or
+	// zero for a limit that takes its cost from the response (CostHeader,
+	// CostBytes), whose settlement then charges it all.
+	Cost float64
 }
 
 // Store keeps the state of every (limit, key) and applies decisions to it
@@ -32,6 +35,14 @@ type Store interface {
 	// let a later request proceed sooner than the limit allows (a
 	// cancelled wait that requests queued behind leaves its slot taken).
 	Refund(ctx context.Context, asks []Ask, charged []Decision) error
+	// Settle settles the admissions of asks that Take charged once their
+	// actual costs are known, actual[i] for asks[i] (charged asks[i].Cost,
+	// as charged[i] marks): each state is changed as model.Settle says,
+	// charged the difference whatever its capacity (Limit.Charge) when
+	// the actual cost is more, given it back as Refund does when less.
+	// Asks whose decision charged nothing are left alone. Refund is
+	// Settle at an actual cost of zero.
+	Settle(ctx context.Context, asks []Ask, charged []Decision, actual []float64) error
 }
 
 // Scripter runs Lua scripts on a Redis server or cluster. It is the whole of

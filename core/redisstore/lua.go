@@ -4,7 +4,7 @@ package redisstore
 // the Go function named above it, on the same state and in the same
 // nanoseconds. The two scripts are the common prelude, the algorithms, and a
 // main part: redisTakeScript decides and charges asks all-or-nothing,
-// redisRefundScript gives costs back.
+// redisSettleScript settles their costs, charging more or giving back.
 //
 // Lua numbers are doubles, exact up to 2^53, while Unix nanoseconds are
 // about 2^60; so the scripts count instants in nanoseconds since base, the
@@ -34,7 +34,7 @@ package redisstore
 // that an error never leaves some asks charged and others not.
 const (
 	redisTakeScript   = Lua + luaTakeMain
-	redisRefundScript = luaPrelude + luaRefund + luaRefundMain
+	redisSettleScript = Lua + luaRefund + luaCharge + luaSettleMain
 )
 
 // Lua is the take script but its main part: the prelude, which reads
@@ -43,11 +43,13 @@ const (
 // them, with its functions: asks() returns the asks p, load(p.key) a
 // stored state st, token_bucket, leaky_bucket, fixed_window,
 // sliding_counter and sliding_log(st, now, p) decide p on st at now (ns
-// since base, the clock's current second), trim_log and reader read a
-// sliding window log, and the helpers call (redis.call), fmt (a number as
+// since base, the clock's current second), as does algs[code], trim_log
+// and reader read a sliding window log, and the helpers call (redis.call), fmt (a number as
 // the replies write it), nonneg, mceil and leaky_end are those of the
 // algorithms.
-const Lua = luaPrelude + luaTokenBucket + luaLeakyBucket + luaFixedWindow + luaSlidingCounter + luaSlidingLog
+const Lua = luaPrelude + luaTokenBucket + luaLeakyBucket + luaFixedWindow + luaSlidingCounter + luaSlidingLog + `
+local algs = {tb = token_bucket, lb = leaky_bucket, fw = fixed_window, swc = sliding_counter, swl = sliding_log}
+`
 
 // luaPrelude reads the clock and the asks and defines the helpers.
 //
@@ -56,7 +58,7 @@ const Lua = luaPrelude + luaTokenBucket + luaLeakyBucket + luaFixedWindow + luaS
 // instant "<s> <ns>" supplied by the caller (tests). As Redis's clock still
 // measures TTLs, keys then live at least a minute, so that they cannot
 // expire before the caller's clock reaches their expiry. MAX_LOG is
-// MaxLogQuota.
+// MaxLogQuota, MAX_SPAN MaxSpan in ns.
 const luaPrelude = `
 local floor, mceil, format, find, sub, concat, call = math.floor, math.ceil, string.format, string.find, string.sub, table.concat, redis.call
 local base, now, tick, minttl
@@ -70,6 +72,7 @@ else
 end
 local EPS = 1e-9
 local MAX_LOG = 10000
+local MAX_SPAN = 3153600000000000000
 local NARGS = 6
 
 -- fmt formats a number so that Go's ParseFloat reads it back exactly,
@@ -112,11 +115,13 @@ end
 
 -- asks returns the parameters and keys of every ask, in order: nargs
 -- (by default NARGS) ARGV each from ARGV[3], NARGS of them read here
--- (the algorithm followed, for a limit with a Penalty, by a space and
--- the penalty in ns: pen); one key each (state),
--- two for a sliding_window_log (state, log). An ask's horizon bounds, in
--- ns, how long after the (clamped) instant of a decision its state may
--- matter: a full bucket's refill or queue, two windows, one period.
+-- (the algorithm, followed by + for a limit with a cost from the response
+-- and, for a limit with a Penalty, by a space and the penalty in ns: pen);
+-- one key each (state), two for a sliding_window_log (state, log). An
+-- ask's horizon bounds, in ns, how long after the (clamped) instant of a
+-- decision its state may matter: a full bucket's refill or queue, two
+-- windows, one period; or a debt's MaxSpan. most is a token bucket's
+-- largest deficit (Limit.most).
 local function asks(nargs)
   nargs = nargs or NARGS
   local list, k = {}, 1
@@ -125,14 +130,18 @@ local function asks(nargs)
     local alg, quota, period, cap = ARGV[j + 1], tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
     local pen, sp = 0, find(alg, ' ', 1, true)
     if sp then alg, pen = sub(alg, 1, sp - 1), tonumber(sub(alg, sp + 1)) end
+    local debt = sub(alg, -1) == '+'
+    if debt then alg = sub(alg, 1, -2) end
     local logkey, unit, horizon = false, period / quota, period
     if alg == 'swl' then logkey = KEYS[k + 1] end
     local maxdelay = tonumber(ARGV[j + 5])
-    if alg == 'tb' then horizon = cap * unit + maxdelay -- a debt included
+    local most = cap + maxdelay / unit
+    if alg == 'tb' then horizon = cap * unit + maxdelay -- what MaxDelay lends included
     elseif alg == 'lb' then horizon = cap * unit elseif alg == 'swc' then horizon = 2 * period end
+    if debt and (alg == 'tb' or alg == 'lb') then most, horizon = MAX_SPAN / unit, MAX_SPAN end
     list[i] = {alg = alg, quota = quota, period = period, cap = cap,
       maxdelay = maxdelay, cost = tonumber(ARGV[j + 6]), unit = unit,
-      horizon = horizon, key = KEYS[k], logkey = logkey, pen = pen}
+      horizon = horizon, key = KEYS[k], logkey = logkey, pen = pen, most = most}
     k = k + 1
     if logkey then k = k + 1 end
   end
@@ -203,7 +212,7 @@ const luaTokenBucket = `
 local function token_bucket(st, now, p)
   if now < st.t then now = st.t end
   local deficit, owe = st.a, p.maxdelay / p.unit
-  if deficit > p.cap + owe then deficit = p.cap + owe end
+  if deficit > p.most then deficit = p.most end
   if deficit > 0 then
     deficit = deficit - (now - st.t) * p.quota / p.period
     if deficit < EPS then deficit = 0 end
@@ -386,7 +395,8 @@ local function sliding_log(st, now, p)
     retry = -1
   elseif a + p.cost <= p.cap + EPS then
     ok = true
-    if n >= MAX_LOG then
+    if p.cost == 0 then -- charges nothing: no entry
+    elseif n >= MAX_LOG then
       local _, c = rd(len - 1)
       set = entry(now, c + p.cost)
     else
@@ -445,7 +455,6 @@ local function penalise(r, p)
   if r.retry >= 0 and r.retry < left then r.retry = left end
   if r.reset < left then r.reset = left end
 end
-local algs = {tb = token_bucket, lb = leaky_bucket, fw = fixed_window, swc = sliding_counter, swl = sliding_log}
 local list, rs, out, all = asks(), {}, {}, true
 for i, p in ipairs(list) do
   local r = algs[p.alg](load(p.key), now, p)
@@ -497,7 +506,7 @@ return concat(out, ',')
 // Limit.Expiry as exp and, for a log, set (the index and new value of the
 // entry it takes part of the cost from, or false), from and to (the
 // indexes, from 0, of the entries it removes, from to to − 1) and n (the
-// entries left).
+// entries left). p.cost is what it gives back.
 const luaRefund = `
 local function refund(st, p)
   if not p.mt then return nil end
@@ -563,28 +572,74 @@ local function refund(st, p)
 end
 `
 
-// luaRefundMain refunds every ask whose state exists, each ask's six
-// arguments followed by its mark, "<s> <ns>" and a, or two empty strings
-// (ARGV[2] is unused). It computes and checks every next state and time to
-// live before its first write (so, as in luaTakeMain, the asks of one call
-// are taken to name distinct states), and returns how many it changed. A
-// log's entries are removed by overwriting them with "-" and removing
-// every "-", which no entry is.
-const luaRefundMain = `
+// luaCharge mirrors model's charge (core/model/settle.go): ask p's state
+// st charged p.cost at now whatever its capacity. It decides a cost of 0
+// on st, which brings st to now, then adds p.cost, and returns what
+// refund returns, a log's drop and push (or set) as the algorithms do.
+const luaCharge = `
+local function charge(st, p)
+  local c = p.cost
+  p.cost = 0
+  local r = algs[p.alg](st, now, p)
+  local f = r.fields
+  local t, a = instant(f[2]), tonumber(f[4])
+  r.n = 1
+  if p.alg == 'lb' then
+    a = a + c * p.unit
+    local most = now + MAX_SPAN - t
+    if a > most then a = nonneg(most) end
+    local w = floor(a)
+    t, a = t + w, a - w
+    f[2], r.exp = stamp(t), leaky_end(t, a)
+  else
+    a = a + c
+    if p.alg == 'tb' then
+      if a > p.most then a = p.most end
+      r.exp = t + a * p.unit
+    elseif p.alg == 'swc' then
+      r.exp = t + 2 * p.period
+    elseif p.alg == 'swl' then
+      if call('LLEN', p.logkey) - r.drop >= MAX_LOG then
+        local _, ec = parse(call('LINDEX', p.logkey, -1))
+        r.set = {-1, entry(t, ec + c)}
+      else
+        r.push = entry(t, c)
+      end
+      r.exp = t + p.period
+    end
+  end
+  f[4] = fmt(a)
+  return r
+end
+`
+
+// luaSettleMain settles every ask whose state exists, each ask's six
+// arguments (its cost being the settlement: charged when positive, given
+// back when negative) followed by its mark, "<s> <ns>" and a, or two
+// empty strings for none, which leaves the ask alone (ARGV[2] is unused).
+// A charge makes the state of a key that has none. It computes and
+// checks every next state and time to live before its first write (so,
+// as in luaTakeMain, the asks of one call are taken to name distinct
+// states), and returns how many it changed. A log's entries are removed
+// by overwriting them with "-" and removing every "-", which no entry is.
+const luaSettleMain = `
 local list, rs, ttls = asks(NARGS + 2), {}, {}
 for i, p in ipairs(list) do
   local j = 2 + i * (NARGS + 2)
   if ARGV[j - 1] ~= '' then p.mt, p.ma = instant(ARGV[j - 1]), tonumber(ARGV[j]) end
-  if p.mt and call('EXISTS', p.key) == 1 then
+  if p.mt and p.cost > 0 then
+    rs[i] = charge(load(p.key), p)
+  elseif p.mt and p.cost < 0 and call('EXISTS', p.key) == 1 then
+    p.cost = -p.cost
     rs[i] = refund(load(p.key), p)
-    if rs[i] then
-      ttls[i] = ttl(rs[i].exp, p)
-      if not ttls[i] then return redis.error_reply('sluice: expiry of refund ' .. i .. ' is not finite') end
-      if p.pen > 0 then
-        -- Never sooner than the key's penalty ends.
-        local left = mceil((held_until(p) - now) / 1e6)
-        if left > ttls[i] then ttls[i] = left end
-      end
+  end
+  if rs[i] then
+    ttls[i] = ttl(rs[i].exp, p)
+    if not ttls[i] then return redis.error_reply('sluice: expiry of settlement ' .. i .. ' is not finite') end
+    if p.pen > 0 then
+      -- Never sooner than the key's penalty ends.
+      local left = mceil((held_until(p) - now) / 1e6)
+      if left > ttls[i] then ttls[i] = left end
     end
   end
 end
@@ -595,8 +650,10 @@ for i, p in ipairs(list) do
     call('HSET', p.key, unpack(r.fields))
     call('PEXPIRE', p.key, ttls[i])
     if p.logkey then
+      if r.drop and r.drop > 0 then call('LTRIM', p.logkey, r.drop, -1) end
+      if r.push then call('RPUSH', p.logkey, r.push) end
       if r.set then call('LSET', p.logkey, r.set[1], r.set[2]) end
-      if r.from < r.to then
+      if r.from and r.from < r.to then
         for k = r.from, r.to - 1 do call('LSET', p.logkey, k, '-') end
         call('LREM', p.logkey, 0, '-')
       end

@@ -262,7 +262,7 @@ func NewScript(src string) *Script {
 
 var (
 	redisTake   = NewScript(redisTakeScript)
-	redisRefund = NewScript(redisRefundScript)
+	redisSettle = NewScript(redisSettleScript)
 )
 
 // ReplyFields is the number of fields of one decision in the take
@@ -359,7 +359,7 @@ func (s *Store) takeSlots(ctx context.Context, asks []model.Ask, out []model.Dec
 	for i, g := range groups {
 		sub, dec := pickAsks(asks, g), make([]model.Decision, len(g))
 		if err := s.takeAsks(ctx, sub, dec, true); err != nil {
-			if rerr := s.refundGroups(ctx, asks, out, groups[:i]); rerr != nil {
+			if rerr := s.settleGroups(ctx, asks, out, nil, groups[:i]); rerr != nil {
 				return fmt.Errorf("%w (and refunding the asks already charged failed: %v)", err, rerr)
 			}
 			return err
@@ -372,7 +372,7 @@ func (s *Store) takeSlots(ctx context.Context, asks []model.Ask, out []model.Dec
 		if all {
 			continue
 		}
-		if err := s.refundGroups(ctx, asks, out, groups[:i]); err != nil {
+		if err := s.settleGroups(ctx, asks, out, nil, groups[:i]); err != nil {
 			return fmt.Errorf("redis: refunding the asks charged before a rejection: %w", err)
 		}
 		for _, g := range groups[i+1:] {
@@ -392,13 +392,20 @@ func (s *Store) takeSlots(ctx context.Context, asks []model.Ask, out []model.Dec
 // Refund implements Store. It gives back each ask's cost as Limit.Refund
 // does, on the server's clock; states that no longer exist are left alone.
 func (s *Store) Refund(ctx context.Context, asks []model.Ask, charged []model.Decision) error {
+	return s.Settle(ctx, asks, charged, nil)
+}
+
+// Settle implements Store: one script call, or in a Cluster one per hash
+// slot, each atomic, on the server's clock. A nil actual gives back every
+// cost (Refund).
+func (s *Store) Settle(ctx context.Context, asks []model.Ask, charged []model.Decision, actual []float64) error {
 	if len(asks) == 0 {
 		return nil
 	}
 	if !s.cluster || len(asks) == 1 {
-		return s.refundAsks(ctx, asks, charged)
+		return s.settleAsks(ctx, asks, charged, actual)
 	}
-	return s.refundGroups(ctx, asks, charged, s.slotGroups(asks))
+	return s.settleGroups(ctx, asks, charged, actual, s.slotGroups(asks))
 }
 
 // takeAsks runs the take script once for asks, charging them all if they
@@ -412,24 +419,30 @@ func (s *Store) takeAsks(ctx context.Context, asks []model.Ask, out []model.Deci
 	return DecodeDecisions(reply, asks, out)
 }
 
-// refundAsks runs the refund script once for asks, whose charges are
-// charged.
-func (s *Store) refundAsks(ctx context.Context, asks []model.Ask, charged []model.Decision) error {
-	keys, args := s.refundArgs(asks, charged)
-	_, err := s.Eval(ctx, redisRefund, keys, args)
+// settleAsks runs the settle script once for asks, whose charges are
+// charged, at actual (nil: zero each).
+func (s *Store) settleAsks(ctx context.Context, asks []model.Ask, charged []model.Decision, actual []float64) error {
+	keys, args := s.settleArgs(asks, charged, actual)
+	_, err := s.Eval(ctx, redisSettle, keys, args)
 	return err
 }
 
-// refundArgs builds the KEYS and ARGV of a refund script call for asks,
-// whose charges are charged: scriptArgs' with, after each ask's six
-// values, the mark of its charge, "<Unix seconds> <nanoseconds>" and its
-// number (see luaRefundMain), or two empty strings for none.
-func (s *Store) refundArgs(asks []model.Ask, charged []model.Decision) (keys, args []string) {
+// settleArgs builds the KEYS and ARGV of a settle script call for asks,
+// whose charges are charged, at actual (nil: zero each): scriptArgs'
+// with each ask's cost replaced by its settlement, actual − cost, and
+// followed by the mark of its charge, "<Unix seconds> <nanoseconds>" and
+// its number (see luaSettleMain), or two empty strings for none.
+func (s *Store) settleArgs(asks []model.Ask, charged []model.Decision, actual []float64) (keys, args []string) {
 	keys, six := s.scriptArgs(asks, false)
 	args = make([]string, 0, len(six)+2*len(asks))
 	args = append(args, six[:2]...)
 	for i := range asks {
-		args = append(args, six[2+6*i:8+6*i]...)
+		diff := -asks[i].Cost
+		if actual != nil {
+			diff += actual[i]
+		}
+		args = append(args, six[2+6*i:7+6*i]...)
+		args = append(args, model.FormatFloat(diff))
 		if m := &charged[i].Mark; m.OK {
 			args = append(args, clockArg(m.T), model.FormatFloat(m.A))
 		} else {
@@ -439,12 +452,19 @@ func (s *Store) refundArgs(asks []model.Ask, charged []model.Decision) (keys, ar
 	return keys, args
 }
 
-// refundGroups refunds the asks of every group, one script call per group,
-// and returns the first error after trying them all.
-func (s *Store) refundGroups(ctx context.Context, asks []model.Ask, charged []model.Decision, groups [][]int) error {
+// settleGroups settles the asks of every group, one script call per
+// group, and returns the first error after trying them all.
+func (s *Store) settleGroups(ctx context.Context, asks []model.Ask, charged []model.Decision, actual []float64, groups [][]int) error {
 	var first error
 	for _, g := range groups {
-		if err := s.refundAsks(ctx, pickAsks(asks, g), pickDecisions(charged, g)); err != nil && first == nil {
+		var sub []float64
+		if actual != nil {
+			sub = make([]float64, len(g))
+			for j, k := range g {
+				sub[j] = actual[k]
+			}
+		}
+		if err := s.settleAsks(ctx, pickAsks(asks, g), pickDecisions(charged, g), sub); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -572,13 +592,18 @@ func tagSafe(key string) string {
 var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 // algorithmArg is the argument that names l's algorithm to the scripts:
-// its code, followed for a limit with a Penalty by a space and the
-// penalty in nanoseconds (see asks in lua.go).
+// its code, followed by + for a limit with a cost from the response (its
+// state may be in debt) and, for a limit with a Penalty, by a space and
+// the penalty in nanoseconds (see asks in lua.go).
 func algorithmArg(l *model.Limit) string {
-	if l.Penalty != 0 {
-		return redisAlgorithmCode(l.Algorithm) + " " + strconv.FormatInt(int64(l.Penalty), 10)
+	code := redisAlgorithmCode(l.Algorithm)
+	if l.CostHeader != "" || l.CostBytes {
+		code += "+"
 	}
-	return redisAlgorithmCode(l.Algorithm)
+	if l.Penalty != 0 {
+		return code + " " + strconv.FormatInt(int64(l.Penalty), 10)
+	}
+	return code
 }
 
 // redisAlgorithmCode is an algorithm's name in the scripts.

@@ -552,10 +552,10 @@ func TestRedisScriptsWriteNothingOnError(t *testing.T) {
 	if err := s.Take(ctx, asks, out); err != nil {
 		t.Fatal(err)
 	}
-	keys, args = s.refundArgs(asks, out)
+	keys, args = s.settleArgs(asks, out, nil)
 	args[2+8+1] = "0" // the broken ask's quota
-	if _, err := s.Eval(ctx, redisRefund, keys, args); err == nil || !strings.Contains(err.Error(), "expiry of refund 2") {
-		t.Fatalf("refund: error %v, want one about the expiry of refund 2", err)
+	if _, err := s.Eval(ctx, redisSettle, keys, args); err == nil || !strings.Contains(err.Error(), "expiry of settlement 2") {
+		t.Fatalf("refund: error %v, want one about the expiry of settlement 2", err)
 	}
 	for _, k := range keys {
 		if v, err := client.Do(ctx, "HGET", k, "a"); err != nil || v != "1" {
@@ -614,5 +614,35 @@ func TestRedisKeysSpreadWhateverTheClientKey(t *testing.T) {
 	}
 	if len(slots) < 32 {
 		t.Errorf("64 keys beginning with } fall in %d slots", len(slots))
+	}
+}
+
+// TestRedisSettleDebtTTL: a bucket that a settlement leaves in debt
+// lives, on Redis's clock, as long as its debt: a capacity of 10 at 10/h
+// charged 20 lives two hours, not the hour and a second that bounds an
+// ordinary bucket's state.
+func TestRedisSettleDebtTTL(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	client := resptest.Client(t, srv.Addr, 1)
+	s := newTestRedisStore(t, client, false)
+	ctx := context.Background()
+	for _, alg := range []model.Algorithm{model.TokenBucket, model.LeakyBucket} {
+		l := coretest.Limit(t, "debt-ttl-"+string(alg), alg, "10/h", 10, 0)
+		l.CostHeader = "X-Cost"
+		if err := l.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		asks := []model.Ask{{Limit: l, Key: coretest.Nonce + "/debt", Cost: 10}}
+		out := make([]model.Decision, 1)
+		if err := s.Take(ctx, asks, out); err != nil || !out[0].Allowed {
+			t.Fatalf("%s: %+v, %v", alg, out[0], err)
+		}
+		if err := s.Settle(ctx, asks, out, []float64{20}); err != nil {
+			t.Fatal(err)
+		}
+		ms, err := client.Do(ctx, "PTTL", s.key(l, asks[0].Key))
+		if err != nil || ms.(int64) < int64(2*time.Hour/time.Millisecond)-5000 {
+			t.Errorf("%s: PTTL %v, %v; want two hours", alg, ms, err)
+		}
 	}
 }

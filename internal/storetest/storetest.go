@@ -35,8 +35,8 @@ var confNonce = strconv.FormatInt(time.Now().UnixNano(), 36)
 
 // Conformance runs the seed experiments against a Store whose time
 // is driven by clock. newStore is called once per subtest, with a fresh
-// clock set to testclock.Epoch; the suite uses only Store.Take and
-// Store.Refund, gives every subtest its own limit names and keys, and
+// clock set to testclock.Epoch; the suite uses only Store.Take,
+// Store.Refund and Store.Settle, gives every subtest its own limit names and keys, and
 // compares Allowed exactly and amounts within confDurTol and confFloatTol.
 func Conformance(t *testing.T, newStore func(t *testing.T, clock *testclock.Clock) model.Store) {
 	for _, c := range conformanceCases {
@@ -221,6 +221,7 @@ var conformanceCases = []struct {
 	{"RateChange", confRateChange},
 	{"CapacityShrink", confCapacityShrink},
 	{"Penalty", confPenalty},
+	{"Settle", confSettle},
 }
 
 // confLeakyWholeQueue: a leaky_bucket whose Period/Quota is not a whole
@@ -913,4 +914,71 @@ func confPenalty(r *confRun) {
 			r.expect("the wide limit, charged nothing", r.take(wide, "j", 1), confWant{allowed: true, remaining: 99, reset: confAnyReset})
 		})
 	}
+}
+
+// settle settles the last admission of ask's limit and key at actual.
+func (r *confRun) settle(ask model.Ask, actual float64) {
+	r.t.Helper()
+	d := r.charged[ask.Limit.Namespace()+"\n"+ask.Key]
+	if err := r.store.Settle(context.Background(), []model.Ask{ask}, []model.Decision{d}, []float64{actual}); err != nil {
+		r.t.Fatalf("Settle: %v", err)
+	}
+}
+
+// confSettle: a limit that takes its cost from the response, 10 an hour,
+// charged its estimate and settled at the actual cost, whatever the
+// algorithm: a settlement above the estimate charges the difference, one
+// below gives it back, and one that takes the key beyond its capacity
+// leaves it in debt, refusing even a cost of 0, with nothing remaining,
+// until its RetryAfter, which the state outlives (Reset). A token_bucket
+// with max_delay delays a request once the debt is within what it lends.
+func confSettle(r *confRun) {
+	for _, alg := range model.Algorithms {
+		alg := alg
+		r.t.Run(string(alg), func(t *testing.T) {
+			r := r.sub(t)
+			rt, _ := model.ParseRate("10/h")
+			l := &model.Limit{Name: "settle-" + string(alg), Algorithm: alg, Rate: rt, CostHeader: "X-Cost"}
+			if err := l.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			r.at(time.Second)
+			r.take(l, "more", 4)
+			r.settle(r.ask(l, "more", 4), 9)
+			if n := r.drain(l, "more", 10); n != 1 {
+				t.Errorf("4 settled at 9: %d admitted after, want 1", n)
+			}
+			r.take(l, "less", 4)
+			r.settle(r.ask(l, "less", 4), 1)
+			if n := r.drain(l, "less", 10); n != 9 {
+				t.Errorf("4 settled at 1: %d admitted after, want 9", n)
+			}
+			r.expect("estimate 0", r.take(l, "debt", 0), confWant{allowed: true, remaining: 10})
+			r.take(l, "debt", 10)
+			r.settle(r.ask(l, "debt", 0), 10) // the estimate of 0 was 10: 20 charged
+			d := r.take(l, "debt", 0)
+			if d.Allowed || d.Remaining != 0 || d.Reset < d.RetryAfter {
+				t.Errorf("in debt: %+v, want a refusal with nothing remaining and Reset at least RetryAfter", d)
+			}
+			r.retryExact("in debt, cost 0", l, "debt", 0, d)
+			r.settle(r.ask(l, "none", 1), 5) // nothing charged: nothing settled
+			if n := r.drain(l, "none", 20); n != 10 {
+				t.Errorf("a settlement of no admission: %d admitted after, want 10", n)
+			}
+		})
+	}
+	r.t.Run("token_bucket_max_delay", func(t *testing.T) {
+		r := r.sub(t)
+		rt, _ := model.ParseRate("10/h")
+		l := &model.Limit{Name: "settle-delay", Rate: rt, MaxDelay: 12 * time.Minute, CostBytes: true}
+		if err := l.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		r.take(l, "k", 10)
+		r.settle(r.ask(l, "k", 10), 13) // 3 in debt, 2 of which MaxDelay lends
+		d := r.take(l, "k", 0)
+		r.expect("3 in debt", d, confWant{retry: 6 * time.Minute, reset: 78 * time.Minute})
+		r.at(6 * time.Minute)
+		r.expect("2 in debt", r.take(l, "k", 0), confWant{allowed: true, delay: 12 * time.Minute, reset: 72 * time.Minute})
+	})
 }
