@@ -435,8 +435,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 }
 
 // serveCounted passes an admitted request to next through a recorder of
-// its status, for a handler with a zone with count_status, and settles
-// the admission v of asks with that status (Gate.Answered): the status
+// its response, for a handler with a zone that must see it (count_status,
+// a cost from the response), and settles the admission v of asks with its
+// status, header and body's size (Gate.Answered): the status
 // next wrote, or that of the error it returned (as an upstream timeout's
 // 504, written by Caddy's error handling), 200 when it wrote nothing.
 // A panic in next skips the settlement: the request keeps its charge.
@@ -457,7 +458,7 @@ func (h *Handler) serveCounted(w http.ResponseWriter, r *http.Request, next cadd
 	default:
 		status = http.StatusOK
 	}
-	h.gate.Answered(r.Context(), asks, v, status)
+	h.gate.Answered(r.Context(), asks, v, status, rec.Header(), int64(rec.Size()))
 	return err
 }
 

@@ -9,13 +9,14 @@ import (
 )
 
 // ServeAnswered passes r, which the verdict v on asks admitted, to next
-// through a writer that keeps its response's status, then settles v with
-// Answered: the status next wrote, 200 when it wrote nothing, none (the
-// charges kept) when it hijacked the connection or panicked. The writer
-// passes everything through, flushing and hijacking included, and
+// through a writer that keeps its response's status and counts the bytes
+// of its body, then settles v with Answered: the status next wrote, 200
+// when it wrote nothing, none (the charges kept) when it hijacked the
+// connection or panicked; the header next set; the bytes it wrote. The
+// writer passes everything through, flushing and hijacking included, and
 // unwraps for http.ResponseController. Hosts call it only for limits
-// with a CountStatus (AnswerCounts), so that other requests reach next
-// with their writer untouched.
+// that must see their response (AnswerCounts), so that other requests
+// reach next with their writer untouched.
 func (g *Gate) ServeAnswered(next http.Handler, w http.ResponseWriter, r *http.Request, asks []model.Ask, v *Verdict) {
 	sw := &statusWriter{ResponseWriter: w}
 	next.ServeHTTP(sw, r)
@@ -26,15 +27,16 @@ func (g *Gate) ServeAnswered(next http.Handler, w http.ResponseWriter, r *http.R
 	case hijacked:
 		sw.status = 0
 	}
-	g.Answered(r.Context(), asks, v, sw.status)
+	g.Answered(r.Context(), asks, v, sw.status, w.Header(), sw.bytes)
 }
 
 // statusWriter is ServeAnswered's writer. status is the response's, once
 // written, or hijacked once the connection is, which counts as no
-// response.
+// response; bytes counts the body written.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	bytes  int64
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -48,7 +50,9 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
 }
 
 // hijacked is statusWriter.status after a Hijack.

@@ -72,7 +72,7 @@ func attempt(g *Gate, l *model.Limit, key string, status int) bool {
 	if v.Outcome != OutcomeAllowed {
 		return false
 	}
-	g.Answered(context.Background(), asks, &v, status)
+	g.Answered(context.Background(), asks, &v, status, nil, 0)
 	return true
 }
 
@@ -182,7 +182,7 @@ func TestAnsweredCutShort(t *testing.T) {
 		if v.Outcome != OutcomeAllowed {
 			t.Fatalf("request %d refused", i)
 		}
-		g.Answered(c.ctx, asks, &v, c.status)
+		g.Answered(c.ctx, asks, &v, c.status, nil, 0)
 	}
 	// 4 charges kept (the 504 given back): one request left.
 	if v := g.Decide(context.Background(), asks); v.Outcome != OutcomeAllowed || v.Decision.Remaining != 0 {

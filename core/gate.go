@@ -530,50 +530,75 @@ func (g *Gate) Refund(asks []model.Ask, v *Verdict) {
 // refund gives back the charges charged of asks, from the fallback store
 // when local.
 func (g *Gate) refund(asks []model.Ask, charged []model.Decision, local bool) {
+	g.settle(asks, charged, nil, local)
+}
+
+// settle settles the charges charged of asks at the actual costs actual
+// (Store.Settle), or gives them back when actual is nil (Store.Refund),
+// in the fallback store when local, without the request's context (which
+// may have ended), bounded by the gate's timeout.
+func (g *Gate) settle(asks []model.Ask, charged []model.Decision, actual []float64, local bool) {
 	ctx := context.Background()
 	if g.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
 		defer cancel()
 	}
+	st := g.cfg.Store
 	if local {
-		g.cfg.Fallback.Refund(ctx, g.localAsks(asks), charged)
+		st, asks = g.cfg.Fallback, g.localAsks(asks)
+	}
+	if actual == nil {
+		st.Refund(ctx, asks, charged)
 		return
 	}
-	g.cfg.Store.Refund(ctx, asks, charged)
+	st.Settle(ctx, asks, charged, actual)
 }
 
 // Answered settles the admission v of asks (a verdict of Serve or Decide
-// on which the request proceeded) once the host knows the status of its
-// response: the charge of each ask whose limit counts only some statuses
-// (Limit.CountStatus) and not this one is given back, exactly as Refund
-// gives it. A request cut short keeps its charges: ctx ended (the client
+// on which the request proceeded) once the host knows its response: its
+// status, header and the bytes of its body. The charge of each ask whose
+// limit counts only some statuses (Limit.CountStatus) and not this one
+// is given back, exactly as Refund gives it. The charge of each other ask
+// whose limit takes its cost from the response (CostHeader, CostBytes;
+// model.ResponseCost) is settled at that cost (Store.Settle): the
+// difference charged, which may leave its key in debt, or given back;
+// a cost the response does not state leaves the charge as it is. A
+// request cut short keeps its charges, unsettled: ctx ended (the client
 // left), status 0 (no response, as when the handler panicked or hijacked
 // the connection) or 101 (the connection was upgraded, as a WebSocket's:
 // hosts that see the 101 and not the hijack that follows, such as Caddy's
-// response recorder, count it alike). Hosts call it only for limits with
-// a CountStatus (AnswerCounts).
-func (g *Gate) Answered(ctx context.Context, asks []model.Ask, v *Verdict, status int) {
+// response recorder, count it alike). Hosts call it only for limits that
+// must see their response (AnswerCounts).
+func (g *Gate) Answered(ctx context.Context, asks []model.Ask, v *Verdict, status int, header http.Header, bytes int64) {
 	if ctx.Err() != nil || status == http.StatusSwitchingProtocols {
 		status = 0
 	}
 	charged := v.charges()
 	var back []model.Ask
 	var backCharged []model.Decision
+	var actual []float64
 	j := 0 // v's charges are of the asks of rated limits
 	for i := range asks {
 		l := asks[i].Limit
 		if !l.Rated() {
 			continue
 		}
-		if j < len(charged) && !model.Counts(l.CountStatus, status) {
+		cost, ok := 0.0, !model.Counts(l.CountStatus, status)
+		if !ok && status != 0 && l.CostBytes {
+			cost, ok = model.ResponseCost(l, strconv.FormatInt(bytes, 10))
+		} else if !ok && status != 0 && l.CostHeader != "" {
+			cost, ok = model.ResponseCost(l, header.Get(l.CostHeader))
+		}
+		if j < len(charged) && ok {
 			back = append(back, asks[i])
 			backCharged = append(backCharged, charged[j])
+			actual = append(actual, cost)
 		}
 		j++
 	}
 	if len(back) > 0 {
-		g.refund(back, backCharged, v.chargedLocal)
+		g.settle(back, backCharged, actual, v.chargedLocal)
 	}
 }
 
