@@ -546,7 +546,8 @@ func (g *Gate) settle(asks []model.Ask, charged []model.Decision, actual []float
 	}
 	st := g.cfg.Store
 	if local {
-		st, asks = g.cfg.Fallback, g.localAsks(asks)
+		st = g.cfg.Fallback
+		asks = g.localAsks(asks)
 	}
 	if actual == nil {
 		st.Refund(ctx, asks, charged)

@@ -201,3 +201,24 @@ func TestAnsweredCostRaceRedis(t *testing.T) {
 	g, l := costGate(t, newClockedRedisStore(t, resptest.Client(t, srv.Addr, 4), clock), clock.Now, false)
 	raceSettled(t, g, l, coretest.Nonce+"/race")
 }
+
+// TestAnsweredCostFallback: an admission that the local fallback charged
+// is settled there, on its share of the limit.
+func TestAnsweredCostFallback(t *testing.T) {
+	local, clock := memStore(t, 0)
+	l := coretest.Limit(t, "tokens", model.TokenBucket, "10/h", 10, 0)
+	l.CostHeader = "X-Cost"
+	if err := l.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: &failingStore{}, Fallback: local, Instances: 1, Clock: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !costed(g, l, context.Background(), "k", 0, 200, "4") {
+		t.Fatal("refused")
+	}
+	if rem, _ := remaining(t, g, l, "k"); rem != 6 {
+		t.Fatalf("X-Cost 4 on the fallback: %v remaining, want 6", rem)
+	}
+}
