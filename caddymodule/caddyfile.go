@@ -172,6 +172,10 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 			if z.CountStatus = d.RemainingArgs(); len(z.CountStatus) == 0 {
 				err = d.ArgErr()
 			}
+		case "cost_header":
+			z.CostHeader, err = oneArg(d, sub, nil)
+		case "cost_bytes":
+			z.CostBytes, err = true, noArg(d, sub)
 		case "penalty":
 			var dur time.Duration
 			dur, err = durationArg(d, sub)
@@ -239,14 +243,8 @@ func (z *Zone) check() error {
 		return err
 	}
 	z.limit = l
-	if c := string(z.Cost); c != "" && !strings.ContainsAny(c, "{}") {
-		cost, err := parseCost(c)
-		if err != nil {
-			return err
-		}
-		if err := l.CheckCost(cost); err != nil {
-			return caddyError(err)
-		}
+	if err := z.provisionCost(); err != nil {
+		return err
 	}
 	return z.validate()
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -102,6 +103,9 @@ type Zone struct {
 	// finite number charges 1. A placeholder must come from a trusted
 	// source (a header set by an upstream handler, not by the client): a
 	// client that chooses its own cost can make its requests nearly free.
+	// With CostHeader or CostBytes it is the estimate charged when the
+	// request is admitted, before its response says what it cost: then
+	// it may be 0, the default.
 	Cost caddyhttp.WeakString `json:"cost,omitempty"`
 
 	// MaxDelay is, for leaky_bucket, the longest a request is held to
@@ -139,6 +143,25 @@ type Zone struct {
 	// upstream failure counts by the status Caddy answers (502, 504).
 	// Absent counts every request. Not with lease.
 	CountStatus []string `json:"count_status,omitempty"`
+
+	// CostHeader takes a request's cost from its response: the number
+	// in this response header (its first value, spaces trimmed), such
+	// as the tokens an LLM upstream says it used. The request is
+	// charged Cost (an estimate, default 0) when admitted, and the
+	// difference when the response comes, which may leave its key in
+	// debt beyond the burst: its next requests are refused, with a
+	// truthful Retry-After, until the rate has repaid it. A header
+	// missing, not a number, negative, NaN or infinite leaves the
+	// estimate charged; a value above the burst counts as the burst. A
+	// response that CountStatus does not count is given back the
+	// estimate; a request cut short (the client gone, a panic) keeps
+	// it. Not with cost_bytes, lease or a zone without a rate.
+	CostHeader string `json:"cost_header,omitempty"`
+
+	// CostBytes takes a request's cost from its response as CostHeader
+	// does, but as the bytes of the response's body that the handlers
+	// after sluice wrote.
+	CostBytes bool `json:"cost_bytes,omitempty"`
 
 	// MatchRaw restricts the zone to the requests that match every one of
 	// these matchers; the zone is skipped for other requests. Absent means
@@ -329,11 +352,6 @@ func (z *Zone) provision(ctx caddy.Context) error {
 	if err := z.provisionCost(); err != nil {
 		return err
 	}
-	if z.costTmpl == "" {
-		if err := z.limit.CheckCost(z.cost); err != nil {
-			return caddyError(err)
-		}
-	}
 	return z.provisionMatch(ctx)
 }
 
@@ -348,6 +366,8 @@ func (z *Zone) coreLimit() (*model.Limit, error) {
 		MaxInFlight: z.MaxInFlight,
 		Lease:       z.Lease,
 		Penalty:     time.Duration(z.Penalty),
+		CostHeader:  z.CostHeader,
+		CostBytes:   z.CostBytes,
 	}
 	var err error
 	if l.CountStatus, err = model.ParseStatusSet(z.CountStatus); err != nil {
@@ -443,27 +463,43 @@ func isClientIPKey(key string) bool { return key == clientIPKey || key == client
 // groups reports whether client addresses are grouped by network.
 func (z *Zone) groups() bool { return z.IPv4Prefix != 0 || z.IPv6Prefix != 0 }
 
-// provisionCost reads Cost as a number or a placeholder template.
+// provisionCost reads Cost as a number or a placeholder template, and
+// checks a number against the zone's limit: 0, an estimate, only with a
+// cost from the response.
 func (z *Zone) provisionCost() error {
 	s := strings.TrimSpace(string(z.Cost))
+	estimate := z.CostHeader != "" || z.CostBytes
 	switch {
+	case s == "" && estimate:
+		z.cost = 0
 	case s == "":
 		z.cost = 1
 	case strings.ContainsAny(s, "{}"):
 		z.costTmpl = s
+		return nil
 	default:
 		c, err := parseCost(s)
 		if err != nil {
-			return fmt.Errorf("cost %q: %w", s, err)
+			return optionErrorf("cost", "cost %q: %v", s, err)
+		}
+		if c == 0 && !estimate {
+			return optionErrorf("cost", "cost %q: must be positive; 0 is an estimate only with cost_header or cost_bytes", s)
 		}
 		z.cost = c
+	}
+	if err := z.limit.CheckCost(z.cost); err != nil {
+		return caddyError(err)
 	}
 	return nil
 }
 
 // parseCost parses a configured cost with model.ParseCost, telling a value
-// that is not a number that it may also be a placeholder.
+// that is not a number that it may also be a placeholder, and reads 0,
+// which provisionCost allows as a response cost's estimate.
 func parseCost(s string) (float64, error) {
+	if c, err := strconv.ParseFloat(s, 64); err == nil && c == 0 {
+		return 0, nil
+	}
 	c, err := model.ParseCost(s)
 	if err == model.ErrCostNotNumber {
 		return 0, errors.New("not a number or a placeholder")
