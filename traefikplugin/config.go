@@ -54,6 +54,8 @@ type Config struct {
 	Algorithm string
 	// Cost is what one request costs, in the quota's units; default 1.
 	// Fractions are allowed. It is also the default of every Limits item.
+	// With CostHeader or CostBytes it is the estimate charged when a
+	// request is admitted: then it may be "0", the default.
 	Cost string
 	// MaxDelay is the longest a request is delayed instead of rejected: a
 	// duration or a number of seconds. For leaky_bucket the default is no
@@ -82,6 +84,20 @@ type Config struct {
 	// panic, a hijacked connection) keeps its charge. Empty: every
 	// request counts. Not with lease.
 	CountStatus []string
+	// CostHeader, sluice's own, takes a request's cost from its
+	// response: the number in this response header (its first value),
+	// such as the tokens an LLM upstream says it used. The request is
+	// charged Cost (an estimate, default 0) when admitted and the
+	// difference when the response comes, which may leave its key in
+	// debt beyond the burst: its next requests are refused, with a
+	// truthful Retry-After, until the rate has repaid it. A header
+	// missing, not a number, negative, NaN or infinite leaves the
+	// estimate charged; a value above the burst counts as the burst.
+	// Not with costBytes or lease.
+	CostHeader string
+	// CostBytes, sluice's own, "true": as CostHeader, the cost being the
+	// bytes of the response's body.
+	CostBytes string
 	// Key lists the parts of the bucket key, in sluice's syntax: client_ip,
 	// header:<Name>, host, method, path, query:<name>, cookie:<name>,
 	// const:<value>. ["header:X-API-Key"] limits per API key,
@@ -246,6 +262,9 @@ type LimitConfig struct {
 	// CountStatus is as Config.CountStatus, for the item's limit; it is
 	// not taken from the top level.
 	CountStatus []string
+	// CostHeader and CostBytes are as Config's, for the item's limit;
+	// they are not taken from the top level.
+	CostHeader, CostBytes string
 	// OnMissingKey is as Config.OnMissingKey.
 	OnMissingKey string
 	// Unknown is as Config.Unknown.

@@ -332,6 +332,43 @@ func TestItemDefaults(t *testing.T) {
 	}
 }
 
+// TestResponseCostOptions: costHeader and costBytes, at the top level and
+// in a limits item (not inherited), decoded from labels' strings; a limit
+// with one is charged an estimate of 0 unless cost says otherwise, "0"
+// included, and the others keep the default of 1.
+func TestResponseCostOptions(t *testing.T) {
+	cfg := CreateConfig()
+	raw := map[string]interface{}{
+		"average": "10000", "period": "1m", "burst": "10000", "costHeader": "X-Tokens-Used",
+		"limits": []interface{}{
+			map[string]interface{}{"name": "bytes", "average": "1000000", "period": "1m", "burst": "1000000", "costBytes": "true", "cost": "100"},
+			map[string]interface{}{"name": "requests", "average": "10"},
+		},
+	}
+	if err := decodeLikeTraefik(raw, cfg); err != nil {
+		t.Fatal(err)
+	}
+	s, err := parse(cfg, "api@docker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type want struct {
+		header string
+		bytes  bool
+		cost   float64
+	}
+	wants := []want{{"X-Tokens-Used", false, 0}, {"", true, 100}, {"", false, 1}}
+	for i, p := range s.plans {
+		if got := (want{p.limit.CostHeader, p.limit.CostBytes, p.cost}); got != wants[i] {
+			t.Errorf("limit %q: got %+v, want %+v", p.limit.Name, got, wants[i])
+		}
+	}
+	s, err = parse(&Config{Average: "5", Cost: "0", CostBytes: "true"}, "api@file")
+	if err != nil || s.plans[0].cost != 0 {
+		t.Errorf(`cost "0" with costBytes: got %v; want 0`, err)
+	}
+}
+
 // TestRefusedBuiltinOptions: options of the built-in's redis block that
 // the plugin cannot honour fail at New, naming the option and what to use
 // instead; maxActiveConns caps the pool.

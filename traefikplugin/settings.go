@@ -123,6 +123,14 @@ func parse(cfg *Config, name string) (*settings, error) {
 			s.specs = append(s.specs, spec)
 			specIndex[id] = i
 		}
+		switch {
+		case cost == unsetCost && responseCost(l):
+			cost = 0
+		case cost == unsetCost:
+			cost = 1
+		case cost == 0 && !responseCost(l):
+			return fmt.Errorf("%s \"0\": must be positive; 0 is an estimate only with costHeader or costBytes", costOption)
+		}
 		if err := l.CheckCost(cost); err != nil {
 			return errors.New(model.FieldOf(err).Format(costOption, ""))
 		}
@@ -135,7 +143,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 		return nil
 	}
 
-	cost, err := parseCost("cost", cfg.Cost, 1)
+	cost, err := parseCost("cost", cfg.Cost, unsetCost)
 	if err != nil {
 		return nil, err
 	}
@@ -154,6 +162,8 @@ func parse(cfg *Config, name string) (*settings, error) {
 		Lease:       cfg.Lease,
 		Penalty:     cfg.Penalty,
 		CountStatus: cfg.CountStatus,
+		CostHeader:  cfg.CostHeader,
+		CostBytes:   cfg.CostBytes,
 	}
 	if strings.TrimSpace(cfg.Amount) != "" {
 		if strings.TrimSpace(cfg.MaxInFlight) != "" {
@@ -246,11 +256,22 @@ func hasInFlight(plans []limitPlan) bool {
 	return false
 }
 
-// parseCost parses a positive cost; empty yields def.
+// unsetCost is parseCost's default for a cost left out: 1, or 0 for a
+// limit with a cost from its response (add).
+const unsetCost = -1
+
+// responseCost reports whether l takes its cost from its response.
+func responseCost(l *model.Limit) bool { return l.CostHeader != "" || l.CostBytes }
+
+// parseCost parses a positive cost, or 0, which add allows only as the
+// estimate of a cost from the response; empty yields def.
 func parseCost(option, s string, def float64) (float64, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return def, nil
+	}
+	if c, err := strconv.ParseFloat(s, 64); err == nil && c == 0 {
+		return 0, nil
 	}
 	c, err := model.ParseCost(s)
 	if err != nil {
@@ -339,6 +360,10 @@ func buildLimit(item LimitConfig, option string) (*model.Limit, error) {
 	if err != nil {
 		return nil, fieldError(option, err)
 	}
+	costBytes, err := parseBool(option+"costBytes", item.CostBytes)
+	if err != nil {
+		return nil, err
+	}
 	l := &model.Limit{
 		Name:        strings.TrimSpace(item.Name),
 		Algorithm:   alg,
@@ -349,6 +374,8 @@ func buildLimit(item LimitConfig, option string) (*model.Limit, error) {
 		Lease:       lease,
 		Penalty:     penalty,
 		CountStatus: counted,
+		CostHeader:  strings.TrimSpace(item.CostHeader),
+		CostBytes:   costBytes,
 	}
 	return validLimit(l, option)
 }
@@ -371,6 +398,10 @@ func flightOnlyLimit(item LimitConfig, option string, inFlight int) (*model.Limi
 	}
 	if l.CountStatus, err = model.ParseStatusSet(parseList(item.CountStatus)); err != nil {
 		return nil, fieldError(option, err)
+	}
+	l.CostHeader = strings.TrimSpace(item.CostHeader)
+	if l.CostBytes, err = parseBool(option+"costBytes", item.CostBytes); err != nil {
+		return nil, err
 	}
 	if option == "" {
 		l.Algorithm = model.Algorithm(strings.ToLower(strings.TrimSpace(item.Algorithm)))
@@ -402,6 +433,8 @@ var coreOptions = map[string]string{
 	"lease":              "lease",
 	"penalty":            "penalty",
 	"count_status":       "countStatus",
+	"cost_header":        "costHeader",
+	"cost_bytes":         "costBytes",
 	"algorithm":          "algorithm",
 	"name":               "name",
 	"jitter":             "retryJitter",
