@@ -185,7 +185,9 @@ type Limit struct {
 	OnMissingKey string
 
 	// Cost is what each request is charged: a positive number, default
-	// 1, at most the limit's capacity.
+	// 1, at most the limit's capacity. With CostHeader or CostBytes it is
+	// the estimate charged when a request is admitted, and zero charges
+	// nothing before the response.
 	Cost float64
 
 	// MaxDelay is, for leaky_bucket, the longest a request is held to
@@ -217,6 +219,23 @@ type Limit struct {
 	// Caddy module's count_status and the Traefik plugin's countStatus.
 	// Not with Lease.
 	CountStatus []string
+	// CostHeader, when set, takes a request's cost from its response:
+	// the number in this response header (its first value), such as the
+	// tokens an LLM upstream says it used. The request is charged Cost (an
+	// estimate, which may be zero) when admitted, and the difference when
+	// the next handler returns, which may leave its key in debt beyond
+	// the capacity: its next requests are refused, with a truthful
+	// Retry-After, until the rate has repaid it. A header missing, not a
+	// number, negative, NaN or infinite leaves the estimate charged; a
+	// value above the capacity counts as the capacity. The Caddy module's
+	// cost_header and the Traefik plugin's costHeader. Not with
+	// CostBytes or Lease.
+	CostHeader string
+	// CostBytes takes a request's cost from its response as CostHeader
+	// does, but as the bytes of the response's body the next handler
+	// wrote. The Caddy module's cost_bytes and the Traefik plugin's
+	// costBytes.
+	CostBytes bool
 
 	// MaxInFlight, when positive, is the most requests of one key in
 	// progress at once: a request holds its slot until the next handler
@@ -271,7 +290,7 @@ type Limiter struct {
 	onVerdict func(*http.Request, core.Verdict)
 	limited   http.Handler
 	inFlight  bool       // a limit has MaxInFlight, which Take cannot hold
-	counted   bool       // a limit has CountStatus: the handler sees the status
+	counted   bool       // a limit must see its response (core.AnswerCounts)
 	client    *resp.Lazy // nil in memory
 }
 
@@ -350,8 +369,8 @@ func build(cfg *Config) (*Limiter, core.GateConfig, error) {
 		gc.Limits = append(gc.Limits, l.limits[i].limit)
 		gc.MaxCost[l.limits[i].limit] = l.limits[i].cost
 		l.inFlight = l.inFlight || cl.MaxInFlight > 0
-		l.counted = l.counted || cl.CountStatus != nil
 	}
+	l.counted = core.AnswerCounts(gc.Limits)
 	// Limited writes the answer: the gate sets the headers and Retry-After
 	// and leaves the status line and the body.
 	gc.Responder.Defer = cfg.Limited != nil
@@ -361,7 +380,8 @@ func build(cfg *Config) (*Limiter, core.GateConfig, error) {
 // newLimit builds the limit l, whose clients' keys begin with prefix and
 // whose client addresses ip reads.
 func newLimit(l *Limit, ip *clientip.Strategy, prefix string) (limit, error) {
-	cl := &model.Limit{Name: l.Name, Algorithm: model.Algorithm(l.Algorithm), Burst: l.Burst, MaxDelay: l.MaxDelay, Lease: l.Lease, Penalty: l.Penalty, MaxInFlight: l.MaxInFlight}
+	cl := &model.Limit{Name: l.Name, Algorithm: model.Algorithm(l.Algorithm), Burst: l.Burst, MaxDelay: l.MaxDelay, Lease: l.Lease, Penalty: l.Penalty, MaxInFlight: l.MaxInFlight,
+		CostHeader: l.CostHeader, CostBytes: l.CostBytes}
 	if l.Rate == "" && l.MaxInFlight == 0 {
 		return limit{}, errors.New("rate: required (or max_in_flight)")
 	}
@@ -393,10 +413,10 @@ func newLimit(l *Limit, ip *clientip.Strategy, prefix string) (limit, error) {
 		return limit{}, err
 	}
 	cost := l.Cost
-	if cost == 0 {
+	if cost == 0 && l.CostHeader == "" && !l.CostBytes {
 		cost = 1
 	}
-	if !(cost > 0) {
+	if !(cost >= 0) {
 		return limit{}, &model.FieldError{Field: "cost", Value: strconv.FormatFloat(cost, 'g', -1, 64), Reason: "must be positive"}
 	}
 	if err := cl.CheckCost(cost); err != nil {
