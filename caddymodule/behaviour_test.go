@@ -9,6 +9,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	_ "github.com/caddyserver/caddy/v2/modules/caddyhttp/headers" // the upstream's response headers
 
 	"github.com/sluicehq/sluice/internal/behaviour"
 )
@@ -48,8 +49,11 @@ func httpServer(t *testing.T) *caddyhttp.Server {
 }
 
 // caddyfileOf renders a case as a Caddyfile: one site on port, its sluice
-// block with a zone per limit, then the upstream: a respond answering the
-// status that the request's behaviour.UpstreamHeader names.
+// block with a zone per limit, then the upstream, in a route after
+// sluice: a header handler per name of the case's upstream headers,
+// setting it when the request asks, and a respond answering the status
+// that the request's behaviour.UpstreamHeader names with the body of its
+// behaviour.UpstreamBody.
 func caddyfileOf(c behaviour.Case, port int) string {
 	var b strings.Builder
 	line := func(indent int, words ...string) {
@@ -98,6 +102,12 @@ func caddyfileOf(c behaviour.Case, port int) string {
 		if len(l.CountStatus) > 0 {
 			line(3, append([]string{"count_status"}, l.CountStatus...)...)
 		}
+		if l.CostHeader != "" {
+			line(3, "cost_header", l.CostHeader)
+		}
+		if l.CostBytes {
+			line(3, "cost_bytes")
+		}
 		if c.IPv6Prefix != 0 && key == clientIPKey {
 			line(3, "ipv6_prefix", strconv.Itoa(c.IPv6Prefix))
 		}
@@ -113,7 +123,14 @@ func caddyfileOf(c behaviour.Case, port int) string {
 		line(2, "mode", c.Mode)
 	}
 	line(1, "}")
-	line(1, `respond "" {http.request.header.`+behaviour.UpstreamHeader+"}")
+	line(1, "route {")
+	for i, name := range c.UpstreamHeaderNames() {
+		m := "@upstream_header_" + strconv.Itoa(i)
+		line(2, m, "header", behaviour.UpstreamHeaderPrefix+name, "*")
+		line(2, "header", m, name, "{http.request.header."+behaviour.UpstreamHeaderPrefix+name+"}")
+	}
+	line(2, "respond {http.request.header."+behaviour.UpstreamBody+"} {http.request.header."+behaviour.UpstreamHeader+"}")
+	line(1, "}")
 	line(0, "}")
 	return b.String()
 }

@@ -53,7 +53,7 @@ func configOf(c behaviour.Case) (Config, error) {
 		}
 		lim := Limit{Name: l.Name, Rate: l.Rate, Burst: l.Burst, Algorithm: l.Alg(), Key: l.KeyParts(),
 			OnMissingKey: l.OnMissingKey, Cost: l.Cost, MaxDelay: delay, Penalty: penalty,
-			CountStatus: l.CountStatus}
+			CountStatus: l.CountStatus, CostHeader: l.CostHeader, CostBytes: l.CostBytes}
 		if parts := l.KeyParts(); len(parts) == 1 && parts[0] == "client_ip" {
 			lim.IPv6Prefix = c.IPv6Prefix
 		}

@@ -63,7 +63,7 @@ func traefikOptions(c behaviour.Case) map[string]interface{} {
 			o["maxDelay"] = "0" // a leaky_bucket's default; not the top level's
 		}
 		cost := l.Cost
-		if cost == 0 {
+		if cost == 0 && l.CostHeader == "" && !l.CostBytes {
 			cost = 1
 		}
 		o["cost"] = behaviour.Number(cost)
@@ -74,6 +74,12 @@ func traefikOptions(c behaviour.Case) map[string]interface{} {
 		}
 		if len(l.CountStatus) > 0 {
 			o["countStatus"] = strings.Join(l.CountStatus, ",")
+		}
+		if l.CostHeader != "" {
+			o["costHeader"] = l.CostHeader
+		}
+		if l.CostBytes {
+			o["costBytes"] = "true"
 		}
 	}
 	if len(items) > 0 {

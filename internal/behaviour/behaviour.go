@@ -44,6 +44,17 @@ const Start = int64(1700000000)
 // that status.
 const UpstreamHeader = "X-Upstream-Status"
 
+// UpstreamHeaderPrefix begins the request headers by which a replay asks
+// the upstream for response headers: a step's UpstreamHeaders, each sent
+// as this prefix and the header's name, which the upstream answers
+// without the prefix (Upstream in Go, a header handler per name in
+// Caddy).
+const UpstreamHeaderPrefix = "X-Upstream-Header-"
+
+// UpstreamBody is the request header that carries the body the upstream
+// answers: a step's UpstreamBytes bytes.
+const UpstreamBody = "X-Upstream-Body"
+
 // DefaultPeer is the address a step's request comes from when it names
 // none.
 const DefaultPeer = "192.0.2.1"
@@ -118,6 +129,13 @@ type Limit struct {
 	// countStatus, sluicehttp's Limit.CountStatus. Empty counts every
 	// response.
 	CountStatus []string `json:"count_status"`
+	// CostHeader takes a request's cost from this response header, and
+	// CostBytes from the response body's bytes: Caddy's cost_header and
+	// cost_bytes, Traefik's costHeader and costBytes, sluicehttp's
+	// Limit.CostHeader and Limit.CostBytes. Cost is then the estimate
+	// charged when a request is admitted, 0 when left out.
+	CostHeader string `json:"cost_header"`
+	CostBytes  bool   `json:"cost_bytes"`
 }
 
 // Step is one instant of a trace: N identical requests.
@@ -141,6 +159,12 @@ type Step struct {
 	// given (UpstreamHeader carries it); 0 means 200. It is never 429,
 	// which could not be told from a refusal.
 	Upstream int `json:"upstream"`
+	// UpstreamHeaders are the headers the upstream answers each request
+	// with (such as {"X-Tokens-Used": "300"}), and UpstreamBytes the
+	// bytes of its body, each "x"; the replay sends them in the request
+	// headers UpstreamHeaderPrefix+name and UpstreamBody.
+	UpstreamHeaders map[string]string `json:"upstream_header"`
+	UpstreamBytes   int               `json:"upstream_bytes"`
 	// Status is what every one of the N requests must get: 429, refused,
 	// or the upstream's status, admitted.
 	Status int `json:"status"`
@@ -244,12 +268,20 @@ func (c *Case) check() error {
 		if s.N < 0 {
 			return fmt.Errorf("steps[%d]: n %d: want at least 1 (0: 1)", i, s.N)
 		}
+		if s.UpstreamBytes < 0 || s.UpstreamBytes > 1<<16 {
+			return fmt.Errorf("steps[%d]: upstream_bytes %d: want 0 to 65536", i, s.UpstreamBytes)
+		}
+		for name := range s.UpstreamHeaders {
+			if name == "" || strings.ContainsAny(name, " :\t\r\n") {
+				return fmt.Errorf("steps[%d]: upstream_header %q: not a header name", i, name)
+			}
+		}
 		for name, v := range s.Header {
 			if _, ok := headerLines(v); !ok {
 				return fmt.Errorf("steps[%d]: header %s: want a string or a list of strings", i, name)
 			}
-			if http.CanonicalHeaderKey(name) == UpstreamHeader {
-				return fmt.Errorf("steps[%d]: header %s: the replay's own; write upstream", i, name)
+			if c := http.CanonicalHeaderKey(name); c == UpstreamHeader || c == UpstreamBody || strings.HasPrefix(c, UpstreamHeaderPrefix) {
+				return fmt.Errorf("steps[%d]: header %s: the replay's own; write upstream, upstream_header or upstream_bytes", i, name)
 			}
 		}
 	}
@@ -280,6 +312,9 @@ func (l Limit) check() error {
 	case "", "skip", "shared":
 	default:
 		return fmt.Errorf("on_missing_key %q: want skip or shared", l.OnMissingKey)
+	}
+	if l.CostHeader != "" && l.CostBytes {
+		return errors.New("cost_header, cost_bytes: one of them")
 	}
 	for _, st := range l.CountStatus {
 		if !statusOrClass(st) {
@@ -403,8 +438,9 @@ func (s Step) RequestHost() string {
 }
 
 // Request returns a new request of the step: a GET of the step's query
-// from its peer to its host, with its header lines and UpstreamHeader
-// naming the status the upstream answers.
+// from its peer to its host, with its header lines, UpstreamHeader naming
+// the status the upstream answers, and the headers that carry the
+// upstream's headers and body.
 func (s Step) Request() *http.Request {
 	target := "/"
 	if s.Query != "" {
@@ -420,19 +456,52 @@ func (s Step) Request() *http.Request {
 		}
 	}
 	r.Header.Set(UpstreamHeader, strconv.Itoa(s.UpstreamStatus()))
+	for name, v := range s.UpstreamHeaders {
+		r.Header.Set(UpstreamHeaderPrefix+name, v)
+	}
+	if s.UpstreamBytes > 0 {
+		r.Header.Set(UpstreamBody, strings.Repeat("x", s.UpstreamBytes))
+	}
 	return r
 }
 
 // Upstream is the upstream of the replays in Go (the Traefik plugin's and
 // sluicehttp's next handler): it answers the status that the request's
 // UpstreamHeader names, and 500 when the header is missing or not a
-// number, as Caddy's respond does with that header's placeholder.
+// number, as Caddy's respond does with that header's placeholder; the
+// headers that the request's UpstreamHeaderPrefix headers name; and the
+// body of its UpstreamBody header.
 func Upstream(w http.ResponseWriter, r *http.Request) {
 	status, err := strconv.Atoi(r.Header.Get(UpstreamHeader))
 	if err != nil {
 		status = http.StatusInternalServerError
 	}
+	for name, v := range r.Header {
+		if strings.HasPrefix(name, UpstreamHeaderPrefix) {
+			w.Header()[name[len(UpstreamHeaderPrefix):]] = v
+		}
+	}
 	w.WriteHeader(status)
+	if body := r.Header.Get(UpstreamBody); body != "" {
+		_, _ = w.Write([]byte(body))
+	}
+}
+
+// UpstreamHeaderNames returns the names of every step's UpstreamHeaders,
+// sorted, each once: the headers a Caddy upstream must be able to answer.
+func (c Case) UpstreamHeaderNames() []string {
+	seen := map[string]bool{}
+	var names []string
+	for _, s := range c.Steps {
+		for name := range s.UpstreamHeaders {
+			if n := http.CanonicalHeaderKey(name); !seen[n] {
+				seen[n] = true
+				names = append(names, n)
+			}
+		}
+	}
+	sort.Strings(names)
+	return names
 }
 
 // headerLines returns the lines of a Header value: a string is one line,
