@@ -6,7 +6,10 @@
 // "sleep=<duration>" holds the request that long first, or until its
 // client leaves: a slow upstream for the in-flight tests. A query
 // "status=<code>" (200 to 599) answers with that status instead of 200,
-// as a login answers 401 to a wrong password.
+// as a login answers 401 to a wrong password. A query "tokens=<n>" answers
+// with the header X-Tokens-Used: <n>, as an LLM API says what a request
+// cost, and "bytes=<n>" (at most 1 GiB) with a body of n bytes instead of
+// "ok", as a download.
 //
 // A request whose path starts with /count/ is counted, per path: the
 // instant it arrived (at most 100,000 per path are kept) and how many
@@ -135,6 +138,10 @@ func main() {
 	}
 	log.Printf("backend: listening on %s", ln.Addr())
 	body := []byte("ok")
+	chunk := make([]byte, 32<<10) // of a bytes=<n> body
+	for i := range chunk {
+		chunk[i] = 'x'
+	}
 	c := &counter{byPath: make(map[string]*counts)}
 	go c.watchStalls()
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -160,8 +167,28 @@ func main() {
 					t.Stop()
 				}
 			}
+			if t := q.Get("tokens"); t != "" {
+				hdr["X-Tokens-Used"] = []string{t}
+			}
+			n, err := strconv.ParseInt(q.Get("bytes"), 10, 64)
+			if err == nil && n >= 0 && n <= 1<<30 {
+				hdr["Content-Length"] = []string{strconv.FormatInt(n, 10)}
+			} else {
+				n = -1
+			}
 			if code, err := strconv.Atoi(q.Get("status")); err == nil && code >= 200 && code <= 599 {
 				w.WriteHeader(code)
+			}
+			if n >= 0 {
+				for b := chunk; n > 0; n -= int64(len(b)) {
+					if n < int64(len(b)) {
+						b = b[:n]
+					}
+					if _, err := w.Write(b); err != nil {
+						return
+					}
+				}
+				return
 			}
 		}
 		w.Write(body)
