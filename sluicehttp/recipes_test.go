@@ -83,6 +83,77 @@ func Example_login() {
 	// 401 401 401 401 401 429 Retry-After: 900
 }
 
+// yourLLM is the LLM API the token recipe protects: every answer says it
+// used 4,000 tokens.
+var yourLLM = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Tokens-Used", "4000")
+	fmt.Fprintln(w, "{...}")
+})
+
+// Each API key may spend 10,000 tokens a minute, as the upstream counts
+// them in the X-Tokens-Used header of its answers: a key's request is let
+// through while the key has tokens left, and charged what its answer says
+// it cost.
+func Example_tokens() {
+	mw, err := sluicehttp.New(sluicehttp.Config{
+		Limits: []sluicehttp.Limit{{
+			Name:       "tokens",
+			Key:        []string{"header:Authorization"}, // or header:X-Api-Key
+			Rate:       "10000/min",
+			CostHeader: "X-Tokens-Used", // charged when the answer comes, nothing before
+		}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mw.Close()
+	h := mw.Handler(yourLLM)
+
+	var w *httptest.ResponseRecorder
+	for i := 0; i < 4; i++ {
+		w = send(h, "POST", "/v1/chat/completions", "192.0.2.1", "Authorization", "Bearer k-1")
+		fmt.Print(w.Code, " ")
+	}
+	fmt.Println("Retry-After:", w.Header().Get("Retry-After"))
+	w = send(h, "POST", "/v1/chat/completions", "192.0.2.1", "Authorization", "Bearer k-2")
+	fmt.Println("another key:", w.Code)
+	// Output:
+	// 200 200 200 429 Retry-After: 12
+	// another key: 200
+}
+
+// yourFiles is the file server the download recipe protects: every file
+// is 4 MB.
+var yourFiles = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.Write(make([]byte, 4000000))
+})
+
+// Each client may download 10 MB a minute from /files/: the cost of an
+// answer is the bytes of its body.
+func Example_downloads() {
+	mw, err := sluicehttp.New(sluicehttp.Config{
+		Limits: []sluicehttp.Limit{{
+			Name:      "downloads",
+			Match:     func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/files/") },
+			Rate:      "10000000/min",
+			CostBytes: true, // charged once the body is sent
+		}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mw.Close()
+	h := mw.Handler(yourFiles)
+
+	var w *httptest.ResponseRecorder
+	for i := 0; i < 4; i++ {
+		w = send(h, "GET", "/files/a.iso", "192.0.2.1")
+		fmt.Print(w.Code, " ")
+	}
+	fmt.Println("Retry-After:", w.Header().Get("Retry-After"))
+	// Output: 200 200 200 429 Retry-After: 12
+}
+
 // Each API key may make 1,000 requests a day: a window per UTC day, not a
 // bucket that refills as it drains. Requests without the header are not
 // counted (OnMissingKey "skip"): refuse them in the handler, or set
