@@ -15,6 +15,16 @@
 #                    429 with the policy "login";q=5;w=60 and the penalty's
 #                    Retry-After near 900; then a successful login is held
 #                    out too; / is not limited
+#   tokens           a key's 3 answers of 4,000 tokens (the upstream's
+#                    X-Tokens-Used, ?tokens=4000) are all answered and leave
+#                    it 2,000 in debt: the next is refused, 429 with the
+#                    policy "tokens";q=10000;w=60 and a Retry-After of the
+#                    debt's repayment, 12 s (10 to 12); another key is not;
+#                    the same on a Redis store
+#   downloads        a client's 3 downloads of 4 MB (?bytes=4000000) are
+#                    served and leave it 2 MB over: the next is refused with
+#                    a Retry-After of 10 to 12 s; another client (from
+#                    127.0.0.2) is not
 #   api-quota        a key's answers carry the policy "daily";q=1000;w=86400,
 #                    X-RateLimit-Limit 1000, and X-RateLimit-Reset at the
 #                    next 00:00 UTC (the window's end); a request without the
@@ -36,7 +46,7 @@
 # 5 × 200 then 429; then the same Traefik, its file provider watching,
 # loads each Traefik recipe's file in turn and holds it to the same
 # promises (three-instances with one Traefik: 100 admitted through Redis;
-# login's checks as in Caddy, but for /).
+# login's, tokens' and downloads' checks as in Caddy).
 #
 # Prints PASS lines and FAIL lines, and fails if any check failed. About 15
 # seconds once Caddy and Traefik are built.
@@ -138,6 +148,33 @@ expensive_quota() {
 	expect_in "$1 expensive: until the oldest admission is a minute old (Retry-After)" "$(hdr Retry-After)" 50 60
 }
 
+# tokens_checks HOST URL holds the token recipe served at URL by HOST to its
+# promise: 10,000 tokens a minute per API key, charged what the answer's
+# X-Tokens-Used says, the debt refused until the rate repays it.
+tokens_checks() {
+	local got
+	got="$(codes 3 "$2/v1/chat?tokens=4000" -H "Authorization: Bearer k-$3")"
+	expect "$1 tokens: 3 answers of 4,000 tokens, let through while the key had tokens left" "$got" "200 200 200"
+	req "$2/v1/chat?tokens=10" -H "Authorization: Bearer k-$3"
+	expect "$1 tokens: then the key, 2,000 in debt, is refused with the policy" "$CODE $(hdr RateLimit-Policy)" '429 "tokens";q=10000;w=60'
+	expect_in "$1 tokens: until 10,000 a minute has repaid the 2,000 (Retry-After)" "$(hdr Retry-After)" 10 12
+	req "$2/v1/chat?tokens=10" -H "Authorization: Bearer other-$3"
+	expect "$1 tokens: another key is let through" "$CODE" 200
+}
+
+# downloads_checks HOST URL holds the download recipe served at URL by HOST
+# to its promise: 10 MB a minute per client, charged the bodies' bytes.
+downloads_checks() {
+	local got
+	got="$(codes 3 "$2/files/a?bytes=4000000")"
+	expect "$1 downloads: 3 downloads of 4 MB are served" "$got" "200 200 200"
+	req "$2/files/b?bytes=10"
+	expect "$1 downloads: then the client, 2 MB over, is refused" "$CODE" 429
+	expect_in "$1 downloads: until 10 MB a minute has repaid the 2 MB (Retry-After)" "$(hdr Retry-After)" 10 12
+	req "$2/files/b?bytes=10" --interface 127.0.0.2
+	expect "$1 downloads: another client is served" "$CODE" 200
+}
+
 backend="$(free_port)"
 e2e_start_backend "$backend"
 redis="$(free_port)"
@@ -161,6 +198,23 @@ caddy_recipe login
 login_checks caddy "$URL"
 req "$URL/"
 expect "caddy login: / is not limited" "$CODE $(hdr RateLimit-Policy)" "200 "
+e2e_stop "$CADDY_PID"
+
+# tokens, in memory and on Redis (the recipe with a store redis block)
+caddy_recipe tokens
+tokens_checks caddy "$URL" memory
+e2e_stop "$CADDY_PID"
+sed -i "s|^\tsluice {\$|\tsluice {\n\t\tstore redis {\n\t\t\taddress 127.0.0.1:$redis\n\t\t}|" "$TMP/tokens-$PORT.Caddyfile"
+grep -q "address 127.0.0.1:$redis" "$TMP/tokens-$PORT.Caddyfile" || die "examples/caddy/tokens.Caddyfile: no sluice block"
+CADDY_ADMIN="127.0.0.1:$ADMIN" e2e_start_caddy "tokens-redis-$PORT" "$TMP/tokens-$PORT.Caddyfile" "$PORT"
+tokens_checks "caddy (redis)" "$URL" redis
+keys="$(redis-cli -p "$redis" --scan --pattern 'sluice:*tokens*' | wc -l)"
+expect_in "caddy (redis) tokens: the keys' counters are in Redis" "$keys" 2 6
+e2e_stop "$CADDY_PID"
+
+# downloads
+caddy_recipe downloads
+downloads_checks caddy "$URL"
 e2e_stop "$CADDY_PID"
 
 # api-quota
@@ -295,6 +349,12 @@ mport="$(free_port)"
 
 if traefik_recipe login login-limit sliding_window_log; then
 	login_checks traefik "$T"
+fi
+if traefik_recipe tokens tokens-limit X-Tokens-Used; then
+	tokens_checks traefik "$T" traefik
+fi
+if traefik_recipe downloads downloads-limit 10000000; then
+	downloads_checks traefik "$T"
 fi
 if traefik_recipe api-quota api-quota fixed_window; then
 	req "$T/api/items" -H "X-API-Key: k-123"
