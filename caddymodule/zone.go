@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -464,16 +463,12 @@ func isClientIPKey(key string) bool { return key == clientIPKey || key == client
 func (z *Zone) groups() bool { return z.IPv4Prefix != 0 || z.IPv6Prefix != 0 }
 
 // provisionCost reads Cost as a number or a placeholder template, and
-// checks a number against the zone's limit: 0, an estimate, only with a
-// cost from the response.
+// checks a number against the zone's limit (model.Limit.CheckCost).
 func (z *Zone) provisionCost() error {
 	s := strings.TrimSpace(string(z.Cost))
-	estimate := z.CostHeader != "" || z.CostBytes
 	switch {
-	case s == "" && estimate:
-		z.cost = 0
 	case s == "":
-		z.cost = 1
+		z.cost = z.limit.DefaultCost()
 	case strings.ContainsAny(s, "{}"):
 		z.costTmpl = s
 		return nil
@@ -481,9 +476,6 @@ func (z *Zone) provisionCost() error {
 		c, err := parseCost(s)
 		if err != nil {
 			return optionErrorf("cost", "cost %q: %v", s, err)
-		}
-		if c == 0 && !estimate {
-			return optionErrorf("cost", "cost %q: must be positive; 0 is an estimate only with cost_header or cost_bytes", s)
 		}
 		z.cost = c
 	}
@@ -494,12 +486,8 @@ func (z *Zone) provisionCost() error {
 }
 
 // parseCost parses a configured cost with model.ParseCost, telling a value
-// that is not a number that it may also be a placeholder, and reads 0,
-// which provisionCost allows as a response cost's estimate.
+// that is not a number that it may also be a placeholder.
 func parseCost(s string) (float64, error) {
-	if c, err := strconv.ParseFloat(s, 64); err == nil && c == 0 {
-		return 0, nil
-	}
 	c, err := model.ParseCost(s)
 	if err == model.ErrCostNotNumber {
 		return 0, errors.New("not a number or a placeholder")
@@ -872,14 +860,17 @@ func keyPlaceholders(tmpl string) []string {
 	return vars
 }
 
-// costOf returns the cost of the request whose replacer is repl.
+// costOf returns the cost of the request whose replacer is repl: its
+// placeholder's number, or the limit's default cost when that is not a
+// cost the limit takes (not a number, negative, or 0 for a limit whose
+// cost does not come from its response).
 func (z *Zone) costOf(repl *caddy.Replacer) float64 {
 	if z.costTmpl == "" {
 		return z.cost
 	}
 	c, err := model.ParseCost(strings.TrimSpace(repl.ReplaceAll(z.costTmpl, "")))
-	if err != nil {
-		return 1
+	if err != nil || c == 0 && !z.limit.CostFromResponse() {
+		return z.limit.DefaultCost()
 	}
 	return c
 }

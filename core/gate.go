@@ -565,15 +565,23 @@ func (g *Gate) settle(asks []model.Ask, charged []model.Decision, actual []float
 // model.ResponseCost) is settled at that cost (Store.Settle): the
 // difference charged, which may leave its key in debt, or given back;
 // a cost the response does not state leaves the charge as it is. A
-// request cut short keeps its charges, unsettled: ctx ended (the client
-// left), status 0 (no response, as when the handler panicked or hijacked
-// the connection) or 101 (the connection was upgraded, as a WebSocket's:
+// request cut short keeps its charges: ctx ended (the client left),
+// status 0 (no response, as when the handler panicked or hijacked the
+// connection) or 101 (the connection was upgraded, as a WebSocket's:
 // hosts that see the 101 and not the hijack that follows, such as Caddy's
-// response recorder, count it alike). Hosts call it only for limits that
-// must see their response (AnswerCounts).
+// response recorder, count it alike); only a response cost above the
+// charge is settled when the client left after the response began, as
+// the bytes it was sent or the work its header states were spent all
+// the same. Hosts call it only for limits that must see their response
+// (AnswerCounts).
 func (g *Gate) Answered(ctx context.Context, asks []model.Ask, v *Verdict, status int, header http.Header, bytes int64) {
-	if ctx.Err() != nil || status == http.StatusSwitchingProtocols {
+	left := ctx.Err() != nil
+	if status == http.StatusSwitchingProtocols {
 		status = 0
+	}
+	counted := status
+	if left {
+		counted = 0
 	}
 	charged := v.charges()
 	var back []model.Ask
@@ -585,11 +593,14 @@ func (g *Gate) Answered(ctx context.Context, asks []model.Ask, v *Verdict, statu
 		if !l.Rated() {
 			continue
 		}
-		cost, ok := 0.0, !model.Counts(l.CountStatus, status)
-		if !ok && status != 0 && l.CostBytes {
-			cost, ok = model.ResponseCost(l, strconv.FormatInt(bytes, 10))
-		} else if !ok && status != 0 && l.CostHeader != "" {
-			cost, ok = model.ResponseCost(l, header.Get(l.CostHeader))
+		cost, ok := 0.0, !model.Counts(l.CountStatus, counted)
+		if !ok && status != 0 && l.CostFromResponse() {
+			value := header.Get(l.CostHeader)
+			if l.CostBytes {
+				value = strconv.FormatInt(bytes, 10)
+			}
+			cost, ok = model.ResponseCost(l, value)
+			ok = ok && !(left && cost < asks[i].Cost)
 		}
 		if j < len(charged) && ok {
 			back = append(back, asks[i])

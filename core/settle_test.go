@@ -93,9 +93,17 @@ func checkSettled(t *testing.T, g *Gate, l *model.Limit, key string, clock *test
 	if !costed(g, l, ended, key, 1, 200, "3") {
 		t.Fatal("cut short: refused")
 	}
-	if rem, _ := remaining(t, g, l, key); rem < 2-1e-3 || rem > 2+1e-3 {
-		t.Fatalf("cut short: %v remaining, want 2 (the estimate kept)", rem)
+	if rem, _ := remaining(t, g, l, key); rem < 0-1e-3 || rem > 0+1e-3 {
+		t.Fatalf("client left after X-Cost 3: %v remaining, want 0 (the response's cost, above the estimate)", rem)
 	}
+	clock.Advance(6 * time.Minute) // a token back
+	if !costed(g, l, ended, key, 0.5, 200, "0") {
+		t.Fatal("cut short: refused")
+	}
+	if rem, _ := remaining(t, g, l, key); rem < 0.5-1e-3 || rem > 0.5+1e-3 {
+		t.Fatalf("client left after X-Cost 0: %v remaining, want 0.5 (the estimate kept)", rem)
+	}
+	clock.Advance(9 * time.Minute) // 1.5 tokens back
 	step("estimate 0, X-Cost 1e308", 0, 200, "1e308", 0) // the capacity: 8 in debt
 	rem, retry := remaining(t, g, l, key)
 	if rem != 0 || retry < 47*time.Minute || retry > 48*time.Minute+time.Second {

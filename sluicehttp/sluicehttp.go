@@ -413,8 +413,8 @@ func newLimit(l *Limit, ip *clientip.Strategy, prefix string) (limit, error) {
 		return limit{}, err
 	}
 	cost := l.Cost
-	if cost == 0 && l.CostHeader == "" && !l.CostBytes {
-		cost = 1
+	if cost == 0 {
+		cost = cl.DefaultCost()
 	}
 	if !(cost >= 0) {
 		return limit{}, &model.FieldError{Field: "cost", Value: strconv.FormatFloat(cost, 'g', -1, 64), Reason: "must be positive"}

@@ -371,7 +371,7 @@ func TestConfigErrors(t *testing.T) {
 		{"cost_header", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", CostHeader: "X Tokens"})}, `limits[0] (api): cost_header "X Tokens": not a header name`},
 		{"cost_header and lease", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "10/s", CostHeader: "X-Tokens-Used", Lease: 5})}, "limits[0] (api): cost_header: a lease's admissions cannot be settled; remove lease"},
 		{"cost_header without rate", sluicehttp.Config{Limits: lim(sluicehttp.Limit{MaxInFlight: 5, CostHeader: "X-Tokens-Used"})}, "limits[0] (api): cost_header: only a rate is charged a cost"},
-		{"cost_bytes and cost_header", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", CostHeader: "X-Tokens-Used", CostBytes: true})}, "limits[0] (api): cost_bytes: a cost comes from one place"},
+		{"cost_bytes and cost_header", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "1/s", CostHeader: "X-Tokens-Used", CostBytes: true})}, "limits[0] (api): cost_bytes: a cost comes from a header or from the body"},
 		{"lease above capacity", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "10/s", Lease: 20})}, `limits[0] (api): lease "20": above the capacity of 10`},
 		{"penalty", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "10/s", Penalty: time.Nanosecond})}, `limits[0] (api): penalty "1ns": must be a whole number of microseconds`},
 		{"lease in memory", sluicehttp.Config{Limits: lim(sluicehttp.Limit{Rate: "10/s", Lease: 5})}, `lease "5": only a Redis store's capacity is leased`},

@@ -123,13 +123,8 @@ func parse(cfg *Config, name string) (*settings, error) {
 			s.specs = append(s.specs, spec)
 			specIndex[id] = i
 		}
-		switch {
-		case cost == unsetCost && responseCost(l):
-			cost = 0
-		case cost == unsetCost:
-			cost = 1
-		case cost == 0 && !responseCost(l):
-			return fmt.Errorf("%s \"0\": must be positive; 0 is an estimate only with costHeader or costBytes", costOption)
+		if cost == unsetCost {
+			cost = l.DefaultCost()
 		}
 		if err := l.CheckCost(cost); err != nil {
 			return errors.New(model.FieldOf(err).Format(costOption, ""))
@@ -256,22 +251,15 @@ func hasInFlight(plans []limitPlan) bool {
 	return false
 }
 
-// unsetCost is parseCost's default for a cost left out: 1, or 0 for a
-// limit with a cost from its response (add).
+// unsetCost is parseCost's default for a cost left out, which add reads
+// as the limit's default cost (model.Limit.DefaultCost).
 const unsetCost = -1
 
-// responseCost reports whether l takes its cost from its response.
-func responseCost(l *model.Limit) bool { return l.CostHeader != "" || l.CostBytes }
-
-// parseCost parses a positive cost, or 0, which add allows only as the
-// estimate of a cost from the response; empty yields def.
+// parseCost parses a cost (model.ParseCost); empty yields def.
 func parseCost(option, s string, def float64) (float64, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return def, nil
-	}
-	if c, err := strconv.ParseFloat(s, 64); err == nil && c == 0 {
-		return 0, nil
 	}
 	c, err := model.ParseCost(s)
 	if err != nil {

@@ -107,17 +107,18 @@ func CheckBurst(burst float64) error {
 // number, infinities and NaN included.
 var ErrCostNotNumber = errors.New("not a number")
 
-// ParseCost parses a request's cost: a positive finite number in the
-// syntax of strconv.ParseFloat ("3", "0.5", "1e3"), without surrounding
-// spaces. Its error, ErrCostNotNumber or "must be positive", does not
-// repeat s: callers name the option and the value.
+// ParseCost parses a request's cost: a finite number, not negative, in
+// the syntax of strconv.ParseFloat ("3", "0.5", "1e3"), without
+// surrounding spaces; a limit takes 0 only as an estimate (CheckCost).
+// Its error, ErrCostNotNumber or "must not be negative", does not repeat
+// s: callers name the option and the value.
 func ParseCost(s string) (float64, error) {
 	c, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsInf(c, 0) || math.IsNaN(c) {
 		return 0, ErrCostNotNumber
 	}
-	if c <= 0 {
-		return 0, errors.New("must be positive")
+	if c < 0 {
+		return 0, errors.New("must not be negative")
 	}
 	return c, nil
 }

@@ -269,8 +269,12 @@ func (l *Limit) Validate() error {
 }
 
 // CheckCost refuses a request cost that l can never admit, above its
-// capacity (see Fits). It is valid after Validate.
+// capacity (see Fits), and 0 but as the estimate of a cost from the
+// response (CostFromResponse). It is valid after Validate.
 func (l *Limit) CheckCost(cost float64) error {
+	if cost == 0 && !l.CostFromResponse() {
+		return Refuse("cost", "0", "must be positive; 0 is an estimate only for a limit whose cost comes from its response")
+	}
 	if l.Fits(cost) {
 		return nil
 	}

@@ -67,10 +67,21 @@ func (l *Limit) checkCount() *FieldError {
 }
 
 // Answered reports whether l must see its request's response: it counts
-// only some statuses (CountStatus) or takes its cost from the response
+// only some statuses (CountStatus) or takes its cost from the response.
+func (l *Limit) Answered() bool { return l.CountStatus != nil || l.CostFromResponse() }
+
+// CostFromResponse reports whether l takes its cost from its response
 // (CostHeader, CostBytes).
-func (l *Limit) Answered() bool {
-	return l.CountStatus != nil || l.CostHeader != "" || l.CostBytes
+func (l *Limit) CostFromResponse() bool { return l.CostHeader != "" || l.CostBytes }
+
+// DefaultCost is the cost of l's requests when none is set: 1, or 0 for
+// a limit whose cost comes from its response, whose estimate is then
+// nothing.
+func (l *Limit) DefaultCost() float64 {
+	if l.CostFromResponse() {
+		return 0
+	}
+	return 1
 }
 
 // checkResponseCost checks CostHeader and CostBytes: one of them, a
@@ -81,7 +92,7 @@ func (l *Limit) checkResponseCost() *FieldError {
 	case l.CostHeader == "" && !l.CostBytes:
 		return nil
 	case l.CostHeader != "" && l.CostBytes:
-		return Refuse("cost_bytes", "", "a cost comes from one place; remove cost_header or cost_bytes")
+		return Refuse("cost_bytes", "", "a cost comes from a header or from the body's bytes, not both")
 	case l.Lease != 0:
 		return Refuse(l.responseCostField(), "", "a lease's admissions cannot be settled; remove lease")
 	}
