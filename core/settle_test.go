@@ -67,7 +67,8 @@ func remaining(t *testing.T, g *Gate, l *model.Limit, key string) (float64, time
 // checkSettled: the response's X-Cost is charged, the estimate settled
 // to it; a hostile or missing value leaves the estimate; a value above
 // the capacity counts as the capacity; an uncounted status gives the
-// estimate back and a request cut short keeps it, unsettled; a debt
+// estimate back; a request cut short keeps it, and is charged a
+// response cost above it when its client left; a debt
 // refuses even a cost of 0 until the rate repays it.
 func checkSettled(t *testing.T, g *Gate, l *model.Limit, key string, clock *testclock.Clock) {
 	t.Helper()
@@ -103,7 +104,7 @@ func checkSettled(t *testing.T, g *Gate, l *model.Limit, key string, clock *test
 	if rem, _ := remaining(t, g, l, key); rem < 0.5-1e-3 || rem > 0.5+1e-3 {
 		t.Fatalf("client left after X-Cost 0: %v remaining, want 0.5 (the estimate kept)", rem)
 	}
-	clock.Advance(9 * time.Minute) // 1.5 tokens back
+	clock.Advance(9 * time.Minute)                       // 1.5 tokens back
 	step("estimate 0, X-Cost 1e308", 0, 200, "1e308", 0) // the capacity: 8 in debt
 	rem, retry := remaining(t, g, l, key)
 	if rem != 0 || retry < 47*time.Minute || retry > 48*time.Minute+time.Second {
