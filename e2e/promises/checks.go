@@ -68,6 +68,9 @@ type evaluation struct {
 	checked map[string]int     // intervals, keys or answers checked, by check
 	worst   map[string]float64 // the largest count over bound, by check
 	excess  map[string]excess  // the most admitted beyond a bound, by failure policy
+
+	penaltyFig                         penaltyFigures
+	uncountedChecked, uncountedExcused int // the steady keys' answers checked, and left out for a fault
 }
 
 func (ev *evaluation) want(c string) bool { return len(ev.sel) == 0 || ev.sel[c] }
@@ -117,6 +120,27 @@ func (t *topology) evaluate(sel map[string]bool) ([]*violation, []figure) {
 				if z.inflight > 0 || z.maxDelay > 0 {
 					continue
 				}
+				if z.penalty > 0 && ev.want("penalty") {
+					ev.penalty(g, r, z, xs, nil)
+					if r.policy == "fallback" {
+						for _, h := range g.hosts {
+							ev.penalty(g, r, z, xs, h)
+						}
+					}
+				}
+				if z.countStatus != nil {
+					// The bound holds for the counted responses.
+					if ev.want("counted") {
+						ys := countedOnly(z, xs)
+						ev.zoneBound("counted", g, r, z, ys, nil)
+						if r.policy == "fallback" {
+							for _, h := range g.hosts {
+								ev.zoneBound("counted", g, r, z, ys, h)
+							}
+						}
+					}
+					continue
+				}
 				check := "bound"
 				if z.lease > 0 {
 					check = "lease"
@@ -135,7 +159,10 @@ func (t *topology) evaluate(sel map[string]bool) ([]*violation, []figure) {
 					}
 				}
 			}
-			if r.upstream && (ev.want("slots") || ev.want("solo") || ev.want("shaping")) {
+			if r.steady > 0 && ev.want("counted") {
+				ev.uncounted(g, r, xs)
+			}
+			if strings.HasPrefix(r.path, "/count/") && (ev.want("slots") || ev.want("solo") || ev.want("shaping")) {
 				ev.upstream(g, r, xs)
 			}
 		}
@@ -158,6 +185,14 @@ func (t *topology) evaluate(sel map[string]bool) ([]*violation, []figure) {
 		} else if ev.want("bound") {
 			ev.fig("excess", "%s: nothing admitted beyond the bound, all answers counted", p)
 		}
+	}
+	if ev.want("penalty") {
+		f := ev.penaltyFig
+		ev.fig("penalty", "%d penalties whose start the answers bound, %d answers within them checked held out with Retry-After and t the time left; %d refusals followed by another with nothing admitted between, at most %.3f s apart",
+			f.penalties, f.held, f.runs, f.longest.Seconds())
+	}
+	if ev.want("counted") {
+		ev.fig("counted", "%d answers to keys answered only 200 checked never refused (%d more by Redis near a fault or stall left out)", ev.uncountedChecked, ev.uncountedExcused)
 	}
 	for _, c := range checkNames {
 		n, ok := ev.checked[c]
@@ -461,7 +496,7 @@ func (ev *evaluation) upstream(g *group, r *route, xs []*rec) {
 	}
 	for key, kx := range keys {
 		hold := holdOf(r, key)
-		path := strings.TrimSuffix(pathOf(r, key), "?sleep="+hold.String())
+		path := strings.TrimSuffix(pathOf(r, key, 0), "?sleep="+hold.String())
 		_, body, err := fetch("GET", "http://"+t.backend+"/_counts?path="+url.QueryEscape(path))
 		var c counts
 		if err == nil {

@@ -37,6 +37,7 @@ type rec struct {
 	h     *host
 	r     *route
 	key   string        // the X-Key value (the group's prefix included)
+	ask   int           // the status asked of the upstream (?status=), or 0
 	s, e  time.Duration // sent, answered (headers read), since the run's start
 	code  int
 	cls   class
@@ -49,7 +50,9 @@ type rec struct {
 	err   string
 }
 
-func (r *rec) admitted() bool { return r.code >= 200 && r.code < 300 }
+// admitted reports whether the request went on: a 2xx, or the status
+// asked of the upstream.
+func (r *rec) admitted() bool { return r.code >= 200 && r.code < 300 || r.ask != 0 && r.code == r.ask }
 
 func (r *rec) String() string {
 	s := fmt.Sprintf("req %d %7.3fs..%7.3fs %-4s %-14s key=%-10s", r.id, r.s.Seconds(), r.e.Seconds(), r.h.name, r.r.path, r.key)
@@ -79,12 +82,14 @@ type planned struct {
 	r      *route
 	key    string
 	hangUp time.Duration // the client hangs up after this long; 0: it waits
+	ask    int           // the status asked of the upstream, or 0
 }
 
 // plan draws the workload of a run of length d: for each group and each
 // route with traffic, Poisson arrivals at the route's rate times scale,
 // each to a random host of the group (the first for a solo route) with a
-// random key of the route's; hang-ups for the routes that have them.
+// random key of the route's; hang-ups for the routes that have them, and
+// for those with fails, 401 or 403 asked of the upstream, or 200.
 func plan(rnd *rand.Rand, t *topology, d time.Duration, scale float64) []planned {
 	var out []planned
 	for _, g := range t.groupList {
@@ -107,6 +112,12 @@ func plan(rnd *rand.Rand, t *topology, d time.Duration, scale float64) []planned
 				}
 				if r.cancel > 0 && rnd.Float64() < r.cancel {
 					p.hangUp = time.Duration(50+rnd.Intn(600)) * time.Millisecond
+				}
+				if r.fails > 0 {
+					p.ask = 200
+					if rnd.Float64() < r.fails {
+						p.ask = 401 + 2*rnd.Intn(2)
+					}
 				}
 				out = append(out, p)
 			}
@@ -144,14 +155,17 @@ var client = &http.Client{
 }
 
 // pathOf is the path a request of route r with key k is sent to: under
-// an upstream route, one the backend counts apart per group and key.
-func pathOf(r *route, key string) string {
+// an upstream route, one the backend counts apart per group and key (or,
+// with ask, answers with that status).
+func pathOf(r *route, key string, ask int) string {
 	if !r.upstream {
 		return r.path
 	}
 	p := r.path + key
 	if hold := holdOf(r, key); hold > 0 {
 		p += "?sleep=" + hold.String()
+	} else if ask != 0 {
+		p += "?status=" + strconv.Itoa(ask)
 	}
 	return p
 }
@@ -159,14 +173,20 @@ func pathOf(r *route, key string) string {
 // send sends one request to h for route r with key (and any extra
 // headers), recording its answer; hangUp > 0 hangs up after that long.
 func (t *topology) send(h *host, r *route, key string, hangUp time.Duration, extra http.Header) *rec {
-	x := &rec{g: h.group, h: h, r: r, key: key}
+	return t.sendAsking(h, r, key, 0, hangUp, extra)
+}
+
+// sendAsking is send asking the upstream to answer status ask (0: its
+// own).
+func (t *topology) sendAsking(h *host, r *route, key string, ask int, hangUp time.Duration, extra http.Header) *rec {
+	x := &rec{g: h.group, h: h, r: r, key: key, ask: ask}
 	timeout := 10 * time.Second
 	if hangUp > 0 {
 		timeout = hangUp
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, h.url(pathOf(r, key)), nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, h.url(pathOf(r, key, ask)), nil)
 	req.Header.Set("X-Key", key)
 	for k, vs := range extra {
 		req.Header[k] = vs
@@ -193,7 +213,7 @@ func (t *topology) send(h *host, r *route, key string, hangUp time.Duration, ext
 
 // classify reads an answer's headers into x.
 func classify(x *rec, hd http.Header) {
-	if x.code >= 500 || (x.code != http.StatusOK && x.code != http.StatusTooManyRequests) {
+	if x.code >= 500 || (x.code != http.StatusOK && x.code != http.StatusTooManyRequests && x.code != x.ask) {
 		x.cls, x.err = classFailed, "status "+strconv.Itoa(x.code)
 		return
 	}
@@ -251,7 +271,7 @@ func (t *topology) runLoad(ps []planned, stop <-chan struct{}) {
 		wg.Add(1)
 		go func(p planned) {
 			defer wg.Done()
-			t.send(p.h, p.r, p.key, p.hangUp, nil)
+			t.sendAsking(p.h, p.r, p.key, p.ask, p.hangUp, nil)
 			<-sem
 		}(p)
 	}

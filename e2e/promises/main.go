@@ -15,8 +15,9 @@
 //
 // The workload is seeded: per group and route (topo.go), Poisson
 // arrivals to random hosts with random keys of a few shared ones, over
-// every algorithm, several limits per request, lease, max_in_flight, and
-// shaping with clients that hang up; reloads of Caddys (caddy reload) and
+// every algorithm, several limits per request, lease, max_in_flight,
+// shaping with clients that hang up, a penalty, and limits that count only
+// the upstream's 401 or 4xx; reloads of Caddys (caddy reload) and
 // Traefiks (their file-provider configuration rewritten); probes of
 // quiet keys. The faults (faults.go): latency, a reply dropped after the
 // command was written, resets, blackhole, Redis paused (SIGSTOP), killed
@@ -54,6 +55,12 @@
 //	headers   Remaining, Retry-After and Reset truthful, probed on quiet keys
 //	shared    a quota shared by a group's hosts is exact in a window without faults
 //	recovery  every answer of a failure policy within a fault or 1.2 s after it
+//	penalty   a key a limit with a penalty refused is refused by every host sharing it
+//	          (by its local fallback, by that one) until the penalty ends, with
+//	          Retry-After and t the time left, and admitted again once it has
+//	counted   a limit that counts only some statuses within its bound on the counted
+//	          responses (Redis's and each fallback's), and a key answered only 200,
+//	          sent one request at a time, never refused
 //	defect1   charge on the Cluster, where a dropped reply made go-redis send a decision again
 //	defect2   a repeated key header with a changing second line mints no key
 //	defect3   demand_scope fleet keeps at most demand_keys keys per period in Redis, for a
@@ -133,7 +140,7 @@ func (t *topology) emptied(f *fault, at time.Duration) {
 }
 
 // checkNames are the checks -only selects, in report order.
-var checkNames = []string{"answers", "bound", "lease", "fallback", "slots", "solo", "shaping", "charge", "headers", "shared", "recovery",
+var checkNames = []string{"answers", "bound", "lease", "fallback", "slots", "solo", "shaping", "charge", "headers", "shared", "recovery", "penalty", "counted",
 	"defect1", "defect2", "defect3", "defect4", "defect5", "defect6", "defect7"}
 
 func main() {
@@ -398,7 +405,7 @@ func (t *topology) run(sel map[string]bool, d time.Duration, scale float64) bool
 		return false
 	}
 	rnd := rand.New(rand.NewSource(t.seed))
-	general := wantAny("answers", "bound", "lease", "fallback", "slots", "solo", "shaping", "charge", "headers", "shared", "recovery", "defect1")
+	general := wantAny("answers", "bound", "lease", "fallback", "slots", "solo", "shaping", "charge", "headers", "shared", "recovery", "penalty", "counted", "defect1")
 	if !general {
 		d = 0
 	}
@@ -477,6 +484,19 @@ func (t *topology) run(sel map[string]bool, d time.Duration, scale float64) bool
 							t.probeLoop(g, r, delay, stopProbes)
 						}(g, r, time.Duration(n)*150*time.Millisecond)
 						n++
+					}
+				}
+			}
+		}
+		if want("counted") {
+			for _, g := range t.groupList {
+				for _, r := range g.routes {
+					if r.steady > 0 {
+						wg.Add(1)
+						go func(g *group, r *route) {
+							defer wg.Done()
+							t.uncountedLoop(g, r, stopProbes)
+						}(g, r)
 					}
 				}
 			}

@@ -20,9 +20,27 @@ type zone struct {
 	burst    float64 // the buckets' capacity; 0 for the window algorithms
 	maxDelay time.Duration
 	lease    float64
-	inflight int    // max_in_flight
-	header   string // the key's request header, or "" for the constant key "g"
-	fleet    int    // demand_keys of a zone whose demand is recorded for the fleet; 0: not
+	inflight int           // max_in_flight
+	header   string        // the key's request header, or "" for the constant key "g"
+	fleet    int           // demand_keys of a zone whose demand is recorded for the fleet; 0: not
+	penalty  time.Duration // how long a key the zone refuses stays refused; 0: none
+	// countStatus are the statuses (codes, or classes such as 4xx) of the
+	// only responses the zone counts; nil: every response.
+	countStatus []string
+}
+
+// counts reports whether z counts a response of status code.
+func (z *zone) counts(code int) bool {
+	if z.countStatus == nil {
+		return true
+	}
+	c := strconv.Itoa(code)
+	for _, s := range z.countStatus {
+		if s == c || len(s) == 3 && strings.HasSuffix(s, "xx") && s[0] == c[0] {
+			return true
+		}
+	}
+	return false
 }
 
 // capacity is what the zone admits at once: its burst, or its quota for
@@ -74,6 +92,12 @@ type route struct {
 	only     string        // the only kind of host configured with it ("caddy", "traefik"), or "" for all
 	d4       bool          // the defect-4 route: its own proxy and a quick breaker
 	inst     int           // the instances its fallback divides by, when not the group's hosts
+	// fails is the share of the workload's requests that the upstream
+	// answers 401 or 403 (half each; ?status=), the rest 200.
+	fails float64
+	// steady is the rate (per second, per group) of a key whose requests
+	// are all answered 200, sent one at a time (uncountedLoop).
+	steady float64
 }
 
 // instances is how many hosts a route's fallback divides its quotas by.
@@ -114,6 +138,13 @@ var routes = []*route{
 	}},
 	{name: "solo", path: "/count/solo/", upstream: true, hold: 400 * time.Millisecond, policy: "fallback", solo: true, rate: 6, keys: 1, zones: []*zone{
 		{name: "solo", inflight: 2, header: "X-Key"},
+	}},
+	{name: "pen", path: "/pen", policy: "fallback", rate: 6, keys: 2, zones: []*zone{
+		{name: "pen", alg: "token_bucket", quota: 3, period: 2 * time.Second, burst: 3, penalty: 4 * time.Second, header: "X-Key"},
+	}},
+	{name: "cnt", path: "/cnt/", upstream: true, policy: "fallback", rate: 8, keys: 2, fails: 0.75, steady: 4, zones: []*zone{
+		{name: "cnt", alg: "token_bucket", quota: 1, period: time.Second, burst: 3, countStatus: []string{"401"}, header: "X-Key"},
+		{name: "cntw", alg: "sliding_window_log", quota: 6, period: 2 * time.Second, countStatus: []string{"4xx"}, header: "X-Key"},
 	}},
 	{name: "charge", path: "/charge", policy: "allow", rate: 5, keys: 2, zones: []*zone{
 		{name: "chg", alg: "fixed_window", quota: 1000, period: 5 * time.Second, header: "X-Key"},
@@ -260,6 +291,12 @@ func caddyfile(h *host, backend string, extra int) string {
 			if z.fleet > 0 {
 				fmt.Fprintf(&b, "\t\t\t\tdemand_scope fleet\n\t\t\t\tdemand_keys %d\n", z.fleet)
 			}
+			if z.penalty > 0 {
+				fmt.Fprintf(&b, "\t\t\t\tpenalty %s\n", z.penalty)
+			}
+			if z.countStatus != nil {
+				fmt.Fprintf(&b, "\t\t\t\tcount_status %s\n", strings.Join(z.countStatus, " "))
+			}
 			b.WriteString("\t\t\t}\n")
 		}
 		if !r.memory {
@@ -369,6 +406,12 @@ func writeTraefikZone(b *strings.Builder, ind string, z *zone) {
 	}
 	if z.inflight > 0 {
 		line("maxInFlight: %d", z.inflight)
+	}
+	if z.penalty > 0 {
+		line("penalty: %s", z.penalty)
+	}
+	if z.countStatus != nil {
+		line("countStatus: [\"%s\"]", strings.Join(z.countStatus, `", "`))
 	}
 	if z.header != "" {
 		line("key: [\"header:%s\"]", z.header)
