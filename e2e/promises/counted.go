@@ -81,7 +81,7 @@ func (ev *evaluation) uncounted(g *group, r *route, xs []*rec) {
 		if y.admitted() {
 			continue
 		}
-		ev.add(&violation{check: "counted", groups: []*group{g}, recs: near(mine, y.s-forget, y.e), from: y.s - forget, to: y.e,
+		ev.add(&violation{check: "counted", groups: []*group{g}, recs: near(mine, y.s-forget, y.e), from: y.s, to: y.e,
 			msg: fmt.Sprintf("%s: route %s, key %s, whose requests are sent one at a time and all answered 200, which none of its limits counts: request %d was refused by the %s (zone %s)",
 				g.name, r.path, y.key, y.id, y.cls, y.zone)})
 	}
