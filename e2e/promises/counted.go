@@ -76,7 +76,6 @@ func (ev *evaluation) uncounted(g *group, r *route, xs []*rec) {
 			excused++
 			continue
 		}
-		ev.checked["counted"]++
 		ev.uncountedChecked++
 		if y.admitted() {
 			continue
