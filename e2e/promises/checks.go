@@ -70,7 +70,7 @@ type evaluation struct {
 	excess  map[string]excess  // the most admitted beyond a bound, by failure policy
 
 	penaltyFig                         penaltyFigures
-	uncountedChecked, uncountedExcused int // the steady keys' answers checked, and left out for a fault
+	uncountedChecked, uncountedExcused int // the steady keys' answers checked, and left out for a fault or stall
 }
 
 func (ev *evaluation) want(c string) bool { return len(ev.sel) == 0 || ev.sel[c] }

@@ -55,9 +55,9 @@
 //	headers   Remaining, Retry-After and Reset truthful, probed on quiet keys
 //	shared    a quota shared by a group's hosts is exact in a window without faults
 //	recovery  every answer of a failure policy within a fault or 1.2 s after it
-//	penalty   a key a limit with a penalty refused is refused by every host sharing it
-//	          (by its local fallback, by that one) until the penalty ends, with
-//	          Retry-After and t the time left, and admitted again once it has
+//	penalty   a key a limit with a penalty refused is refused until the penalty ends by
+//	          every host sharing the limit (a key a local fallback refused, by that
+//	          fallback), Retry-After and t the time left, and admitted again after it
 //	counted   a limit that counts only some statuses within its bound on the counted
 //	          responses (Redis's and each fallback's), and a key answered only 200,
 //	          sent one request at a time, never refused
