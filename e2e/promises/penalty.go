@@ -121,17 +121,25 @@ func (ev *evaluation) penalty(g *group, r *route, z *zone, xs []*rec, h *host) {
 		// Released: from each refusal, the last refusal before any other
 		// answer that may have been an admission.
 		bs := breakers[k]
+		ends := make([]time.Duration, len(bs))
+		for i, b := range bs {
+			ends[i] = end(b)
+		}
 		var worst *violation
 		longest := time.Duration(0)
+		lo := 0 // bs[:lo] ended before the refusals from here were sent
 		for i, y1 := range as {
 			if y1.admitted() {
 				continue
 			}
+			// The first breaker (by its send, as bs is sorted) that may
+			// run after y1 was sent.
+			for lo < len(bs) && ends[lo] <= y1.s {
+				lo++
+			}
 			next := time.Duration(1 << 62)
-			for _, b := range bs {
-				if end(b) > y1.s && b.s < next {
-					next = b.s
-				}
+			if lo < len(bs) {
+				next = bs[lo].s
 			}
 			var y2 *rec
 			for _, y := range as[i+1:] {
