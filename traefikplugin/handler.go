@@ -19,14 +19,17 @@ const DryRunHeader = "X-Sluice-Dry-Run"
 // entry is one middleware configuration's runtime state, shared by every
 // handler New returns for it.
 type entry struct {
-	name   string
-	lane   *core.Lane
-	redis  *redisClient // nil with the in-memory store
-	own    string       // the registry's ownStoreID of its own in-memory store, or ""
-	report *report
-	meter  *meter // nil without metrics
-	// counted: a limit counts only some responses (core.AnswerCounts).
-	counted bool
+	name string
+	// handler returns the http.Handler of the entry's lane in front of
+	// next. A closure over the lane: under Yaegi the text of a type spells
+	// out every type its fields point to, and a func field spells only its
+	// signature, so the text of an entry, and of every type and function
+	// signature holding one, leaves out the lane's.
+	handler func(next http.Handler) http.Handler
+	redis   *redisClient // nil with the in-memory store
+	own     string       // the registry's ownStoreID of its own in-memory store, or ""
+	report  *report
+	meter   *meter // nil without metrics
 
 	// used is registry.seq of the last New that returned it, done the
 	// Done channel of that call's context, and gone the registry's clock
@@ -74,11 +77,10 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 		return nil, err
 	}
 	e := &entry{
-		name:    name,
-		redis:   rc,
-		report:  &report{name: name, out: out, clock: clock, base: time.Now()},
-		meter:   m,
-		counted: core.AnswerCounts(limits),
+		name:   name,
+		redis:  rc,
+		report: &report{name: name, out: out, clock: clock, base: time.Now()},
+		meter:  m,
 	}
 	// Without Redis, note is all there is to do: under Yaegi the call of
 	// observe would cost every rejection a frame.
@@ -101,7 +103,7 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 	if m != nil {
 		cm = m.counts
 	}
-	e.lane = core.NewLane(core.LaneConfig{
+	lane := core.NewLane(core.LaneConfig{
 		Gate:         gate,
 		Asks:         asks,
 		Specs:        s.specs,
@@ -114,6 +116,9 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 		Exempt:       s.exempt,
 		ExemptIP:     s.ip,
 	})
+	// counted: a limit counts only some responses.
+	counted := core.AnswerCounts(limits)
+	e.handler = func(next http.Handler) http.Handler { return laneHandler(lane, counted, m != nil, next) }
 	return e, nil
 }
 
@@ -136,14 +141,16 @@ type handler struct {
 	lane *core.Lane
 }
 
-func (e *entry) handler(next http.Handler) http.Handler {
-	if e.counted {
-		return &countedHandler{next: next, lane: e.lane}
+// laneHandler returns the handler of lane in front of next: a
+// countedHandler if counted, a meteredHandler if metered, else a handler.
+func laneHandler(lane *core.Lane, counted, metered bool, next http.Handler) http.Handler {
+	if counted {
+		return &countedHandler{next: next, lane: lane}
 	}
-	if e.meter != nil {
-		return &meteredHandler{next: next, lane: e.lane}
+	if metered {
+		return &meteredHandler{next: next, lane: lane}
 	}
-	return &handler{next: next, lane: e.lane}
+	return &handler{next: next, lane: lane}
 }
 
 // ServeHTTP decides the request on every limit that applies to it and

@@ -165,7 +165,8 @@ func (g *registry) new(ctx context.Context, next http.Handler, cfg *Config, name
 	if e := g.entries[id]; e != nil {
 		e.returnedLocked(g.seq, ctx)
 		g.mu.Unlock()
-		return e.handler(next), nil
+		h := e.handler(next) // Yaegi v0.16.1 loses the handler in return e.handler(next), nil
+		return h, nil
 	}
 	g.mu.Unlock()
 
@@ -180,7 +181,8 @@ func (g *registry) new(ctx context.Context, next http.Handler, cfg *Config, name
 	if err != nil {
 		return nil, fmt.Errorf("sluice %s: %w", name, err)
 	}
-	return e.handler(next), nil
+	h := e.handler(next) // as above
+	return h, nil
 }
 
 // build creates the entry id for s, or returns the one a concurrent call
