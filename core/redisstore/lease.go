@@ -66,14 +66,14 @@ type lease struct {
 	// the limit again, equal or not, and the new one takes the lease over
 	// from the old one while both are asked (see Store.lease).
 	limit *model.Limit
-	key   string  // the client's key, as the asks give it
-	state string  // the state's name in leases.byState
-	units float64 // taken from Redis and not spent
-	// grant is the decision that took the last lease, and ask the ask
-	// that took it (of limit's grant form), for the refund when it ends,
-	// which gives back as limit itself refunds (see endLease).
+	key   string // the client's key, as the asks give it
+	state string // the state's name in leases.byState
+	// units: taken from Redis and not spent; more than 0 only once a
+	// lease was granted.
+	units float64
+	// grant is the decision that took the last lease, for the refund when
+	// it ends, which gives back as limit itself refunds (see endLease).
 	grant model.Decision
-	ask   model.Ask
 	start int64   // when the last lease was taken (leaseNow)
 	spent float64 // the cost admitted since start
 	// most, when positive, bounds the next lease's size: half the last
@@ -94,15 +94,17 @@ type leaseKey struct {
 	key   string
 }
 
-// leases holds a Store's leases, by the asks that find them (m) and by
-// the states in Redis they lease (byState: at most one lease of a state,
-// whatever limits ask it), and the grant form of each leased limit with
-// MaxDelay: the limit without it, so that a lease is taken whole or not at
-// all, never by waiting.
+// leases holds a Store's leases, by the asks that find them (m), the
+// key in m of the lease of each state in Redis (byState: at most one lease
+// of a state, whatever limits ask it), and the grant form of each leased
+// limit with MaxDelay: the limit without it, so that a lease is taken
+// whole or not at all, never by waiting. byState holds keys, not leases:
+// under Yaegi the text of a type spells out every type it points to, and
+// a Store's would spell a lease's twice.
 type leases struct {
 	mu      sync.Mutex
 	m       map[leaseKey]*lease
-	byState map[string]*lease
+	byState map[string]leaseKey
 	grants  map[*model.Limit]*model.Limit
 }
 
@@ -289,9 +291,11 @@ func (s *Store) lease(a model.Ask, now int64) *lease {
 		return l
 	}
 	state := a.Limit.Namespace() + "\x00" + a.Key
-	if l := s.leases.byState[state]; l != nil {
-		delete(s.leases.m, leaseKey{l.limit, l.key})
+	if old, ok := s.leases.byState[state]; ok {
+		l := s.leases.m[old]
+		delete(s.leases.m, old)
 		s.leases.m[key] = l
+		s.leases.byState[state] = key
 		l.limit = a.Limit
 		if l.units > a.Limit.Lease {
 			l.units = a.Limit.Lease
@@ -303,11 +307,11 @@ func (s *Store) lease(a model.Ask, now int64) *lease {
 	}
 	if s.leases.m == nil {
 		s.leases.m = map[leaseKey]*lease{}
-		s.leases.byState = map[string]*lease{}
+		s.leases.byState = map[string]leaseKey{}
 	}
 	l := &lease{limit: a.Limit, key: a.Key, state: state, start: now}
 	s.leases.m[key] = l
-	s.leases.byState[state] = l
+	s.leases.byState[state] = key
 	l.timer = time.AfterFunc(leaseSpan, func() { s.endLease(l) })
 	return l
 }
@@ -341,7 +345,6 @@ func (l *lease) granted(ask model.Ask, got model.Decision, cost float64, now int
 		l.units = l.limit.Lease
 	}
 	l.grant = got
-	l.ask = ask
 	l.start = now
 	l.spent = cost
 	l.timer.Reset(leaseSpan)
@@ -389,7 +392,7 @@ func leaseDecision(l *lease) model.Decision {
 // holds back to Redis.
 func (s *Store) endLease(l *lease) {
 	s.leases.mu.Lock()
-	if s.leases.byState[l.state] != l {
+	if s.leases.m[s.leases.byState[l.state]] != l {
 		s.leases.mu.Unlock()
 		return
 	}
@@ -404,18 +407,17 @@ func (s *Store) endLease(l *lease) {
 	delete(s.leases.m, leaseKey{l.limit, l.key})
 	delete(s.leases.byState, l.state)
 	units := l.units
-	ask := l.ask
 	grant := l.grant
 	l.units = 0
 	s.leases.mu.Unlock()
-	if units <= 0 || ask.Limit == nil {
+	if units <= 0 {
 		return
 	}
 	// Given back as the limit refunds, not as the lease was taken: with
 	// MaxDelay, requests admitted since may wait for these units, whose
 	// return would let a later request take their slots (Limit.Refund of
 	// a token bucket with MaxDelay gives back only the last admission).
-	ask.Limit, ask.Cost = l.limit, units
+	ask := model.Ask{Limit: l.limit, Key: l.key, Cost: units}
 	ctx, cancel := context.WithTimeout(context.Background(), leaseReturnTimeout)
 	defer cancel()
 	// A failure leaves the units taken, which errs on the safe side: the
