@@ -71,7 +71,7 @@ const demandSendTimeout = time.Second
 // instances' clocks, not Redis's: instances whose clocks differ may split
 // a key's asks near a period's end between two periods.
 type Demand struct {
-	store  *Store
+	store  evaler // the Store that made it (Store.Demand)
 	base   string
 	period int64
 	keys   string // maxKeys, as the script takes it
@@ -85,6 +85,14 @@ type Demand struct {
 	mu      sync.Mutex
 	closed  bool
 	running chan struct{} // closed when the newest sending goroutine ends
+}
+
+// evaler runs a script as Store.Eval does: a Demand holds its Store as
+// one, because under Yaegi the text of a type spells out every type it
+// points to, and a pointer would put a Store's, leases included, in the
+// text of every type holding a Demand.
+type evaler interface {
+	Eval(ctx context.Context, script *Script, keys, args []string) (interface{}, error)
 }
 
 // Demand returns the fleet demand of l (a validated limit with a period)
