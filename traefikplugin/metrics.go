@@ -143,7 +143,7 @@ func (g *registry) newMeter(name string, s *settings, rc *redisClient) *meter {
 				g.closeFleetLocked(z)
 				z.rc = fleetRC
 				if fleetRC != nil {
-					z.fleet = rc.store.Demand(p.limit, name+"\x00", o.demandKeys, g.clock)
+					z.fleet = rc.store.(*redisstore.Store).Demand(p.limit, name+"\x00", o.demandKeys, g.clock)
 					z.ns = p.limit.Namespace()
 					z.demand = z.fleet.Recorder()
 				} else {

@@ -219,8 +219,12 @@ type redisClient struct {
 	opts redisOptions
 	log  io.Writer // stderr: outages and recoveries
 
-	lazy    *resp.Lazy
-	store   *redisstore.Store
+	lazy *resp.Lazy
+	// store is the *redisstore.Store on lazy, held as a model.Store: under
+	// Yaegi the text of a type spells out every type its fields point to,
+	// and a pointer would put a Store's in the text of every type holding
+	// a client (an entry's, a zone's, the registry's).
+	store   model.Store
 	breaker core.Breaker
 	// direct holds the standalone server's *resp.Client while connected,
 	// for the store to send its common decisions to without EvalSha.
