@@ -219,11 +219,12 @@ type redisClient struct {
 	opts redisOptions
 	log  io.Writer // stderr: outages and recoveries
 
-	lazy *resp.Lazy
-	// store is the *redisstore.Store on lazy, held as a model.Store: under
-	// Yaegi the text of a type spells out every type its fields point to,
-	// and a pointer would put a Store's in the text of every type holding
-	// a client (an entry's, a zone's, the registry's).
+	// lazy is the *resp.Lazy the store calls, held as an io.Closer, and
+	// store the *redisstore.Store, held as a model.Store: under Yaegi the
+	// text of a type spells out every type its fields point to, and a
+	// pointer would put a Lazy's or a Store's in the text of every type
+	// holding a client (an entry's, a zone's, the registry's).
+	lazy    io.Closer
 	store   model.Store
 	breaker core.Breaker
 	// direct holds the standalone server's *resp.Client while connected,
@@ -240,14 +241,15 @@ type redisClient struct {
 // answers.
 func newRedisClient(ctx context.Context, o *redisOptions, clock model.Clock, log io.Writer) (*redisClient, error) {
 	c := &redisClient{opts: *o, log: log}
-	c.lazy = resp.NewLazy(resp.Target{Options: o.resp, Seeds: o.seeds, Sentinel: o.sentinel, ClusterTimeout: o.timeout, Name: o.name},
+	lazy := resp.NewLazy(resp.Target{Options: o.resp, Seeds: o.seeds, Sentinel: o.sentinel, ClusterTimeout: o.timeout, Name: o.name},
 		clock, c.direct.Set)
-	st, err := redisstore.New(redisstore.Config{Client: c.lazy, Cluster: o.seeds != nil, ReadableKeys: o.readable, Direct: &c.direct})
+	c.lazy = lazy
+	st, err := redisstore.New(redisstore.Config{Client: lazy, Cluster: o.seeds != nil, ReadableKeys: o.readable, Direct: &c.direct})
 	if err != nil {
 		return nil, err
 	}
 	c.store = st
-	if _, err := c.lazy.Connect(ctx); err != nil {
+	if _, err := lazy.Connect(ctx); err != nil {
 		atomic.StoreInt32(&c.down, 1)
 		fmt.Fprintf(log, "sluice: redis %s unavailable: %v; requests are decided by onStoreError or the fallback until it answers\n", o.name, err)
 	}
