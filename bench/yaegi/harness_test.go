@@ -217,10 +217,18 @@ func (w *writer) Write(p []byte) (int, error) { return len(p), nil }
 func (w *writer) WriteHeader(code int)        { w.status = code }
 
 // next is the compiled handler behind the middleware; it counts the
-// requests that reach it.
-type next struct{ n atomic.Int64 }
+// requests that reach it and answers with header.
+type next struct {
+	n      atomic.Int64
+	header http.Header // written to every response
+}
 
-func (n *next) ServeHTTP(http.ResponseWriter, *http.Request) { n.n.Add(1) }
+func (n *next) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	n.n.Add(1)
+	for k, v := range n.header {
+		w.Header()[k] = v
+	}
+}
 
 // cost is one case's measurement.
 type cost struct {
