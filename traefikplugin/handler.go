@@ -134,57 +134,26 @@ func observe(e *entry, v *core.Verdict) {
 	}
 }
 
-// handler is the http.Handler New returns: one per router, all of a
-// configuration's handlers sharing its entry.
-type handler struct {
-	next http.Handler
-	lane *core.Lane
-}
-
-// laneHandler returns the handler of lane in front of next: a
-// countedHandler if counted, a meteredHandler if metered, else a handler.
+// laneHandler returns the http.Handler New returns for lane in front of
+// next: one per router, all of a configuration's handlers sharing its
+// entry. It decides each request on every limit that applies to it and
+// either answers 429 or passes it on, after any leaky_bucket delay; all of
+// that is core's, in the function that serves lane at the least cost: if
+// counted (a limit counts only some responses, countStatus),
+// core.ServeLaneCounted, which wraps the writer to see the status; if
+// metered, core.ServeLaneMetered, which counts every verdict in the
+// entry's meter; else core.ServeLane. Without countStatus the
+// ResponseWriter reaches next untouched, so websockets and streaming
+// work. The handler is a closure, not a type: under Yaegi a type holding
+// the lane spells the lane's type text in its own, and that of its
+// pointer and of its ServeHTTP, and an interpreted method call costs more
+// than a closure call.
 func laneHandler(lane *core.Lane, counted, metered bool, next http.Handler) http.Handler {
 	if counted {
-		return &countedHandler{next: next, lane: lane}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { core.ServeLaneCounted(lane, next, w, r) })
 	}
 	if metered {
-		return &meteredHandler{next: next, lane: lane}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { core.ServeLaneMetered(lane, next, w, r) })
 	}
-	return &handler{next: next, lane: lane}
-}
-
-// ServeHTTP decides the request on every limit that applies to it and
-// either answers 429 or passes it on, after any leaky_bucket delay. The
-// ResponseWriter reaches next untouched, so websockets and streaming work.
-// Everything is core.ServeLane's: under Yaegi, every value of an
-// interpreted function's body costs an allocation on each call.
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	core.ServeLane(h.lane, h.next, w, r)
-}
-
-// meteredHandler is the handler of a middleware with metrics, whose every
-// verdict its entry's meter counts: the type apart, so that a handler
-// without metrics costs not one value more per request.
-type meteredHandler struct {
-	next http.Handler
-	lane *core.Lane
-}
-
-// ServeHTTP is handler.ServeHTTP by core.ServeLaneMetered.
-func (h *meteredHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	core.ServeLaneMetered(h.lane, h.next, w, r)
-}
-
-// countedHandler is the handler of a middleware of which a limit counts
-// only some responses (countStatus), served by core.ServeLaneCounted,
-// metered or not: the type apart, so that other handlers pass the
-// writer to next untouched and cost not one value more per request.
-type countedHandler struct {
-	next http.Handler
-	lane *core.Lane
-}
-
-// ServeHTTP is handler.ServeHTTP by core.ServeLaneCounted.
-func (h *countedHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	core.ServeLaneCounted(h.lane, h.next, w, r)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { core.ServeLane(lane, next, w, r) })
 }
