@@ -288,9 +288,6 @@ func NewGate(cfg GateConfig) (*Gate, error) {
 	return g, nil
 }
 
-// Store is the gate's primary store.
-func (g *Gate) Store() model.Store { return g.cfg.Store }
-
 // Decide decides asks all-or-nothing and classifies the result. It neither
 // writes nor waits. The slots of an admitted request's in-flight limits
 // are taken: the caller must release the verdict's Slots.

@@ -100,7 +100,7 @@ func TestServeLaneMatchesGate(t *testing.T) {
 				if reject := fast && resp.Jitter == 0 && resp.Body != answer.BodyNone; lane.fastReject != reject {
 					t.Fatalf("lane fastReject %v for headers %v, body %v, jitter %v", lane.fastReject, hs, resp.Body, resp.Jitter)
 				}
-				label := string(lc.alg) + " limit " + strconv.Itoa(li) + " headers " + strconv.Itoa(int(hs)) + " missing " + missing.String()
+				label := string(lc.alg) + " limit " + strconv.Itoa(li) + " headers " + strconv.Itoa(int(hs)) + " missing " + strconv.Itoa(int(missing))
 				for step := 0; step < steps; step++ {
 					remote := remotes[rng.Intn(len(remotes))]
 					if l.MaxDelay > 0 && lc.alg == model.TokenBucket && rng.Intn(3) == 0 {

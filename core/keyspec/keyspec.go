@@ -532,17 +532,6 @@ func ParseMissingKey(s string) (MissingKey, error) {
 	return 0, model.Refuse("on_missing_key", s, "want skip or shared")
 }
 
-// String returns the policy's name as ParseMissingKey reads it.
-func (m MissingKey) String() string {
-	switch m {
-	case MissingSkip:
-		return "skip"
-	case MissingShared:
-		return "shared"
-	}
-	return "MissingKey(" + strconv.Itoa(int(m)) + ")"
-}
-
 // Resolve returns the key to charge for a request whose key is (key, ok),
 // as returned by [Spec.Key], and whether the limit applies at all. A
 // built key (ok and non-empty) is used as is. Otherwise MissingShared

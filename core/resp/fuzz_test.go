@@ -38,7 +38,7 @@ func FuzzReadReply(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := bufio.NewReaderSize(bytes.NewReader(data), 16)
 		for i := 0; i <= len(data); i++ { // each reply consumes at least one byte
-			v, err := readReply(r, 0)
+			v, err := readReplyAt(r, 0, nil, nil)
 			if err != nil {
 				if _, ok := err.(Error); ok {
 					continue

@@ -21,7 +21,7 @@ type Error string
 // Error returns the reply text.
 func (e Error) Error() string { return string(e) }
 
-// Limits on what readReply accepts, so that a hostile or corrupt stream
+// Limits on what readReplyAt accepts, so that a hostile or corrupt stream
 // cannot make it allocate unboundedly or recurse deeply.
 const (
 	maxBulkLen  = 512 << 20 // bytes of a bulk string, Redis's own proto-max-bulk-len default
@@ -41,7 +41,7 @@ func protocolError(what string) error {
 	return errors.New("resp: protocol error: " + what)
 }
 
-// readReply reads one RESP2 reply from r, nested in depth arrays (0 for a
+// readReplyAt reads one RESP2 reply from r, nested in depth arrays (0 for a
 // whole reply), and decodes it: an integer as int64, a simple or bulk
 // string as string, an array as []interface{}, a nil bulk string or nil
 // array as nil, and an error reply as an Error returned as the error. An
@@ -55,17 +55,13 @@ func protocolError(what string) error {
 // before the reply's first byte, io.ErrUnexpectedEOF when it ended inside
 // it, or a protocol error.
 //
+// A caller that has already read the reply's first line from r with
+// ReadSlice passes it as line, with the error ReadSlice returned, saving a
+// call; with a nil line and err, readReplyAt reads the line itself.
+//
 // Under Yaegi every call pays for every value of the called function's
-// body, executed or not: readReply holds the scalars, and a short length
+// body, executed or not: readReplyAt holds the scalars, and a short length
 // is read by hand rather than by strconv; arrays are in readArray.
-func readReply(r *bufio.Reader, depth int) (interface{}, error) {
-	return readReplyAt(r, depth, nil, nil)
-}
-
-// readReplyAt is readReply for a reply whose first line, line, a caller
-// has already read from r with ReadSlice, which returned err; with a nil
-// line and err, it reads the line itself. The package calls it rather
-// than readReply, one call fewer.
 func readReplyAt(r *bufio.Reader, depth int, line []byte, err error) (interface{}, error) {
 	if line == nil && err == nil {
 		line, err = r.ReadSlice('\n')
@@ -127,7 +123,7 @@ func readReplyAt(r *bufio.Reader, depth int, line []byte, err error) (interface{
 	return readBulk(r, int(k))
 }
 
-// longNumber reads the number of a reply line too long for readReply.
+// longNumber reads the number of a reply line too long for readReplyAt.
 func longNumber(b []byte) (int64, error) {
 	k, err := strconv.ParseInt(string(b), 10, 64)
 	if err != nil {

@@ -61,7 +61,7 @@ func TestReadReply(t *testing.T) {
 	}
 	for _, tt := range tests {
 		r := bufio.NewReaderSize(strings.NewReader(tt.in), 16)
-		got, err := readReply(r, 0)
+		got, err := readReplyAt(r, 0, nil, nil)
 		if tt.err == "" {
 			if err != nil {
 				t.Errorf("%s: error %v", tt.name, err)
@@ -78,7 +78,7 @@ func TestReadReply(t *testing.T) {
 
 func TestReadReplyDepthLimit(t *testing.T) {
 	in := strings.Repeat("*1\r\n", maxDepth) + ":1\r\n"
-	v, err := readReply(bufio.NewReader(strings.NewReader(in)), 0)
+	v, err := readReplyAt(bufio.NewReader(strings.NewReader(in)), 0, nil, nil)
 	if err != nil {
 		t.Fatalf("%d nested arrays: %v", maxDepth, err)
 	}
@@ -95,7 +95,7 @@ func TestReadReplyDepthLimit(t *testing.T) {
 }
 
 func TestReadReplyErrorType(t *testing.T) {
-	_, err := readReply(bufio.NewReader(strings.NewReader("-WRONGTYPE Operation\r\n")), 0)
+	_, err := readReplyAt(bufio.NewReader(strings.NewReader("-WRONGTYPE Operation\r\n")), 0, nil, nil)
 	e, ok := err.(Error)
 	if !ok || e.Error() != "WRONGTYPE Operation" {
 		t.Fatalf("got %T %v, want Error(\"WRONGTYPE Operation\")", err, err)
@@ -115,7 +115,7 @@ func TestReadReplyEOFAtStart(t *testing.T) {
 		{"$3\r\n", io.ErrUnexpectedEOF},
 	}
 	for _, tt := range tests {
-		_, err := readReply(bufio.NewReader(strings.NewReader(tt.in)), 0)
+		_, err := readReplyAt(bufio.NewReader(strings.NewReader(tt.in)), 0, nil, nil)
 		if err != tt.want {
 			t.Errorf("%q: got %v, want %v", tt.in, err, tt.want)
 		}

@@ -15,7 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// FuzzReadText: readText reads what readReply reads, to the same values,
+// FuzzReadText: readText reads what readReplyAt reads, to the same values,
 // errors and position in the stream.
 func FuzzReadText(f *testing.F) {
 	for _, s := range []string{
@@ -46,9 +46,9 @@ func FuzzReadText(f *testing.F) {
 		r2 := bufio.NewReaderSize(bytes.NewReader(data), 16)
 		for i := 0; i <= len(data); i++ {
 			v1, err1 := readText(r1)
-			v2, err2 := readReply(r2, 0)
+			v2, err2 := readReplyAt(r2, 0, nil, nil)
 			if fmt.Sprint(err1) != fmt.Sprint(err2) || !reflect.DeepEqual(v1, v2) {
-				t.Fatalf("reply %d: readText %#v, %v; readReply %#v, %v", i, v1, err1, v2, err2)
+				t.Fatalf("reply %d: readText %#v, %v; readReplyAt %#v, %v", i, v1, err1, v2, err2)
 			}
 			if err1 != nil {
 				if _, ok := err1.(Error); !ok {
