@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/core/model"
+	"github.com/sluicehq/sluice/internal/coretest"
 	"github.com/sluicehq/sluice/internal/storetest"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
@@ -21,7 +22,7 @@ func TestMemoryStoreConformance(t *testing.T) {
 }
 
 // decideStore is the simplest Store: a map of States under one mutex,
-// changed only by Limit.Decide and Limit.Refund. Running the conformance
+// changed only by model.Step and model.Settle. Running the conformance
 // suite against it tests the algorithms themselves, apart from any store's
 // bookkeeping.
 type decideStore struct {
@@ -39,7 +40,7 @@ func (s *decideStore) Take(ctx context.Context, asks []model.Ask, out []model.De
 	all := true
 	for i, a := range asks {
 		k := a.Limit.Namespace() + "\n" + a.Key
-		next[i], out[i] = a.Limit.Decide(s.states[k], now, a.Cost)
+		next[i], out[i] = coretest.Decide(a.Limit, s.states[k], now, a.Cost)
 		if a.Limit.Penalty != 0 {
 			s.held[k] = model.Penalise(a.Limit, &out[i], s.held[k], now)
 		}
@@ -59,9 +60,9 @@ func (s *decideStore) Refund(ctx context.Context, asks []model.Ask, charged []mo
 	now := s.clock()
 	for i, a := range asks {
 		k := a.Limit.Namespace() + "\n" + a.Key
-		if st, ok := s.states[k]; ok {
-			s.states[k] = a.Limit.Refund(st, now, a.Cost, charged[i])
-		}
+		st := coretest.CopyState(s.states[k])
+		model.Settle(a.Limit, &st, now, a.Cost, 0, &charged[i].Mark)
+		s.states[k] = st
 	}
 	return nil
 }
@@ -72,14 +73,9 @@ func (s *decideStore) Settle(ctx context.Context, asks []model.Ask, charged []mo
 	now := s.clock()
 	for i, a := range asks {
 		k := a.Limit.Namespace() + "\n" + a.Key
-		st, ok := s.states[k]
-		switch {
-		case !charged[i].Mark.OK:
-		case actual[i] > a.Cost:
-			s.states[k] = a.Limit.Charge(st, now, actual[i]-a.Cost)
-		case ok:
-			s.states[k] = a.Limit.Refund(st, now, a.Cost-actual[i], charged[i])
-		}
+		st := coretest.CopyState(s.states[k])
+		model.Settle(a.Limit, &st, now, a.Cost, actual[i], &charged[i].Mark)
+		s.states[k] = st
 	}
 	return nil
 }

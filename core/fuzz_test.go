@@ -34,7 +34,7 @@ func FuzzParseRate(f *testing.F) {
 		for _, alg := range model.Algorithms {
 			l := &model.Limit{Name: "f", Algorithm: alg, Rate: r, Burst: burst}
 			if l.Validate() == nil {
-				if _, d := l.Decide(model.State{}, testclock.Epoch, 1); !d.Allowed && d.RetryAfter == 0 {
+				if _, d := coretest.Decide(l, model.State{}, testclock.Epoch, 1); !d.Allowed && d.RetryAfter == 0 {
 					t.Fatalf("%s %v burst %v: a fresh state rejects with no Retry-After", alg, r, burst)
 				}
 			}

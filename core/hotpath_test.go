@@ -38,8 +38,8 @@ func TestDecideReturnsExpiry(t *testing.T) {
 			next := coretest.CopyState(s)
 			var d model.Decision
 			exp := model.Step(l, &next, now, costs[rng.Intn(len(costs))], &d)
-			if want := l.Expiry(next); exp != want {
-				t.Fatalf("%s %v, step %d: decide returned expiry %d, Expiry says %d", l.Algorithm, l.Rate, step, exp, want)
+			if want := model.Expires(l, &next); exp != want {
+				t.Fatalf("%s %v, step %d: decide returned expiry %d, Expires says %d", l.Algorithm, l.Rate, step, exp, want)
 			}
 			if d.Allowed {
 				s = next

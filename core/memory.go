@@ -79,7 +79,7 @@ type memShard struct {
 type memSlot struct {
 	t    int64
 	a, b float64
-	exp  int64 // Limit.Expiry of the state
+	exp  int64 // model.Expires of the state
 }
 
 // NewMemoryStore returns an empty store.

@@ -13,8 +13,8 @@ import (
 // read under its shard's lock at the hash Take uses, now, the store's
 // instant at the read, and the instant until which l's Penalty holds the
 // key out (zero or past when it does not). live reports whether s holds a
-// state there that has not expired at now (its Limit.Expiry is after
-// now); the state is the zero State when it does not. l must limit a rate
+// state there that has not expired at now (its model.Expires is
+// after now); the state is the zero State when it does not. l must limit a rate
 // (Limit.Rated).
 func (s *MemoryStore) PeekState(l *model.Limit, key string) (st model.State, live bool, now, until int64) {
 	h := s.hash(l, key)

@@ -15,7 +15,7 @@ import (
 // never leaves more capacity than replaying the history without it, at
 // the refund and after it, and leaves exactly as much when the refunded
 // admission is the last (issue 20, item 6). The scripts match
-// Limit.Refund (TestRedisStoreMatchesMemoryStore), so this holds on Redis
+// model.Settle (TestRedisStoreMatchesMemoryStore), so this holds on Redis
 // too.
 func TestRefundNeverBeatsReplay(t *testing.T) {
 	limits := []*model.Limit{
@@ -45,7 +45,7 @@ func TestRefundNeverBeatsReplay(t *testing.T) {
 			for i := 1 + rng.Intn(12); i > 0; i-- {
 				now += rng.Int63n(int64(250 * time.Millisecond))
 				cost := costs[rng.Intn(len(costs))]
-				next, d := l.Decide(s, now, cost)
+				next, d := coretest.Decide(l, s, now, cost)
 				if d.Allowed {
 					s = next
 					hist = append(hist, charge{now, cost, d})
@@ -58,14 +58,15 @@ func TestRefundNeverBeatsReplay(t *testing.T) {
 			if rng.Intn(2) == 0 {
 				now += rng.Int63n(int64(300 * time.Millisecond))
 			}
-			got := l.Refund(s, now, hist[k].cost, hist[k].d)
+			got := coretest.CopyState(s)
+			model.Settle(l, &got, now, hist[k].cost, 0, &hist[k].d.Mark)
 			var replay model.State
 			admitted := true
 			for i, c := range hist {
 				if i == k {
 					continue
 				}
-				next, d := l.Decide(replay, c.at, c.cost)
+				next, d := coretest.Decide(l, replay, c.at, c.cost)
 				if admitted = d.Allowed; !admitted {
 					break
 				}
@@ -80,10 +81,10 @@ func TestRefundNeverBeatsReplay(t *testing.T) {
 				// The capacity, as Remaining of a cost no limit admits,
 				// and whether a request of 1 would pass.
 				at := now + int64(p)
-				_, dg := l.Decide(got, at, math.Inf(1))
-				_, dr := l.Decide(replay, at, math.Inf(1))
-				_, pg := l.Decide(got, at, 1)
-				_, pr := l.Decide(replay, at, 1)
+				_, dg := coretest.Decide(l, got, at, math.Inf(1))
+				_, dr := coretest.Decide(l, replay, at, math.Inf(1))
+				_, pg := coretest.Decide(l, got, at, 1)
+				_, pr := coretest.Decide(l, replay, at, 1)
 				if dg.Remaining > dr.Remaining+1e-6 || pg.Allowed && !pr.Allowed || last && math.Abs(dg.Remaining-dr.Remaining) > 1e-6 {
 					t.Fatalf("%s %v burst %v max delay %v, trial %d: refunding admission %d of %d (cost %v at +%v) at +%v, then at +%v: %+v; the history without it: %+v",
 						l.Algorithm, l.Rate, l.Burst, l.MaxDelay, trial, k+1, len(hist), hist[k].cost,

@@ -534,7 +534,7 @@ func TestAdviceSteadyClients(t *testing.T) {
 			r.Add(now, key, 1)
 			perPeriod[[2]int64{int64(i), now / period}]++
 			var d model.Decision
-			st, d = cand.Decide(st, now, 1)
+			model.Step(cand, &st, now, 1, &d)
 			asked++
 			if !d.Allowed {
 				refused++

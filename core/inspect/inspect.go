@@ -131,7 +131,8 @@ func peekState(l *model.Limit, st model.State, live bool, now int64) KeyState {
 	if l.Algorithm == model.SlidingWindowLog {
 		return wholeAbsent(l, peekLog(l, st, now))
 	}
-	st, d := l.Decide(st, now, 0)
+	var d model.Decision
+	model.Step(l, &st, now, 0, &d)
 	ks := KeyState{Present: true, Remaining: d.Remaining, Reset: d.Reset, Next: d.Next}
 	switch l.Algorithm {
 	case model.TokenBucket:

@@ -157,7 +157,7 @@ return {r[1], #r[2]}
 // cost 0) as one string: present (1 or 0), remaining, then reset and next
 // in whole ns, the cost in flight, and the time left of its penalty in
 // whole ns (KeyState). A state is present when
-// its key exists and its expiry (core.Limit.Expiry, as stored_exp computes
+// its key exists and its expiry (model.Expires, as stored_exp computes
 // it from the stored state) is after now, as the MemoryStore's Peek
 // decides (redisPeekRate then reads a whole limit as absent, as peekState
 // does). A sliding window log is read as peekLog reads it: a zero-cost

@@ -6,39 +6,25 @@ import "time"
 // 2.9999999999999996 tokens still admits a cost of 3.
 const Eps = 1e-9
 
-// Decide applies the limit's algorithm to s at instant now (nanoseconds) for
-// the given cost, and returns the next state and the decision. It is a pure
-// function: s is not modified, except that a sliding_window_log state's Log
-// may share its backing array with the returned state's, so the caller must
-// keep only one of the two. When the decision rejects, the returned state
-// charges nothing (it may differ from s only by bookkeeping that changes no
-// future decision, such as dropped expired log entries).
+// Step applies the limit's algorithm to *s at instant now (nanoseconds)
+// for the given cost: it moves *s to the next state in place, overwrites
+// *d with the decision, and returns the next state's Expires. When the
+// decision rejects, the next state charges nothing (it may differ from *s
+// only by bookkeeping that changes no future decision, such as dropped
+// expired log entries). A full sliding_window_log merges its newest entry
+// in place, in the backing array that s.Log shares with any copy. Step
+// does not mark the charge (Decision.Mark): the stores do.
 //
 // The limit must have passed Validate; cost must be positive, or zero to
-// read s: a zero cost charges nothing, and the decision reports what s
+// read *s: a zero cost charges nothing, and the decision reports what *s
 // leaves at now (Remaining, Reset, Next). A state in debt (charged beyond
-// the capacity by Charge) refuses even a zero cost until the rate has
+// the capacity by Settle) refuses even a zero cost until the rate has
 // repaid the debt and the cost.
-func (l *Limit) Decide(s State, now int64, cost float64) (State, Decision) {
-	if l.Algorithm == SlidingWindowLog && len(s.Log) >= MaxLogQuota {
-		// A full log's newest entry is merged in place: keep the
-		// caller's.
-		s.Log = append([]LogEntry(nil), s.Log...)
-	}
-	var d Decision
-	Step(l, &s, now, cost, &d)
-	if d.Allowed {
-		d.Mark = Mark{T: s.T, A: s.A, OK: true}
-	}
-	return s, d
-}
-
-// Step is Decide for the stores: it moves *s to the next state in place,
-// overwrites *d, and returns the next state's Expiry. It takes pointers
-// because under Yaegi every struct passed or returned by value is copied
-// through reflection, and every interpreted call costs about a
-// microsecond: the in-memory store's hot path (take1) calls one algorithm
-// only, which computes the expiry from what it has at hand.
+//
+// It takes pointers because under Yaegi every struct passed or returned by
+// value is copied through reflection, and every interpreted call costs
+// about a microsecond: the in-memory store's hot path (take1) calls one
+// algorithm only, which computes the expiry from what it has at hand.
 //
 // The algorithms are written for Yaegi, which runs the Traefik plugin's
 // decisions: an interpreted call costs a frame, a copy of each argument
@@ -64,41 +50,8 @@ func Step(l *Limit, s *State, now int64, cost float64, d *Decision) int64 {
 	}
 }
 
-// Refund returns s with the charge of an admission given back, at now,
-// for a request that did not proceed: d is the Decision that admitted it,
-// as Decide or a Store's Take returned it, and cost what it charged. A
-// refund never leaves more capacity than s would hold had that request
-// not been admitted, and never lets a later request proceed sooner than
-// the rate allows:
-//
-//   - leaky_bucket: if the admission is the last one s holds (the queue
-//     still ends where it left it), the queue ends cost earlier, exactly as
-//     if it had not been admitted. Otherwise requests queued behind it
-//     keep their departures, and its slot stays taken, a hole in the
-//     queue: moving the queue's end back would schedule a new request on
-//     top of one still waiting, and let more than the rate through.
-//   - token_bucket: the tokens that the bucket as the admission left it
-//     would still miss at now, at most cost, come back: exactly what it
-//     took if it is the last admission, and no more than it took
-//     otherwise, since the admissions since have only emptied the bucket
-//     further. With MaxDelay, only the last admission is refunded, as in
-//     a leaky_bucket, since later ones may wait for their tokens.
-//   - fixed_window, sliding_window_counter: cost leaves the count of the
-//     window the admission was charged in, while s still counts it.
-//   - sliding_window_log: cost leaves the entries admitted at or before
-//     the admission, newest first (later ones expire later).
-//
-// A decision that charged nothing (a rejection, or one its store did not
-// mark) leaves s as it is.
-func (l *Limit) Refund(s State, now int64, cost float64, d Decision) State {
-	if l.Algorithm == SlidingWindowLog {
-		s.Log = append([]LogEntry(nil), s.Log...) // keep the caller's
-	}
-	refund(l, &s, now, cost, &d.Mark)
-	return s
-}
-
-// refund is Refund in place, for the stores, of the charge m marks.
+// refund gives back cost, at now, of the charge on *s that m marks (see
+// Settle).
 func refund(l *Limit, s *State, now int64, cost float64, m *Mark) {
 	if !m.OK {
 		return
@@ -136,13 +89,10 @@ func refund(l *Limit, s *State, now int64, cost float64, m *Mark) {
 	}
 }
 
-// Expiry returns the instant from which s is equivalent to the zero State,
-// so that a store may forget it: the bucket is full, the queue drained, the
-// windows over, the log empty.
-func (l *Limit) Expiry(s State) int64 { return Expires(l, &s) }
-
-// Expires is Expiry on a pointer, for the stores (see Step, whose
-// algorithms return the same instant).
+// Expires returns the instant from which *s is equivalent to the zero
+// State, so that a store may forget it: the bucket is full, the queue
+// drained, the windows over, the log empty (see Step, whose algorithms
+// return the same instant).
 func Expires(l *Limit, s *State) int64 {
 	switch l.Algorithm {
 	case TokenBucket:

@@ -60,7 +60,7 @@ type Decision struct {
 
 // Mark identifies the charge of an admission: the State's T and A just
 // after it, which the next admission on the same state changes (see
-// Limit.Refund). A decision carries one when its store recorded it (OK):
+// Settle). A decision carries one when its store recorded it (OK):
 // every admission that a Take charged, except that a redisstore.Store's call
 // sent by its redisstore.Direct client or by a core.Lane marks only delayed ones.
 type Mark struct {

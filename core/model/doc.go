@@ -15,7 +15,7 @@
 //
 //	(State, now, cost) -> (State, Decision)
 //
-// on nanosecond instants supplied by the caller ([Limit.Decide]); nothing in
+// on nanosecond instants supplied by the caller ([Step]); nothing in
 // an algorithm reads a clock. A [Store] keeps one State per (limit, key) and
 // applies transitions atomically; a request subject to several limits is
 // decided all-or-nothing by [Store.Take]: if any limit rejects it, no limit

@@ -132,7 +132,7 @@ func LeakyBucketStep(l *Limit, s *State, now int64, cost float64, d *Decision,
 	if l.MaxDelay > 0 {
 		leakyByDelay(l, delay, d)
 	}
-	if s.A > 0 { // Expiry: leakyEnd
+	if s.A > 0 { // Expires: leakyEnd
 		return s.T + 1
 	}
 	return s.T
@@ -184,7 +184,7 @@ func leakyByDelay(l *Limit, queued float64, d *Decision) {
 	}
 }
 
-// leakyEnd is the Expiry of a leaky bucket's state: the first whole
+// leakyEnd is the Expires of a leaky bucket's state: the first whole
 // nanosecond at which its queue, ending at T + A, has drained.
 func leakyEnd(s *State) int64 {
 	if s.A > 0 {

@@ -10,7 +10,7 @@ import (
 // Algorithm names a rate-limiting algorithm.
 type Algorithm string
 
-// The algorithms sluice implements. See the Decide functions in this package
+// The algorithms sluice implements. See the Step functions in this package
 // for the exact semantics of each.
 const (
 	// TokenBucket holds up to Burst tokens, refilled continuously at

@@ -30,7 +30,7 @@ type Store interface {
 	// Refund gives back the costs of asks that Take charged but whose
 	// requests did not proceed, such as a leaky_bucket wait cancelled by
 	// the client: charged[i] is the Decision that Take returned for
-	// asks[i]. Each state is changed as Limit.Refund says: never to more
+	// asks[i]. Each state is changed as Settle says: never to more
 	// capacity than had the request not been admitted, and never so as to
 	// let a later request proceed sooner than the limit allows (a
 	// cancelled wait that requests queued behind leaves its slot taken).
@@ -38,8 +38,8 @@ type Store interface {
 	// Settle settles the admissions of asks that Take charged once their
 	// actual costs are known, actual[i] for asks[i] (charged asks[i].Cost,
 	// as charged[i] marks): each state is changed as model.Settle says,
-	// charged the difference whatever its capacity (Limit.Charge) when
-	// the actual cost is more, given it back as Refund does when less.
+	// charged the difference whatever its capacity when the actual cost
+	// is more, given it back as Refund does when less.
 	// Asks whose decision charged nothing are left alone. Refund is
 	// Settle at an actual cost of zero.
 	Settle(ctx context.Context, asks []Ask, charged []Decision, actual []float64) error

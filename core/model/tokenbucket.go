@@ -92,7 +92,7 @@ func TokenBucketStep(l *Limit, s *State, now int64, cost float64, d *Decision,
 			}
 		}
 	}
-	return now + int64(d.Reset) // Expiry
+	return now + int64(d.Reset) // Expires
 }
 
 // tokenShort decides, for tokenBucket, a request of cost that l's bucket,

@@ -47,7 +47,7 @@ func FixedWindowStep(l *Limit, s *State, now int64, cost float64, d *Decision, t
 		d.Reset = reset
 		d.Next = reset
 	}
-	return t + l.period // Expiry
+	return t + l.period // Expires
 }
 
 // SlidingCounterStep approximates the count of the last Period by the current
@@ -165,7 +165,7 @@ func SlidingCounterStep(l *Limit, s *State, now int64, cost float64, d *Decision
 			}
 		}
 	}
-	if a > 0 { // Expiry
+	if a > 0 { // Expires
 		return start + 2*l.period
 	}
 	return start + l.period
@@ -203,9 +203,10 @@ func SlidingLogStep(l *Limit, s *State, now int64, cost float64, d *Decision,
 		} else if n >= MaxLogQuota {
 			// The log is full: merge into the newest entry, moved to
 			// now, in place. That entry is the one element of the
-			// original log that a decision overwrites (Decide copies a
-			// full log first; takeMany restores the entry when it does
-			// not save), so an admission costs O(1), not a copy.
+			// original log that a decision overwrites (a caller keeping
+			// it copies a full log first; takeMany restores the entry
+			// when it does not save), so an admission costs O(1), not
+			// a copy.
 			log[n-1] = LogEntry{T: now, Cost: log[n-1].Cost + cost}
 		} else {
 			// Appending writes past the original log's length only,
@@ -237,7 +238,7 @@ func SlidingLogStep(l *Limit, s *State, now int64, cost float64, d *Decision,
 		d.Remaining = 0
 	}
 	if n == 0 {
-		return 0 // Expiry
+		return 0 // Expires
 	}
 	// Reset, until the newest entry expires (t), and Next, until the
 	// oldest does: whole numbers of nanoseconds in (0, Never), as above.

@@ -415,8 +415,8 @@ func (s *Store) endLease(l *lease) {
 	}
 	// Given back as the limit refunds, not as the lease was taken: with
 	// MaxDelay, requests admitted since may wait for these units, whose
-	// return would let a later request take their slots (Limit.Refund of
-	// a token bucket with MaxDelay gives back only the last admission).
+	// return would let a later request take their slots (model.Settle's
+	// refund of a token bucket with MaxDelay gives back only the last admission).
 	ask := model.Ask{Limit: l.limit, Key: l.key, Cost: units}
 	ctx, cancel := context.WithTimeout(context.Background(), leaseReturnTimeout)
 	defer cancel()

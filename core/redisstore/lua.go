@@ -13,7 +13,7 @@ package redisstore
 // from Unix microseconds (below 2^53), exactly when the period is a whole
 // number of microseconds, and stored as instants like State.T, so that a
 // changed period (same limit name and algorithm) finds the state as
-// Limit.Decide does.
+// model.Step does.
 //
 // Every algorithm function takes (st, now, p): st = {t, a, b}, the stored
 // state (t in ns since base, the zero State's for a key never seen); now, in
@@ -24,7 +24,7 @@ package redisstore
 //
 //	ok, rem, reset, retry, delay   the Decision (durations in ns; retry −1 is Never)
 //	fields                         the next state, as HSET arguments
-//	exp                            its Limit.Expiry (ns since base)
+//	exp                            its model.Expires (ns since base)
 //	drop, push, set                sliding_window_log only: entries to drop
 //	                               from the head, an entry to append, or the
 //	                               new value of the newest entry
@@ -167,7 +167,7 @@ local function held_until(p)
 end
 
 -- ttl is the time to live, in ms, of ask p's state that expires at exp
--- (Limit.Expiry): at least minttl, and at most p.horizon plus a second, so
+-- (model.Expires): at least minttl, and at most p.horizon plus a second, so
 -- that a state left ahead of a clock that stepped back is forgotten then,
 -- not kept for as long as the step. It is nil when not a usable PEXPIRE
 -- argument (NaN, or infinite, beyond 10^15 ms), which the main parts check
@@ -498,12 +498,12 @@ end
 return concat(out, ',')
 `
 
-// luaRefund mirrors (*Limit).Refund in algorithm.go, and refundLog in
+// luaRefund mirrors refund in algorithm.go, and refundLog in
 // window.go for the sliding window log. The ask p carries the mark of the
 // charge to refund, mt (ns since base) and ma, or mt false for none. Like
 // the algorithm functions it reads but writes nothing: it returns nil when
 // the state stays as it is, or the next state's HSET arguments,
-// Limit.Expiry as exp and, for a log, set (the index and new value of the
+// model.Expires as exp and, for a log, set (the index and new value of the
 // entry it takes part of the cost from, or false), from and to (the
 // indexes, from 0, of the entries it removes, from to to − 1) and n (the
 // entries left). p.cost is what it gives back.

@@ -171,8 +171,8 @@ func (d *Direct) Set(c *resp.Client) {
 // Each Take is one EVALSHA of one Lua script that reads the states, decides
 // every ask and, only if all of them allow, writes the new states: the
 // read-modify-write is atomic on the server, so concurrent instances never
-// admit more than a limit allows. The scripts mirror Limit.Decide and
-// Limit.Refund exactly (see redis_lua.go). They are sent by SHA-1; when the
+// admit more than a limit allows. The scripts mirror model.Step and
+// model.Settle exactly (see redis_lua.go). They are sent by SHA-1; when the
 // server does not know a script (first use, SCRIPT FLUSH, restart,
 // failover), the store loads it and retries once.
 //
@@ -182,7 +182,7 @@ func (d *Direct) Set(c *resp.Client) {
 // script, never from the application servers, whose clock skew is thus
 // irrelevant. TIME ticks in microseconds, so RetryAfter is rounded up to a
 // whole microsecond (waiting it is always enough); otherwise the scripts
-// compute in nanoseconds like Limit.Decide, exactly: Lua's doubles cannot
+// compute in nanoseconds like model.Step, exactly: Lua's doubles cannot
 // hold Unix nanoseconds (about 2^60), so the scripts count from the current
 // second. Window boundaries are exact for periods that are a whole number of
 // microseconds (any rate written with ms, s, m, h or d).
@@ -206,7 +206,7 @@ func (d *Direct) Set(c *resp.Client) {
 // oldest first, in a list at the same key followed by ":log". The braces
 // make the (limit, key) a Cluster hash tag: its keys share a slot, while
 // different clients spread over the cluster. Every key expires (PEXPIRE)
-// when its state becomes equivalent to a fresh one (Limit.Expiry), at least
+// when its state becomes equivalent to a fresh one (model.Expires), at least
 // 1 ms after its last write, so idle clients cost no memory, and at most a
 // second longer than its limit can need (a full bucket's refill or queue,
 // two windows, one period), even when a clock that stepped back left the
@@ -389,7 +389,7 @@ func (s *Store) takeSlots(ctx context.Context, asks []model.Ask, out []model.Dec
 	return nil
 }
 
-// Refund implements Store. It gives back each ask's cost as Limit.Refund
+// Refund implements Store. It gives back each ask's cost as model.Settle
 // does, on the server's clock; states that no longer exist are left alone.
 func (s *Store) Refund(ctx context.Context, asks []model.Ask, charged []model.Decision) error {
 	return s.Settle(ctx, asks, charged, nil)

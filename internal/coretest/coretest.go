@@ -71,6 +71,18 @@ func CopyState(s model.State) model.State {
 	return s
 }
 
+// Decide returns the state and decision of model.Step on a copy of s,
+// the admission marked as a store marks it.
+func Decide(l *model.Limit, s model.State, now int64, cost float64) (model.State, model.Decision) {
+	s = CopyState(s)
+	var d model.Decision
+	model.Step(l, &s, now, cost, &d)
+	if d.Allowed {
+		d.Mark = model.Mark{T: s.T, A: s.A, OK: true}
+	}
+	return s, d
+}
+
 // RenderAnswer prints a recorded response: status line, headers sorted by
 // name with their values in order, a blank line, the body.
 func RenderAnswer(code int, h http.Header, body string) string {

@@ -785,7 +785,7 @@ func confTokenMaxDelay(r *confRun) {
 }
 
 // confRateChange: a limit whose rate changes under the same name and
-// algorithm (10/m, then 10/h) keeps its state as Limit.Decide reads it: 4
+// algorithm (10/m, then 10/h) keeps its state as model.Step reads it: 4
 // taken at the start of an hour still count in the hour's window, and the
 // key is admitted again after the RetryAfter of the new rate.
 func confRateChange(r *confRun) {
