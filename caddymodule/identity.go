@@ -10,7 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/sluicehq/sluice/core"
+	"github.com/sluicehq/sluice/core/hostkey"
 )
 
 // A zone's identity is what tells its counters (in the store, the
@@ -30,7 +30,7 @@ import (
 //     handlers of a site count apart unless they name a group or an ID.
 //
 // Names are escaped so that no prefix begins another (escapeID,
-// core.EscapePrefix). The identity depends on nothing else in the
+// hostkey.EscapePrefix). The identity depends on nothing else in the
 // config: not on the server's name, which the Caddyfile adapter numbers
 // by the order of the listen addresses of all sites, nor on the
 // position of the site among the others, so that adding, removing or
@@ -130,7 +130,7 @@ func siteHosts(sets caddyhttp.MatcherSets) string {
 	return strings.Join(hosts, ",")
 }
 
-// escapeID escapes an explicit ID for a key prefix as core.EscapePrefix
+// escapeID escapes an explicit ID for a key prefix as hostkey.EscapePrefix
 // escapes a name, but for "#", so that "id srv0#1" keeps the keys that
 // releases naming zones by their server gave the second handler of
 // server srv0 with a zone of the name. (An ID and a site's "#n" part
@@ -164,7 +164,7 @@ func (h *Handler) setIdentities(ctx caddy.Context) error {
 	var srv *caddyhttp.Server // the site's server, for a handler named by its site
 	switch {
 	case h.Share != "":
-		part = strings.TrimSuffix(core.SharePrefix(h.Share), "/")
+		part = strings.TrimSuffix(hostkey.SharePrefix(h.Share), "/")
 	case h.ID != "":
 		part = escapeID(h.ID)
 	default:
@@ -172,7 +172,7 @@ func (h *Handler) setIdentities(ctx caddy.Context) error {
 		if err != nil {
 			return err
 		}
-		part, srv = core.EscapePrefix(site), s
+		part, srv = hostkey.EscapePrefix(site), s
 	}
 	for _, z := range h.Zones {
 		if z == nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/core/clientip"
 	"github.com/sluicehq/sluice/core/demand"
+	"github.com/sluicehq/sluice/core/hostkey"
 	"github.com/sluicehq/sluice/core/inspect"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
@@ -339,7 +340,7 @@ func (z *Zone) provision(ctx caddy.Context) error {
 		}
 	default:
 		z.keyKind = keyConstant
-		z.constKey = keyspec.BoundKey(keyspec.EscapeKey(z.Key))
+		z.constKey = hostkey.Key(z.Key)
 	}
 	if z.missing, err = keyspec.ParseMissingKey(z.OnMissingKey); err != nil {
 		return err
@@ -768,7 +769,7 @@ func (z *Zone) keyOf(r *http.Request, repl *caddy.Replacer) (string, bool) {
 		if !ok {
 			return "", false
 		}
-		return keyspec.BoundKey(keyspec.EscapeKey(k)), true
+		return hostkey.Key(k), true
 	}
 	return z.constKey, true
 }

@@ -59,10 +59,12 @@
 //   - this package: the engine, gate.go (decide, fallback, dry run,
 //     wait), breaker.go, inflight.go (in-flight slots), clock.go,
 //     meter.go (the verdicts a host counts and times for its metrics); the
-//     memory store, memory.go, with its inspection hooks, peek.go;
-//     share.go, which names keys shared across hosts; and the Traefik
-//     lane, lane.go, which fuses the engine, the memory store, the
-//     answers and the Redis store's direct path
+//     memory store, memory.go, with its inspection hooks, peek.go; and
+//     the Traefik lane, lane.go, which fuses the engine, the memory
+//     store, the answers and the Redis store's direct path
+//   - package hostkey: the keys that the Caddy module and sluicehttp
+//     build themselves, and the prefixes of keys shared across hosts,
+//     outside everything the Traefik plugin loads
 //   - package inspect: what only Caddy's admin API uses, key inspection
 //     and the heavy-hitter sketch, outside everything the Traefik plugin
 //     loads

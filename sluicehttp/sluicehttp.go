@@ -55,6 +55,7 @@ import (
 	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/await"
 	"github.com/sluicehq/sluice/core/clientip"
+	"github.com/sluicehq/sluice/core/hostkey"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/core/redisstore"
@@ -302,7 +303,7 @@ type limit struct {
 	missing keyspec.MissingKey
 	cost    float64
 	match   func(*http.Request) bool
-	prefix  string // core.SharePrefix(Config.Share)
+	prefix  string // hostkey.SharePrefix(Config.Share)
 }
 
 // New checks cfg and returns its limiter. With Redis it does not wait for
@@ -357,7 +358,7 @@ func build(cfg *Config) (*Limiter, core.GateConfig, error) {
 	if err != nil {
 		return nil, gc, fmt.Errorf("trusted_proxies: %w", err)
 	}
-	prefix := core.SharePrefix(cfg.Share)
+	prefix := hostkey.SharePrefix(cfg.Share)
 	l := &Limiter{onVerdict: cfg.OnVerdict, limited: cfg.Limited, limits: make([]limit, len(cfg.Limits))}
 	gc.MaxCost = make(map[*model.Limit]float64, len(cfg.Limits))
 	for i := range cfg.Limits {
@@ -562,13 +563,13 @@ func (l *Limiter) asks(r *http.Request) []model.Ask {
 }
 
 // callerKey makes a key that a caller gave (KeyFunc, Take) a built key, as
-// a request part's value is made one: escaped (keyspec.EscapeKey) and
-// bounded (keyspec.BoundKey); an empty key is a missing one.
+// a request part's value is made one (hostkey.Key); an empty key is a
+// missing one.
 func callerKey(key string, ok bool) (string, bool) {
 	if !ok || key == "" {
 		return "", false
 	}
-	return keyspec.BoundKey(keyspec.EscapeKey(key)), true
+	return hostkey.Key(key), true
 }
 
 // Decision is a Limiter's answer for one request or one Take.

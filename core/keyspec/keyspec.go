@@ -289,7 +289,7 @@ func composite(k *Spec, r *http.Request) (string, bool) {
 // distinct lists of values never share a key ("a b"+"c" is not "a"+"b c"),
 // and bounds the result with [BoundKey]. Spec.Key uses it, and hosts
 // that build keys from several values of their own (Caddy's placeholders)
-// must too. The key never begins with 0x00 or 0x01 (see [EscapeKey]).
+// must too. The key never begins with 0x00 or 0x01.
 // Plain concatenation costs two allocations more than a strings.Builder
 // when compiled, but under Yaegi it takes half the time: the Builder's
 // every method is a call.
@@ -504,17 +504,6 @@ const (
 	// shared by all of them.
 	MissingShared
 )
-
-// EscapeKey returns k as a built key: one that begins with byte 0x00 or 0x01
-// gets a 0x01 prefix, so that no built key equals MissingShared's key. Hosts
-// that build keys themselves (Caddy's placeholders) pass them through it;
-// Spec.Key applies the same rule.
-func EscapeKey(k string) string {
-	if k != "" && k[0] <= 1 {
-		return "\x01" + k
-	}
-	return k
-}
 
 // SharedKey is MissingShared's key. Built keys never begin with 0x00
 // (see Spec.Key), so it collides with none of them.

@@ -434,20 +434,6 @@ func BenchmarkKeySpecHeader(b *testing.B) {
 	}
 }
 
-func TestEscapeKey(t *testing.T) {
-	for in, want := range map[string]string{
-		"":         "",
-		"a":        "a",
-		"\x00miss": "\x01\x00miss",
-		"\x01x":    "\x01\x01x",
-		"\x02x":    "\x02x",
-	} {
-		if got := EscapeKey(in); got != want {
-			t.Errorf("EscapeKey(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestClientIPGroupKey(t *testing.T) {
 	c := &clientip.Strategy{IPv4Prefix: 24, IPv6Prefix: 64}
 	for in, want := range map[string]string{

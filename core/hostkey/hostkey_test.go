@@ -1,9 +1,27 @@
-package core
+package hostkey
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/core/keyspec"
 )
+
+func TestKey(t *testing.T) {
+	long := strings.Repeat("k", keyspec.MaxKeyLength+1)
+	for in, want := range map[string]string{
+		"":         "",
+		"a":        "a",
+		"\x00miss": "\x01\x00miss",
+		"\x01x":    "\x01\x01x",
+		"\x02x":    "\x02x",
+		long:       keyspec.BoundKey(long),
+	} {
+		if got := Key(in); got != want {
+			t.Errorf("Key(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
 
 // TestSharePrefix: a share group's prefix escapes the bytes that structure
 // prefixes, so that no group's prefix begins another's nor that of a
