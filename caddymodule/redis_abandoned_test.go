@@ -119,8 +119,8 @@ func TestRedisAbandonedDecisionNotSent(t *testing.T) {
 			direct := redis.NewClient(&redis.Options{Addr: r.server.Addr, Protocol: 2, DisableIdentity: true})
 			defer direct.Close()
 			key := st.(interface {
-				LeaseKey(*model.Limit, string) string
-			}).LeaseKey(flight, "k")
+				StateKey(*model.Limit, string) string
+			}).StateKey(flight.Flight(), "k")
 			taken, err := direct.ZRange(context.Background(), key, 0, -1).Result()
 			if err != nil {
 				t.Fatal(err)

@@ -588,7 +588,7 @@ func TestFlightRedisCluster(t *testing.T) {
 	var narrow *model.Limit
 	for i := 0; narrow == nil; i++ {
 		l := flightLimit(t, "narrow"+strconv.Itoa(i)+coretest.Nonce, "", 1)
-		if resp.KeySlot(st.LeaseKey(wide, "k")) != resp.KeySlot(st.LeaseKey(l, "k")) {
+		if resp.KeySlot(st.StateKey(wide.Flight(), "k")) != resp.KeySlot(st.StateKey(l.Flight(), "k")) {
 			narrow = l
 		}
 	}

@@ -9,44 +9,30 @@ import (
 // plugin, which never inspects, does not load that code under Yaegi; the
 // redisstore.Store's are in redis_peek.go.
 
-// PeekState returns a copy of the state of l's rate that s holds for key,
-// read under its shard's lock at the hash Take uses, now, the store's
-// instant at the read, and the instant until which l's Penalty holds the
-// key out (zero or past when it does not). live reports whether s holds a
-// state there that has not expired at now (its model.Expires is
-// after now); the state is the zero State when it does not. l must limit a rate
-// (Limit.Rated).
-func (s *MemoryStore) PeekState(l *model.Limit, key string) (st model.State, live bool, now, until int64) {
+// InspectKey returns a copy of the state of l's rate that s holds for key
+// (the zero State when it holds none), read under its shard's lock at the
+// hash Take uses; exp, the instant the state expires (its model.Expires;
+// zero when s holds none); until, the instant until which l's Penalty
+// holds the key out (zero or past when it does not); and now, the store's
+// instant at the read. With forget, it then forgets the state and the
+// penalty, so that the key's next request finds the limit whole. l must
+// limit a rate (Limit.Rated).
+func (s *MemoryStore) InspectKey(l *model.Limit, key string, forget bool) (st model.State, exp, until, now int64) {
 	h := s.hash(l, key)
 	sh := s.shard(h)
 	sh.mu.Lock()
-	st, live = sh.load(h, l)
+	st, _ = sh.load(h, l)
 	// Take may write a full log's newest entry in place.
 	st.Log = append([]model.LogEntry(nil), st.Log...)
-	exp, until := sh.slots[h].exp, sh.slots[h^penaltyBit].t
+	exp, until = sh.slots[h].exp, sh.slots[h^penaltyBit].t
+	if forget {
+		delete(sh.slots, h)
+		delete(sh.logs, h)
+		delete(sh.slots, h^penaltyBit)
+	}
 	now = s.now()
 	sh.mu.Unlock()
-	if !live || exp <= now {
-		return model.State{}, false, now, until
-	}
-	return st, true, now, until
-}
-
-// DeleteState forgets the state of l's rate that s holds for key, and
-// its penalty, so that its next request finds the limit whole, and
-// reports whether either was live (see PeekState). l must limit a rate.
-func (s *MemoryStore) DeleteState(l *model.Limit, key string) bool {
-	h := s.hash(l, key)
-	sh := s.shard(h)
-	sh.mu.Lock()
-	sl, held := sh.slots[h]
-	pen := sh.slots[h^penaltyBit]
-	delete(sh.slots, h)
-	delete(sh.logs, h)
-	delete(sh.slots, h^penaltyBit)
-	now := s.now()
-	sh.mu.Unlock()
-	return held && sl.exp > now || pen.exp > now
+	return st, exp, until, now
 }
 
 // HeldSlots is the number of in-flight slots that the requests of key in

@@ -73,12 +73,13 @@ func Of(s model.Store) (in Inspector, ok bool) {
 type memoryInspector struct{ s *core.MemoryStore }
 
 // Peek implements Inspector. It reads the state under its shard's lock,
-// hashed as Take hashes it (core.MemoryStore.PeekState).
+// hashed as Take hashes it (core.MemoryStore.InspectKey). A state is live
+// until it expires.
 func (m memoryInspector) Peek(ctx context.Context, l *model.Limit, key string) (KeyState, error) {
 	var ks KeyState
 	if l.Rated() {
-		st, live, now, until := m.s.PeekState(l, key)
-		ks = penalised(peekState(l, st, live, now), until-now)
+		st, exp, until, now := m.s.InspectKey(l, key, false)
+		ks = penalised(peekState(l, st, exp > now, now), until-now)
 	}
 	if l.MaxInFlight == 0 {
 		return ks, nil
@@ -86,12 +87,14 @@ func (m memoryInspector) Peek(ctx context.Context, l *model.Limit, key string) (
 	return flightState(l, ks, m.s.HeldSlots(l, key)), nil
 }
 
-// Delete implements Inspector.
+// Delete implements Inspector: it reports whether the state or the
+// penalty it forgot was live.
 func (m memoryInspector) Delete(ctx context.Context, l *model.Limit, key string) (bool, error) {
 	if !l.Rated() {
 		return false, nil
 	}
-	return m.s.DeleteState(l, key), nil
+	_, exp, until, now := m.s.InspectKey(l, key, true)
+	return exp > now || until > now, nil
 }
 
 // penalised completes ks, a key's state, with the time left ns of its

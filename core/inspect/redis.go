@@ -34,7 +34,7 @@ func (r redisInspector) Peek(ctx context.Context, l *model.Limit, key string) (K
 	if l.MaxInFlight == 0 {
 		return ks, nil
 	}
-	reply, err := r.s.Eval(ctx, redisLeases, []string{r.s.LeaseKey(l, key)}, nil)
+	reply, err := r.s.Eval(ctx, redisLeases, []string{r.s.StateKey(l.Flight(), key)}, nil)
 	if err != nil {
 		return KeyState{}, err
 	}
@@ -98,7 +98,13 @@ func CountKeys(ctx context.Context, s *redisstore.Store, l *model.Limit, budget 
 	if s.Cluster() {
 		return 0, false, errors.New("redis: counting keys is not supported on a Cluster")
 	}
-	pattern := globEscape(s.KeyPrefix(l)) + "*}"
+	if !l.Rated() {
+		l = l.Flight()
+	}
+	// The keys of l's states, of its leases' sets for a limit of requests
+	// in flight only (redisstore.Store.StateKey).
+	prefix := s.StateKey(l, "")
+	pattern := globEscape(prefix[:strings.LastIndexByte(prefix, ':')+1]) + "*}"
 	cursor := "0"
 	for scanned := 0; scanned < budget; scanned += redisCountStep {
 		reply, err := s.Eval(ctx, redisCount, nil, []string{cursor, pattern, strconv.Itoa(redisCountStep)})

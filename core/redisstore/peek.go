@@ -22,30 +22,16 @@ func (s *Store) ScriptArgs(asks []model.Ask) (keys, args []string) {
 	return s.scriptArgs(asks, false)
 }
 
-// StateKey is the key of the hash that holds the state of l's rate for
-// key (and, followed by ":log", of its log's list for a
-// sliding_window_log). l must limit a rate.
+// StateKey is the key that holds what the store keeps of l for key: the
+// hash of the state of l's rate (and, followed by ":log", its log's list,
+// for a sliding_window_log), or, for l.Flight(), the sorted set of the
+// leases that the requests of key in progress hold under l's MaxInFlight,
+// scored by their expiry in Unix milliseconds on Redis's clock. Every key
+// of l begins with StateKey(l, "") up to its last ":", where the part of
+// the client's key begins, and ends at the "}" that closes its hash tag
+// (a log's list, at that key followed by ":log", but for that suffix).
 func (s *Store) StateKey(l *model.Limit, key string) string {
 	return s.key(l, key)
-}
-
-// LeaseKey is the key of the sorted set of the leases that the requests
-// of key in progress hold under l's MaxInFlight, scored by their expiry
-// in Unix milliseconds on Redis's clock. l must have a MaxInFlight.
-func (s *Store) LeaseKey(l *model.Limit, key string) string {
-	return s.key(l.Flight(), key)
-}
-
-// KeyPrefix is the beginning of the key of every state of l that the
-// store writes: of its rate's hashes, or of its leases' sets for a limit
-// of requests in flight only. Each such key ends at the "}" that closes
-// its hash tag; a sliding window log's list is that key followed by
-// ":log".
-func (s *Store) KeyPrefix(l *model.Limit) string {
-	if !l.Rated() {
-		return s.prefix + "{" + l.Flight().Namespace() + ":"
-	}
-	return s.prefix + "{" + l.Namespace() + ":"
 }
 
 // Cluster reports whether the store's client is a Redis Cluster
