@@ -23,16 +23,16 @@ import (
 )
 
 // redisLanePair returns two lanes of cfg's one limit on store, each on a
-// gate of its own (with its own breaker, failing by policy, timeout 50 ms,
+// gate of its own (with its own breaker, failing by policy after timeout,
 // the clock clock, nil for the system clock), that record what they
 // observe in seen: the first takes serveLaneRedis' path, the second, the
 // same lane with that path off, the general one.
-func redisLanePair(t *testing.T, store *redisstore.Store, l *model.Limit, policy StoreErrorPolicy, clock model.Clock, cfg LaneConfig, seen *[2][]Verdict) [2]*Lane {
+func redisLanePair(t *testing.T, store *redisstore.Store, l *model.Limit, policy StoreErrorPolicy, timeout time.Duration, clock model.Clock, cfg LaneConfig, seen *[2][]Verdict) [2]*Lane {
 	t.Helper()
 	var lanes [2]*Lane
 	for i := range lanes {
 		g, err := NewGate(GateConfig{Limits: []*model.Limit{l}, Store: store, Responder: answer.Responder{Headers: answer.DefaultHeaders, Body: answer.BodyJSON},
-			OnStoreError: policy, Timeout: 50 * time.Millisecond, Breaker: &Breaker{Failures: 3, Backoff: time.Hour}, Clock: clock})
+			OnStoreError: policy, Timeout: timeout, Breaker: &Breaker{Failures: 3, Backoff: time.Hour}, Clock: clock})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +204,13 @@ func TestServeLaneRedisMatchesGeneral(t *testing.T) {
 			policy := StoreErrorPolicy(variant % 2)
 			clock := testclock.New(testclock.Epoch)
 			var seen [2][]Verdict
-			lanes := redisLanePair(t, store, l, policy, clock.Now, cfg, &seen)
+			// A server that answers is given all the time a loaded
+			// machine may take, under Yaegi too; a silent one, 50 ms.
+			timeout := 5 * time.Second
+			if reply == "silent" {
+				timeout = 50 * time.Millisecond
+			}
+			lanes := redisLanePair(t, store, l, policy, timeout, clock.Now, cfg, &seen)
 			label := strconv.Quote(reply) + " variant " + strconv.Itoa(variant)
 			for step := 0; step < 5; step++ {
 				for _, remote := range remotes {
@@ -229,7 +235,7 @@ func TestServeLaneRedisSystemClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seen [2][]Verdict
-	lanes := redisLanePair(t, store, l, FailOpen, nil, LaneConfig{Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*keyspec.Spec{spec}}, &seen)
+	lanes := redisLanePair(t, store, l, FailOpen, 5*time.Second, nil, LaneConfig{Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*keyspec.Spec{spec}}, &seen)
 	if lanes[0].sys == nil {
 		t.Fatal("the lane does not read the system clock inline")
 	}
@@ -264,7 +270,7 @@ func TestServeLaneRedisScripts(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seen [2][]Verdict
-	lanes := redisLanePair(t, s, l, FailClosed, nil, LaneConfig{Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*keyspec.Spec{spec}, Watch: true}, &seen)
+	lanes := redisLanePair(t, s, l, FailClosed, 5*time.Second, nil, LaneConfig{Asks: []LaneAsk{{Limit: l, Cost: 1}}, Specs: []*keyspec.Spec{spec}, Watch: true}, &seen)
 	serve := func(what string, code int, remaining string, evals, loads int32) {
 		t.Helper()
 		w := httptest.NewRecorder()
