@@ -70,7 +70,9 @@ type evaluation struct {
 	excess  map[string]excess  // the most admitted beyond a bound, by failure policy
 
 	penaltyFig                         penaltyFigures
-	uncountedChecked, uncountedExcused int // the steady keys' answers checked, and left out for a fault or stall
+	costFig                            costFigures
+	slow                               map[*host][]*rec // slowDecisions
+	uncountedChecked, uncountedExcused int              // the steady keys' answers checked, and left out for a fault or stall
 }
 
 func (ev *evaluation) want(c string) bool { return len(ev.sel) == 0 || ev.sel[c] }
@@ -94,6 +96,7 @@ func (ev *evaluation) ratio(check string, count, bound float64) {
 func (t *topology) evaluate(sel map[string]bool) ([]*violation, []figure) {
 	ev := &evaluation{t: t, sel: sel, checked: map[string]int{}, worst: map[string]float64{}, excess: map[string]excess{}}
 	recs := t.rc.all()
+	ev.slow = slowDecisions(recs)
 	// The answers of the workload's routes, by group and route.
 	by := map[*group]map[*route][]*rec{}
 	for _, x := range recs {
@@ -128,6 +131,18 @@ func (t *topology) evaluate(sel map[string]bool) ([]*violation, []figure) {
 						}
 					}
 				}
+				if z.costHeader != "" || z.costBytes {
+					// The bound holds for the costs charged.
+					if ev.want("cost") {
+						ev.costBound(g, r, z, xs, nil)
+						if r.policy == "fallback" {
+							for _, h := range g.hosts {
+								ev.costBound(g, r, z, xs, h)
+							}
+						}
+					}
+					continue
+				}
 				if z.countStatus != nil {
 					// The bound holds for the counted responses.
 					if ev.want("counted") {
@@ -158,6 +173,9 @@ func (t *topology) evaluate(sel map[string]bool) ([]*violation, []figure) {
 						}
 					}
 				}
+			}
+			if r.costs && ev.want("cost") {
+				ev.debt(g, r, xs)
 			}
 			if r.steady > 0 && ev.want("counted") {
 				ev.uncounted(g, r, xs)
@@ -193,6 +211,11 @@ func (t *topology) evaluate(sel map[string]bool) ([]*violation, []figure) {
 	}
 	if ev.want("counted") {
 		ev.fig("counted", "%d answers to keys answered only 200 checked never refused (%d more by Redis near a fault or stall left out)", ev.uncountedChecked, ev.uncountedExcused)
+	}
+	if ev.want("cost") {
+		f := ev.costFig
+		ev.fig("cost", "%d admissions held to B + r·T + the debt of the requests in progress, costs settled by the docs' rules (%d of them hostile: missing, NaN, infinite, negative, malformed or above the capacity; %d whose settlement a fault may have lost counted at the lesser of estimate and cost); the debt key: %d refusals' Retry-After and t checked against the repayment (%d short of the estimate for certain, the deepest debt %.1f), %d admissions after a Retry-After, %d admissions' Remaining checked against the estimate",
+			f.admitted, f.hostile, f.unsure, f.debts, f.held, f.worstDebt, f.released, f.remaining)
 	}
 	for _, c := range checkNames {
 		n, ok := ev.checked[c]

@@ -48,6 +48,9 @@ type rec struct {
 	retry int     // Retry-After, seconds
 	t     int     // the RateLimit header's t
 	err   string
+	rc    *respCost     // the cost asked of the upstream, or nil
+	d     time.Duration // the body read to its end, since the run's start
+	n     int64         // the body's bytes
 }
 
 // admitted reports whether the request went on: a 2xx, or the status
@@ -69,6 +72,9 @@ func (r *rec) String() string {
 	if r.retry > 0 {
 		s += fmt.Sprintf(" retry-after=%d", r.retry)
 	}
+	if r.rc != nil {
+		s += " asked " + r.rc.String()
+	}
 	return s
 }
 
@@ -83,6 +89,7 @@ type planned struct {
 	key    string
 	hangUp time.Duration // the client hangs up after this long; 0: it waits
 	ask    int           // the status asked of the upstream, or 0
+	rc     *respCost     // the cost asked of the upstream, or nil
 }
 
 // plan draws the workload of a run of length d: for each group and each
@@ -112,6 +119,9 @@ func plan(rnd *rand.Rand, t *topology, d time.Duration, scale float64) []planned
 				}
 				if r.cancel > 0 && rnd.Float64() < r.cancel {
 					p.hangUp = time.Duration(50+rnd.Intn(600)) * time.Millisecond
+				}
+				if r.costs {
+					p.rc = drawCost(rnd, false)
 				}
 				if r.fails > 0 {
 					p.ask = 200
@@ -179,14 +189,20 @@ func (t *topology) send(h *host, r *route, key string, hangUp time.Duration, ext
 // sendAsking is send asking the upstream to answer status ask (0: its
 // own).
 func (t *topology) sendAsking(h *host, r *route, key string, ask int, hangUp time.Duration, extra http.Header) *rec {
-	x := &rec{g: h.group, h: h, r: r, key: key, ask: ask}
+	return t.do(&rec{g: h.group, h: h, r: r, key: key, ask: ask}, hangUp, extra)
+}
+
+// do sends x's request (to x.h, for x.r with x.key, asking x.ask and
+// x.rc of the upstream) and records its answer in x.
+func (t *topology) do(x *rec, hangUp time.Duration, extra http.Header) *rec {
+	h, r, key := x.h, x.r, x.key
 	timeout := 10 * time.Second
 	if hangUp > 0 {
 		timeout = hangUp
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, h.url(pathOf(r, key, ask)), nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, h.url(pathOf(r, key, x.ask)+x.rc.query()), nil)
 	req.Header.Set("X-Key", key)
 	for k, vs := range extra {
 		req.Header[k] = vs
@@ -194,6 +210,7 @@ func (t *topology) sendAsking(h *host, r *route, key string, ask int, hangUp tim
 	x.s = t.since()
 	resp, err := client.Do(req)
 	x.e = t.since()
+	x.d = x.e
 	if err != nil {
 		if hangUp > 0 && errors.Is(err, context.DeadlineExceeded) {
 			x.cls = classHungUp
@@ -203,8 +220,9 @@ func (t *topology) sendAsking(h *host, r *route, key string, ask int, hangUp tim
 		t.rc.add(x)
 		return x
 	}
-	io.Copy(io.Discard, resp.Body)
+	x.n, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+	x.d = t.since()
 	x.code = resp.StatusCode
 	classify(x, resp.Header)
 	t.rc.add(x)
@@ -271,7 +289,7 @@ func (t *topology) runLoad(ps []planned, stop <-chan struct{}) {
 		wg.Add(1)
 		go func(p planned) {
 			defer wg.Done()
-			t.sendAsking(p.h, p.r, p.key, p.ask, p.hangUp, nil)
+			t.do(&rec{g: p.g, h: p.h, r: p.r, key: p.key, ask: p.ask, rc: p.rc}, p.hangUp, nil)
 			<-sem
 		}(p)
 	}

@@ -16,8 +16,9 @@
 // The workload is seeded: per group and route (topo.go), Poisson
 // arrivals to random hosts with random keys of a few shared ones, over
 // every algorithm, several limits per request, lease, max_in_flight,
-// shaping with clients that hang up, a penalty, and limits that count only
-// the upstream's 401 or 4xx; reloads of Caddys (caddy reload) and
+// shaping with clients that hang up, a penalty, limits that count only
+// the upstream's 401 or 4xx, and limits that take their cost from the
+// upstream's X-Tokens-Used or its body's bytes; reloads of Caddys (caddy reload) and
 // Traefiks (their file-provider configuration rewritten); probes of
 // quiet keys. The faults (faults.go): latency, a reply dropped after the
 // command was written, resets, blackhole, Redis paused (SIGSTOP), killed
@@ -61,6 +62,12 @@
 //	counted   a limit that counts only some statuses within its bound on the counted
 //	          responses (Redis's and each fallback's), and a key answered only 200,
 //	          sent one request at a time, never refused
+//	cost      a limit taking its cost from the response (a header, hostile values among
+//	          them, or the body's bytes) within B + r·T + the debt its requests in progress
+//	          may leave, costs settled by the docs' rules (Redis's and each fallback's); a
+//	          key sent one request at a time refused while in debt, Retry-After and t the
+//	          time the rate repays it, admitted once that has passed; a hostile header never
+//	          cheaper than the estimate nor dearer than the capacity
 //	defect1   charge on the Cluster, where a dropped reply made go-redis send a decision again
 //	defect2   a repeated key header with a changing second line mints no key
 //	defect3   demand_scope fleet keeps at most demand_keys keys per period in Redis, for a
@@ -140,7 +147,7 @@ func (t *topology) emptied(f *fault, at time.Duration) {
 }
 
 // checkNames are the checks -only selects, in report order.
-var checkNames = []string{"answers", "bound", "lease", "fallback", "slots", "solo", "shaping", "charge", "headers", "shared", "recovery", "penalty", "counted",
+var checkNames = []string{"answers", "bound", "lease", "fallback", "slots", "solo", "shaping", "charge", "headers", "shared", "recovery", "penalty", "counted", "cost",
 	"defect1", "defect2", "defect3", "defect4", "defect5", "defect6", "defect7"}
 
 func main() {
@@ -405,7 +412,7 @@ func (t *topology) run(sel map[string]bool, d time.Duration, scale float64) bool
 		return false
 	}
 	rnd := rand.New(rand.NewSource(t.seed))
-	general := wantAny("answers", "bound", "lease", "fallback", "slots", "solo", "shaping", "charge", "headers", "shared", "recovery", "penalty", "counted", "defect1")
+	general := wantAny("answers", "bound", "lease", "fallback", "slots", "solo", "shaping", "charge", "headers", "shared", "recovery", "penalty", "counted", "cost", "defect1")
 	if !general {
 		d = 0
 	}
@@ -497,6 +504,19 @@ func (t *topology) run(sel map[string]bool, d time.Duration, scale float64) bool
 							defer wg.Done()
 							t.uncountedLoop(g, r, stopProbes)
 						}(g, r)
+					}
+				}
+			}
+		}
+		if want("cost") {
+			for i, g := range t.groupList {
+				for _, r := range g.routes {
+					if r.costs {
+						wg.Add(1)
+						go func(g *group, r *route, rnd *rand.Rand) {
+							defer wg.Done()
+							t.debtLoop(g, r, rnd, stopProbes)
+						}(g, r, rand.New(rand.NewSource(t.seed+int64(i))))
 					}
 				}
 			}

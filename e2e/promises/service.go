@@ -18,7 +18,7 @@ import (
 // limitOf is zone z as a sluicehttp.Limit.
 func limitOf(z *zone) sluicehttp.Limit {
 	l := sluicehttp.Limit{Name: z.name, Burst: z.burst, Algorithm: z.alg, MaxDelay: z.maxDelay, Lease: z.lease, MaxInFlight: z.inflight,
-		Penalty: z.penalty, CountStatus: z.countStatus}
+		Penalty: z.penalty, CountStatus: z.countStatus, Cost: z.cost, CostHeader: z.costHeader, CostBytes: z.costBytes}
 	if z.alg != "" {
 		l.Rate = z.rateText()
 	}

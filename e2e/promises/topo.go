@@ -27,6 +27,12 @@ type zone struct {
 	// countStatus are the statuses (codes, or classes such as 4xx) of the
 	// only responses the zone counts; nil: every response.
 	countStatus []string
+	// costHeader and costBytes take a request's cost from its response:
+	// the number in that response header, or the bytes of its body; cost
+	// is then the estimate charged at admission (0 when left out).
+	costHeader string
+	costBytes  bool
+	cost       float64
 }
 
 // counts reports whether z counts a response of status code.
@@ -98,6 +104,10 @@ type route struct {
 	// steady is the rate (per second, per group) of a key whose requests
 	// are all answered 200, sent one at a time (uncountedLoop).
 	steady float64
+	// costs: the workload asks the upstream for a response cost per
+	// request (drawCost), and one key per group is sent one request at a
+	// time, driven into debt (debtLoop).
+	costs bool
 }
 
 // instances is how many hosts a route's fallback divides its quotas by.
@@ -145,6 +155,10 @@ var routes = []*route{
 	{name: "cnt", path: "/cnt/", upstream: true, policy: "fallback", rate: 8, keys: 2, fails: 0.75, steady: 4, zones: []*zone{
 		{name: "cnt", alg: "token_bucket", quota: 1, period: time.Second, burst: 3, countStatus: []string{"401"}, header: "X-Key"},
 		{name: "cntw", alg: "sliding_window_log", quota: 6, period: 2 * time.Second, countStatus: []string{"4xx"}, header: "X-Key"},
+	}},
+	{name: "cost", path: "/cost/", upstream: true, policy: "fallback", rate: 6, keys: 2, costs: true, zones: []*zone{
+		{name: "cst", alg: "token_bucket", quota: 16, period: 2 * time.Second, burst: 24, cost: 3, costHeader: "X-Tokens-Used", header: "X-Key"},
+		{name: "cbt", alg: "token_bucket", quota: 3000, period: 2 * time.Second, burst: 4000, costBytes: true, header: "X-Key"},
 	}},
 	{name: "charge", path: "/charge", policy: "allow", rate: 5, keys: 2, zones: []*zone{
 		{name: "chg", alg: "fixed_window", quota: 1000, period: 5 * time.Second, header: "X-Key"},
@@ -297,6 +311,15 @@ func caddyfile(h *host, backend string, extra int) string {
 			if z.countStatus != nil {
 				fmt.Fprintf(&b, "\t\t\t\tcount_status %s\n", strings.Join(z.countStatus, " "))
 			}
+			if z.cost > 0 {
+				fmt.Fprintf(&b, "\t\t\t\tcost %s\n", fmtNum(z.cost))
+			}
+			if z.costHeader != "" {
+				fmt.Fprintf(&b, "\t\t\t\tcost_header %s\n", z.costHeader)
+			}
+			if z.costBytes {
+				b.WriteString("\t\t\t\tcost_bytes\n")
+			}
 			b.WriteString("\t\t\t}\n")
 		}
 		if !r.memory {
@@ -412,6 +435,17 @@ func writeTraefikZone(b *strings.Builder, ind string, z *zone) {
 	}
 	if z.countStatus != nil {
 		line("countStatus: [\"%s\"]", strings.Join(z.countStatus, `", "`))
+	}
+	if z.cost > 0 || z.costHeader != "" || z.costBytes {
+		// Written when 0 too: a limits item takes the top level's cost
+		// unless it has its own.
+		line("cost: %s", fmtNum(z.cost))
+	}
+	if z.costHeader != "" {
+		line("costHeader: %s", z.costHeader)
+	}
+	if z.costBytes {
+		line("costBytes: true")
 	}
 	if z.header != "" {
 		line("key: [\"header:%s\"]", z.header)
