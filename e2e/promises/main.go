@@ -354,7 +354,10 @@ func (t *topology) setup(withCluster, withTraefik bool) (stop func(), err error)
 }
 
 // warm waits until every host answers from Redis (60 s at most), so that
-// the run starts with every connection made.
+// the run starts with every connection made, and again after a request
+// of every route at once: decisions that this burst made time out on a
+// busy machine may have opened a host's breaker, which must not be the
+// run's.
 func (t *topology) warm() error {
 	t.start = time.Now()
 	var probe *route
@@ -364,17 +367,23 @@ func (t *topology) warm() error {
 		}
 	}
 	deadline := time.Now().Add(60 * time.Second)
-	for _, h := range t.hosts {
-		for {
-			x := t.send(h, probe, "warm-"+h.name, 0, nil)
-			if x.cls == classRedis {
-				break
+	fromRedis := func() error {
+		for _, h := range t.hosts {
+			for {
+				x := t.send(h, probe, "warm-"+h.name, 0, nil)
+				if x.cls == classRedis {
+					break
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("%s does not answer from Redis after 60 s: %s", h.name, x)
+				}
+				time.Sleep(200 * time.Millisecond)
 			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s does not answer from Redis after 60 s: %s", h.name, x)
-			}
-			time.Sleep(200 * time.Millisecond)
 		}
+		return nil
+	}
+	if err := fromRedis(); err != nil {
+		return err
 	}
 	// Every route of every host once, so that the stores' connections
 	// are open when the load starts.
@@ -392,7 +401,7 @@ func (t *topology) warm() error {
 	}
 	wg.Wait()
 	time.Sleep(time.Second)
-	return nil
+	return fromRedis()
 }
 
 // run runs the workload, the faults, the probes and the defect scenarios
