@@ -213,9 +213,10 @@ func TestClientIPFromSourceCriterion(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &settings{}
 			cfg := tc.cfg
-			got, err := parseClientIP(&cfg, cfg.SourceCriterion.ipStrategy(), s)
-			if err != nil {
-				t.Fatal(err)
+			o := &options{}
+			got := parseClientIP(&cfg, cfg.SourceCriterion.ipStrategy(), s, o)
+			if o.err != nil {
+				t.Fatal(o.err)
 			}
 			if !reflect.DeepEqual(*got, tc.want) {
 				t.Errorf("got %+v, want %+v", *got, tc.want)
@@ -245,23 +246,26 @@ func TestParseValues(t *testing.T) {
 		{"", 0}, {"0", 0}, {"1", time.Second}, {"60", time.Minute}, {"1.5", 1500 * time.Millisecond},
 		{"1m", time.Minute}, {"1m30s", 90 * time.Second}, {" 250ms ", 250 * time.Millisecond},
 	} {
-		got, err := parseDuration("period", tc.in)
-		if err != nil || got != tc.want {
-			t.Errorf("parseDuration(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		o := &options{}
+		if got := o.duration("period", tc.in); o.err != nil || got != tc.want {
+			t.Errorf("duration(%q) = %v, %v; want %v", tc.in, got, o.err, tc.want)
 		}
 	}
 	for _, in := range []string{"1", "true", "TRUE", "t"} {
-		if b, err := parseBool("x", in); err != nil || !b {
-			t.Errorf("parseBool(%q) = %v, %v; want true", in, b, err)
+		o := &options{}
+		if b := o.boolean("x", in); o.err != nil || !b {
+			t.Errorf("boolean(%q) = %v, %v; want true", in, b, o.err)
 		}
 	}
 	for _, in := range []string{"", "0", "false", "F"} {
-		if b, err := parseBool("x", in); err != nil || b {
-			t.Errorf("parseBool(%q) = %v, %v; want false", in, b, err)
+		o := &options{}
+		if b := o.boolean("x", in); o.err != nil || b {
+			t.Errorf("boolean(%q) = %v, %v; want false", in, b, o.err)
 		}
 	}
-	if n, err := parseInt("depth", "3.0", 0, 0, 32); err != nil || n != 3 {
-		t.Errorf(`parseInt("3.0") = %d, %v; want 3`, n, err)
+	o := &options{}
+	if n := o.integer("depth", "3.0", 0, 32); o.err != nil || n != 3 {
+		t.Errorf(`integer("3.0") = %d, %v; want 3`, n, o.err)
 	}
 	if got := parseList([]string{" a, b ", "", "c,"}); !reflect.DeepEqual(got, []string{"a", "b", "c"}) {
 		t.Errorf("parseList: got %q", got)

@@ -567,14 +567,16 @@ func TestMetricsAddressForms(t *testing.T) {
 		"LocalHost:9181":     "localhost:9181",
 		" metrics.lan:9181 ": "metrics.lan:9181",
 	} {
-		o, err := parseMetrics(&Metrics{Address: in}, false)
-		if err != nil || o.address != want {
-			t.Errorf("metrics.address %q: %+v, %v; want %s", in, o, err, want)
+		var errs options
+		o := parseMetrics(&Metrics{Address: in}, false, &errs)
+		if errs.err != nil || o.address != want {
+			t.Errorf("metrics.address %q: %+v, %v; want %s", in, o, errs.err, want)
 		}
 	}
 	for _, bad := range []string{"9181", "localhost", ":65536", ":-1", "-host:1", "a..b:1", "[::1:1"} {
-		if _, err := parseMetrics(&Metrics{Address: bad}, false); err == nil || !strings.HasPrefix(err.Error(), "metrics.address ") {
-			t.Errorf("metrics.address %q: %v, want an error naming it", bad, err)
+		var errs options
+		if parseMetrics(&Metrics{Address: bad}, false, &errs); errs.err == nil || !strings.HasPrefix(errs.err.Error(), "metrics.address ") {
+			t.Errorf("metrics.address %q: %v, want an error naming it", bad, errs.err)
 		}
 	}
 	g := metricsRegistry(t)

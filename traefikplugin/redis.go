@@ -2,7 +2,6 @@ package traefikplugin
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -44,22 +43,20 @@ type redisOptions struct {
 }
 
 // parseRedis reads the redis block.
-func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
-	if err := refuseUnsupported(r); err != nil {
-		return nil, err
-	}
-	o := &redisOptions{}
+func parseRedis(r *Redis, s *settings, o *options) *redisOptions {
+	o.keep(refuseUnsupported(r))
+	ro := &redisOptions{}
 	endpoints := parseList(r.Endpoints)
 	var sentinelID string
 	if r.Sentinel != nil {
 		if len(endpoints) > 0 {
-			return nil, errors.New("redis.sentinel: set either redis.endpoints or redis.sentinel, not both")
+			o.keep(errors.New("redis.sentinel: set either redis.endpoints or redis.sentinel, not both"))
 		}
-		so, err := parseSentinel(r.Sentinel)
-		if err != nil {
-			return nil, err
+		so := parseSentinel(r.Sentinel, o)
+		if o.err != nil {
+			return ro
 		}
-		o.sentinel = so
+		ro.sentinel = so
 		// Addr stands for the master in names; the Sentinels say which
 		// server it is.
 		endpoints = []string{so.Addrs[0]}
@@ -70,110 +67,76 @@ func parseRedis(r *Redis, s *settings) (*redisOptions, error) {
 	}
 	for _, e := range endpoints {
 		if err := redisstore.CheckAddress(e); err != nil {
-			return nil, errors.New(model.FieldOf(err).Format("redis.endpoints", ""))
+			o.keep(errors.New(model.FieldOf(err).Format("redis.endpoints", "")))
 		}
 	}
-	o.resp.Addr = endpoints[0]
-	o.name = endpoints[0]
-	if o.sentinel != nil {
-		o.name = "master " + o.sentinel.MasterName + " of sentinels " + strings.Join(o.sentinel.Addrs, ",")
+	ro.resp.Addr = endpoints[0]
+	ro.name = endpoints[0]
+	if ro.sentinel != nil {
+		ro.name = "master " + ro.sentinel.MasterName + " of sentinels " + strings.Join(ro.sentinel.Addrs, ",")
 	}
 	if len(endpoints) > 1 {
-		o.seeds = endpoints
-		o.name = "cluster " + strings.Join(endpoints, ",")
+		ro.seeds = endpoints
+		ro.name = "cluster " + strings.Join(endpoints, ",")
 		s.notes = append(s.notes, fmt.Sprintf("redis.endpoints lists %d servers: a Redis Cluster seed list, as for the built-in", len(endpoints)))
 	}
-	o.resp.Username = strings.TrimSpace(r.Username)
-	pw, err := secret("redis.password", r.Password)
-	if err != nil {
-		return nil, err
+	ro.resp.Username = strings.TrimSpace(r.Username)
+	ro.resp.Password = secret("redis.password", r.Password, o)
+	o.keep(fieldError("redis.", redisstore.CheckUser(ro.resp.Username, ro.resp.Password)))
+	ro.resp.DB = o.integer("redis.db", r.DB, 0, 1<<20)
+	o.keep(fieldError("redis.", redisstore.CheckDB(ro.resp.DB, ro.seeds != nil)))
+	ro.resp.PoolSize = o.integer("redis.poolSize", r.PoolSize, 0, 1<<16)
+	maxActive := o.integer("redis.maxActiveConns", r.MaxActiveConns, 0, 1<<16)
+	if maxActive > 0 && (ro.resp.PoolSize == 0 || maxActive < ro.resp.PoolSize) {
+		ro.resp.PoolSize = maxActive
 	}
-	o.resp.Password = pw
-	if err := redisstore.CheckUser(o.resp.Username, pw); err != nil {
-		return nil, fieldError("redis.", err)
+	ro.resp.DialTimeout = o.duration("redis.dialTimeout", r.DialTimeout)
+	ro.resp.ReadTimeout = o.duration("redis.readTimeout", r.ReadTimeout)
+	ro.resp.WriteTimeout = o.duration("redis.writeTimeout", r.WriteTimeout)
+	ro.readable = o.boolean("redis.readableKeys", r.ReadableKeys)
+	if ro.timeout = o.duration("redis.timeout", r.Timeout); ro.timeout == 0 {
+		ro.timeout = redisstore.DefaultTimeout
 	}
-	if o.resp.DB, err = parseInt("redis.db", r.DB, 0, 0, 1<<20); err != nil {
-		return nil, err
-	}
-	if err := redisstore.CheckDB(o.resp.DB, o.seeds != nil); err != nil {
-		return nil, fieldError("redis.", err)
-	}
-	if o.resp.PoolSize, err = parseInt("redis.poolSize", r.PoolSize, 0, 0, 1<<16); err != nil {
-		return nil, err
-	}
-	maxActive, err := parseInt("redis.maxActiveConns", r.MaxActiveConns, 0, 0, 1<<16)
-	if err != nil {
-		return nil, err
-	}
-	if maxActive > 0 && (o.resp.PoolSize == 0 || maxActive < o.resp.PoolSize) {
-		o.resp.PoolSize = maxActive
-	}
-	if o.resp.DialTimeout, err = parseDuration("redis.dialTimeout", r.DialTimeout); err != nil {
-		return nil, err
-	}
-	if o.resp.ReadTimeout, err = parseDuration("redis.readTimeout", r.ReadTimeout); err != nil {
-		return nil, err
-	}
-	if o.resp.WriteTimeout, err = parseDuration("redis.writeTimeout", r.WriteTimeout); err != nil {
-		return nil, err
-	}
-	if o.readable, err = parseBool("redis.readableKeys", r.ReadableKeys); err != nil {
-		return nil, err
-	}
-	if o.timeout, err = parseDuration("redis.timeout", r.Timeout); err != nil {
-		return nil, err
-	}
-	if o.timeout == 0 {
-		o.timeout = redisstore.DefaultTimeout
-	}
-	if s.leaseTTL, err = parseDuration("redis.leaseTTL", r.LeaseTTL); err != nil {
-		return nil, err
-	}
-	if strings.TrimSpace(r.LeaseTTL) != "" && s.leaseTTL == 0 {
-		return nil, fmt.Errorf("redis.leaseTTL %q: must be positive", r.LeaseTTL)
+	if s.leaseTTL = o.duration("redis.leaseTTL", r.LeaseTTL); s.leaseTTL == 0 && strings.TrimSpace(r.LeaseTTL) != "" {
+		o.keep(fmt.Errorf("redis.leaseTTL %q: must be positive", r.LeaseTTL))
 	}
 	var tlsID string
-	if r.TLS != nil {
-		if o.resp.TLS, err = parseTLS(r.TLS); err != nil {
-			return nil, err
-		}
-		tlsID = strings.Join([]string{r.TLS.CA, r.TLS.Cert, r.TLS.Key, strconv.FormatBool(o.resp.TLS.InsecureSkipVerify)}, "\x00")
+	if t := r.TLS; t != nil {
+		// Traefik's ClientTLS: CA, Cert and Key are file paths, or else
+		// the PEM text itself.
+		insecure := o.boolean("redis.tls.insecureSkipVerify", t.InsecureSkipVerify)
+		var err error
+		ro.resp.TLS, err = redisstore.TLSConfig(t.CA, t.Cert, t.Key, insecure, "")
+		o.field(err)
+		tlsID = strings.Join([]string{t.CA, t.Cert, t.Key, strconv.FormatBool(insecure)}, "\x00")
 	}
-	o.id = strings.Join([]string{strings.Join(endpoints, ","), o.resp.Username, o.resp.Password, strconv.Itoa(o.resp.DB),
-		strconv.Itoa(o.resp.PoolSize), o.resp.DialTimeout.String(), o.resp.ReadTimeout.String(),
-		o.resp.WriteTimeout.String(), o.timeout.String(), tlsID, sentinelID, strconv.FormatBool(o.readable)}, "\x00")
-	return o, nil
+	ro.id = strings.Join([]string{strings.Join(endpoints, ","), ro.resp.Username, ro.resp.Password, strconv.Itoa(ro.resp.DB),
+		strconv.Itoa(ro.resp.PoolSize), ro.resp.DialTimeout.String(), ro.resp.ReadTimeout.String(),
+		ro.resp.WriteTimeout.String(), ro.timeout.String(), tlsID, sentinelID, strconv.FormatBool(ro.readable)}, "\x00")
+	return ro
 }
 
 // parseSentinel reads redis.sentinel.
-func parseSentinel(r *RedisSentinel) (*resp.SentinelOptions, error) {
+func parseSentinel(r *RedisSentinel, o *options) *resp.SentinelOptions {
 	so := &resp.SentinelOptions{MasterName: strings.TrimSpace(r.MasterName), Addrs: parseList(r.Endpoints), Username: strings.TrimSpace(r.Username)}
-	if err := redisstore.CheckSentinel(so.MasterName, so.Addrs); err != nil {
-		return nil, fieldError("", err)
-	}
-	pw, err := secret("redis.sentinel.password", r.Password)
-	if err != nil {
-		return nil, err
-	}
-	so.Password = pw
-	if err := redisstore.CheckUser(so.Username, pw); err != nil {
-		return nil, fieldError("redis.sentinel.", err)
-	}
-	return so, nil
+	o.field(redisstore.CheckSentinel(so.MasterName, so.Addrs))
+	so.Password = secret("redis.sentinel.password", r.Password, o)
+	o.keep(fieldError("redis.sentinel.", redisstore.CheckUser(so.Username, so.Password)))
+	return so
 }
 
 // secret reads a password option: the text itself, or with "env:NAME" the
 // environment variable NAME, which must be set.
-func secret(option, v string) (string, error) {
+func secret(option, v string, o *options) string {
 	if !strings.HasPrefix(v, envPrefix) {
-		return v, nil
+		return v
 	}
 	name := strings.TrimPrefix(v, envPrefix)
 	pw := os.Getenv(name)
 	if name == "" || pw == "" {
-		return "", fmt.Errorf("%s: the environment variable %q is not set or empty", option, name)
+		o.keep(fmt.Errorf("%s: the environment variable %q is not set or empty", option, name))
 	}
-	return pw, nil
+	return pw
 }
 
 // refuseUnsupported names the first option of the built-in's redis block
@@ -191,20 +154,6 @@ func refuseUnsupported(r *Redis) error {
 		return errors.New("redis.minIdleConns: not supported; the plugin opens connections as requests need them and keeps them open, up to redis.poolSize: remove it")
 	}
 	return nil
-}
-
-// parseTLS builds the client TLS configuration as Traefik's ClientTLS does:
-// CA, Cert and Key are file paths, or else the PEM text itself.
-func parseTLS(t *RedisTLS) (*tls.Config, error) {
-	insecure, err := parseBool("redis.tls.insecureSkipVerify", t.InsecureSkipVerify)
-	if err != nil {
-		return nil, err
-	}
-	c, err := redisstore.TLSConfig(t.CA, t.Cert, t.Key, insecure, "")
-	if err != nil {
-		return nil, fieldError("", err)
-	}
-	return c, nil
 }
 
 // redisClient is a Redis client (a connection pool per master) shared by

@@ -86,38 +86,25 @@ func parse(cfg *Config, name string) (*settings, error) {
 	if err := refuseUnknown(cfg); err != nil {
 		return nil, err
 	}
+	o := &options{}
 	s := &settings{}
-	ip, keys, err := parseSource(cfg, s)
-	if err != nil {
-		return nil, err
-	}
-	if s.exempt, err = clientip.ParsePrefixes(parseList(cfg.ExemptIPs)); err != nil {
-		return nil, fmt.Errorf("exemptIPs: %w", err)
-	}
-	if len(s.exempt) > 0 {
-		if err := ip.Validate(); err != nil {
-			return nil, fieldError("", err)
-		}
+	ip, keys := parseSource(cfg, s, o)
+	if s.exempt = o.prefixes("exemptIPs", cfg.ExemptIPs); len(s.exempt) > 0 {
+		o.field(ip.Validate())
 		s.ip = ip
 	}
-	if err := parseAnswers(cfg, s); err != nil {
-		return nil, err
-	}
-	if err := parseStore(cfg, s); err != nil {
-		return nil, err
-	}
-	if s.metrics, err = parseMetrics(cfg.Metrics, s.redis != nil); err != nil {
-		return nil, err
-	}
+	parseAnswers(cfg, s, o)
+	parseStore(cfg, s, o)
+	s.metrics = parseMetrics(cfg.Metrics, s.redis != nil, o)
 
 	specIndex := map[string]int{}
-	add := func(option, keyOption, costOption string, l *model.Limit, parts []string, missing keyspec.MissingKey, cost float64) error {
+	add := func(option, keyOption, costOption string, l *model.Limit, parts []string, missing keyspec.MissingKey, cost float64) {
 		id := strings.Join(parts, "\x00")
 		i, ok := specIndex[id]
 		if !ok {
 			spec, err := keyspec.Parse(parts, ip)
 			if err != nil {
-				return fmt.Errorf("%s: %w", keyOption, err)
+				o.keep(fmt.Errorf("%s: %w", keyOption, err))
 			}
 			i = len(s.specs)
 			s.specs = append(s.specs, spec)
@@ -127,7 +114,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 			cost = l.DefaultCost()
 		}
 		if err := l.CheckCost(cost); err != nil {
-			return errors.New(model.FieldOf(err).Format(costOption, ""))
+			o.keep(errors.New(model.FieldOf(err).Format(costOption, "")))
 		}
 		s.plans = append(s.plans, limitPlan{limit: l, spec: i, missing: missing, cost: cost, option: option})
 		if missing == keyspec.MissingSkip {
@@ -135,13 +122,9 @@ func parse(cfg *Config, name string) (*settings, error) {
 				s.notes = append(s.notes, fmt.Sprintf("limit %q: a request without %s is not limited by it (onMissingKey: skip); set onMissingKey: shared to count such requests in one bucket", l.Name, part))
 			}
 		}
-		return nil
 	}
 
-	cost, err := parseCost("cost", cfg.Cost, unsetCost)
-	if err != nil {
-		return nil, err
-	}
+	cost := o.cost("cost", cfg.Cost, unsetCost)
 	topName := strings.TrimSpace(cfg.Name)
 	if topName == "" {
 		topName = defaultLimitName
@@ -162,24 +145,26 @@ func parse(cfg *Config, name string) (*settings, error) {
 	}
 	if strings.TrimSpace(cfg.Amount) != "" {
 		if strings.TrimSpace(cfg.MaxInFlight) != "" {
-			return nil, errors.New("amount, maxInFlight: set one of them (amount is inFlightReq's name for maxInFlight)")
+			o.keep(errors.New("amount, maxInFlight: set one of them (amount is inFlightReq's name for maxInFlight)"))
 		}
-		if _, err := parseInt("amount", cfg.Amount, 0, 0, 1<<30); err != nil {
-			return nil, err
-		}
+		o.integer("amount", cfg.Amount, 0, 1<<30)
 		top.MaxInFlight = cfg.Amount
+	}
+	if o.err != nil {
+		return nil, o.err
 	}
 	switch l, err := buildLimit(top, ""); {
 	case err == errNoLimit:
 	case err != nil:
 		return nil, err
 	default:
-		if err := add("", keys.option, "cost", l, keys.parts, keys.missing, cost); err != nil {
-			return nil, err
-		}
+		add("", keys.option, "cost", l, keys.parts, keys.missing, cost)
 	}
 
 	for i, item := range cfg.Limits {
+		if o.err != nil {
+			return nil, o.err
+		}
 		option := fmt.Sprintf("limits[%d]", i)
 		if strings.TrimSpace(item.Average) == "" && strings.TrimSpace(item.MaxInFlight) == "" {
 			return nil, fmt.Errorf("%s.average: required (\"0\" disables the limit), or maxInFlight", option)
@@ -190,7 +175,7 @@ func parse(cfg *Config, name string) (*settings, error) {
 		if alg := model.Algorithm(strings.TrimSpace(item.Algorithm)); item.MaxDelay == "" && (alg == model.LeakyBucket || alg == model.TokenBucket || alg == "") {
 			item.MaxDelay = cfg.MaxDelay
 		}
-		l, err := buildLimit(item, option)
+		l, err := buildLimit(item, option+".")
 		if err == errNoLimit {
 			continue
 		}
@@ -212,13 +197,12 @@ func parse(cfg *Config, name string) (*settings, error) {
 		c, costOption := cost, "cost"
 		if item.Cost != "" {
 			costOption = option + ".cost"
-			if c, err = parseCost(costOption, item.Cost, cost); err != nil {
-				return nil, err
-			}
+			c = o.cost(costOption, item.Cost, cost)
 		}
-		if err := add(option+".", keyOption, costOption, l, parts, missing, c); err != nil {
-			return nil, err
-		}
+		add(option+".", keyOption, costOption, l, parts, missing, c)
+	}
+	if o.err != nil {
+		return nil, o.err
 	}
 	if len(s.plans) > maxLimits {
 		return nil, fmt.Errorf("limits: at most %d limits per middleware, got %d", maxLimits, len(s.plans))
@@ -251,22 +235,9 @@ func hasInFlight(plans []limitPlan) bool {
 	return false
 }
 
-// unsetCost is parseCost's default for a cost left out, which add reads
+// unsetCost is options.cost's default for a cost left out, which add reads
 // as the limit's default cost (model.Limit.DefaultCost).
 const unsetCost = -1
-
-// parseCost parses a cost (model.ParseCost); empty yields def.
-func parseCost(option, s string, def float64) (float64, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return def, nil
-	}
-	c, err := model.ParseCost(s)
-	if err != nil {
-		return 0, fmt.Errorf("%s %q: %w", option, s, err)
-	}
-	return c, nil
-}
 
 // builtinMaxDelay is the bounded wait of Traefik's rateLimit for avg
 // requests per period: 1/(2·rate), the rate per second truncated to a
@@ -284,127 +255,57 @@ func builtinMaxDelay(avg float64, period time.Duration) time.Duration {
 	return time.Second / (time.Duration(rate) * 2)
 }
 
-// buildLimit builds and validates the limit of item; option prefixes the
-// names of its options in errors ("" at the top level). It returns
-// errNoLimit when the average is zero or empty and there is no
-// maxInFlight.
-func buildLimit(item LimitConfig, option string) (*model.Limit, error) {
-	if option != "" {
-		option += "."
+// buildLimit builds and validates the limit of item; path prefixes the
+// names of its options in errors ("" at the top level, else
+// "limits[i]."). It returns errNoLimit when the average is zero or empty
+// and there is no maxInFlight.
+//
+// An item without a rate limits only the requests in flight. An item's
+// algorithm and maxDelay may come from the top level, and are then ignored;
+// core refuses its own burst and, at the top level, an algorithm and a
+// maxDelay.
+func buildLimit(item LimitConfig, path string) (*model.Limit, error) {
+	o := &options{path: path}
+	avg := o.number("average", item.Average)
+	l := &model.Limit{Name: strings.TrimSpace(item.Name), MaxInFlight: o.integer("maxInFlight", item.MaxInFlight, 0, 1<<30)}
+	if o.err == nil && avg == 0 && l.MaxInFlight == 0 {
+		return nil, errNoLimit
 	}
-	avg, err := parseNumber(option+"average", item.Average, 0)
-	if err != nil {
-		return nil, err
-	}
-	inFlight, err := parseInt(option+"maxInFlight", item.MaxInFlight, 0, 0, 1<<30)
-	if err != nil {
-		return nil, err
-	}
-	if avg == 0 {
-		if inFlight == 0 {
-			return nil, errNoLimit
-		}
-		return flightOnlyLimit(item, option, inFlight)
-	}
-	period, err := parseDuration(option+"period", item.Period)
-	if err != nil {
-		return nil, err
-	}
-	if period == 0 {
-		period = defaultPeriod
-	}
-	alg := model.Algorithm(strings.ToLower(strings.TrimSpace(item.Algorithm)))
-	if alg == "" {
-		alg = model.TokenBucket
-	}
-	burst, err := parseNumber(option+"burst", item.Burst, 0)
-	if err != nil {
-		return nil, err
-	}
-	if strings.TrimSpace(item.Burst) != "" {
-		if err := model.CheckBurst(burst); err != nil {
-			return nil, fmt.Errorf("%w; the built-in rateLimit reads 0 as 1, the default", fieldError(option, err))
+	rated := avg != 0
+	if rated {
+		l.Rate = model.Rate{Quota: avg, Period: o.duration("period", item.Period)}
+		if l.Rate.Period == 0 {
+			l.Rate.Period = defaultPeriod
 		}
 	}
-	if alg == model.TokenBucket && burst == 0 {
-		burst = 1 // Traefik's default
+	l.Burst = o.number("burst", item.Burst)
+	if err := model.CheckBurst(l.Burst); err != nil && rated && strings.TrimSpace(item.Burst) != "" {
+		o.keep(fmt.Errorf("%w; the built-in rateLimit reads 0 as 1, the default", fieldError(path, err)))
 	}
-	maxDelay, err := parseDuration(option+"maxDelay", item.MaxDelay)
-	if err != nil {
-		return nil, err
-	}
-	if alg == model.TokenBucket && strings.TrimSpace(item.MaxDelay) == "" {
-		maxDelay = builtinMaxDelay(avg, period)
-	}
-	lease, err := parseNumber(option+"lease", item.Lease, 0)
-	if err != nil {
-		return nil, err
-	}
-	penalty, err := parseDuration(option+"penalty", item.Penalty)
-	if err != nil {
-		return nil, err
-	}
-	counted, err := model.ParseStatusSet(parseList(item.CountStatus))
-	if err != nil {
-		return nil, fieldError(option, err)
-	}
-	costBytes, err := parseBool(option+"costBytes", item.CostBytes)
-	if err != nil {
-		return nil, err
-	}
-	l := &model.Limit{
-		Name:        strings.TrimSpace(item.Name),
-		Algorithm:   alg,
-		Rate:        model.Rate{Quota: avg, Period: period},
-		Burst:       burst,
-		MaxDelay:    maxDelay,
-		MaxInFlight: inFlight,
-		Lease:       lease,
-		Penalty:     penalty,
-		CountStatus: counted,
-		CostHeader:  strings.TrimSpace(item.CostHeader),
-		CostBytes:   costBytes,
-	}
-	return validLimit(l, option)
-}
-
-// flightOnlyLimit builds the limit of an item without a rate that limits
-// inFlight requests at once. An item's algorithm and maxDelay may come
-// from the top level, and are ignored; core refuses its own burst and, at
-// the top level, an algorithm and a maxDelay.
-func flightOnlyLimit(item LimitConfig, option string, inFlight int) (*model.Limit, error) {
-	l := &model.Limit{Name: strings.TrimSpace(item.Name), MaxInFlight: inFlight}
-	var err error
-	if l.Burst, err = parseNumber(option+"burst", item.Burst, 0); err != nil {
-		return nil, err
-	}
-	if l.Lease, err = parseNumber(option+"lease", item.Lease, 0); err != nil {
-		return nil, err
-	}
-	if l.Penalty, err = parseDuration(option+"penalty", item.Penalty); err != nil {
-		return nil, err
-	}
-	if l.CountStatus, err = model.ParseStatusSet(parseList(item.CountStatus)); err != nil {
-		return nil, fieldError(option, err)
-	}
-	l.CostHeader = strings.TrimSpace(item.CostHeader)
-	if l.CostBytes, err = parseBool(option+"costBytes", item.CostBytes); err != nil {
-		return nil, err
-	}
-	if option == "" {
+	if rated || path == "" {
 		l.Algorithm = model.Algorithm(strings.ToLower(strings.TrimSpace(item.Algorithm)))
-		if l.MaxDelay, err = parseDuration("maxDelay", item.MaxDelay); err != nil {
-			return nil, err
+		l.MaxDelay = o.duration("maxDelay", item.MaxDelay)
+	}
+	if rated && (l.Algorithm == model.TokenBucket || l.Algorithm == "") {
+		if l.Burst == 0 {
+			l.Burst = 1 // Traefik's default
+		}
+		if strings.TrimSpace(item.MaxDelay) == "" {
+			l.MaxDelay = builtinMaxDelay(avg, l.Rate.Period)
 		}
 	}
-	return validLimit(l, option)
-}
-
-// validLimit validates l, naming the options of its errors after option,
-// the item's path ("limits[0].", or "" at the top level).
-func validLimit(l *model.Limit, option string) (*model.Limit, error) {
+	l.Lease = o.number("lease", item.Lease)
+	l.Penalty = o.duration("penalty", item.Penalty)
+	var err error
+	l.CountStatus, err = model.ParseStatusSet(parseList(item.CountStatus))
+	o.field(err)
+	l.CostHeader = strings.TrimSpace(item.CostHeader)
+	l.CostBytes = o.boolean("costBytes", item.CostBytes)
+	if o.err != nil {
+		return nil, o.err
+	}
 	if err := l.Validate(); err != nil {
-		return nil, fieldError(option, err)
+		return nil, fieldError(path, err)
 	}
 	return l, nil
 }
@@ -470,37 +371,31 @@ func coreOption(field string) string {
 
 // parseSource reads SourceCriterion, TrustedProxies, Key and OnMissingKey:
 // how the client IP is found, and the default key of every limit.
-func parseSource(cfg *Config, s *settings) (*clientip.Strategy, keyDefaults, error) {
+func parseSource(cfg *Config, s *settings, o *options) (*clientip.Strategy, keyDefaults) {
 	var keys keyDefaults
 	sc := cfg.SourceCriterion
 	if sc == nil {
 		sc = &SourceCriterion{}
 	}
-	host, err := parseBool("sourceCriterion.requestHost", sc.RequestHost)
-	if err != nil {
-		return nil, keys, err
-	}
+	host := o.boolean("sourceCriterion.requestHost", sc.RequestHost)
 	header := strings.TrimSpace(sc.RequestHeaderName)
 	switch {
 	case sc.IPStrategy != nil && header != "":
-		return nil, keys, errors.New("sourceCriterion: ipStrategy and requestHeaderName are mutually exclusive")
+		o.keep(errors.New("sourceCriterion: ipStrategy and requestHeaderName are mutually exclusive"))
 	case sc.IPStrategy != nil && host:
-		return nil, keys, errors.New("sourceCriterion: ipStrategy and requestHost are mutually exclusive")
+		o.keep(errors.New("sourceCriterion: ipStrategy and requestHost are mutually exclusive"))
 	case header != "" && host:
-		return nil, keys, errors.New("sourceCriterion: requestHost and requestHeaderName are mutually exclusive")
+		o.keep(errors.New("sourceCriterion: requestHost and requestHeaderName are mutually exclusive"))
 	}
 
-	ip, err := parseClientIP(cfg, sc.IPStrategy, s)
-	if err != nil {
-		return nil, keys, err
-	}
+	ip := parseClientIP(cfg, sc.IPStrategy, s, o)
 
 	keys.parts = parseList(cfg.Key)
 	switch {
 	case len(keys.parts) > 0 && header != "":
-		return nil, keys, errors.New("key and sourceCriterion.requestHeaderName are mutually exclusive: write the header as a key part, header:<Name>")
+		o.keep(errors.New("key and sourceCriterion.requestHeaderName are mutually exclusive: write the header as a key part, header:<Name>"))
 	case len(keys.parts) > 0 && host:
-		return nil, keys, errors.New("key and sourceCriterion.requestHost are mutually exclusive: write host as a key part")
+		o.keep(errors.New("key and sourceCriterion.requestHost are mutually exclusive: write host as a key part"))
 	case len(keys.parts) > 0:
 		keys.missing, keys.option = keyspec.MissingSkip, "key"
 	case header != "":
@@ -514,11 +409,11 @@ func parseSource(cfg *Config, s *settings) (*clientip.Strategy, keyDefaults, err
 		keys.missing = keyspec.MissingShared
 	}
 	if cfg.OnMissingKey != "" {
-		if keys.missing, err = keyspec.ParseMissingKey(strings.TrimSpace(cfg.OnMissingKey)); err != nil {
-			return nil, keys, fieldError("", err)
-		}
+		var err error
+		keys.missing, err = keyspec.ParseMissingKey(strings.TrimSpace(cfg.OnMissingKey))
+		o.field(err)
 	}
-	return ip, keys, nil
+	return ip, keys
 }
 
 // inFlightReqStyle reports whether cfg reads as a configuration of
@@ -547,27 +442,15 @@ func inFlightReqStyle(cfg *Config) bool {
 // from every peer (clientip.Strategy.AnyPeer): with ExcludedIPs, the walk from
 // the right skips the excluded addresses and keys on the first other one,
 // whichever peer relayed the request.
-func parseClientIP(cfg *Config, st *IPStrategy, s *settings) (*clientip.Strategy, error) {
-	trusted, err := clientip.ParsePrefixes(parseList(cfg.TrustedProxies))
-	if err != nil {
-		return nil, fmt.Errorf("trustedProxies: %w", err)
-	}
-	ip := &clientip.Strategy{TrustedProxies: trusted}
+func parseClientIP(cfg *Config, st *IPStrategy, s *settings, o *options) *clientip.Strategy {
+	ip := &clientip.Strategy{TrustedProxies: o.prefixes("trustedProxies", cfg.TrustedProxies)}
 	if st == nil {
-		return ip, nil
+		return ip
 	}
-	depth, err := parseInt("sourceCriterion.ipStrategy.depth", st.Depth, 0, 0, clientip.MaxForwardedHops)
-	if err != nil {
-		return nil, err
-	}
-	excluded, err := clientip.ParsePrefixes(parseList(st.ExcludedIPs))
-	if err != nil {
-		return nil, fmt.Errorf("sourceCriterion.ipStrategy.excludedIPs: %w", err)
-	}
+	depth := o.integer("sourceCriterion.ipStrategy.depth", st.Depth, 0, clientip.MaxForwardedHops)
+	excluded := o.prefixes("sourceCriterion.ipStrategy.excludedIPs", st.ExcludedIPs)
 	if st.IPv6Subnet != "" {
-		if ip.IPv6Prefix, err = parseInt("sourceCriterion.ipStrategy.ipv6Subnet", st.IPv6Subnet, 0, 1, 128); err != nil {
-			return nil, err
-		}
+		ip.IPv6Prefix = o.integer("sourceCriterion.ipStrategy.ipv6Subnet", st.IPv6Subnet, 1, 128)
 	}
 	switch {
 	case depth > 0:
@@ -575,69 +458,52 @@ func parseClientIP(cfg *Config, st *IPStrategy, s *settings) (*clientip.Strategy
 		if len(excluded) > 0 {
 			s.notes = append(s.notes, "sourceCriterion.ipStrategy.excludedIPs is ignored because depth is set, as Traefik does")
 		}
-		ip.AnyPeer = len(trusted) == 0
+		ip.AnyPeer = len(ip.TrustedProxies) == 0
 	case len(excluded) > 0:
 		ip.ExcludedIPs = excluded
-		ip.AnyPeer = len(trusted) == 0
+		ip.AnyPeer = len(ip.TrustedProxies) == 0
 	}
-	return ip, nil
+	return ip
 }
 
 // parseAnswers reads Headers, Body, RetryJitter and Mode.
-func parseAnswers(cfg *Config, s *settings) error {
+func parseAnswers(cfg *Config, s *settings, o *options) {
 	var err error
-	if s.responder.Headers, err = answer.ParseHeaderSet(parseList(cfg.Headers)); err != nil {
-		return fieldError("", err)
-	}
-	if s.responder.Body, err = answer.ParseBodyFormat(cfg.Body); err != nil {
-		return fieldError("", err)
-	}
-	if s.responder.Jitter, err = parseNumber("retryJitter", cfg.RetryJitter, 0); err != nil {
-		return err
-	}
-	if err := s.responder.Validate(); err != nil {
-		return fieldError("", err)
-	}
-	if s.mode, err = core.ParseMode(cfg.Mode); err != nil {
-		return fieldError("", err)
-	}
-	return nil
+	s.responder.Headers, err = answer.ParseHeaderSet(parseList(cfg.Headers))
+	o.field(err)
+	s.responder.Body, err = answer.ParseBodyFormat(cfg.Body)
+	o.field(err)
+	s.responder.Jitter = o.number("retryJitter", cfg.RetryJitter)
+	o.field(s.responder.Validate())
+	s.mode, err = core.ParseMode(cfg.Mode)
+	o.field(err)
 }
 
 // parseStore reads Redis, OnStoreError, Fallback, Instances and MaxKeys.
-func parseStore(cfg *Config, s *settings) error {
+func parseStore(cfg *Config, s *settings, o *options) {
 	var err error
-	if s.policy, err = core.ParseStoreErrorPolicy(cfg.OnStoreError); err != nil {
-		return fieldError("", err)
-	}
+	s.policy, err = core.ParseStoreErrorPolicy(cfg.OnStoreError)
+	o.field(err)
 	switch strings.ToLower(strings.TrimSpace(cfg.Fallback)) {
 	case "", "none":
 	case "local":
 		s.fallback = true
 	default:
-		return fmt.Errorf("fallback %q: want local or none", cfg.Fallback)
+		o.keep(fmt.Errorf("fallback %q: want local or none", cfg.Fallback))
 	}
-	instances := 0 // without fallback: not set
-	if s.fallback {
-		instances = 1
+	s.instances = o.integer("instances", cfg.Instances, 0, 1<<20)
+	if s.fallback && strings.TrimSpace(cfg.Instances) == "" {
+		s.instances = 1 // the default with fallback; without, 0: not set
 	}
-	if s.instances, err = parseInt("instances", cfg.Instances, instances, 0, 1<<20); err != nil {
-		return err
-	}
-	if err := model.CheckFallback(s.fallback, s.instances, cfg.Redis == nil); err != nil {
-		return fieldError("", err)
-	}
-	if s.maxKeys, err = parseInt("maxKeys", cfg.MaxKeys, 0, 1, maxMemoryKeys); err != nil {
-		return err
-	}
+	o.field(model.CheckFallback(s.fallback, s.instances, cfg.Redis == nil))
+	s.maxKeys = o.integer("maxKeys", cfg.MaxKeys, 1, maxMemoryKeys)
 	if cfg.Redis == nil {
-		return nil
+		return
 	}
 	if s.maxKeys > 0 && !s.fallback {
-		return errors.New("maxKeys: sizes the in-memory store, which with redis only fallback: local uses; set fallback: local or remove maxKeys")
+		o.keep(errors.New("maxKeys: sizes the in-memory store, which with redis only fallback: local uses; set fallback: local or remove maxKeys"))
 	}
-	s.redis, err = parseRedis(cfg.Redis, s)
-	return err
+	s.redis = parseRedis(cfg.Redis, s, o)
 }
 
 // clientChosenPart returns the first key part whose absence the client
@@ -658,51 +524,46 @@ var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustPa
 
 // parseMetrics reads the metrics block of a middleware on Redis or not;
 // nil without an address.
-func parseMetrics(m *Metrics, onRedis bool) (*metricsOptions, error) {
+func parseMetrics(m *Metrics, onRedis bool, o *options) *metricsOptions {
 	if m == nil {
-		return nil, nil
+		return nil
 	}
 	address := strings.TrimSpace(m.Address)
 	networks := parseList(m.AllowedNetworks)
 	if address == "" {
 		switch {
 		case len(networks) > 0:
-			return nil, errors.New("metrics.allowedNetworks: needs metrics.address, where the metrics are served")
+			o.keep(errors.New("metrics.allowedNetworks: needs metrics.address, where the metrics are served"))
 		case strings.TrimSpace(m.DemandKeys) != "":
-			return nil, errors.New("metrics.demandKeys: needs metrics.address, where the metrics are served")
+			o.keep(errors.New("metrics.demandKeys: needs metrics.address, where the metrics are served"))
 		case strings.TrimSpace(m.NearLimit) != "":
-			return nil, errors.New("metrics.nearLimit: needs metrics.address, where the metrics are served")
+			o.keep(errors.New("metrics.nearLimit: needs metrics.address, where the metrics are served"))
 		case strings.TrimSpace(m.DemandScope) != "":
-			return nil, errors.New("metrics.demandScope: needs metrics.address, where the metrics are served")
+			o.keep(errors.New("metrics.demandScope: needs metrics.address, where the metrics are served"))
 		}
-		return nil, nil
+		return nil
 	}
 	canonical, err := listenAddress(address)
 	if err != nil {
-		return nil, fmt.Errorf("metrics.address %q: %w", address, err)
+		o.keep(fmt.Errorf("metrics.address %q: %w", address, err))
 	}
-	o := &metricsOptions{address: canonical, allowed: loopback, nearLimit: telemetry.DefaultNearLimit}
+	mo := &metricsOptions{address: canonical, allowed: loopback, nearLimit: telemetry.DefaultNearLimit}
 	if near := strings.TrimSpace(m.NearLimit); near != "" {
-		if o.nearLimit, err = telemetry.ParseNearLimit(near); err != nil {
-			return nil, fieldError("metrics.", err)
-		}
+		mo.nearLimit, err = telemetry.ParseNearLimit(near)
+		o.keep(fieldError("metrics.", err))
 	}
 	if keys := strings.TrimSpace(m.DemandKeys); keys == "off" {
-		o.demandKeys = -1
-	} else if o.demandKeys, err = parseInt("metrics.demandKeys", keys, 0, 1, demand.MaxKeys); err != nil {
-		return nil, err
+		mo.demandKeys = -1
+	} else {
+		mo.demandKeys = o.integer("metrics.demandKeys", keys, 1, demand.MaxKeys)
 	}
 	scope := strings.TrimSpace(m.DemandScope)
-	if err := demand.CheckScope(scope, onRedis, o.demandKeys >= 0); err != nil {
-		return nil, fieldError("metrics.", err)
-	}
-	o.fleet = scope == demand.ScopeFleet
+	o.keep(fieldError("metrics.", demand.CheckScope(scope, onRedis, mo.demandKeys >= 0)))
+	mo.fleet = scope == demand.ScopeFleet
 	if len(networks) > 0 {
-		if o.allowed, err = clientip.ParsePrefixes(networks); err != nil {
-			return nil, fmt.Errorf("metrics.allowedNetworks: %w", err)
-		}
+		mo.allowed = o.prefixes("metrics.allowedNetworks", networks)
 	}
-	return o, nil
+	return mo
 }
 
 // listenAddress reads a listener's address in the forms Traefik's
