@@ -171,60 +171,43 @@ const defaultLimitName = "default"
 // defaultPeriod is Traefik's default rateLimit period.
 const defaultPeriod = time.Second
 
-// refuseUnknown names the first option of cfg, in a fixed order, that the
-// plugin does not know.
-func refuseUnknown(cfg *Config) error {
-	if err := unknownOption("", cfg.Unknown); err != nil {
-		return err
-	}
+// refuseUnknown keeps, of the options of cfg that the plugin does not
+// know, the first in a fixed order.
+func (o *options) refuseUnknown(cfg *Config) {
+	o.unknown("", cfg.Unknown)
 	if sc := cfg.SourceCriterion; sc != nil {
-		if err := unknownOption("sourceCriterion.", sc.Unknown); err != nil {
-			return err
-		}
+		o.unknown("sourceCriterion.", sc.Unknown)
 		if st := sc.IPStrategy; st != nil {
-			if err := unknownOption("sourceCriterion.ipStrategy.", st.Unknown); err != nil {
-				return err
-			}
+			o.unknown("sourceCriterion.ipStrategy.", st.Unknown)
 		}
 	}
 	for i := range cfg.Limits {
-		if err := unknownOption("limits["+strconv.Itoa(i)+"].", cfg.Limits[i].Unknown); err != nil {
-			return err
-		}
+		o.unknown("limits["+strconv.Itoa(i)+"].", cfg.Limits[i].Unknown)
 	}
 	if cfg.Metrics != nil {
-		if err := unknownOption("metrics.", cfg.Metrics.Unknown); err != nil {
-			return err
+		o.unknown("metrics.", cfg.Metrics.Unknown)
+	}
+	if r := cfg.Redis; r != nil {
+		o.unknown("redis.", r.Unknown)
+		if r.Sentinel != nil {
+			o.unknown("redis.sentinel.", r.Sentinel.Unknown)
+		}
+		if r.TLS != nil {
+			o.unknown("redis.tls.", r.TLS.Unknown)
 		}
 	}
-	r := cfg.Redis
-	if r == nil {
-		return nil
-	}
-	if err := unknownOption("redis.", r.Unknown); err != nil {
-		return err
-	}
-	if r.Sentinel != nil {
-		if err := unknownOption("redis.sentinel.", r.Sentinel.Unknown); err != nil {
-			return err
-		}
-	}
-	if r.TLS != nil {
-		return unknownOption("redis.tls.", r.TLS.Unknown)
-	}
-	return nil
 }
 
-// unknownOption reports the first, in sorted order, of the options of
-// unknown, found under path.
-func unknownOption(path string, unknown map[string]interface{}) error {
+// unknown keeps the first, in sorted order, of the options of unknown,
+// found under path.
+func (o *options) unknown(path string, unknown map[string]interface{}) {
 	if len(unknown) == 0 {
-		return nil
+		return
 	}
 	names := make([]string, 0, len(unknown))
 	for k := range unknown {
 		names = append(names, k)
 	}
 	sort.Strings(names)
-	return fmt.Errorf("%s%s: unknown option (see the options in sluice's docs/traefik.md; names match in any letter case)", path, names[0])
+	o.keep(fmt.Errorf("%s%s: unknown option (see the options in sluice's docs/traefik.md; names match in any letter case)", path, names[0]))
 }

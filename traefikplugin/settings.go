@@ -83,10 +83,8 @@ type keyDefaults struct {
 // parse checks cfg, the configuration of middleware name, and returns its
 // settings.
 func parse(cfg *Config, name string) (*settings, error) {
-	if err := refuseUnknown(cfg); err != nil {
-		return nil, err
-	}
 	o := &options{}
+	o.refuseUnknown(cfg)
 	s := &settings{}
 	ip, keys := parseSource(cfg, s, o)
 	if s.exempt = o.prefixes("exemptIPs", cfg.ExemptIPs); len(s.exempt) > 0 {
