@@ -162,14 +162,8 @@ func (g *registry) newMeter(name string, s *settings, rc *redisClient) *meter {
 	return m
 }
 
-// releaseMeter drops m's references (m may be nil), closing a listener
-// that nothing names any more.
-func (g *registry) releaseMeter(m *meter) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.releaseMeterLocked(m)
-}
-
+// releaseMeterLocked drops m's references (m may be nil), closing a
+// listener that nothing names any more.
 func (g *registry) releaseMeterLocked(m *meter) {
 	if m == nil {
 		return

@@ -202,34 +202,34 @@ func (g *registry) build(ctx context.Context, id, name string, s *settings) (*en
 	}
 	var rc *redisClient
 	if s.redis != nil {
-		if rc, err = g.redisClient(ctx, s.redis); err != nil {
-			g.releaseOwn(own)
-			return nil, err
-		}
+		rc, err = g.redisClient(ctx, s.redis)
 	}
 	var m *meter
-	if s.metrics != nil {
+	if s.metrics != nil && err == nil {
 		m = g.newMeter(name, s, rc)
 	}
-	e, err := newEntry(name, s, memory, rc, m, g.coreClock, g.stdout)
-	if err != nil {
-		g.release(rc)
-		g.releaseOwn(own)
-		g.releaseMeter(m)
-		return nil, err
+	var e *entry
+	if err == nil {
+		e, err = newEntry(name, s, memory, rc, m, g.coreClock, g.stdout)
 	}
-	e.own = own
 
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.seq++
-	if old := g.entries[id]; old != nil {
-		old.returnedLocked(g.seq, ctx)
+	old := g.entries[id]
+	if err != nil || old != nil { // e is not kept: drop what it holds
 		g.releaseLocked(rc)
 		g.releaseOwnLocked(own)
 		g.releaseMeterLocked(m)
+	}
+	if err != nil {
+		return nil, err
+	}
+	g.seq++
+	if old != nil {
+		old.returnedLocked(g.seq, ctx)
 		return old, nil
 	}
+	e.own = own
 	e.returnedLocked(g.seq, ctx)
 	g.entries[id] = e
 	for _, n := range s.notes {
@@ -315,13 +315,7 @@ func (g *registry) ownStore(id string, maxKeys int) (*core.MemoryStore, error) {
 	return st, nil
 }
 
-// releaseOwn drops one reference to the own store id ("": none).
-func (g *registry) releaseOwn(id string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.releaseOwnLocked(id)
-}
-
+// releaseOwnLocked drops one reference to the own store id ("": none).
 func (g *registry) releaseOwnLocked(id string) {
 	o := g.own[id]
 	if o == nil {
