@@ -160,7 +160,7 @@ func TestInFlightNoLeakOnCancel(t *testing.T) {
 				t.Errorf("next saw %d requests at once, more than %d", next.most, k)
 			}
 			if name == "memory" {
-				if held := g.memory.InFlight(); held != 0 {
+				if held := g.own[""].store.InFlight(); held != 0 {
 					t.Errorf("%d slots held after every request ended", held)
 				}
 			}

@@ -94,9 +94,10 @@ type registry struct {
 	stdout      io.Writer // rejection summaries
 	stderr      io.Writer // configuration notes, store outages
 
-	mu      sync.Mutex
-	memory  *core.MemoryStore    // created on first use
-	own     map[string]*ownStore // middlewares' own stores, by ownStoreID
+	mu sync.Mutex
+	// own are the in-memory stores by ownStoreID: the middlewares' own
+	// and, under "", the process-wide one, created on first use and kept.
+	own     map[string]*ownStore
 	entries map[string]*entry
 	redis   map[string]*redisClient // by redisOptions.id
 	seq     uint64                  // counts New calls; entry.used
@@ -188,15 +189,12 @@ func (g *registry) new(ctx context.Context, next http.Handler, cfg *Config, name
 // build creates the entry id for s, or returns the one a concurrent call
 // created first.
 func (g *registry) build(ctx context.Context, id, name string, s *settings) (*entry, error) {
-	var memory *core.MemoryStore
-	var err error
-	own := ""
-	if s.maxKeys > 0 {
+	own, maxKeys := "", g.memoryKeys
+	if s.maxKeys > 0 { // one a line: Yaegi v0.16.1 drops maxKeys from a tuple with a call
 		own = ownStoreID(name, s.maxKeys)
-		memory, err = g.ownStore(own, s.maxKeys)
-	} else {
-		memory, err = g.memoryStore()
+		maxKeys = s.maxKeys
 	}
+	memory, err := g.ownStore(own, maxKeys)
 	if err != nil {
 		return nil, err
 	}
@@ -271,22 +269,9 @@ func (g *registry) liveLocked(e *entry, now int64) bool {
 	return now-e.gone < int64(goneAfter)
 }
 
-// memoryStore returns the process-wide in-memory store.
-func (g *registry) memoryStore() (*core.MemoryStore, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.memory == nil {
-		st, err := core.NewMemoryStore(core.MemoryConfig{MaxKeys: g.memoryKeys, Clock: g.coreClock})
-		if err != nil {
-			return nil, err
-		}
-		g.memory = st
-	}
-	return g.memory, nil
-}
-
 // ownStore is the in-memory store of the middlewares with maxKeys of one
-// name and capacity, and how many registry entries use it.
+// name and capacity, or the process-wide one, and how many registry
+// entries use it.
 type ownStore struct {
 	store *core.MemoryStore
 	refs  int
@@ -298,8 +283,9 @@ func ownStoreID(name string, maxKeys int) string {
 	return name + "\x00" + strconv.Itoa(maxKeys)
 }
 
-// ownStore returns the own store id, of capacity maxKeys, creating it if
-// needed, and counts one more reference to it.
+// ownStore returns the own store id ("": the process-wide one), of
+// capacity maxKeys, creating it if needed, and counts one more reference
+// to it.
 func (g *registry) ownStore(id string, maxKeys int) (*core.MemoryStore, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -315,10 +301,11 @@ func (g *registry) ownStore(id string, maxKeys int) (*core.MemoryStore, error) {
 	return st, nil
 }
 
-// releaseOwnLocked drops one reference to the own store id ("": none).
+// releaseOwnLocked drops one reference to the own store id; the
+// process-wide store ("") is kept.
 func (g *registry) releaseOwnLocked(id string) {
 	o := g.own[id]
-	if o == nil {
+	if o == nil || id == "" {
 		return
 	}
 	if o.refs--; o.refs <= 0 {

@@ -225,7 +225,7 @@ func TestMaxKeys(t *testing.T) {
 	}
 	g.mu.Lock()
 	own := g.own[ownStoreID("flood@file", 128)]
-	shared := g.memory
+	shared := g.own[""].store
 	g.mu.Unlock()
 	if own == nil || own.store == shared {
 		t.Fatalf("flood@file has no store of its own: %+v", own)
