@@ -597,15 +597,12 @@ func hostName(s string) bool {
 		return false
 	}
 	for _, label := range strings.Split(strings.TrimSuffix(s, "."), ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' || strings.Trim(label, hostNameBytes) != "" {
 			return false
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
-				return false
-			}
 		}
 	}
 	return true
 }
+
+// hostNameBytes are the bytes of a host name's labels.
+const hostNameBytes = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-"
