@@ -529,15 +529,13 @@ func parseMetrics(m *Metrics, onRedis bool, o *options) *metricsOptions {
 	address := strings.TrimSpace(m.Address)
 	networks := parseList(m.AllowedNetworks)
 	if address == "" {
-		switch {
-		case len(networks) > 0:
-			o.keep(errors.New("metrics.allowedNetworks: needs metrics.address, where the metrics are served"))
-		case strings.TrimSpace(m.DemandKeys) != "":
-			o.keep(errors.New("metrics.demandKeys: needs metrics.address, where the metrics are served"))
-		case strings.TrimSpace(m.NearLimit) != "":
-			o.keep(errors.New("metrics.nearLimit: needs metrics.address, where the metrics are served"))
-		case strings.TrimSpace(m.DemandScope) != "":
-			o.keep(errors.New("metrics.demandScope: needs metrics.address, where the metrics are served"))
+		// The options that only serving metrics uses, each before its
+		// value; o keeps the first set.
+		set := []string{"allowedNetworks", strings.Join(networks, ","), "demandKeys", m.DemandKeys, "nearLimit", m.NearLimit, "demandScope", m.DemandScope}
+		for i := 0; i < len(set); i += 2 {
+			if strings.TrimSpace(set[i+1]) != "" {
+				o.keep(errors.New("metrics." + set[i] + ": needs metrics.address, where the metrics are served"))
+			}
 		}
 		return nil
 	}
