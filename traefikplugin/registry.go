@@ -362,30 +362,27 @@ func (g *registry) releaseLocked(rc *redisClient) {
 // for name and beyond g.maxEntries in all.
 func (g *registry) evictLocked(name string) {
 	for {
-		var oldest string
+		var oldest, oldestOfName string
 		versions := 0
 		for id, e := range g.entries {
-			if e.name != name {
-				continue
-			}
-			versions++
 			if oldest == "" || e.used < g.entries[oldest].used {
 				oldest = id
 			}
-		}
-		if versions <= g.maxVersions {
-			break
-		}
-		g.dropLocked(oldest)
-	}
-	for len(g.entries) > g.maxEntries {
-		var oldest string
-		for id, e := range g.entries {
-			if oldest == "" || e.used < g.entries[oldest].used {
-				oldest = id
+			if e.name == name {
+				versions++
+				if oldestOfName == "" || e.used < g.entries[oldestOfName].used {
+					oldestOfName = id
+				}
 			}
 		}
-		g.dropLocked(oldest)
+		switch {
+		case versions > g.maxVersions:
+			g.dropLocked(oldestOfName)
+		case len(g.entries) > g.maxEntries:
+			g.dropLocked(oldest)
+		default:
+			return
+		}
 	}
 }
 
