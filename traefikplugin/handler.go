@@ -45,16 +45,14 @@ type entry struct {
 // when not nil, counts every verdict. clock is the gate's and the
 // report's (nil: the system clock, read inline).
 func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClient, m *meter, clock model.Clock, out io.Writer) (*entry, error) {
-	limits := make([]*model.Limit, len(s.plans))
 	asks := make([]core.LaneAsk, len(s.plans))
 	costs := make(map[*model.Limit]float64, len(s.plans))
 	for i, p := range s.plans {
-		limits[i] = p.limit
 		asks[i] = core.LaneAsk{Limit: p.limit, Spec: p.spec, Missing: p.missing, Cost: p.cost}
 		costs[p.limit] = p.cost
 	}
 	cfg := core.GateConfig{
-		Limits:       limits,
+		Limits:       s.limits,
 		Store:        memory,
 		Responder:    s.responder,
 		Mode:         s.mode,
@@ -117,7 +115,7 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 		ExemptIP:     s.ip,
 	})
 	// counted: a limit counts only some responses.
-	counted := core.AnswerCounts(limits)
+	counted := core.AnswerCounts(s.limits)
 	e.handler = func(next http.Handler) http.Handler { return laneHandler(lane, counted, m != nil, next) }
 	return e, nil
 }

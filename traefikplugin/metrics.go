@@ -122,7 +122,7 @@ func (g *registry) newMeter(name string, s *settings, rc *redisClient) *meter {
 		g.seconds[name] = seconds
 	}
 	seconds.refs++
-	m := &meter{address: o.address, allowed: o.allowed, nearLimit: o.nearLimit, seconds: seconds, limits: make([]*model.Limit, len(s.plans)),
+	m := &meter{address: o.address, allowed: o.allowed, nearLimit: o.nearLimit, seconds: seconds, limits: s.limits,
 		demand: make([]*demand.Recorder, len(s.plans)), fleet: make([]*redisstore.Demand, len(s.plans))}
 	counts := make([]*core.Counts, len(s.plans))
 	for i, p := range s.plans {
@@ -155,7 +155,6 @@ func (g *registry) newMeter(name string, s *settings, rc *redisClient) *meter {
 			m.fleet[i] = z.fleet
 		}
 		m.zones = append(m.zones, z)
-		m.limits[i] = p.limit
 		counts[i] = &z.counts
 	}
 	m.counts = core.NewMeter(core.MeterConfig{Limits: m.limits, Counts: counts, NearShare: o.nearLimit, Seconds: seconds.seconds, Demand: m.demand, Clock: g.coreClock})

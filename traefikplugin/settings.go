@@ -28,6 +28,7 @@ const maxMemoryKeys = 1 << 30
 // needs to build its Gate.
 type settings struct {
 	plans     []limitPlan
+	limits    []*model.Limit  // the plans' limits, in order
 	specs     []*keyspec.Spec // distinct key specs; plans index them
 	responder answer.Responder
 	mode      core.Mode
@@ -208,11 +209,11 @@ func parse(cfg *Config, name string) (*settings, error) {
 	if s.leaseTTL != 0 && !hasInFlight(s.plans) {
 		return nil, errors.New("redis.leaseTTL: only limits with maxInFlight take leases")
 	}
-	limits := make([]*model.Limit, len(s.plans))
+	s.limits = make([]*model.Limit, len(s.plans))
 	for i, p := range s.plans {
-		limits[i] = p.limit
+		s.limits[i] = p.limit
 	}
-	if err := model.CheckLimits(limits); err != nil {
+	if err := model.CheckLimits(s.limits); err != nil {
 		p := s.plans[err.(*model.LimitError).Index]
 		err = fieldError(p.option, err)
 		if p.option != "" && p.limit.Name == topName && strings.TrimSpace(cfg.Name) == "" {
