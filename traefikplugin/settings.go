@@ -310,39 +310,34 @@ func buildLimit(item LimitConfig, path string) (*model.Limit, error) {
 }
 
 // coreOptions name core's fields (model.FieldError.Field) as the plugin's
-// options.
-var coreOptions = map[string]string{
-	"rate":               "average",
-	"rate.quota":         "average",
-	"rate.period":        "period",
-	"burst":              "burst",
-	"max_delay":          "maxDelay",
-	"max_in_flight":      "maxInFlight",
-	"lease":              "lease",
-	"penalty":            "penalty",
-	"count_status":       "countStatus",
-	"cost_header":        "costHeader",
-	"cost_bytes":         "costBytes",
-	"algorithm":          "algorithm",
-	"name":               "name",
-	"jitter":             "retryJitter",
-	"fallback":           "fallback",
-	"instances":          "instances",
-	"trusted_proxies":    "trustedProxies",
-	"header":             "sourceCriterion.requestHeaderName",
-	"depth":              "sourceCriterion.ipStrategy.depth",
-	"excluded_ips":       "sourceCriterion.ipStrategy.excludedIPs",
-	"ipv6_prefix":        "sourceCriterion.ipStrategy.ipv6Subnet",
-	"cert":               "redis.tls.cert",
-	"key":                "redis.tls.key",
-	"ca":                 "redis.tls.ca",
-	"sentinel.master":    "redis.sentinel.masterName",
-	"sentinel.addresses": "redis.sentinel.endpoints",
-	"on_missing_key":     "onMissingKey",
-	"on_store_error":     "onStoreError",
-	"near_limit":         "nearLimit",
-	"demand_scope":       "demandScope",
-}
+// options, a line each: the field, a space, the option. A field the plugin
+// names alike (burst, lease, ...) is left out. A text, not a map: under
+// Yaegi each entry of a map literal is syntax the plugin keeps loaded.
+const coreOptions = `
+rate average
+rate.quota average
+rate.period period
+max_delay maxDelay
+max_in_flight maxInFlight
+count_status countStatus
+cost_header costHeader
+cost_bytes costBytes
+jitter retryJitter
+trusted_proxies trustedProxies
+header sourceCriterion.requestHeaderName
+depth sourceCriterion.ipStrategy.depth
+excluded_ips sourceCriterion.ipStrategy.excludedIPs
+ipv6_prefix sourceCriterion.ipStrategy.ipv6Subnet
+cert redis.tls.cert
+key redis.tls.key
+ca redis.tls.ca
+sentinel.master redis.sentinel.masterName
+sentinel.addresses redis.sentinel.endpoints
+on_missing_key onMissingKey
+on_store_error onStoreError
+near_limit nearLimit
+demand_scope demandScope
+`
 
 // fieldError is err, a model.FieldError or a model.LimitError, naming its
 // field as the plugin's option under option ("", "limits[i]." or
@@ -362,10 +357,12 @@ func fieldError(option string, err error) error {
 // coreOption is the plugin's option for core's field, or the field itself
 // when the plugin names it alike.
 func coreOption(field string) string {
-	if o, ok := coreOptions[field]; ok {
-		return o
+	i := strings.Index(coreOptions, "\n"+field+" ")
+	if i < 0 {
+		return field
 	}
-	return field
+	option := coreOptions[i+len(field)+2:]
+	return option[:strings.IndexByte(option, '\n')]
 }
 
 // parseSource reads SourceCriterion, TrustedProxies, Key and OnMissingKey:
