@@ -96,33 +96,6 @@ func parse(cfg *Config, name string) (*settings, error) {
 	parseStore(cfg, s, o)
 	s.metrics = parseMetrics(cfg.Metrics, s.redis != nil, o)
 
-	specIndex := map[string]int{}
-	add := func(option, keyOption, costOption string, l *model.Limit, parts []string, missing keyspec.MissingKey, cost float64) {
-		id := strings.Join(parts, "\x00")
-		i, ok := specIndex[id]
-		if !ok {
-			spec, err := keyspec.Parse(parts, ip)
-			if err != nil {
-				o.keep(fmt.Errorf("%s: %w", keyOption, err))
-			}
-			i = len(s.specs)
-			s.specs = append(s.specs, spec)
-			specIndex[id] = i
-		}
-		if cost == unsetCost {
-			cost = l.DefaultCost()
-		}
-		if err := l.CheckCost(cost); err != nil {
-			o.keep(errors.New(model.FieldOf(err).Format(costOption, "")))
-		}
-		s.plans = append(s.plans, limitPlan{limit: l, spec: i, missing: missing, cost: cost, option: option})
-		if missing == keyspec.MissingSkip {
-			if part := clientChosenPart(parts); part != "" {
-				s.notes = append(s.notes, fmt.Sprintf("limit %q: a request without %s is not limited by it (onMissingKey: skip); set onMissingKey: shared to count such requests in one bucket", l.Name, part))
-			}
-		}
-	}
-
 	cost := o.cost("cost", cfg.Cost, unsetCost)
 	topName := strings.TrimSpace(cfg.Name)
 	if topName == "" {
@@ -149,24 +122,21 @@ func parse(cfg *Config, name string) (*settings, error) {
 		o.integer("amount", cfg.Amount, 0, 1<<30)
 		top.MaxInFlight = cfg.Amount
 	}
-	if o.err != nil {
-		return nil, o.err
-	}
-	switch l, err := buildLimit(top, ""); {
-	case err == errNoLimit:
-	case err != nil:
-		return nil, err
-	default:
-		add("", keys.option, "cost", l, keys.parts, keys.missing, cost)
-	}
 
-	for i, item := range cfg.Limits {
+	// The top-level limit, then limits: the top level's key, onMissingKey
+	// and cost are the defaults of every limit, and the top-level limit
+	// takes them as they are (top sets no key, onMissingKey or cost).
+	specIndex := map[string]int{}
+	for i, item := range append([]LimitConfig{top}, cfg.Limits...) {
 		if o.err != nil {
 			return nil, o.err
 		}
-		option := fmt.Sprintf("limits[%d]", i)
-		if strings.TrimSpace(item.Average) == "" && strings.TrimSpace(item.MaxInFlight) == "" {
-			return nil, fmt.Errorf("%s.average: required (\"0\" disables the limit), or maxInFlight", option)
+		path := "" // of the item's options
+		if i > 0 {
+			path = fmt.Sprintf("limits[%d].", i-1)
+			if strings.TrimSpace(item.Average) == "" && strings.TrimSpace(item.MaxInFlight) == "" {
+				return nil, fmt.Errorf("%saverage: required (\"0\" disables the limit), or maxInFlight", path)
+			}
 		}
 		if item.Algorithm == "" {
 			item.Algorithm = cfg.Algorithm
@@ -174,31 +144,53 @@ func parse(cfg *Config, name string) (*settings, error) {
 		if alg := model.Algorithm(strings.TrimSpace(item.Algorithm)); item.MaxDelay == "" && (alg == model.LeakyBucket || alg == model.TokenBucket || alg == "") {
 			item.MaxDelay = cfg.MaxDelay
 		}
-		l, err := buildLimit(item, option+".")
+		l, err := buildLimit(item, path)
 		if err == errNoLimit {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		parts, missing, keyOption := keys.parts, keys.missing, keys.option
-		if k := parseList(item.Key); len(k) > 0 {
-			parts, missing, keyOption = k, keyspec.MissingSkip, option+".key"
+		k := keys
+		if parts := parseList(item.Key); len(parts) > 0 {
+			k = keyDefaults{parts: parts, missing: keyspec.MissingSkip, option: path + "key"}
 			if cfg.OnMissingKey != "" {
-				missing = keys.missing // the explicit top-level choice
+				k.missing = keys.missing // the explicit top-level choice
 			}
 		}
 		if item.OnMissingKey != "" {
-			if missing, err = keyspec.ParseMissingKey(strings.TrimSpace(item.OnMissingKey)); err != nil {
-				return nil, fieldError(option+".", err)
+			if k.missing, err = keyspec.ParseMissingKey(strings.TrimSpace(item.OnMissingKey)); err != nil {
+				return nil, fieldError(path, err)
 			}
 		}
 		c, costOption := cost, "cost"
 		if item.Cost != "" {
-			costOption = option + ".cost"
+			costOption = path + "cost"
 			c = o.cost(costOption, item.Cost, cost)
 		}
-		add(option+".", keyOption, costOption, l, parts, missing, c)
+		id := strings.Join(k.parts, "\x00")
+		spec, ok := specIndex[id]
+		if !ok {
+			ks, err := keyspec.Parse(k.parts, ip)
+			if err != nil {
+				o.keep(fmt.Errorf("%s: %w", k.option, err))
+			}
+			spec = len(s.specs)
+			s.specs = append(s.specs, ks)
+			specIndex[id] = spec
+		}
+		if c == unsetCost {
+			c = l.DefaultCost()
+		}
+		if err := l.CheckCost(c); err != nil {
+			o.keep(errors.New(model.FieldOf(err).Format(costOption, "")))
+		}
+		s.plans = append(s.plans, limitPlan{limit: l, spec: spec, missing: k.missing, cost: c, option: path})
+		if k.missing == keyspec.MissingSkip {
+			if part := clientChosenPart(k.parts); part != "" {
+				s.notes = append(s.notes, fmt.Sprintf("limit %q: a request without %s is not limited by it (onMissingKey: skip); set onMissingKey: shared to count such requests in one bucket", l.Name, part))
+			}
+		}
 	}
 	if o.err != nil {
 		return nil, o.err
@@ -234,7 +226,7 @@ func hasInFlight(plans []limitPlan) bool {
 	return false
 }
 
-// unsetCost is options.cost's default for a cost left out, which add reads
+// unsetCost is options.cost's default for a cost left out, which parse reads
 // as the limit's default cost (model.Limit.DefaultCost).
 const unsetCost = -1
 
