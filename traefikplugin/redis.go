@@ -110,9 +110,9 @@ func parseRedis(r *Redis, s *settings, o *options) *redisOptions {
 		o.field(err)
 		tlsID = strings.Join([]string{t.CA, t.Cert, t.Key, strconv.FormatBool(insecure)}, "\x00")
 	}
-	ro.id = strings.Join([]string{strings.Join(endpoints, ","), ro.resp.Username, ro.resp.Password, strconv.Itoa(ro.resp.DB),
-		strconv.Itoa(ro.resp.PoolSize), ro.resp.DialTimeout.String(), ro.resp.ReadTimeout.String(),
-		ro.resp.WriteTimeout.String(), ro.timeout.String(), tlsID, sentinelID, strconv.FormatBool(ro.readable)}, "\x00")
+	// %#v quotes the strings: no two lists of settings read alike.
+	ro.id = fmt.Sprintf("%#v", []interface{}{endpoints, ro.resp.Username, ro.resp.Password, ro.resp.DB,
+		ro.resp.PoolSize, ro.resp.DialTimeout, ro.resp.ReadTimeout, ro.resp.WriteTimeout, ro.timeout, tlsID, sentinelID, ro.readable})
 	return ro
 }
 
