@@ -64,7 +64,7 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 	if rc != nil {
 		cfg.Store = rc.store
 		cfg.Breaker = &rc.breaker
-		cfg.Timeout = rc.opts.timeout
+		cfg.Timeout = rc.timeout
 		if s.fallback {
 			cfg.Fallback = memory
 			cfg.Instances = s.instances

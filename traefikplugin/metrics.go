@@ -404,10 +404,10 @@ func writeMetrics(w http.ResponseWriter, _ *http.Request, v *view) {
 				}
 			}
 		}
-		if rc := en.redis; rc != nil && !stores[rc.opts.name] {
-			stores[rc.opts.name] = true
+		if rc := en.redis; rc != nil && !stores[rc.name] {
+			stores[rc.name] = true
 			e.Gauge(telemetry.BreakerState, telemetry.BreakerStateHelp, float64(rc.breaker.State()),
-				telemetry.Label{Name: "store", Value: rc.opts.name})
+				telemetry.Label{Name: "store", Value: rc.name})
 		}
 		counts, sum := en.meter.seconds.seconds.Snapshot()
 		e.Histogram(telemetry.DecisionSeconds, telemetry.DecisionSecondsHelp, telemetry.DecisionBuckets(), counts, sum,
@@ -490,7 +490,7 @@ func writeZones(w http.ResponseWriter, _ *http.Request, v *view) {
 	for _, en := range v.entries {
 		store := "memory"
 		if en.redis != nil {
-			store = en.redis.opts.name
+			store = en.redis.name
 		}
 		for i, z := range en.meter.zones {
 			l := en.meter.limits[i]

@@ -165,8 +165,11 @@ func refuseUnsupported(r *Redis) error {
 // dropped the client's last entry, which Traefik may still route to)
 // connects again when used.
 type redisClient struct {
-	opts redisOptions
-	log  io.Writer // stderr: outages and recoveries
+	// name, id and timeout are its redisOptions'.
+	name    string
+	id      string
+	timeout time.Duration
+	log     io.Writer // stderr: outages and recoveries
 
 	// lazy is the *resp.Lazy the store calls, held as an io.Closer, and
 	// store the *redisstore.Store, held as a model.Store: under Yaegi the
@@ -176,9 +179,6 @@ type redisClient struct {
 	lazy    io.Closer
 	store   model.Store
 	breaker core.Breaker
-	// direct holds the standalone server's *resp.Client while connected,
-	// for the store to send its common decisions to without EvalSha.
-	direct redisstore.Direct
 
 	refs int   // registry entries using it; under the registry's lock
 	down int32 // atomic; 1 while an outage has been reported
@@ -189,11 +189,15 @@ type redisClient struct {
 // are then decided by the middleware's failure policy until the server
 // answers.
 func newRedisClient(ctx context.Context, o *redisOptions, clock model.Clock, log io.Writer) (*redisClient, error) {
-	c := &redisClient{opts: *o, log: log}
+	c := &redisClient{name: o.name, id: o.id, timeout: o.timeout, log: log}
+	// direct holds the standalone server's *resp.Client while connected,
+	// for the store to send its common decisions to without EvalSha; the
+	// lazy client sets it, the store reads it.
+	direct := &redisstore.Direct{}
 	lazy := resp.NewLazy(resp.Target{Options: o.resp, Seeds: o.seeds, Sentinel: o.sentinel, ClusterTimeout: o.timeout, Name: o.name},
-		clock, c.direct.Set)
+		clock, direct.Set)
 	c.lazy = lazy
-	st, err := redisstore.New(redisstore.Config{Client: lazy, Cluster: o.seeds != nil, ReadableKeys: o.readable, Direct: &c.direct})
+	st, err := redisstore.New(redisstore.Config{Client: lazy, Cluster: o.seeds != nil, ReadableKeys: o.readable, Direct: direct})
 	if err != nil {
 		return nil, err
 	}
@@ -211,12 +215,12 @@ func (c *redisClient) observe(err error) {
 	down := atomic.LoadInt32(&c.down) == 1
 	if err == nil {
 		if down && atomic.CompareAndSwapInt32(&c.down, 1, 0) {
-			fmt.Fprintf(c.log, "sluice: redis %s available again\n", c.opts.name)
+			fmt.Fprintf(c.log, "sluice: redis %s available again\n", c.name)
 		}
 		return
 	}
 	if !down && c.breaker.State() != core.BreakerClosed && atomic.CompareAndSwapInt32(&c.down, 0, 1) {
-		fmt.Fprintf(c.log, "sluice: redis %s unavailable, circuit breaker open: %v; requests are decided by onStoreError or the fallback until it answers\n", c.opts.name, err)
+		fmt.Fprintf(c.log, "sluice: redis %s unavailable, circuit breaker open: %v; requests are decided by onStoreError or the fallback until it answers\n", c.name, err)
 	}
 }
 

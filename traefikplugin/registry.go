@@ -352,8 +352,8 @@ func (g *registry) releaseLocked(rc *redisClient) {
 		return
 	}
 	rc.refs--
-	if rc.refs <= 0 && g.redis[rc.opts.id] == rc {
-		delete(g.redis, rc.opts.id)
+	if rc.refs <= 0 && g.redis[rc.id] == rc {
+		delete(g.redis, rc.id)
 		rc.close()
 	}
 }
