@@ -41,10 +41,10 @@ type entry struct {
 }
 
 // newEntry builds the Gate and the Lane of s. memory is the process-wide
-// in-memory store: the store itself, or with rc the local fallback. m,
-// when not nil, counts every verdict. clock is the gate's and the
+// in-memory store: the store itself, or with rc the local fallback. cm,
+// when not nil, counts every verdict, which m exports. clock is the gate's and the
 // report's (nil: the system clock, read inline).
-func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClient, m *meter, clock model.Clock, out io.Writer) (*entry, error) {
+func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClient, m *meter, cm *core.Meter, clock model.Clock, out io.Writer) (*entry, error) {
 	asks := make([]core.LaneAsk, len(s.plans))
 	costs := make(map[*model.Limit]float64, len(s.plans))
 	for i, p := range s.plans {
@@ -95,12 +95,6 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 		obs = func(v *core.Verdict) { observe(e, v) }
 		down = &rc.down
 	}
-	// With metrics, the handler serves by core.ServeLaneMetered, which
-	// counts every verdict in the meter's core.Meter.
-	var cm *core.Meter
-	if m != nil {
-		cm = m.counts
-	}
 	lane := core.NewLane(core.LaneConfig{
 		Gate:         gate,
 		Asks:         asks,
@@ -116,7 +110,7 @@ func newEntry(name string, s *settings, memory *core.MemoryStore, rc *redisClien
 	})
 	// counted: a limit counts only some responses.
 	counted := core.AnswerCounts(s.limits)
-	e.handler = func(next http.Handler) http.Handler { return laneHandler(lane, counted, m != nil, next) }
+	e.handler = func(next http.Handler) http.Handler { return laneHandler(lane, counted, cm != nil, next) }
 	return e, nil
 }
 

@@ -59,8 +59,10 @@ type histogram struct {
 	refs    int // entries using it; under registry.mu
 }
 
-// meter is what a registry entry with metrics counts into: core's Meter,
-// which its lane updates, and what a scrape needs to export it.
+// meter is what a scrape needs to export what a registry entry with
+// metrics counts: its lane updates core's Meter over the same counters,
+// which newMeter returns beside the meter; a meter does not hold it, as
+// under Yaegi the text of a type spells out what its fields hold.
 type meter struct {
 	address   string
 	allowed   []netip.Prefix
@@ -70,7 +72,6 @@ type meter struct {
 	limits    []*model.Limit     // by limit: what an advice judges
 	demand    []*demand.Recorder // by limit, nil for none; set once
 	fleet     []*redisstore.Demand
-	counts    *core.Meter
 }
 
 // closeFleetLocked closes z's fleet demand, if any, in the background
@@ -104,8 +105,8 @@ func zoneName(name string, l *model.Limit, n int) string {
 // Redis client rc (nil for none), whose metrics address is served from
 // now on: it takes a reference to the counters of each of its zones, to
 // the middleware's histogram and to the address's listener, started if
-// needed (see openLocked).
-func (g *registry) newMeter(name string, s *settings, rc *redisClient) *meter {
+// needed (see openLocked); and the core.Meter counting into it.
+func (g *registry) newMeter(name string, s *settings, rc *redisClient) (*meter, *core.Meter) {
 	o := s.metrics
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -157,8 +158,7 @@ func (g *registry) newMeter(name string, s *settings, rc *redisClient) *meter {
 		m.zones = append(m.zones, z)
 		counts[i] = &z.counts
 	}
-	m.counts = core.NewMeter(core.MeterConfig{Limits: m.limits, Counts: counts, NearShare: o.nearLimit, Seconds: seconds.seconds, Demand: m.demand, Clock: g.coreClock})
-	return m
+	return m, core.NewMeter(core.MeterConfig{Limits: m.limits, Counts: counts, NearShare: o.nearLimit, Seconds: seconds.seconds, Demand: m.demand, Clock: g.coreClock})
 }
 
 // releaseMeterLocked drops m's references (m may be nil), closing a

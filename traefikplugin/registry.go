@@ -203,12 +203,13 @@ func (g *registry) build(ctx context.Context, id, name string, s *settings) (*en
 		rc, err = g.redisClient(ctx, s.redis)
 	}
 	var m *meter
+	var cm *core.Meter
 	if s.metrics != nil && err == nil {
-		m = g.newMeter(name, s, rc)
+		m, cm = g.newMeter(name, s, rc)
 	}
 	var e *entry
 	if err == nil {
-		e, err = newEntry(name, s, memory, rc, m, g.coreClock, g.stdout)
+		e, err = newEntry(name, s, memory, rc, m, cm, g.coreClock, g.stdout)
 	}
 
 	g.mu.Lock()
