@@ -1,7 +1,6 @@
 package core
 
 import (
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,19 +30,6 @@ const (
 // breakerClosed is BreakerClosed as the int32 of Breaker.state, for the
 // callers that skip the breaker's methods while it is simply closed.
 const breakerClosed = int32(BreakerClosed)
-
-// String returns "closed", "open" or "half-open".
-func (s BreakerState) String() string {
-	switch s {
-	case BreakerClosed:
-		return "closed"
-	case BreakerOpen:
-		return "open"
-	case BreakerHalfOpen:
-		return "half-open"
-	}
-	return "BreakerState(" + strconv.Itoa(int(s)) + ")"
-}
 
 // Breaker is a circuit breaker in front of a remote store. It starts closed
 // and lets calls through; Failures consecutive failures open it, and it then

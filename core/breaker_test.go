@@ -204,16 +204,3 @@ func TestBreakerOneProbe(t *testing.T) {
 		}
 	}
 }
-
-func TestBreakerStateString(t *testing.T) {
-	for s, want := range map[BreakerState]string{
-		BreakerClosed:   "closed",
-		BreakerOpen:     "open",
-		BreakerHalfOpen: "half-open",
-		BreakerState(7): "BreakerState(7)",
-	} {
-		if got := s.String(); got != want {
-			t.Errorf("%d.String() = %q, want %q", int(s), got, want)
-		}
-	}
-}
