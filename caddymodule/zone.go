@@ -616,7 +616,8 @@ func (z *Zone) ask(r *http.Request, repl *caddy.Replacer) (a model.Ask, ok bool,
 			return a, false, err
 		}
 	}
-	key, ok := z.missing.Resolve(z.keyOf(r, repl))
+	key, ok := z.keyOf(r, repl)
+	key, ok = hostkey.Resolve(z.missing, key, ok)
 	if !ok {
 		return a, false, nil
 	}

@@ -821,8 +821,10 @@ func laneFinish(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Reque
 // variables, zero (see serveLaneTB); its loops count with i, since under
 // Yaegi a range loop's variables are allocated again on every iteration.
 // A constant key (a global limit's), an IPv4 peer's key (as serveLaneTB
-// builds it) and MissingKey.Resolve are inline: under Yaegi each call of
-// keyspec.Spec.Key or Resolve costs a frame more than the lines it saves.
+// builds it) and hostkey.Resolve (which the hosts that build keys
+// themselves call, in a package the plugin does not load) are inline:
+// under Yaegi each call of keyspec.Spec.Key or Resolve costs a frame more
+// than the lines it saves.
 func laneAsks(l *Lane, r *http.Request, keys []string, asks []model.Ask, i int, key string, sh *keyspec.Shape, a *LaneAsk, err error) []model.Ask {
 	keys = make([]string, len(l.specs))
 	for i = 0; i < len(keys); i++ {
@@ -843,7 +845,7 @@ func laneAsks(l *Lane, r *http.Request, keys []string, asks []model.Ask, i int, 
 	asks = make([]model.Ask, 0, len(l.asks))
 	for i = 0; i < len(l.asks); i++ {
 		a = &l.asks[i]
-		if key = keys[a.Spec]; key == "" { // Resolve(key, true)
+		if key = keys[a.Spec]; key == "" { // hostkey.Resolve(a.Missing, key, true)
 			if a.Missing != missingShared {
 				continue
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/core/answer"
 	"github.com/sluicehq/sluice/core/clientip"
+	"github.com/sluicehq/sluice/core/hostkey"
 	"github.com/sluicehq/sluice/core/keyspec"
 	"github.com/sluicehq/sluice/core/model"
 	"github.com/sluicehq/sluice/internal/testclock"
@@ -110,7 +111,8 @@ func TestServeLaneMatchesGate(t *testing.T) {
 						// the bucket into debt.
 						r := httptest.NewRequest(http.MethodGet, "/", nil)
 						r.RemoteAddr = remote
-						if key, ok := missing.Resolve(spec.Key(r)); ok {
+						key, ok := spec.Key(r)
+						if key, ok = hostkey.Resolve(missing, key, ok); ok {
 							asks := []model.Ask{{Limit: l, Key: "mw\x00" + key, Cost: lc.cost}}
 							laneGate.mem.Take(context.Background(), asks, make([]model.Decision, 1))
 							slowGate.cfg.Store.Take(context.Background(), asks, make([]model.Decision, 1))
@@ -119,7 +121,7 @@ func TestServeLaneMatchesGate(t *testing.T) {
 					seen = seen[:0]
 					serveBoth(t, label+" step "+strconv.Itoa(step), lane, slowGate, cancelled, remote, func(r *http.Request) []model.Ask {
 						key, ok := spec.Key(r)
-						if key, ok = missing.Resolve(key, ok); ok {
+						if key, ok = hostkey.Resolve(missing, key, ok); ok {
 							return []model.Ask{{Limit: l, Key: "mw\x00" + key, Cost: lc.cost}}
 						}
 						return nil
@@ -221,7 +223,8 @@ func TestServeLaneRelayedMatchesGate(t *testing.T) {
 				r.Header.Set("Forwarded", strings.ReplaceAll(fwd, ", ", ", for="))
 				return r
 			}, func(r *http.Request) []model.Ask {
-				if key, ok := keyspec.MissingSkip.Resolve(spec.Key(r)); ok {
+				key, ok := spec.Key(r)
+				if key, ok = hostkey.Resolve(keyspec.MissingSkip, key, ok); ok {
 					return []model.Ask{{Limit: l, Key: "mw\x00" + key, Cost: 1}}
 				}
 				return nil
@@ -306,7 +309,8 @@ func TestServeLaneManyMatchesGate(t *testing.T) {
 				seen = seen[:0]
 				serveBoth(t, label+" step "+strconv.Itoa(step), lane, slowGate, context.Background(), remote, func(r *http.Request) []model.Ask {
 					all := model.Ask{Limit: global, Key: "mw\x00all", Cost: 1}
-					if key, ok := keyspec.MissingSkip.Resolve(ipSpec.Key(r)); ok {
+					key, ok := ipSpec.Key(r)
+					if key, ok = hostkey.Resolve(keyspec.MissingSkip, key, ok); ok {
 						return []model.Ask{{Limit: per, Key: "mw\x00" + key, Cost: 1}, all}
 					}
 					return []model.Ask{all}

@@ -554,7 +554,7 @@ func (l *Limiter) asks(r *http.Request) []model.Ask {
 		} else {
 			key, ok = lim.key.Key(r)
 		}
-		if key, ok = lim.missing.Resolve(key, ok); !ok {
+		if key, ok = hostkey.Resolve(lim.missing, key, ok); !ok {
 			continue
 		}
 		asks = append(asks, model.Ask{Limit: lim.limit, Key: lim.prefix + key, Cost: lim.cost})

@@ -1,7 +1,8 @@
 // Package hostkey holds the rules for the keys and key prefixes that hosts
 // build themselves, shared by the Caddy module and package sluicehttp: a
-// key a host built made a built key as a keyspec.Spec makes one (Key), and
-// the prefix of a share group's limits (SharePrefix).
+// key a host built made a built key as a keyspec.Spec makes one (Key), the
+// key to charge when a request has none (Resolve), and the prefix of a
+// share group's limits (SharePrefix).
 //
 // It is apart from core and core/keyspec so that the Traefik plugin, whose
 // keys a Spec builds and which shares no group, does not load it under
@@ -24,6 +25,25 @@ func Key(k string) string {
 		k = "\x01" + k
 	}
 	return keyspec.BoundKey(k)
+}
+
+// Resolve returns the key to charge for a request whose key is (key, ok),
+// as keyspec.Spec.Key or a host's own key function returns it, under the
+// policy m, and whether the limit applies at all. A built key (ok and
+// non-empty) is used as is. Otherwise keyspec.MissingShared charges the
+// fixed key keyspec.SharedKey, which no built key can equal, and
+// keyspec.MissingSkip (or an unknown policy) reports that the limit does
+// not apply. An empty key is treated as missing, never as a key. The
+// Traefik plugin's lane (core.Lane) resolves its keys inline, as this
+// does.
+func Resolve(m keyspec.MissingKey, key string, ok bool) (string, bool) {
+	if ok && key != "" {
+		return key, true
+	}
+	if m == keyspec.MissingShared {
+		return keyspec.SharedKey, true
+	}
+	return "", false
 }
 
 // SharePrefix is the prefix that the limits of the share group named

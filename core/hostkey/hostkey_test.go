@@ -40,3 +40,28 @@ func TestSharePrefix(t *testing.T) {
 		}
 	}
 }
+
+func TestResolve(t *testing.T) {
+	tests := []struct {
+		m       keyspec.MissingKey
+		key     string
+		ok      bool
+		wantKey string
+		wantOK  bool
+	}{
+		{keyspec.MissingSkip, "k", true, "k", true},
+		{keyspec.MissingSkip, "", false, "", false},
+		{keyspec.MissingSkip, "", true, "", false},
+		{keyspec.MissingShared, "k", true, "k", true},
+		{keyspec.MissingShared, "", false, "\x00missing", true},
+		{keyspec.MissingShared, "", true, "\x00missing", true},
+		{keyspec.MissingShared, "stale", false, "\x00missing", true},
+		{keyspec.MissingKey(7), "", false, "", false},
+	}
+	for _, tt := range tests {
+		key, ok := Resolve(tt.m, tt.key, tt.ok)
+		if key != tt.wantKey || ok != tt.wantOK {
+			t.Errorf("Resolve(%d, %q, %v) = %q, %v; want %q, %v", tt.m, tt.key, tt.ok, key, ok, tt.wantKey, tt.wantOK)
+		}
+	}
+}

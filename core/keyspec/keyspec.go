@@ -197,7 +197,7 @@ func parseKeyPart(s string) (keyPart, error) {
 //
 // A single part's key is its value; one that begins with byte 0x00 or 0x01
 // gets a 0x01 prefix, so that no key begins with 0x00 (a prefix reserved for
-// [MissingKey.Resolve]). Several parts are encoded as
+// [SharedKey]). Several parts are encoded as
 // "<len>:<value>|<len>:<value>...", lengths in decimal bytes, so distinct
 // value lists never share a key. The key may share memory with the request;
 // a store that keeps it beyond the request should copy it.
@@ -519,20 +519,4 @@ func ParseMissingKey(s string) (MissingKey, error) {
 		return MissingShared, nil
 	}
 	return 0, model.Refuse("on_missing_key", s, "want skip or shared")
-}
-
-// Resolve returns the key to charge for a request whose key is (key, ok),
-// as returned by [Spec.Key], and whether the limit applies at all. A
-// built key (ok and non-empty) is used as is. Otherwise MissingShared
-// charges the fixed key "\x00missing", which no built key can equal, and
-// MissingSkip (or an unknown policy) reports that the limit does not apply.
-// An empty key is treated as missing, never as a key.
-func (m MissingKey) Resolve(key string, ok bool) (string, bool) {
-	if ok && key != "" {
-		return key, true
-	}
-	if m == MissingShared {
-		return SharedKey, true
-	}
-	return "", false
 }

@@ -299,8 +299,8 @@ func TestKeySpecNeverReservedPrefix(t *testing.T) {
 		if !ok || got != want {
 			t.Errorf("path %q: Key = %q, %v; want %q", value, got, ok, want)
 		}
-		if res, _ := MissingShared.Resolve(got, ok); res == SharedKey {
-			t.Errorf("path %q: resolves to the shared missing key", value)
+		if got == SharedKey {
+			t.Errorf("path %q: the key is the shared missing key", value)
 		}
 	}
 }
@@ -387,31 +387,6 @@ func TestParseMissingKey(t *testing.T) {
 	for _, bad := range []string{"Skip", "share", "deny"} {
 		if _, err := ParseMissingKey(bad); err == nil || !strings.Contains(err.Error(), `"`+bad+`"`) {
 			t.Errorf("ParseMissingKey(%q) = %v; want an error naming it", bad, err)
-		}
-	}
-}
-
-func TestMissingKeyResolve(t *testing.T) {
-	tests := []struct {
-		m       MissingKey
-		key     string
-		ok      bool
-		wantKey string
-		wantOK  bool
-	}{
-		{MissingSkip, "k", true, "k", true},
-		{MissingSkip, "", false, "", false},
-		{MissingSkip, "", true, "", false},
-		{MissingShared, "k", true, "k", true},
-		{MissingShared, "", false, "\x00missing", true},
-		{MissingShared, "", true, "\x00missing", true},
-		{MissingShared, "stale", false, "\x00missing", true},
-		{MissingKey(7), "", false, "", false},
-	}
-	for _, tt := range tests {
-		key, ok := tt.m.Resolve(tt.key, tt.ok)
-		if key != tt.wantKey || ok != tt.wantOK {
-			t.Errorf("%v.Resolve(%q, %v) = %q, %v; want %q, %v", tt.m, tt.key, tt.ok, key, ok, tt.wantKey, tt.wantOK)
 		}
 	}
 }
