@@ -243,7 +243,7 @@ type Zone struct {
 	// request header, query parameter or cookie (keyParts), by name
 	// without braces: they expand to the part's value as keyspec reads
 	// it; nil when it has none.
-	parts map[string]*keyspec.Part
+	parts map[string]*keyspec.Spec
 	// constKey is a keyConstant zone's key.
 	constKey string
 	// strict: the server sets trusted_proxies_strict, so that Caddy's
@@ -893,11 +893,12 @@ var partPlaceholders = []struct{ prefix, kind string }{
 }
 
 // keyParts returns the key parts of the placeholders of the key template
-// key that partPlaceholders name, by placeholder name without braces; nil
+// key that partPlaceholders name, each a Spec of that one part whose Value
+// the placeholder expands to, by placeholder name without braces; nil
 // when there are none. A name that keyspec refuses, such as the Host
 // header, which Go moves out of the request's headers, is an error.
-func keyParts(key string) (map[string]*keyspec.Part, error) {
-	var parts map[string]*keyspec.Part
+func keyParts(key string) (map[string]*keyspec.Spec, error) {
+	var parts map[string]*keyspec.Spec
 	for _, ph := range keyPlaceholders(key) {
 		name := ph[1 : len(ph)-1]
 		for _, pp := range partPlaceholders {
@@ -905,12 +906,12 @@ func keyParts(key string) (map[string]*keyspec.Part, error) {
 			if !ok {
 				continue
 			}
-			p, err := keyspec.ParsePart(pp.kind + arg)
+			p, err := keyspec.Parse([]string{pp.kind + arg}, nil)
 			if err != nil {
 				return nil, fmt.Errorf("key %q: placeholder %s: %w", key, ph, errors.Unwrap(err))
 			}
 			if parts == nil {
-				parts = map[string]*keyspec.Part{}
+				parts = map[string]*keyspec.Spec{}
 			}
 			parts[name] = p
 		}

@@ -102,7 +102,7 @@ type keyPart struct {
 // and [http.Request.Cookie] read it: the value a Go upstream and Traefik's
 // own rateLimit read, and never a join of the values, so that a client
 // cannot make itself new keys by adding values. An empty first value is a
-// missing part, whatever follows it. [Part] reads a part the same way.
+// missing part, whatever follows it. [Spec.Value] reads a part the same way.
 //
 // Kinds are lowercase; a header name is matched in any letter case, query
 // parameter and cookie names exactly. Surrounding spaces are ignored. An
@@ -304,28 +304,12 @@ func JoinKey(values []string) string {
 	return BoundKey(key)
 }
 
-// A Part is one part of a key, as Parse reads it, for a host that
-// assembles keys of its own (the Caddy module's key templates) and must
-// read a request's header, query parameter or cookie as a Spec does.
-type Part struct{ p keyPart }
-
-// ParsePart parses one key part in Parse's syntax, such as
-// "header:X-API-Key"; errors name it. client_ip, whose value a Spec's
-// [clientip.Strategy] reads, is refused.
-func ParsePart(s string) (*Part, error) {
-	p, err := parseKeyPart(strings.TrimSpace(s))
-	if err == nil && p.kind == partClientIP {
-		err = fmt.Errorf("client_ip is read by a Spec")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("key part %q: %w", s, err)
-	}
-	return &Part{p}, nil
-}
-
-// Value returns the part's value for r, or "" when r lacks it: of a part
-// that r carries several times, the first value (see Parse).
-func (p *Part) Value(r *http.Request) string { return partValue(nil, &p.p, r) }
+// Value returns the value of k's first part for r, or "" when r lacks
+// it: as Key reads it (of a part that r carries several times, the first
+// value; see Parse), but neither prefixed nor bounded. It is for a host
+// that assembles keys of its own from single parts that it parses with
+// Parse (the Caddy module's key templates).
+func (k *Spec) Value(r *http.Request) string { return partValue(k, &k.parts[0], r) }
 
 // partValue returns the value of one part for r, or "" when it is missing:
 // of a header, query parameter or cookie given several times, the first

@@ -111,7 +111,7 @@ func TestKeySpecKey(t *testing.T) {
 // TestFirstValue: a header, query parameter or cookie that a request
 // carries several times gives its first value, the one Go's readers give
 // (http.Header.Get, url.Values.Get, http.Request.Cookie), alone, in a key
-// of several parts and through a Part; values the client adds after it
+// of several parts and through Spec.Value; values the client adds after it
 // change no key.
 func TestFirstValue(t *testing.T) {
 	requests := []*http.Request{
@@ -127,7 +127,9 @@ func TestFirstValue(t *testing.T) {
 	// line "alice, n5", which Header.Get gives whole; the last request's
 	// first values are empty.
 	wantHeader := []string{"alice", "alice", "alice", "alice, n5", ""}
-	header, query, cookie := mustPart(t, "header:X-API-Key"), mustPart(t, "query:k"), mustPart(t, "cookie:s")
+	header := mustSpec(t, "header:X-API-Key")
+	query := mustSpec(t, "query:k")
+	cookie := mustSpec(t, "cookie:s")
 	composite, err := Parse([]string{"header:X-Api-Key", "query:k", "cookie:s"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -143,19 +145,15 @@ func TestFirstValue(t *testing.T) {
 			t.Fatalf("request %d: Go reads %q, %q, %q; the test expects %q, alice, alice", i, r.Header.Get("X-Api-Key"), q.Get("k"), c, wantHeader[i])
 		}
 		for _, tc := range []struct {
-			part *Part
+			part *Spec
 			kind string
 			want string
 		}{{header, "header", wantHeader[i]}, {query, "query", q.Get("k")}, {cookie, "cookie", c}} {
 			values = append(values, tc.want)
 			if got := tc.part.Value(r); got != tc.want {
-				t.Errorf("request %d: %s Part.Value = %q, want Go's %q", i, tc.kind, got, tc.want)
+				t.Errorf("request %d: %s Value = %q, want Go's %q", i, tc.kind, got, tc.want)
 			}
-			spec, err := Parse([]string{tc.kind + ":" + tc.part.p.arg}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, ok := spec.Key(r); got != tc.want || ok != (tc.want != "") {
+			if got, ok := tc.part.Key(r); got != tc.want || ok != (tc.want != "") {
 				t.Errorf("request %d: %s Key = %q, %v, want Go's %q", i, tc.kind, got, ok, tc.want)
 			}
 		}
@@ -169,29 +167,21 @@ func TestFirstValue(t *testing.T) {
 	}
 }
 
-func mustPart(t *testing.T, s string) *Part {
+func mustSpec(t *testing.T, part string) *Spec {
 	t.Helper()
-	p, err := ParsePart(s)
+	k, err := Parse([]string{part}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return k
 }
 
-func TestParsePart(t *testing.T) {
-	for s, want := range map[string]string{
-		"client_ip":  `key part "client_ip": client_ip is read by a Spec`,
-		"header:":    `key part "header:": want header:<Name>`,
-		"cookie:a b": `key part "cookie:a b": cookie name "a b": not a valid cookie name`,
-	} {
-		if _, err := ParsePart(s); err == nil || err.Error() != want {
-			t.Errorf("ParsePart(%q): %v, want %s", s, err, want)
-		}
-	}
+func TestSpecValue(t *testing.T) {
 	r := keyRequest(t, http.MethodPost, "Example.COM.", "/p?x=1")
-	for s, want := range map[string]string{"host": "example.com", "method": "POST", "path": "/p", "query:x": "1", "const:c": "c"} {
-		if got := mustPart(t, " "+s+" ").Value(r); got != want {
-			t.Errorf("ParsePart(%q).Value = %q, want %q", s, got, want)
+	r.RemoteAddr = "192.0.2.1:1234"
+	for s, want := range map[string]string{"host": "example.com", "method": "POST", "path": "/p", "query:x": "1", "const:c": "c", "client_ip": "192.0.2.1"} {
+		if got := mustSpec(t, " "+s+" ").Value(r); got != want {
+			t.Errorf("Parse(%q).Value = %q, want %q", s, got, want)
 		}
 	}
 }
