@@ -21,21 +21,17 @@ func newFlightLimit(l *Limit) *Limit {
 // validateFlightOnly finishes Validate for a limit of requests in flight
 // only (a zero Rate), which has no algorithm, burst or delay.
 func (l *Limit) validateFlightOnly() *FieldError {
-	switch {
-	case l.Algorithm != "":
-		return &FieldError{Field: "algorithm", Value: string(l.Algorithm), Reason: "only a rate has an algorithm", Needs: "rate"}
-	case l.Burst != 0:
-		return &FieldError{Field: "burst", Reason: "only a rate has a burst", Needs: "rate"}
-	case l.MaxDelay != 0:
-		return &FieldError{Field: "max_delay", Reason: "only a rate delays requests", Needs: "rate"}
-	case l.Lease != 0:
-		return &FieldError{Field: "lease", Reason: "only a rate's capacity is leased", Needs: "rate"}
-	case l.Penalty != 0:
-		return &FieldError{Field: "penalty", Reason: "only a rate's refusals start a penalty", Needs: "rate"}
-	case l.CountStatus != nil:
-		return &FieldError{Field: "count_status", Reason: "only a rate's charges are given back", Needs: "rate"}
-	case l.CostHeader != "" || l.CostBytes:
-		return &FieldError{Field: l.responseCostField(), Reason: "only a rate is charged a cost", Needs: "rate"}
+	if err := refusal([]check{
+		{l.Algorithm != "", "algorithm", string(l.Algorithm), "only a rate has an algorithm"},
+		{l.Burst != 0, "burst", "", "only a rate has a burst"},
+		{l.MaxDelay != 0, "max_delay", "", "only a rate delays requests"},
+		{l.Lease != 0, "lease", "", "only a rate's capacity is leased"},
+		{l.Penalty != 0, "penalty", "", "only a rate's refusals start a penalty"},
+		{l.CountStatus != nil, "count_status", "", "only a rate's charges are given back"},
+		{l.CostFromResponse(), l.responseCostField(), "", "only a rate is charged a cost"},
+	}); err != nil {
+		err.Needs = "rate"
+		return err
 	}
 	f := l.Flight()
 	l.period, l.unit, l.capacity, l.owe = 0, 0, 0, 0

@@ -308,65 +308,52 @@ func (l *Limit) validate() *FieldError {
 			known = true
 		}
 	}
-	if !known {
-		return Refuse("algorithm", string(l.Algorithm), "unknown (want token_bucket, leaky_bucket, fixed_window, sliding_window_log or sliding_window_counter)")
+	bucket := l.Algorithm == TokenBucket || l.Algorithm == LeakyBucket
+	if err := refusal([]check{
+		{!known, "algorithm", string(l.Algorithm), "unknown (want token_bucket, leaky_bucket, fixed_window, sliding_window_log or sliding_window_counter)"},
+		{!(l.Rate.Quota > 0) || math.IsInf(l.Rate.Quota, 0), "rate.quota", FormatFloat(l.Rate.Quota), "must be a positive number"},
+		{l.Rate.Period <= 0, "rate.period", FormatPeriod(l.Rate.Period), "must be positive"},
+		{l.Burst < 0 || math.IsNaN(l.Burst) || math.IsInf(l.Burst, 0), "burst", FormatFloat(l.Burst), "must not be negative"},
+		{l.MaxDelay < 0, "max_delay", l.MaxDelay.String(), "must not be negative"},
+	}); err != nil {
+		return err
 	}
-	if !(l.Rate.Quota > 0) || math.IsInf(l.Rate.Quota, 0) {
-		return Refuse("rate.quota", FormatFloat(l.Rate.Quota), "must be a positive number")
-	}
-	if l.Rate.Period <= 0 {
-		return Refuse("rate.period", FormatPeriod(l.Rate.Period), "must be positive")
-	}
-	if l.Burst < 0 || math.IsNaN(l.Burst) || math.IsInf(l.Burst, 0) {
-		return Refuse("burst", FormatFloat(l.Burst), "must not be negative")
-	}
-	if l.MaxDelay < 0 {
-		return Refuse("max_delay", l.MaxDelay.String(), "must not be negative")
-	}
-	switch l.Algorithm {
-	case TokenBucket, LeakyBucket:
-		l.capacity = l.Burst
-		if l.capacity == 0 {
-			// The quota, but at least one request: 0.5/s is one request
-			// every two seconds, not none ever.
-			l.capacity = l.Rate.Quota
-			if l.capacity < 1 {
-				l.capacity = 1
-			}
-		}
-	default:
-		if l.Burst != 0 {
-			return Refuse("burst", "", string(l.Algorithm)+" takes its capacity from the rate's quota; remove burst")
-		}
-		if l.Rate.Quota < 1 {
-			return Refuse("rate", l.Rate.String(), string(l.Algorithm)+" admits at most its quota in a window, and a quota below 1 admits no request of cost 1; write it as "+
-				Rate{Quota: 1, Period: time.Duration(float64(l.Rate.Period) / l.Rate.Quota)}.String())
-		}
+	// A bucket's capacity is its burst, or else the quota, but at least
+	// one request: 0.5/s is one request every two seconds, not none ever.
+	// A window's is its quota.
+	l.capacity = l.Burst
+	if !bucket || l.capacity == 0 {
 		l.capacity = l.Rate.Quota
+		if bucket && l.capacity < 1 {
+			l.capacity = 1
+		}
 	}
-	if l.MaxDelay != 0 && l.Algorithm != LeakyBucket && l.Algorithm != TokenBucket {
-		return Refuse("max_delay", "", "only leaky_bucket and token_bucket delay requests, not "+string(l.Algorithm))
+	field := "cost_header"
+	if l.CostBytes {
+		field = "cost_bytes"
 	}
-	if err := l.checkLease(); err != nil {
+	if err := refusal([]check{
+		{!bucket && l.Burst != 0, "burst", "", string(l.Algorithm) + " takes its capacity from the rate's quota; remove burst"},
+		{!bucket && l.Rate.Quota < 1, "rate", l.Rate.String(), string(l.Algorithm) + " admits at most its quota in a window, and a quota below 1 admits no request of cost 1; write it as " +
+			Rate{Quota: 1, Period: time.Duration(float64(l.Rate.Period) / l.Rate.Quota)}.String()},
+		{!bucket && l.MaxDelay != 0, "max_delay", "", "only leaky_bucket and token_bucket delay requests, not " + string(l.Algorithm)},
+		{l.Lease != 0 && (!(l.Lease > 0) || math.IsInf(l.Lease, 0)), "lease", FormatFloat(l.Lease), "must be a positive number"},
+		{l.Lease != 0 && l.Algorithm == LeakyBucket, "lease", "", "a leaky_bucket's admissions wait in order, which a lease cannot keep; use token_bucket"},
+		{l.Lease > l.capacity, "lease", FormatFloat(l.Lease), "above the capacity of " + FormatFloat(l.capacity) + ", which no lease could take at once"},
+		{l.Penalty < 0 || l.Penalty > MaxSpan, "penalty", FormatPeriod(l.Penalty), "must be positive and at most " + FormatPeriod(MaxSpan)},
+		{l.Penalty%time.Microsecond != 0, "penalty", FormatPeriod(l.Penalty), "must be a whole number of microseconds (Redis's clock resolution)"},
+		{l.Penalty != 0 && l.Lease != 0, "penalty", "", "a lease admits requests that Redis does not see, so it cannot hold a key out; remove lease"},
+		// Only a rate's charge is given back, and a lease's admissions
+		// are not the store's to give back nor to settle.
+		{l.CountStatus != nil && l.Lease != 0, "count_status", "", "a lease's admissions cannot be given back; remove lease"},
+		{l.CostHeader != "" && l.CostBytes, "cost_bytes", "", "a cost comes from a header or from the body's bytes, not both"},
+		{l.CostFromResponse() && l.Lease != 0, field, "", "a lease's admissions cannot be settled; remove lease"},
+		{notToken(l.CostHeader), "cost_header", l.CostHeader, "not a header name"},
+		{l.Algorithm == SlidingWindowLog && l.Rate.Quota > MaxLogQuota, "rate.quota", FormatFloat(l.Rate.Quota), "sliding_window_log keeps one entry per request and accepts a quota of at most " + strconv.Itoa(MaxLogQuota) + " (use sliding_window_counter)"},
+		{l.Rate.Period > MaxSpan, "rate.period", FormatPeriod(l.Rate.Period), "longer than the " + FormatPeriod(MaxSpan) + " sluice supports"},
+		{l.Rate.Period%time.Microsecond != 0, "rate.period", FormatPeriod(l.Rate.Period), "must be a whole number of microseconds (Redis's clock resolution)"},
+	}); err != nil {
 		return err
-	}
-	if err := l.checkPenalty(); err != nil {
-		return err
-	}
-	if err := l.checkCount(); err != nil {
-		return err
-	}
-	if err := l.checkResponseCost(); err != nil {
-		return err
-	}
-	if l.Algorithm == SlidingWindowLog && l.Rate.Quota > MaxLogQuota {
-		return Refuse("rate.quota", FormatFloat(l.Rate.Quota), "sliding_window_log keeps one entry per request and accepts a quota of at most "+strconv.Itoa(MaxLogQuota)+" (use sliding_window_counter)")
-	}
-	if l.Rate.Period > MaxSpan {
-		return Refuse("rate.period", FormatPeriod(l.Rate.Period), "longer than the "+FormatPeriod(MaxSpan)+" sluice supports")
-	}
-	if l.Rate.Period%time.Microsecond != 0 {
-		return Refuse("rate.period", FormatPeriod(l.Rate.Period), "must be a whole number of microseconds (Redis's clock resolution)")
 	}
 	l.period = int64(l.Rate.Period)
 	l.unit = float64(l.period) / l.Rate.Quota
@@ -390,34 +377,35 @@ func (l *Limit) validate() *FieldError {
 	return nil
 }
 
-// checkLease checks Lease against the algorithm and the capacity.
-func (l *Limit) checkLease() *FieldError {
-	switch {
-	case l.Lease == 0:
-		return nil
-	case !(l.Lease > 0) || math.IsInf(l.Lease, 0):
-		return Refuse("lease", FormatFloat(l.Lease), "must be a positive number")
-	case l.Algorithm == LeakyBucket:
-		return Refuse("lease", "", "a leaky_bucket's admissions wait in order, which a lease cannot keep; use token_bucket")
-	case l.Lease > l.capacity:
-		return Refuse("lease", FormatFloat(l.Lease), "above the capacity of "+FormatFloat(l.capacity)+", which no lease could take at once")
+// check is one rule of Validate: a limit for which bad holds is refused
+// with Refuse(field, value, reason). Validate writes its rules as tables
+// of checks, whose values it computes whether or not they are refused: a
+// table costs the Traefik plugin, which keeps every syntax node it loads
+// under Yaegi, fewer nodes than as many if statements.
+type check struct {
+	bad                  bool
+	field, value, reason string
+}
+
+// refusal returns the FieldError of the first bad check of checks, or nil.
+func refusal(checks []check) *FieldError {
+	for i := range checks {
+		if checks[i].bad {
+			return Refuse(checks[i].field, checks[i].value, checks[i].reason)
+		}
 	}
 	return nil
 }
 
-// checkPenalty checks Penalty.
-func (l *Limit) checkPenalty() *FieldError {
-	switch {
-	case l.Penalty == 0:
-		return nil
-	case l.Penalty < 0 || l.Penalty > MaxSpan:
-		return Refuse("penalty", FormatPeriod(l.Penalty), "must be positive and at most "+FormatPeriod(MaxSpan))
-	case l.Penalty%time.Microsecond != 0:
-		return Refuse("penalty", FormatPeriod(l.Penalty), "must be a whole number of microseconds (Redis's clock resolution)")
-	case l.Lease != 0:
-		return Refuse("penalty", "", "a lease admits requests that Redis does not see, so it cannot hold a key out; remove lease")
+// notToken reports whether the header name s holds a byte that no header
+// name can: a space, a control or non-ASCII byte, or a separator.
+func notToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return true
+		}
 	}
-	return nil
+	return false
 }
 
 // Rated reports whether l limits a rate, as every limit does but one that

@@ -2,7 +2,6 @@ package model
 
 import (
 	"strconv"
-	"strings"
 )
 
 // StatusSet is the response statuses that a limit counts
@@ -57,15 +56,6 @@ func Counts(s StatusSet, status int) bool {
 	return false
 }
 
-// checkCount checks CountStatus: only a rate's charge is given back, and
-// a lease's admissions are not the store's to give back.
-func (l *Limit) checkCount() *FieldError {
-	if l.CountStatus != nil && l.Lease != 0 {
-		return Refuse("count_status", "", "a lease's admissions cannot be given back; remove lease")
-	}
-	return nil
-}
-
 // Answered reports whether l must see its request's response: it counts
 // only some statuses (CountStatus) or takes its cost from the response.
 func (l *Limit) Answered() bool { return l.CountStatus != nil || l.CostFromResponse() }
@@ -82,26 +72,6 @@ func (l *Limit) DefaultCost() float64 {
 		return 0
 	}
 	return 1
-}
-
-// checkResponseCost checks CostHeader and CostBytes: one of them, a
-// header name that is a token, and no lease, whose admissions Redis does
-// not see to settle.
-func (l *Limit) checkResponseCost() *FieldError {
-	switch {
-	case l.CostHeader == "" && !l.CostBytes:
-		return nil
-	case l.CostHeader != "" && l.CostBytes:
-		return Refuse("cost_bytes", "", "a cost comes from a header or from the body's bytes, not both")
-	case l.Lease != 0:
-		return Refuse(l.responseCostField(), "", "a lease's admissions cannot be settled; remove lease")
-	}
-	for i := 0; i < len(l.CostHeader); i++ {
-		if c := l.CostHeader[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
-			return Refuse("cost_header", l.CostHeader, "not a header name")
-		}
-	}
-	return nil
 }
 
 // responseCostField names the option that takes l's cost from its
