@@ -176,6 +176,8 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 			z.CostHeader, err = oneArg(d, sub, nil)
 		case "cost_bytes":
 			z.CostBytes, err = true, noArg(d, sub)
+		case "response_cost":
+			z.ResponseCost, err = oneArg(d, sub, nil)
 		case "penalty":
 			var dur time.Duration
 			dur, err = durationArg(d, sub)

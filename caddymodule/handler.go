@@ -207,6 +207,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if z == nil {
 			return fmt.Errorf("zones[%d]: null", i)
 		}
+		z.index = i
 		if err := z.provision(ctx); err != nil {
 			return fmt.Errorf("zones[%d].%w", i, err)
 		}
@@ -429,19 +430,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	}
 	if h.counted {
-		return h.serveCounted(w, r, next, asks, &v)
+		return h.serveCounted(w, r, next, asks, zones, &v)
 	}
 	return next.ServeHTTP(w, r)
 }
 
 // serveCounted passes an admitted request to next through a recorder of
 // its response, for a handler with a zone that must see it (count_status,
-// a cost from the response), and settles the admission v of asks with its
-// status, header and body's size (Gate.Answered): the status
-// next wrote, or that of the error it returned (as an upstream timeout's
-// 504, written by Caddy's error handling), 200 when it wrote nothing.
-// A panic in next skips the settlement: the request keeps its charge.
-func (h *Handler) serveCounted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, asks []model.Ask, v *core.Verdict) error {
+// a cost from the response), and settles the admission v of asks, whose
+// zones are zones, with its status, header (with the values of its zones'
+// response_cost: responseHeader) and body's size (Gate.Answered): the
+// status next wrote, or that of the error it returned (as an upstream
+// timeout's 504, written by Caddy's error handling), 200 when it wrote
+// nothing. A panic in next skips the settlement: the request keeps its
+// charge.
+func (h *Handler) serveCounted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, asks []model.Ask, zones []int, v *core.Verdict) error {
 	rec := caddyhttp.NewResponseRecorder(w, nil, nil) // streams, flushes and hijacks as w
 	err := next.ServeHTTP(rec, r)
 	status := rec.Status()
@@ -458,8 +461,39 @@ func (h *Handler) serveCounted(w http.ResponseWriter, r *http.Request, next cadd
 	default:
 		status = http.StatusOK
 	}
-	h.gate.Answered(r.Context(), asks, v, status, rec.Header(), int64(rec.Size()))
+	h.gate.Answered(r.Context(), asks, v, status, h.responseHeader(r, rec, zones), int64(rec.Size()))
 	return err
+}
+
+// responseHeader is the header of the response rec recorded, as
+// Gate.Answered reads it: rec's own, or when one of zones has a
+// ResponseCost, a copy of it in which each such zone's
+// responseCostHeader holds the value of its template, which r's replacer
+// expands with {http.response.status} and {http.response.size} set to
+// rec's status and size, as Caddy's access log sets them.
+func (h *Handler) responseHeader(r *http.Request, rec caddyhttp.ResponseRecorder, zones []int) http.Header {
+	var header http.Header
+	var repl *caddy.Replacer
+	for _, i := range zones {
+		z := h.Zones[i]
+		if z.ResponseCost == "" {
+			continue
+		}
+		if header == nil {
+			repl = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+			repl.Set("http.response.status", rec.Status())
+			repl.Set("http.response.size", rec.Size())
+			header = rec.Header().Clone()
+			if header == nil {
+				header = http.Header{}
+			}
+		}
+		header.Set(z.limit.CostHeader, repl.ReplaceAll(z.ResponseCost, ""))
+	}
+	if header == nil {
+		return rec.Header()
+	}
+	return header
 }
 
 // countKeys feeds the zones' heavy-hitter sketches with a verdict about

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -103,9 +104,9 @@ type Zone struct {
 	// finite number charges 1. A placeholder must come from a trusted
 	// source (a header set by an upstream handler, not by the client): a
 	// client that chooses its own cost can make its requests nearly free.
-	// With CostHeader or CostBytes it is the estimate charged when the
-	// request is admitted, before its response says what it cost: then
-	// it may be 0, the default.
+	// With CostHeader, CostBytes or ResponseCost it is the estimate
+	// charged when the request is admitted, before its response says
+	// what it cost: then it may be 0, the default.
 	Cost caddyhttp.WeakString `json:"cost,omitempty"`
 
 	// MaxDelay is, for leaky_bucket, the longest a request is held to
@@ -162,6 +163,20 @@ type Zone struct {
 	// does, but as the bytes of the response's body that the handlers
 	// after sluice wrote.
 	CostBytes bool `json:"cost_bytes,omitempty"`
+
+	// ResponseCost takes a request's cost from its response as
+	// CostHeader does, but as the number that this placeholder template
+	// gives once the handlers after sluice have returned, such as
+	// "{http.response.header.X-Tokens-Used}", "{http.vars.cost}" set by
+	// a later handler, or "{http.response.size}". Then
+	// {http.response.status} and {http.response.size} are the status and
+	// body's bytes the handlers after sluice wrote, as in the access log
+	// (status 0 when they wrote none). A value that is not a number
+	// (an unknown placeholder, a header on several lines, which Caddy
+	// joins with commas) leaves the estimate charged, as CostHeader's.
+	// It must hold a placeholder; not with cost_header, cost_bytes or
+	// lease.
+	ResponseCost string `json:"response_cost,omitempty"`
 
 	// MatchRaw restricts the zone to the requests that match every one of
 	// these matchers; the zone is skipped for other requests. Absent means
@@ -276,6 +291,10 @@ type Zone struct {
 	// fleet sends and reads demand's partials in Redis, with DemandScope
 	// fleet; nil otherwise.
 	fleet *redisstore.Demand
+	// index is the zone's index in its handler's Zones, which names the
+	// header under which its ResponseCost reaches core
+	// (responseCostHeader); set by Provision.
+	index int
 	// scopeLine and leaseLine are the Caddyfile lines of demand_scope and
 	// lease, for their errors, which need the store that the block may
 	// name after the zone.
@@ -369,6 +388,12 @@ func (z *Zone) coreLimit() (*model.Limit, error) {
 		CostHeader:  z.CostHeader,
 		CostBytes:   z.CostBytes,
 	}
+	if z.ResponseCost != "" {
+		if err := z.checkResponseCost(); err != nil {
+			return nil, err
+		}
+		l.CostHeader = responseCostHeader(z.index)
+	}
 	var err error
 	if l.CountStatus, err = model.ParseStatusSet(z.CountStatus); err != nil {
 		return nil, caddyError(err)
@@ -381,9 +406,35 @@ func (z *Zone) coreLimit() (*model.Limit, error) {
 		l.Rate = rate
 	}
 	if err := l.Validate(); err != nil {
+		if fe := model.FieldOf(err); fe != nil && fe.Field == "cost_header" && z.ResponseCost != "" {
+			fe.Field, fe.Value = "response_cost", "" // the header is response_cost's
+		}
 		return nil, caddyError(err)
 	}
 	return l, nil
+}
+
+// responseCostHeader is the name of the header under which the value of
+// the ResponseCost of the zone of index i reaches core (its limit's
+// CostHeader): serveCounted sets it, over any an upstream sent, in a
+// copy of the response's header that only Gate.Answered reads.
+func responseCostHeader(i int) string {
+	return "Sluice-Response-Cost-" + strconv.Itoa(i)
+}
+
+// checkResponseCost checks ResponseCost against the zone's other options:
+// it must hold a placeholder (a constant is cost's), and a cost comes
+// from one source.
+func (z *Zone) checkResponseCost() error {
+	switch {
+	case len(keyPlaceholders(z.ResponseCost)) == 0:
+		return optionErrorf("response_cost", "response_cost %q: want a placeholder, such as {http.response.header.X-Tokens-Used}; a constant cost is cost's", z.ResponseCost)
+	case z.CostHeader != "":
+		return optionErrorf("response_cost", "response_cost: a cost comes from response_cost or from cost_header, not both")
+	case z.CostBytes:
+		return optionErrorf("response_cost", "response_cost: a cost comes from response_cost or from cost_bytes, not both")
+	}
+	return nil
 }
 
 // caddyFields name core's fields (model.FieldError.Field) as the
