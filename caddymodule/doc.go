@@ -13,13 +13,14 @@
 //	        max_in_flight  <n>                  # at most n requests of a key in progress at once
 //	        burst          <cost units>         # token and leaky buckets, positive; default: the quota, at least 1
 //	        algorithm      token_bucket|leaky_bucket|fixed_window|sliding_window_log|sliding_window_counter
-//	        cost           <number>|<placeholder>   # default 1; with cost_header or cost_bytes, the estimate, default 0
+//	        cost           <number>|<placeholder>   # default 1; with cost_header, cost_bytes or response_cost, the estimate, default 0
 //	        max_delay      <duration>           # leaky_bucket, token_bucket: wait up to this long instead of rejecting
 //	        lease          <cost units>         # Redis: take up to this much of a key's capacity per call, spend it locally
 //	        penalty        <duration>           # refuse a key the zone refuses for this long from the refusal
 //	        count_status   <status...>          # count only responses of these codes or classes (401 403 429 4xx)
 //	        cost_header    <header>             # the cost is the number the response's header says (X-Tokens-Used)
 //	        cost_bytes                          # the cost is the response body's bytes
+//	        response_cost  <placeholder>        # the cost is the number the placeholder gives after the response ({http.vars.cost})
 //	        match          { <request matchers> }
 //	        ipv4_prefix    <bits>               # key {client_ip} only: group IPv4 clients by network
 //	        ipv6_prefix    <bits>
