@@ -12,13 +12,17 @@ import (
 // through a writer that keeps its response's status and counts the bytes
 // of its body, then settles v with Answered: the status next wrote, 200
 // when it wrote nothing, none (the charges kept) when it hijacked the
-// connection or panicked; the header next set; the bytes it wrote. The
-// writer passes everything through, flushing and hijacking included, and
-// unwraps for http.ResponseController. Hosts call it only for limits
-// that must see their response (AnswerCounts), so that other requests
-// reach next with their writer untouched.
+// connection or panicked; the header next set, trailers included; the
+// bytes it wrote. The writer passes everything through, flushing and
+// hijacking included, and unwraps for http.ResponseController. Hosts call
+// it only for limits that must see their response (AnswerCounts), so that
+// other requests reach next with their writer untouched.
 func (g *Gate) ServeAnswered(next http.Handler, w http.ResponseWriter, r *http.Request, asks []model.Ask, v *Verdict) {
-	sw := &statusWriter{ResponseWriter: w}
+	g.serveAnswered(next, &statusWriter{ResponseWriter: w}, r, asks, v)
+}
+
+// serveAnswered is ServeAnswered through sw, which wraps its writer.
+func (g *Gate) serveAnswered(next http.Handler, sw *statusWriter, r *http.Request, asks []model.Ask, v *Verdict) {
 	next.ServeHTTP(sw, r)
 	// Not deferred: a request whose handler panics keeps its charge.
 	switch sw.status {
@@ -27,21 +31,33 @@ func (g *Gate) ServeAnswered(next http.Handler, w http.ResponseWriter, r *http.R
 	case hijacked:
 		sw.status = 0
 	}
-	g.Answered(r.Context(), asks, v, sw.status, w.Header(), sw.bytes)
+	g.Answered(r.Context(), asks, v, sw.status, sw.ResponseWriter.Header(), sw.bytes)
 }
 
 // statusWriter is ServeAnswered's writer. status is the response's, once
 // written, or hijacked once the connection is, which counts as no
 // response; bytes counts the body written.
+//
+// A writer made with flushStreams set also flushes a streamed response
+// (one without a Content-Length when its header is written, as a
+// server-sent event stream or a chunked body) after each write, as
+// net/http/httputil.ReverseProxy flushes one: for hosts whose handlers
+// cannot call its Flush. Traefik's interpreter hands statusWriter on as
+// a writer with the methods of http.ResponseWriter and http.Hijacker only,
+// so its proxy cannot flush; without this, a stream would reach the
+// client only as buffers fill.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
-	bytes  int64
+	status       int
+	bytes        int64
+	flushStreams bool
+	flusher      *http.ResponseController // set when each write is flushed
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		w.status = code
+		w.streaming()
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
@@ -49,10 +65,22 @@ func (w *statusWriter) WriteHeader(code int) {
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
+		w.streaming()
 	}
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
+	if w.flusher != nil && err == nil {
+		_ = w.flusher.Flush()
+	}
 	return n, err
+}
+
+// streaming sets w.flusher when w flushes streams and the response about
+// to be written has no Content-Length.
+func (w *statusWriter) streaming() {
+	if w.flushStreams && w.ResponseWriter.Header().Get("Content-Length") == "" {
+		w.flusher = http.NewResponseController(w.ResponseWriter)
+	}
 }
 
 // hijacked is statusWriter.status after a Hijack.
@@ -62,6 +90,7 @@ const hijacked = -1
 func (w *statusWriter) Flush() {
 	if w.status == 0 {
 		w.status = http.StatusOK
+		w.streaming()
 	}
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
 }

@@ -1036,7 +1036,9 @@ func ServeLaneCounted(l *Lane, next http.Handler, w http.ResponseWriter, r *http
 }
 
 // answeredNext is the next handler of an admitted request of
-// ServeLaneCounted: Gate.ServeAnswered's.
+// ServeLaneCounted: Gate.ServeAnswered's, through a writer that flushes
+// streamed responses itself (statusWriter's flushStreams), since the
+// interpreter hands it on without its Flush method.
 type answeredNext struct {
 	gate *Gate
 	next http.Handler
@@ -1045,7 +1047,7 @@ type answeredNext struct {
 }
 
 func (a *answeredNext) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	a.gate.ServeAnswered(a.next, w, r, a.asks, a.v)
+	a.gate.serveAnswered(a.next, &statusWriter{ResponseWriter: w, flushStreams: true}, r, a.asks, a.v)
 }
 
 // laneDemands records in m's demand the cost of each of asks, at start

@@ -163,6 +163,85 @@ func TestServeAnsweredBytes(t *testing.T) {
 	}
 }
 
+// TestServeAnsweredTrailer: a cost header that comes as a trailer, as a
+// stream states what it cost at its end, is charged: announced (in the
+// header after the response, as net/http/httputil.ReverseProxy and Caddy
+// copy announced trailers) or not (under http.TrailerPrefix).
+func TestServeAnsweredTrailer(t *testing.T) {
+	s, clock := memStore(t, 0)
+	g, l := costGate(t, s, clock.Now, false)
+	for _, tc := range []struct {
+		name  string
+		write func(http.Header)
+		want  float64
+	}{
+		{"announced", func(h http.Header) { h.Set("X-Cost", "3") }, 7},
+		{"unannounced", func(h http.Header) { h.Set(http.TrailerPrefix+"X-Cost", "2") }, 5},
+	} {
+		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if tc.name == "announced" {
+				w.Header().Set("Trailer", "X-Cost")
+			}
+			w.Write([]byte("data: 1\n\n"))
+			tc.write(w.Header())
+		})
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", "/", nil)
+		asks := []model.Ask{{Limit: l, Key: "k", Cost: 0}}
+		if v, ok := g.Serve(w, r, asks); ok {
+			g.ServeAnswered(next, w, r, asks, &v)
+		}
+		if rem, _ := remaining(t, g, l, "k"); rem != tc.want {
+			t.Fatalf("%s trailer: %v remaining, want %v", tc.name, rem, tc.want)
+		}
+	}
+}
+
+// TestAnsweredFlushesStreams: the lane's writer (flushStreams) flushes a
+// response written without a Content-Length at each write, since its
+// handlers cannot flush it under Traefik's interpreter, and leaves a
+// response with one to the writer's buffers; ServeAnswered's writer
+// flushes only when asked to.
+func TestAnsweredFlushesStreams(t *testing.T) {
+	s, clock := memStore(t, 0)
+	g, l := costGate(t, s, clock.Now, true)
+	for _, tc := range []struct {
+		name         string
+		length, lane bool
+		wantFlushed  bool
+	}{
+		{"lane, stream", false, true, true},
+		{"lane, Content-Length", true, true, false},
+		{"ServeAnswered, stream", false, false, false},
+	} {
+		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			if tc.length {
+				w.Header().Set("Content-Length", "9")
+			}
+			w.Write([]byte("data: 1\n\n"))
+		})
+		w := httptest.NewRecorder() // a compiled writer, under Yaegi too
+		r := httptest.NewRequest("GET", "/", nil)
+		asks := []model.Ask{{Limit: l, Key: tc.name, Cost: 0}}
+		v, ok := g.Serve(w, r, asks)
+		if !ok {
+			t.Fatalf("%s: refused", tc.name)
+		}
+		if tc.lane {
+			(&answeredNext{gate: g, next: next, asks: asks, v: &v}).ServeHTTP(w, r)
+		} else {
+			g.ServeAnswered(next, w, r, asks, &v)
+		}
+		if w.Flushed != tc.wantFlushed {
+			t.Errorf("%s: flushed %v, want %v", tc.name, w.Flushed, tc.wantFlushed)
+		}
+		if rem, _ := remaining(t, g, l, tc.name); rem != 1 {
+			t.Errorf("%s: %v remaining, want 1 (9 bytes)", tc.name, rem)
+		}
+	}
+}
+
 // raceSettled races 32 goroutines, 10 requests each, for a fresh key's
 // capacity of 10, each request estimated at 1 and answered X-Cost: 2.
 // Admissions are decided on estimates, so between 5 and 10 are admitted
