@@ -558,8 +558,10 @@ func (g *Gate) settle(asks []model.Ask, charged []model.Decision, actual []float
 // status, header and the bytes of its body. The charge of each ask whose
 // limit counts only some statuses (Limit.CountStatus) and not this one
 // is given back, exactly as Refund gives it. The charge of each other ask
-// whose limit takes its cost from the response (CostHeader, CostBytes;
-// model.ResponseCost) is settled at that cost (Store.Settle): the
+// whose limit takes its cost from the response (CostHeader, read from
+// header after the response ended, so that a trailer counts, announced or
+// under http.TrailerPrefix; CostBytes; model.ResponseCost) is settled at
+// that cost (Store.Settle): the
 // difference charged, which may leave its key in debt, or given back;
 // a cost the response does not state leaves the charge as it is. A
 // request cut short keeps its charges: ctx ended (the client left),
@@ -593,6 +595,9 @@ func (g *Gate) Answered(ctx context.Context, asks []model.Ask, v *Verdict, statu
 		cost, ok := 0.0, !model.Counts(l.CountStatus, counted)
 		if !ok && status != 0 && l.CostFromResponse() {
 			value := header.Get(l.CostHeader)
+			if value == "" { // a trailer its handler did not announce
+				value = header.Get(http.TrailerPrefix + http.CanonicalHeaderKey(l.CostHeader))
+			}
 			if l.CostBytes {
 				value = strconv.FormatInt(bytes, 10)
 			}
