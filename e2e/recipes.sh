@@ -20,7 +20,9 @@
 #                    it 2,000 in debt: the next is refused, 429 with the
 #                    policy "tokens";q=10000;w=60 and a Retry-After of the
 #                    debt's repayment, 12 s (10 to 12); another key is not;
-#                    the same on a Redis store
+#                    a streamed completion (?events=3, one every 700 ms)
+#                    reaches its client event by event and is charged the
+#                    6,000 tokens of its trailer; the same on a Redis store
 #   downloads        a client's 3 downloads of 4 MB (?bytes=4000000) are
 #                    served and leave it 2 MB over: the next is refused with
 #                    a Retry-After of 10 to 12 s; another client (from
@@ -160,6 +162,27 @@ tokens_checks() {
 	expect_in "$1 tokens: until 10,000 a minute has repaid the 2,000 (Retry-After)" "$(hdr Retry-After)" 10 12
 	req "$2/v1/chat?tokens=10" -H "Authorization: Bearer other-$3"
 	expect "$1 tokens: another key is let through" "$CODE" 200
+	tokens_stream_checks "$@"
+}
+
+# tokens_stream_checks HOST URL KEY: a streamed completion (server-sent
+# events, one every 700 ms) through the token recipe reaches its client
+# event by event, and is charged the tokens its trailer states at its end.
+tokens_stream_checks() {
+	local t0 first=0 last=0 n=0 line r
+	t0="$(date +%s%N)"
+	while IFS= read -r line; do
+		[[ "$line" == data:* ]] || continue
+		n=$((n + 1))
+		[ "$n" != 1 ] || first="$(date +%s%N)"
+		last="$(date +%s%N)"
+	done < <(curl -sN --max-time 10 "$2/v1/chat?events=3&every=700ms&tokens=6000" -H "Authorization: Bearer s-$3" || true)
+	expect "$1 tokens: a streamed completion's 3 events" "$n" 3
+	expect_in "$1 tokens: its first event arrives as it is sent (ms)" "$(((first - t0) / 1000000))" 0 600
+	expect_in "$1 tokens: its last, 1.4 s later (ms)" "$(((last - t0) / 1000000))" 1400 5000
+	req "$2/v1/chat?tokens=10" -H "Authorization: Bearer s-$3"
+	r="$(hdr RateLimit | sed -n 's/.*;r=\([0-9]*\).*/\1/p')"
+	expect_in "$1 tokens: charged the 6,000 of its trailer (RateLimit's r)" "${r:-none}" 3900 4500
 }
 
 # downloads_checks HOST URL holds the download recipe served at URL by HOST

@@ -9,7 +9,11 @@
 // as a login answers 401 to a wrong password. A query "tokens=<n>" answers
 // with the header X-Tokens-Used: <n>, as an LLM API says what a request
 // cost, and "bytes=<n>" (at most 1 GiB) with a body of n bytes instead of
-// "ok", as a download.
+// "ok", as a download. A query "events=<n>" (at most 1,000) streams n
+// server-sent events instead, each flushed as it is written, one every
+// "every=<duration>" (default 100ms), as a streamed completion: with
+// "tokens=<n>", X-Tokens-Used comes as a trailer after the last event,
+// when a stream knows what it cost.
 //
 // A request whose path starts with /count/ is counted, per path: the
 // instant it arrived (at most 100,000 per path are kept) and how many
@@ -34,6 +38,7 @@ package main
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"log"
 	"net"
 	"net/http"
@@ -167,6 +172,10 @@ func main() {
 					t.Stop()
 				}
 			}
+			if n, err := strconv.Atoi(q.Get("events")); err == nil && n >= 0 && n <= 1000 {
+				stream(w, r, n, q.Get("every"), q.Get("tokens"))
+				return
+			}
 			if t := q.Get("tokens"); t != "" {
 				hdr["X-Tokens-Used"] = []string{t}
 			}
@@ -194,4 +203,42 @@ func main() {
 		w.Write(body)
 	})
 	log.Fatal(http.Serve(ln, h))
+}
+
+// stream answers r with n server-sent events, flushing each, one every
+// every (a duration; 100ms when it is not one), then with the trailer
+// X-Tokens-Used: tokens when tokens is set. It stops when r's client
+// leaves.
+func stream(w http.ResponseWriter, r *http.Request, n int, every, tokens string) {
+	d, err := time.ParseDuration(every)
+	if err != nil || d < 0 {
+		d = 100 * time.Millisecond
+	}
+	hdr := w.Header()
+	hdr["Content-Type"] = []string{"text/event-stream"}
+	hdr["Cache-Control"] = []string{"no-cache"}
+	if tokens != "" {
+		hdr["Trailer"] = []string{"X-Tokens-Used"}
+	}
+	rc := http.NewResponseController(w)
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if _, err := fmt.Fprintf(w, "data: %d\n\n", i); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+	}
+	if tokens != "" {
+		hdr["X-Tokens-Used"] = []string{tokens}
+	}
 }
