@@ -23,12 +23,14 @@ const settleLag = 150 * time.Millisecond
 var hostileTokens = []string{"NaN", "-5", "1e308", "Inf", "-Inf", "1e309", "x", " 7 z", "", "60"}
 
 // respCost is what a request asks e2e/backend to say it cost: tokens as
-// its X-Tokens-Used header (none when !header), bytes as its body's
-// length (none, the body "ok", when negative).
+// its X-Tokens-Used header (none when !header), or as the trailer of a
+// stream of one server-sent event when trailer is set; bytes as its
+// body's length (none, the body "ok" or the event, when negative).
 type respCost struct {
-	tokens string
-	header bool
-	bytes  int
+	tokens  string
+	header  bool
+	trailer bool
+	bytes   int
 }
 
 // query is the query asking the backend for c ("" for nil).
@@ -37,6 +39,9 @@ func (c *respCost) query() string {
 		return ""
 	}
 	var q []string
+	if c.trailer {
+		q = append(q, "events=1")
+	}
 	if c.header {
 		q = append(q, "tokens="+url.QueryEscape(c.tokens))
 	}
@@ -54,15 +59,20 @@ func (c *respCost) String() string {
 	if c.header {
 		s = strconv.Quote(c.tokens)
 	}
+	if c.trailer {
+		return "a stream, tokens " + s + " in its trailer"
+	}
 	return "tokens " + s + ", bytes " + strconv.Itoa(c.bytes)
 }
 
 // drawCost draws the cost a request asks of the upstream: X-Tokens-Used
 // mostly a number from 0 to 16 (a few fractions, a few above the
 // capacity), sometimes one of hostileTokens; a body of 0 to 3,000 bytes,
-// sometimes more than the bytes limit's capacity. For the debt key
-// (debt), more hostile values and larger costs, and no body: its bytes
-// limit never refuses, so that each refusal is its tokens limit's.
+// sometimes more than the bytes limit's capacity; one request in five, a
+// stream of one event (9 bytes) with X-Tokens-Used in its trailer. For
+// the debt key (debt), more hostile values and larger costs, and no body
+// but a stream's event: its bytes limit never refuses, so that each
+// refusal is its tokens limit's.
 func drawCost(rnd *rand.Rand, debt bool) *respCost {
 	c := &respCost{header: true, bytes: rnd.Intn(3001)}
 	if rnd.Intn(10) == 0 {
@@ -71,6 +81,9 @@ func drawCost(rnd *rand.Rand, debt bool) *respCost {
 	hostile, most := 5, 17
 	if debt {
 		hostile, most, c.bytes = 3, 31, 0
+	}
+	if rnd.Intn(5) == 0 {
+		c.trailer, c.bytes = true, -1
 	}
 	switch {
 	case rnd.Intn(hostile) == 0:
@@ -143,6 +156,7 @@ func hostile(z *zone, x *rec) bool {
 type costFigures struct {
 	admitted, unsure      int // admissions checked against the bound, and of them those whose settlement a fault may have lost
 	hostile               int // of them, answers with a hostile cost
+	trailers              int // of them, answers whose cost came in a stream's trailer
 	debts, held, released int // the debt key's refusals checked for Retry-After, of them in debt for certain, admissions after Retry-After
 	remaining             int // the debt key's admissions whose Remaining was checked
 	worstDebt             float64
@@ -261,6 +275,9 @@ func (ev *evaluation) costBound(g *group, r *route, z *zone, xs []*rec, h *host)
 			}
 			if hostile(z, x) {
 				ev.costFig.hostile++
+			}
+			if x.rc != nil && x.rc.trailer && !z.costBytes {
+				ev.costFig.trailers++
 			}
 		}
 		ev.costFig.admitted += n
