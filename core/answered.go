@@ -12,8 +12,9 @@ import (
 // through a writer that keeps its response's status and counts the bytes
 // of its body, then settles v with Answered: the status next wrote, 200
 // when it wrote nothing, none (the charges kept) when it hijacked the
-// connection or panicked; the header next set, trailers included; the
-// bytes it wrote. The writer passes everything through, flushing and
+// connection or panicked before writing; the header next set, trailers
+// included; the bytes it wrote. A panic after next began its response is
+// settled by Aborted, and goes on. The writer passes everything through, flushing and
 // hijacking included, and unwraps for http.ResponseController. Hosts call
 // it only for limits that must see their response (AnswerCounts), so that
 // other requests reach next with their writer untouched.
@@ -21,10 +22,19 @@ func (g *Gate) ServeAnswered(next http.Handler, w http.ResponseWriter, r *http.R
 	g.serveAnswered(next, &statusWriter{ResponseWriter: w}, r, asks, v)
 }
 
-// serveAnswered is ServeAnswered through sw, which wraps its writer.
+// serveAnswered is ServeAnswered through sw, which wraps its writer. A
+// handler that panics once its response began, as a proxy aborts a
+// response whose client or upstream left, has it settled by Aborted;
+// one that panics before keeps its charges.
 func (g *Gate) serveAnswered(next http.Handler, sw *statusWriter, r *http.Request, asks []model.Ask, v *Verdict) {
+	answered := false
+	defer func() {
+		if !answered && sw.status > 0 {
+			g.Aborted(asks, v, sw.status, sw.ResponseWriter.Header(), sw.bytes)
+		}
+	}()
 	next.ServeHTTP(sw, r)
-	// Not deferred: a request whose handler panics keeps its charge.
+	answered = true
 	switch sw.status {
 	case 0:
 		sw.status = http.StatusOK // as net/http answers a handler that wrote nothing

@@ -574,7 +574,24 @@ func (g *Gate) settle(asks []model.Ask, charged []model.Decision, actual []float
 // the same. Hosts call it only for limits that must see their response
 // (AnswerCounts).
 func (g *Gate) Answered(ctx context.Context, asks []model.Ask, v *Verdict, status int, header http.Header, bytes int64) {
-	left := ctx.Err() != nil
+	g.answered(ctx.Err() != nil, asks, v, status, header, bytes)
+}
+
+// Aborted settles v, the verdict on asks, for a request whose handler
+// panicked once its response had begun with status (not 0), as a proxy
+// aborts a response (http.ErrAbortHandler) when its client leaves or its
+// upstream breaks off in the middle of the body: as Answered settles a
+// request whose client left, the charges are kept, and a response cost
+// above a charge (the bytes sent, the work the header states) is charged.
+// A handler that panics before its response began keeps its charges, and
+// its host calls neither.
+func (g *Gate) Aborted(asks []model.Ask, v *Verdict, status int, header http.Header, bytes int64) {
+	g.answered(true, asks, v, status, header, bytes)
+}
+
+// answered is Answered, left reporting that the request was cut short
+// after its response began.
+func (g *Gate) answered(left bool, asks []model.Ask, v *Verdict, status int, header http.Header, bytes int64) {
 	if status == http.StatusSwitchingProtocols {
 		status = 0
 	}

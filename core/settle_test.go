@@ -2,9 +2,11 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -193,6 +195,53 @@ func TestServeAnsweredTrailer(t *testing.T) {
 		}
 		if rem, _ := remaining(t, g, l, "k"); rem != tc.want {
 			t.Fatalf("%s trailer: %v remaining, want %v", tc.name, rem, tc.want)
+		}
+	}
+}
+
+// TestServeAnsweredAborted: a handler that panics once its response
+// began, as a proxy aborts a response whose client left
+// (http.ErrAbortHandler), is charged the response's cost above the
+// estimate and never given back below it; one that panics before its
+// response began keeps the estimate. The panic goes on.
+func TestServeAnsweredAborted(t *testing.T) {
+	s, clock := memStore(t, 0)
+	g, l := costGate(t, s, clock.Now, false)
+	for _, tc := range []struct {
+		name string
+		cost string // X-Cost; "" panics before the response
+		want float64
+	}{
+		{"aborted, X-Cost 3 above the estimate 1", "3", 7},
+		{"aborted, X-Cost 0.5 below the estimate 1", "0.5", 6},
+		{"panicked before the response", "", 5},
+	} {
+		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if tc.cost != "" {
+				w.Header().Set("X-Cost", tc.cost)
+				w.Write([]byte("data: 1\n\n"))
+			}
+			panic(http.ErrAbortHandler)
+		})
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", "/", nil)
+		asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
+		v, ok := g.Serve(w, r, asks)
+		if !ok {
+			t.Fatalf("%s: refused", tc.name)
+		}
+		func() {
+			defer func() {
+				// Yaegi wraps a panic that crosses interpreted frames:
+				// compare its text.
+				if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), http.ErrAbortHandler.Error()) {
+					t.Fatalf("%s: recovered %v, want http.ErrAbortHandler", tc.name, p)
+				}
+			}()
+			g.ServeAnswered(next, w, r, asks, &v)
+		}()
+		if rem, _ := remaining(t, g, l, "k"); rem != tc.want {
+			t.Fatalf("%s: %v remaining, want %v", tc.name, rem, tc.want)
 		}
 	}
 }
