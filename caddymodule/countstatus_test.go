@@ -66,3 +66,46 @@ func TestCountStatus(t *testing.T) {
 		t.Errorf("after a client gone and a panic: %d, want 429", c)
 	}
 }
+
+// TestCostAborted: a response that next aborts by a panic once it began,
+// as reverse_proxy aborts one whose client left or whose upstream broke
+// off, is charged the cost its header states, beyond the estimate; a
+// panic before the response keeps the estimate. The panic goes on.
+func TestCostAborted(t *testing.T) {
+	h := &Handler{Zones: []*Zone{{Name: "tokens", Rate: "10/h", Burst: 10, Cost: "1", CostHeader: "X-Cost"}}}
+	provisionHandler(t, h)
+	const ip = "198.51.100.3"
+	abort := func(cost string) {
+		defer func() {
+			if p := recover(); p != http.ErrAbortHandler {
+				t.Fatalf("recovered %v, want http.ErrAbortHandler", p)
+			}
+		}()
+		serveNext(h, false, ip, caddyhttp.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+			if cost != "" {
+				w.Header().Set("X-Cost", cost)
+				w.Write([]byte("data: 0\n\n"))
+			}
+			panic(http.ErrAbortHandler)
+		}))
+		t.Fatal("the panic did not reach the caller")
+	}
+	remaining := func() string {
+		w, err := serveNext(h, false, ip, caddyhttp.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+			w.Header().Set("X-Cost", "0")
+			return nil
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w.Header().Get("X-RateLimit-Remaining") // after this request's estimate
+	}
+	abort("6") // 6 charged: 4 left
+	if got := remaining(); got != "3" {
+		t.Fatalf("after a response of cost 6 aborted: remaining %s, want 3", got)
+	}
+	abort("") // the estimate kept: 3 left
+	if got := remaining(); got != "2" {
+		t.Fatalf("after a panic before the response: remaining %s, want 2", got)
+	}
+}

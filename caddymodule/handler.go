@@ -442,11 +442,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // response_cost: responseHeader) and body's size (Gate.Answered): the
 // status next wrote, or that of the error it returned (as an upstream
 // timeout's 504, written by Caddy's error handling), 200 when it wrote
-// nothing. A panic in next skips the settlement: the request keeps its
-// charge.
+// nothing. A panic in next once the response began, as reverse_proxy
+// aborts a response whose client left or whose upstream broke off, is
+// settled by Gate.Aborted and goes on; a panic before keeps the charges.
 func (h *Handler) serveCounted(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, asks []model.Ask, zones []int, v *core.Verdict) error {
 	rec := caddyhttp.NewResponseRecorder(w, nil, nil) // streams, flushes and hijacks as w
+	answered := false
+	defer func() {
+		if !answered && rec.Status() != 0 {
+			h.gate.Aborted(asks, v, rec.Status(), h.responseHeader(r, rec, zones), int64(rec.Size()))
+		}
+	}()
 	err := next.ServeHTTP(rec, r)
+	answered = true
 	status := rec.Status()
 	var he caddyhttp.HandlerError
 	switch {
