@@ -22,7 +22,9 @@
 #                    debt's repayment, 12 s (10 to 12); another key is not;
 #                    a streamed completion (?events=3, one every 700 ms)
 #                    reaches its client event by event and is charged the
-#                    6,000 tokens of its trailer; the same on a Redis store
+#                    6,000 tokens of its trailer; a client that leaves a
+#                    stream whose header states 3,000 tokens is charged
+#                    them; the same on a Redis store
 #   downloads        a client's 3 downloads of 4 MB (?bytes=4000000) are
 #                    served and leave it 2 MB over: the next is refused with
 #                    a Retry-After of 10 to 12 s; another client (from
@@ -183,6 +185,13 @@ tokens_stream_checks() {
 	req "$2/v1/chat?tokens=10" -H "Authorization: Bearer s-$3"
 	r="$(hdr RateLimit | sed -n 's/.*;r=\([0-9]*\).*/\1/p')"
 	expect_in "$1 tokens: charged the 6,000 of its trailer (RateLimit's r)" "${r:-none}" 3900 4500
+	# A client that leaves a stream whose header states 3,000 tokens after
+	# its first event (0.5 s) is charged them.
+	curl -sN --max-time 0.5 "$2/v1/chat?events=3&every=1s&tokens=3000&at=start" -H "Authorization: Bearer h-$3" >/dev/null || true
+	sleep 0.5
+	req "$2/v1/chat?tokens=10" -H "Authorization: Bearer h-$3"
+	r="$(hdr RateLimit | sed -n 's/.*;r=\([0-9]*\).*/\1/p')"
+	expect_in "$1 tokens: a client that leaves a stream is charged its header's 3,000 (RateLimit's r)" "${r:-none}" 6900 7400
 }
 
 # downloads_checks HOST URL holds the download recipe served at URL by HOST

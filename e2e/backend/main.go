@@ -13,7 +13,7 @@
 // server-sent events instead, each flushed as it is written, one every
 // "every=<duration>" (default 100ms), as a streamed completion: with
 // "tokens=<n>", X-Tokens-Used comes as a trailer after the last event,
-// when a stream knows what it cost.
+// when a stream knows what it cost, or in the header with "at=start".
 //
 // A request whose path starts with /count/ is counted, per path: the
 // instant it arrived (at most 100,000 per path are kept) and how many
@@ -173,7 +173,7 @@ func main() {
 				}
 			}
 			if n, err := strconv.Atoi(q.Get("events")); err == nil && n >= 0 && n <= 1000 {
-				stream(w, r, n, q.Get("every"), q.Get("tokens"))
+				stream(w, r, n, q.Get("every"), q.Get("tokens"), q.Get("at") == "start")
 				return
 			}
 			if t := q.Get("tokens"); t != "" {
@@ -206,10 +206,10 @@ func main() {
 }
 
 // stream answers r with n server-sent events, flushing each, one every
-// every (a duration; 100ms when it is not one), then with the trailer
-// X-Tokens-Used: tokens when tokens is set. It stops when r's client
-// leaves.
-func stream(w http.ResponseWriter, r *http.Request, n int, every, tokens string) {
+// every (a duration; 100ms when it is not one), with X-Tokens-Used:
+// tokens when tokens is set, in the header when atStart, else as a
+// trailer after the last event. It stops when r's client leaves.
+func stream(w http.ResponseWriter, r *http.Request, n int, every, tokens string, atStart bool) {
 	d, err := time.ParseDuration(every)
 	if err != nil || d < 0 {
 		d = 100 * time.Millisecond
@@ -217,7 +217,12 @@ func stream(w http.ResponseWriter, r *http.Request, n int, every, tokens string)
 	hdr := w.Header()
 	hdr["Content-Type"] = []string{"text/event-stream"}
 	hdr["Cache-Control"] = []string{"no-cache"}
-	if tokens != "" {
+	switch {
+	case tokens == "":
+	case atStart:
+		hdr["X-Tokens-Used"] = []string{tokens}
+		tokens = ""
+	default:
 		hdr["Trailer"] = []string{"X-Tokens-Used"}
 	}
 	rc := http.NewResponseController(w)
