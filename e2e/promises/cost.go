@@ -25,13 +25,29 @@ var hostileTokens = []string{"NaN", "-5", "1e308", "Inf", "-Inf", "1e309", "x", 
 // respCost is what a request asks e2e/backend to say it cost: tokens as
 // its X-Tokens-Used header (none when !header), or as the trailer of a
 // stream of one server-sent event when trailer is set; bytes as its
-// body's length (none, the body "ok" or the event, when negative).
+// body's length (none, the body "ok" or the events, when negative). With
+// leave, the answer is a stream of leaveEvents events, leaveEvery apart,
+// with tokens in its header, which the client leaves once it has read the
+// first (leftBytes).
 type respCost struct {
 	tokens  string
 	header  bool
 	trailer bool
+	leave   bool
 	bytes   int
 }
+
+// The stream a client leaves (respCost.leave): e2e/backend's events are
+// "data: <i>\n\n", 9 bytes each.
+const (
+	leaveEvents = 3
+	leaveEvery  = 400 * time.Millisecond
+	leftBytes   = 9
+)
+
+// left reports whether x's client left its answer after the first event
+// (respCost.leave), as a client gone in the middle of a stream.
+func (x *rec) left() bool { return x.rc != nil && x.rc.leave && x.admitted() }
 
 // query is the query asking the backend for c ("" for nil).
 func (c *respCost) query() string {
@@ -39,8 +55,11 @@ func (c *respCost) query() string {
 		return ""
 	}
 	var q []string
-	if c.trailer {
+	switch {
+	case c.trailer:
 		q = append(q, "events=1")
+	case c.leave:
+		q = append(q, "events="+strconv.Itoa(leaveEvents), "every="+leaveEvery.String(), "at=start")
 	}
 	if c.header {
 		q = append(q, "tokens="+url.QueryEscape(c.tokens))
@@ -59,8 +78,11 @@ func (c *respCost) String() string {
 	if c.header {
 		s = strconv.Quote(c.tokens)
 	}
-	if c.trailer {
+	switch {
+	case c.trailer:
 		return "a stream, tokens " + s + " in its trailer"
+	case c.leave:
+		return "a stream, tokens " + s + " in its header, left after its first event"
 	}
 	return "tokens " + s + ", bytes " + strconv.Itoa(c.bytes)
 }
@@ -69,9 +91,10 @@ func (c *respCost) String() string {
 // mostly a number from 0 to 16 (a few fractions, a few above the
 // capacity), sometimes one of hostileTokens; a body of 0 to 3,000 bytes,
 // sometimes more than the bytes limit's capacity; one request in five, a
-// stream of one event (9 bytes) with X-Tokens-Used in its trailer. For
+// stream of one event (9 bytes) with X-Tokens-Used in its trailer; one in
+// eight, a stream its client leaves after the first event (leave). For
 // the debt key (debt), more hostile values and larger costs, and no body
-// but a stream's event: its bytes limit never refuses, so that each
+// but a stream's events: its bytes limit never refuses, so that each
 // refusal is its tokens limit's.
 func drawCost(rnd *rand.Rand, debt bool) *respCost {
 	c := &respCost{header: true, bytes: rnd.Intn(3001)}
@@ -82,8 +105,11 @@ func drawCost(rnd *rand.Rand, debt bool) *respCost {
 	if debt {
 		hostile, most, c.bytes = 3, 31, 0
 	}
-	if rnd.Intn(5) == 0 {
+	switch {
+	case rnd.Intn(5) == 0:
 		c.trailer, c.bytes = true, -1
+	case rnd.Intn(8) == 0:
+		c.leave, c.bytes = true, -1
 	}
 	switch {
 	case rnd.Intn(hostile) == 0:
@@ -123,8 +149,30 @@ func (t *topology) debtLoop(g *group, r *route, rnd *rand.Rand, stop <-chan stru
 // settledCost is what the docs say x's request costs zone z once its
 // response is known: the number its response states (X-Tokens-Used, or
 // the bytes of its body), at most z's capacity; its estimate when the
-// number is missing, malformed, NaN, infinite or negative.
+// number is missing, malformed, NaN, infinite or negative; at least its
+// estimate when its client left after the response began (x.left), the
+// bytes counted being those it read, the least the host sent.
 func settledCost(z *zone, x *rec) float64 {
+	c := statedCost(z, x)
+	if x.left() && c < z.cost {
+		return z.cost
+	}
+	return c
+}
+
+// mostCost is the most that x's request may have cost zone z:
+// settledCost, but for the bytes of a stream its client left, which count
+// the events the host sent before it saw the client leave, at most all.
+func mostCost(z *zone, x *rec) float64 {
+	if z.costBytes && x.left() {
+		return math.Max(z.cost, math.Min(z.capacity(), leaveEvents*leftBytes))
+	}
+	return settledCost(z, x)
+}
+
+// statedCost is the cost x's response states to z, bounded as the docs
+// say (settledCost).
+func statedCost(z *zone, x *rec) float64 {
 	value := ""
 	switch {
 	case z.costBytes:
@@ -157,6 +205,7 @@ type costFigures struct {
 	admitted, unsure      int // admissions checked against the bound, and of them those whose settlement a fault may have lost
 	hostile               int // of them, answers with a hostile cost
 	trailers              int // of them, answers whose cost came in a stream's trailer
+	left                  int // of them, streams their client left after the first event
 	debts, held, released int // the debt key's refusals checked for Retry-After, of them in debt for certain, admissions after Retry-After
 	remaining             int // the debt key's admissions whose Remaining was checked
 	worstDebt             float64
@@ -270,14 +319,17 @@ func (ev *evaluation) costBound(g *group, r *route, z *zone, xs []*rec, h *host)
 				sure[i] = math.Min(c, z.cost)
 				ev.costFig.unsure++
 			}
-			if c > z.cost {
-				over[i] = c - z.cost
+			if most := mostCost(z, x); most > z.cost {
+				over[i] = most - z.cost
 			}
 			if hostile(z, x) {
 				ev.costFig.hostile++
 			}
 			if x.rc != nil && x.rc.trailer && !z.costBytes {
 				ev.costFig.trailers++
+			}
+			if x.left() && !z.costBytes {
+				ev.costFig.left++
 			}
 		}
 		ev.costFig.admitted += n

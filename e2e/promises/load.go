@@ -220,7 +220,12 @@ func (t *topology) do(x *rec, hangUp time.Duration, extra http.Header) *rec {
 		t.rc.add(x)
 		return x
 	}
-	x.n, _ = io.Copy(io.Discard, resp.Body)
+	if x.rc != nil && x.rc.leave && resp.StatusCode == http.StatusOK {
+		n, _ := io.ReadFull(resp.Body, make([]byte, leftBytes)) // the first event, then leave
+		x.n = int64(n)
+	} else {
+		x.n, _ = io.Copy(io.Discard, resp.Body)
+	}
 	resp.Body.Close()
 	x.d = t.since()
 	x.code = resp.StatusCode
