@@ -228,9 +228,13 @@ type Limit struct {
 	// the capacity: its next requests are refused, with a truthful
 	// Retry-After, until the rate has repaid it. A header missing, not a
 	// number, negative, NaN or infinite leaves the estimate charged; a
-	// value above the capacity counts as the capacity. The Caddy module's
-	// cost_header and the Traefik plugin's costHeader. Not with
-	// CostBytes or Lease.
+	// value above the capacity counts as the capacity. The header is read
+	// when the next handler returns, so a trailer counts. A request cut
+	// short keeps the estimate; one whose next handler panics once its
+	// response began (as httputil.ReverseProxy aborts a response whose
+	// client left) is charged the response's cost too, if it is above the
+	// estimate. The Caddy module's cost_header and the Traefik plugin's
+	// costHeader. Not with CostBytes or Lease.
 	CostHeader string
 	// CostBytes takes a request's cost from its response as CostHeader
 	// does, but as the bytes of the response's body the next handler
