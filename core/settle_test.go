@@ -165,6 +165,27 @@ func TestServeAnsweredBytes(t *testing.T) {
 	}
 }
 
+// serveCosted serves a request of key, estimated at cost, through g and,
+// admitted, to next through ServeAnswered or, with lane, through the
+// Traefik lane's answeredNext; it returns the request's writer, a
+// compiled one under Yaegi too.
+func serveCosted(t *testing.T, g *Gate, l *model.Limit, key string, cost float64, next http.Handler, lane bool) *httptest.ResponseRecorder {
+	t.Helper()
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest("GET", "/", nil)
+	asks := []model.Ask{{Limit: l, Key: key, Cost: cost}}
+	v, ok := g.Serve(w, r, asks)
+	if !ok {
+		t.Fatalf("%s: refused", key)
+	}
+	if lane {
+		(&answeredNext{gate: g, next: next, asks: asks, v: &v}).ServeHTTP(w, r)
+	} else {
+		g.ServeAnswered(next, w, r, asks, &v)
+	}
+	return w
+}
+
 // TestServeAnsweredTrailer: a cost header that comes as a trailer, as a
 // stream states what it cost at its end, is charged: announced (in the
 // header after the response, as net/http/httputil.ReverseProxy and Caddy
@@ -187,12 +208,7 @@ func TestServeAnsweredTrailer(t *testing.T) {
 			w.Write([]byte("data: 1\n\n"))
 			tc.write(w.Header())
 		})
-		w := httptest.NewRecorder()
-		r := httptest.NewRequest("GET", "/", nil)
-		asks := []model.Ask{{Limit: l, Key: "k", Cost: 0}}
-		if v, ok := g.Serve(w, r, asks); ok {
-			g.ServeAnswered(next, w, r, asks, &v)
-		}
+		serveCosted(t, g, l, "k", 0, next, false)
 		if rem, _ := remaining(t, g, l, "k"); rem != tc.want {
 			t.Fatalf("%s trailer: %v remaining, want %v", tc.name, rem, tc.want)
 		}
@@ -223,13 +239,6 @@ func TestServeAnsweredAborted(t *testing.T) {
 			}
 			panic(http.ErrAbortHandler)
 		})
-		w := httptest.NewRecorder()
-		r := httptest.NewRequest("GET", "/", nil)
-		asks := []model.Ask{{Limit: l, Key: "k", Cost: 1}}
-		v, ok := g.Serve(w, r, asks)
-		if !ok {
-			t.Fatalf("%s: refused", tc.name)
-		}
 		func() {
 			defer func() {
 				// Yaegi wraps a panic that crosses interpreted frames:
@@ -238,7 +247,7 @@ func TestServeAnsweredAborted(t *testing.T) {
 					t.Fatalf("%s: recovered %v, want http.ErrAbortHandler", tc.name, p)
 				}
 			}()
-			g.ServeAnswered(next, w, r, asks, &v)
+			serveCosted(t, g, l, "k", 1, next, false)
 		}()
 		if rem, _ := remaining(t, g, l, "k"); rem != tc.want {
 			t.Fatalf("%s: %v remaining, want %v", tc.name, rem, tc.want)
@@ -270,18 +279,7 @@ func TestAnsweredFlushesStreams(t *testing.T) {
 			}
 			w.Write([]byte("data: 1\n\n"))
 		})
-		w := httptest.NewRecorder() // a compiled writer, under Yaegi too
-		r := httptest.NewRequest("GET", "/", nil)
-		asks := []model.Ask{{Limit: l, Key: tc.name, Cost: 0}}
-		v, ok := g.Serve(w, r, asks)
-		if !ok {
-			t.Fatalf("%s: refused", tc.name)
-		}
-		if tc.lane {
-			(&answeredNext{gate: g, next: next, asks: asks, v: &v}).ServeHTTP(w, r)
-		} else {
-			g.ServeAnswered(next, w, r, asks, &v)
-		}
+		w := serveCosted(t, g, l, tc.name, 0, next, tc.lane)
 		if w.Flushed != tc.wantFlushed {
 			t.Errorf("%s: flushed %v, want %v", tc.name, w.Flushed, tc.wantFlushed)
 		}
