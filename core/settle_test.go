@@ -232,6 +232,7 @@ func TestServeAnsweredAborted(t *testing.T) {
 		{"aborted, X-Cost 0.5 below the estimate 1", "0.5", 6},
 		{"panicked before the response", "", 5},
 	} {
+		tc := tc
 		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if tc.cost != "" {
 				w.Header().Set("X-Cost", tc.cost)
