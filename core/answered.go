@@ -19,29 +19,37 @@ import (
 // it only for limits that must see their response (AnswerCounts), so that
 // other requests reach next with their writer untouched.
 func (g *Gate) ServeAnswered(next http.Handler, w http.ResponseWriter, r *http.Request, asks []model.Ask, v *Verdict) {
-	g.serveAnswered(next, &statusWriter{ResponseWriter: w}, r, asks, v)
+	g.serveAnswered(next, &statusWriter{ResponseWriter: w, gate: g, asks: asks, v: v, aborts: true}, r)
 }
 
-// serveAnswered is ServeAnswered through sw, which wraps its writer. A
-// handler that panics once its response began, as a proxy aborts a
-// response whose client or upstream left, has it settled by Aborted;
-// one that panics before keeps its charges.
-func (g *Gate) serveAnswered(next http.Handler, sw *statusWriter, r *http.Request, asks []model.Ask, v *Verdict) {
-	answered := false
-	defer func() {
-		if !answered && sw.status > 0 {
-			g.Aborted(asks, v, sw.status, sw.ResponseWriter.Header(), sw.bytes)
-		}
-	}()
+// serveAnswered is ServeAnswered through sw, which wraps its writer and
+// holds what it settles. When sw.aborts, a handler that panics once its
+// response began, as a proxy aborts a response whose client or upstream
+// left, has it settled by Aborted (sw.abort); one that panics before
+// keeps its charges. Only a cost from the response needs aborts: for a
+// limit that counts statuses, Aborted keeps the charges too, and a
+// deferred call costs the interpreter some 65 allocations.
+func (g *Gate) serveAnswered(next http.Handler, sw *statusWriter, r *http.Request) {
+	if sw.aborts {
+		defer sw.abort()
+	}
 	next.ServeHTTP(sw, r)
-	answered = true
+	sw.settled = true
 	switch sw.status {
 	case 0:
 		sw.status = http.StatusOK // as net/http answers a handler that wrote nothing
 	case hijacked:
 		sw.status = 0
 	}
-	g.Answered(r.Context(), asks, v, sw.status, sw.ResponseWriter.Header(), sw.bytes)
+	g.answered(r.Context().Err() != nil, sw.asks, sw.v, sw.status, sw.ResponseWriter.Header(), sw.bytes)
+}
+
+// abort settles by Aborted the response of a handler that panicked once
+// it began, unless serveAnswered settled it.
+func (w *statusWriter) abort() {
+	if !w.settled && w.status > 0 {
+		w.gate.answered(true, w.asks, w.v, w.status, w.ResponseWriter.Header(), w.bytes)
+	}
 }
 
 // statusWriter is ServeAnswered's writer. status is the response's, once
@@ -62,6 +70,14 @@ type statusWriter struct {
 	bytes        int64
 	flushStreams bool
 	flusher      *http.ResponseController // set when each write is flushed
+	// What serveAnswered settles: gate's verdict v on asks; whether it
+	// settles a response aborted once it began (abort), and whether it has
+	// been settled.
+	gate    *Gate
+	asks    []model.Ask
+	v       *Verdict
+	aborts  bool
+	settled bool
 }
 
 func (w *statusWriter) WriteHeader(code int) {

@@ -38,6 +38,7 @@ type Lane struct {
 	meter   *Meter
 	watch   bool
 	dryRun  string // LaneConfig.DryRunHeader in DryRun mode, else ""
+	costs   bool   // a limit takes its cost from the response (model.Limit.CostFromResponse)
 	// exempt and exemptIP are LaneConfig's; exempt is nil without any.
 	exempt   []netip.Prefix
 	exemptIP *clientip.Strategy
@@ -177,6 +178,9 @@ type LaneAsk struct {
 func NewLane(cfg LaneConfig) *Lane {
 	g := cfg.Gate
 	l := &Lane{gate: g, asks: cfg.Asks, specs: cfg.Specs, prefix: cfg.Prefix, resp: g.resp, observe: cfg.Observe, watch: cfg.Watch, meter: cfg.Meter}
+	for _, a := range cfg.Asks {
+		l.costs = l.costs || a.Limit.CostFromResponse()
+	}
 	l.shapes = make([]keyspec.Shape, len(cfg.Specs))
 	for i, spec := range cfg.Specs {
 		l.shapes[i] = spec.Shape()
@@ -1032,7 +1036,7 @@ func ServeLaneCounted(l *Lane, next http.Handler, w http.ResponseWriter, r *http
 	if l.meter != nil {
 		laneMeterVerdict(l, asks, &v, start, nil, 0)
 	}
-	laneFinish(l, &answeredNext{gate: l.gate, next: next, asks: asks, v: &v}, w, r, &v, ok)
+	laneFinish(l, &answeredNext{gate: l.gate, next: next, asks: asks, v: &v, aborts: l.costs}, w, r, &v, ok)
 }
 
 // answeredNext is the next handler of an admitted request of
@@ -1040,14 +1044,15 @@ func ServeLaneCounted(l *Lane, next http.Handler, w http.ResponseWriter, r *http
 // streamed responses itself (statusWriter's flushStreams), since the
 // interpreter hands it on without its Flush method.
 type answeredNext struct {
-	gate *Gate
-	next http.Handler
-	asks []model.Ask
-	v    *Verdict
+	gate   *Gate
+	next   http.Handler
+	asks   []model.Ask
+	v      *Verdict
+	aborts bool // Lane.costs
 }
 
 func (a *answeredNext) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	a.gate.serveAnswered(a.next, &statusWriter{ResponseWriter: w, flushStreams: true}, r, a.asks, a.v)
+	a.gate.serveAnswered(a.next, &statusWriter{ResponseWriter: w, flushStreams: true, gate: a.gate, asks: a.asks, v: a.v, aborts: a.aborts}, r)
 }
 
 // laneDemands records in m's demand the cost of each of asks, at start

@@ -179,7 +179,7 @@ func serveCosted(t *testing.T, g *Gate, l *model.Limit, key string, cost float64
 		t.Fatalf("%s: refused", key)
 	}
 	if lane {
-		(&answeredNext{gate: g, next: next, asks: asks, v: &v}).ServeHTTP(w, r)
+		(&answeredNext{gate: g, next: next, asks: asks, v: &v, aborts: l.CostFromResponse()}).ServeHTTP(w, r)
 	} else {
 		g.ServeAnswered(next, w, r, asks, &v)
 	}
@@ -219,18 +219,23 @@ func TestServeAnsweredTrailer(t *testing.T) {
 // began, as a proxy aborts a response whose client left
 // (http.ErrAbortHandler), is charged the response's cost above the
 // estimate and never given back below it; one that panics before its
-// response began keeps the estimate. The panic goes on.
+// response began keeps the estimate. The panic goes on. The same through
+// ServeAnswered and the Traefik lane's writer.
 func TestServeAnsweredAborted(t *testing.T) {
 	s, clock := memStore(t, 0)
 	g, l := costGate(t, s, clock.Now, false)
 	for _, tc := range []struct {
 		name string
+		lane bool
 		cost string // X-Cost; "" panics before the response
 		want float64
 	}{
-		{"aborted, X-Cost 3 above the estimate 1", "3", 7},
-		{"aborted, X-Cost 0.5 below the estimate 1", "0.5", 6},
-		{"panicked before the response", "", 5},
+		{"aborted, X-Cost 3 above the estimate 1", false, "3", 7},
+		{"aborted, X-Cost 0.5 below the estimate 1", false, "0.5", 6},
+		{"panicked before the response", false, "", 5},
+		{"lane: aborted, X-Cost 3 above the estimate 1", true, "3", 2},
+		{"lane: aborted, X-Cost 0.5 below the estimate 1", true, "0.5", 1},
+		{"lane: panicked before the response", true, "", 0},
 	} {
 		tc := tc
 		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -248,7 +253,7 @@ func TestServeAnsweredAborted(t *testing.T) {
 					t.Fatalf("%s: recovered %v, want http.ErrAbortHandler", tc.name, p)
 				}
 			}()
-			serveCosted(t, g, l, "k", 1, next, false)
+			serveCosted(t, g, l, "k", 1, next, tc.lane)
 		}()
 		if rem, _ := remaining(t, g, l, "k"); rem != tc.want {
 			t.Fatalf("%s: %v remaining, want %v", tc.name, rem, tc.want)
