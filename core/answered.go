@@ -14,10 +14,11 @@ import (
 // when it wrote nothing, none (the charges kept) when it hijacked the
 // connection or panicked before writing; the header next set, trailers
 // included; the bytes it wrote. A panic after next began its response is
-// settled by Aborted, and goes on. The writer passes everything through, flushing and
-// hijacking included, and unwraps for http.ResponseController. Hosts call
-// it only for limits that must see their response (AnswerCounts), so that
-// other requests reach next with their writer untouched.
+// settled by Aborted, and goes on. The writer passes everything through,
+// flushing and hijacking included, and unwraps for
+// http.ResponseController. Hosts call it only for limits that must see
+// their response (AnswerCounts), so that other requests reach next with
+// their writer untouched.
 func (g *Gate) ServeAnswered(next http.Handler, w http.ResponseWriter, r *http.Request, asks []model.Ask, v *Verdict) {
 	g.serveAnswered(next, &statusWriter{ResponseWriter: w, gate: g, asks: asks, v: v, aborts: true}, r)
 }
@@ -44,8 +45,8 @@ func (g *Gate) serveAnswered(next http.Handler, sw *statusWriter, r *http.Reques
 	g.answered(r.Context().Err() != nil, sw.asks, sw.v, sw.status, sw.ResponseWriter.Header(), sw.bytes)
 }
 
-// abort settles by Aborted the response of a handler that panicked once
-// it began, unless serveAnswered settled it.
+// abort settles as Aborted does the response of a handler that panicked
+// once it began, unless serveAnswered settled it.
 func (w *statusWriter) abort() {
 	if !w.settled && w.status > 0 {
 		w.gate.answered(true, w.asks, w.v, w.status, w.ResponseWriter.Header(), w.bytes)

@@ -561,9 +561,9 @@ func (g *Gate) settle(asks []model.Ask, charged []model.Decision, actual []float
 // whose limit takes its cost from the response (CostHeader, read from
 // header after the response ended, so that a trailer counts, announced or
 // under http.TrailerPrefix; CostBytes; model.ResponseCost) is settled at
-// that cost (Store.Settle): the
-// difference charged, which may leave its key in debt, or given back;
-// a cost the response does not state leaves the charge as it is. A
+// that cost (Store.Settle): the difference charged, which may leave its
+// key in debt, or given back; a cost the response does not state leaves
+// the charge as it is. A
 // request cut short keeps its charges: ctx ended (the client left),
 // status 0 (no response, as when the handler panicked or hijacked the
 // connection) or 101 (the connection was upgraded, as a WebSocket's:
