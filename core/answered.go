@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net"
 	"net/http"
+	"strings"
 
 	"github.com/sluicehq/sluice/core/model"
 )
@@ -58,8 +59,8 @@ func (w *statusWriter) abort() {
 // response; bytes counts the body written.
 //
 // A writer made with flushStreams set also flushes a streamed response
-// (one without a Content-Length when its header is written, as a
-// server-sent event stream or a chunked body) after each write, as
+// (one without a Content-Length when its header is written, as a chunked
+// body, or of server-sent events) at its header and after each write, as
 // net/http/httputil.ReverseProxy flushes one: for hosts whose handlers
 // cannot call its Flush. Traefik's interpreter hands statusWriter on as
 // a writer with the methods of http.ResponseWriter and http.Hijacker only,
@@ -87,6 +88,9 @@ func (w *statusWriter) WriteHeader(code int) {
 		w.streaming()
 	}
 	w.ResponseWriter.WriteHeader(code)
+	if w.flusher != nil {
+		_ = w.flusher.Flush() // a stream's header at once, before its first event
+	}
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
@@ -103,9 +107,13 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 }
 
 // streaming sets w.flusher when w flushes streams and the response about
-// to be written has no Content-Length.
+// to be written, not a 101, is a stream as httputil.ReverseProxy tells
+// one: no Content-Length, or server-sent events.
 func (w *statusWriter) streaming() {
-	if w.flushStreams && w.ResponseWriter.Header().Get("Content-Length") == "" {
+	if !w.flushStreams || w.status == http.StatusSwitchingProtocols {
+		return
+	}
+	if h := w.ResponseWriter.Header(); h.Get("Content-Length") == "" || strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") {
 		w.flusher = http.NewResponseController(w.ResponseWriter)
 	}
 }

@@ -262,26 +262,37 @@ func TestServeAnsweredAborted(t *testing.T) {
 }
 
 // TestAnsweredFlushesStreams: the lane's writer (flushStreams) flushes a
-// response written without a Content-Length at each write, since its
-// handlers cannot flush it under Traefik's interpreter, and leaves a
-// response with one to the writer's buffers; ServeAnswered's writer
-// flushes only when asked to.
+// stream, as httputil.ReverseProxy tells one (no Content-Length, or
+// server-sent events), at its header and at each write, since its
+// handlers cannot flush it under Traefik's interpreter; it leaves another
+// response to the writer's buffers. ServeAnswered's writer flushes only
+// when asked to.
 func TestAnsweredFlushesStreams(t *testing.T) {
 	s, clock := memStore(t, 0)
 	g, l := costGate(t, s, clock.Now, true)
 	for _, tc := range []struct {
-		name         string
-		length, lane bool
-		wantFlushed  bool
+		name        string
+		contentType string
+		length      bool // a Content-Length
+		header      bool // only WriteHeader, no body
+		lane        bool
+		wantFlushed bool
 	}{
-		{"lane, stream", false, true, true},
-		{"lane, Content-Length", true, true, false},
-		{"ServeAnswered, stream", false, false, false},
+		{"lane, events", "text/event-stream", false, false, true, true},
+		{"lane, events with a Content-Length", "text/event-stream", true, false, true, true},
+		{"lane, chunked", "text/plain", false, false, true, true},
+		{"lane, a stream's header", "text/plain", false, true, true, true},
+		{"lane, Content-Length", "text/plain", true, false, true, false},
+		{"ServeAnswered, events", "text/event-stream", false, false, false, false},
 	} {
 		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("Content-Type", tc.contentType)
 			if tc.length {
 				w.Header().Set("Content-Length", "9")
+			}
+			if tc.header {
+				w.WriteHeader(http.StatusOK)
+				return
 			}
 			w.Write([]byte("data: 1\n\n"))
 		})
@@ -289,8 +300,12 @@ func TestAnsweredFlushesStreams(t *testing.T) {
 		if w.Flushed != tc.wantFlushed {
 			t.Errorf("%s: flushed %v, want %v", tc.name, w.Flushed, tc.wantFlushed)
 		}
-		if rem, _ := remaining(t, g, l, tc.name); rem != 1 {
-			t.Errorf("%s: %v remaining, want 1 (9 bytes)", tc.name, rem)
+		want := 1.0 // 9 bytes of 10
+		if tc.header {
+			want = 10
+		}
+		if rem, _ := remaining(t, g, l, tc.name); rem != want {
+			t.Errorf("%s: %v remaining, want %v", tc.name, rem, want)
 		}
 	}
 }
