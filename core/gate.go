@@ -589,8 +589,9 @@ func (g *Gate) Aborted(asks []model.Ask, v *Verdict, status int, header http.Hea
 	g.answered(true, asks, v, status, header, bytes)
 }
 
-// answered is Answered, left reporting that the request was cut short
-// after its response began.
+// answered is Answered, left reporting that the request was cut short:
+// its client left (before its response or during it) or its handler
+// aborted a response it had begun (Aborted).
 func (g *Gate) answered(left bool, asks []model.Ask, v *Verdict, status int, header http.Header, bytes int64) {
 	if status == http.StatusSwitchingProtocols {
 		status = 0

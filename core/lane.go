@@ -1006,12 +1006,12 @@ func laneMeterVerdict(l *Lane, asks []model.Ask, v *Verdict, start time.Time, li
 }
 
 // ServeLaneCounted is ServeLane, or ServeLaneMetered with a Meter, for a
-// lane of which a limit counts only some responses (model.Limit's
-// CountStatus, AnswerCounts): it decides r by Gate.Serve, as
-// serveLaneMetered does, and passes an admitted request to next by
-// Gate.ServeAnswered, which settles it with its response's status. A
-// host's choice of function is the check, so that no other lane's
-// requests pay for it.
+// lane of which a limit must see its response (AnswerCounts: CountStatus,
+// CostHeader, CostBytes): it decides r by Gate.Serve, as
+// serveLaneMetered does, and passes an admitted request to next through
+// answeredNext, which settles it with its response as
+// Gate.ServeAnswered does and flushes its streams. A host's choice of
+// function is the check, so that no other lane's requests pay for it.
 func ServeLaneCounted(l *Lane, next http.Handler, w http.ResponseWriter, r *http.Request) {
 	if l.dryRun != "" {
 		delete(r.Header, l.dryRun)
