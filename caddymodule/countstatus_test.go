@@ -109,3 +109,24 @@ func TestCostAborted(t *testing.T) {
 		t.Fatalf("after a panic before the response: remaining %s, want 2", got)
 	}
 }
+
+// TestCountStatusEarlyHints: an informational status (Early Hints' 103)
+// is not the response's: a 502 that follows it counts as 5xx.
+func TestCountStatusEarlyHints(t *testing.T) {
+	h := &Handler{Zones: []*Zone{{Name: "errors", Rate: "2/m", Burst: 2, CountStatus: []string{"5xx"}}}}
+	provisionHandler(t, h)
+	hintsThen502 := caddyhttp.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) error {
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		return caddyhttp.Error(http.StatusBadGateway, errors.New("upstream gone"))
+	})
+	for i := 0; i < 2; i++ {
+		if _, err := serveNext(h, false, "198.51.100.4", hintsThen502); err == nil {
+			t.Fatalf("request %d: no error from next", i+1)
+		}
+	}
+	w, err := serveNext(h, false, "198.51.100.4", hintsThen502)
+	if err != nil || w.Code != http.StatusTooManyRequests {
+		t.Fatalf("after two 502s behind Early Hints: %d, %v; want 429", w.Code, err)
+	}
+}

@@ -449,13 +449,13 @@ func (h *Handler) serveCounted(w http.ResponseWriter, r *http.Request, next cadd
 	rec := caddyhttp.NewResponseRecorder(w, nil, nil) // streams, flushes and hijacks as w
 	answered := false
 	defer func() {
-		if !answered && rec.Status() != 0 {
-			h.gate.Aborted(asks, v, rec.Status(), h.responseHeader(r, rec, zones), int64(rec.Size()))
+		if status := finalStatus(rec); !answered && status != 0 {
+			h.gate.Aborted(asks, v, status, h.responseHeader(r, rec, zones), int64(rec.Size()))
 		}
 	}()
 	err := next.ServeHTTP(rec, r)
 	answered = true
-	status := rec.Status()
+	status := finalStatus(rec)
 	var he caddyhttp.HandlerError
 	switch {
 	case status != 0:
@@ -471,6 +471,16 @@ func (h *Handler) serveCounted(w http.ResponseWriter, r *http.Request, next cadd
 	}
 	h.gate.Answered(r.Context(), asks, v, status, h.responseHeader(r, rec, zones), int64(rec.Size()))
 	return err
+}
+
+// finalStatus is the status rec recorded: 0 for none, and for an
+// informational one (1xx, such as Early Hints' 103) that comes before the
+// final status, 101 apart.
+func finalStatus(rec caddyhttp.ResponseRecorder) int {
+	if s := rec.Status(); s >= 200 || s == http.StatusSwitchingProtocols {
+		return s
+	}
+	return 0
 }
 
 // responseHeader is the header of the response rec recorded, as
@@ -489,7 +499,7 @@ func (h *Handler) responseHeader(r *http.Request, rec caddyhttp.ResponseRecorder
 		}
 		if header == nil {
 			repl = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-			repl.Set("http.response.status", rec.Status())
+			repl.Set("http.response.status", finalStatus(rec))
 			repl.Set("http.response.size", rec.Size())
 			header = rec.Header().Clone()
 			if header == nil {

@@ -155,8 +155,13 @@ type Zone struct {
 	// missing, not a number, negative, NaN or infinite leaves the
 	// estimate charged; a value above the burst counts as the burst. A
 	// response that CountStatus does not count is given back the
-	// estimate; a request cut short (the client gone, a panic) keeps
-	// it. Not with cost_bytes, lease or a zone without a rate.
+	// estimate. The header is read once the response has ended, so a
+	// trailer counts. A request cut short keeps the estimate (a panic
+	// before the response, an upgrade); one cut short once its response
+	// began (the client gone, the upstream broken off, and
+	// reverse_proxy's abort) is charged the response's cost too, when it
+	// is above the estimate. Not with cost_bytes, lease or a zone without
+	// a rate.
 	CostHeader string `json:"cost_header,omitempty"`
 
 	// CostBytes takes a request's cost from its response as CostHeader
