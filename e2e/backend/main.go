@@ -206,12 +206,13 @@ func main() {
 }
 
 // stream answers r with n server-sent events, flushing each, one every
-// every (a duration; 100ms when it is not one), with X-Tokens-Used:
-// tokens when tokens is set, in the header when atStart, else as a
-// trailer after the last event. It stops when r's client leaves.
+// every (a duration; 100ms when it is not a positive one), with
+// X-Tokens-Used: tokens when tokens is set, in the header when atStart,
+// else as a trailer after the last event. It stops when r's client
+// leaves.
 func stream(w http.ResponseWriter, r *http.Request, n int, every, tokens string, atStart bool) {
 	d, err := time.ParseDuration(every)
-	if err != nil || d < 0 {
+	if err != nil || d <= 0 {
 		d = 100 * time.Millisecond
 	}
 	hdr := w.Header()
