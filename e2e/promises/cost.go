@@ -92,7 +92,7 @@ func (c *respCost) String() string {
 // capacity), sometimes one of hostileTokens; a body of 0 to 3,000 bytes,
 // sometimes more than the bytes limit's capacity; one request in five, a
 // stream of one event (9 bytes) with X-Tokens-Used in its trailer; one in
-// eight, a stream its client leaves after the first event (leave). For
+// ten, a stream its client leaves after the first event (leave). For
 // the debt key (debt), more hostile values and larger costs, and no body
 // but a stream's events: its bytes limit never refuses, so that each
 // refusal is its tokens limit's.
@@ -204,8 +204,10 @@ func hostile(z *zone, x *rec) bool {
 type costFigures struct {
 	admitted, unsure      int // admissions checked against the bound, and of them those whose settlement a fault may have lost
 	hostile               int // of them, answers with a hostile cost
-	trailers              int // of them, answers whose cost came in a stream's trailer
+	trailers              int // of them, answers whose cost came in a stream's trailer (perhaps a hostile one)
 	left                  int // of them, streams their client left after the first event
+	streams, streamsNear  int // streams whose first event's time was checked, and those left out near a stall
+	slowestStream         time.Duration
 	debts, held, released int // the debt key's refusals checked for Retry-After, of them in debt for certain, admissions after Retry-After
 	remaining             int // the debt key's admissions whose Remaining was checked
 	worstDebt             float64
@@ -325,7 +327,7 @@ func (ev *evaluation) costBound(g *group, r *route, z *zone, xs []*rec, h *host)
 			if hostile(z, x) {
 				ev.costFig.hostile++
 			}
-			if x.rc != nil && x.rc.trailer && !z.costBytes {
+			if x.rc != nil && x.rc.trailer && x.rc.header && !z.costBytes {
 				ev.costFig.trailers++
 			}
 			if x.left() && !z.costBytes {
@@ -498,5 +500,40 @@ func (ev *evaluation) debt(g *group, r *route, xs []*rec) {
 			ev.costFig.released++
 		}
 		prev = x
+	}
+}
+
+// streamFirst bounds the time from the send of a stream its client
+// leaves (respCost.leave) to its first event: the decision, at most the
+// decision timeout (100 ms) and a fallback's, and the upstream's first
+// write. A host that held the stream back until its buffers filled or it
+// ended would send the first event with the last, leaveEvery·2 = 800 ms
+// after the upstream began.
+const streamFirst = 600 * time.Millisecond
+
+// streams checks that every stream of route r in group g that its client
+// left after the first event (x.left) reached the client event by event:
+// its first event came within streamFirst of its send, unless the
+// machine or the host's Redis stalled meanwhile.
+func (ev *evaluation) streams(g *group, r *route, xs []*rec) {
+	for _, x := range xs {
+		if !x.left() {
+			continue
+		}
+		if ev.t.stalled(x.h, x.s, x.d) >= 50*time.Millisecond {
+			ev.costFig.streamsNear++
+			continue
+		}
+		ev.costFig.streams++
+		ev.checked["cost"]++
+		d := x.d - x.s
+		if d > ev.costFig.slowestStream {
+			ev.costFig.slowestStream = d
+		}
+		if d > streamFirst {
+			ev.add(&violation{check: "cost", groups: []*group{g}, recs: []*rec{x}, from: x.s, to: x.d,
+				msg: fmt.Sprintf("%s: route %s, host %s: the first event of a stream (one every %v) reached its client %.3f s after the request, more than %v: the host held the stream back instead of sending each event as it came",
+					g.name, r.name, x.h.name, leaveEvery, d.Seconds(), streamFirst)})
+		}
 	}
 }
