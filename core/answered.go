@@ -21,33 +21,33 @@ import (
 // their response (AnswerCounts), so that other requests reach next with
 // their writer untouched.
 func (g *Gate) ServeAnswered(next http.Handler, w http.ResponseWriter, r *http.Request, asks []model.Ask, v *Verdict) {
-	g.serveAnswered(next, &statusWriter{ResponseWriter: w, gate: g, asks: asks, v: v, aborts: true}, r)
+	(&statusWriter{ResponseWriter: w, gate: g, asks: asks, v: v, aborts: true}).serve(next, r)
 }
 
-// serveAnswered is ServeAnswered through sw, which wraps its writer and
-// holds what it settles. When sw.aborts, a handler that panics once its
+// serve is ServeAnswered through w, which wraps its writer and holds
+// what it settles. When w.aborts, a handler that panics once its
 // response began, as a proxy aborts a response whose client or upstream
-// left, has it settled by Aborted (sw.abort); one that panics before
+// left, has it settled by Aborted (w.abort); one that panics before
 // keeps its charges. Only a cost from the response needs aborts: for a
 // limit that counts statuses, Aborted keeps the charges too, and a
 // deferred call costs the interpreter some 65 allocations.
-func (g *Gate) serveAnswered(next http.Handler, sw *statusWriter, r *http.Request) {
-	if sw.aborts {
-		defer sw.abort()
+func (w *statusWriter) serve(next http.Handler, r *http.Request) {
+	if w.aborts {
+		defer w.abort()
 	}
-	next.ServeHTTP(sw, r)
-	sw.settled = true
-	switch sw.status {
+	next.ServeHTTP(w, r)
+	w.settled = true
+	switch w.status {
 	case 0:
-		sw.status = http.StatusOK // as net/http answers a handler that wrote nothing
+		w.status = http.StatusOK // as net/http answers a handler that wrote nothing
 	case hijacked:
-		sw.status = 0
+		w.status = 0
 	}
-	g.answered(r.Context().Err() != nil, sw.asks, sw.v, sw.status, sw.ResponseWriter.Header(), sw.bytes)
+	w.gate.answered(r.Context().Err() != nil, w.asks, w.v, w.status, w.ResponseWriter.Header(), w.bytes)
 }
 
 // abort settles as Aborted does the response of a handler that panicked
-// once it began, unless serveAnswered settled it.
+// once it began, unless serve settled it.
 func (w *statusWriter) abort() {
 	if !w.settled && w.status > 0 {
 		w.gate.answered(true, w.asks, w.v, w.status, w.ResponseWriter.Header(), w.bytes)
@@ -72,7 +72,7 @@ type statusWriter struct {
 	bytes        int64
 	flushStreams bool
 	flusher      *http.ResponseController // set when each write is flushed
-	// What serveAnswered settles: gate's verdict v on asks; whether it
+	// What serve settles: gate's verdict v on asks; whether it
 	// settles a response aborted once it began (abort), and whether it has
 	// been settled.
 	gate    *Gate

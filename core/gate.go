@@ -563,15 +563,14 @@ func (g *Gate) settle(asks []model.Ask, charged []model.Decision, actual []float
 // under http.TrailerPrefix; CostBytes; model.ResponseCost) is settled at
 // that cost (Store.Settle): the difference charged, which may leave its
 // key in debt, or given back; a cost the response does not state leaves
-// the charge as it is. A
-// request cut short keeps its charges: ctx ended (the client left),
-// status 0 (no response, as when the handler panicked or hijacked the
-// connection) or 101 (the connection was upgraded, as a WebSocket's:
-// hosts that see the 101 and not the hijack that follows, such as Caddy's
-// response recorder, count it alike); only a response cost above the
-// charge is settled when the client left after the response began, as
-// the bytes it was sent or the work its header states were spent all
-// the same. Hosts call it only for limits that must see their response
+// the charge as it is. A request cut short keeps its charges: ctx ended
+// (the client left), status 0 (no response, as when the handler panicked
+// or hijacked the connection) or 101 (the connection was upgraded, as a
+// WebSocket's: hosts that see the 101 and not the hijack that follows,
+// such as Caddy's response recorder, count it alike); only a response
+// cost above the charge is settled when the client left after the
+// response began, as the bytes it was sent or the work its header states
+// were spent all the same. Hosts call it only for limits that must see their response
 // (AnswerCounts).
 func (g *Gate) Answered(ctx context.Context, asks []model.Ask, v *Verdict, status int, header http.Header, bytes int64) {
 	g.answered(ctx.Err() != nil, asks, v, status, header, bytes)

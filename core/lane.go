@@ -1052,7 +1052,7 @@ type answeredNext struct {
 }
 
 func (a *answeredNext) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	a.gate.serveAnswered(a.next, &statusWriter{ResponseWriter: w, flushStreams: true, gate: a.gate, asks: a.asks, v: a.v, aborts: a.aborts}, r)
+	(&statusWriter{ResponseWriter: w, flushStreams: true, gate: a.gate, asks: a.asks, v: a.v, aborts: a.aborts}).serve(a.next, r)
 }
 
 // laneDemands records in m's demand the cost of each of asks, at start
