@@ -13,7 +13,9 @@
 // server-sent events instead, each flushed as it is written, one every
 // "every=<duration>" (default 100ms), as a streamed completion: with
 // "tokens=<n>", X-Tokens-Used comes as a trailer after the last event,
-// when a stream knows what it cost, or in the header with "at=start".
+// when a stream knows what it cost, or in the header with "at=start";
+// with "cut=1" the backend breaks the stream off after its first event,
+// as an upstream that fails in the middle of a body.
 //
 // A request whose path starts with /count/ is counted, per path: the
 // instant it arrived (at most 100,000 per path are kept) and how many
@@ -173,7 +175,7 @@ func main() {
 				}
 			}
 			if n, err := strconv.Atoi(q.Get("events")); err == nil && n >= 0 && n <= 1000 {
-				stream(w, r, n, q.Get("every"), q.Get("tokens"), q.Get("at") == "start")
+				stream(w, r, n, q.Get("every"), q.Get("tokens"), q.Get("at") == "start", q.Get("cut") == "1")
 				return
 			}
 			if t := q.Get("tokens"); t != "" {
@@ -209,8 +211,8 @@ func main() {
 // every (a duration; 100ms when it is not a positive one), with
 // X-Tokens-Used: tokens when tokens is set, in the header when atStart,
 // else as a trailer after the last event. It stops when r's client
-// leaves.
-func stream(w http.ResponseWriter, r *http.Request, n int, every, tokens string, atStart bool) {
+// leaves, and breaks the connection off after the first event when cut.
+func stream(w http.ResponseWriter, r *http.Request, n int, every, tokens string, atStart, cut bool) {
 	d, err := time.ParseDuration(every)
 	if err != nil || d <= 0 {
 		d = 100 * time.Millisecond
@@ -242,6 +244,9 @@ func stream(w http.ResponseWriter, r *http.Request, n int, every, tokens string,
 		}
 		if err := rc.Flush(); err != nil {
 			return
+		}
+		if cut {
+			panic(http.ErrAbortHandler) // net/http closes the connection mid-body
 		}
 	}
 	if tokens != "" {
