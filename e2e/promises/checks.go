@@ -215,8 +215,8 @@ func (t *topology) evaluate(sel map[string]bool) ([]*violation, []figure) {
 	}
 	if ev.want("cost") {
 		f := ev.costFig
-		ev.fig("cost", "%d admissions held to B + r·T + the debt of the requests in progress, costs settled by the docs' rules (%d of them stated in a stream's trailer; %d streams left by their client after the first event, charged at least the estimate, %d of which reached it event by event, the first at most %.3f s after the request (%d near a stall left out); %d hostile: missing, NaN, infinite, negative, malformed or above the capacity; %d whose settlement a fault may have lost counted at the lesser of estimate and cost); the debt key: %d refusals' Retry-After and t checked against the repayment (%d short of the estimate for certain, the deepest debt %.1f), %d admissions after a Retry-After, %d admissions' Remaining checked against the estimate",
-			f.admitted, f.trailers, f.left, f.streams, f.slowestStream.Seconds(), f.streamsNear, f.hostile, f.unsure, f.debts, f.held, f.worstDebt, f.released, f.remaining)
+		ev.fig("cost", "%d admissions held to B + r·T + the debt of the requests in progress, costs settled by the docs' rules (%d of them stated in a stream's trailer; %d streams cut short after the first event (%d by the upstream, the others by their client), charged at least the estimate, %d of which reached it event by event, the first at most %.3f s after the request (%d near a stall left out); %d hostile: missing, NaN, infinite, negative, malformed or above the capacity; %d whose settlement a fault may have lost counted at the lesser of estimate and cost); the debt key: %d refusals' Retry-After and t checked against the repayment (%d short of the estimate for certain, the deepest debt %.1f), %d admissions after a Retry-After, %d admissions' Remaining checked against the estimate",
+			f.admitted, f.trailers, f.left, f.cut, f.streams, f.slowestStream.Seconds(), f.streamsNear, f.hostile, f.unsure, f.debts, f.held, f.worstDebt, f.released, f.remaining)
 	}
 	for _, c := range checkNames {
 		n, ok := ev.checked[c]

@@ -27,14 +27,15 @@ var hostileTokens = []string{"NaN", "-5", "1e308", "Inf", "-Inf", "1e309", "x", 
 // stream of one server-sent event when trailer is set; bytes as its
 // body's length (none, the body "ok" or the events, when negative). With
 // leave, the answer is a stream of leaveEvents events, leaveEvery apart,
-// with tokens in its header, which the client leaves once it has read the
-// first (leftBytes).
+// with tokens in its header, cut short after the first (leftBytes): the
+// client leaves it, or with upstreamCuts the upstream breaks it off.
 type respCost struct {
-	tokens  string
-	header  bool
-	trailer bool
-	leave   bool
-	bytes   int
+	tokens       string
+	header       bool
+	trailer      bool
+	leave        bool
+	upstreamCuts bool
+	bytes        int
 }
 
 // The stream a client leaves (respCost.leave): e2e/backend's events are
@@ -45,8 +46,8 @@ const (
 	leftBytes   = 9
 )
 
-// left reports whether x's client left its answer after the first event
-// (respCost.leave), as a client gone in the middle of a stream.
+// left reports whether x's answer was cut short after the first event
+// (respCost.leave), by its client or by the upstream.
 func (x *rec) left() bool { return x.rc != nil && x.rc.leave && x.admitted() }
 
 // query is the query asking the backend for c ("" for nil).
@@ -60,6 +61,9 @@ func (c *respCost) query() string {
 		q = append(q, "events=1")
 	case c.leave:
 		q = append(q, "events="+strconv.Itoa(leaveEvents), "every="+leaveEvery.String(), "at=start")
+		if c.upstreamCuts {
+			q = append(q, "cut=1")
+		}
 	}
 	if c.header {
 		q = append(q, "tokens="+url.QueryEscape(c.tokens))
@@ -81,6 +85,8 @@ func (c *respCost) String() string {
 	switch {
 	case c.trailer:
 		return "a stream, tokens " + s + " in its trailer"
+	case c.leave && c.upstreamCuts:
+		return "a stream, tokens " + s + " in its header, broken off by the upstream after its first event"
 	case c.leave:
 		return "a stream, tokens " + s + " in its header, left after its first event"
 	}
@@ -92,7 +98,8 @@ func (c *respCost) String() string {
 // capacity), sometimes one of hostileTokens; a body of 0 to 3,000 bytes,
 // sometimes more than the bytes limit's capacity; one request in five, a
 // stream of one event (9 bytes) with X-Tokens-Used in its trailer; one in
-// ten, a stream its client leaves after the first event (leave). For
+// ten, a stream cut short after the first event (leave), by its client
+// or, half of them, by the upstream. For
 // the debt key (debt), more hostile values and larger costs, and no body
 // but a stream's events: its bytes limit never refuses, so that each
 // refusal is its tokens limit's.
@@ -109,7 +116,7 @@ func drawCost(rnd *rand.Rand, debt bool) *respCost {
 	case rnd.Intn(5) == 0:
 		c.trailer, c.bytes = true, -1
 	case rnd.Intn(8) == 0:
-		c.leave, c.bytes = true, -1
+		c.leave, c.upstreamCuts, c.bytes = true, rnd.Intn(2) == 0, -1
 	}
 	switch {
 	case rnd.Intn(hostile) == 0:
@@ -205,7 +212,7 @@ type costFigures struct {
 	admitted, unsure      int // admissions checked against the bound, and of them those whose settlement a fault may have lost
 	hostile               int // of them, answers with a hostile cost
 	trailers              int // of them, answers whose cost came in a stream's trailer (perhaps a hostile one)
-	left                  int // of them, streams their client left after the first event
+	left, cut             int // of them, streams cut short after the first event, and of those the upstream broke off
 	streams, streamsNear  int // streams whose first event's time was checked, and those left out near a stall
 	slowestStream         time.Duration
 	debts, held, released int // the debt key's refusals checked for Retry-After, of them in debt for certain, admissions after Retry-After
@@ -332,6 +339,9 @@ func (ev *evaluation) costBound(g *group, r *route, z *zone, xs []*rec, h *host)
 			}
 			if x.left() && !z.costBytes {
 				ev.costFig.left++
+				if x.rc.upstreamCuts {
+					ev.costFig.cut++
+				}
 			}
 		}
 		ev.costFig.admitted += n
@@ -512,12 +522,12 @@ func (ev *evaluation) debt(g *group, r *route, xs []*rec) {
 const streamFirst = 600 * time.Millisecond
 
 // streams checks that every stream of route r in group g that its client
-// left after the first event (x.left) reached the client event by event:
-// its first event came within streamFirst of its send, unless the
-// machine or the host's Redis stalled meanwhile.
+// left after the first event (x.left, not upstreamCuts) reached the
+// client event by event: its first event came within streamFirst of its
+// send, unless the machine or the host's Redis stalled meanwhile.
 func (ev *evaluation) streams(g *group, r *route, xs []*rec) {
 	for _, x := range xs {
-		if !x.left() {
+		if !x.left() || x.rc.upstreamCuts {
 			continue
 		}
 		if ev.t.stalled(x.h, x.s, x.d) >= 50*time.Millisecond {

@@ -220,7 +220,7 @@ func (t *topology) do(x *rec, hangUp time.Duration, extra http.Header) *rec {
 		t.rc.add(x)
 		return x
 	}
-	if x.rc != nil && x.rc.leave && resp.StatusCode == http.StatusOK {
+	if x.rc != nil && x.rc.leave && !x.rc.upstreamCuts && resp.StatusCode == http.StatusOK {
 		n, _ := io.ReadFull(resp.Body, make([]byte, leftBytes)) // the first event, then leave
 		x.n = int64(n)
 	} else {

@@ -63,9 +63,9 @@
 //	          responses (Redis's and each fallback's), and a key answered only 200,
 //	          sent one request at a time, never refused
 //	cost      a limit taking its cost from the response (a header or a stream's trailer,
-//	          hostile values among them, or the body's bytes; streams their client leaves
-//	          after the first event charged the cost their header states, at least the
-//	          estimate, and sent event by event) within B + r·T + the debt its requests in progress
+//	          hostile values among them, or the body's bytes; streams cut short after the
+//	          first event, by their client or the upstream, charged the cost their header
+//	          states, at least the estimate, and sent event by event) within B + r·T + the debt its requests in progress
 //	          may leave, costs settled by the docs' rules (Redis's and each fallback's); a
 //	          key sent one request at a time refused while in debt, Retry-After and t the
 //	          time the rate repays it, admitted once that has passed; a hostile header never
